@@ -1,0 +1,47 @@
+#pragma once
+// The seam between the HTTPS transport and what it serves. Nothing here depends on Beast, so handlers are
+// plain functions of a request that unit tests can call directly.
+#include <chrono>
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace gpuguard::server {
+
+struct RequestHead {
+  std::string_view method;
+  std::string_view path;   // target without the query
+  std::string_view query;  // after '?', empty when none
+  std::string_view content_type;
+  std::optional<std::uint64_t> content_length;
+};
+
+struct Response {
+  unsigned status = 200;
+  std::string content_type = "text/plain; charset=utf-8";
+  std::string body;
+  std::vector<std::pair<std::string, std::string>> headers;
+};
+
+Response text_response(unsigned status, std::string body);
+
+class Handler {
+ public:
+  virtual ~Handler() = default;
+  // Called once the headers are in. A response returned here is sent without reading the body, and the
+  // connection is closed afterwards unless the request had no body.
+  virtual std::optional<Response> reject_early(const RequestHead& head) const = 0;
+  virtual Response handle(const RequestHead& head, std::string body) const = 0;
+};
+
+// The deadline the caller set with `?timeout=` (a Go duration such as "10s" or "500ms", as the apiserver
+// sends it), or nullopt when there is none or it does not parse.
+std::optional<std::chrono::milliseconds> timeout_parameter(std::string_view query);
+
+// True for application/json, with or without parameters such as "; charset=utf-8".
+bool is_json_content_type(std::string_view content_type);
+
+}  // namespace gpuguard::server

@@ -1,0 +1,53 @@
+#pragma once
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "gpuguard/server/http.hpp"
+
+namespace boost::asio::ssl {
+class context;
+}
+
+namespace gpuguard::server {
+
+struct ServerOptions {
+  std::string listen_address = "0.0.0.0:8443";  // host:port, [v6]:port; port 0 picks a free one
+  unsigned threads = 2;
+  std::size_t body_limit = 7 * 1024 * 1024;  // what controller-runtime allows; above it: 413
+  std::size_t header_limit = 16 * 1024;
+  std::chrono::milliseconds handshake_timeout{10'000};
+  // Waiting for the next request on a kept-alive connection, and reading its headers. Above the
+  // apiserver's 90 s idle-connection timeout, so the client side closes first.
+  std::chrono::milliseconds idle_timeout{120'000};
+  // Reading the body, handling and writing, unless the caller asks for less with ?timeout=.
+  std::chrono::milliseconds request_timeout{30'000};
+  std::chrono::milliseconds shutdown_timeout{25'000};
+};
+
+// Serves a Handler over HTTPS/1.1 with keep-alive. One io_context run by `threads` threads; each
+// connection is a coroutine on its own strand, and every handshake, read and write has a deadline.
+class HttpsServer {
+ public:
+  HttpsServer(ServerOptions options, std::shared_ptr<boost::asio::ssl::context> tls, const Handler& handler);
+  ~HttpsServer();
+  HttpsServer(const HttpsServer&) = delete;
+  HttpsServer& operator=(const HttpsServer&) = delete;
+
+  // Binds the listening socket; throws std::runtime_error with the reason when it cannot.
+  // Returns the bound address as host:port (the real port when 0 was asked for).
+  std::string bind();
+  // Serves until stop() or SIGINT/SIGTERM, then stops accepting and lets in-flight requests finish
+  // (at most shutdown_timeout). Returns normally in both cases.
+  void run();
+  void stop();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace gpuguard::server

@@ -1,0 +1,31 @@
+#pragma once
+#include <string>
+#include <vector>
+
+#include "gpuguard/admission/policy.hpp"
+#include "model.hpp"
+
+namespace gpuguard::admission {
+
+struct PatchOperation {
+  enum class Op { add, replace, remove };
+  enum class Value { none, env_entry, env_array };  // env_array: a one-entry array, for a missing env
+  Op op;
+  std::string path;
+  Value value = Value::none;
+};
+
+struct Decision {
+  std::vector<PatchOperation> patch;
+  std::vector<std::string> warnings;
+  std::size_t containers_mutated = 0;
+  std::string_view untouched_because;  // non-empty when the review is allowed as it is, by rule
+};
+
+Decision decide(const Review& review, const Policy& policy);
+
+// Kubernetes shows warnings only up to 120 characters; longer ones are cut at a character boundary.
+inline constexpr std::size_t kMaxWarningLength = 120;
+std::string bounded_warning(std::string text);
+
+}  // namespace gpuguard::admission

@@ -1,0 +1,279 @@
+// The hot path: simdjson On-Demand walks the review once and touches only the fields the decision needs;
+// everything else (most of a Pod) is skipped over without being materialised.
+#include "decode.hpp"
+
+#include <string>
+
+#include "gpuguard/admission/quantity.hpp"
+
+namespace gpuguard::admission {
+namespace {
+
+namespace od = simdjson::ondemand;
+using simdjson::error_code;
+
+// A JSON path for error messages, in two parts so that the hot path never concatenates strings.
+struct Path {
+  Path(const char* whole) : prefix(whole) {}
+  Path(std::string_view whole) : prefix(whole) {}
+  Path(std::string_view p, std::string_view s) : prefix(p), suffix(s) {}
+  std::string_view prefix, suffix;
+};
+
+[[noreturn]] void fail(Path path, std::string_view problem) {
+  std::string message(path.prefix);
+  message += path.suffix;
+  message += ": ";
+  message += problem;
+  throw DecodeError(message);
+}
+
+[[noreturn]] void fail(Path path, error_code error, std::string_view expected) {
+  if (error == simdjson::INCORRECT_TYPE) fail(path, std::string("must be ") + std::string(expected));
+  fail(path, std::string("malformed JSON (") + simdjson::error_message(error) + ")");
+}
+
+template <typename T, typename Result>
+T need(Result&& result, Path path, std::string_view expected) {
+  T out{};
+  if (error_code error = std::forward<Result>(result).get(out)) fail(path, error, expected);
+  return out;
+}
+
+od::json_type type_of(od::value& value, Path path) {
+  return need<od::json_type>(value.type(), path, "a JSON value");
+}
+
+std::string_view string_field(od::value& value, Path path) {
+  return need<std::string_view>(value.get_string(), path, "a string");
+}
+
+// Iterates an object's fields, calling on_field(key, value) for each.
+template <typename OnField>
+void for_each_field(od::object object, Path path, OnField&& on_field) {
+  for (auto field_result : object) {
+    od::field field = need<od::field>(std::move(field_result), path, "an object");
+    std::string_view key = need<std::string_view>(field.unescaped_key(), path, "an object");
+    on_field(key, field.value());
+  }
+}
+
+template <typename OnField>
+void for_each_field(od::value& value, Path path, OnField&& on_field) {
+  for_each_field(need<od::object>(value.get_object(), path, "an object"), path, on_field);
+}
+
+// Kubernetes omits empty maps and lists, and a hand-written object may spell them null.
+bool is_null(od::value& value, Path path) { return type_of(value, path) == od::json_type::null; }
+
+template <typename OnElement>
+void for_each_element(od::value& value, Path path, OnElement&& on_element) {
+  od::array array = need<od::array>(value.get_array(), path, "an array");
+  std::size_t index = 0;
+  for (auto element_result : array) {
+    od::value element = need<od::value>(std::move(element_result), path, "an array");
+    on_element(index++, element);
+  }
+}
+
+bool quantity_is_nonzero(od::value& value, Path path) {
+  switch (type_of(value, path)) {
+    case od::json_type::string: return !is_zero_quantity(string_field(value, path));
+    case od::json_type::number: {
+      double number = 0;
+      return value.get_double().get(number) != simdjson::SUCCESS || number != 0;
+    }
+    default: return true;  // not a quantity: see is_zero_quantity for why that counts as a request
+  }
+}
+
+std::string_view list_path(ContainerList list) {
+  switch (list) {
+    case ContainerList::init: return "request.object.spec.initContainers[]";
+    case ContainerList::ephemeral: return "request.object.spec.ephemeralContainers[]";
+    case ContainerList::regular: break;
+  }
+  return "request.object.spec.containers[]";
+}
+
+void decode_env_entry(std::size_t index, od::value& entry, std::string_view list, Container& container) {
+  std::string_view name;
+  VisibleDevicesEntry facts;
+  facts.env_index = index;
+  for_each_field(entry, Path(list, ".env[]"), [&](std::string_view key, od::value value) {
+    if (key == "name") {
+      name = string_field(value, Path(list, ".env[].name"));
+    } else if (key == "value") {
+      if (is_null(value, Path(list, ".env[].value"))) return;
+      facts.has_value = true;
+      facts.value = string_field(value, Path(list, ".env[].value"));
+    } else if (key == "valueFrom") {
+      facts.has_value_from = !is_null(value, Path(list, ".env[].valueFrom"));
+    }
+  });
+  if (name == kVisibleDevices) container.visible_devices.push_back(facts);
+}
+
+void decode_resources(od::value& resources, std::string_view list, Container& container) {
+  const Path path(list, ".resources"), amounts_path(list, ".resources.limits|requests");
+  if (is_null(resources, path)) return;
+  for_each_field(resources, path, [&](std::string_view key, od::value amounts) {
+    if ((key != "limits" && key != "requests") || is_null(amounts, amounts_path)) return;
+    for_each_field(amounts, amounts_path, [&](std::string_view resource, od::value quantity) {
+      container.resources.push_back({resource, quantity_is_nonzero(quantity, amounts_path)});
+    });
+  });
+}
+
+Container decode_container(ContainerList list, std::size_t index, od::value& value) {
+  const std::string_view p = list_path(list);
+  Container container;
+  container.list = list;
+  container.index = index;
+  for_each_field(value, p, [&](std::string_view key, od::value field) {
+    if (key == "name") {
+      container.name = string_field(field, Path(p, ".name"));
+    } else if (key == "env") {
+      if (is_null(field, Path(p, ".env"))) return;
+      container.env_is_array = true;
+      for_each_element(field, Path(p, ".env"), [&](std::size_t i, od::value& entry) {
+        container.env_size = i + 1;
+        decode_env_entry(i, entry, p, container);
+      });
+    } else if (key == "resources") {
+      decode_resources(field, p, container);
+    } else if (key == "securityContext") {
+      const Path security(p, ".securityContext"), privileged(p, ".securityContext.privileged");
+      if (is_null(field, security)) return;
+      for_each_field(field, security, [&](std::string_view sc_key, od::value sc_value) {
+        if (sc_key != "privileged" || is_null(sc_value, privileged)) return;
+        container.privileged = need<bool>(sc_value.get_bool(), privileged, "a boolean");
+      });
+    }
+  });
+  return container;
+}
+
+void decode_container_list(ContainerList list, od::value& value, Pod& pod) {
+  const std::string_view p = list_path(list);
+  if (is_null(value, p)) return;
+  for_each_element(value, p, [&](std::size_t index, od::value& element) {
+    pod.containers.push_back(decode_container(list, index, element));
+  });
+}
+
+Pod decode_pod(od::value& object, bool only_ephemeral) {
+  Pod pod;
+  for_each_field(object, "request.object", [&](std::string_view key, od::value field) {
+    if (key == "metadata") {
+      for_each_field(field, "request.object.metadata", [&](std::string_view meta_key, od::value meta) {
+        if (meta_key != "annotations" || is_null(meta, "request.object.metadata.annotations")) return;
+        for_each_field(meta, "request.object.metadata.annotations", [&](std::string_view annotation, od::value) {
+          pod.mirror = pod.mirror || annotation == kMirrorPodAnnotation;
+        });
+      });
+    } else if (key == "spec") {
+      for_each_field(field, "request.object.spec", [&](std::string_view spec_key, od::value list) {
+        if (spec_key == "ephemeralContainers") {
+          decode_container_list(ContainerList::ephemeral, list, pod);
+        } else if (only_ephemeral) {
+          return;  // containers and initContainers are immutable on this subresource
+        } else if (spec_key == "initContainers") {
+          decode_container_list(ContainerList::init, list, pod);
+        } else if (spec_key == "containers") {
+          decode_container_list(ContainerList::regular, list, pod);
+        }
+      });
+    }
+  });
+  return pod;
+}
+
+std::vector<std::string_view> decode_ephemeral_names(od::value& old_object) {
+  std::vector<std::string_view> names;
+  if (is_null(old_object, "request.oldObject")) return names;
+  for_each_field(old_object, "request.oldObject", [&](std::string_view key, od::value spec) {
+    if (key != "spec") return;
+    for_each_field(spec, "request.oldObject.spec", [&](std::string_view spec_key, od::value list) {
+      if (spec_key != "ephemeralContainers" || is_null(list, "request.oldObject.spec.ephemeralContainers")) return;
+      for_each_element(list, "request.oldObject.spec.ephemeralContainers", [&](std::size_t, od::value& c) {
+        for_each_field(c, "request.oldObject.spec.ephemeralContainers[]", [&](std::string_view k, od::value v) {
+          if (k == "name") names.push_back(string_field(v, "request.oldObject.spec.ephemeralContainers[].name"));
+        });
+      });
+    });
+  });
+  return names;
+}
+
+void decode_request_metadata(od::value& request, Review& review) {
+  for_each_field(request, "request", [&](std::string_view key, od::value value) {
+    if (key == "uid") {
+      review.uid = string_field(value, "request.uid");
+    } else if (key == "operation") {
+      review.operation = string_field(value, "request.operation");
+    } else if (key == "subResource") {
+      review.sub_resource = string_field(value, "request.subResource");
+    } else if (key == "kind") {
+      for_each_field(value, "request.kind", [&](std::string_view gvk_key, od::value part) {
+        if (gvk_key == "group") review.kind_group = string_field(part, "request.kind.group");
+        if (gvk_key == "kind") review.kind = string_field(part, "request.kind.kind");
+      });
+    }
+  });
+}
+
+}  // namespace
+
+bool is_mutable_pod_request(const Review& review) {
+  if (!review.kind_group.empty() || review.kind != "Pod") return false;
+  if (review.operation == "CREATE") return review.sub_resource.empty();
+  return review.operation == "UPDATE" && review.sub_resource == "ephemeralcontainers";
+}
+
+Review decode_review(od::parser& parser, simdjson::padded_string_view json) {
+  Review review;
+  od::document doc = need<od::document>(parser.iterate(json), "body", "JSON");
+  std::string kind;
+  bool has_request = false;
+  for_each_field(need<od::object>(doc.get_object(), "body", "a JSON object"), "body",
+                 [&](std::string_view key, od::value value) {
+                   if (key == "apiVersion") {
+                     review.api_version = string_field(value, "apiVersion");
+                   } else if (key == "kind") {
+                     kind = string_field(value, "kind");
+                   } else if (key == "request") {
+                     has_request = true;
+                     decode_request_metadata(value, review);
+                   }
+                 });
+  if (kind != "AdmissionReview") fail("kind", "must be AdmissionReview");
+  if (review.api_version != "admission.k8s.io/v1" && review.api_version != "admission.k8s.io/v1beta1") {
+    fail("apiVersion", "must be admission.k8s.io/v1 or admission.k8s.io/v1beta1");
+  }
+  if (!has_request) fail("request", "missing");
+  if (review.uid.empty()) fail("request.uid", "missing");
+  if (review.operation.empty()) fail("request.operation", "missing");
+  if (!is_mutable_pod_request(review)) return review;
+
+  // Second pass, now that we know `object` is a Pod we may patch: the fields can come in any order.
+  doc.rewind();
+  od::object top = need<od::object>(doc.get_object(), "body", "a JSON object");
+  od::object request = need<od::object>(top.find_field_unordered("request"), "request", "an object");
+  od::value object;
+  if (request.find_field_unordered("object").get(object) != simdjson::SUCCESS || is_null(object, "request.object")) {
+    fail("request.object", "missing for a Pod " + std::string(review.operation));
+  }
+  const bool ephemeral_update = review.operation == "UPDATE";
+  review.pod = decode_pod(object, ephemeral_update);
+  review.has_pod = true;
+  if (ephemeral_update) {
+    od::value old_object;
+    if (request.find_field_unordered("oldObject").get(old_object) == simdjson::SUCCESS) {
+      review.old_ephemeral_names = decode_ephemeral_names(old_object);
+    }
+  }
+  return review;
+}
+
+}  // namespace gpuguard::admission

@@ -1,0 +1,63 @@
+#pragma once
+// The facts the decoder extracts from an AdmissionReview. Pod strings are views into the simdjson parser's
+// buffers, so a model lives only inside one review() call.
+#include <cstddef>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace gpuguard::admission {
+
+inline constexpr std::string_view kVisibleDevices = "NVIDIA_VISIBLE_DEVICES";
+inline constexpr std::string_view kMirrorPodAnnotation = "kubernetes.io/config.mirror";
+
+// The input is not an AdmissionReview we can answer; the message becomes the HTTP 400 reason.
+struct DecodeError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+enum class ContainerList { init, regular, ephemeral };
+
+struct VisibleDevicesEntry {
+  std::size_t env_index = 0;
+  bool has_value = false;
+  std::string_view value;
+  bool has_value_from = false;
+};
+
+struct ResourceAmount {
+  std::string_view name;
+  bool nonzero = false;
+};
+
+struct Container {
+  ContainerList list = ContainerList::regular;
+  std::size_t index = 0;
+  std::string_view name;
+  bool privileged = false;
+  bool env_is_array = false;  // false: absent or null
+  std::size_t env_size = 0;
+  std::vector<VisibleDevicesEntry> visible_devices;  // every env entry named NVIDIA_VISIBLE_DEVICES
+  std::vector<ResourceAmount> resources;             // limits and requests together
+};
+
+struct Pod {
+  bool mirror = false;
+  std::vector<Container> containers;
+};
+
+struct Review {
+  // Owned: read in the first pass, and simdjson reuses its string buffer when the document is rewound.
+  std::string api_version;
+  std::string uid;
+  std::string operation;
+  std::string kind_group;
+  std::string kind;
+  std::string sub_resource;
+  bool has_pod = false;  // `object` was decoded as a Pod (only for the reviews we may mutate)
+  Pod pod;
+  std::vector<std::string_view> old_ephemeral_names;  // UPDATE pods/ephemeralcontainers: already running
+};
+
+}  // namespace gpuguard::admission

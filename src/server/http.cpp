@@ -1,0 +1,59 @@
+#include "gpuguard/server/http.hpp"
+
+#include <cctype>
+#include <charconv>
+
+namespace gpuguard::server {
+namespace {
+
+bool iequals(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(a[i])) != std::tolower(static_cast<unsigned char>(b[i]))) return false;
+  }
+  return true;
+}
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+}  // namespace
+
+Response text_response(unsigned status, std::string body) {
+  Response response;
+  response.status = status;
+  response.body = std::move(body);
+  if (!response.body.empty() && response.body.back() != '\n') response.body += '\n';
+  return response;
+}
+
+std::optional<std::chrono::milliseconds> timeout_parameter(std::string_view query) {
+  while (!query.empty()) {
+    const std::size_t amp = query.find('&');
+    const std::string_view pair = query.substr(0, amp);
+    query = amp == std::string_view::npos ? std::string_view{} : query.substr(amp + 1);
+    if (!pair.starts_with("timeout=")) continue;
+    const std::string_view value = pair.substr(8);
+    double amount = 0;
+    const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), amount);
+    if (ec != std::errc{} || amount <= 0) return std::nullopt;
+    const std::string_view unit(end, value.data() + value.size() - end);
+    double millis = 0;
+    if (unit == "s") millis = amount * 1000;
+    else if (unit == "ms") millis = amount;
+    else if (unit == "m") millis = amount * 60'000;
+    else return std::nullopt;
+    if (millis < 1 || millis > 3'600'000) return std::nullopt;
+    return std::chrono::milliseconds(static_cast<long long>(millis));
+  }
+  return std::nullopt;
+}
+
+bool is_json_content_type(std::string_view content_type) {
+  return iequals(trim(content_type.substr(0, content_type.find(';'))), "application/json");
+}
+
+}  // namespace gpuguard::server

@@ -1,0 +1,284 @@
+// The one translation unit that instantiates Beast's HTTP and SSL stream templates.
+#include "gpuguard/server/https_server.hpp"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/ssl/context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http/empty_body.hpp>
+#include <boost/beast/http/read.hpp>
+#include <boost/beast/http/string_body.hpp>
+#include <boost/beast/http/write.hpp>
+#include <boost/beast/ssl/ssl_stream.hpp>
+
+#include <csignal>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "gpuguard/log/log.hpp"
+
+namespace gpuguard::server {
+namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace ssl = asio::ssl;
+using tcp = asio::ip::tcp;
+using namespace std::chrono_literals;
+
+constexpr auto nothrow = asio::as_tuple(asio::use_awaitable);
+
+// Spare capacity after the body so that the JSON decoder (simdjson needs 64 bytes) can read it in place.
+constexpr std::size_t kBodySlack = 64;
+
+tcp::endpoint parse_listen_address(const std::string& address) {
+  const std::size_t colon = address.rfind(':');
+  if (colon == std::string::npos || colon == 0) {
+    throw std::runtime_error("listen address '" + address + "' must be IP:port");
+  }
+  std::string host = address.substr(0, colon);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  unsigned port = 0;
+  try {
+    std::size_t used = 0;
+    port = static_cast<unsigned>(std::stoul(address.substr(colon + 1), &used));
+    if (used != address.size() - colon - 1 || port > 65535) throw std::out_of_range("port");
+  } catch (const std::exception&) {
+    throw std::runtime_error("listen address '" + address + "' has an invalid port");
+  }
+  boost::system::error_code ec;
+  const auto ip = asio::ip::make_address(host == "localhost" ? "127.0.0.1" : host, ec);
+  if (ec) throw std::runtime_error("listen address '" + address + "' does not start with an IP address");
+  return {ip, static_cast<unsigned short>(port)};
+}
+
+std::string to_string(const tcp::endpoint& endpoint) {
+  const auto ip = endpoint.address();
+  return (ip.is_v6() ? "[" + ip.to_string() + "]" : ip.to_string()) + ":" + std::to_string(endpoint.port());
+}
+
+// A request that arrived but does not parse deserves a 400; any other error means the peer went away or
+// a deadline passed, and there is nobody left to answer.
+bool is_malformed_request(const boost::system::error_code& ec) {
+  static const auto& http_errors = make_error_code(http::error::bad_method).category();
+  return ec.category() == http_errors && ec != http::error::end_of_stream && ec != http::error::partial_message;
+}
+
+class InFlight {
+ public:
+  explicit InFlight(std::atomic<std::size_t>& counter) : counter_(counter) { ++counter_; }
+  ~InFlight() { --counter_; }
+  InFlight(const InFlight&) = delete;
+  InFlight& operator=(const InFlight&) = delete;
+
+ private:
+  std::atomic<std::size_t>& counter_;
+};
+
+}  // namespace
+
+struct HttpsServer::Impl {
+  Impl(ServerOptions o, std::shared_ptr<ssl::context> t, const Handler& h)
+      : options(std::move(o)), tls(std::move(t)), handler(h) {}
+
+  ServerOptions options;
+  std::shared_ptr<ssl::context> tls;
+  const Handler& handler;
+  asio::io_context ioc;
+  tcp::acceptor acceptor{ioc};
+  asio::signal_set signals{ioc, SIGINT, SIGTERM};
+  asio::steady_timer drain_timer{ioc};
+  std::atomic<bool> stopping{false};
+  std::atomic<std::size_t> in_flight{0};
+
+  asio::awaitable<void> accept_loop();
+  asio::awaitable<void> session(tcp::socket socket);
+  asio::awaitable<bool> respond(beast::ssl_stream<beast::tcp_stream>& stream, Response response, unsigned version,
+                                bool keep_alive, std::chrono::milliseconds deadline);
+  Response call_handler(const RequestHead& head, std::string body);
+  void begin_shutdown();
+  void drain(std::chrono::steady_clock::time_point deadline);
+};
+
+asio::awaitable<void> HttpsServer::Impl::accept_loop() {
+  while (!stopping) {
+    auto [ec, socket] = co_await acceptor.async_accept(asio::make_strand(ioc), nothrow);
+    if (ec) {
+      if (stopping || ec == asio::error::operation_aborted) co_return;
+      // Typically EMFILE: back off instead of spinning, existing connections keep being served.
+      log::warn("accept failed", {{"reason", ec.message()}});
+      asio::steady_timer pause(ioc, 50ms);
+      co_await pause.async_wait(nothrow);
+      continue;
+    }
+    socket.set_option(tcp::no_delay(true), ec);
+    auto executor = socket.get_executor();
+    asio::co_spawn(executor, session(std::move(socket)), [](std::exception_ptr failure) {
+      if (!failure) return;
+      try {
+        std::rethrow_exception(failure);
+      } catch (const std::exception& e) {
+        log::error("connection failed", {{"reason", e.what()}});
+      }
+    });
+  }
+}
+
+Response HttpsServer::Impl::call_handler(const RequestHead& head, std::string body) {
+  try {
+    return handler.handle(head, std::move(body));
+  } catch (const std::exception& e) {
+    log::error("request handler failed", {{"path", head.path}, {"reason", e.what()}});
+    return text_response(500, "internal error");
+  }
+}
+
+asio::awaitable<bool> HttpsServer::Impl::respond(beast::ssl_stream<beast::tcp_stream>& stream, Response response,
+                                                 unsigned version, bool keep_alive,
+                                                 std::chrono::milliseconds deadline) {
+  http::response<http::string_body> message{static_cast<http::status>(response.status), version};
+  message.set(http::field::content_type, response.content_type);
+  for (auto& [name, value] : response.headers) message.set(name, value);
+  message.body() = std::move(response.body);
+  message.keep_alive(keep_alive && !stopping);
+  message.prepare_payload();
+  beast::get_lowest_layer(stream).expires_after(deadline);
+  auto [ec, written] = co_await http::async_write(stream, message, nothrow);
+  co_return !ec && message.keep_alive();
+}
+
+asio::awaitable<void> HttpsServer::Impl::session(tcp::socket socket) {
+  beast::ssl_stream<beast::tcp_stream> stream(std::move(socket), *tls);
+  auto& transport = beast::get_lowest_layer(stream);
+  transport.expires_after(options.handshake_timeout);
+  if (auto [ec] = co_await stream.async_handshake(ssl::stream_base::server, nothrow); ec) {
+    log::debug("TLS handshake failed", {{"reason", ec.message()}});
+    co_return;
+  }
+
+  beast::flat_buffer buffer;
+  bool keep_alive = true;
+  while (keep_alive && !stopping) {
+    http::request_parser<http::string_body> parser;
+    parser.header_limit(static_cast<std::uint32_t>(options.header_limit));
+    parser.body_limit(options.body_limit);
+    transport.expires_after(options.idle_timeout);
+    if (auto [ec, n] = co_await http::async_read_header(stream, buffer, parser, nothrow); ec) {
+      if (ec == http::error::header_limit) {
+        co_await respond(stream, text_response(431, "request headers too large"), 11, false, options.request_timeout);
+      } else if (is_malformed_request(ec)) {
+        co_await respond(stream, text_response(400, "malformed HTTP request: " + ec.message()), 11, false,
+                         options.request_timeout);
+      }
+      break;
+    }
+
+    const InFlight request_in_flight(in_flight);
+    auto& request = parser.get();
+    const std::string_view target = request.target();
+    const std::size_t question = target.find('?');
+    RequestHead head;
+    head.method = request.method_string();
+    head.path = target.substr(0, question);
+    head.query = question == std::string_view::npos ? std::string_view{} : target.substr(question + 1);
+    head.content_type = request[http::field::content_type];
+    if (auto length = parser.content_length()) head.content_length = *length;
+    const auto deadline = std::min(timeout_parameter(head.query).value_or(options.request_timeout),
+                                   options.request_timeout);
+    keep_alive = request.keep_alive();
+
+    if (head.content_length && *head.content_length > options.body_limit) {
+      co_await respond(stream, text_response(413, "request body over " + std::to_string(options.body_limit) + " bytes"),
+                       request.version(), false, deadline);
+      break;
+    }
+    if (auto early = handler.reject_early(head)) {
+      keep_alive = co_await respond(stream, std::move(*early), request.version(), keep_alive && parser.is_done(), deadline);
+      continue;
+    }
+    if (head.content_length) request.body().reserve(*head.content_length + kBodySlack);
+    transport.expires_after(deadline);
+    if (request[http::field::expect] == "100-continue") {
+      // curl waits a second for this before sending a large body; the apiserver never asks.
+      http::response<http::empty_body> go_on{http::status::continue_, request.version()};
+      if (auto [ec, n] = co_await http::async_write(stream, go_on, nothrow); ec) break;
+    }
+    if (auto [ec, n] = co_await http::async_read(stream, buffer, parser, nothrow); ec) {
+      if (ec == http::error::body_limit) {
+        co_await respond(stream, text_response(413, "request body over " + std::to_string(options.body_limit) + " bytes"),
+                         request.version(), false, deadline);
+      }
+      break;
+    }
+    keep_alive = co_await respond(stream, call_handler(head, std::move(request.body())), request.version(),
+                                  keep_alive, deadline);
+  }
+
+  transport.expires_after(2s);
+  co_await stream.async_shutdown(nothrow);
+}
+
+void HttpsServer::Impl::begin_shutdown() {
+  if (stopping.exchange(true)) return;
+  boost::system::error_code ignored;
+  acceptor.close(ignored);
+  signals.cancel(ignored);
+  drain(std::chrono::steady_clock::now() + options.shutdown_timeout);
+}
+
+// Requests already being read or handled finish; connections idle between requests are dropped.
+void HttpsServer::Impl::drain(std::chrono::steady_clock::time_point deadline) {
+  if (in_flight == 0 || std::chrono::steady_clock::now() >= deadline) {
+    if (in_flight != 0) log::warn("shutdown timeout reached with requests in flight", {{"requests", in_flight.load()}});
+    ioc.stop();
+    return;
+  }
+  drain_timer.expires_after(10ms);
+  drain_timer.async_wait([this, deadline](boost::system::error_code) { drain(deadline); });
+}
+
+HttpsServer::HttpsServer(ServerOptions options, std::shared_ptr<ssl::context> tls, const Handler& handler)
+    : impl_(std::make_unique<Impl>(std::move(options), std::move(tls), handler)) {}
+
+HttpsServer::~HttpsServer() = default;
+
+std::string HttpsServer::bind() {
+  const tcp::endpoint endpoint = parse_listen_address(impl_->options.listen_address);
+  auto& acceptor = impl_->acceptor;
+  boost::system::error_code ec;
+  acceptor.open(endpoint.protocol(), ec);
+  if (!ec) acceptor.set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec) acceptor.bind(endpoint, ec);
+  if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) throw std::runtime_error("cannot listen on " + impl_->options.listen_address + ": " + ec.message());
+  return to_string(acceptor.local_endpoint());
+}
+
+void HttpsServer::run() {
+  impl_->signals.async_wait([this](boost::system::error_code ec, int signal_number) {
+    if (ec) return;
+    log::info("shutting down", {{"signal", signal_number}});
+    impl_->begin_shutdown();
+  });
+  asio::co_spawn(impl_->ioc, impl_->accept_loop(), [](std::exception_ptr) {});
+  const unsigned threads = impl_->options.threads == 0 ? std::max(1u, std::thread::hardware_concurrency())
+                                                      : impl_->options.threads;
+  std::vector<std::jthread> pool;
+  for (unsigned i = 1; i < threads; ++i) pool.emplace_back([this] { impl_->ioc.run(); });
+  impl_->ioc.run();
+}
+
+void HttpsServer::stop() {
+  asio::post(impl_->ioc, [this] { impl_->begin_shutdown(); });
+}
+
+}  // namespace gpuguard::server

@@ -1,0 +1,101 @@
+#include <boost/program_options.hpp>
+
+#include <iostream>
+#include <string>
+
+#include "gpuguard/admission/policy.hpp"
+#include "gpuguard/log/log.hpp"
+#include "gpuguard/server/https_server.hpp"
+#include "gpuguard/tls/server_context.hpp"
+#include "gpuguard/webhook/webhook_handler.hpp"
+#include "review_command.hpp"
+
+namespace po = boost::program_options;
+using namespace gpuguard;
+
+namespace {
+
+constexpr const char* kUsage =
+    "gpuguard-webhook: a Kubernetes mutating admission webhook that sets NVIDIA_VISIBLE_DEVICES=none in\n"
+    "every container that does not request a GPU.\n\n"
+    "Usage:\n"
+    "  gpuguard-webhook --tls-cert-file FILE --tls-private-key-file FILE [options]\n"
+    "  gpuguard-webhook review FILE|-     review an AdmissionReview or a bare Pod offline and print\n"
+    "                                     the response and the decoded JSON Patch\n\n"
+    "Options";
+
+int serve(const po::variables_map& flags) {
+  if (!flags.count("tls-cert-file") || !flags.count("tls-private-key-file")) {
+    std::cerr << "gpuguard-webhook: --tls-cert-file and --tls-private-key-file are required (see --help)\n";
+    return 2;
+  }
+  if (flags.count("policy-dir")) {
+    std::cerr << "gpuguard-webhook: --policy-dir: this build serves the default policy only; "
+                 "ConfigMap policies are not supported yet\n";
+    return 2;
+  }
+  server::ServerOptions options;
+  options.listen_address = flags["listen-address"].as<std::string>();
+  options.threads = flags["threads"].as<unsigned>();
+  try {
+    auto tls = tls::make_server_context(flags["tls-cert-file"].as<std::string>(),
+                                        flags["tls-private-key-file"].as<std::string>());
+    webhook::WebhookHandler handler{admission::Policy{}};
+    server::HttpsServer server(options, std::move(tls), handler);
+    const std::string address = server.bind();
+    handler.set_ready(true);
+    log::info("listening", {{"address", address}, {"version", GPUGUARD_VERSION}, {"policy", "default"}});
+    server.run();
+  } catch (const std::exception& e) {
+    log::error("cannot start", {{"reason", e.what()}});
+    return 1;
+  }
+  log::info("stopped");
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc >= 2 && std::string(argv[1]) == "review") {
+    if (argc != 3) {
+      std::cerr << "usage: gpuguard-webhook review FILE|-\n";
+      return 2;
+    }
+    return webhook::run_review_command(argv[2]);
+  }
+
+  po::options_description description(kUsage);
+  description.add_options()
+      ("help,h", "print this help and exit")
+      ("version", "print the version and exit")
+      ("tls-cert-file", po::value<std::string>(), "PEM certificate chain served to clients (ECDSA or RSA)")
+      ("tls-private-key-file", po::value<std::string>(), "PEM private key of that certificate")
+      ("listen-address", po::value<std::string>()->default_value("0.0.0.0:8443"), "IP:port to serve HTTPS on")
+      ("policy-dir", po::value<std::string>(), "mounted policy ConfigMap; without it the default policy applies")
+      ("threads", po::value<unsigned>()->default_value(0), "server threads; 0 = one per CPU core")
+      ("log-level", po::value<std::string>()->default_value("info"), "debug, info, warn or error");
+  po::variables_map flags;
+  try {
+    po::store(po::parse_command_line(argc, argv, description), flags);
+    po::notify(flags);
+  } catch (const po::error& e) {
+    std::cerr << "gpuguard-webhook: " << e.what() << " (see --help)\n";
+    return 2;
+  }
+  if (flags.count("help")) {
+    std::cout << description << "\n";
+    return 0;
+  }
+  if (flags.count("version")) {
+    std::cout << "gpuguard-webhook " << GPUGUARD_VERSION << "\n";
+    return 0;
+  }
+  const auto level = log::parse_level(flags["log-level"].as<std::string>());
+  if (!level) {
+    std::cerr << "gpuguard-webhook: --log-level must be debug, info, warn or error\n";
+    return 2;
+  }
+  log::set_level(*level);
+  return serve(flags);
+}

@@ -1,0 +1,73 @@
+#include "review_command.hpp"
+
+#include <fstream>
+#include <iostream>
+#include <iterator>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "gpuguard/admission/policy.hpp"
+#include "gpuguard/admission/review.hpp"
+
+namespace gpuguard::webhook {
+namespace {
+
+bool read_source(const std::string& source, std::string& text) {
+  if (source == "-") {
+    text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+    return !std::cin.bad();
+  }
+  std::ifstream file(source, std::ios::binary);
+  if (!file) return false;
+  std::ostringstream content;
+  content << file.rdbuf();
+  text = std::move(content).str();
+  return !file.bad();
+}
+
+// A Pod as `kubectl get pod -o json` or a manifest gives it, wrapped the way the apiserver sends a create.
+std::string wrap_pod_in_create_review(nlohmann::json pod) {
+  const std::string ns = pod["metadata"].value("namespace", "default");
+  const std::string name = pod["metadata"].value("name", "");
+  nlohmann::json review = {
+      {"apiVersion", "admission.k8s.io/v1"},
+      {"kind", "AdmissionReview"},
+      {"request",
+       {{"uid", "00000000-0000-0000-0000-000000000000"},
+        {"kind", {{"group", ""}, {"version", "v1"}, {"kind", "Pod"}}},
+        {"resource", {{"group", ""}, {"version", "v1"}, {"resource", "pods"}}},
+        {"namespace", ns},
+        {"name", name},
+        {"operation", "CREATE"},
+        {"userInfo", {{"username", "gpuguard-review"}}},
+        {"object", std::move(pod)},
+        {"dryRun", true}}}};
+  return review.dump();
+}
+
+}  // namespace
+
+int run_review_command(const std::string& source) {
+  std::string text;
+  if (!read_source(source, text)) {
+    std::cerr << "gpuguard-webhook review: cannot read " << (source == "-" ? "standard input" : source) << "\n";
+    return 1;
+  }
+  const auto document = nlohmann::json::parse(text, nullptr, false);
+  if (document.is_object() && document.value("kind", "") == "Pod" && document.value("apiVersion", "") == "v1") {
+    text = wrap_pod_in_create_review(document);
+  }
+  const admission::ReviewOutcome outcome = admission::review(std::move(text), admission::Policy{});
+  if (!outcome.ok) {
+    std::cerr << "gpuguard-webhook review: invalid AdmissionReview: " << outcome.body << "\n";
+    return 1;
+  }
+  const std::string patch = admission::patch_of_response(outcome.body);
+  const nlohmann::json printed = {{"review", nlohmann::json::parse(outcome.body)},
+                                  {"patch", patch.empty() ? nlohmann::json::array() : nlohmann::json::parse(patch)}};
+  std::cout << printed.dump(2) << "\n";
+  return 0;
+}
+
+}  // namespace gpuguard::webhook
