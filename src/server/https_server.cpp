@@ -104,6 +104,8 @@ struct HttpsServer::Impl {
   asio::awaitable<void> session(tcp::socket socket);
   asio::awaitable<bool> respond(beast::ssl_stream<beast::tcp_stream>& stream, Response response, unsigned version,
                                 bool keep_alive, std::chrono::milliseconds deadline);
+  asio::awaitable<void> answer_read_error(beast::ssl_stream<beast::tcp_stream>& stream,
+                                         const boost::system::error_code& ec, std::chrono::milliseconds deadline);
   Response call_handler(const RequestHead& head, std::string body);
   void begin_shutdown();
   void drain(std::chrono::steady_clock::time_point deadline);
@@ -156,6 +158,20 @@ asio::awaitable<bool> HttpsServer::Impl::respond(beast::ssl_stream<beast::tcp_st
   co_return !ec && message.keep_alive();
 }
 
+// Tells the client why its request could not be read, when there is still a client to tell.
+asio::awaitable<void> HttpsServer::Impl::answer_read_error(beast::ssl_stream<beast::tcp_stream>& stream,
+                                                           const boost::system::error_code& ec,
+                                                           std::chrono::milliseconds deadline) {
+  if (ec == http::error::body_limit) {
+    co_await respond(stream, text_response(413, "request body over " + std::to_string(options.body_limit) + " bytes"),
+                     11, false, deadline);
+  } else if (ec == http::error::header_limit) {
+    co_await respond(stream, text_response(431, "request headers too large"), 11, false, deadline);
+  } else if (is_malformed_request(ec)) {
+    co_await respond(stream, text_response(400, "malformed HTTP request: " + ec.message()), 11, false, deadline);
+  }
+}
+
 asio::awaitable<void> HttpsServer::Impl::session(tcp::socket socket) {
   beast::ssl_stream<beast::tcp_stream> stream(std::move(socket), *tls);
   auto& transport = beast::get_lowest_layer(stream);
@@ -172,13 +188,9 @@ asio::awaitable<void> HttpsServer::Impl::session(tcp::socket socket) {
     parser.header_limit(static_cast<std::uint32_t>(options.header_limit));
     parser.body_limit(options.body_limit);
     transport.expires_after(options.idle_timeout);
+    // A declared Content-Length over the body limit already fails here, before any of the body is read.
     if (auto [ec, n] = co_await http::async_read_header(stream, buffer, parser, nothrow); ec) {
-      if (ec == http::error::header_limit) {
-        co_await respond(stream, text_response(431, "request headers too large"), 11, false, options.request_timeout);
-      } else if (is_malformed_request(ec)) {
-        co_await respond(stream, text_response(400, "malformed HTTP request: " + ec.message()), 11, false,
-                         options.request_timeout);
-      }
+      co_await answer_read_error(stream, ec, options.request_timeout);
       break;
     }
 
@@ -196,11 +208,6 @@ asio::awaitable<void> HttpsServer::Impl::session(tcp::socket socket) {
                                    options.request_timeout);
     keep_alive = request.keep_alive();
 
-    if (head.content_length && *head.content_length > options.body_limit) {
-      co_await respond(stream, text_response(413, "request body over " + std::to_string(options.body_limit) + " bytes"),
-                       request.version(), false, deadline);
-      break;
-    }
     if (auto early = handler.reject_early(head)) {
       keep_alive = co_await respond(stream, std::move(*early), request.version(), keep_alive && parser.is_done(), deadline);
       continue;
@@ -213,10 +220,7 @@ asio::awaitable<void> HttpsServer::Impl::session(tcp::socket socket) {
       if (auto [ec, n] = co_await http::async_write(stream, go_on, nothrow); ec) break;
     }
     if (auto [ec, n] = co_await http::async_read(stream, buffer, parser, nothrow); ec) {
-      if (ec == http::error::body_limit) {
-        co_await respond(stream, text_response(413, "request body over " + std::to_string(options.body_limit) + " bytes"),
-                         request.version(), false, deadline);
-      }
+      co_await answer_read_error(stream, ec, deadline);  // a chunked body can pass the limit only here
       break;
     }
     keep_alive = co_await respond(stream, call_handler(head, std::move(request.body())), request.version(),

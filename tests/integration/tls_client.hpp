@@ -1,0 +1,43 @@
+#pragma once
+#include <chrono>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace gpuguard::test {
+
+struct HttpReply {
+  unsigned status = 0;
+  std::map<std::string, std::string> headers;  // lower-case names
+  std::string body;
+};
+
+struct TlsOptions {
+  int max_version = 0;                            // e.g. TLS1_1_VERSION; 0 = library default
+  int min_version = 0;
+  std::vector<std::string> alpn = {"http/1.1"};  // what the apiserver offers
+};
+
+// A blocking HTTPS/1.1 client that verifies the server against the test CA (host 127.0.0.1) and keeps
+// its connection alive between requests. Every socket read is bounded by SO_RCVTIMEO.
+class TlsClient {
+ public:
+  explicit TlsClient(unsigned short port, TlsOptions options = {});
+  ~TlsClient();
+
+  HttpReply request(const std::string& method, const std::string& target, const std::string& body = "",
+                    const std::string& content_type = "application/json");
+  // Raw access for misbehaving-client tests.
+  void write_raw(const std::string& bytes);
+  // Reads until the server closes; returns what arrived and whether it closed within `limit`.
+  std::pair<std::string, bool> read_until_closed(std::chrono::milliseconds limit);
+  std::string negotiated_alpn() const;
+  std::string negotiated_version() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace gpuguard::test

@@ -1,0 +1,100 @@
+#include "webhook_process.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <stdexcept>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+extern char** environ;
+
+namespace gpuguard::test {
+
+std::string certs_dir() { return GPUGUARD_TEST_CERTS_DIR; }
+
+WebhookProcess::WebhookProcess(std::vector<std::string> extra_args) {
+  std::vector<std::string> args = {GPUGUARD_WEBHOOK_BIN,
+                                   "--tls-cert-file", certs_dir() + "/tls.crt",
+                                   "--tls-private-key-file", certs_dir() + "/tls.key",
+                                   "--listen-address", "127.0.0.1:0",
+                                   "--threads", "2"};
+  args.insert(args.end(), extra_args.begin(), extra_args.end());
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+
+  int pipe_fds[2];
+  if (pipe2(pipe_fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe failed");
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, pipe_fds[1], STDERR_FILENO);
+  const int rc = posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  close(pipe_fds[1]);
+  stderr_fd_ = pipe_fds[0];
+  if (rc != 0) throw std::runtime_error("cannot start " + args[0]);
+
+  // Read log lines until the server says where it listens.
+  std::string pending;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (std::chrono::steady_clock::now() < deadline) {
+    pollfd pfd{stderr_fd_, POLLIN, 0};
+    if (poll(&pfd, 1, 100) <= 0) continue;
+    char chunk[4096];
+    const ssize_t n = read(stderr_fd_, chunk, sizeof chunk);
+    if (n <= 0) break;
+    pending.append(chunk, static_cast<std::size_t>(n));
+    std::size_t newline;
+    while ((newline = pending.find('\n')) != std::string::npos) {
+      const auto line = nlohmann::json::parse(pending.substr(0, newline), nullptr, false);
+      pending.erase(0, newline + 1);
+      if (line.is_object() && line.value("msg", "") == "listening") {
+        const std::string address = line.value("address", "");
+        port_ = static_cast<unsigned short>(std::stoi(address.substr(address.rfind(':') + 1)));
+        // Keep draining stderr so the server never blocks on a full pipe.
+        std::thread([fd = stderr_fd_] {
+          char sink[4096];
+          while (read(fd, sink, sizeof sink) > 0) {
+          }
+        }).detach();
+        return;
+      }
+    }
+  }
+  kill(pid_, SIGKILL);
+  waitpid(pid_, nullptr, 0);
+  throw std::runtime_error("gpuguard-webhook did not report listening; stderr: " + pending);
+}
+
+int WebhookProcess::terminate() {
+  if (pid_ <= 0) return -1;
+  kill(pid_, SIGTERM);
+  int status = 0;
+  for (int i = 0; i < 300; ++i) {
+    if (waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  kill(pid_, SIGKILL);
+  waitpid(pid_, nullptr, 0);
+  pid_ = -1;
+  return -1;
+}
+
+WebhookProcess::~WebhookProcess() {
+  if (pid_ > 0) {
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+  }
+}
+
+}  // namespace gpuguard::test

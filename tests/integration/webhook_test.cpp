@@ -1,0 +1,183 @@
+// The real gpuguard-webhook binary on 127.0.0.1, spoken to over real TLS.
+#include <openssl/ssl.h>
+
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <future>
+
+#include "files.hpp"
+#include "gpuguard/admission/base64.hpp"
+#include "tls_client.hpp"
+#include "webhook_process.hpp"
+
+using namespace gpuguard::test;
+using nlohmann::json;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::string fixture_review(const std::string& name) {
+  return read_file(fixtures_dir() / "admission" / name / "review.json");
+}
+
+json patch_of(const HttpReply& reply) {
+  const json response = json::parse(reply.body);
+  const auto bytes = gpuguard::admission::base64_decode(response["response"]["patch"].get<std::string>());
+  REQUIRE(bytes.has_value());
+  return json::parse(*bytes);
+}
+
+}  // namespace
+
+TEST_CASE("serves reviews over TLS with keep-alive, and exits 0 on SIGTERM") {
+  WebhookProcess webhook;
+  TlsClient client(webhook.port());
+  CHECK(client.negotiated_alpn() == "http/1.1");
+
+  CHECK(client.request("GET", "/healthz").status == 200);
+  CHECK(client.request("GET", "/readyz").status == 200);
+
+  const std::string body = fixture_review("user-all");
+  for (int i = 0; i < 50; ++i) {  // one connection throughout: the client never reconnects
+    const HttpReply reply = client.request("POST", "/mutate?timeout=10s", body);
+    REQUIRE(reply.status == 200);
+    REQUIRE(reply.headers.at("content-type") == "application/json");
+    const json response = json::parse(reply.body);
+    CHECK(response["response"]["uid"] == json::parse(body)["request"]["uid"]);
+    const json patched = json::parse(body)["request"]["object"].patch(patch_of(reply));
+    CHECK(patched == read_json(fixtures_dir() / "admission" / "user-all" / "expected-object.json"));
+  }
+  CHECK(webhook.terminate() == 0);
+}
+
+TEST_CASE("answers bad requests with the right status and keeps serving") {
+  WebhookProcess webhook;
+  TlsClient client(webhook.port());
+  CHECK(client.request("POST", "/mutate", "{\"apiVersion\":").status == 400);
+  CHECK(client.request("POST", "/mutate", "{\"kind\":\"Pod\",\"apiVersion\":\"v1\"}").status == 400);
+  const HttpReply wrong_type = client.request("POST", "/mutate", read_file(fixtures_dir() / "invalid" / "uid-number.json"));
+  CHECK(wrong_type.status == 400);
+  CHECK_THAT(wrong_type.body, Catch::Contains("request.uid"));
+
+  const HttpReply get_mutate = client.request("GET", "/mutate");
+  CHECK(get_mutate.status == 405);
+  CHECK(get_mutate.headers.at("allow") == "POST");
+  CHECK(client.request("GET", "/nope").status == 404);
+
+  TlsClient other(webhook.port());
+  CHECK(other.request("POST", "/mutate", fixture_review("no-env"), "text/plain").status == 415);
+
+  TlsClient after(webhook.port());
+  CHECK(after.request("POST", "/mutate", fixture_review("no-env")).status == 200);
+}
+
+TEST_CASE("a body over 7 MiB gets 413 without being read") {
+  WebhookProcess webhook;
+  TlsClient client(webhook.port());
+  client.write_raw("POST /mutate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                   "Content-Length: 7340033\r\n\r\n{");
+  const auto [received, closed] = client.read_until_closed(5s);
+  CHECK(received.starts_with("HTTP/1.1 413"));
+  CHECK(closed);
+
+  // Without a Content-Length the limit applies while reading.
+  TlsClient chunked(webhook.port());
+  chunked.write_raw("POST /mutate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                    "Transfer-Encoding: chunked\r\n\r\n");
+  const std::string piece(1024 * 1024, ' ');
+  char size_line[32];
+  std::snprintf(size_line, sizeof size_line, "%zx\r\n", piece.size());
+  bool refused = false;
+  for (int i = 0; i < 8 && !refused; ++i) {
+    try {
+      chunked.write_raw(size_line + piece + "\r\n");
+    } catch (const std::exception&) {
+      refused = true;  // the server answered and closed while we were still sending
+    }
+  }
+  const auto [chunked_reply, chunked_closed] = chunked.read_until_closed(5s);
+  CHECK(chunked_reply.starts_with("HTTP/1.1 413"));
+  CHECK(chunked_closed);
+
+  // Exactly at the limit is read and judged on its content.
+  TlsClient at_limit(webhook.port());
+  std::string padded = fixture_review("no-env");
+  padded.append(7340032 - padded.size(), ' ');
+  CHECK(at_limit.request("POST", "/mutate", padded).status == 200);
+}
+
+TEST_CASE("a 2.5 MiB pod is reviewed and every container patched") {
+  WebhookProcess webhook;
+  json review = json::parse(fixture_review("other-env"));
+  json& containers = review["request"]["object"]["spec"]["containers"];
+  const json base = containers[0];
+  std::size_t size = review.dump().size();
+  while (size < 2'621'440) {
+    json c = base;
+    c["name"] = "c" + std::to_string(containers.size());
+    for (int e = 0; e < 40; ++e) c["env"].push_back({{"name", "VAR_" + std::to_string(e)}, {"value", std::string(40, 'v')}});
+    size += c.dump().size() + 1;
+    containers.push_back(std::move(c));
+  }
+  REQUIRE(review.dump().size() >= 2'621'440);
+  TlsClient client(webhook.port());
+  const HttpReply reply = client.request("POST", "/mutate", review.dump());
+  REQUIRE(reply.status == 200);
+  const json patched = review["request"]["object"].patch(patch_of(reply));
+  for (const auto& c : patched["spec"]["containers"]) {
+    CHECK(c["env"].back() == json({{"name", "NVIDIA_VISIBLE_DEVICES"}, {"value", "none"}}));
+  }
+}
+
+TEST_CASE("TLS: 1.2 and 1.3 only, ALPN http/1.1 only") {
+  WebhookProcess webhook;
+  {
+    TlsClient tls12(webhook.port(), {.max_version = TLS1_2_VERSION});
+    CHECK(tls12.negotiated_version() == "TLSv1.2");
+    CHECK(tls12.request("GET", "/healthz").status == 200);
+  }
+  {
+    TlsClient tls13(webhook.port(), {.min_version = TLS1_3_VERSION});
+    CHECK(tls13.negotiated_version() == "TLSv1.3");
+  }
+  CHECK_THROWS(TlsClient(webhook.port(), {.max_version = TLS1_1_VERSION}));
+  CHECK_THROWS(TlsClient(webhook.port(), {.alpn = {"h2"}}));
+  TlsClient no_alpn(webhook.port(), {.alpn = {}});
+  CHECK(no_alpn.negotiated_alpn().empty());
+  CHECK(no_alpn.request("GET", "/healthz").status == 200);
+}
+
+TEST_CASE("slow clients neither stall others nor hold a connection past the deadline") {
+  WebhookProcess webhook;
+  TlsClient slow(webhook.port());
+  slow.write_raw("POST /mutate?timeout=1s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                 "Content-Length: 1000\r\n\r\n{\"apiVersion\"");
+  TlsClient idle_handshake_done(webhook.port());  // connected and silent
+
+  const auto started = std::chrono::steady_clock::now();
+  TlsClient fast(webhook.port());
+  CHECK(fast.request("POST", "/mutate", fixture_review("no-env")).status == 200);
+  CHECK(std::chrono::steady_clock::now() - started < 2s);
+
+  // The body never completes: the ?timeout=1s deadline closes the connection.
+  const auto [received, closed] = slow.read_until_closed(5s);
+  CHECK(closed);
+  CHECK(received.empty());
+}
+
+TEST_CASE("review subcommand: a bare Pod goes through the same path as the server") {
+  const std::string command = std::string(GPUGUARD_WEBHOOK_BIN) + " review - < " +
+                              (fixtures_dir() / "admission" / "user-all" / "review.json").string();
+  FILE* pipe = popen(command.c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  std::string output;
+  char chunk[4096];
+  while (std::size_t n = fread(chunk, 1, sizeof chunk, pipe)) output.append(chunk, n);
+  CHECK(pclose(pipe) == 0);
+  const json printed = json::parse(output);
+  CHECK(printed["review"]["response"]["allowed"] == true);
+  const json pod = json::parse(fixture_review("user-all"))["request"]["object"];
+  CHECK(pod.patch(printed["patch"]) == read_json(fixtures_dir() / "admission" / "user-all" / "expected-object.json"));
+}
