@@ -17,25 +17,24 @@ constexpr auto kDecode = make_decode_table();
 }  // namespace
 
 std::string base64_encode(std::string_view bytes) {
-  std::string out;
-  out.reserve((bytes.size() + 2) / 3 * 4);
+  std::string out((bytes.size() + 2) / 3 * 4, '=');
+  char* o = out.data();
   std::size_t i = 0;
   for (; i + 2 < bytes.size(); i += 3) {
     const std::uint32_t n = (std::uint32_t(std::uint8_t(bytes[i])) << 16) |
                             (std::uint32_t(std::uint8_t(bytes[i + 1])) << 8) | std::uint8_t(bytes[i + 2]);
-    out += kAlphabet[(n >> 18) & 63];
-    out += kAlphabet[(n >> 12) & 63];
-    out += kAlphabet[(n >> 6) & 63];
-    out += kAlphabet[n & 63];
+    *o++ = kAlphabet[(n >> 18) & 63];
+    *o++ = kAlphabet[(n >> 12) & 63];
+    *o++ = kAlphabet[(n >> 6) & 63];
+    *o++ = kAlphabet[n & 63];
   }
   const std::size_t rest = bytes.size() - i;
-  if (rest > 0) {
+  if (rest > 0) {  // the '=' padding is already in place
     std::uint32_t n = std::uint32_t(std::uint8_t(bytes[i])) << 16;
     if (rest == 2) n |= std::uint32_t(std::uint8_t(bytes[i + 1])) << 8;
-    out += kAlphabet[(n >> 18) & 63];
-    out += kAlphabet[(n >> 12) & 63];
-    out += rest == 2 ? kAlphabet[(n >> 6) & 63] : '=';
-    out += '=';
+    *o++ = kAlphabet[(n >> 18) & 63];
+    *o++ = kAlphabet[(n >> 12) & 63];
+    if (rest == 2) *o = kAlphabet[(n >> 6) & 63];
   }
   return out;
 }

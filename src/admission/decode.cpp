@@ -48,19 +48,29 @@ std::string_view string_field(od::value& value, Path path) {
   return need<std::string_view>(value.get_string(), path, "a string");
 }
 
-// Iterates an object's fields, calling on_field(key, value) for each.
+// Iterates an object's fields, calling on_field(key, value) for each. The key is the raw JSON text:
+// comparing it with a field name costs no copy, and the apiserver (Go's encoding/json) never escapes the
+// letters of the field names we look for. Maps whose keys are data use for_each_entry instead.
 template <typename OnField>
 void for_each_field(od::object object, Path path, OnField&& on_field) {
   for (auto field_result : object) {
     od::field field = need<od::field>(std::move(field_result), path, "an object");
-    std::string_view key = need<std::string_view>(field.unescaped_key(), path, "an object");
-    on_field(key, field.value());
+    on_field(field.key(), field.value());
   }
 }
 
 template <typename OnField>
 void for_each_field(od::value& value, Path path, OnField&& on_field) {
   for_each_field(need<od::object>(value.get_object(), path, "an object"), path, on_field);
+}
+
+// Like for_each_field, for maps whose keys are data (resource names, annotations): keys are unescaped.
+template <typename OnEntry>
+void for_each_entry(od::value& value, Path path, OnEntry&& on_entry) {
+  for (auto field_result : need<od::object>(value.get_object(), path, "an object")) {
+    od::field field = need<od::field>(std::move(field_result), path, "an object");
+    on_entry(need<std::string_view>(field.unescaped_key(), path, "an object"), field.value());
+  }
 }
 
 // Kubernetes omits empty maps and lists, and a hand-written object may spell them null.
@@ -100,7 +110,7 @@ void decode_env_entry(std::size_t index, od::value& entry, std::string_view list
   std::string_view name;
   VisibleDevicesEntry facts;
   facts.env_index = index;
-  for_each_field(entry, Path(list, ".env[]"), [&](std::string_view key, od::value value) {
+  for_each_field(entry, Path(list, ".env[]"), [&](od::raw_json_string key, od::value value) {
     if (key == "name") {
       name = string_field(value, Path(list, ".env[].name"));
     } else if (key == "value") {
@@ -117,9 +127,9 @@ void decode_env_entry(std::size_t index, od::value& entry, std::string_view list
 void decode_resources(od::value& resources, std::string_view list, Container& container) {
   const Path path(list, ".resources"), amounts_path(list, ".resources.limits|requests");
   if (is_null(resources, path)) return;
-  for_each_field(resources, path, [&](std::string_view key, od::value amounts) {
+  for_each_field(resources, path, [&](od::raw_json_string key, od::value amounts) {
     if ((key != "limits" && key != "requests") || is_null(amounts, amounts_path)) return;
-    for_each_field(amounts, amounts_path, [&](std::string_view resource, od::value quantity) {
+    for_each_entry(amounts, amounts_path, [&](std::string_view resource, od::value quantity) {
       container.resources.push_back({resource, quantity_is_nonzero(quantity, amounts_path)});
     });
   });
@@ -130,7 +140,7 @@ Container decode_container(ContainerList list, std::size_t index, od::value& val
   Container container;
   container.list = list;
   container.index = index;
-  for_each_field(value, p, [&](std::string_view key, od::value field) {
+  for_each_field(value, p, [&](od::raw_json_string key, od::value field) {
     if (key == "name") {
       container.name = string_field(field, Path(p, ".name"));
     } else if (key == "env") {
@@ -145,7 +155,7 @@ Container decode_container(ContainerList list, std::size_t index, od::value& val
     } else if (key == "securityContext") {
       const Path security(p, ".securityContext"), privileged(p, ".securityContext.privileged");
       if (is_null(field, security)) return;
-      for_each_field(field, security, [&](std::string_view sc_key, od::value sc_value) {
+      for_each_field(field, security, [&](od::raw_json_string sc_key, od::value sc_value) {
         if (sc_key != "privileged" || is_null(sc_value, privileged)) return;
         container.privileged = need<bool>(sc_value.get_bool(), privileged, "a boolean");
       });
@@ -164,16 +174,16 @@ void decode_container_list(ContainerList list, od::value& value, Pod& pod) {
 
 Pod decode_pod(od::value& object, bool only_ephemeral) {
   Pod pod;
-  for_each_field(object, "request.object", [&](std::string_view key, od::value field) {
+  for_each_field(object, "request.object", [&](od::raw_json_string key, od::value field) {
     if (key == "metadata") {
-      for_each_field(field, "request.object.metadata", [&](std::string_view meta_key, od::value meta) {
+      for_each_field(field, "request.object.metadata", [&](od::raw_json_string meta_key, od::value meta) {
         if (meta_key != "annotations" || is_null(meta, "request.object.metadata.annotations")) return;
-        for_each_field(meta, "request.object.metadata.annotations", [&](std::string_view annotation, od::value) {
+        for_each_entry(meta, "request.object.metadata.annotations", [&](std::string_view annotation, od::value) {
           pod.mirror = pod.mirror || annotation == kMirrorPodAnnotation;
         });
       });
     } else if (key == "spec") {
-      for_each_field(field, "request.object.spec", [&](std::string_view spec_key, od::value list) {
+      for_each_field(field, "request.object.spec", [&](od::raw_json_string spec_key, od::value list) {
         if (spec_key == "ephemeralContainers") {
           decode_container_list(ContainerList::ephemeral, list, pod);
         } else if (only_ephemeral) {
@@ -192,12 +202,12 @@ Pod decode_pod(od::value& object, bool only_ephemeral) {
 std::vector<std::string_view> decode_ephemeral_names(od::value& old_object) {
   std::vector<std::string_view> names;
   if (is_null(old_object, "request.oldObject")) return names;
-  for_each_field(old_object, "request.oldObject", [&](std::string_view key, od::value spec) {
+  for_each_field(old_object, "request.oldObject", [&](od::raw_json_string key, od::value spec) {
     if (key != "spec") return;
-    for_each_field(spec, "request.oldObject.spec", [&](std::string_view spec_key, od::value list) {
+    for_each_field(spec, "request.oldObject.spec", [&](od::raw_json_string spec_key, od::value list) {
       if (spec_key != "ephemeralContainers" || is_null(list, "request.oldObject.spec.ephemeralContainers")) return;
       for_each_element(list, "request.oldObject.spec.ephemeralContainers", [&](std::size_t, od::value& c) {
-        for_each_field(c, "request.oldObject.spec.ephemeralContainers[]", [&](std::string_view k, od::value v) {
+        for_each_field(c, "request.oldObject.spec.ephemeralContainers[]", [&](od::raw_json_string k, od::value v) {
           if (k == "name") names.push_back(string_field(v, "request.oldObject.spec.ephemeralContainers[].name"));
         });
       });
@@ -207,7 +217,7 @@ std::vector<std::string_view> decode_ephemeral_names(od::value& old_object) {
 }
 
 void decode_request_metadata(od::value& request, Review& review) {
-  for_each_field(request, "request", [&](std::string_view key, od::value value) {
+  for_each_field(request, "request", [&](od::raw_json_string key, od::value value) {
     if (key == "uid") {
       review.uid = string_field(value, "request.uid");
     } else if (key == "operation") {
@@ -215,7 +225,7 @@ void decode_request_metadata(od::value& request, Review& review) {
     } else if (key == "subResource") {
       review.sub_resource = string_field(value, "request.subResource");
     } else if (key == "kind") {
-      for_each_field(value, "request.kind", [&](std::string_view gvk_key, od::value part) {
+      for_each_field(value, "request.kind", [&](od::raw_json_string gvk_key, od::value part) {
         if (gvk_key == "group") review.kind_group = string_field(part, "request.kind.group");
         if (gvk_key == "kind") review.kind = string_field(part, "request.kind.kind");
       });
@@ -237,7 +247,7 @@ Review decode_review(od::parser& parser, simdjson::padded_string_view json) {
   std::string kind;
   bool has_request = false;
   for_each_field(need<od::object>(doc.get_object(), "body", "a JSON object"), "body",
-                 [&](std::string_view key, od::value value) {
+                 [&](od::raw_json_string key, od::value value) {
                    if (key == "apiVersion") {
                      review.api_version = string_field(value, "apiVersion");
                    } else if (key == "kind") {

@@ -1,11 +1,34 @@
+// Responses are written directly rather than built as a nlohmann DOM: the shape is fixed and small, and
+// building it through a DOM cost more instructions than decoding the whole review (docs/architecture.md).
 #include "encode.hpp"
-
-#include <nlohmann/json.hpp>
 
 #include "gpuguard/admission/base64.hpp"
 
 namespace gpuguard::admission {
 namespace {
+
+// Strings here come from simdjson-validated input (so valid UTF-8) or from our own ASCII text.
+void append_json_string(std::string& out, std::string_view text) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  out += '"';
+  std::size_t run_start = 0;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    if (c >= 0x20 && c != '"' && c != '\\') continue;
+    out.append(text, run_start, i - run_start);
+    run_start = i + 1;
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else {
+      out += "\\u00";
+      out += kHex[c >> 4];
+      out += kHex[c & 0xf];
+    }
+  }
+  out.append(text, run_start, text.size() - run_start);
+  out += '"';
+}
 
 std::string_view op_name(PatchOperation::Op op) {
   switch (op) {
@@ -19,28 +42,56 @@ std::string_view op_name(PatchOperation::Op op) {
 }  // namespace
 
 std::string encode_patch(const Decision& decision, const Policy& policy) {
-  const nlohmann::json entry = {{"name", kVisibleDevices}, {"value", policy.visible_devices_value}};
-  nlohmann::json patch = nlohmann::json::array();
+  std::string entry = "{\"name\":";
+  append_json_string(entry, kVisibleDevices);
+  entry += ",\"value\":";
+  append_json_string(entry, policy.visible_devices_value);
+  entry += '}';
+
+  std::string patch = "[";
   for (const PatchOperation& operation : decision.patch) {
-    nlohmann::json op = {{"op", op_name(operation.op)}, {"path", operation.path}};
-    if (operation.value == PatchOperation::Value::env_entry) op["value"] = entry;
-    if (operation.value == PatchOperation::Value::env_array) op["value"] = nlohmann::json::array({entry});
-    patch.push_back(std::move(op));
+    if (patch.size() > 1) patch += ',';
+    patch += "{\"op\":\"";
+    patch += op_name(operation.op);
+    patch += "\",\"path\":";
+    append_json_string(patch, operation.path);
+    if (operation.value == PatchOperation::Value::env_entry) {
+      patch += ",\"value\":";
+      patch += entry;
+    } else if (operation.value == PatchOperation::Value::env_array) {
+      patch += ",\"value\":[";
+      patch += entry;
+      patch += ']';
+    }
+    patch += '}';
   }
-  return patch.dump();
+  patch += ']';
+  return patch;
 }
 
 std::string encode_response(const Review& review, const Decision& decision, const Policy& policy) {
-  nlohmann::json response = {{"uid", review.uid}, {"allowed", true}};
+  std::string out;
+  out.reserve(256);
+  out += "{\"apiVersion\":";
+  append_json_string(out, review.api_version);
+  out += ",\"kind\":\"AdmissionReview\",\"response\":{\"uid\":";
+  append_json_string(out, review.uid);
+  out += ",\"allowed\":true";
   if (!decision.patch.empty()) {
-    response["patchType"] = "JSONPatch";
-    response["patch"] = base64_encode(encode_patch(decision, policy));
+    out += ",\"patchType\":\"JSONPatch\",\"patch\":\"";
+    out += base64_encode(encode_patch(decision, policy));
+    out += '"';
   }
-  if (!decision.warnings.empty()) response["warnings"] = decision.warnings;
-  const nlohmann::json envelope = {
-      {"apiVersion", review.api_version}, {"kind", "AdmissionReview"}, {"response", std::move(response)}};
-  // Replace, not throw, on invalid UTF-8: simdjson has validated the input, but a response must never fail.
-  return envelope.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  if (!decision.warnings.empty()) {
+    out += ",\"warnings\":[";
+    for (std::size_t i = 0; i < decision.warnings.size(); ++i) {
+      if (i > 0) out += ',';
+      append_json_string(out, decision.warnings[i]);
+    }
+    out += ']';
+  }
+  out += "}}";
+  return out;
 }
 
 }  // namespace gpuguard::admission

@@ -2,12 +2,9 @@
 
 #include <simdjson.h>
 
-#include <nlohmann/json.hpp>
-
 #include "decide.hpp"
 #include "decode.hpp"
 #include "encode.hpp"
-#include "gpuguard/admission/base64.hpp"
 
 namespace gpuguard::admission {
 namespace {
@@ -46,14 +43,6 @@ ReviewOutcome review(std::string body, const Policy& policy) {
     outcome.body = std::string("malformed JSON (") + error.what() + ")";
   }
   return outcome;
-}
-
-std::string patch_of_response(const std::string& response_json) {
-  const auto response = nlohmann::json::parse(response_json, nullptr, false);
-  if (!response.is_object() || !response.contains("response")) return {};
-  const auto& inner = response["response"];
-  if (!inner.contains("patch") || !inner["patch"].is_string()) return {};
-  return base64_decode(inner["patch"].get<std::string>()).value_or(std::string{});
 }
 
 }  // namespace gpuguard::admission

@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "gpuguard/admission/base64.hpp"
 #include "gpuguard/admission/policy.hpp"
 #include "gpuguard/admission/review.hpp"
 
@@ -46,6 +47,13 @@ std::string wrap_pod_in_create_review(nlohmann::json pod) {
   return review.dump();
 }
 
+// The decoded JSON Patch of a response, or an empty array when it has none.
+nlohmann::json patch_of(const nlohmann::json& response) {
+  const auto& inner = response["response"];
+  if (!inner.contains("patch")) return nlohmann::json::array();
+  return nlohmann::json::parse(admission::base64_decode(inner["patch"].get<std::string>()).value_or("[]"));
+}
+
 }  // namespace
 
 int run_review_command(const std::string& source) {
@@ -63,9 +71,8 @@ int run_review_command(const std::string& source) {
     std::cerr << "gpuguard-webhook review: invalid AdmissionReview: " << outcome.body << "\n";
     return 1;
   }
-  const std::string patch = admission::patch_of_response(outcome.body);
-  const nlohmann::json printed = {{"review", nlohmann::json::parse(outcome.body)},
-                                  {"patch", patch.empty() ? nlohmann::json::array() : nlohmann::json::parse(patch)}};
+  const nlohmann::json response = nlohmann::json::parse(outcome.body);
+  const nlohmann::json printed = {{"review", response}, {"patch", patch_of(response)}};
   std::cout << printed.dump(2) << "\n";
   return 0;
 }

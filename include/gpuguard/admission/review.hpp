@@ -24,8 +24,4 @@ struct ReviewOutcome {
 // simdjson, so reserving a little spare capacity up front avoids a copy.
 ReviewOutcome review(std::string body, const Policy& policy);
 
-// The JSON Patch inside a response produced by review(), decoded; empty when it has none.
-// For the offline `review` command and tests.
-std::string patch_of_response(const std::string& response_json);
-
 }  // namespace gpuguard::admission
