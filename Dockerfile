@@ -1,0 +1,23 @@
+# gpuguard image: built on Debian bookworm with the same steps `make test` runs, shipped on distroless.
+#   docker build -t gpuguard:dev .
+# Build stage: the project's own install script and CMake, with the whole test suite run as part of it,
+# so an image only exists for a tree that passes `make test`.
+FROM debian:bookworm AS build
+WORKDIR /src
+COPY scripts/install-deps.sh scripts/install-deps.sh
+RUN ./scripts/install-deps.sh && rm -rf /var/lib/apt/lists/*
+COPY . .
+RUN make test JOBS=2 \
+ && mkdir -p /out/bin /out/lib \
+ && cp build/gpuguard-webhook /out/bin/ \
+ && ldd build/gpuguard-webhook | awk '$3 ~ /^\// {print $3}' \
+    | grep -Ev '/(libc|libm|libstdc\+\+|libgcc_s)\.so' | xargs -r cp -L -t /out/lib/
+
+# Runtime: distroless "cc" (glibc, libstdc++, no shell, no package manager), user 65532.
+FROM gcr.io/distroless/cc-debian12:nonroot
+COPY --from=build /out/lib/ /usr/lib/x86_64-linux-gnu/
+COPY --from=build /out/bin/gpuguard-webhook /usr/local/bin/gpuguard-webhook
+USER 65532:65532
+EXPOSE 8443
+ENTRYPOINT ["/usr/local/bin/gpuguard-webhook"]
+CMD ["--tls-cert-file=/etc/gpuguard/tls/tls.crt", "--tls-private-key-file=/etc/gpuguard/tls/tls.key"]
