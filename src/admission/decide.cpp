@@ -1,6 +1,7 @@
 #include "decide.hpp"
 
 #include <algorithm>
+#include <optional>
 
 namespace gpuguard::admission {
 namespace {
@@ -36,14 +37,16 @@ std::string env_entry_path(const Container& c, std::size_t env_index) {
   return env_path(c) + '/' + std::to_string(env_index);
 }
 
-std::string describe(const Container& c, std::string_view what) {
+// `container "app"`, `init container "setup"`, ...
+std::string named(const Container& c) {
   std::string text(human_list_name(c.list));
   text += " \"";
   text += c.name;
-  text += "\"";
-  text += what;
-  return bounded_warning(std::move(text));
+  text += '"';
+  return text;
 }
+
+std::string describe(const Container& c, std::string_view what) { return bounded_warning(named(c) + std::string(what)); }
 
 bool asks_for_gpu(const Container& c, const Policy& policy) {
   return std::any_of(c.resources.begin(), c.resources.end(),
@@ -56,6 +59,16 @@ bool already_running(const Container& c, const Review& review) {
              review.old_ephemeral_names.end();
 }
 
+bool is_exact(const VisibleDevicesEntry& entry, const Policy& policy) {
+  return entry.has_value && entry.value == policy.visible_devices_value && !entry.has_value_from;
+}
+
+// Does the container set NVIDIA_VISIBLE_DEVICES itself, beyond the one exact entry gpuguard injects?
+bool sets_visible_devices_itself(const Container& c, bool gpu, const Policy& policy) {
+  if (c.visible_devices.empty()) return false;
+  return gpu || c.visible_devices.size() > 1 || !is_exact(c.visible_devices.front(), policy);
+}
+
 // Removals go from the highest index down so that each path still names the entry it meant.
 void remove_entries(const Container& c, std::vector<VisibleDevicesEntry>::const_iterator first,
                     std::string_view why, Decision& decision) {
@@ -66,30 +79,57 @@ void remove_entries(const Container& c, std::vector<VisibleDevicesEntry>::const_
   }
 }
 
-// Returns whether the container was changed.
-bool hide_gpus(const Container& c, const Policy& policy, Decision& decision) {
+// Appends what enforce does to a container that asks for no GPU; returns why it changed, if it did.
+std::optional<Mutation> hide_gpus(const Container& c, const Policy& policy, Decision& decision) {
   using Op = PatchOperation::Op;
   using Value = PatchOperation::Value;
   if (!c.env_is_array) {
     // An add to ".../env/-" fails to apply when env is missing, and the apiserver then rejects the pod
     // whatever the failurePolicy: create the whole array instead.
     decision.patch.push_back({Op::add, env_path(c), Value::env_array});
-    return true;
+    return Mutation::injected;
   }
   if (c.visible_devices.empty()) {
     decision.patch.push_back({Op::add, env_path(c) + "/-", Value::env_entry});
-    return true;
+    return Mutation::injected;
   }
-  const VisibleDevicesEntry& kept = c.visible_devices.front();
-  const bool kept_is_exact =
-      kept.has_value && kept.value == policy.visible_devices_value && !kept.has_value_from;
+  const bool kept_is_exact = is_exact(c.visible_devices.front(), policy);
   if (!kept_is_exact) {
-    decision.patch.push_back({Op::replace, env_entry_path(c, kept.env_index), Value::env_entry});
+    decision.patch.push_back({Op::replace, env_entry_path(c, c.visible_devices.front().env_index), Value::env_entry});
     decision.warnings.push_back(
         describe(c, ": NVIDIA_VISIBLE_DEVICES set in the pod was replaced with \"" + policy.visible_devices_value + '"'));
   }
   remove_entries(c, c.visible_devices.begin() + 1, ": duplicate NVIDIA_VISIBLE_DEVICES entry removed", decision);
-  return !kept_is_exact || c.visible_devices.size() > 1;
+  if (!kept_is_exact) return Mutation::replaced;
+  if (c.visible_devices.size() > 1) return Mutation::deduplicated;
+  return std::nullopt;
+}
+
+// Audit mode: the patch is withheld and the warnings say what enforce would have done.
+// `facts` are warnings about the pod as it is (privileged containers), true in any mode.
+void turn_into_audit(const Policy& policy, Decision& decision,
+                     const std::vector<std::pair<const Container*, Mutation>>& changed, std::vector<std::string> facts) {
+  std::vector<std::string> warnings;
+  std::string would_patch;
+  for (const auto& [container, mutation] : changed) {
+    const std::string action = mutation == Mutation::stripped
+                                   ? " would lose its NVIDIA_VISIBLE_DEVICES"
+                                   : " would get NVIDIA_VISIBLE_DEVICES=" + policy.visible_devices_value;
+    warnings.push_back(bounded_warning("audit: " + named(*container) + action));
+    would_patch += would_patch.empty() ? "" : ", ";
+    would_patch += container->name;
+  }
+  warnings.insert(warnings.end(), std::make_move_iterator(facts.begin()), std::make_move_iterator(facts.end()));
+  if (!would_patch.empty()) decision.audit_annotations["would-patch"] = would_patch;
+  if (!decision.allowed) {
+    decision.audit_annotations["would-deny"] = decision.denial;
+    warnings.push_back(bounded_warning("audit: the pod would be denied: " + decision.denial));
+  }
+  decision.allowed = true;
+  decision.denial.clear();
+  decision.patch.clear();
+  decision.mutations.clear();
+  decision.warnings = std::move(warnings);
 }
 
 }  // namespace
@@ -105,6 +145,10 @@ std::string bounded_warning(std::string text) {
 
 Decision decide(const Review& review, const Policy& policy) {
   Decision decision;
+  if (policy.mode == Mode::off) {
+    decision.untouched_because = "policy mode off";
+    return decision;
+  }
   if (!review.has_pod) {
     decision.untouched_because = "not a Pod CREATE or pods/ephemeralcontainers UPDATE";
     return decision;
@@ -113,24 +157,58 @@ Decision decide(const Review& review, const Policy& policy) {
     decision.untouched_because = "mirror pod";
     return decision;
   }
+  if (policy.is_exempt(review.namespace_, review.pod.service_account)) {
+    decision.untouched_because = "exempt namespace or service account";
+    return decision;
+  }
+
+  std::vector<std::pair<const Container*, Mutation>> changed;
+  std::vector<std::string> privileged_warnings;
+  auto deny = [&](std::string reason) {
+    if (decision.allowed) decision.denial = std::move(reason);
+    decision.allowed = false;
+  };
   for (const Container& c : review.pod.containers) {
     if (already_running(c, review)) continue;  // the apiserver refuses any change to it
-    bool changed = false;
-    if (asks_for_gpu(c, policy)) {
+    const bool gpu = asks_for_gpu(c, policy);
+    if (policy.mode == Mode::strict && sets_visible_devices_itself(c, gpu, policy)) {
+      deny(named(c) + " sets NVIDIA_VISIBLE_DEVICES itself, which policy mode strict does not allow");
+    }
+    std::optional<Mutation> mutation;
+    if (gpu) {
       if (policy.strip_user_value_from_gpu_containers && !c.visible_devices.empty()) {
         remove_entries(c, c.visible_devices.begin(),
                        ": NVIDIA_VISIBLE_DEVICES set in the pod was removed; the device plugin assigns GPUs",
                        decision);
-        changed = true;
+        mutation = Mutation::stripped;
       }
     } else {
-      changed = hide_gpus(c, policy, decision);
-      if (c.privileged) {
-        decision.warnings.push_back(describe(c, " is privileged and sees every GPU whatever NVIDIA_VISIBLE_DEVICES says"));
+      mutation = hide_gpus(c, policy, decision);
+      if (c.privileged && policy.privileged == PrivilegedAction::warn) {
+        privileged_warnings.push_back(describe(c, " is privileged and sees every GPU whatever NVIDIA_VISIBLE_DEVICES says"));
+      } else if (c.privileged && policy.privileged == PrivilegedAction::deny) {
+        deny(named(c) + " is privileged without requesting a GPU, so it would see every GPU whatever "
+                        "NVIDIA_VISIBLE_DEVICES says");
       }
     }
-    if (changed) ++decision.containers_mutated;
+    if (mutation) {
+      decision.mutations.push_back(*mutation);
+      changed.emplace_back(&c, *mutation);
+    }
   }
+
+  if (policy.mode == Mode::audit) {
+    turn_into_audit(policy, decision, changed, std::move(privileged_warnings));
+    return decision;
+  }
+  if (!decision.allowed) {  // nothing was changed, so only the reason is said
+    decision.patch.clear();
+    decision.mutations.clear();
+    decision.warnings.clear();
+    return decision;
+  }
+  decision.warnings.insert(decision.warnings.end(), std::make_move_iterator(privileged_warnings.begin()),
+                           std::make_move_iterator(privileged_warnings.end()));
   return decision;
 }
 

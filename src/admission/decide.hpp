@@ -1,4 +1,5 @@
 #pragma once
+#include <map>
 #include <string>
 #include <vector>
 
@@ -15,10 +16,17 @@ struct PatchOperation {
   Value value = Value::none;
 };
 
+// Why a container was changed; one per changed container. Indexes ReviewOutcome::mutations, named by
+// kMutationReasons in the same order.
+enum class Mutation { injected, replaced, deduplicated, stripped };
+
 struct Decision {
+  bool allowed = true;
+  std::string denial;  // the status message when !allowed (code 403)
   std::vector<PatchOperation> patch;
   std::vector<std::string> warnings;
-  std::size_t containers_mutated = 0;
+  std::map<std::string, std::string> audit_annotations;
+  std::vector<Mutation> mutations;
   std::string_view untouched_because;  // non-empty when the review is allowed as it is, by rule
 };
 

@@ -186,6 +186,10 @@ Pod decode_pod(od::value& object, bool only_ephemeral) {
       for_each_field(field, "request.object.spec", [&](od::raw_json_string spec_key, od::value list) {
         if (spec_key == "ephemeralContainers") {
           decode_container_list(ContainerList::ephemeral, list, pod);
+        } else if (spec_key == "serviceAccountName") {
+          if (!is_null(list, "request.object.spec.serviceAccountName")) {
+            pod.service_account = string_field(list, "request.object.spec.serviceAccountName");
+          }
         } else if (only_ephemeral) {
           return;  // containers and initContainers are immutable on this subresource
         } else if (spec_key == "initContainers") {
@@ -224,6 +228,8 @@ void decode_request_metadata(od::value& request, Review& review) {
       review.operation = string_field(value, "request.operation");
     } else if (key == "subResource") {
       review.sub_resource = string_field(value, "request.subResource");
+    } else if (key == "namespace") {
+      review.namespace_ = string_field(value, "request.namespace");
     } else if (key == "kind") {
       for_each_field(value, "request.kind", [&](od::raw_json_string gvk_key, od::value part) {
         if (gvk_key == "group") review.kind_group = string_field(part, "request.kind.group");

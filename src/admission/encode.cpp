@@ -76,7 +76,13 @@ std::string encode_response(const Review& review, const Decision& decision, cons
   append_json_string(out, review.api_version);
   out += ",\"kind\":\"AdmissionReview\",\"response\":{\"uid\":";
   append_json_string(out, review.uid);
-  out += ",\"allowed\":true";
+  if (decision.allowed) {
+    out += ",\"allowed\":true";
+  } else {
+    out += ",\"allowed\":false,\"status\":{\"code\":403,\"reason\":\"Forbidden\",\"message\":";
+    append_json_string(out, decision.denial);
+    out += '}';
+  }
   if (!decision.patch.empty()) {
     out += ",\"patchType\":\"JSONPatch\",\"patch\":\"";
     out += base64_encode(encode_patch(decision, policy));
@@ -89,6 +95,18 @@ std::string encode_response(const Review& review, const Decision& decision, cons
       append_json_string(out, decision.warnings[i]);
     }
     out += ']';
+  }
+  if (!decision.audit_annotations.empty()) {
+    out += ",\"auditAnnotations\":{";
+    bool first = true;
+    for (const auto& [key, value] : decision.audit_annotations) {
+      if (!first) out += ',';
+      first = false;
+      append_json_string(out, key);
+      out += ':';
+      append_json_string(out, value);
+    }
+    out += '}';
   }
   out += "}}";
   return out;

@@ -44,6 +44,7 @@ struct Container {
 
 struct Pod {
   bool mirror = false;
+  std::string_view service_account;  // spec.serviceAccountName; empty when absent
   std::vector<Container> containers;
 };
 
@@ -55,6 +56,7 @@ struct Review {
   std::string kind_group;
   std::string kind;
   std::string sub_resource;
+  std::string namespace_;  // request.namespace: set on CREATE even when the Pod's metadata has none
   bool has_pod = false;  // `object` was decoded as a Pod (only for the reviews we may mutate)
   Pod pod;
   std::vector<std::string_view> old_ephemeral_names;  // UPDATE pods/ephemeralcontainers: already running

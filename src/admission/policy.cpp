@@ -1,6 +1,131 @@
 #include "gpuguard/admission/policy.hpp"
 
+#include <algorithm>
+#include <stdexcept>
+
 namespace gpuguard::admission {
+namespace {
+
+struct InvalidValue : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+std::string_view trim(std::string_view s) {
+  constexpr std::string_view kSpace = " \t\r\n";
+  const std::size_t first = s.find_first_not_of(kSpace);
+  if (first == std::string_view::npos) return {};
+  return s.substr(first, s.find_last_not_of(kSpace) - first + 1);
+}
+
+std::vector<std::string> split_list(std::string_view text) {
+  std::vector<std::string> items;
+  while (!text.empty()) {
+    const std::size_t end = text.find_first_of(",\n");
+    const std::string_view item = trim(text.substr(0, end));
+    if (!item.empty()) items.emplace_back(item);
+    text = end == std::string_view::npos ? std::string_view{} : text.substr(end + 1);
+  }
+  return items;
+}
+
+template <typename Enum, std::size_t N>
+Enum one_of(std::string_view value, const std::pair<std::string_view, Enum> (&choices)[N]) {
+  std::string allowed;
+  for (const auto& [name, result] : choices) {
+    if (value == name) return result;
+    allowed += allowed.empty() ? "" : ", ";
+    allowed += name;
+  }
+  throw InvalidValue("\"" + std::string(value) + "\" is not one of " + allowed);
+}
+
+// RFC 1123 label, as namespace names are.
+bool is_dns_label(std::string_view s) {
+  if (s.empty() || s.size() > 63 || s.front() == '-' || s.back() == '-') return false;
+  return std::all_of(s.begin(), s.end(), [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-'; });
+}
+
+// RFC 1123 subdomain, as service account names are.
+bool is_dns_subdomain(std::string_view s) {
+  if (s.empty() || s.size() > 253) return false;
+  while (!s.empty()) {
+    const std::size_t dot = s.find('.');
+    const std::string_view label = s.substr(0, dot);
+    if (!is_dns_label(label)) return false;
+    if (dot == std::string_view::npos) break;
+    s.remove_prefix(dot + 1);
+    if (s.empty()) return false;
+  }
+  return true;
+}
+
+bool is_resource_pattern(std::string_view s) {
+  if (s.ends_with('*')) s.remove_suffix(1);
+  if (s.empty() || s.find('*') != std::string_view::npos) return false;
+  return std::all_of(s.begin(), s.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '-' ||
+           c == '_' || c == '/';
+  });
+}
+
+void apply(Policy& policy, std::string_view key, std::string_view raw) {
+  const std::string_view value = trim(raw);
+  if (key == "mode") {
+    static constexpr std::pair<std::string_view, Mode> kModes[] = {
+        {"enforce", Mode::enforce}, {"strict", Mode::strict}, {"audit", Mode::audit}, {"off", Mode::off}};
+    policy.mode = one_of(value, kModes);
+  } else if (key == "visibleDevicesValue") {
+    static constexpr std::pair<std::string_view, int> kValues[] = {{"none", 0}, {"void", 1}};
+    one_of(value, kValues);
+    policy.visible_devices_value = std::string(value);
+  } else if (key == "gpuResources") {
+    auto names = split_list(value);
+    if (names.empty()) throw InvalidValue("must name at least one resource");
+    for (const auto& name : names) {
+      if (!is_resource_pattern(name)) throw InvalidValue("\"" + name + "\" is not a resource name or name prefix*");
+    }
+    policy.gpu_resources = std::move(names);
+  } else if (key == "exemptNamespaces") {
+    auto names = split_list(value);
+    for (const auto& name : names) {
+      if (!is_dns_label(name)) throw InvalidValue("\"" + name + "\" is not a namespace name");
+    }
+    policy.exempt_namespaces = std::move(names);
+  } else if (key == "exemptServiceAccounts") {
+    auto entries = split_list(value);
+    for (const auto& entry : entries) {
+      const std::size_t slash = entry.find('/');
+      if (slash == std::string::npos || !is_dns_label(std::string_view(entry).substr(0, slash)) ||
+          !is_dns_subdomain(std::string_view(entry).substr(slash + 1))) {
+        throw InvalidValue("\"" + entry + "\" is not namespace/name");
+      }
+    }
+    policy.exempt_service_accounts = std::move(entries);
+  } else if (key == "privileged") {
+    static constexpr std::pair<std::string_view, PrivilegedAction> kActions[] = {
+        {"allow", PrivilegedAction::allow}, {"warn", PrivilegedAction::warn}, {"deny", PrivilegedAction::deny}};
+    policy.privileged = one_of(value, kActions);
+  } else if (key == "stripUserValueFromGpuContainers") {
+    static constexpr std::pair<std::string_view, bool> kBooleans[] = {{"true", true}, {"false", false}};
+    policy.strip_user_value_from_gpu_containers = one_of(value, kBooleans);
+  }
+}
+
+constexpr std::string_view kKeys[] = {"mode",     "visibleDevicesValue", "gpuResources",
+                                      "exemptNamespaces", "exemptServiceAccounts", "privileged",
+                                      "stripUserValueFromGpuContainers"};
+
+}  // namespace
+
+std::string_view mode_name(Mode mode) {
+  switch (mode) {
+    case Mode::enforce: return "enforce";
+    case Mode::strict: return "strict";
+    case Mode::audit: return "audit";
+    case Mode::off: break;
+  }
+  return "off";
+}
 
 bool Policy::is_gpu_resource(std::string_view resource_name) const {
   for (const std::string& pattern : gpu_resources) {
@@ -11,6 +136,37 @@ bool Policy::is_gpu_resource(std::string_view resource_name) const {
     }
   }
   return false;
+}
+
+bool Policy::is_exempt(std::string_view pod_namespace, std::string_view service_account) const {
+  if (std::find(exempt_namespaces.begin(), exempt_namespaces.end(), pod_namespace) != exempt_namespaces.end()) {
+    return true;
+  }
+  if (service_account.empty()) service_account = "default";
+  return std::any_of(exempt_service_accounts.begin(), exempt_service_accounts.end(), [&](const std::string& entry) {
+    const std::size_t slash = entry.find('/');
+    return std::string_view(entry).substr(0, slash) == pod_namespace &&
+           std::string_view(entry).substr(slash + 1) == service_account;
+  });
+}
+
+PolicyParse parse_policy(const std::map<std::string, std::string>& files) {
+  PolicyParse result;
+  Policy policy;
+  for (const auto& [key, value] : files) {
+    if (std::find(std::begin(kKeys), std::end(kKeys), key) == std::end(kKeys)) {
+      result.unknown_keys.push_back(key);
+      continue;
+    }
+    try {
+      apply(policy, key, value);
+    } catch (const InvalidValue& e) {
+      result.error = "policy key " + key + ": " + e.what();
+      return result;
+    }
+  }
+  result.policy = std::move(policy);
+  return result;
 }
 
 }  // namespace gpuguard::admission

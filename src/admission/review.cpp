@@ -34,9 +34,11 @@ ReviewOutcome review(std::string body, const Policy& policy) {
     outcome.ok = true;
     outcome.uid = request.uid;
     outcome.operation = request.operation;
-    outcome.containers_mutated = decision.containers_mutated;
-    outcome.warnings = decision.warnings.size();
+    outcome.allowed = decision.allowed;
+    outcome.denial = decision.denial;
     outcome.patched = !decision.patch.empty();
+    outcome.warnings = decision.warnings.size();
+    for (Mutation mutation : decision.mutations) ++outcome.mutations[static_cast<std::size_t>(mutation)];
   } catch (const DecodeError& error) {
     outcome.body = error.what();
   } catch (const simdjson::simdjson_error& error) {

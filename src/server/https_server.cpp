@@ -18,7 +18,9 @@
 #include <boost/beast/http/write.hpp>
 #include <boost/beast/ssl/ssl_stream.hpp>
 
+#include <algorithm>
 #include <csignal>
+#include <mutex>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -73,32 +75,31 @@ bool is_malformed_request(const boost::system::error_code& ec) {
   return ec.category() == http_errors && ec != http::error::end_of_stream && ec != http::error::partial_message;
 }
 
-class InFlight {
- public:
-  explicit InFlight(std::atomic<std::size_t>& counter) : counter_(counter) { ++counter_; }
-  ~InFlight() { --counter_; }
-  InFlight(const InFlight&) = delete;
-  InFlight& operator=(const InFlight&) = delete;
-
- private:
-  std::atomic<std::size_t>& counter_;
-};
-
 }  // namespace
 
+// What the drain needs to reach into a session. Touched only on the session's strand.
+struct SessionControl {
+  asio::any_io_executor executor;
+  beast::tcp_stream* transport = nullptr;  // null once the session has ended
+  bool waiting_for_request = false;
+  std::chrono::steady_clock::time_point idle_since;
+};
+
 struct HttpsServer::Impl {
-  Impl(ServerOptions o, std::shared_ptr<ssl::context> t, const Handler& h)
-      : options(std::move(o)), tls(std::move(t)), handler(h) {}
+  Impl(ServerOptions o, TlsProvider t, const Handler& h) : options(std::move(o)), tls(std::move(t)), handler(h) {}
 
   ServerOptions options;
-  std::shared_ptr<ssl::context> tls;
+  TlsProvider tls;
   const Handler& handler;
   asio::io_context ioc;
   tcp::acceptor acceptor{ioc};
   asio::signal_set signals{ioc, SIGINT, SIGTERM};
   asio::steady_timer drain_timer{ioc};
-  std::atomic<bool> stopping{false};
-  std::atomic<std::size_t> in_flight{0};
+  std::atomic<bool> draining{false};  // signal received: answer with Connection: close
+  std::atomic<bool> stopping{false};  // delay over: no new connections, idle ones are closed
+  std::atomic<std::size_t> sessions{0};
+  std::mutex controls_mutex;
+  std::vector<std::weak_ptr<SessionControl>> controls;
 
   asio::awaitable<void> accept_loop();
   asio::awaitable<void> session(tcp::socket socket);
@@ -107,8 +108,10 @@ struct HttpsServer::Impl {
   asio::awaitable<void> answer_read_error(beast::ssl_stream<beast::tcp_stream>& stream,
                                          const boost::system::error_code& ec, std::chrono::milliseconds deadline);
   Response call_handler(const RequestHead& head, std::string body);
+  std::shared_ptr<SessionControl> register_session(asio::any_io_executor executor, beast::tcp_stream& transport);
   void begin_shutdown();
-  void drain(std::chrono::steady_clock::time_point deadline);
+  void stop_accepting(std::chrono::steady_clock::time_point deadline);
+  void wait_for_sessions(std::chrono::steady_clock::time_point deadline);
 };
 
 asio::awaitable<void> HttpsServer::Impl::accept_loop() {
@@ -151,7 +154,7 @@ asio::awaitable<bool> HttpsServer::Impl::respond(beast::ssl_stream<beast::tcp_st
   message.set(http::field::content_type, response.content_type);
   for (auto& [name, value] : response.headers) message.set(name, value);
   message.body() = std::move(response.body);
-  message.keep_alive(keep_alive && !stopping);
+  message.keep_alive(keep_alive && !draining);
   message.prepare_payload();
   beast::get_lowest_layer(stream).expires_after(deadline);
   auto [ec, written] = co_await http::async_write(stream, message, nothrow);
@@ -173,8 +176,19 @@ asio::awaitable<void> HttpsServer::Impl::answer_read_error(beast::ssl_stream<bea
 }
 
 asio::awaitable<void> HttpsServer::Impl::session(tcp::socket socket) {
-  beast::ssl_stream<beast::tcp_stream> stream(std::move(socket), *tls);
+  const std::shared_ptr<ssl::context> context = tls();  // this pair for the whole connection
+  const auto executor = socket.get_executor();
+  beast::ssl_stream<beast::tcp_stream> stream(std::move(socket), *context);
   auto& transport = beast::get_lowest_layer(stream);
+  const auto control = register_session(executor, transport);
+  struct SessionEnd {
+    Impl& impl;
+    SessionControl& control;
+    ~SessionEnd() {
+      control.transport = nullptr;
+      --impl.sessions;
+    }
+  } session_end{*this, *control};
   transport.expires_after(options.handshake_timeout);
   if (auto [ec] = co_await stream.async_handshake(ssl::stream_base::server, nothrow); ec) {
     log::debug("TLS handshake failed", {{"reason", ec.message()}});
@@ -183,18 +197,21 @@ asio::awaitable<void> HttpsServer::Impl::session(tcp::socket socket) {
 
   beast::flat_buffer buffer;
   bool keep_alive = true;
-  while (keep_alive && !stopping) {
+  while (keep_alive) {
     http::request_parser<http::string_body> parser;
     parser.header_limit(static_cast<std::uint32_t>(options.header_limit));
     parser.body_limit(options.body_limit);
-    transport.expires_after(options.idle_timeout);
+    control->waiting_for_request = true;
+    control->idle_since = std::chrono::steady_clock::now();
+    transport.expires_after(stopping ? 1s : options.idle_timeout);
     // A declared Content-Length over the body limit already fails here, before any of the body is read.
-    if (auto [ec, n] = co_await http::async_read_header(stream, buffer, parser, nothrow); ec) {
-      co_await answer_read_error(stream, ec, options.request_timeout);
+    auto [read_error, header_bytes] = co_await http::async_read_header(stream, buffer, parser, nothrow);
+    control->waiting_for_request = false;
+    if (read_error) {
+      co_await answer_read_error(stream, read_error, options.request_timeout);
       break;
     }
 
-    const InFlight request_in_flight(in_flight);
     auto& request = parser.get();
     const std::string_view target = request.target();
     const std::size_t question = target.find('?');
@@ -231,26 +248,59 @@ asio::awaitable<void> HttpsServer::Impl::session(tcp::socket socket) {
   co_await stream.async_shutdown(nothrow);
 }
 
-void HttpsServer::Impl::begin_shutdown() {
-  if (stopping.exchange(true)) return;
-  boost::system::error_code ignored;
-  acceptor.close(ignored);
-  signals.cancel(ignored);
-  drain(std::chrono::steady_clock::now() + options.shutdown_timeout);
+std::shared_ptr<SessionControl> HttpsServer::Impl::register_session(asio::any_io_executor executor,
+                                                                     beast::tcp_stream& transport) {
+  auto control = std::make_shared<SessionControl>();
+  control->executor = std::move(executor);
+  control->transport = &transport;
+  ++sessions;
+  std::lock_guard lock(controls_mutex);
+  std::erase_if(controls, [](const auto& weak) { return weak.expired(); });
+  controls.push_back(control);
+  return control;
 }
 
-// Requests already being read or handled finish; connections idle between requests are dropped.
-void HttpsServer::Impl::drain(std::chrono::steady_clock::time_point deadline) {
-  if (in_flight == 0 || std::chrono::steady_clock::now() >= deadline) {
-    if (in_flight != 0) log::warn("shutdown timeout reached with requests in flight", {{"requests", in_flight.load()}});
+// SIGTERM: readiness goes at once, serving goes on for the delay (with Connection: close), then new
+// connections are refused and the open ones end as soon as they are idle, within the timeout.
+void HttpsServer::Impl::begin_shutdown() {
+  if (draining.exchange(true)) return;
+  const auto deadline = std::chrono::steady_clock::now() + options.shutdown_timeout;
+  if (options.on_shutdown) options.on_shutdown();
+  boost::system::error_code ignored;
+  signals.cancel(ignored);
+  drain_timer.expires_after(std::min(options.shutdown_delay, options.shutdown_timeout));
+  drain_timer.async_wait([this, deadline](boost::system::error_code) { stop_accepting(deadline); });
+}
+
+void HttpsServer::Impl::stop_accepting(std::chrono::steady_clock::time_point deadline) {
+  stopping = true;
+  boost::system::error_code ignored;
+  acceptor.close(ignored);
+  // A connection idle for a second is closed; one that just sent (or is about to send) a request is not,
+  // so a request already on its way is still answered.
+  std::lock_guard lock(controls_mutex);
+  for (const auto& weak : controls) {
+    auto control = weak.lock();
+    if (!control) continue;
+    asio::post(control->executor, [control] {
+      if (control->transport == nullptr || !control->waiting_for_request) return;
+      control->transport->expires_at(std::max(control->idle_since + 1s, std::chrono::steady_clock::now()));
+    });
+  }
+  wait_for_sessions(deadline);
+}
+
+void HttpsServer::Impl::wait_for_sessions(std::chrono::steady_clock::time_point deadline) {
+  if (sessions == 0 || std::chrono::steady_clock::now() >= deadline) {
+    if (sessions != 0) log::warn("shutdown timeout reached with connections open", {{"connections", sessions.load()}});
     ioc.stop();
     return;
   }
   drain_timer.expires_after(10ms);
-  drain_timer.async_wait([this, deadline](boost::system::error_code) { drain(deadline); });
+  drain_timer.async_wait([this, deadline](boost::system::error_code) { wait_for_sessions(deadline); });
 }
 
-HttpsServer::HttpsServer(ServerOptions options, std::shared_ptr<ssl::context> tls, const Handler& handler)
+HttpsServer::HttpsServer(ServerOptions options, TlsProvider tls, const Handler& handler)
     : impl_(std::make_unique<Impl>(std::move(options), std::move(tls), handler)) {}
 
 HttpsServer::~HttpsServer() = default;
@@ -270,7 +320,9 @@ std::string HttpsServer::bind() {
 void HttpsServer::run() {
   impl_->signals.async_wait([this](boost::system::error_code ec, int signal_number) {
     if (ec) return;
-    log::info("shutting down", {{"signal", signal_number}});
+    log::info("shutting down", {{"signal", signal_number},
+                                {"delay_ms", impl_->options.shutdown_delay.count()},
+                                {"timeout_ms", impl_->options.shutdown_timeout.count()}});
     impl_->begin_shutdown();
   });
   asio::co_spawn(impl_->ioc, impl_->accept_loop(), [](std::exception_ptr) {});

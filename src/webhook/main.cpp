@@ -3,8 +3,13 @@
 #include <iostream>
 #include <string>
 
-#include "gpuguard/admission/policy.hpp"
+#include <chrono>
+#include <filesystem>
+#include <optional>
+
 #include "gpuguard/log/log.hpp"
+#include "gpuguard/metrics/registry.hpp"
+#include "gpuguard/policy/policy_watcher.hpp"
 #include "gpuguard/server/https_server.hpp"
 #include "gpuguard/tls/server_context.hpp"
 #include "gpuguard/webhook/webhook_handler.hpp"
@@ -24,27 +29,42 @@ constexpr const char* kUsage =
     "                                     the response and the decoded JSON Patch\n\n"
     "Options";
 
+std::optional<std::filesystem::path> policy_dir(const po::variables_map& flags) {
+  if (!flags.count("policy-dir")) return std::nullopt;
+  return std::filesystem::path(flags["policy-dir"].as<std::string>());
+}
+
+std::chrono::milliseconds seconds_flag(const po::variables_map& flags, const char* name) {
+  return std::chrono::milliseconds(static_cast<long long>(flags[name].as<double>() * 1000));
+}
+
 int serve(const po::variables_map& flags) {
   if (!flags.count("tls-cert-file") || !flags.count("tls-private-key-file")) {
     std::cerr << "gpuguard-webhook: --tls-cert-file and --tls-private-key-file are required (see --help)\n";
     return 2;
   }
-  if (flags.count("policy-dir")) {
-    std::cerr << "gpuguard-webhook: --policy-dir: this build serves the default policy only; "
-                 "ConfigMap policies are not supported yet\n";
+  if (flags["shutdown-delay"].as<double>() < 0 || flags["shutdown-timeout"].as<double>() <= 0) {
+    std::cerr << "gpuguard-webhook: --shutdown-delay must be >= 0 and --shutdown-timeout > 0\n";
     return 2;
   }
   server::ServerOptions options;
   options.listen_address = flags["listen-address"].as<std::string>();
   options.threads = flags["threads"].as<unsigned>();
+  options.shutdown_delay = seconds_flag(flags, "shutdown-delay");
+  options.shutdown_timeout = seconds_flag(flags, "shutdown-timeout");
   try {
-    auto tls = tls::make_server_context(flags["tls-cert-file"].as<std::string>(),
-                                        flags["tls-private-key-file"].as<std::string>());
-    webhook::WebhookHandler handler{admission::Policy{}};
-    server::HttpsServer server(options, std::move(tls), handler);
+    metrics::Registry metrics(GPUGUARD_VERSION);
+    policy::PolicyWatcher policy(policy_dir(flags), metrics);
+    tls::CertificateWatcher certificate(flags["tls-cert-file"].as<std::string>(),
+                                        flags["tls-private-key-file"].as<std::string>(), metrics);
+    webhook::WebhookHandler handler([&policy] { return policy.current(); }, metrics);
+    options.on_shutdown = [&handler] { handler.set_ready(false); };
+    server::HttpsServer server(options, [&certificate] { return certificate.current(); }, handler);
     const std::string address = server.bind();
+    policy.watch(std::chrono::seconds(1));
+    certificate.watch(std::chrono::seconds(2));
     handler.set_ready(true);
-    log::info("listening", {{"address", address}, {"version", GPUGUARD_VERSION}, {"policy", "default"}});
+    log::info("listening", {{"address", address}, {"version", GPUGUARD_VERSION}});
     server.run();
   } catch (const std::exception& e) {
     log::error("cannot start", {{"reason", e.what()}});
@@ -58,11 +78,13 @@ int serve(const po::variables_map& flags) {
 
 int main(int argc, char** argv) {
   if (argc >= 2 && std::string(argv[1]) == "review") {
-    if (argc != 3) {
-      std::cerr << "usage: gpuguard-webhook review FILE|-\n";
+    std::optional<std::filesystem::path> dir;
+    if (argc == 5 && std::string(argv[2]) == "--policy-dir") dir = argv[3];
+    if (argc != 3 && !(argc == 5 && dir)) {
+      std::cerr << "usage: gpuguard-webhook review [--policy-dir DIR] FILE|-\n";
       return 2;
     }
-    return webhook::run_review_command(argv[2]);
+    return webhook::run_review_command(argv[argc - 1], dir);
   }
 
   po::options_description description(kUsage);
@@ -72,8 +94,10 @@ int main(int argc, char** argv) {
       ("tls-cert-file", po::value<std::string>(), "PEM certificate chain served to clients (ECDSA or RSA)")
       ("tls-private-key-file", po::value<std::string>(), "PEM private key of that certificate")
       ("listen-address", po::value<std::string>()->default_value("0.0.0.0:8443"), "IP:port to serve HTTPS on")
-      ("policy-dir", po::value<std::string>(), "mounted policy ConfigMap; without it the default policy applies")
+      ("policy-dir", po::value<std::string>(), "mounted policy ConfigMap, re-read on change; without it the default policy applies")
       ("threads", po::value<unsigned>()->default_value(0), "server threads; 0 = one per CPU core")
+      ("shutdown-delay", po::value<double>()->default_value(5), "seconds to keep serving after SIGTERM, with /readyz failing")
+      ("shutdown-timeout", po::value<double>()->default_value(25), "seconds after SIGTERM by which the process exits")
       ("log-level", po::value<std::string>()->default_value("info"), "debug, info, warn or error");
   po::variables_map flags;
   try {

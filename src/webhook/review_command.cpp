@@ -10,6 +10,8 @@
 #include "gpuguard/admission/base64.hpp"
 #include "gpuguard/admission/policy.hpp"
 #include "gpuguard/admission/review.hpp"
+#include "gpuguard/metrics/registry.hpp"
+#include "gpuguard/policy/policy_watcher.hpp"
 
 namespace gpuguard::webhook {
 namespace {
@@ -56,7 +58,7 @@ nlohmann::json patch_of(const nlohmann::json& response) {
 
 }  // namespace
 
-int run_review_command(const std::string& source) {
+int run_review_command(const std::string& source, const std::optional<std::filesystem::path>& policy_dir) {
   std::string text;
   if (!read_source(source, text)) {
     std::cerr << "gpuguard-webhook review: cannot read " << (source == "-" ? "standard input" : source) << "\n";
@@ -66,7 +68,15 @@ int run_review_command(const std::string& source) {
   if (document.is_object() && document.value("kind", "") == "Pod" && document.value("apiVersion", "") == "v1") {
     text = wrap_pod_in_create_review(document);
   }
-  const admission::ReviewOutcome outcome = admission::review(std::move(text), admission::Policy{});
+  std::shared_ptr<const admission::Policy> policy;
+  try {
+    metrics::Registry unused_metrics("review");
+    policy = policy::PolicyWatcher(policy_dir, unused_metrics).current();
+  } catch (const std::exception& e) {
+    std::cerr << "gpuguard-webhook review: " << e.what() << "\n";
+    return 1;
+  }
+  const admission::ReviewOutcome outcome = admission::review(std::move(text), *policy);
   if (!outcome.ok) {
     std::cerr << "gpuguard-webhook review: invalid AdmissionReview: " << outcome.body << "\n";
     return 1;

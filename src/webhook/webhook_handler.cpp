@@ -1,5 +1,7 @@
 #include "gpuguard/webhook/webhook_handler.hpp"
 
+#include <chrono>
+
 #include "gpuguard/admission/review.hpp"
 #include "gpuguard/log/log.hpp"
 
@@ -14,6 +16,14 @@ server::Response method_not_allowed(std::string_view allowed) {
 
 bool is_get(std::string_view method) { return method == "GET" || method == "HEAD"; }
 
+bool is_get_route(std::string_view path) { return path == "/healthz" || path == "/readyz" || path == "/metrics"; }
+
+std::string_view result_of(const admission::ReviewOutcome& outcome) {
+  if (!outcome.ok) return "invalid";
+  if (!outcome.allowed) return "denied";
+  return outcome.patched ? "patched" : "allowed";
+}
+
 }  // namespace
 
 std::optional<server::Response> WebhookHandler::reject_early(const server::RequestHead& head) const {
@@ -24,7 +34,7 @@ std::optional<server::Response> WebhookHandler::reject_early(const server::Reque
     }
     return std::nullopt;
   }
-  if (head.path == "/healthz" || head.path == "/readyz") {
+  if (is_get_route(head.path)) {
     if (!is_get(head.method)) return method_not_allowed("GET, HEAD");
     return std::nullopt;
   }
@@ -32,23 +42,38 @@ std::optional<server::Response> WebhookHandler::reject_early(const server::Reque
 }
 
 server::Response WebhookHandler::handle(const server::RequestHead& head, std::string body) const {
+  if (head.path == "/mutate") return mutate(std::move(body));
   if (head.path == "/healthz") return server::text_response(200, "ok");
   if (head.path == "/readyz") {
     return ready_.load() ? server::text_response(200, "ok") : server::text_response(503, "not ready");
   }
+  server::Response scrape;
+  scrape.content_type = "text/plain; version=0.0.4; charset=utf-8";
+  scrape.body = metrics_.render();
+  return scrape;
+}
 
+server::Response WebhookHandler::mutate(std::string body) const {
   const std::size_t bytes = body.size();
-  admission::ReviewOutcome outcome = admission::review(std::move(body), policy_);
+  const auto started = std::chrono::steady_clock::now();
+  admission::ReviewOutcome outcome = admission::review(std::move(body), *policy_());
+  const std::chrono::duration<double> took = std::chrono::steady_clock::now() - started;
+  metrics_.count_admission(outcome.operation, result_of(outcome), took.count());
   if (!outcome.ok) {
     log::info("admission request rejected", {{"status", 400}, {"reason", outcome.body}, {"bytes", bytes}});
     return server::text_response(400, "invalid AdmissionReview: " + outcome.body);
   }
-  log::debug("admission reviewed", {{"uid", outcome.uid},
-                                    {"operation", outcome.operation},
-                                    {"patched", outcome.patched},
-                                    {"containers_mutated", outcome.containers_mutated},
-                                    {"warnings", outcome.warnings},
-                                    {"bytes", bytes}});
+  metrics_.count_mutations(outcome.mutations);
+  if (!outcome.allowed) {
+    log::info("admission denied", {{"uid", outcome.uid}, {"operation", outcome.operation}, {"reason", outcome.denial}});
+  } else {
+    log::debug("admission reviewed", {{"uid", outcome.uid},
+                                      {"operation", outcome.operation},
+                                      {"patched", outcome.patched},
+                                      {"warnings", outcome.warnings},
+                                      {"bytes", bytes},
+                                      {"micros", static_cast<long long>(took.count() * 1e6)}});
+  }
   server::Response response;
   response.content_type = "application/json";
   response.body = std::move(outcome.body);

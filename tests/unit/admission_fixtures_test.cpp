@@ -3,6 +3,9 @@
 // object, and the result reviewed again to prove that reinvocation gives no patch.
 #include <catch2/catch.hpp>
 
+#include <filesystem>
+#include <map>
+
 #include "files.hpp"
 #include "gpuguard/admission/base64.hpp"
 #include "gpuguard/admission/review.hpp"
@@ -14,11 +17,21 @@ namespace t = gpuguard::test;
 
 namespace {
 
-json review_json(const json& request) {
-  const auto outcome = review(request.dump(), Policy{});
+json review_json(const json& request, const Policy& policy = Policy{}) {
+  const auto outcome = review(request.dump(), policy);
   INFO(outcome.body);
   REQUIRE(outcome.ok);
   return json::parse(outcome.body);
+}
+
+// A case's policy.json holds the ConfigMap's files as {key: text}; no file means the defaults.
+Policy policy_of(const std::filesystem::path& dir) {
+  if (!std::filesystem::exists(dir / "policy.json")) return Policy{};
+  const auto files = t::read_json(dir / "policy.json").get<std::map<std::string, std::string>>();
+  auto parsed = gpuguard::admission::parse_policy(files);
+  INFO(parsed.error);
+  REQUIRE(parsed.policy.has_value());
+  return *parsed.policy;
 }
 
 json decoded_patch(const json& response) {
@@ -36,12 +49,22 @@ TEST_CASE("admission fixtures: patch applies, matches the expected object, and i
       const json expect = t::read_json(dir / "expect.json");
       INFO(expect["about"].get<std::string>());
 
-      const json response = review_json(request);
+      const Policy policy = policy_of(dir);
+      const json response = review_json(request, policy);
       CHECK(response["apiVersion"] == request["apiVersion"]);
       CHECK(response["kind"] == "AdmissionReview");
       CHECK(response["response"]["uid"] == request["request"]["uid"]);
-      CHECK(response["response"]["allowed"] == true);
-      CHECK_FALSE(response["response"].contains("status"));
+      const bool allowed = expect.value("allowed", true);
+      CHECK(response["response"]["allowed"] == allowed);
+      if (allowed) {
+        CHECK_FALSE(response["response"].contains("status"));
+      } else {
+        CHECK(response["response"]["status"]["code"] == 403);
+        CHECK_THAT(response["response"]["status"]["message"].get<std::string>(),
+                   Catch::Contains(expect["message_contains"].get<std::string>()));
+      }
+      CHECK(response["response"].value("auditAnnotations", json::object()) ==
+            expect.value("auditAnnotations", json::object()));
 
       const json warnings = response["response"].value("warnings", json::array());
       CHECK(warnings.size() == expect["warnings"].get<std::size_t>());
@@ -59,7 +82,8 @@ TEST_CASE("admission fixtures: patch applies, matches the expected object, and i
 
       json again = request;
       again["request"]["object"] = patched;
-      const json second = review_json(again);
+      const json second = review_json(again, policy);
+      CHECK(second["response"]["allowed"] == true);
       CHECK_FALSE(second["response"].contains("patch"));
       CHECK_FALSE(second["response"].contains("patchType"));
     }

@@ -1,5 +1,6 @@
 #include <catch2/catch.hpp>
 
+#include "gpuguard/metrics/registry.hpp"
 #include "gpuguard/server/http.hpp"
 #include "gpuguard/webhook/webhook_handler.hpp"
 
@@ -27,8 +28,16 @@ TEST_CASE("JSON content types") {
   CHECK_FALSE(server::is_json_content_type(""));
 }
 
+namespace {
+webhook::PolicyProvider default_policy() {
+  auto policy = std::make_shared<const admission::Policy>();
+  return [policy] { return policy; };
+}
+}  // namespace
+
 TEST_CASE("webhook routes: status codes decided from the headers alone") {
-  webhook::WebhookHandler handler{admission::Policy{}};
+  metrics::Registry metrics("test");
+  webhook::WebhookHandler handler(default_policy(), metrics);
   auto early = [&](std::string_view method, std::string_view path, std::string_view type = "application/json") {
     server::RequestHead head;
     head.method = method;
@@ -43,12 +52,15 @@ TEST_CASE("webhook routes: status codes decided from the headers alone") {
   CHECK(early("POST", "/mutate", "") == 415);
   CHECK(early("GET", "/healthz") == 0);
   CHECK(early("POST", "/readyz") == 405);
+  CHECK(early("GET", "/metrics") == 0);
+  CHECK(early("DELETE", "/metrics") == 405);
   CHECK(early("GET", "/mutate/extra") == 404);
   CHECK(early("GET", "/") == 404);
 }
 
-TEST_CASE("webhook routes: readiness follows set_ready, bad reviews are 400") {
-  webhook::WebhookHandler handler{admission::Policy{}};
+TEST_CASE("webhook routes: readiness follows set_ready, bad reviews are 400 and counted") {
+  metrics::Registry metrics("test");
+  webhook::WebhookHandler handler(default_policy(), metrics);
   server::RequestHead ready;
   ready.method = "GET";
   ready.path = "/readyz";
@@ -62,4 +74,6 @@ TEST_CASE("webhook routes: readiness follows set_ready, bad reviews are 400") {
   const auto response = handler.handle(mutate, "{\"kind\":\"AdmissionReview\"}");
   CHECK(response.status == 400);
   CHECK_THAT(response.body, Catch::Contains("apiVersion"));
+  CHECK_THAT(metrics.render(),
+             Catch::Contains("gpuguard_admission_requests_total{operation=\"unknown\",result=\"invalid\"} 1"));
 }

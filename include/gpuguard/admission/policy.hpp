@@ -1,20 +1,52 @@
 #pragma once
-// What the admission core enforces. Pure data: loading it from a ConfigMap is a transport concern.
+// What the admission core enforces. Pure data plus its parser: reading the ConfigMap files from disk and
+// watching them is a transport concern (src/policy).
+#include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 namespace gpuguard::admission {
 
+enum class Mode {
+  enforce,  // patch
+  strict,   // patch, and deny pods that set NVIDIA_VISIBLE_DEVICES themselves
+  audit,    // never patch or deny; report what enforce would have done
+  off,      // allow everything untouched
+};
+
+enum class PrivilegedAction { allow, warn, deny };
+
 struct Policy {
-  // The value injected into every container that does not ask for a GPU.
+  Mode mode = Mode::enforce;
+  // The value injected into every container that does not ask for a GPU: "none" or "void".
   std::string visible_devices_value = "none";
   // Resource names that count as a GPU; a trailing '*' makes the entry a prefix match.
   std::vector<std::string> gpu_resources = {"nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-*"};
+  std::vector<std::string> exempt_namespaces;
+  std::vector<std::string> exempt_service_accounts;  // "namespace/name"
+  // For a privileged container that does not ask for a GPU: it sees every device whatever its env says.
+  PrivilegedAction privileged = PrivilegedAction::warn;
   // A user-set NVIDIA_VISIBLE_DEVICES in a GPU container would override the device plugin's choice.
   bool strip_user_value_from_gpu_containers = true;
 
   bool is_gpu_resource(std::string_view resource_name) const;
+  // `service_account` empty means the pod names none, i.e. "default".
+  bool is_exempt(std::string_view pod_namespace, std::string_view service_account) const;
 };
+
+std::string_view mode_name(Mode mode);
+
+// The ConfigMap keys, one file each: mode, visibleDevicesValue, gpuResources, exemptNamespaces,
+// exemptServiceAccounts, privileged, stripUserValueFromGpuContainers.
+struct PolicyParse {
+  std::optional<Policy> policy;          // empty when any value is invalid: the whole policy is refused
+  std::string error;                     // names the key and what is wrong with it
+  std::vector<std::string> unknown_keys;  // ignored, for the caller to log
+};
+
+// Values are trimmed; lists are comma- or newline-separated. Missing keys keep their defaults.
+PolicyParse parse_policy(const std::map<std::string, std::string>& files);
 
 }  // namespace gpuguard::admission

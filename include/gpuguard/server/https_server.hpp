@@ -25,14 +25,23 @@ struct ServerOptions {
   std::chrono::milliseconds idle_timeout{120'000};
   // Reading the body, handling and writing, unless the caller asks for less with ?timeout=.
   std::chrono::milliseconds request_timeout{30'000};
+  // On SIGTERM/SIGINT: keep serving this long, answering with `Connection: close`, so that endpoints
+  // drop the pod before it stops accepting...
+  std::chrono::milliseconds shutdown_delay{5'000};
+  // ...and exit at the latest this long after the signal.
   std::chrono::milliseconds shutdown_timeout{25'000};
+  // Called once when the signal arrives, before the delay (the webhook fails /readyz from then on).
+  std::function<void()> on_shutdown;
 };
+
+// The TLS context for the next handshake; called once per accepted connection.
+using TlsProvider = std::function<std::shared_ptr<boost::asio::ssl::context>()>;
 
 // Serves a Handler over HTTPS/1.1 with keep-alive. One io_context run by `threads` threads; each
 // connection is a coroutine on its own strand, and every handshake, read and write has a deadline.
 class HttpsServer {
  public:
-  HttpsServer(ServerOptions options, std::shared_ptr<boost::asio::ssl::context> tls, const Handler& handler);
+  HttpsServer(ServerOptions options, TlsProvider tls, const Handler& handler);
   ~HttpsServer();
   HttpsServer(const HttpsServer&) = delete;
   HttpsServer& operator=(const HttpsServer&) = delete;
@@ -40,9 +49,9 @@ class HttpsServer {
   // Binds the listening socket; throws std::runtime_error with the reason when it cannot.
   // Returns the bound address as host:port (the real port when 0 was asked for).
   std::string bind();
-  // Serves until stop() or SIGINT/SIGTERM, then stops accepting and lets in-flight requests finish
-  // (at most shutdown_timeout). Returns normally in both cases.
+  // Serves until SIGINT/SIGTERM or stop(), then drains as ServerOptions says. Returns normally.
   void run();
+  // Starts the same drain as a signal does; safe from any thread.
   void stop();
 
  private:

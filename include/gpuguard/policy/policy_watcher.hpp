@@ -1,0 +1,40 @@
+#pragma once
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "gpuguard/admission/policy.hpp"
+#include "gpuguard/metrics/registry.hpp"
+#include "gpuguard/watch/poller.hpp"
+
+namespace gpuguard::policy {
+
+// The policy in force, from a mounted ConfigMap directory (one file per key, see admission::parse_policy).
+// A changed directory is re-read and swapped in whole; an invalid one is refused, logged and counted, and
+// the last good policy stays. No directory, a missing one or an empty one means the defaults.
+class PolicyWatcher {
+ public:
+  // Throws std::runtime_error naming the key when the directory holds an invalid policy at start.
+  PolicyWatcher(std::optional<std::filesystem::path> dir, metrics::Registry& metrics);
+
+  std::shared_ptr<const admission::Policy> current() const { return policy_.load(); }
+
+  // Re-reads the directory every `interval` from now on (no-op without a directory).
+  void watch(std::chrono::milliseconds interval);
+
+  // One check, as the poller does it; returns true when a new policy was swapped in.
+  bool reload();
+
+ private:
+  std::optional<std::filesystem::path> dir_;
+  metrics::Registry& metrics_;
+  std::atomic<std::shared_ptr<const admission::Policy>> policy_;
+  std::optional<std::map<std::string, std::string>> last_seen_;
+  std::unique_ptr<watch::Poller> poller_;
+};
+
+}  // namespace gpuguard::policy

@@ -1,0 +1,33 @@
+#pragma once
+// Periodic checks on a thread of their own. Polling file contents, rather than inotify, follows every way
+// Kubernetes replaces mounted files: the kubelet's `..data` symlink swap for ConfigMaps and Secrets, a
+// subPath mount, or an editor writing in place; a check costs a few small reads.
+#include <chrono>
+#include <condition_variable>
+#include <filesystem>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+
+namespace gpuguard::watch {
+
+class Poller {
+ public:
+  // Calls `check` every `interval` until destroyed; the destructor waits for a running check to end.
+  Poller(std::chrono::milliseconds interval, std::function<void()> check);
+  ~Poller();
+  Poller(const Poller&) = delete;
+  Poller& operator=(const Poller&) = delete;
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable_any wake_;
+  std::jthread thread_;
+};
+
+// The whole file, following symlinks; nullopt when it cannot be read (missing, or swapped away mid-read).
+std::optional<std::string> read_file(const std::filesystem::path& path);
+
+}  // namespace gpuguard::watch

@@ -1,0 +1,83 @@
+#include "gpuguard/policy/policy_watcher.hpp"
+
+#include <stdexcept>
+#include <system_error>
+
+#include "gpuguard/log/log.hpp"
+
+namespace gpuguard::policy {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string data_link(const fs::path& dir) {
+  std::error_code ec;
+  const fs::path target = fs::read_symlink(dir / "..data", ec);
+  return ec ? std::string{} : target.string();
+}
+
+// Every key file in the directory, or nullopt when the directory is missing or changed while being read.
+// Names starting with '.' are the kubelet's own (`..data`, `..2026_11_22_…`).
+std::optional<std::map<std::string, std::string>> read_keys(const fs::path& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return std::map<std::string, std::string>{};
+  const std::string generation = data_link(dir);
+  std::map<std::string, std::string> files;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.starts_with('.') || !fs::is_regular_file(entry.path(), ec)) continue;  // follows symlinks
+    auto content = watch::read_file(entry.path());
+    if (!content) return std::nullopt;
+    files.emplace(name, std::move(*content));
+  }
+  if (ec || data_link(dir) != generation) return std::nullopt;  // swapped mid-read: the next check will do
+  return files;
+}
+
+}  // namespace
+
+PolicyWatcher::PolicyWatcher(std::optional<fs::path> dir, metrics::Registry& metrics)
+    : dir_(std::move(dir)), metrics_(metrics), policy_(std::make_shared<const admission::Policy>()) {
+  if (dir_) {
+    std::error_code ec;
+    if (!fs::is_directory(*dir_, ec)) {
+      log::warn("policy directory does not exist; serving the default policy until it does", {{"dir", dir_->string()}});
+    }
+    const auto files = read_keys(*dir_);
+    if (!files) throw std::runtime_error("cannot read policy directory " + dir_->string());
+    last_seen_ = *files;
+    auto parsed = admission::parse_policy(*files);
+    if (!parsed.policy) throw std::runtime_error(parsed.error + " (in " + dir_->string() + ")");
+    for (const auto& key : parsed.unknown_keys) log::warn("unknown policy key ignored", {{"key", key}});
+    policy_.store(std::make_shared<const admission::Policy>(std::move(*parsed.policy)));
+  }
+  metrics_.set_policy_mode(admission::mode_name(current()->mode));
+  log::info("policy loaded", {{"mode", admission::mode_name(current()->mode)},
+                              {"source", dir_ ? dir_->string() : std::string("defaults")}});
+}
+
+void PolicyWatcher::watch(std::chrono::milliseconds interval) {
+  if (dir_) poller_ = std::make_unique<watch::Poller>(interval, [this] { reload(); });
+}
+
+bool PolicyWatcher::reload() {
+  if (!dir_) return false;
+  auto files = read_keys(*dir_);
+  if (!files || files == last_seen_) return false;
+  last_seen_ = *files;
+  auto parsed = admission::parse_policy(*files);
+  if (!parsed.policy) {
+    metrics_.count_policy_reload(false);
+    log::error("policy refused; the last good policy stays in force", {{"reason", parsed.error}});
+    return false;
+  }
+  for (const auto& key : parsed.unknown_keys) log::warn("unknown policy key ignored", {{"key", key}});
+  const admission::Mode mode = parsed.policy->mode;
+  policy_.store(std::make_shared<const admission::Policy>(std::move(*parsed.policy)));
+  metrics_.count_policy_reload(true);
+  metrics_.set_policy_mode(admission::mode_name(mode));
+  log::info("policy reloaded", {{"mode", admission::mode_name(mode)}});
+  return true;
+}
+
+}  // namespace gpuguard::policy
