@@ -1,19 +1,23 @@
 #!/usr/bin/env bash
 # Creates a private CA and an ECDSA P-256 serving certificate for the webhook.
-#   certs/generate.sh [--out DIR] [--days N] [--force]
+#   certs/generate.sh [--out DIR] [--days N] [--force] [--new-ca]
 # Writes DIR/ca.crt, DIR/ca.key, DIR/tls.crt, DIR/tls.key (default DIR: certs/dev). Idempotent: an existing
-# pair that verifies against the CA, matches its key and stays valid for 30 more days is kept unless --force.
+# pair that verifies against the CA, matches its key and stays valid for 30 more days is kept unless --force,
+# which issues a new serving pair from the existing CA (a rotation clients need not hear about); --new-ca
+# replaces the CA as well.
 set -euo pipefail
 
 out="$(cd "$(dirname "$0")" && pwd)/dev"
 days=365
 force=0
+new_ca=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --out) out="$2"; shift 2 ;;
     --days) days="$2"; shift 2 ;;
     --force) force=1; shift ;;
-    -h|--help) sed -n '2,5p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --new-ca) force=1; new_ca=1; shift ;;
+    -h|--help) sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "generate.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -33,14 +37,27 @@ valid_pair() {
     "$(openssl pkey -in tls.key -pubout -outform DER 2>/dev/null | sha256sum)" ]
 }
 
+valid_ca() {
+  [ -s ca.crt ] && [ -s ca.key ] || return 1
+  openssl x509 -in ca.crt -noout -checkend $((90 * 24 * 3600)) >/dev/null 2>&1 || return 1
+  [ "$(openssl x509 -in ca.crt -noout -pubkey | openssl pkey -pubin -outform DER 2>/dev/null | sha256sum)" = \
+    "$(openssl pkey -in ca.key -pubout -outform DER 2>/dev/null | sha256sum)" ]
+}
+
 if [ "$force" -eq 0 ] && valid_pair; then
   echo "generate.sh: keeping the valid pair in $out (use --force to replace it)"
 else
   umask 077
-  openssl ecparam -name prime256v1 -genkey -noout -out ca.key.new 2>/dev/null
-  openssl req -x509 -new -key ca.key.new -sha256 -days $((days * 5)) -subj "/CN=gpuguard-dev-ca" \
-    -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" \
-    -out ca.crt.new
+  if [ "$new_ca" -eq 0 ] && valid_ca; then
+    cp ca.key ca.key.new && cp ca.crt ca.crt.new
+    ca_state="existing CA"
+  else
+    ca_state="new CA"
+    openssl ecparam -name prime256v1 -genkey -noout -out ca.key.new 2>/dev/null
+    openssl req -x509 -new -key ca.key.new -sha256 -days $((days * 5)) -subj "/CN=gpuguard-dev-ca" \
+      -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" \
+      -out ca.crt.new
+  fi
   openssl ecparam -name prime256v1 -genkey -noout -out tls.key.new 2>/dev/null
   openssl req -new -key tls.key.new -subj "/CN=${service}.${namespace}.svc" -out tls.csr
   openssl x509 -req -in tls.csr -CA ca.crt.new -CAkey ca.key.new -set_serial "0x$(openssl rand -hex 16)" -sha256 -days "$days" \
@@ -50,6 +67,6 @@ else
   # Rename last, so that a failure above never leaves a half-written pair behind.
   mv ca.key.new ca.key && mv ca.crt.new ca.crt && mv tls.key.new tls.key && mv tls.crt.new tls.crt
   chmod 644 ca.crt tls.crt
-  echo "generate.sh: wrote a new CA and serving certificate to $out"
+  echo "generate.sh: wrote a serving certificate to $out (${ca_state})"
 fi
 echo "generate.sh: tls.crt valid until $(openssl x509 -in tls.crt -noout -enddate | cut -d= -f2)"

@@ -282,9 +282,13 @@ void HttpsServer::Impl::stop_accepting(std::chrono::steady_clock::time_point dea
   for (const auto& weak : controls) {
     auto control = weak.lock();
     if (!control) continue;
+    // A new expiry would only apply to the next read, not the pending one: close the idle stream instead.
     asio::post(control->executor, [control] {
       if (control->transport == nullptr || !control->waiting_for_request) return;
-      control->transport->expires_at(std::max(control->idle_since + 1s, std::chrono::steady_clock::now()));
+      auto timer = std::make_shared<asio::steady_timer>(control->executor, control->idle_since + 1s);
+      timer->async_wait([control, timer](boost::system::error_code) {
+        if (control->transport != nullptr && control->waiting_for_request) control->transport->close();
+      });
     });
   }
   wait_for_sessions(deadline);

@@ -10,6 +10,7 @@
 #include "gpuguard/admission/base64.hpp"
 #include "gpuguard/admission/policy.hpp"
 #include "gpuguard/admission/review.hpp"
+#include "gpuguard/log/log.hpp"
 #include "gpuguard/metrics/registry.hpp"
 #include "gpuguard/policy/policy_watcher.hpp"
 
@@ -68,6 +69,7 @@ int run_review_command(const std::string& source, const std::optional<std::files
   if (document.is_object() && document.value("kind", "") == "Pod" && document.value("apiVersion", "") == "v1") {
     text = wrap_pod_in_create_review(document);
   }
+  log::set_level(log::Level::warn);  // standard error is for problems here; standard output is the result
   std::shared_ptr<const admission::Policy> policy;
   try {
     metrics::Registry unused_metrics("review");

@@ -100,3 +100,19 @@ std::string TlsClient::negotiated_alpn() const {
 std::string TlsClient::negotiated_version() const { return SSL_get_version(impl_->stream->native_handle()); }
 
 }  // namespace gpuguard::test
+
+namespace gpuguard::test {
+
+std::string TlsClient::peer_serial() const {
+  X509* peer = SSL_get1_peer_certificate(impl_->stream->native_handle());
+  if (peer == nullptr) return {};
+  BIGNUM* serial = ASN1_INTEGER_to_BN(X509_get0_serialNumber(peer), nullptr);
+  char* hex = BN_bn2hex(serial);
+  std::string text = hex;
+  OPENSSL_free(hex);
+  BN_free(serial);
+  X509_free(peer);
+  return text;
+}
+
+}  // namespace gpuguard::test

@@ -34,6 +34,7 @@ class TlsClient {
   std::pair<std::string, bool> read_until_closed(std::chrono::milliseconds limit);
   std::string negotiated_alpn() const;
   std::string negotiated_version() const;
+  std::string peer_serial() const;  // hex serial of the certificate the server presented
 
  private:
   struct Impl;

@@ -7,7 +7,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <stdexcept>
 #include <thread>
 
@@ -20,11 +22,14 @@ namespace gpuguard::test {
 std::string certs_dir() { return GPUGUARD_TEST_CERTS_DIR; }
 
 WebhookProcess::WebhookProcess(std::vector<std::string> extra_args) {
-  std::vector<std::string> args = {GPUGUARD_WEBHOOK_BIN,
-                                   "--tls-cert-file", certs_dir() + "/tls.crt",
-                                   "--tls-private-key-file", certs_dir() + "/tls.key",
-                                   "--listen-address", "127.0.0.1:0",
-                                   "--threads", "2"};
+  auto given = [&](const std::string& flag) {
+    return std::find(extra_args.begin(), extra_args.end(), flag) != extra_args.end();
+  };
+  std::vector<std::string> args = {GPUGUARD_WEBHOOK_BIN, "--listen-address", "127.0.0.1:0", "--threads", "2"};
+  if (!given("--tls-cert-file")) {
+    args.insert(args.end(), {"--tls-cert-file", certs_dir() + "/tls.crt", "--tls-private-key-file", certs_dir() + "/tls.key"});
+  }
+  if (!given("--shutdown-delay")) args.insert(args.end(), {"--shutdown-delay", "0.2"});
   args.insert(args.end(), extra_args.begin(), extra_args.end());
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
@@ -75,9 +80,16 @@ WebhookProcess::WebhookProcess(std::vector<std::string> extra_args) {
 
 int WebhookProcess::terminate() {
   if (pid_ <= 0) return -1;
-  kill(pid_, SIGTERM);
+  send_sigterm();
+  return wait_exit(30);
+}
+
+void WebhookProcess::send_sigterm() const { kill(pid_, SIGTERM); }
+
+int WebhookProcess::wait_exit(int seconds) {
+  if (pid_ <= 0) return -1;
   int status = 0;
-  for (int i = 0; i < 300; ++i) {
+  for (int i = 0; i < seconds * 10; ++i) {
     if (waitpid(pid_, &status, WNOHANG) == pid_) {
       pid_ = -1;
       return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
@@ -88,6 +100,18 @@ int WebhookProcess::terminate() {
   waitpid(pid_, nullptr, 0);
   pid_ = -1;
   return -1;
+}
+
+ExitResult run_webhook(const std::string& args) {
+  ExitResult result;
+  // stderr joins stdout first, so `args` may still send it elsewhere.
+  FILE* pipe = popen((std::string(GPUGUARD_WEBHOOK_BIN) + " 2>&1 " + args).c_str(), "r");
+  if (pipe == nullptr) return result;
+  char chunk[4096];
+  while (std::size_t n = fread(chunk, 1, sizeof chunk, pipe)) result.output.append(chunk, n);
+  const int status = pclose(pipe);
+  result.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return result;
 }
 
 WebhookProcess::~WebhookProcess() {

@@ -5,7 +5,8 @@
 
 #include <chrono>
 #include <cstdio>
-#include <future>
+#include <filesystem>
+#include <fstream>
 
 #include "files.hpp"
 #include "gpuguard/admission/base64.hpp"
@@ -168,15 +169,13 @@ TEST_CASE("slow clients neither stall others nor hold a connection past the dead
 }
 
 TEST_CASE("review subcommand: a bare Pod goes through the same path as the server") {
-  const std::string command = std::string(GPUGUARD_WEBHOOK_BIN) + " review - < " +
-                              (fixtures_dir() / "admission" / "user-all" / "review.json").string();
-  FILE* pipe = popen(command.c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  std::string output;
-  char chunk[4096];
-  while (std::size_t n = fread(chunk, 1, sizeof chunk, pipe)) output.append(chunk, n);
-  CHECK(pclose(pipe) == 0);
-  const json printed = json::parse(output);
+  const auto pod_file = std::filesystem::temp_directory_path() / "gpuguard-review-pod.json";
+  std::ofstream(pod_file) << json::parse(fixture_review("user-all"))["request"]["object"].dump();
+  const ExitResult result = run_webhook("review - < " + pod_file.string() + " 2>/dev/null");
+  std::filesystem::remove(pod_file);
+  REQUIRE(result.status == 0);
+  const json printed = json::parse(result.output);
+  CHECK(printed["review"]["response"]["uid"] == "00000000-0000-0000-0000-000000000000");
   CHECK(printed["review"]["response"]["allowed"] == true);
   const json pod = json::parse(fixture_review("user-all"))["request"]["object"];
   CHECK(pod.patch(printed["patch"]) == read_json(fixtures_dir() / "admission" / "user-all" / "expected-object.json"));
