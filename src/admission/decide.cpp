@@ -6,27 +6,9 @@
 namespace gpuguard::admission {
 namespace {
 
-std::string_view json_list_name(ContainerList list) {
-  switch (list) {
-    case ContainerList::init: return "initContainers";
-    case ContainerList::ephemeral: return "ephemeralContainers";
-    case ContainerList::regular: break;
-  }
-  return "containers";
-}
-
-std::string_view human_list_name(ContainerList list) {
-  switch (list) {
-    case ContainerList::init: return "init container";
-    case ContainerList::ephemeral: return "ephemeral container";
-    case ContainerList::regular: break;
-  }
-  return "container";
-}
-
 std::string env_path(const Container& c) {
   std::string path = "/spec/";
-  path += json_list_name(c.list);
+  path += names_of(c.list).field;
   path += '/';
   path += std::to_string(c.index);
   path += "/env";
@@ -39,7 +21,7 @@ std::string env_entry_path(const Container& c, std::size_t env_index) {
 
 // `container "app"`, `init container "setup"`, ...
 std::string named(const Container& c) {
-  std::string text(human_list_name(c.list));
+  std::string text(names_of(c.list).human);
   text += " \"";
   text += c.name;
   text += '"';

@@ -97,15 +97,6 @@ bool quantity_is_nonzero(od::value& value, Path path) {
   }
 }
 
-std::string_view list_path(ContainerList list) {
-  switch (list) {
-    case ContainerList::init: return "request.object.spec.initContainers[]";
-    case ContainerList::ephemeral: return "request.object.spec.ephemeralContainers[]";
-    case ContainerList::regular: break;
-  }
-  return "request.object.spec.containers[]";
-}
-
 void decode_env_entry(std::size_t index, od::value& entry, std::string_view list, Container& container) {
   std::string_view name;
   VisibleDevicesEntry facts;
@@ -136,7 +127,7 @@ void decode_resources(od::value& resources, std::string_view list, Container& co
 }
 
 Container decode_container(ContainerList list, std::size_t index, od::value& value) {
-  const std::string_view p = list_path(list);
+  const std::string_view p = names_of(list).path;
   Container container;
   container.list = list;
   container.index = index;
@@ -165,7 +156,7 @@ Container decode_container(ContainerList list, std::size_t index, od::value& val
 }
 
 void decode_container_list(ContainerList list, od::value& value, Pod& pod) {
-  const std::string_view p = list_path(list);
+  const std::string_view p = names_of(list).path;
   if (is_null(value, p)) return;
   for_each_element(value, p, [&](std::size_t index, od::value& element) {
     pod.containers.push_back(decode_container(list, index, element));

@@ -19,6 +19,22 @@ struct DecodeError : std::runtime_error {
 
 enum class ContainerList { init, regular, ephemeral };
 
+struct ContainerListNames {
+  std::string_view field;  // in the Pod spec and in JSON Patch paths
+  std::string_view human;  // in warnings and denials
+  std::string_view path;   // in decode errors
+};
+
+constexpr ContainerListNames names_of(ContainerList list) {
+  switch (list) {
+    case ContainerList::init: return {"initContainers", "init container", "request.object.spec.initContainers[]"};
+    case ContainerList::ephemeral:
+      return {"ephemeralContainers", "ephemeral container", "request.object.spec.ephemeralContainers[]"};
+    case ContainerList::regular: break;
+  }
+  return {"containers", "container", "request.object.spec.containers[]"};
+}
+
 struct VisibleDevicesEntry {
   std::size_t env_index = 0;
   bool has_value = false;
