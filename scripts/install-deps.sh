@@ -10,6 +10,8 @@ packages=(
   libboost1.81-dev libboost-program-options1.81-dev
   libssl-dev openssl
   nlohmann-json3-dev libsimdjson-dev
+  # device plugin: gRPC C++ and protobuf, with the code generators
+  libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   # tests
   catch2
   # `make run` prints a curl line; the README walkthrough uses it

@@ -1,0 +1,75 @@
+#pragma once
+// Finding NVIDIA GPUs without CUDA: the driver's procfs files, or NVML loaded with dlopen. Every path is
+// read under the host root, so the plugin can run in a container with the host's /proc/driver/nvidia,
+// /dev and /sys mounted, and tests can point it at a tree of their own.
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace gpuguard::deviceplugin {
+
+struct Gpu {
+  std::string uuid;         // "GPU-…", the device ID the kubelet sees
+  unsigned minor = 0;       // /dev/nvidia<minor>
+  std::string pci_address;  // "0000:3b:00.0", the directory name under /proc/driver/nvidia/gpus
+  std::string model;
+  std::optional<std::int64_t> numa_node;
+};
+
+// `Key: value` lines of /proc/driver/nvidia/gpus/<pci>/information, split at the first ':' and trimmed.
+std::map<std::string, std::string> parse_information(std::string_view text);
+
+// Every GPU the driver lists and does not mark excluded, ordered by minor number.
+std::vector<Gpu> discover_procfs(const std::filesystem::path& host_root);
+
+// /sys/bus/pci/devices/<pci>/numa_node, when it names a node (-1 means unknown).
+std::optional<std::int64_t> numa_node_of(const std::filesystem::path& host_root, const std::string& pci_address);
+
+// First line of /proc/driver/nvidia/version, for the log; empty without a driver.
+std::string driver_version(const std::filesystem::path& host_root);
+
+// The device nodes a GPU container needs besides /dev/nvidia<minor>, those that exist under the host root.
+std::vector<std::string> control_device_nodes(const std::filesystem::path& host_root);
+
+// When the NVIDIA container toolkit on the host trusts NVIDIA_VISIBLE_DEVICES from any unprivileged
+// container (accept-nvidia-visible-devices-envvar-when-unprivileged is not false, the toolkit's
+// default), a warning explaining it; nullopt when the node is hardened.
+std::optional<std::string> toolkit_hardening_warning(const std::filesystem::path& host_root);
+
+// NVML, as far as the plugin uses it. The real one is dlopen'ed (load_nvml); tests use a double.
+class Nvml {
+ public:
+  struct Device {
+    std::string uuid;
+    unsigned minor = 0;
+  };
+  struct XidEvent {
+    std::string uuid;
+    unsigned long long xid = 0;
+  };
+  struct Error : std::runtime_error {
+    using std::runtime_error::runtime_error;
+  };
+
+  virtual ~Nvml() = default;
+  virtual std::vector<Device> devices() = 0;  // throws Error
+  // The next critical XID event on any GPU, or nullopt when `timeout` passes without one.
+  virtual std::optional<XidEvent> wait_for_xid(std::chrono::milliseconds timeout) = 0;
+  // Whether NVML still answers for this GPU (the re-probe that lets a GPU recover).
+  virtual bool responds(const std::string& uuid) = 0;
+};
+
+// dlopen("libnvidia-ml.so.1") and nvmlInit; nullptr with `why_not` set when either fails.
+std::unique_ptr<Nvml> load_nvml(std::string& why_not);
+
+// GPUs as NVML lists them; PCI address, model and NUMA node come from procfs/sysfs by minor number.
+std::vector<Gpu> discover_nvml(Nvml& nvml, const std::filesystem::path& host_root);
+
+}  // namespace gpuguard::deviceplugin

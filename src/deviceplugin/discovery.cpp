@@ -1,0 +1,150 @@
+#include "gpuguard/deviceplugin/discovery.hpp"
+
+#include <algorithm>
+#include <system_error>
+
+#include "gpuguard/watch/poller.hpp"
+
+namespace gpuguard::deviceplugin {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string_view trim(std::string_view s) {
+  constexpr std::string_view kSpace = " \t\r\n";
+  const std::size_t first = s.find_first_not_of(kSpace);
+  if (first == std::string_view::npos) return {};
+  return s.substr(first, s.find_last_not_of(kSpace) - first + 1);
+}
+
+// Paths from the host's point of view ("/dev/nvidia0") resolved under the host root.
+fs::path under(const fs::path& host_root, std::string_view absolute) {
+  return host_root / fs::path(absolute).relative_path();
+}
+
+std::optional<unsigned> to_unsigned(std::string_view text) {
+  if (text.empty() || text.size() > 9 || !std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    return std::nullopt;
+  }
+  return static_cast<unsigned>(std::stoul(std::string(text)));
+}
+
+}  // namespace
+
+std::map<std::string, std::string> parse_information(std::string_view text) {
+  std::map<std::string, std::string> fields;
+  while (!text.empty()) {
+    const std::size_t end = text.find('\n');
+    const std::string_view line = text.substr(0, end);
+    text = end == std::string_view::npos ? std::string_view{} : text.substr(end + 1);
+    const std::size_t colon = line.find(':');
+    if (colon == std::string_view::npos) continue;
+    fields.emplace(std::string(trim(line.substr(0, colon))), std::string(trim(line.substr(colon + 1))));
+  }
+  return fields;
+}
+
+std::optional<std::int64_t> numa_node_of(const fs::path& host_root, const std::string& pci_address) {
+  // sysfs names PCI devices in lower case; the driver's procfs directories may not be.
+  std::string lower = pci_address;
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+  const auto text = watch::read_file(under(host_root, "/sys/bus/pci/devices") / lower / "numa_node");
+  if (!text) return std::nullopt;
+  try {
+    const long long node = std::stoll(std::string(trim(*text)));
+    if (node < 0) return std::nullopt;
+    return node;
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+std::vector<Gpu> discover_procfs(const fs::path& host_root) {
+  std::vector<Gpu> gpus;
+  std::error_code ec;
+  const fs::path dir = under(host_root, "/proc/driver/nvidia/gpus");
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const auto text = watch::read_file(entry.path() / "information");
+    if (!text) continue;
+    const auto fields = parse_information(*text);
+    const auto uuid = fields.find("GPU UUID");
+    const auto minor = fields.find("Device Minor");
+    if (uuid == fields.end() || minor == fields.end() || uuid->second.empty()) continue;
+    const auto minor_number = to_unsigned(minor->second);
+    if (!minor_number) continue;
+    const auto excluded = fields.find("GPU Excluded");
+    if (excluded != fields.end() && excluded->second == "Yes") continue;
+    Gpu gpu;
+    gpu.uuid = uuid->second;
+    gpu.minor = *minor_number;
+    gpu.pci_address = entry.path().filename().string();
+    if (auto model = fields.find("Model"); model != fields.end()) gpu.model = model->second;
+    gpu.numa_node = numa_node_of(host_root, gpu.pci_address);
+    gpus.push_back(std::move(gpu));
+  }
+  std::sort(gpus.begin(), gpus.end(), [](const Gpu& a, const Gpu& b) { return a.minor < b.minor; });
+  return gpus;
+}
+
+std::string driver_version(const fs::path& host_root) {
+  const auto text = watch::read_file(under(host_root, "/proc/driver/nvidia/version"));
+  if (!text) return {};
+  return std::string(trim(std::string_view(*text).substr(0, text->find('\n'))));
+}
+
+std::vector<std::string> control_device_nodes(const fs::path& host_root) {
+  std::vector<std::string> nodes;
+  for (const char* node : {"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset"}) {
+    std::error_code ec;
+    if (fs::exists(under(host_root, node), ec)) nodes.emplace_back(node);
+  }
+  return nodes;
+}
+
+std::optional<std::string> toolkit_hardening_warning(const fs::path& host_root) {
+  constexpr std::string_view kKey = "accept-nvidia-visible-devices-envvar-when-unprivileged";
+  const fs::path config = under(host_root, "/etc/nvidia-container-runtime/config.toml");
+  const auto text = watch::read_file(config);
+  if (!text) {
+    return "no " + config.string() + ": the NVIDIA toolkit's default trusts NVIDIA_VISIBLE_DEVICES from any "
+           "container; set " + std::string(kKey) + " = false there";
+  }
+  std::string_view rest = *text;
+  std::optional<std::string> value;
+  while (!rest.empty()) {  // a top-level `key = value` line; comments and other keys are skipped
+    const std::size_t end = rest.find('\n');
+    std::string_view line = trim(rest.substr(0, end));
+    rest = end == std::string_view::npos ? std::string_view{} : rest.substr(end + 1);
+    if (!line.starts_with(kKey)) continue;
+    line = trim(line.substr(kKey.size()));
+    if (!line.starts_with('=')) continue;
+    line = trim(line.substr(1));
+    value = std::string(line.substr(0, line.find_first_of(" \t#")));
+  }
+  if (value == "false") return std::nullopt;
+  return config.string() + ": " + std::string(kKey) + " is " + (value ? *value : std::string("not set (default true)")) +
+         ", so any unprivileged container can ask the runtime for every GPU through NVIDIA_VISIBLE_DEVICES; "
+         "set it to false";
+}
+
+std::vector<Gpu> discover_nvml(Nvml& nvml, const fs::path& host_root) {
+  const std::vector<Gpu> from_procfs = discover_procfs(host_root);
+  std::vector<Gpu> gpus;
+  for (const Nvml::Device& device : nvml.devices()) {
+    Gpu gpu;
+    gpu.uuid = device.uuid;
+    gpu.minor = device.minor;
+    const auto known = std::find_if(from_procfs.begin(), from_procfs.end(),
+                                    [&](const Gpu& g) { return g.minor == device.minor; });
+    if (known != from_procfs.end()) {
+      gpu.pci_address = known->pci_address;
+      gpu.model = known->model;
+      gpu.numa_node = known->numa_node;
+    }
+    gpus.push_back(std::move(gpu));
+  }
+  std::sort(gpus.begin(), gpus.end(), [](const Gpu& a, const Gpu& b) { return a.minor < b.minor; });
+  return gpus;
+}
+
+}  // namespace gpuguard::deviceplugin

@@ -1,0 +1,146 @@
+#include "gpuguard/deviceplugin/plugin_server.hpp"
+
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <stdexcept>
+#include <system_error>
+
+#include "deviceplugin/v1beta1/api.grpc.pb.h"
+#include "gpuguard/log/log.hpp"
+
+namespace gpuguard::deviceplugin {
+namespace {
+
+using namespace std::chrono_literals;
+
+v1beta1::ListAndWatchResponse device_list(const std::vector<Device>& devices) {
+  v1beta1::ListAndWatchResponse response;
+  for (const Device& device : devices) {
+    auto* d = response.add_devices();
+    d->set_id(device.id);
+    d->set_health(device.healthy ? "Healthy" : "Unhealthy");
+    if (device.numa_node) d->mutable_topology()->add_nodes()->set_id(*device.numa_node);
+  }
+  return response;
+}
+
+}  // namespace
+
+class PluginServer::Service final : public v1beta1::DevicePlugin::Service {
+ public:
+  explicit Service(Resource& resource) : resource_(resource) {}
+  void stop() { stopping_ = true; }
+
+  grpc::Status GetDevicePluginOptions(grpc::ServerContext*, const v1beta1::Empty*,
+                                      v1beta1::DevicePluginOptions* options) override {
+    options->set_pre_start_required(false);
+    options->set_get_preferred_allocation_available(true);
+    return grpc::Status::OK;
+  }
+
+  // The whole list at once, and again on every change, until the kubelet hangs up or we stop.
+  grpc::Status ListAndWatch(grpc::ServerContext* context, const v1beta1::Empty*,
+                            grpc::ServerWriter<v1beta1::ListAndWatchResponse>* writer) override {
+    std::uint64_t sent = 0;
+    while (!stopping_ && !context->IsCancelled()) {
+      std::uint64_t version = 0;
+      const auto devices = resource_.devices().snapshot(&version);
+      if (version != sent) {
+        if (!writer->Write(device_list(devices))) break;
+        sent = version;
+      }
+      resource_.devices().wait_for_change(sent, 250ms);
+    }
+    return grpc::Status::OK;
+  }
+
+  grpc::Status GetPreferredAllocation(grpc::ServerContext*, const v1beta1::PreferredAllocationRequest* request,
+                                      v1beta1::PreferredAllocationResponse* response) override {
+    for (const auto& container : request->container_requests()) {
+      const std::vector<std::string> available(container.available_deviceids().begin(), container.available_deviceids().end());
+      const std::vector<std::string> must(container.must_include_deviceids().begin(), container.must_include_deviceids().end());
+      const auto size = static_cast<std::size_t>(std::max(0, container.allocation_size()));
+      auto* preferred = response->add_container_responses();
+      for (const std::string& id : resource_.preferred(available, must, size)) preferred->add_deviceids(id);
+    }
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Allocate(grpc::ServerContext*, const v1beta1::AllocateRequest* request,
+                        v1beta1::AllocateResponse* response) override {
+    for (const auto& container : request->container_requests()) {
+      const std::vector<std::string> ids(container.devices_ids().begin(), container.devices_ids().end());
+      if (auto error = resource_.allocate(ids, *response->add_container_responses())) {
+        log::error("allocation refused", {{"resource", resource_.name()}, {"reason", *error}});
+        return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, *error);
+      }
+      log::info("allocated", {{"resource", resource_.name()}, {"devices", ids}});
+    }
+    return grpc::Status::OK;
+  }
+
+  grpc::Status PreStartContainer(grpc::ServerContext*, const v1beta1::PreStartContainerRequest*,
+                                 v1beta1::PreStartContainerResponse*) override {
+    return grpc::Status::OK;
+  }
+
+ private:
+  Resource& resource_;
+  std::atomic<bool> stopping_{false};
+};
+
+PluginServer::PluginServer(Resource& resource, std::filesystem::path plugin_dir)
+    : resource_(resource), socket_path_(plugin_dir / socket_name(resource.name())) {}
+
+PluginServer::~PluginServer() { stop(); }
+
+const std::string& PluginServer::resource_name() const { return resource_.name(); }
+
+void PluginServer::serve() {
+  stop();
+  service_ = std::make_unique<Service>(resource_);
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("unix://" + socket_path_.string(), grpc::InsecureServerCredentials());
+  builder.RegisterService(service_.get());
+  server_ = builder.BuildAndStart();
+  if (!server_) throw std::runtime_error("cannot serve " + resource_.name() + " on " + socket_path_.string());
+  log::info("serving", {{"resource", resource_.name()}, {"socket", socket_path_.string()}});
+}
+
+void PluginServer::stop() {
+  if (server_) {
+    service_->stop();
+    server_->Shutdown(std::chrono::system_clock::now() + 2s);
+    server_->Wait();
+    server_.reset();
+  }
+  std::error_code ignored;
+  std::filesystem::remove(socket_path_, ignored);
+}
+
+bool PluginServer::socket_exists() const {
+  std::error_code ec;
+  return std::filesystem::is_socket(socket_path_, ec);
+}
+
+void PluginServer::register_with_kubelet(const std::filesystem::path& kubelet_socket) const {
+  auto channel = grpc::CreateChannel("unix://" + kubelet_socket.string(), grpc::InsecureChannelCredentials());
+  auto stub = v1beta1::Registration::NewStub(channel);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + 5s);
+  v1beta1::RegisterRequest request;
+  request.set_version("v1beta1");
+  request.set_endpoint(socket_path_.filename().string());
+  request.set_resource_name(resource_.name());
+  request.mutable_options()->set_get_preferred_allocation_available(true);
+  v1beta1::Empty reply;
+  const grpc::Status status = stub->Register(&context, request, &reply);
+  if (!status.ok()) {
+    throw std::runtime_error("cannot register " + resource_.name() + " with " + kubelet_socket.string() + ": " +
+                             status.error_message());
+  }
+  log::info("registered", {{"resource", resource_.name()}, {"endpoint", request.endpoint()}});
+}
+
+}  // namespace gpuguard::deviceplugin

@@ -1,0 +1,239 @@
+#define CATCH_CONFIG_MAIN
+#include <catch2/catch.hpp>
+
+#include <deque>
+#include <mutex>
+
+#include "fake_host.hpp"
+#include "gpuguard/deviceplugin/discovery.hpp"
+#include "gpuguard/deviceplugin/health.hpp"
+#include "gpuguard/deviceplugin/resource.hpp"
+
+using namespace gpuguard::deviceplugin;
+using gpuguard::test::FakeHost;
+using namespace std::chrono_literals;
+
+namespace {
+
+const std::string kGpu0 = "GPU-11111111-1111-1111-1111-111111111111";
+const std::string kGpu1 = "GPU-22222222-2222-2222-2222-222222222222";
+const std::string kGpu2 = "GPU-33333333-3333-3333-3333-333333333333";
+const std::string kGpu3 = "GPU-44444444-4444-4444-4444-444444444444";
+
+std::vector<Gpu> four_gpus_on_two_nodes() {
+  return {{kGpu0, 0, "0000:18:00.0", "H100", 0}, {kGpu1, 1, "0000:2a:00.0", "H100", 0},
+          {kGpu2, 2, "0000:9a:00.0", "H100", 1}, {kGpu3, 3, "0000:ab:00.0", "H100", 1}};
+}
+
+// NVML as a test double: XID events are queued by the test, responsiveness is set per GPU.
+class FakeNvml final : public Nvml {
+ public:
+  std::vector<Device> devices() override { return {{kGpu0, 0}, {kGpu1, 1}}; }
+  std::optional<XidEvent> wait_for_xid(std::chrono::milliseconds) override {
+    std::lock_guard lock(mutex);
+    if (events.empty()) return std::nullopt;
+    auto event = events.front();
+    events.pop_front();
+    return event;
+  }
+  bool responds(const std::string& uuid) override { return !unresponsive.count(uuid); }
+
+  std::mutex mutex;
+  std::deque<XidEvent> events;
+  std::set<std::string> unresponsive;
+};
+
+bool healthy(const DeviceSet& devices, const std::string& id) { return devices.find(id)->healthy; }
+
+}  // namespace
+
+TEST_CASE("procfs: information files, NUMA nodes, excluded GPUs, order by minor") {
+  FakeHost host("procfs");
+  host.add_gpu("0000:9A:00.0", kGpu2, 2, 1);
+  host.add_gpu("0000:18:00.0", kGpu0, 0, 0);
+  host.add_gpu("0000:2a:00.0", kGpu1, 1, -1);
+  host.add_gpu("0000:ab:00.0", kGpu3, 3, 1, /*excluded=*/true);
+  host.write("proc/driver/nvidia/gpus/0000:cc:00.0/information", "Model: broken\n");  // no UUID: skipped
+  host.write("sys/bus/pci/devices/0000:9a:00.0/numa_node", "1\n");  // sysfs is lower case
+
+  const auto gpus = discover_procfs(host.root());
+  REQUIRE(gpus.size() == 3);
+  CHECK(gpus[0].uuid == kGpu0);
+  CHECK(gpus[0].numa_node == 0);
+  CHECK(gpus[0].model == "NVIDIA H100 80GB HBM3");
+  CHECK(gpus[1].uuid == kGpu1);
+  CHECK_FALSE(gpus[1].numa_node.has_value());  // -1: unknown
+  CHECK(gpus[2].uuid == kGpu2);
+  CHECK(gpus[2].minor == 2);
+  CHECK(gpus[2].numa_node == 1);
+  CHECK(driver_version(host.root()).starts_with("NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15"));
+  CHECK(discover_procfs(host.root() / "nowhere").empty());
+}
+
+TEST_CASE("procfs: information lines split at the first colon") {
+  const auto fields = parse_information("Model: \t\t A: B\nGPU UUID: \t GPU-x\nno colon here\n  Device Minor:\t 7  \n");
+  CHECK(fields.at("Model") == "A: B");
+  CHECK(fields.at("GPU UUID") == "GPU-x");
+  CHECK(fields.at("Device Minor") == "7");
+  CHECK(fields.size() == 3);
+}
+
+TEST_CASE("control device nodes: only those that exist") {
+  FakeHost host("control");
+  host.add_device("/dev/nvidiactl");
+  host.add_device("/dev/nvidia-uvm");
+  CHECK(control_device_nodes(host.root()) == std::vector<std::string>{"/dev/nvidiactl", "/dev/nvidia-uvm"});
+}
+
+TEST_CASE("toolkit hardening: warn unless accept-nvidia-visible-devices-envvar-when-unprivileged = false") {
+  FakeHost host("toolkit");
+  CHECK(toolkit_hardening_warning(host.root()).has_value());  // no config: toolkit default is true
+  host.write("etc/nvidia-container-runtime/config.toml",
+             "# accept-nvidia-visible-devices-envvar-when-unprivileged = false\ndisable-require = false\n");
+  CHECK_THAT(*toolkit_hardening_warning(host.root()), Catch::Contains("not set (default true)"));
+  host.write("etc/nvidia-container-runtime/config.toml",
+             "accept-nvidia-visible-devices-envvar-when-unprivileged = true\n[nvidia-container-cli]\n");
+  CHECK_THAT(*toolkit_hardening_warning(host.root()), Catch::Contains("is true"));
+  host.write("etc/nvidia-container-runtime/config.toml",
+             "accept-nvidia-visible-devices-as-volume-mounts = true\n"
+             "accept-nvidia-visible-devices-envvar-when-unprivileged = false # hardened\n");
+  CHECK_FALSE(toolkit_hardening_warning(host.root()).has_value());
+}
+
+TEST_CASE("host devices: RESOURCE=PATH[:SLOTS]") {
+  std::string error;
+  auto fuse = parse_host_device("github.com/fuse=/dev/fuse:16", error);
+  REQUIRE(fuse);
+  CHECK(fuse->resource == "github.com/fuse");
+  CHECK(fuse->path == "/dev/fuse");
+  CHECK(fuse->slots == 16);
+  auto one = parse_host_device("example.com/kvm=/dev/kvm", error);
+  REQUIRE(one);
+  CHECK(one->slots == 1);
+  for (const char* bad : {"github.com/fuse", "fuse=/dev/fuse", "github.com/fuse=dev/fuse", "github.com/fuse=/dev/fuse:0",
+                          "github.com/fuse=/dev/fuse:x", "github.com/fuse=/dev/fuse:1001", "github.com/fuse=:3",
+                          "=/dev/fuse"}) {
+    INFO(bad);
+    CHECK_FALSE(parse_host_device(bad, error));
+    CHECK_THAT(error, Catch::Contains("--host-device"));
+  }
+  CHECK(socket_name("github.com/fuse") == "gpuguard-github-com-fuse.sock");
+  CHECK(socket_name("nvidia.com/gpu") == "gpuguard-nvidia-com-gpu.sock");
+}
+
+TEST_CASE("allocate: envvar, volume-mounts and cdi, with and without device specs") {
+  const auto gpus = four_gpus_on_two_nodes();
+  v1beta1::ContainerAllocateResponse envvar;
+  REQUIRE_FALSE(GpuResource("nvidia.com/gpu", gpus, {Strategy::envvar, false, {}}).allocate({kGpu1, kGpu0}, envvar));
+  CHECK(envvar.envs().at("NVIDIA_VISIBLE_DEVICES") == kGpu1 + "," + kGpu0);
+  CHECK(envvar.mounts_size() == 0);
+  CHECK(envvar.devices_size() == 0);
+
+  v1beta1::ContainerAllocateResponse mounts;
+  REQUIRE_FALSE(GpuResource("nvidia.com/gpu", gpus, {Strategy::volume_mounts, false, {}}).allocate({kGpu2}, mounts));
+  CHECK(mounts.envs().at("NVIDIA_VISIBLE_DEVICES") == "/var/run/nvidia-container-devices");
+  REQUIRE(mounts.mounts_size() == 1);
+  CHECK(mounts.mounts(0).host_path() == "/dev/null");
+  CHECK(mounts.mounts(0).container_path() == "/var/run/nvidia-container-devices/" + kGpu2);
+
+  v1beta1::ContainerAllocateResponse cdi;
+  GpuResource cdi_gpus("nvidia.com/gpu", gpus, {Strategy::cdi, true, {"/dev/nvidiactl", "/dev/nvidia-uvm"}});
+  REQUIRE_FALSE(cdi_gpus.allocate({kGpu3}, cdi));
+  CHECK(cdi.envs().empty());
+  REQUIRE(cdi.cdi_devices_size() == 1);
+  CHECK(cdi.cdi_devices(0).name() == "nvidia.com/gpu=" + kGpu3);
+  REQUIRE(cdi.devices_size() == 3);
+  CHECK(cdi.devices(0).host_path() == "/dev/nvidia3");
+  CHECK(cdi.devices(0).container_path() == "/dev/nvidia3");
+  CHECK(cdi.devices(0).permissions() == "rw");
+  CHECK(cdi.devices(1).host_path() == "/dev/nvidiactl");
+  CHECK(cdi.devices(2).host_path() == "/dev/nvidia-uvm");
+}
+
+TEST_CASE("allocate: unknown and unhealthy IDs are refused by name") {
+  GpuResource gpus("nvidia.com/gpu", four_gpus_on_two_nodes(), {});
+  v1beta1::ContainerAllocateResponse response;
+  const auto unknown = gpus.allocate({kGpu0, "GPU-nope"}, response);
+  REQUIRE(unknown);
+  CHECK_THAT(*unknown, Catch::Contains("GPU-nope"));
+  gpus.devices().set_health(kGpu1, false);
+  const auto unhealthy = gpus.allocate({kGpu1}, response);
+  REQUIRE(unhealthy);
+  CHECK_THAT(*unhealthy, Catch::Contains(kGpu1) && Catch::Contains("unhealthy"));
+}
+
+TEST_CASE("host device: any number of slots pass the path once") {
+  HostDeviceResource fuse({"github.com/fuse", "/dev/fuse", 4});
+  const auto devices = fuse.devices().snapshot();
+  REQUIRE(devices.size() == 4);
+  CHECK(devices[0].id == "fuse-0");
+  CHECK(devices[3].id == "fuse-3");
+  v1beta1::ContainerAllocateResponse response;
+  REQUIRE_FALSE(fuse.allocate({"fuse-2", "fuse-0"}, response));
+  REQUIRE(response.devices_size() == 1);
+  CHECK(response.devices(0).host_path() == "/dev/fuse");
+  CHECK(response.devices(0).container_path() == "/dev/fuse");
+  CHECK(response.devices(0).permissions() == "rw");
+  CHECK(fuse.preferred({"fuse-3", "fuse-1", "fuse-2"}, {}, 2) == std::vector<std::string>{"fuse-1", "fuse-2"});
+}
+
+TEST_CASE("preferred allocation: must_include, then one NUMA node, then lowest minor") {
+  GpuResource gpus("nvidia.com/gpu", four_gpus_on_two_nodes(), {});
+  const std::vector<std::string> all = {kGpu3, kGpu2, kGpu1, kGpu0};
+  CHECK(gpus.preferred(all, {}, 1) == std::vector<std::string>{kGpu0});
+  CHECK(gpus.preferred(all, {}, 2) == std::vector<std::string>{kGpu0, kGpu1});
+  CHECK(gpus.preferred(all, {kGpu2}, 2) == std::vector<std::string>{kGpu2, kGpu3});
+  CHECK(gpus.preferred({kGpu0, kGpu2, kGpu3}, {}, 2) == std::vector<std::string>{kGpu2, kGpu3});  // node 1 has room
+  CHECK(gpus.preferred(all, {}, 3) == std::vector<std::string>{kGpu0, kGpu1, kGpu2});  // no node holds 3
+  CHECK(gpus.preferred(all, {kGpu1, kGpu2}, 3) == std::vector<std::string>{kGpu1, kGpu2, kGpu0});
+  gpus.devices().set_health(kGpu0, false);
+  CHECK(gpus.preferred(all, {}, 1) == std::vector<std::string>{kGpu1});  // never an unhealthy one
+}
+
+TEST_CASE("NVML health: critical XIDs, ignored application XIDs, recovery on re-probe") {
+  FakeNvml nvml;
+  GpuResource gpus("nvidia.com/gpu", {{kGpu0, 0, "", "", 0}, {kGpu1, 1, "", "", 0}}, {});
+  NvmlHealth health(nvml, gpus.devices(), 200ms);
+
+  nvml.events.push_back({kGpu0, 13});  // an application's fault
+  health.step(0ms);
+  CHECK(healthy(gpus.devices(), kGpu0));
+
+  nvml.events.push_back({kGpu0, 79});  // fallen off the bus
+  health.step(0ms);
+  CHECK_FALSE(healthy(gpus.devices(), kGpu0));
+  CHECK(healthy(gpus.devices(), kGpu1));
+
+  std::this_thread::sleep_for(220ms);
+  health.step(0ms);  // first probe: an XID came since the last one, so it stays unhealthy
+  CHECK_FALSE(healthy(gpus.devices(), kGpu0));
+
+  nvml.unresponsive.insert(kGpu0);
+  std::this_thread::sleep_for(220ms);
+  health.step(0ms);  // NVML does not answer for it
+  CHECK_FALSE(healthy(gpus.devices(), kGpu0));
+
+  nvml.unresponsive.clear();
+  health.step(0ms);  // not yet due
+  CHECK_FALSE(healthy(gpus.devices(), kGpu0));
+  std::this_thread::sleep_for(220ms);
+  health.step(0ms);
+  CHECK(healthy(gpus.devices(), kGpu0));
+
+  nvml.events.push_back({"", 48});  // not attributable to one GPU: all of them
+  health.step(0ms);
+  CHECK_FALSE(healthy(gpus.devices(), kGpu0));
+  CHECK_FALSE(healthy(gpus.devices(), kGpu1));
+}
+
+TEST_CASE("NVML discovery takes PCI address and NUMA node from procfs by minor number") {
+  FakeHost host("nvml");
+  host.add_gpu("0000:18:00.0", kGpu0, 0, 1);
+  FakeNvml nvml;
+  const auto gpus = discover_nvml(nvml, host.root());
+  REQUIRE(gpus.size() == 2);
+  CHECK(gpus[0].pci_address == "0000:18:00.0");
+  CHECK(gpus[0].numa_node == 1);
+  CHECK(gpus[1].uuid == kGpu1);
+  CHECK(gpus[1].pci_address.empty());
+}
