@@ -1,0 +1,354 @@
+// The real gpuguard-device-plugin against a fake kubelet: a Registration server on a temporary
+// kubelet.sock, and DevicePlugin clients on the sockets the plugin registers, over a fake host tree.
+#define CATCH_CONFIG_MAIN
+#include <catch2/catch.hpp>
+
+#include <grpcpp/grpcpp.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+
+#include <condition_variable>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "deviceplugin/v1beta1/api.grpc.pb.h"
+#include "fake_host.hpp"
+
+using gpuguard::test::FakeHost;
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+
+extern char** environ;
+
+namespace {
+
+const std::string kGpu0 = "GPU-11111111-1111-1111-1111-111111111111";
+const std::string kGpu1 = "GPU-22222222-2222-2222-2222-222222222222";
+
+// The kubelet's side of registration: records every RegisterRequest.
+class FakeKubelet final : public v1beta1::Registration::Service {
+ public:
+  explicit FakeKubelet(fs::path dir) : dir_(std::move(dir)) { start(); }
+  ~FakeKubelet() override { stop(); }
+
+  void start() {
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("unix://" + (dir_ / "kubelet.sock").string(), grpc::InsecureServerCredentials());
+    builder.RegisterService(this);
+    server_ = builder.BuildAndStart();
+  }
+  void stop() {
+    if (server_) server_->Shutdown(std::chrono::system_clock::now() + 1s);
+    server_.reset();
+  }
+
+  grpc::Status Register(grpc::ServerContext*, const v1beta1::RegisterRequest* request, v1beta1::Empty*) override {
+    std::lock_guard lock(mutex_);
+    registrations_.push_back(*request);
+    changed_.notify_all();
+    return grpc::Status::OK;
+  }
+
+  // Waits until `count` registrations in all have arrived; returns them.
+  std::vector<v1beta1::RegisterRequest> wait_for(std::size_t count, std::chrono::milliseconds limit = 5s) {
+    std::unique_lock lock(mutex_);
+    changed_.wait_for(lock, limit, [&] { return registrations_.size() >= count; });
+    return registrations_;
+  }
+
+ private:
+  fs::path dir_;
+  std::unique_ptr<grpc::Server> server_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::vector<v1beta1::RegisterRequest> registrations_;
+};
+
+class PluginProcess {
+ public:
+  PluginProcess(const fs::path& plugin_dir, const fs::path& host_root, std::vector<std::string> extra) {
+    std::vector<std::string> args = {GPUGUARD_DEVICE_PLUGIN_BIN, "--device-plugin-dir", plugin_dir.string(),
+                                     "--host-root", host_root.string(), "--discovery", "procfs"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    log_ = plugin_dir / "plugin.log";
+    posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    REQUIRE(posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ) == 0);
+    posix_spawn_file_actions_destroy(&actions);
+  }
+  ~PluginProcess() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+  int terminate() {
+    kill(pid_, SIGTERM);
+    int status = 0;
+    for (int i = 0; i < 100; ++i) {
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+      }
+      std::this_thread::sleep_for(50ms);
+    }
+    return -1;
+  }
+  std::string log() const {
+    std::ifstream in(log_);
+    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+
+ private:
+  pid_t pid_ = -1;
+  fs::path log_;
+};
+
+std::unique_ptr<v1beta1::DevicePlugin::Stub> plugin_client(const fs::path& dir, const std::string& endpoint) {
+  return v1beta1::DevicePlugin::NewStub(
+      grpc::CreateChannel("unix://" + (dir / endpoint).string(), grpc::InsecureChannelCredentials()));
+}
+
+// The first response of a ListAndWatch stream, then each following one on demand.
+class DeviceWatch {
+ public:
+  explicit DeviceWatch(v1beta1::DevicePlugin::Stub& stub) {
+    context_.set_deadline(std::chrono::system_clock::now() + 60s);
+    reader_ = stub.ListAndWatch(&context_, v1beta1::Empty{});
+  }
+  ~DeviceWatch() { context_.TryCancel(); }
+  std::optional<v1beta1::ListAndWatchResponse> next() {
+    v1beta1::ListAndWatchResponse response;
+    if (!reader_->Read(&response)) return std::nullopt;
+    return response;
+  }
+  // Reads updates until `id` has `health`; false when the stream ends first.
+  bool until(const std::string& id, const std::string& health) {
+    while (auto response = next()) {
+      for (const auto& d : response->devices()) {
+        if (d.id() == id && d.health() == health) return true;
+      }
+    }
+    return false;
+  }
+
+ private:
+  grpc::ClientContext context_;
+  std::unique_ptr<grpc::ClientReader<v1beta1::ListAndWatchResponse>> reader_;
+};
+
+grpc::Status allocate(v1beta1::DevicePlugin::Stub& stub, const std::vector<std::string>& ids,
+                      v1beta1::AllocateResponse& response) {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + 5s);
+  v1beta1::AllocateRequest request;
+  auto* container = request.add_container_requests();
+  for (const auto& id : ids) container->add_devices_ids(id);
+  return stub.Allocate(&context, request, &response);
+}
+
+struct Node {
+  FakeHost host{"plugin"};
+  fs::path plugin_dir = host.root() / "var/lib/kubelet/device-plugins";
+  Node() {
+    fs::create_directories(plugin_dir);
+    host.add_gpu("0000:18:00.0", kGpu0, 0, 0);
+    host.add_gpu("0000:9a:00.0", kGpu1, 1, 1);
+    host.add_device("/dev/nvidiactl");
+    host.add_device("/dev/fuse");
+  }
+};
+
+}  // namespace
+
+TEST_CASE("registers each resource on its own socket, lists, allocates, refuses unknown IDs, stops on SIGTERM") {
+  Node node;
+  FakeKubelet kubelet(node.plugin_dir);
+  PluginProcess plugin(node.plugin_dir, node.host.root(), {"--host-device", "github.com/fuse=/dev/fuse:4", "--pass-device-specs"});
+
+  const auto registrations = kubelet.wait_for(2);
+  REQUIRE(registrations.size() == 2);
+  std::map<std::string, v1beta1::RegisterRequest> by_resource;
+  for (const auto& r : registrations) by_resource[r.resource_name()] = r;
+  REQUIRE(by_resource.count("nvidia.com/gpu"));
+  REQUIRE(by_resource.count("github.com/fuse"));
+  const auto& gpu_registration = by_resource["nvidia.com/gpu"];
+  CHECK(gpu_registration.version() == "v1beta1");
+  CHECK(gpu_registration.endpoint() == "gpuguard-nvidia-com-gpu.sock");
+  CHECK(gpu_registration.options().get_preferred_allocation_available());
+  CHECK(fs::is_socket(node.plugin_dir / gpu_registration.endpoint()));  // served before registering
+
+  auto gpus = plugin_client(node.plugin_dir, gpu_registration.endpoint());
+  {
+    grpc::ClientContext context;
+    v1beta1::DevicePluginOptions options;
+    REQUIRE(gpus->GetDevicePluginOptions(&context, v1beta1::Empty{}, &options).ok());
+    CHECK(options.get_preferred_allocation_available());
+    CHECK_FALSE(options.pre_start_required());
+  }
+  DeviceWatch watch(*gpus);
+  const auto list = watch.next();
+  REQUIRE(list);
+  REQUIRE(list->devices_size() == 2);
+  CHECK(list->devices(0).id() == kGpu0);
+  CHECK(list->devices(0).health() == "Healthy");
+  REQUIRE(list->devices(1).topology().nodes_size() == 1);
+  CHECK(list->devices(1).topology().nodes(0).id() == 1);
+
+  v1beta1::AllocateResponse allocated;
+  REQUIRE(allocate(*gpus, {kGpu1}, allocated).ok());
+  CHECK(allocated.container_responses(0).envs().at("NVIDIA_VISIBLE_DEVICES") == kGpu1);
+  REQUIRE(allocated.container_responses(0).devices_size() == 2);  // /dev/nvidia1 and /dev/nvidiactl
+  CHECK(allocated.container_responses(0).devices(0).host_path() == "/dev/nvidia1");
+
+  v1beta1::AllocateResponse refused;
+  const grpc::Status unknown = allocate(*gpus, {"GPU-does-not-exist"}, refused);
+  CHECK(unknown.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  CHECK_THAT(unknown.error_message(), Catch::Contains("GPU-does-not-exist"));
+  v1beta1::AllocateResponse still_serving;
+  CHECK(allocate(*gpus, {kGpu0}, still_serving).ok());
+
+  {
+    grpc::ClientContext context;
+    v1beta1::PreferredAllocationRequest request;
+    auto* container = request.add_container_requests();
+    container->add_available_deviceids(kGpu1);
+    container->add_available_deviceids(kGpu0);
+    container->set_allocation_size(1);
+    v1beta1::PreferredAllocationResponse preferred;
+    REQUIRE(gpus->GetPreferredAllocation(&context, request, &preferred).ok());
+    REQUIRE(preferred.container_responses(0).deviceids_size() == 1);
+    CHECK(preferred.container_responses(0).deviceids(0) == kGpu0);
+  }
+
+  auto fuse = plugin_client(node.plugin_dir, by_resource["github.com/fuse"].endpoint());
+  DeviceWatch fuse_watch(*fuse);
+  const auto slots = fuse_watch.next();
+  REQUIRE(slots);
+  CHECK(slots->devices_size() == 4);
+  v1beta1::AllocateResponse fuse_allocated;
+  REQUIRE(allocate(*fuse, {"fuse-1", "fuse-3"}, fuse_allocated).ok());
+  REQUIRE(fuse_allocated.container_responses(0).devices_size() == 1);
+  CHECK(fuse_allocated.container_responses(0).devices(0).host_path() == "/dev/fuse");
+  CHECK(fuse_allocated.container_responses(0).devices(0).permissions() == "rw");
+
+  CHECK(plugin.terminate() == 0);
+  CHECK_FALSE(fs::exists(node.plugin_dir / gpu_registration.endpoint()));
+  CHECK_FALSE(fs::exists(node.plugin_dir / by_resource["github.com/fuse"].endpoint()));
+  CHECK_THAT(plugin.log(), Catch::Contains("node not hardened"));
+}
+
+TEST_CASE("volume-mounts and cdi strategies over the wire") {
+  for (const std::string strategy : {"volume-mounts", "cdi"}) {
+    DYNAMIC_SECTION(strategy) {
+      Node node;
+      FakeKubelet kubelet(node.plugin_dir);
+      PluginProcess plugin(node.plugin_dir, node.host.root(), {"--device-list-strategy", strategy});
+      REQUIRE(kubelet.wait_for(1).size() == 1);
+      auto gpus = plugin_client(node.plugin_dir, "gpuguard-nvidia-com-gpu.sock");
+      v1beta1::AllocateResponse response;
+      REQUIRE(allocate(*gpus, {kGpu0, kGpu1}, response).ok());
+      const auto& container = response.container_responses(0);
+      if (strategy == "cdi") {
+        REQUIRE(container.cdi_devices_size() == 2);
+        CHECK(container.cdi_devices(1).name() == "nvidia.com/gpu=" + kGpu1);
+        CHECK(container.envs().empty());
+      } else {
+        CHECK(container.envs().at("NVIDIA_VISIBLE_DEVICES") == "/var/run/nvidia-container-devices");
+        REQUIRE(container.mounts_size() == 2);
+        CHECK(container.mounts(0).container_path() == "/var/run/nvidia-container-devices/" + kGpu0);
+        CHECK(container.mounts(0).host_path() == "/dev/null");
+      }
+      CHECK(plugin.terminate() == 0);
+    }
+  }
+}
+
+TEST_CASE("health: a vanished device node turns Unhealthy within 5 s, and Healthy again when it is back") {
+  Node node;
+  FakeKubelet kubelet(node.plugin_dir);
+  PluginProcess plugin(node.plugin_dir, node.host.root(), {"--host-device", "github.com/fuse=/dev/fuse:2"});
+  REQUIRE(kubelet.wait_for(2).size() == 2);
+  auto gpus = plugin_client(node.plugin_dir, "gpuguard-nvidia-com-gpu.sock");
+  DeviceWatch watch(*gpus);
+  REQUIRE(watch.next());
+
+  auto started = std::chrono::steady_clock::now();
+  node.host.remove("/dev/nvidia1");
+  REQUIRE(watch.until(kGpu1, "Unhealthy"));
+  CHECK(std::chrono::steady_clock::now() - started < 5s);
+  v1beta1::AllocateResponse refused;
+  const grpc::Status status = allocate(*gpus, {kGpu1}, refused);
+  CHECK(status.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  CHECK_THAT(status.error_message(), Catch::Contains(kGpu1) && Catch::Contains("unhealthy"));
+
+  started = std::chrono::steady_clock::now();
+  node.host.add_device("/dev/nvidia1");
+  REQUIRE(watch.until(kGpu1, "Healthy"));
+  CHECK(std::chrono::steady_clock::now() - started < 5s);
+
+  // The information file counts too, and a host device is healthy while its path exists.
+  node.host.remove("/proc/driver/nvidia/gpus/0000:18:00.0/information");
+  REQUIRE(watch.until(kGpu0, "Unhealthy"));
+  auto fuse = plugin_client(node.plugin_dir, "gpuguard-github-com-fuse.sock");
+  DeviceWatch fuse_watch(*fuse);
+  REQUIRE(fuse_watch.next());
+  node.host.remove("/dev/fuse");
+  REQUIRE(fuse_watch.until("fuse-1", "Unhealthy"));
+  CHECK(plugin.terminate() == 0);
+}
+
+TEST_CASE("kubelet restart: sockets deleted and kubelet.sock re-created, every resource back within 5 s") {
+  Node node;
+  auto kubelet = std::make_unique<FakeKubelet>(node.plugin_dir);
+  PluginProcess plugin(node.plugin_dir, node.host.root(), {"--host-device", "github.com/fuse=/dev/fuse"});
+  REQUIRE(kubelet->wait_for(2).size() == 2);
+
+  // What the kubelet does on restart: remove every socket in the directory, then serve a new kubelet.sock.
+  kubelet.reset();
+  for (const auto& entry : fs::directory_iterator(node.plugin_dir)) {
+    if (entry.is_socket()) fs::remove(entry.path());
+  }
+  std::this_thread::sleep_for(300ms);
+  const auto restarted = std::chrono::steady_clock::now();
+  kubelet = std::make_unique<FakeKubelet>(node.plugin_dir);
+  REQUIRE(kubelet->wait_for(2).size() == 2);
+  CHECK(std::chrono::steady_clock::now() - restarted < 5s);
+  CHECK(fs::is_socket(node.plugin_dir / "gpuguard-nvidia-com-gpu.sock"));
+  CHECK(fs::is_socket(node.plugin_dir / "gpuguard-github-com-fuse.sock"));
+  v1beta1::AllocateResponse response;
+  CHECK(allocate(*plugin_client(node.plugin_dir, "gpuguard-nvidia-com-gpu.sock"), {kGpu0}, response).ok());
+  CHECK(plugin.terminate() == 0);
+}
+
+TEST_CASE("a node without GPUs serves its host devices and keeps running") {
+  FakeHost host("no-gpu");
+  host.add_device("/dev/fuse");
+  const fs::path dir = host.root() / "plugins";
+  fs::create_directories(dir);
+  FakeKubelet kubelet(dir);
+  PluginProcess plugin(dir, host.root(), {"--host-device", "github.com/fuse=/dev/fuse:16"});
+  const auto registrations = kubelet.wait_for(1);
+  REQUIRE(registrations.size() == 1);
+  CHECK(registrations[0].resource_name() == "github.com/fuse");
+  std::this_thread::sleep_for(1500ms);
+  CHECK(kubelet.wait_for(1, 0ms).size() == 1);  // no crash loop, no second registration
+  CHECK(plugin.terminate() == 0);
+  CHECK_THAT(plugin.log(), Catch::Contains("no NVIDIA GPU found"));
+}
+
+TEST_CASE("bad flags are refused with a reason, before anything is served") {
+  const std::string bin = GPUGUARD_DEVICE_PLUGIN_BIN;
+  CHECK(WEXITSTATUS(std::system((bin + " --host-device fuse=/dev/fuse 2>/dev/null").c_str())) == 2);
+  CHECK(WEXITSTATUS(std::system((bin + " --device-list-strategy mounts 2>/dev/null").c_str())) == 2);
+  CHECK(WEXITSTATUS(std::system((bin + " --discovery guess 2>/dev/null").c_str())) == 2);
+  CHECK(WEXITSTATUS(std::system((bin + " --discovery nvml --device-plugin-dir /nonexistent 2>/dev/null").c_str())) == 1);
+}
