@@ -12,8 +12,8 @@ packages=(
   nlohmann-json3-dev libsimdjson-dev
   # device plugin: gRPC C++ and protobuf, with the code generators
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
-  # tests
-  catch2
+  # tests (python3-yaml: the manifest render test reads what kustomize produced)
+  catch2 python3 python3-yaml
   # `make run` prints a curl line; the README walkthrough uses it
   curl
 )

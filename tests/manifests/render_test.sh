@@ -1,61 +1,85 @@
 #!/usr/bin/env bash
-# Renders manifests/default offline with fresh certificates and checks what the apiserver relies on,
-# and that the shipped policy ConfigMap is a policy gpuguard-webhook ($1) accepts.
+# Renders manifests/default (which includes manifests/device-plugin) offline with fresh certificates,
+# checks what the apiserver and the kubelet rely on, and that the shipped policy ConfigMap is a policy
+# gpuguard-webhook ($1) accepts.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 webhook="$1"
 command -v kubectl >/dev/null || { echo "kubectl not installed: cannot render"; exit 77; }
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
-cp -r "$root/manifests/default" "$work/default"
+cp -r "$root/manifests/." "$work/"
 rm -rf "$work/default/certs"
 "$root/certs/generate.sh" --out "$work/default/certs" >/dev/null
 kubectl kustomize "$work/default" > "$work/rendered.yaml"
+kubectl kustomize "$work/device-plugin" > /dev/null
 
-python3 - "$work/rendered.yaml" "$work/default/certs/ca.crt" "$work/policy" <<'PY'
-import base64, json, os, re, sys
-text = open(sys.argv[1]).read()
+/usr/bin/python3 - "$work/rendered.yaml" "$work/default/certs/ca.crt" "$work/policy" <<'PY'
+import base64, os, sys, yaml
+
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
 ca = open(sys.argv[2]).read()
-docs = text.split("\n---\n")
-kinds = sorted(re.search(r"^kind: (\S+)", d, re.M).group(1) for d in docs)
-expected = sorted(["Namespace", "ServiceAccount", "Secret", "Secret", "Service", "Deployment", "ConfigMap",
-                   "PodDisruptionBudget", "MutatingWebhookConfiguration"])
-assert kinds == expected, kinds
-webhook = next(d for d in docs if "kind: MutatingWebhookConfiguration" in d)
-lines = webhook.splitlines()
-start = next(i for i, l in enumerate(lines) if l.strip() == "caBundle: |")
-indent = len(lines[start]) - len(lines[start].lstrip())
-bundle = []
-for line in lines[start + 1:]:
-    if len(line) - len(line.lstrip()) <= indent:
-        break
-    bundle.append(line.strip())
-assert base64.b64decode("".join(bundle)).decode() == ca, "caBundle is not the generated CA"
-for needle in ["failurePolicy: Fail", "reinvocationPolicy: IfNeeded", "sideEffects: None", "path: /mutate",
-               "pods/ephemeralcontainers", "timeoutSeconds: 5", "matchPolicy: Equivalent"]:
-    assert needle in webhook, needle
-deployment = next(d for d in docs if "kind: Deployment" in d)
-for needle in ["runAsNonRoot: true", "readOnlyRootFilesystem: true", "allowPrivilegeEscalation: false",
-               "type: RuntimeDefault", "namespace: gpuguard-system", "priorityClassName: system-cluster-critical"]:
-    assert needle in deployment, needle
-assert "--policy-dir=/etc/gpuguard/policy" in deployment and "name: gpuguard-policy" in deployment
-policy = next(d for d in docs if "kind: ConfigMap" in d)
-for key in ["mode: enforce", "visibleDevicesValue: none", "gpuResources: nvidia.com/gpu, nvidia.com/gpu.shared, nvidia.com/mig-*",
-            "exemptNamespaces: \"\"", "exemptServiceAccounts: \"\"", "privileged: warn", "stripUserValueFromGpuContainers: \"true\""]:
-    assert key in policy, key
-# The ConfigMap's data as the kubelet would mount it: one file per key.
+kinds = sorted(d["kind"] for d in docs)
+assert kinds == sorted(["Namespace", "ServiceAccount", "ServiceAccount", "Secret", "Secret", "Service", "Deployment",
+                        "ConfigMap", "PodDisruptionBudget", "MutatingWebhookConfiguration", "DaemonSet"]), kinds
+def one(kind):
+    return next(d for d in docs if d["kind"] == kind)
+for d in docs:
+    if d["kind"] not in ("Namespace", "MutatingWebhookConfiguration"):
+        assert d["metadata"]["namespace"] == "gpuguard-system", d["metadata"]
+
+webhook = one("MutatingWebhookConfiguration")["webhooks"][0]
+assert base64.b64decode(webhook["clientConfig"]["caBundle"]).decode() == ca, "caBundle is not the generated CA"
+assert webhook["clientConfig"]["service"] == {"name": "gpuguard-webhook", "namespace": "gpuguard-system",
+                                              "path": "/mutate", "port": 443}
+assert webhook["admissionReviewVersions"] == ["v1", "v1beta1"]
+for key, value in {"failurePolicy": "Fail", "reinvocationPolicy": "IfNeeded", "sideEffects": "None",
+                   "timeoutSeconds": 5, "matchPolicy": "Equivalent"}.items():
+    assert webhook[key] == value, key
+rules = {(tuple(r["operations"]), tuple(r["resources"])) for r in webhook["rules"]}
+assert rules == {(("CREATE",), ("pods",)), (("UPDATE",), ("pods/ephemeralcontainers",))}, rules
+excluded = webhook["namespaceSelector"]["matchExpressions"][0]
+assert excluded["operator"] == "NotIn" and set(excluded["values"]) == {"kube-system", "kube-node-lease", "gpuguard-system"}
+
+deployment = one("Deployment")["spec"]
+pod = deployment["template"]["spec"]
+container = pod["containers"][0]
+assert deployment["replicas"] >= 2
+assert pod["priorityClassName"] == "system-cluster-critical"
+assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
+sc = container["securityContext"]
+assert sc["readOnlyRootFilesystem"] is True and sc["allowPrivilegeEscalation"] is False and sc["capabilities"]["drop"] == ["ALL"]
+assert container["readinessProbe"]["httpGet"]["path"] == "/readyz" and container["readinessProbe"]["httpGet"]["scheme"] == "HTTPS"
+assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+assert "--policy-dir=/etc/gpuguard/policy" in container["args"]
+assert pod["terminationGracePeriodSeconds"] > 25  # above --shutdown-timeout
+assert any(v.get("configMap", {}).get("name") == "gpuguard-policy" for v in pod["volumes"])
+
+daemonset = one("DaemonSet")["spec"]["template"]["spec"]
+plugin = daemonset["containers"][0]
+assert daemonset["priorityClassName"] == "system-node-critical"
+assert daemonset["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+assert any(t["key"] == "nvidia.com/gpu" for t in daemonset["tolerations"])
+assert "--host-device=github.com/fuse=/dev/fuse:16" in plugin["args"] and "--host-root=/host" in plugin["args"]
+mounts = {m["mountPath"]: m.get("readOnly", False) for m in plugin["volumeMounts"]}
+assert mounts["/var/lib/kubelet/device-plugins"] is False
+assert mounts["/host/dev"] is True and mounts["/host/proc/driver/nvidia"] is True
+assert not plugin["securityContext"].get("privileged", False)
+paths = {v["hostPath"]["path"] for v in daemonset["volumes"]}
+assert {"/var/lib/kubelet/device-plugins", "/dev", "/proc/driver/nvidia"} <= paths
+
+# The ConfigMap's data as the kubelet would mount it: one file per key, every key present.
+policy = one("ConfigMap")["data"]
+assert set(policy) == {"mode", "visibleDevicesValue", "gpuResources", "exemptNamespaces", "exemptServiceAccounts",
+                       "privileged", "stripUserValueFromGpuContainers"}, set(policy)
 os.makedirs(sys.argv[3])
-data = policy.split("\ndata:\n", 1)[1]
-for line in data.splitlines():
-    if not line.startswith("  ") or line.startswith("   "):
-        break
-    key, value = line.strip().split(": ", 1)
-    open(os.path.join(sys.argv[3], key), "w").write(json.loads(value) if value.startswith('"') else value)
-print("manifests/default renders:", ", ".join(kinds))
+for key, value in policy.items():
+    open(os.path.join(sys.argv[3], key), "w").write(value)
+print("manifests render:", ", ".join(kinds))
 PY
 
 "$webhook" review --policy-dir "$work/policy" "$root/tests/fixtures/admission/mixed/review.json" > "$work/review.json"
-python3 - "$work/review.json" "$root/tests/fixtures/admission/mixed/review.json" <<'PY'
+/usr/bin/python3 - "$work/review.json" <<'PY'
 import json, sys
 reviewed = json.load(open(sys.argv[1]))
 assert reviewed["review"]["response"]["allowed"] is True
