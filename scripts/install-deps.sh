@@ -18,6 +18,13 @@ packages=(
   curl
 )
 
+# The admission-policy test evaluates CEL with @bufbuild/cel (tests/vap/package-lock.json) under Node.js.
+# A node that is already there (say from NodeSource, which bundles npm) is used as it is: Debian's npm
+# package would try to replace it.
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+  packages+=(nodejs npm)
+fi
+
 missing=()
 for p in "${packages[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then

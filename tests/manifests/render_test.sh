@@ -20,13 +20,24 @@ import base64, os, sys, yaml
 docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
 ca = open(sys.argv[2]).read()
 kinds = sorted(d["kind"] for d in docs)
+cluster_scoped = {"Namespace", "MutatingWebhookConfiguration", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
 assert kinds == sorted(["Namespace", "ServiceAccount", "ServiceAccount", "Secret", "Secret", "Service", "Deployment",
-                        "ConfigMap", "PodDisruptionBudget", "MutatingWebhookConfiguration", "DaemonSet"]), kinds
+                        "ConfigMap", "PodDisruptionBudget", "MutatingWebhookConfiguration", "DaemonSet",
+                        "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]), kinds
 def one(kind):
     return next(d for d in docs if d["kind"] == kind)
 for d in docs:
-    if d["kind"] not in ("Namespace", "MutatingWebhookConfiguration"):
-        assert d["metadata"]["namespace"] == "gpuguard-system", d["metadata"]
+    if d["kind"] in cluster_scoped:
+        assert "namespace" not in d["metadata"], d["metadata"]
+    else:
+        assert d["metadata"].get("namespace") == "gpuguard-system", d["metadata"]
+
+policy_doc, binding = one("ValidatingAdmissionPolicy"), one("ValidatingAdmissionPolicyBinding")
+assert policy_doc["apiVersion"] == binding["apiVersion"] == "admissionregistration.k8s.io/v1"
+assert policy_doc["spec"]["paramKind"] == {"apiVersion": "v1", "kind": "ConfigMap"}
+assert binding["spec"]["policyName"] == policy_doc["metadata"]["name"]
+assert binding["spec"]["paramRef"]["name"] == "gpuguard-policy" and binding["spec"]["paramRef"]["namespace"] == "gpuguard-system"
+assert binding["spec"]["validationActions"] == ["Deny"]
 
 webhook = one("MutatingWebhookConfiguration")["webhooks"][0]
 assert base64.b64decode(webhook["clientConfig"]["caBundle"]).decode() == ca, "caBundle is not the generated CA"
@@ -40,6 +51,7 @@ rules = {(tuple(r["operations"]), tuple(r["resources"])) for r in webhook["rules
 assert rules == {(("CREATE",), ("pods",)), (("UPDATE",), ("pods/ephemeralcontainers",))}, rules
 excluded = webhook["namespaceSelector"]["matchExpressions"][0]
 assert excluded["operator"] == "NotIn" and set(excluded["values"]) == {"kube-system", "kube-node-lease", "gpuguard-system"}
+assert binding["spec"]["matchResources"]["namespaceSelector"] == webhook["namespaceSelector"]  # same coverage
 
 deployment = one("Deployment")["spec"]
 pod = deployment["template"]["spec"]
