@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Renders manifests/default (which includes manifests/device-plugin) offline with fresh certificates,
-# checks what the apiserver and the kubelet rely on, and that the shipped policy ConfigMap is a policy
-# gpuguard-webhook ($1) accepts.
+# Renders every kustomization offline: manifests/default (with fresh certificates) is checked for what the
+# apiserver and the kubelet rely on, manifests/cert-manager for its Certificate and CA injection, and the
+# shipped policy ConfigMap must be a policy gpuguard-webhook ($1) accepts.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 webhook="$1"
@@ -12,7 +12,26 @@ cp -r "$root/manifests/." "$work/"
 rm -rf "$work/default/certs"
 "$root/certs/generate.sh" --out "$work/default/certs" >/dev/null
 kubectl kustomize "$work/default" > "$work/rendered.yaml"
+kubectl kustomize "$work/cert-manager" > "$work/cert-manager.yaml"
+kubectl kustomize "$work/base" > /dev/null
 kubectl kustomize "$work/device-plugin" > /dev/null
+
+/usr/bin/python3 - "$work/cert-manager.yaml" <<'PY'
+import sys, yaml
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+kinds = sorted(d["kind"] for d in docs)
+assert "Secret" not in kinds, "cert-manager makes the Secret"
+webhook_cfg = next(d for d in docs if d["kind"] == "MutatingWebhookConfiguration")
+assert webhook_cfg["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == "gpuguard-system/gpuguard-webhook-tls"
+assert "caBundle" not in webhook_cfg["webhooks"][0]["clientConfig"]
+serving = next(d for d in docs if d["kind"] == "Certificate" and d["metadata"]["name"] == "gpuguard-webhook-tls")["spec"]
+assert serving["secretName"] == "gpuguard-webhook-tls"
+assert "gpuguard-webhook.gpuguard-system.svc" in serving["dnsNames"]
+assert serving["privateKey"] == {"algorithm": "ECDSA", "size": 256, "rotationPolicy": "Always"}
+pod = next(d for d in docs if d["kind"] == "Deployment")["spec"]["template"]["spec"]
+assert any(v.get("secret", {}).get("secretName") == "gpuguard-webhook-tls" for v in pod["volumes"])
+print("manifests/cert-manager renders:", ", ".join(kinds))
+PY
 
 /usr/bin/python3 - "$work/rendered.yaml" "$work/default/certs/ca.crt" "$work/policy" <<'PY'
 import base64, os, sys, yaml

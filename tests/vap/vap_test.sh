@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The ValidatingAdmissionPolicy backstop (manifests/default/backstop.yaml), evaluated against the webhook's
+# The ValidatingAdmissionPolicy backstop (manifests/base/backstop.yaml), evaluated against the webhook's
 # fixture table: every Pod the webhook lets through must pass it, and every Pod the webhook had to inject
 # into must be refused when it arrives without the webhook. Usage: vap_test.sh WEBHOOK_BINARY WORK_DIR
 set -euo pipefail
@@ -17,8 +17,8 @@ fi
 /usr/bin/python3 - "$root" "$webhook" "$work" <<'PY'
 import base64, json, os, subprocess, sys, tempfile, yaml
 root, webhook, work = sys.argv[1:4]
-policy = next(yaml.safe_load_all(open(os.path.join(root, "manifests/default/backstop.yaml"))))["spec"]
-defaults = yaml.safe_load(open(os.path.join(root, "manifests/default/policy.yaml")))["data"]
+policy = next(yaml.safe_load_all(open(os.path.join(root, "manifests/base/backstop.yaml"))))["spec"]
+defaults = yaml.safe_load(open(os.path.join(root, "manifests/base/policy.yaml")))["data"]
 fixtures = os.path.join(root, "tests/fixtures/admission")
 cases = []
 for name in sorted(os.listdir(fixtures)):
