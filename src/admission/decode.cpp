@@ -105,6 +105,7 @@ void decode_env_entry(std::size_t index, od::value& entry, std::string_view list
     if (key == "name") {
       name = string_field(value, Path(list, ".env[].name"));
     } else if (key == "value") {
+      facts.has_value = false;
       if (is_null(value, Path(list, ".env[].value"))) return;
       facts.has_value = true;
       facts.value = string_field(value, Path(list, ".env[].value"));
@@ -117,11 +118,16 @@ void decode_env_entry(std::size_t index, od::value& entry, std::string_view list
 
 void decode_resources(od::value& resources, std::string_view list, Container& container) {
   const Path path(list, ".resources"), amounts_path(list, ".resources.limits|requests");
+  container.resources.clear();
   if (is_null(resources, path)) return;
   for_each_field(resources, path, [&](od::raw_json_string key, od::value amounts) {
-    if ((key != "limits" && key != "requests") || is_null(amounts, amounts_path)) return;
+    const bool limits = key == "limits";
+    if (!limits && key != "requests") return;
+    std::erase_if(container.resources, [&](const ResourceAmount& r) { return r.limit == limits; });
+    if (is_null(amounts, amounts_path)) return;
     for_each_entry(amounts, amounts_path, [&](std::string_view resource, od::value quantity) {
-      container.resources.push_back({resource, quantity_is_nonzero(quantity, amounts_path)});
+      std::erase_if(container.resources, [&](const ResourceAmount& r) { return r.limit == limits && r.name == resource; });
+      container.resources.push_back({resource, quantity_is_nonzero(quantity, amounts_path), limits});
     });
   });
 }
@@ -135,6 +141,9 @@ Container decode_container(ContainerList list, std::size_t index, od::value& val
     if (key == "name") {
       container.name = string_field(field, Path(p, ".name"));
     } else if (key == "env") {
+      container.env_is_array = false;
+      container.env_size = 0;
+      container.visible_devices.clear();
       if (is_null(field, Path(p, ".env"))) return;
       container.env_is_array = true;
       for_each_element(field, Path(p, ".env"), [&](std::size_t i, od::value& entry) {
@@ -145,9 +154,12 @@ Container decode_container(ContainerList list, std::size_t index, od::value& val
       decode_resources(field, p, container);
     } else if (key == "securityContext") {
       const Path security(p, ".securityContext"), privileged(p, ".securityContext.privileged");
+      container.privileged = false;
       if (is_null(field, security)) return;
       for_each_field(field, security, [&](od::raw_json_string sc_key, od::value sc_value) {
-        if (sc_key != "privileged" || is_null(sc_value, privileged)) return;
+        if (sc_key != "privileged") return;
+        container.privileged = false;
+        if (is_null(sc_value, privileged)) return;
         container.privileged = need<bool>(sc_value.get_bool(), privileged, "a boolean");
       });
     }
@@ -157,6 +169,7 @@ Container decode_container(ContainerList list, std::size_t index, od::value& val
 
 void decode_container_list(ContainerList list, od::value& value, Pod& pod) {
   const std::string_view p = names_of(list).path;
+  std::erase_if(pod.containers, [&](const Container& c) { return c.list == list; });
   if (is_null(value, p)) return;
   for_each_element(value, p, [&](std::size_t index, od::value& element) {
     pod.containers.push_back(decode_container(list, index, element));
@@ -167,17 +180,23 @@ Pod decode_pod(od::value& object, bool only_ephemeral) {
   Pod pod;
   for_each_field(object, "request.object", [&](od::raw_json_string key, od::value field) {
     if (key == "metadata") {
+      pod.mirror = false;
       for_each_field(field, "request.object.metadata", [&](od::raw_json_string meta_key, od::value meta) {
-        if (meta_key != "annotations" || is_null(meta, "request.object.metadata.annotations")) return;
+        if (meta_key != "annotations") return;
+        pod.mirror = false;
+        if (is_null(meta, "request.object.metadata.annotations")) return;
         for_each_entry(meta, "request.object.metadata.annotations", [&](std::string_view annotation, od::value) {
           pod.mirror = pod.mirror || annotation == kMirrorPodAnnotation;
         });
       });
     } else if (key == "spec") {
+      pod.containers.clear();
+      pod.service_account = {};
       for_each_field(field, "request.object.spec", [&](od::raw_json_string spec_key, od::value list) {
         if (spec_key == "ephemeralContainers") {
           decode_container_list(ContainerList::ephemeral, list, pod);
         } else if (spec_key == "serviceAccountName") {
+          pod.service_account = {};
           if (!is_null(list, "request.object.spec.serviceAccountName")) {
             pod.service_account = string_field(list, "request.object.spec.serviceAccountName");
           }
@@ -199,8 +218,11 @@ std::vector<std::string_view> decode_ephemeral_names(od::value& old_object) {
   if (is_null(old_object, "request.oldObject")) return names;
   for_each_field(old_object, "request.oldObject", [&](od::raw_json_string key, od::value spec) {
     if (key != "spec") return;
+    names.clear();
     for_each_field(spec, "request.oldObject.spec", [&](od::raw_json_string spec_key, od::value list) {
-      if (spec_key != "ephemeralContainers" || is_null(list, "request.oldObject.spec.ephemeralContainers")) return;
+      if (spec_key != "ephemeralContainers") return;
+      names.clear();
+      if (is_null(list, "request.oldObject.spec.ephemeralContainers")) return;
       for_each_element(list, "request.oldObject.spec.ephemeralContainers", [&](std::size_t, od::value& c) {
         for_each_field(c, "request.oldObject.spec.ephemeralContainers[]", [&](od::raw_json_string k, od::value v) {
           if (k == "name") names.push_back(string_field(v, "request.oldObject.spec.ephemeralContainers[].name"));
@@ -211,7 +233,15 @@ std::vector<std::string_view> decode_ephemeral_names(od::value& old_object) {
   return names;
 }
 
+// Duplicate keys are decoded as nlohmann and Go decode them for everything gpuguard reads: the last wins.
+// The apiserver never sends any, but a patch must still match the document it came from.
 void decode_request_metadata(od::value& request, Review& review) {
+  review.uid.clear();
+  review.operation.clear();
+  review.sub_resource.clear();
+  review.namespace_.clear();
+  review.kind_group.clear();
+  review.kind.clear();
   for_each_field(request, "request", [&](od::raw_json_string key, od::value value) {
     if (key == "uid") {
       review.uid = string_field(value, "request.uid");
@@ -222,6 +252,8 @@ void decode_request_metadata(od::value& request, Review& review) {
     } else if (key == "namespace") {
       review.namespace_ = string_field(value, "request.namespace");
     } else if (key == "kind") {
+      review.kind_group.clear();
+      review.kind.clear();
       for_each_field(value, "request.kind", [&](od::raw_json_string gvk_key, od::value part) {
         if (gvk_key == "group") review.kind_group = string_field(part, "request.kind.group");
         if (gvk_key == "kind") review.kind = string_field(part, "request.kind.kind");
@@ -265,21 +297,24 @@ Review decode_review(od::parser& parser, simdjson::padded_string_view json) {
 
   // Second pass, now that we know `object` is a Pod we may patch: the fields can come in any order.
   doc.rewind();
-  od::object top = need<od::object>(doc.get_object(), "body", "a JSON object");
-  od::object request = need<od::object>(top.find_field_unordered("request"), "request", "an object");
-  od::value object;
-  if (request.find_field_unordered("object").get(object) != simdjson::SUCCESS || is_null(object, "request.object")) {
-    fail("request.object", "missing for a Pod " + std::string(review.operation));
-  }
   const bool ephemeral_update = review.operation == "UPDATE";
-  review.pod = decode_pod(object, ephemeral_update);
+  bool has_object = false;
+  for_each_field(need<od::object>(doc.get_object(), "body", "a JSON object"), "body",
+                 [&](od::raw_json_string key, od::value request) {
+                   if (key != "request") return;
+                   has_object = false;
+                   review.old_ephemeral_names.clear();
+                   for_each_field(request, "request", [&](od::raw_json_string request_key, od::value value) {
+                     if (request_key == "object") {
+                       has_object = !is_null(value, "request.object");
+                       if (has_object) review.pod = decode_pod(value, ephemeral_update);
+                     } else if (request_key == "oldObject" && ephemeral_update) {
+                       review.old_ephemeral_names = decode_ephemeral_names(value);
+                     }
+                   });
+                 });
+  if (!has_object) fail("request.object", "missing for a Pod " + std::string(review.operation));
   review.has_pod = true;
-  if (ephemeral_update) {
-    od::value old_object;
-    if (request.find_field_unordered("oldObject").get(old_object) == simdjson::SUCCESS) {
-      review.old_ephemeral_names = decode_ephemeral_names(old_object);
-    }
-  }
   return review;
 }
 

@@ -45,6 +45,7 @@ struct VisibleDevicesEntry {
 struct ResourceAmount {
   std::string_view name;
   bool nonzero = false;
+  bool limit = false;  // from limits (else requests)
 };
 
 struct Container {

@@ -156,3 +156,53 @@ TEST_CASE("the response echoes any uid exactly, escaping what JSON requires") {
     CHECK_THAT(response["response"]["warnings"][0].get<std::string>(), Catch::Contains("app \"quoted\" \\ é"));
   }
 }
+
+TEST_CASE("duplicate keys: the last one counts, as for the JSON decoders downstream, and the patch applies") {
+  // Raw text: a JSON library would collapse the duplicates before the webhook could see them.
+  const std::string head =
+      R"({"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u","operation":"CREATE",)"
+      R"("kind":{"group":"","version":"v1","kind":"Pod"},"namespace":"team-a","object":)";
+  const std::string tail = "}}";
+  const std::pair<const char*, const char*> cases[] = {
+      {"env twice",
+       R"({"metadata":{"name":"p"},"spec":{"containers":[{"name":"app","env":[{"name":"NVIDIA_VISIBLE_DEVICES","value":"all"},{"name":"A","value":"1"}],"env":[{"name":"B","value":"2"}]}]}})"},
+      {"containers twice",
+       R"({"metadata":{"name":"p"},"spec":{"containers":[{"name":"gone"}],"containers":[{"name":"x","env":[]}]}})"},
+      {"limits twice",
+       R"({"spec":{"containers":[{"name":"c","resources":{"limits":{"nvidia.com/gpu":"1"},"limits":{"nvidia.com/gpu":"0"}}}]}})"},
+      {"one resource twice",
+       R"({"spec":{"containers":[{"name":"c","resources":{"limits":{"nvidia.com/gpu":"1","nvidia.com/gpu":"0"}}}]}})"},
+      {"annotations twice",
+       R"({"metadata":{"annotations":{"kubernetes.io/config.mirror":"x"},"annotations":{}},"spec":{"containers":[{"name":"c"}]}})"},
+      {"value twice",
+       R"({"spec":{"containers":[{"name":"c","env":[{"name":"NVIDIA_VISIBLE_DEVICES","value":"none","value":null}]}]}})"},
+  };
+  for (const auto& [name, object] : cases) {
+    DYNAMIC_SECTION(name) {
+      const std::string body = head + object + tail;
+      const auto outcome = review(body, Policy{});
+      REQUIRE(outcome.ok);
+      REQUIRE(outcome.patched);
+      const json response = json::parse(outcome.body);
+      const json pod = json::parse(object);  // nlohmann keeps the last duplicate
+      const json patched = pod.patch(decoded_patch(response));
+      for (const auto& c : patched["spec"]["containers"]) {
+        std::size_t entries = 0;
+        for (const auto& e : c["env"]) entries += e["name"] == "NVIDIA_VISIBLE_DEVICES" && e == json({{"name", "NVIDIA_VISIBLE_DEVICES"}, {"value", "none"}});
+        CHECK(entries == 1);
+      }
+      json again = json::parse(head + "null" + tail);
+      again["request"]["object"] = patched;
+      CHECK_FALSE(review_json(again)["response"].contains("patch"));
+    }
+  }
+  // Two requests: the last one is the review.
+  const std::string twice = R"({"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview",)"
+                            R"("request":{"uid":"first","operation":"DELETE","kind":{"group":"apps","version":"v1","kind":"Deployment"}},)"
+                            R"("request":{"uid":"second","operation":"CREATE","kind":{"group":"","version":"v1","kind":"Pod"},)"
+                            R"("object":{"spec":{"containers":[{"name":"c"}]}}}})";
+  const auto outcome = review(twice, Policy{});
+  REQUIRE(outcome.ok);
+  CHECK(outcome.uid == "second");
+  CHECK(outcome.patched);
+}
