@@ -6,7 +6,10 @@ LISTEN ?= 127.0.0.1:8443
 CERT_DIR := certs/dev
 SAMPLE := tests/fixtures/admission/mixed/review.json
 
-.PHONY: deps build run test certs clean
+SANITIZE_DIR ?= build-sanitize
+FUZZ_SECONDS ?= 60
+
+.PHONY: deps build run test test-sanitize fuzz bench certs clean
 
 deps:
 	./scripts/install-deps.sh
@@ -17,6 +20,22 @@ build: deps
 
 test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j$(JOBS)
+
+# The whole suite again, every binary built with AddressSanitizer and UndefinedBehaviorSanitizer.
+test-sanitize: deps
+	# -O1 -g1: line tables for the reports at a fraction of the compile time of full debug info.
+	cmake -S . -B $(SANITIZE_DIR) -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g1" -DGPUGUARD_SANITIZE=ON
+	cmake --build $(SANITIZE_DIR) -j$(JOBS)
+	cd $(SANITIZE_DIR) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
+	  ctest --output-on-failure -j$(JOBS)
+
+# Micro-benchmarks, TLS load with wrk, large pods, RSS, start-up, Allocate: see docs/benchmarks.md.
+bench: build
+	BUILD_DIR=$(BUILD_DIR) ./bench/run.sh
+
+# libFuzzer targets for the admission path and the HTTP request path, FUZZ_SECONDS each.
+fuzz: deps
+	JOBS=$(JOBS) ./scripts/fuzz.sh $(FUZZ_SECONDS)
 
 certs: deps
 	./certs/generate.sh --out $(CERT_DIR)
@@ -34,4 +53,4 @@ run: build certs
 	  --tls-private-key-file $(CERT_DIR)/tls.key --listen-address $(LISTEN)
 
 clean:
-	rm -rf $(BUILD_DIR)
+	rm -rf $(BUILD_DIR) $(SANITIZE_DIR) build-fuzz

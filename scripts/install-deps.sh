@@ -14,6 +14,8 @@ packages=(
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   # tests (python3-yaml: the manifest render test reads what kustomize produced)
   catch2 python3 python3-yaml
+  # fuzzing (clang's libFuzzer and sanitizer runtimes) and benchmarks (Google Benchmark, wrk)
+  clang libclang-rt-14-dev libbenchmark-dev wrk
   # `make run` prints a curl line; the README walkthrough uses it
   curl
 )

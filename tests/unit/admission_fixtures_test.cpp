@@ -149,7 +149,7 @@ TEST_CASE("a large pod is reviewed through a parser of its own and still patched
 TEST_CASE("the response echoes any uid exactly, escaping what JSON requires") {
   json request = t::read_json(t::fixtures_dir() / "admission" / "user-all" / "review.json");
   request["request"]["object"]["spec"]["containers"][0]["name"] = "app \"quoted\" \\ é";
-  for (const std::string uid : {std::string("plain"), std::string("q\"b\\s/\x01\x1f\t\n"), std::string("ünïcødé-✓")}) {
+  for (const std::string& uid : {std::string("plain"), std::string("q\"b\\s/\x01\x1f\t\n"), std::string("ünïcødé-✓")}) {
     request["request"]["uid"] = uid;
     const json response = review_json(request);
     CHECK(response["response"]["uid"] == uid);

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# make bench: everything docs/benchmarks.md reports, from one run on this machine.
+#   1. core micro-benchmarks: review vs. a nlohmann DOM parse of the same ~3 KB, ~8 KB, ~72 KB, ~1 MiB documents
+#   2. start-up: process start to the "listening" log line
+#   3. load over TLS keep-alive with wrk (1 thread, 16 connections): GET /healthz as the transport reference,
+#      then POST /mutate with an ~8 KB review; the server pinned to CPU 0 with one thread, wrk to CPU 1
+#   4. a 2.5 MiB pod end to end with curl, 10 times
+#   5. the server's peak RSS after all of it
+#   6. the device plugin's Allocate over its unix socket
+# Raw output goes to $BUILD_DIR/bench/; a summary is printed at the end.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+build="$root/${BUILD_DIR:-build}"
+out="$build/bench-results"
+duration="${BENCH_SECONDS:-10}"
+mkdir -p "$out"
+"$root/certs/generate.sh" --out "$out/certs" >/dev/null
+"$build/bench/gpuguard_write_review" 8 > "$out/review-8k.json"
+"$build/bench/gpuguard_write_review" 2560 > "$out/review-2.5m.json"
+
+pin_server="" pin_client=""
+if command -v taskset >/dev/null && [ "$(nproc)" -ge 2 ]; then pin_server="taskset -c 0"; pin_client="taskset -c 1"; fi
+
+echo "== core micro-benchmarks"
+$pin_server "$build/bench/gpuguard_core_bench" --benchmark_repetitions=3 --benchmark_report_aggregates_only=true \
+  | tee "$out/core.txt"
+
+echo "== start-up"
+start=$(date +%s%N)
+$pin_server "$build/gpuguard-webhook" --tls-cert-file "$out/certs/tls.crt" --tls-private-key-file "$out/certs/tls.key" \
+  --listen-address 127.0.0.1:0 --threads 1 --shutdown-delay 0 2> "$out/server.log" &
+server=$!
+trap 'kill $server 2>/dev/null || true' EXIT
+until grep -q '"msg":"listening"' "$out/server.log" 2>/dev/null; do :; done
+ready=$(date +%s%N)
+port=$(sed -n 's/.*"address":"127.0.0.1:\([0-9]*\)".*/\1/p' "$out/server.log" | head -1)
+echo "ready after $(( (ready - start) / 1000000 )) ms" | tee "$out/startup.txt"
+url="https://127.0.0.1:$port"
+
+echo "== wrk GET /healthz (transport reference)"
+$pin_client wrk -t1 -c16 -d"${duration}s" --latency "$url/healthz" | tee "$out/wrk-healthz.txt"
+echo "== wrk POST /mutate, $(stat -c %s "$out/review-8k.json") byte review"
+GPUGUARD_BODY="$out/review-8k.json" $pin_client wrk -t1 -c16 -d"${duration}s" --latency -s "$root/bench/post.lua" \
+  "$url/mutate?timeout=10s" | tee "$out/wrk-mutate.txt"
+
+echo "== 2.5 MiB pod, end to end ($(stat -c %s "$out/review-2.5m.json") bytes), 10 runs"
+for i in $(seq 10); do
+  curl -sS -o /dev/null --cacert "$out/certs/ca.crt" -H 'Content-Type: application/json' -H 'Expect:' \
+    --data-binary @"$out/review-2.5m.json" -w '%{http_code} total=%{time_total}s upload_done_to_first_byte=%{time_starttransfer}s connect_tls=%{time_appconnect}s\n' \
+    "$url/mutate"
+done | tee "$out/large.txt"
+
+echo "== peak RSS"
+grep -E 'VmHWM|VmRSS' /proc/$server/status | tee "$out/rss.txt"
+kill $server; wait $server 2>/dev/null || true
+
+echo "== device plugin Allocate"
+"$build/bench/gpuguard_allocate_bench" --benchmark_repetitions=3 --benchmark_report_aggregates_only=true | tee "$out/allocate.txt"
+echo "raw output in $out"

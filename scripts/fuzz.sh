@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets with clang and runs each for SECONDS (default 60), seeded from
+# tests/fixtures. A finding stops the run, exits non-zero and leaves its input under build-fuzz/findings/;
+# turn it into a fixture under tests/fixtures/ so that it is tested from then on.
+#   scripts/fuzz.sh [SECONDS]
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+seconds="${1:-60}"
+out="$root/build-fuzz"
+
+CXX=clang++ cmake -S "$root/fuzz" -B "$out" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build "$out" -j"${JOBS:-2}"
+
+# Seeds: every admission fixture and invalid body; for HTTP, the same bodies in requests of each kind.
+mkdir -p "$out/corpus/admission" "$out/corpus/http" "$out/findings"
+for f in "$root"/tests/fixtures/admission/*/review.json; do cp "$f" "$out/corpus/admission/$(basename "$(dirname "$f")").json"; done
+for f in "$root"/tests/fixtures/invalid/*.json; do cp "$f" "$out/corpus/admission/invalid-$(basename "$f")"; done
+request() {  # METHOD TARGET CONTENT-TYPE BODY-FILE NAME
+  local length=0
+  if [ -n "$4" ]; then length=$(stat -c %s "$4"); fi
+  { printf '%s %s HTTP/1.1\r\nHost: gpuguard\r\nContent-Type: %s\r\nContent-Length: %s\r\n\r\n' "$1" "$2" "$3" "$length"
+    if [ -n "$4" ]; then cat "$4"; fi; } > "$out/corpus/http/$5"
+}
+request POST '/mutate?timeout=10s' application/json "$root/tests/fixtures/admission/mixed/review.json" mutate
+request POST /mutate application/json "$root/tests/fixtures/invalid/truncated.json" truncated
+request POST /mutate text/plain "$root/tests/fixtures/admission/no-env/review.json" wrong-type
+request GET /healthz application/json "" healthz
+request GET /readyz application/json "" readyz
+request GET /metrics application/json "" metrics
+request DELETE /mutate application/json "" wrong-method
+printf 'POST /mutate HTTP/1.1\r\nHost: g\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n{"a":\r\n0\r\n\r\n' \
+  > "$out/corpus/http/chunked"
+
+status=0
+for target in admission http; do
+  echo "fuzz: ${target}_fuzz for ${seconds}s"
+  "$out/${target}_fuzz" -max_total_time="$seconds" -max_len=131072 -timeout=10 -rss_limit_mb=2048 \
+    -artifact_prefix="$out/findings/${target}-" -print_final_stats=1 "$out/corpus/$target" 2>"$out/$target.log" || status=1
+  tail -n 12 "$out/$target.log"
+done
+if [ "$status" -ne 0 ]; then
+  echo "fuzz: FINDINGS under $out/findings:"; ls -l "$out/findings"
+  exit 1
+fi
+echo "fuzz: no findings"
