@@ -1,18 +1,19 @@
 #pragma once
 // Deterministic AdmissionReviews of a chosen size, shaped like real pods: several containers with ~25 env
-// vars each, resources, ports, mounts, probes; one container asks for a GPU.
+// vars each, resources, ports, mounts, probes; one container asks for a GPU. Keys keep the order the
+// apiserver writes them in (Go struct order), which the decoder's single pass relies on.
 #include <string>
 
 #include <nlohmann/json.hpp>
 
 namespace gpuguard::bench {
 
-inline nlohmann::json container(int index, bool gpu) {
-  nlohmann::json env = nlohmann::json::array();
+inline nlohmann::ordered_json container(int index, bool gpu) {
+  nlohmann::ordered_json env = nlohmann::ordered_json::array();
   for (int e = 0; e < 25; ++e) {
     env.push_back({{"name", "APP_SETTING_" + std::to_string(e)}, {"value", "value-" + std::to_string(e * 7919)}});
   }
-  nlohmann::json c = {
+  nlohmann::ordered_json c = {
       {"name", "container-" + std::to_string(index)},
       {"image", "registry.example.com/team/service:1." + std::to_string(index)},
       {"args", {"--port=8080", "--log-level=info"}},
@@ -29,26 +30,31 @@ inline nlohmann::json container(int index, bool gpu) {
 
 // A CREATE review whose JSON is at least `bytes` long.
 inline std::string review_of_size(std::size_t bytes) {
-  nlohmann::json pod = {
+  nlohmann::ordered_json pod = {
       {"apiVersion", "v1"},
       {"kind", "Pod"},
       {"metadata", {{"name", "bench"}, {"namespace", "team-a"}, {"labels", {{"app", "bench"}}}}},
-      {"spec", {{"containers", nlohmann::json::array()}, {"volumes", {{{"name", "data"}, {"emptyDir", nlohmann::json::object()}}}}}}};
-  nlohmann::json review = {
+      {"spec", {{"containers", nlohmann::ordered_json::array()}, {"volumes", {{{"name", "data"}, {"emptyDir", nlohmann::ordered_json::object()}}}}}}};
+  nlohmann::ordered_json review = {
       {"apiVersion", "admission.k8s.io/v1"},
       {"kind", "AdmissionReview"},
       {"request",
        {{"uid", "2b752327-a529-4ffd-b2e2-478455e80a0d"},
         {"kind", {{"group", ""}, {"version", "v1"}, {"kind", "Pod"}}},
         {"resource", {{"group", ""}, {"version", "v1"}, {"resource", "pods"}}},
+        {"requestKind", {{"group", ""}, {"version", "v1"}, {"kind", "Pod"}}},
+        {"requestResource", {{"group", ""}, {"version", "v1"}, {"resource", "pods"}}},
         {"namespace", "team-a"},
         {"operation", "CREATE"},
         {"userInfo", {{"username", "system:serviceaccount:kube-system:replicaset-controller"}}},
-        {"object", pod}}}};
+        {"object", pod},
+        {"oldObject", nullptr},
+        {"dryRun", false},
+        {"options", {{"kind", "CreateOptions"}, {"apiVersion", "meta.k8s.io/v1"}}}}}};
   auto& containers = review["request"]["object"]["spec"]["containers"];
   std::size_t size = review.dump().size();
   for (int i = 0; size < bytes; ++i) {
-    nlohmann::json c = container(i, i == 1);
+    nlohmann::ordered_json c = container(i, i == 1);
     size += c.dump().size() + 1;
     containers.push_back(std::move(c));
   }

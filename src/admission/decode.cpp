@@ -2,7 +2,9 @@
 // everything else (most of a Pod) is skipped over without being materialised.
 #include "decode.hpp"
 
+#include <optional>
 #include <string>
+#include <tuple>
 
 #include "gpuguard/admission/quantity.hpp"
 
@@ -233,9 +235,23 @@ std::vector<std::string_view> decode_ephemeral_names(od::value& old_object) {
   return names;
 }
 
+// The request fields that decide whether `object` is decoded.
+using RequestKey = std::tuple<std::string, std::string, std::string, std::string>;
+RequestKey key_of(const Review& r) { return {r.kind_group, r.kind, r.operation, r.sub_resource}; }
+
+// What the first pass decoded of `object` and `oldObject`, and under which request fields. The apiserver
+// writes kind, subResource and operation before object, so the first pass usually decodes the Pod itself
+// and the second pass is never needed.
+struct EarlyDecode {
+  std::optional<RequestKey> object_for;
+  bool old_seen = false;
+  std::optional<RequestKey> old_for;
+};
+
 // Duplicate keys are decoded as nlohmann and Go decode them for everything gpuguard reads: the last wins.
 // The apiserver never sends any, but a patch must still match the document it came from.
-void decode_request_metadata(od::value& request, Review& review) {
+void decode_request(od::value& request, Review& review, EarlyDecode& early) {
+  early = {};
   review.uid.clear();
   review.operation.clear();
   review.sub_resource.clear();
@@ -258,6 +274,17 @@ void decode_request_metadata(od::value& request, Review& review) {
         if (gvk_key == "group") review.kind_group = string_field(part, "request.kind.group");
         if (gvk_key == "kind") review.kind = string_field(part, "request.kind.kind");
       });
+    } else if (key == "object") {
+      early.object_for.reset();
+      if (!is_mutable_pod_request(review) || is_null(value, "request.object")) return;  // skipped
+      review.pod = decode_pod(value, review.operation == "UPDATE");
+      early.object_for = key_of(review);
+    } else if (key == "oldObject") {
+      early.old_seen = true;
+      early.old_for.reset();
+      if (!is_mutable_pod_request(review) || review.operation != "UPDATE") return;
+      review.old_ephemeral_names = decode_ephemeral_names(value);
+      early.old_for = key_of(review);
     }
   });
 }
@@ -275,6 +302,7 @@ Review decode_review(od::parser& parser, simdjson::padded_string_view json) {
   od::document doc = need<od::document>(parser.iterate(json), "body", "JSON");
   std::string kind;
   bool has_request = false;
+  EarlyDecode early;
   for_each_field(need<od::object>(doc.get_object(), "body", "a JSON object"), "body",
                  [&](od::raw_json_string key, od::value value) {
                    if (key == "apiVersion") {
@@ -283,7 +311,7 @@ Review decode_review(od::parser& parser, simdjson::padded_string_view json) {
                      kind = string_field(value, "kind");
                    } else if (key == "request") {
                      has_request = true;
-                     decode_request_metadata(value, review);
+                     decode_request(value, review, early);
                    }
                  });
   if (kind != "AdmissionReview") fail("kind", "must be AdmissionReview");
@@ -294,10 +322,16 @@ Review decode_review(od::parser& parser, simdjson::padded_string_view json) {
   if (review.uid.empty()) fail("request.uid", "missing");
   if (review.operation.empty()) fail("request.operation", "missing");
   if (!is_mutable_pod_request(review)) return review;
-
-  // Second pass, now that we know `object` is a Pod we may patch: the fields can come in any order.
-  doc.rewind();
   const bool ephemeral_update = review.operation == "UPDATE";
+  const RequestKey final_key = key_of(review);
+  if (early.object_for == final_key && (!ephemeral_update || !early.old_seen || early.old_for == final_key)) {
+    review.has_pod = true;
+    return review;
+  }
+
+  // Second pass, for the orders the first could not settle: object before the fields that say what it is.
+  review.old_ephemeral_names.clear();
+  doc.rewind();
   bool has_object = false;
   for_each_field(need<od::object>(doc.get_object(), "body", "a JSON object"), "body",
                  [&](od::raw_json_string key, od::value request) {

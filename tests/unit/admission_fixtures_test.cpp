@@ -206,3 +206,18 @@ TEST_CASE("duplicate keys: the last one counts, as for the JSON decoders downstr
   CHECK(outcome.uid == "second");
   CHECK(outcome.patched);
 }
+
+TEST_CASE("ephemeral UPDATE with oldObject before object, and the fields that decide after both") {
+  const json original = t::read_json(t::fixtures_dir() / "admission" / "ephemeral-update" / "review.json");
+  const json expected = review_json(original)["response"]["patch"];
+  nlohmann::ordered_json old_first;
+  old_first["apiVersion"] = "admission.k8s.io/v1";
+  old_first["kind"] = "AdmissionReview";
+  old_first["request"]["uid"] = original["request"]["uid"];
+  old_first["request"]["oldObject"] = original["request"]["oldObject"];
+  old_first["request"]["object"] = original["request"]["object"];
+  old_first["request"]["subResource"] = "ephemeralcontainers";  // only now is it a mutable request
+  old_first["request"]["operation"] = "UPDATE";
+  old_first["request"]["kind"] = original["request"]["kind"];
+  CHECK(review_json(json::parse(old_first.dump()))["response"]["patch"] == expected);
+}
