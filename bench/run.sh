@@ -43,15 +43,31 @@ echo "== wrk POST /mutate, $(stat -c %s "$out/review-8k.json") byte review"
 GPUGUARD_BODY="$out/review-8k.json" $pin_client wrk -t1 -c16 -d"${duration}s" --latency -s "$root/bench/post.lua" \
   "$url/mutate?timeout=10s" | tee "$out/wrk-mutate.txt"
 
+echo "== RSS after the keep-alive load"
+grep -E 'VmHWM|VmRSS' /proc/$server/status | tee "$out/rss-after-load.txt"
+
 echo "== 2.5 MiB pod, end to end ($(stat -c %s "$out/review-2.5m.json") bytes), 10 runs"
 for i in $(seq 10); do
   curl -sS -o /dev/null --cacert "$out/certs/ca.crt" -H 'Content-Type: application/json' -H 'Expect:' \
-    --data-binary @"$out/review-2.5m.json" -w '%{http_code} total=%{time_total}s upload_done_to_first_byte=%{time_starttransfer}s connect_tls=%{time_appconnect}s\n' \
+    --data-binary @"$out/review-2.5m.json" -w '%{http_code} total=%{time_total}s of_which_tcp_and_tls_handshake=%{time_appconnect}s\n' \
     "$url/mutate"
 done | tee "$out/large.txt"
 
-echo "== peak RSS"
+echo "== peak RSS, after the large pods too"
 grep -E 'VmHWM|VmRSS' /proc/$server/status | tee "$out/rss.txt"
+kill $server; wait $server 2>/dev/null || true
+
+echo "== 2.5 MiB pod: the webhook's own handling time (decode, decide, encode), from its debug log"
+$pin_server "$build/gpuguard-webhook" --tls-cert-file "$out/certs/tls.crt" --tls-private-key-file "$out/certs/tls.key" \
+  --listen-address 127.0.0.1:0 --threads 1 --shutdown-delay 0 --log-level debug 2> "$out/server-debug.log" &
+server=$!
+until grep -q '"msg":"listening"' "$out/server-debug.log" 2>/dev/null; do :; done
+port=$(sed -n 's/.*"address":"127.0.0.1:\([0-9]*\)".*/\1/p' "$out/server-debug.log" | head -1)
+for i in $(seq 10); do
+  curl -sS -o /dev/null --cacert "$out/certs/ca.crt" -H 'Content-Type: application/json' -H 'Expect:' \
+    --data-binary @"$out/review-2.5m.json" "https://127.0.0.1:$port/mutate"
+done
+grep '"msg":"admission reviewed"' "$out/server-debug.log" | sed -n 's/.*"micros":\([0-9]*\).*/\1 us/p' | tee "$out/large-server.txt"
 kill $server; wait $server 2>/dev/null || true
 
 echo "== device plugin Allocate"

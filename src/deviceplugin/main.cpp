@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "gpuguard/cli/command_line.hpp"
 #include "gpuguard/deviceplugin/discovery.hpp"
 #include "gpuguard/deviceplugin/health.hpp"
 #include "gpuguard/deviceplugin/plugin_server.hpp"
@@ -102,8 +103,6 @@ int main(int argc, char** argv) {
       "gpuguard-device-plugin: a kubelet device plugin (v1beta1) for NVIDIA GPUs by UUID and for host devices\n"
       "such as /dev/fuse.\n\nOptions");
   description.add_options()
-      ("help,h", "print this help and exit")
-      ("version", "print the version and exit")
       ("device-plugin-dir", po::value<std::string>()->default_value("/var/lib/kubelet/device-plugins/"),
        "the kubelet's device plugin directory (kubelet.sock and the plugins' sockets)")
       ("host-root", po::value<std::string>()->default_value("/"), "where the host's /proc, /dev, /sys and /etc are")
@@ -112,33 +111,17 @@ int main(int argc, char** argv) {
       ("device-list-strategy", po::value<std::string>()->default_value("envvar"), "envvar, volume-mounts or cdi")
       ("pass-device-specs", po::bool_switch(), "also pass /dev/nvidiaN and the control nodes as DeviceSpecs")
       ("host-device", po::value<std::vector<std::string>>()->composing(),
-       "RESOURCE=PATH[:SLOTS], repeatable, e.g. github.com/fuse=/dev/fuse:16")
-      ("log-level", po::value<std::string>()->default_value("info"), "debug, info, warn or error");
-  po::variables_map flags;
-  try {
-    po::store(po::parse_command_line(argc, argv, description), flags);
-    po::notify(flags);
-  } catch (const po::error& e) {
-    std::cerr << "gpuguard-device-plugin: " << e.what() << " (see --help)\n";
-    return 2;
-  }
-  if (flags.count("help")) {
-    std::cout << description << "\n";
-    return 0;
-  }
-  if (flags.count("version")) {
-    std::cout << "gpuguard-device-plugin " << GPUGUARD_VERSION << "\n";
-    return 0;
-  }
-  const auto level = log::parse_level(flags["log-level"].as<std::string>());
+       "RESOURCE=PATH[:SLOTS], repeatable, e.g. github.com/fuse=/dev/fuse:16");
+  const cli::Parsed parsed = cli::parse_command_line("gpuguard-device-plugin", GPUGUARD_VERSION, description, argc, argv);
+  if (!parsed.flags) return parsed.exit_status;
+  const po::variables_map& flags = *parsed.flags;
   const auto strategy = parse_strategy(flags["device-list-strategy"].as<std::string>());
   const std::string discovery_mode = flags["discovery"].as<std::string>();
-  if (!level || !strategy || (discovery_mode != "auto" && discovery_mode != "nvml" && discovery_mode != "procfs")) {
-    std::cerr << "gpuguard-device-plugin: --log-level, --device-list-strategy or --discovery has a value it does "
-                 "not take (see --help)\n";
+  if (!strategy || (discovery_mode != "auto" && discovery_mode != "nvml" && discovery_mode != "procfs")) {
+    std::cerr << "gpuguard-device-plugin: --device-list-strategy or --discovery has a value it does not take "
+                 "(see --help)\n";
     return 2;
   }
-  log::set_level(*level);
   std::vector<HostDevice> host_devices;
   std::set<std::string> resource_names = {flags["resource-name"].as<std::string>()};
   if (flags.count("host-device")) {

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <optional>
 
+#include "gpuguard/cli/command_line.hpp"
 #include "gpuguard/log/log.hpp"
 #include "gpuguard/metrics/registry.hpp"
 #include "gpuguard/policy/policy_watcher.hpp"
@@ -89,37 +90,15 @@ int main(int argc, char** argv) {
 
   po::options_description description(kUsage);
   description.add_options()
-      ("help,h", "print this help and exit")
-      ("version", "print the version and exit")
       ("tls-cert-file", po::value<std::string>(), "PEM certificate chain served to clients (ECDSA or RSA)")
       ("tls-private-key-file", po::value<std::string>(), "PEM private key of that certificate")
       ("listen-address", po::value<std::string>()->default_value("0.0.0.0:8443"), "IP:port to serve HTTPS on")
       ("policy-dir", po::value<std::string>(), "mounted policy ConfigMap, re-read on change; without it the default policy applies")
       ("threads", po::value<unsigned>()->default_value(0), "server threads; 0 = one per CPU core")
       ("shutdown-delay", po::value<double>()->default_value(5), "seconds to keep serving after SIGTERM, with /readyz failing")
-      ("shutdown-timeout", po::value<double>()->default_value(25), "seconds after SIGTERM by which the process exits")
-      ("log-level", po::value<std::string>()->default_value("info"), "debug, info, warn or error");
-  po::variables_map flags;
-  try {
-    po::store(po::parse_command_line(argc, argv, description), flags);
-    po::notify(flags);
-  } catch (const po::error& e) {
-    std::cerr << "gpuguard-webhook: " << e.what() << " (see --help)\n";
-    return 2;
-  }
-  if (flags.count("help")) {
-    std::cout << description << "\n";
-    return 0;
-  }
-  if (flags.count("version")) {
-    std::cout << "gpuguard-webhook " << GPUGUARD_VERSION << "\n";
-    return 0;
-  }
-  const auto level = log::parse_level(flags["log-level"].as<std::string>());
-  if (!level) {
-    std::cerr << "gpuguard-webhook: --log-level must be debug, info, warn or error\n";
-    return 2;
-  }
-  log::set_level(*level);
+      ("shutdown-timeout", po::value<double>()->default_value(25), "seconds after SIGTERM by which the process exits");
+  const cli::Parsed parsed = cli::parse_command_line("gpuguard-webhook", GPUGUARD_VERSION, description, argc, argv);
+  if (!parsed.flags) return parsed.exit_status;
+  const po::variables_map& flags = *parsed.flags;
   return serve(flags);
 }

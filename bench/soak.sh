@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# bench/soak.sh [SECONDS]: the ~8 KB review at about half the maximum load measured by `make bench`
+# (32 connections, each pausing 5 ms after every answer) for SECONDS (default 600). Passes when there
+# are no errors and RSS at the end is within 10 % of RSS after the first minute. Not part of CI.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+build="$root/${BUILD_DIR:-build}"
+out="$build/bench-results"
+seconds="${1:-600}"
+mkdir -p "$out"
+"$root/certs/generate.sh" --out "$out/certs" >/dev/null
+"$build/bench/gpuguard_write_review" 8 > "$out/review-8k.json"
+pin_server="" pin_client=""
+if command -v taskset >/dev/null && [ "$(nproc)" -ge 2 ]; then pin_server="taskset -c 0"; pin_client="taskset -c 1"; fi
+
+$pin_server "$build/gpuguard-webhook" --tls-cert-file "$out/certs/tls.crt" --tls-private-key-file "$out/certs/tls.key" \
+  --listen-address 127.0.0.1:0 --threads 1 --shutdown-delay 0 2> "$out/soak-server.log" &
+server=$!
+trap 'kill $server 2>/dev/null || true' EXIT
+until grep -q '"msg":"listening"' "$out/soak-server.log" 2>/dev/null; do sleep 0.01; done
+port=$(sed -n 's/.*"address":"127.0.0.1:\([0-9]*\)".*/\1/p' "$out/soak-server.log" | head -1)
+
+GPUGUARD_BODY="$out/review-8k.json" GPUGUARD_POST_LUA="$root/bench/post.lua" GPUGUARD_DELAY_MS=5 \
+  $pin_client wrk -t1 -c32 -d"${seconds}s" --latency --timeout 5s -s "$root/bench/soak.lua" \
+  "https://127.0.0.1:$port/mutate?timeout=10s" > "$out/soak-wrk.txt" &
+client=$!
+sleep 60
+after_minute=$(awk '/VmRSS/ {print $2}' /proc/$server/status)
+wait $client
+at_end=$(awk '/VmRSS/ {print $2}' /proc/$server/status)
+cat "$out/soak-wrk.txt"
+echo "RSS after 1 minute: ${after_minute} kB; at the end: ${at_end} kB; peak: $(awk '/VmHWM/ {print $2}' /proc/$server/status) kB"
+errors=$(grep -cE 'Socket errors|Non-2xx' "$out/soak-wrk.txt" || true)
+growth=$(( (at_end - after_minute) * 100 / after_minute ))
+echo "RSS growth after the first minute: ${growth} %; error lines from wrk: ${errors}"
+[ "$errors" -eq 0 ] && [ "$growth" -le 10 ] && echo "soak: PASS" || { echo "soak: FAIL"; exit 1; }

@@ -1,0 +1,20 @@
+#pragma once
+#include <optional>
+#include <string>
+
+#include <boost/program_options.hpp>
+
+namespace gpuguard::cli {
+
+// Parses argv for one of gpuguard's binaries. Adds and handles the options every binary has the same
+// way: --help and --version print and stop (status 0), --log-level sets the log level, and a bad flag
+// is reported with `program` as the prefix (status 2). Returns the flags to go on with, or the status to
+// exit with.
+struct Parsed {
+  std::optional<boost::program_options::variables_map> flags;
+  int exit_status = 0;
+};
+Parsed parse_command_line(const std::string& program, const std::string& version,
+                          boost::program_options::options_description& description, int argc, char** argv);
+
+}  // namespace gpuguard::cli

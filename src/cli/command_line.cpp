@@ -1,0 +1,42 @@
+#include "gpuguard/cli/command_line.hpp"
+
+#include <iostream>
+
+#include "gpuguard/log/log.hpp"
+
+namespace gpuguard::cli {
+
+namespace po = boost::program_options;
+
+Parsed parse_command_line(const std::string& program, const std::string& version, po::options_description& description,
+                          int argc, char** argv) {
+  description.add_options()
+      ("log-level", po::value<std::string>()->default_value("info"), "debug, info, warn or error")
+      ("help,h", "print this help and exit")
+      ("version", "print the version and exit");
+  po::variables_map flags;
+  try {
+    po::store(po::parse_command_line(argc, argv, description), flags);
+    po::notify(flags);
+  } catch (const po::error& e) {
+    std::cerr << program << ": " << e.what() << " (see --help)\n";
+    return {std::nullopt, 2};
+  }
+  if (flags.count("help")) {
+    std::cout << description << "\n";
+    return {std::nullopt, 0};
+  }
+  if (flags.count("version")) {
+    std::cout << program << " " << version << "\n";
+    return {std::nullopt, 0};
+  }
+  const auto level = log::parse_level(flags["log-level"].as<std::string>());
+  if (!level) {
+    std::cerr << program << ": --log-level must be debug, info, warn or error\n";
+    return {std::nullopt, 2};
+  }
+  log::set_level(*level);
+  return {std::move(flags), 0};
+}
+
+}  // namespace gpuguard::cli
