@@ -71,14 +71,14 @@ class KubeletSession {
       : servers_(servers), kubelet_socket_(std::move(kubelet_socket)) {}
 
   void reconcile() {
-    bool served_again = false;
     for (auto& server : servers_) {
       if (server->socket_exists()) continue;
       server->serve();
-      served_again = true;
+      // A new kubelet.sock may get the old one's inode number back: only a registration after this counts.
+      registered_with_.reset();
     }
     const auto kubelet = socket_inode(kubelet_socket_);
-    if (!kubelet || (!served_again && kubelet == registered_with_)) return;
+    if (!kubelet || kubelet == registered_with_) return;
     try {
       for (auto& server : servers_) server->register_with_kubelet(kubelet_socket_);
       registered_with_ = kubelet;
