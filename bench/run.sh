@@ -9,17 +9,9 @@
 #   6. the device plugin's Allocate over its unix socket
 # Raw output goes to $BUILD_DIR/bench/; a summary is printed at the end.
 set -euo pipefail
-root="$(cd "$(dirname "$0")/.." && pwd)"
-build="$root/${BUILD_DIR:-build}"
-out="$build/bench-results"
+source "$(dirname "$0")/common.sh"
 duration="${BENCH_SECONDS:-10}"
-mkdir -p "$out"
-"$root/certs/generate.sh" --out "$out/certs" >/dev/null
-"$build/bench/gpuguard_write_review" 8 > "$out/review-8k.json"
 "$build/bench/gpuguard_write_review" 2560 > "$out/review-2.5m.json"
-
-pin_server="" pin_client=""
-if command -v taskset >/dev/null && [ "$(nproc)" -ge 2 ]; then pin_server="taskset -c 0"; pin_client="taskset -c 1"; fi
 
 echo "== core micro-benchmarks"
 $pin_server "$build/bench/gpuguard_core_bench" --benchmark_repetitions=3 --benchmark_report_aggregates_only=true \
@@ -27,13 +19,9 @@ $pin_server "$build/bench/gpuguard_core_bench" --benchmark_repetitions=3 --bench
 
 echo "== start-up"
 start=$(date +%s%N)
-$pin_server "$build/gpuguard-webhook" --tls-cert-file "$out/certs/tls.crt" --tls-private-key-file "$out/certs/tls.key" \
-  --listen-address 127.0.0.1:0 --threads 1 --shutdown-delay 0 2> "$out/server.log" &
-server=$!
+start_webhook "$out/server.log"
 trap 'kill $server 2>/dev/null || true' EXIT
-until grep -q '"msg":"listening"' "$out/server.log" 2>/dev/null; do :; done
 ready=$(date +%s%N)
-port=$(sed -n 's/.*"address":"127.0.0.1:\([0-9]*\)".*/\1/p' "$out/server.log" | head -1)
 echo "ready after $(( (ready - start) / 1000000 )) ms" | tee "$out/startup.txt"
 url="https://127.0.0.1:$port"
 
@@ -58,11 +46,7 @@ grep -E 'VmHWM|VmRSS' /proc/$server/status | tee "$out/rss.txt"
 kill $server; wait $server 2>/dev/null || true
 
 echo "== 2.5 MiB pod: the webhook's own handling time (decode, decide, encode), from its debug log"
-$pin_server "$build/gpuguard-webhook" --tls-cert-file "$out/certs/tls.crt" --tls-private-key-file "$out/certs/tls.key" \
-  --listen-address 127.0.0.1:0 --threads 1 --shutdown-delay 0 --log-level debug 2> "$out/server-debug.log" &
-server=$!
-until grep -q '"msg":"listening"' "$out/server-debug.log" 2>/dev/null; do :; done
-port=$(sed -n 's/.*"address":"127.0.0.1:\([0-9]*\)".*/\1/p' "$out/server-debug.log" | head -1)
+start_webhook "$out/server-debug.log" --log-level debug
 for i in $(seq 10); do
   curl -sS -o /dev/null --cacert "$out/certs/ca.crt" -H 'Content-Type: application/json' -H 'Expect:' \
     --data-binary @"$out/review-2.5m.json" "https://127.0.0.1:$port/mutate"

@@ -3,22 +3,10 @@
 # (32 connections, each pausing 5 ms after every answer) for SECONDS (default 600). Passes when there
 # are no errors and RSS at the end is within 10 % of RSS after the first minute. Not part of CI.
 set -euo pipefail
-root="$(cd "$(dirname "$0")/.." && pwd)"
-build="$root/${BUILD_DIR:-build}"
-out="$build/bench-results"
+source "$(dirname "$0")/common.sh"
 seconds="${1:-600}"
-mkdir -p "$out"
-"$root/certs/generate.sh" --out "$out/certs" >/dev/null
-"$build/bench/gpuguard_write_review" 8 > "$out/review-8k.json"
-pin_server="" pin_client=""
-if command -v taskset >/dev/null && [ "$(nproc)" -ge 2 ]; then pin_server="taskset -c 0"; pin_client="taskset -c 1"; fi
-
-$pin_server "$build/gpuguard-webhook" --tls-cert-file "$out/certs/tls.crt" --tls-private-key-file "$out/certs/tls.key" \
-  --listen-address 127.0.0.1:0 --threads 1 --shutdown-delay 0 2> "$out/soak-server.log" &
-server=$!
+start_webhook "$out/soak-server.log"
 trap 'kill $server 2>/dev/null || true' EXIT
-until grep -q '"msg":"listening"' "$out/soak-server.log" 2>/dev/null; do sleep 0.01; done
-port=$(sed -n 's/.*"address":"127.0.0.1:\([0-9]*\)".*/\1/p' "$out/soak-server.log" | head -1)
 
 GPUGUARD_BODY="$out/review-8k.json" GPUGUARD_POST_LUA="$root/bench/post.lua" GPUGUARD_DELAY_MS=5 \
   $pin_client wrk -t1 -c32 -d"${seconds}s" --latency --timeout 5s -s "$root/bench/soak.lua" \
