@@ -17,11 +17,6 @@ std::string_view trim(std::string_view s) {
   return s.substr(first, s.find_last_not_of(kSpace) - first + 1);
 }
 
-// Paths from the host's point of view ("/dev/nvidia0") resolved under the host root.
-fs::path under(const fs::path& host_root, std::string_view absolute) {
-  return host_root / fs::path(absolute).relative_path();
-}
-
 std::optional<unsigned> to_unsigned(std::string_view text) {
   if (text.empty() || text.size() > 9 || !std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; })) {
     return std::nullopt;
@@ -30,6 +25,10 @@ std::optional<unsigned> to_unsigned(std::string_view text) {
 }
 
 }  // namespace
+
+fs::path host_path(const fs::path& host_root, std::string_view absolute) {
+  return host_root / fs::path(absolute).relative_path();
+}
 
 std::map<std::string, std::string> parse_information(std::string_view text) {
   std::map<std::string, std::string> fields;
@@ -48,7 +47,7 @@ std::optional<std::int64_t> numa_node_of(const fs::path& host_root, const std::s
   // sysfs names PCI devices in lower case; the driver's procfs directories may not be.
   std::string lower = pci_address;
   std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
-  const auto text = watch::read_file(under(host_root, "/sys/bus/pci/devices") / lower / "numa_node");
+  const auto text = watch::read_file(host_path(host_root, "/sys/bus/pci/devices") / lower / "numa_node");
   if (!text) return std::nullopt;
   try {
     const long long node = std::stoll(std::string(trim(*text)));
@@ -62,7 +61,7 @@ std::optional<std::int64_t> numa_node_of(const fs::path& host_root, const std::s
 std::vector<Gpu> discover_procfs(const fs::path& host_root) {
   std::vector<Gpu> gpus;
   std::error_code ec;
-  const fs::path dir = under(host_root, "/proc/driver/nvidia/gpus");
+  const fs::path dir = host_path(host_root, "/proc/driver/nvidia/gpus");
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     const auto text = watch::read_file(entry.path() / "information");
     if (!text) continue;
@@ -87,7 +86,7 @@ std::vector<Gpu> discover_procfs(const fs::path& host_root) {
 }
 
 std::string driver_version(const fs::path& host_root) {
-  const auto text = watch::read_file(under(host_root, "/proc/driver/nvidia/version"));
+  const auto text = watch::read_file(host_path(host_root, "/proc/driver/nvidia/version"));
   if (!text) return {};
   return std::string(trim(std::string_view(*text).substr(0, text->find('\n'))));
 }
@@ -96,14 +95,14 @@ std::vector<std::string> control_device_nodes(const fs::path& host_root) {
   std::vector<std::string> nodes;
   for (const char* node : {"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset"}) {
     std::error_code ec;
-    if (fs::exists(under(host_root, node), ec)) nodes.emplace_back(node);
+    if (fs::exists(host_path(host_root, node), ec)) nodes.emplace_back(node);
   }
   return nodes;
 }
 
 std::optional<std::string> toolkit_hardening_warning(const fs::path& host_root) {
   constexpr std::string_view kKey = "accept-nvidia-visible-devices-envvar-when-unprivileged";
-  const fs::path config = under(host_root, "/etc/nvidia-container-runtime/config.toml");
+  const fs::path config = host_path(host_root, "/etc/nvidia-container-runtime/config.toml");
   const auto text = watch::read_file(config);
   if (!text) {
     return "no " + config.string() + ": the NVIDIA toolkit's default trusts NVIDIA_VISIBLE_DEVICES from any "

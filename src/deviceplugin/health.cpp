@@ -9,10 +9,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-fs::path under(const fs::path& host_root, const std::string& absolute) {
-  return host_root / fs::path(absolute).relative_path();
-}
-
 void report(const std::string& id, bool healthy, const std::string& why) {
   if (healthy) log::info("device healthy again", {{"device", id}, {"reason", why}});
   else log::warn("device unhealthy", {{"device", id}, {"reason", why}});
@@ -26,8 +22,8 @@ std::vector<PresenceCheck> presence_checks(const fs::path& host_root, GpuResourc
   std::vector<PresenceCheck> checks;
   for (const Gpu& gpu : gpus) {
     checks.push_back({&resource.devices(), gpu.uuid,
-                      {under(host_root, "/dev/nvidia" + std::to_string(gpu.minor)),
-                       under(host_root, "/proc/driver/nvidia/gpus/" + gpu.pci_address + "/information")}});
+                      {host_path(host_root, "/dev/nvidia" + std::to_string(gpu.minor)),
+                       host_path(host_root, "/proc/driver/nvidia/gpus/" + gpu.pci_address + "/information")}});
   }
   return checks;
 }
@@ -35,7 +31,7 @@ std::vector<PresenceCheck> presence_checks(const fs::path& host_root, GpuResourc
 std::vector<PresenceCheck> presence_checks(const fs::path& host_root, HostDeviceResource& resource) {
   std::vector<PresenceCheck> checks;
   for (const Device& device : resource.devices().snapshot()) {
-    checks.push_back({&resource.devices(), device.id, {under(host_root, resource.path())}});
+    checks.push_back({&resource.devices(), device.id, {host_path(host_root, resource.path())}});
   }
   return checks;
 }

@@ -1,9 +1,7 @@
 #include "review_command.hpp"
 
-#include <fstream>
 #include <iostream>
 #include <iterator>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -13,6 +11,7 @@
 #include "gpuguard/log/log.hpp"
 #include "gpuguard/metrics/registry.hpp"
 #include "gpuguard/policy/policy_watcher.hpp"
+#include "gpuguard/watch/poller.hpp"
 
 namespace gpuguard::webhook {
 namespace {
@@ -22,12 +21,10 @@ bool read_source(const std::string& source, std::string& text) {
     text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
     return !std::cin.bad();
   }
-  std::ifstream file(source, std::ios::binary);
-  if (!file) return false;
-  std::ostringstream content;
-  content << file.rdbuf();
-  text = std::move(content).str();
-  return !file.bad();
+  auto content = watch::read_file(source);
+  if (!content) return false;
+  text = std::move(*content);
+  return true;
 }
 
 // A Pod as `kubectl get pod -o json` or a manifest gives it, wrapped the way the apiserver sends a create.

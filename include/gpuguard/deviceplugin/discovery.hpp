@@ -15,6 +15,9 @@
 
 namespace gpuguard::deviceplugin {
 
+// A path as the host sees it ("/dev/nvidia0"), resolved under the host root.
+std::filesystem::path host_path(const std::filesystem::path& host_root, std::string_view absolute);
+
 struct Gpu {
   std::string uuid;         // "GPU-…", the device ID the kubelet sees
   unsigned minor = 0;       // /dev/nvidia<minor>
