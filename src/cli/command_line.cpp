@@ -39,4 +39,9 @@ Parsed parse_command_line(const std::string& program, const std::string& version
   return {std::move(flags), 0};
 }
 
+std::optional<std::filesystem::path> path_flag(const po::variables_map& flags, const char* name) {
+  if (!flags.count(name)) return std::nullopt;
+  return std::filesystem::path(flags[name].as<std::string>());
+}
+
 }  // namespace gpuguard::cli

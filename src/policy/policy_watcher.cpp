@@ -36,7 +36,7 @@ std::optional<std::map<std::string, std::string>> read_keys(const fs::path& dir)
 
 }  // namespace
 
-PolicyWatcher::PolicyWatcher(std::optional<fs::path> dir, metrics::Registry& metrics)
+PolicyWatcher::PolicyWatcher(std::optional<fs::path> dir, metrics::ReloadMetrics& metrics)
     : dir_(std::move(dir)), metrics_(metrics), policy_(std::make_shared<const admission::Policy>()) {
   if (dir_) {
     std::error_code ec;

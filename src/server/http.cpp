@@ -20,7 +20,42 @@ std::string_view trim(std::string_view s) {
   return s;
 }
 
+Response method_not_allowed(std::string_view allowed) {
+  Response response = text_response(405, "method not allowed");
+  response.headers.emplace_back("Allow", std::string(allowed));
+  return response;
+}
+
 }  // namespace
+
+Response json_response(std::string body) {
+  Response response;
+  response.content_type = "application/json";
+  response.body = std::move(body);
+  return response;
+}
+
+bool ProbeRoutes::owns(std::string_view path) { return path == "/healthz" || path == "/readyz" || path == "/metrics"; }
+
+std::optional<Response> ProbeRoutes::reject_early(const RequestHead& head) {
+  if (!owns(head.path) || head.method == "GET" || head.method == "HEAD") return std::nullopt;
+  return method_not_allowed("GET, HEAD");
+}
+
+Response ProbeRoutes::respond(std::string_view path, bool ready, const std::function<std::string()>& scrape) {
+  if (path == "/healthz") return text_response(200, "ok");
+  if (path == "/readyz") return ready ? text_response(200, "ok") : text_response(503, "not ready");
+  Response response;
+  response.content_type = "text/plain; version=0.0.4; charset=utf-8";
+  response.body = scrape();
+  return response;
+}
+
+std::optional<Response> require_json_post(const RequestHead& head) {
+  if (head.method != "POST") return method_not_allowed("POST");
+  if (!is_json_content_type(head.content_type)) return text_response(415, "Content-Type must be application/json");
+  return std::nullopt;
+}
 
 Response text_response(unsigned status, std::string body) {
   Response response;

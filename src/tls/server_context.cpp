@@ -106,7 +106,7 @@ double certificate_expiry(ssl::context& context) {
 }
 
 CertificateWatcher::CertificateWatcher(std::filesystem::path cert_file, std::filesystem::path key_file,
-                                       metrics::Registry& metrics)
+                                       metrics::ReloadMetrics& metrics)
     : cert_file_(std::move(cert_file)), key_file_(std::move(key_file)), metrics_(metrics) {
   load(true);
 }

@@ -8,10 +8,11 @@
 #include <optional>
 
 #include "gpuguard/cli/command_line.hpp"
+#include "gpuguard/cli/server_flags.hpp"
 #include "gpuguard/log/log.hpp"
 #include "gpuguard/metrics/registry.hpp"
 #include "gpuguard/policy/policy_watcher.hpp"
-#include "gpuguard/server/https_server.hpp"
+#include "gpuguard/server/http_server.hpp"
 #include "gpuguard/tls/server_context.hpp"
 #include "gpuguard/webhook/webhook_handler.hpp"
 #include "review_command.hpp"
@@ -30,37 +31,22 @@ constexpr const char* kUsage =
     "                                     the response and the decoded JSON Patch\n\n"
     "Options";
 
-std::optional<std::filesystem::path> policy_dir(const po::variables_map& flags) {
-  if (!flags.count("policy-dir")) return std::nullopt;
-  return std::filesystem::path(flags["policy-dir"].as<std::string>());
-}
-
-std::chrono::milliseconds seconds_flag(const po::variables_map& flags, const char* name) {
-  return std::chrono::milliseconds(static_cast<long long>(flags[name].as<double>() * 1000));
-}
-
 int serve(const po::variables_map& flags) {
-  if (!flags.count("tls-cert-file") || !flags.count("tls-private-key-file")) {
+  if (!cli::has_tls_flags(flags)) {
     std::cerr << "gpuguard-webhook: --tls-cert-file and --tls-private-key-file are required (see --help)\n";
     return 2;
   }
-  if (flags["shutdown-delay"].as<double>() < 0 || flags["shutdown-timeout"].as<double>() <= 0) {
-    std::cerr << "gpuguard-webhook: --shutdown-delay must be >= 0 and --shutdown-timeout > 0\n";
-    return 2;
-  }
-  server::ServerOptions options;
-  options.listen_address = flags["listen-address"].as<std::string>();
-  options.threads = flags["threads"].as<unsigned>();
-  options.shutdown_delay = seconds_flag(flags, "shutdown-delay");
-  options.shutdown_timeout = seconds_flag(flags, "shutdown-timeout");
+  std::optional<server::ServerOptions> parsed_options = cli::server_options("gpuguard-webhook", flags);
+  if (!parsed_options) return 2;
+  server::ServerOptions options = std::move(*parsed_options);
   try {
     metrics::Registry metrics(GPUGUARD_VERSION);
-    policy::PolicyWatcher policy(policy_dir(flags), metrics);
+    policy::PolicyWatcher policy(cli::path_flag(flags, "policy-dir"), metrics);
     tls::CertificateWatcher certificate(flags["tls-cert-file"].as<std::string>(),
                                         flags["tls-private-key-file"].as<std::string>(), metrics);
     webhook::WebhookHandler handler([&policy] { return policy.current(); }, metrics);
     options.on_shutdown = [&handler] { handler.set_ready(false); };
-    server::HttpsServer server(options, [&certificate] { return certificate.current(); }, handler);
+    server::HttpServer server(options, [&certificate] { return certificate.current(); }, handler);
     const std::string address = server.bind();
     policy.watch(std::chrono::seconds(1));
     certificate.watch(std::chrono::seconds(2));
@@ -89,14 +75,9 @@ int main(int argc, char** argv) {
   }
 
   po::options_description description(kUsage);
+  cli::add_server_flags(description);
   description.add_options()
-      ("tls-cert-file", po::value<std::string>(), "PEM certificate chain served to clients (ECDSA or RSA)")
-      ("tls-private-key-file", po::value<std::string>(), "PEM private key of that certificate")
-      ("listen-address", po::value<std::string>()->default_value("0.0.0.0:8443"), "IP:port to serve HTTPS on")
-      ("policy-dir", po::value<std::string>(), "mounted policy ConfigMap, re-read on change; without it the default policy applies")
-      ("threads", po::value<unsigned>()->default_value(0), "server threads; 0 = one per CPU core")
-      ("shutdown-delay", po::value<double>()->default_value(5), "seconds to keep serving after SIGTERM, with /readyz failing")
-      ("shutdown-timeout", po::value<double>()->default_value(25), "seconds after SIGTERM by which the process exits");
+      ("policy-dir", po::value<std::string>(), "mounted policy ConfigMap, re-read on change; without it the default policy applies");
   const cli::Parsed parsed = cli::parse_command_line("gpuguard-webhook", GPUGUARD_VERSION, description, argc, argv);
   if (!parsed.flags) return parsed.exit_status;
   const po::variables_map& flags = *parsed.flags;

@@ -19,7 +19,7 @@
 
 #include "files.hpp"
 #include "tls_client.hpp"
-#include "webhook_process.hpp"
+#include "server_process.hpp"
 
 using namespace gpuguard::test;
 using nlohmann::json;

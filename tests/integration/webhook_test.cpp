@@ -11,7 +11,7 @@
 #include "files.hpp"
 #include "gpuguard/admission/base64.hpp"
 #include "tls_client.hpp"
-#include "webhook_process.hpp"
+#include "server_process.hpp"
 
 using namespace gpuguard::test;
 using nlohmann::json;

@@ -1,4 +1,6 @@
 #pragma once
+#include <cstdint>
+#include <optional>
 #include <string_view>
 
 namespace gpuguard::admission {
@@ -7,5 +9,11 @@ namespace gpuguard::admission {
 // Anything malformed is reported as non-zero: the apiserver rejects such a pod after admission, and
 // treating it as a GPU request means we never inject into it by mistake.
 bool is_zero_quantity(std::string_view quantity);
+
+// The value of a well-formed, non-negative quantity rounded up to a whole number, as resource.Quantity's
+// Value() gives it: "2" -> 2, "1500m" -> 2, "1k" -> 1000, "1Ki" -> 1024. Extended resources such as GPUs
+// are whole numbers, so this is their count. nullopt for a malformed or negative quantity, or one
+// over 2^62.
+std::optional<std::int64_t> quantity_count(std::string_view quantity);
 
 }  // namespace gpuguard::admission

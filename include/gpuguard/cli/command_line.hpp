@@ -1,4 +1,5 @@
 #pragma once
+#include <filesystem>
 #include <optional>
 #include <string>
 
@@ -16,5 +17,8 @@ struct Parsed {
 };
 Parsed parse_command_line(const std::string& program, const std::string& version,
                           boost::program_options::options_description& description, int argc, char** argv);
+
+// The value of a path flag, or nullopt when it was not given.
+std::optional<std::filesystem::path> path_flag(const boost::program_options::variables_map& flags, const char* name);
 
 }  // namespace gpuguard::cli

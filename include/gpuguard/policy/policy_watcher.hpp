@@ -8,7 +8,7 @@
 #include <string>
 
 #include "gpuguard/admission/policy.hpp"
-#include "gpuguard/metrics/registry.hpp"
+#include "gpuguard/metrics/reloads.hpp"
 #include "gpuguard/watch/poller.hpp"
 
 namespace gpuguard::policy {
@@ -19,7 +19,7 @@ namespace gpuguard::policy {
 class PolicyWatcher {
  public:
   // Throws std::runtime_error naming the key when the directory holds an invalid policy at start.
-  PolicyWatcher(std::optional<std::filesystem::path> dir, metrics::Registry& metrics);
+  PolicyWatcher(std::optional<std::filesystem::path> dir, metrics::ReloadMetrics& metrics);
 
   std::shared_ptr<const admission::Policy> current() const { return policy_.load(); }
 
@@ -31,7 +31,7 @@ class PolicyWatcher {
 
  private:
   std::optional<std::filesystem::path> dir_;
-  metrics::Registry& metrics_;
+  metrics::ReloadMetrics& metrics_;
   std::atomic<std::shared_ptr<const admission::Policy>> policy_;
   std::optional<std::map<std::string, std::string>> last_seen_;
   std::unique_ptr<watch::Poller> poller_;

@@ -8,7 +8,7 @@
 
 #include <boost/asio/ssl/context.hpp>
 
-#include "gpuguard/metrics/registry.hpp"
+#include "gpuguard/metrics/reloads.hpp"
 #include "gpuguard/watch/poller.hpp"
 
 namespace gpuguard::tls {
@@ -35,7 +35,7 @@ double certificate_expiry(boost::asio::ssl::context& context);
 class CertificateWatcher {
  public:
   // Throws std::runtime_error when the files do not hold a usable pair at start.
-  CertificateWatcher(std::filesystem::path cert_file, std::filesystem::path key_file, metrics::Registry& metrics);
+  CertificateWatcher(std::filesystem::path cert_file, std::filesystem::path key_file, metrics::ReloadMetrics& metrics);
 
   std::shared_ptr<boost::asio::ssl::context> current() const { return context_.load(); }
   void watch(std::chrono::milliseconds interval);
@@ -46,7 +46,7 @@ class CertificateWatcher {
   bool load(bool at_start);
 
   std::filesystem::path cert_file_, key_file_;
-  metrics::Registry& metrics_;
+  metrics::ReloadMetrics& metrics_;
   std::atomic<std::shared_ptr<boost::asio::ssl::context>> context_;
   std::string last_cert_, last_key_;
   std::unique_ptr<watch::Poller> poller_;

@@ -1,4 +1,4 @@
-#include "webhook_process.hpp"
+#include "server_process.hpp"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -21,7 +21,9 @@ namespace gpuguard::test {
 
 std::string certs_dir() { return GPUGUARD_TEST_CERTS_DIR; }
 
-WebhookProcess::WebhookProcess(std::vector<std::string> extra_args) {
+namespace {
+
+std::vector<std::string> webhook_argv(std::vector<std::string> extra_args) {
   auto given = [&](const std::string& flag) {
     return std::find(extra_args.begin(), extra_args.end(), flag) != extra_args.end();
   };
@@ -31,6 +33,14 @@ WebhookProcess::WebhookProcess(std::vector<std::string> extra_args) {
   }
   if (!given("--shutdown-delay")) args.insert(args.end(), {"--shutdown-delay", "0.2"});
   args.insert(args.end(), extra_args.begin(), extra_args.end());
+  return args;
+}
+
+}  // namespace
+
+WebhookProcess::WebhookProcess(std::vector<std::string> extra_args) : ServerProcess(webhook_argv(std::move(extra_args))) {}
+
+ServerProcess::ServerProcess(std::vector<std::string> args) {
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -75,18 +85,18 @@ WebhookProcess::WebhookProcess(std::vector<std::string> extra_args) {
   }
   kill(pid_, SIGKILL);
   waitpid(pid_, nullptr, 0);
-  throw std::runtime_error("gpuguard-webhook did not report listening; stderr: " + pending);
+  throw std::runtime_error(args[0] + " did not report listening; stderr: " + pending);
 }
 
-int WebhookProcess::terminate() {
+int ServerProcess::terminate() {
   if (pid_ <= 0) return -1;
   send_sigterm();
   return wait_exit(30);
 }
 
-void WebhookProcess::send_sigterm() const { kill(pid_, SIGTERM); }
+void ServerProcess::send_sigterm() const { kill(pid_, SIGTERM); }
 
-int WebhookProcess::wait_exit(int seconds) {
+int ServerProcess::wait_exit(int seconds) {
   if (pid_ <= 0) return -1;
   int status = 0;
   for (int i = 0; i < seconds * 10; ++i) {
@@ -102,10 +112,19 @@ int WebhookProcess::wait_exit(int seconds) {
   return -1;
 }
 
-ExitResult run_webhook(const std::string& args) {
+bool ServerProcess::running() {
+  if (pid_ <= 0) return false;
+  if (waitpid(pid_, nullptr, WNOHANG) == 0) return true;
+  pid_ = -1;
+  return false;
+}
+
+ExitResult run_webhook(const std::string& args) { return run_binary(GPUGUARD_WEBHOOK_BIN, args); }
+
+ExitResult run_binary(const std::string& binary, const std::string& args) {
   ExitResult result;
   // stderr joins stdout first, so `args` may still send it elsewhere.
-  FILE* pipe = popen((std::string(GPUGUARD_WEBHOOK_BIN) + " 2>&1 " + args).c_str(), "r");
+  FILE* pipe = popen((binary + " 2>&1 " + args).c_str(), "r");
   if (pipe == nullptr) return result;
   char chunk[4096];
   while (std::size_t n = fread(chunk, 1, sizeof chunk, pipe)) result.output.append(chunk, n);
@@ -114,7 +133,7 @@ ExitResult run_webhook(const std::string& args) {
   return result;
 }
 
-WebhookProcess::~WebhookProcess() {
+ServerProcess::~ServerProcess() {
   if (pid_ > 0) {
     kill(pid_, SIGKILL);
     waitpid(pid_, nullptr, 0);

@@ -37,14 +37,16 @@ struct ServerOptions {
 // The TLS context for the next handshake; called once per accepted connection.
 using TlsProvider = std::function<std::shared_ptr<boost::asio::ssl::context>()>;
 
-// Serves a Handler over HTTPS/1.1 with keep-alive. One io_context run by `threads` threads; each
-// connection is a coroutine on its own strand, and every handshake, read and write has a deadline.
-class HttpsServer {
+// Serves a Handler over HTTPS/1.1 with keep-alive, or over plain HTTP/1.1 when the TlsProvider is empty
+// (only for a client on the same host, such as a kube-scheduler talking to its extender on localhost).
+// One io_context run by `threads` threads; each connection is a coroutine on its own strand, and every
+// handshake, read and write has a deadline.
+class HttpServer {
  public:
-  HttpsServer(ServerOptions options, TlsProvider tls, const Handler& handler);
-  ~HttpsServer();
-  HttpsServer(const HttpsServer&) = delete;
-  HttpsServer& operator=(const HttpsServer&) = delete;
+  HttpServer(ServerOptions options, TlsProvider tls, const Handler& handler);
+  ~HttpServer();
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
 
   // Binds the listening socket; throws std::runtime_error with the reason when it cannot.
   // Returns the bound address as host:port (the real port when 0 was asked for).

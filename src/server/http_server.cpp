@@ -1,5 +1,5 @@
 // The one translation unit that instantiates Beast's HTTP and SSL stream templates.
-#include "gpuguard/server/https_server.hpp"
+#include "gpuguard/server/http_server.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -85,7 +85,7 @@ struct SessionControl {
   std::chrono::steady_clock::time_point idle_since;
 };
 
-struct HttpsServer::Impl {
+struct HttpServer::Impl {
   Impl(ServerOptions o, TlsProvider t, const Handler& h) : options(std::move(o)), tls(std::move(t)), handler(h) {}
 
   ServerOptions options;
@@ -103,10 +103,14 @@ struct HttpsServer::Impl {
 
   asio::awaitable<void> accept_loop();
   asio::awaitable<void> session(tcp::socket socket);
-  asio::awaitable<bool> respond(beast::ssl_stream<beast::tcp_stream>& stream, Response response, unsigned version,
-                                bool keep_alive, std::chrono::milliseconds deadline);
-  asio::awaitable<void> answer_read_error(beast::ssl_stream<beast::tcp_stream>& stream,
-                                         const boost::system::error_code& ec, std::chrono::milliseconds deadline);
+  template <class Stream>
+  asio::awaitable<void> serve_requests(Stream& stream, SessionControl& control);
+  template <class Stream>
+  asio::awaitable<bool> respond(Stream& stream, Response response, unsigned version, bool keep_alive,
+                                std::chrono::milliseconds deadline);
+  template <class Stream>
+  asio::awaitable<void> answer_read_error(Stream& stream, const boost::system::error_code& ec,
+                                         std::chrono::milliseconds deadline);
   Response call_handler(const RequestHead& head, std::string body);
   std::shared_ptr<SessionControl> register_session(asio::any_io_executor executor, beast::tcp_stream& transport);
   void begin_shutdown();
@@ -114,7 +118,7 @@ struct HttpsServer::Impl {
   void wait_for_sessions(std::chrono::steady_clock::time_point deadline);
 };
 
-asio::awaitable<void> HttpsServer::Impl::accept_loop() {
+asio::awaitable<void> HttpServer::Impl::accept_loop() {
   while (!stopping) {
     auto [ec, socket] = co_await acceptor.async_accept(asio::make_strand(ioc), nothrow);
     if (ec) {
@@ -138,7 +142,7 @@ asio::awaitable<void> HttpsServer::Impl::accept_loop() {
   }
 }
 
-Response HttpsServer::Impl::call_handler(const RequestHead& head, std::string body) {
+Response HttpServer::Impl::call_handler(const RequestHead& head, std::string body) {
   try {
     return handler.handle(head, std::move(body));
   } catch (const std::exception& e) {
@@ -147,8 +151,8 @@ Response HttpsServer::Impl::call_handler(const RequestHead& head, std::string bo
   }
 }
 
-asio::awaitable<bool> HttpsServer::Impl::respond(beast::ssl_stream<beast::tcp_stream>& stream, Response response,
-                                                 unsigned version, bool keep_alive,
+template <class Stream>
+asio::awaitable<bool> HttpServer::Impl::respond(Stream& stream, Response response, unsigned version, bool keep_alive,
                                                  std::chrono::milliseconds deadline) {
   http::response<http::string_body> message{static_cast<http::status>(response.status), version};
   message.set(http::field::content_type, response.content_type);
@@ -162,8 +166,8 @@ asio::awaitable<bool> HttpsServer::Impl::respond(beast::ssl_stream<beast::tcp_st
 }
 
 // Tells the client why its request could not be read, when there is still a client to tell.
-asio::awaitable<void> HttpsServer::Impl::answer_read_error(beast::ssl_stream<beast::tcp_stream>& stream,
-                                                           const boost::system::error_code& ec,
+template <class Stream>
+asio::awaitable<void> HttpServer::Impl::answer_read_error(Stream& stream, const boost::system::error_code& ec,
                                                            std::chrono::milliseconds deadline) {
   if (ec == http::error::body_limit) {
     co_await respond(stream, text_response(413, "request body over " + std::to_string(options.body_limit) + " bytes"),
@@ -175,38 +179,53 @@ asio::awaitable<void> HttpsServer::Impl::answer_read_error(beast::ssl_stream<bea
   }
 }
 
-asio::awaitable<void> HttpsServer::Impl::session(tcp::socket socket) {
-  const std::shared_ptr<ssl::context> context = tls();  // this pair for the whole connection
+asio::awaitable<void> HttpServer::Impl::session(tcp::socket socket) {
   const auto executor = socket.get_executor();
-  beast::ssl_stream<beast::tcp_stream> stream(std::move(socket), *context);
-  auto& transport = beast::get_lowest_layer(stream);
-  const auto control = register_session(executor, transport);
   struct SessionEnd {
     Impl& impl;
-    SessionControl& control;
+    std::shared_ptr<SessionControl> control;
     ~SessionEnd() {
-      control.transport = nullptr;
+      if (control) control->transport = nullptr;
       --impl.sessions;
     }
-  } session_end{*this, *control};
+  };
+  if (!tls) {
+    beast::tcp_stream stream(std::move(socket));
+    SessionEnd session_end{*this, register_session(executor, stream)};
+    co_await serve_requests(stream, *session_end.control);
+    boost::system::error_code ignored;
+    stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
+    co_return;
+  }
+  const std::shared_ptr<ssl::context> context = tls();  // this pair for the whole connection
+  beast::ssl_stream<beast::tcp_stream> stream(std::move(socket), *context);
+  auto& transport = beast::get_lowest_layer(stream);
+  SessionEnd session_end{*this, register_session(executor, transport)};
   transport.expires_after(options.handshake_timeout);
   if (auto [ec] = co_await stream.async_handshake(ssl::stream_base::server, nothrow); ec) {
     log::debug("TLS handshake failed", {{"reason", ec.message()}});
     co_return;
   }
+  co_await serve_requests(stream, *session_end.control);
+  transport.expires_after(2s);
+  co_await stream.async_shutdown(nothrow);
+}
 
+template <class Stream>
+asio::awaitable<void> HttpServer::Impl::serve_requests(Stream& stream, SessionControl& control) {
+  auto& transport = beast::get_lowest_layer(stream);
   beast::flat_buffer buffer;
   bool keep_alive = true;
   while (keep_alive) {
     http::request_parser<http::string_body> parser;
     parser.header_limit(static_cast<std::uint32_t>(options.header_limit));
     parser.body_limit(options.body_limit);
-    control->waiting_for_request = true;
-    control->idle_since = std::chrono::steady_clock::now();
+    control.waiting_for_request = true;
+    control.idle_since = std::chrono::steady_clock::now();
     transport.expires_after(stopping ? 1s : options.idle_timeout);
     // A declared Content-Length over the body limit already fails here, before any of the body is read.
     auto [read_error, header_bytes] = co_await http::async_read_header(stream, buffer, parser, nothrow);
-    control->waiting_for_request = false;
+    control.waiting_for_request = false;
     if (read_error) {
       co_await answer_read_error(stream, read_error, options.request_timeout);
       break;
@@ -243,12 +262,9 @@ asio::awaitable<void> HttpsServer::Impl::session(tcp::socket socket) {
     keep_alive = co_await respond(stream, call_handler(head, std::move(request.body())), request.version(),
                                   keep_alive, deadline);
   }
-
-  transport.expires_after(2s);
-  co_await stream.async_shutdown(nothrow);
 }
 
-std::shared_ptr<SessionControl> HttpsServer::Impl::register_session(asio::any_io_executor executor,
+std::shared_ptr<SessionControl> HttpServer::Impl::register_session(asio::any_io_executor executor,
                                                                      beast::tcp_stream& transport) {
   auto control = std::make_shared<SessionControl>();
   control->executor = std::move(executor);
@@ -262,7 +278,7 @@ std::shared_ptr<SessionControl> HttpsServer::Impl::register_session(asio::any_io
 
 // SIGTERM: readiness goes at once, serving goes on for the delay (with Connection: close), then new
 // connections are refused and the open ones end as soon as they are idle, within the timeout.
-void HttpsServer::Impl::begin_shutdown() {
+void HttpServer::Impl::begin_shutdown() {
   if (draining.exchange(true)) return;
   const auto deadline = std::chrono::steady_clock::now() + options.shutdown_timeout;
   if (options.on_shutdown) options.on_shutdown();
@@ -272,7 +288,7 @@ void HttpsServer::Impl::begin_shutdown() {
   drain_timer.async_wait([this, deadline](boost::system::error_code) { stop_accepting(deadline); });
 }
 
-void HttpsServer::Impl::stop_accepting(std::chrono::steady_clock::time_point deadline) {
+void HttpServer::Impl::stop_accepting(std::chrono::steady_clock::time_point deadline) {
   stopping = true;
   boost::system::error_code ignored;
   acceptor.close(ignored);
@@ -294,7 +310,7 @@ void HttpsServer::Impl::stop_accepting(std::chrono::steady_clock::time_point dea
   wait_for_sessions(deadline);
 }
 
-void HttpsServer::Impl::wait_for_sessions(std::chrono::steady_clock::time_point deadline) {
+void HttpServer::Impl::wait_for_sessions(std::chrono::steady_clock::time_point deadline) {
   if (sessions == 0 || std::chrono::steady_clock::now() >= deadline) {
     if (sessions != 0) log::warn("shutdown timeout reached with connections open", {{"connections", sessions.load()}});
     ioc.stop();
@@ -304,12 +320,12 @@ void HttpsServer::Impl::wait_for_sessions(std::chrono::steady_clock::time_point 
   drain_timer.async_wait([this, deadline](boost::system::error_code) { wait_for_sessions(deadline); });
 }
 
-HttpsServer::HttpsServer(ServerOptions options, TlsProvider tls, const Handler& handler)
+HttpServer::HttpServer(ServerOptions options, TlsProvider tls, const Handler& handler)
     : impl_(std::make_unique<Impl>(std::move(options), std::move(tls), handler)) {}
 
-HttpsServer::~HttpsServer() = default;
+HttpServer::~HttpServer() = default;
 
-std::string HttpsServer::bind() {
+std::string HttpServer::bind() {
   const tcp::endpoint endpoint = parse_listen_address(impl_->options.listen_address);
   auto& acceptor = impl_->acceptor;
   boost::system::error_code ec;
@@ -321,7 +337,7 @@ std::string HttpsServer::bind() {
   return to_string(acceptor.local_endpoint());
 }
 
-void HttpsServer::run() {
+void HttpServer::run() {
   impl_->signals.async_wait([this](boost::system::error_code ec, int signal_number) {
     if (ec) return;
     log::info("shutting down", {{"signal", signal_number},
@@ -337,7 +353,7 @@ void HttpsServer::run() {
   impl_->ioc.run();
 }
 
-void HttpsServer::stop() {
+void HttpServer::stop() {
   asio::post(impl_->ioc, [this] { impl_->begin_shutdown(); });
 }
 

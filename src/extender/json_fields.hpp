@@ -1,0 +1,27 @@
+#pragma once
+// Reading Kubernetes objects that may lack any field or hold the wrong type: absent, never an exception.
+#include <initializer_list>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+namespace gpuguard::extender {
+
+inline const nlohmann::json* member(const nlohmann::json& object, std::string_view key) {
+  if (!object.is_object()) return nullptr;
+  const auto found = object.find(key);
+  return found == object.end() ? nullptr : &*found;
+}
+
+// The string at a path of keys, or empty.
+inline std::string_view string_at(const nlohmann::json& object, std::initializer_list<std::string_view> path) {
+  const nlohmann::json* at = &object;
+  for (std::string_view key : path) {
+    at = member(*at, key);
+    if (at == nullptr) return {};
+  }
+  return at->is_string() ? std::string_view(at->get_ref<const std::string&>()) : std::string_view{};
+}
+
+}  // namespace gpuguard::extender

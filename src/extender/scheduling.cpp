@@ -1,0 +1,168 @@
+#include "gpuguard/extender/scheduling.hpp"
+
+#include <algorithm>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "json_fields.hpp"
+
+namespace gpuguard::extender {
+namespace {
+
+using nlohmann::json;
+
+std::int64_t count_in(const ResourceCounts& counts, const std::string& name) {
+  const auto found = counts.find(name);
+  return found == counts.end() ? 0 : found->second;
+}
+
+// ExtenderArgs, checked. Exactly one of the two node forms is used: Nodes (full objects) when the
+// extender is not nodeCacheCapable, NodeNames when it is.
+struct Args {
+  json document;
+  ResourceCounts gpus;
+  bool full_nodes = false;
+  std::vector<std::string> names;      // in request order, both forms
+  std::vector<const json*> node_objects;  // full_nodes only, parallel to names
+};
+
+std::optional<std::string> parse_args(std::string_view body, const admission::Policy& policy, Args& args) {
+  args.document = json::parse(body.begin(), body.end(), nullptr, false);
+  const json& doc = args.document;
+  if (doc.is_discarded()) return "ExtenderArgs is not valid JSON";
+  if (!doc.is_object()) return "ExtenderArgs must be a JSON object";
+  const auto pod = doc.find("Pod");
+  if (pod == doc.end() || !pod->is_object()) return "ExtenderArgs.Pod is missing or not an object";
+  const auto spec = pod->find("spec");
+  if (spec == pod->end() || !spec->is_object()) return "ExtenderArgs.Pod.spec is missing or not an object";
+  for (const char* list : {"containers", "initContainers"}) {
+    const auto containers = spec->find(list);
+    if (containers == spec->end() || containers->is_null()) continue;
+    if (!containers->is_array()) return std::string("ExtenderArgs.Pod.spec.") + list + " is not an array";
+    for (const json& container : *containers) {
+      if (!container.is_object()) return std::string("ExtenderArgs.Pod.spec.") + list + " holds a non-object";
+    }
+  }
+  args.gpus = gpu_request(pod_requests(*pod), policy);
+
+  const auto nodes = doc.find("Nodes");
+  const auto names = doc.find("NodeNames");
+  if (nodes != doc.end() && !nodes->is_null()) {
+    const auto items = nodes->is_object() ? nodes->find("items") : nodes->end();
+    if (items == nodes->end() || !(items->is_array() || items->is_null())) {
+      return "ExtenderArgs.Nodes must be an object with an items array";
+    }
+    args.full_nodes = true;
+    if (items->is_null()) return std::nullopt;
+    for (const json& node : *items) {
+      const std::string_view name = string_at(node, {"metadata", "name"});
+      if (name.empty()) return "ExtenderArgs.Nodes.items holds a node without metadata.name";
+      args.names.emplace_back(name);
+      args.node_objects.push_back(&node);
+    }
+    return std::nullopt;
+  }
+  if (names != doc.end() && !names->is_null()) {
+    if (!names->is_array()) return "ExtenderArgs.NodeNames must be an array of strings";
+    for (const json& name : *names) {
+      if (!name.is_string()) return "ExtenderArgs.NodeNames must be an array of strings";
+      args.names.push_back(name.get<std::string>());
+    }
+    return std::nullopt;
+  }
+  return "ExtenderArgs names no nodes: Nodes and NodeNames are both null";
+}
+
+// The cache knows what is allocated; a full Node object in the request is the freshest allocatable.
+NodeState state_of(const Args& args, std::size_t index, const ClusterState& state) {
+  NodeState node = state.node(args.names[index]);
+  if (args.full_nodes) {
+    node.known = true;
+    node.allocatable = node_allocatable(*args.node_objects[index]);
+  }
+  return node;
+}
+
+VerbResult bad_request(std::string reason) { return {400, std::move(reason)}; }
+
+}  // namespace
+
+ResourceCounts gpu_request(const ResourceCounts& pod_requests, const admission::Policy& policy) {
+  ResourceCounts gpus;
+  for (const auto& [name, n] : pod_requests) {
+    if (n > 0 && policy.is_gpu_resource(name)) gpus.emplace(name, n);
+  }
+  return gpus;
+}
+
+std::optional<std::string> insufficient_gpus(const ResourceCounts& gpus, const NodeState& node) {
+  if (gpus.empty()) return std::nullopt;
+  if (!node.known) return "node not (yet) seen by gpuguard-scheduler-extender's watch of the Kubernetes API";
+  std::string reason;
+  for (const auto& [name, requested] : gpus) {
+    const std::int64_t allocatable = count_in(node.allocatable, name);
+    const std::int64_t allocated = count_in(node.allocated, name);
+    const std::int64_t free = std::max<std::int64_t>(allocatable - allocated, 0);
+    if (free >= requested) continue;
+    if (!reason.empty()) reason += "; ";
+    reason += "insufficient " + name + ": pod requests " + std::to_string(requested) + ", node has " +
+              std::to_string(free) + " free (" + std::to_string(allocatable) + " allocatable, " +
+              std::to_string(allocated) + " allocated)";
+  }
+  if (reason.empty()) return std::nullopt;
+  return reason;
+}
+
+int bin_packing_score(const ResourceCounts& gpus, const NodeState& node) {
+  std::int64_t allocatable = 0, used = 0;
+  for (const auto& [name, requested] : gpus) {
+    allocatable += count_in(node.allocatable, name);
+    used += requested + count_in(node.allocated, name);
+  }
+  if (gpus.empty() || allocatable <= 0) return 0;
+  // round(used / allocatable x 10) in integers, halves up; used is bounded by 2^63 / 20 in practice.
+  const std::int64_t score = (20 * used + allocatable) / (2 * allocatable);
+  return static_cast<int>(std::clamp<std::int64_t>(score, 0, 10));
+}
+
+VerbResult filter(std::string_view body, const ClusterState& state, const admission::Policy& policy, bool synced) {
+  Args args;
+  if (auto error = parse_args(body, policy, args)) return bad_request(std::move(*error));
+  json result = {{"Nodes", nullptr}, {"NodeNames", nullptr}, {"FailedNodes", json::object()},
+                 {"FailedAndUnresolvableNodes", json::object()}, {"Error", ""}};
+  if (!synced && !args.gpus.empty()) {
+    result["Error"] = "gpuguard-scheduler-extender has not listed pods and nodes from the Kubernetes API yet";
+    return {200, result.dump(-1, ' ', false, json::error_handler_t::replace)};
+  }
+  json passing = json::array();
+  for (std::size_t i = 0; i < args.names.size(); ++i) {
+    if (auto reason = insufficient_gpus(args.gpus, state_of(args, i, state))) {
+      result["FailedNodes"][args.names[i]] = std::move(*reason);
+    } else if (args.full_nodes) {
+      passing.push_back(*args.node_objects[i]);
+    } else {
+      passing.push_back(args.names[i]);
+    }
+  }
+  if (args.full_nodes) {
+    result["Nodes"] = {{"items", std::move(passing)}};
+  } else {
+    result["NodeNames"] = std::move(passing);
+  }
+  return {200, result.dump(-1, ' ', false, json::error_handler_t::replace)};
+}
+
+VerbResult prioritize(std::string_view body, const ClusterState& state, const admission::Policy& policy,
+                      bool synced) {
+  Args args;
+  if (auto error = parse_args(body, policy, args)) return bad_request(std::move(*error));
+  json scores = json::array();
+  for (std::size_t i = 0; i < args.names.size(); ++i) {
+    const int score = synced ? bin_packing_score(args.gpus, state_of(args, i, state)) : 0;
+    scores.push_back({{"Host", args.names[i]}, {"Score", score}});
+  }
+  return {200, scores.dump(-1, ' ', false, json::error_handler_t::replace)};
+}
+
+}  // namespace gpuguard::extender

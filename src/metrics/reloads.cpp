@@ -1,0 +1,40 @@
+#include "gpuguard/metrics/reloads.hpp"
+
+#include "text.hpp"
+
+namespace gpuguard::metrics {
+
+void ReloadMetrics::count_policy_reload(bool success) {
+  std::lock_guard lock(mutex_);
+  ++policy_reloads_[success ? 0 : 1];
+}
+
+void ReloadMetrics::set_policy_mode(std::string_view mode) {
+  std::lock_guard lock(mutex_);
+  policy_mode_ = mode;
+}
+
+void ReloadMetrics::count_certificate_reload(bool success) {
+  std::lock_guard lock(mutex_);
+  ++certificate_reloads_[success ? 0 : 1];
+}
+
+void ReloadMetrics::set_certificate_expiry(double unix_seconds) {
+  std::lock_guard lock(mutex_);
+  certificate_expiry_ = unix_seconds;
+}
+
+void ReloadMetrics::render_reloads(std::string& out, bool with_certificate) const {
+  std::lock_guard lock(mutex_);
+  header(out, "gpuguard_policy_reloads_total", "counter", "Policy loads from --policy-dir, by result.");
+  two_results(out, "gpuguard_policy_reloads_total", policy_reloads_);
+  header(out, "gpuguard_policy_info", "gauge", "The policy mode in force.");
+  out.append("gpuguard_policy_info{mode=\"").append(policy_mode_).append("\"} 1\n");
+  if (!with_certificate) return;
+  header(out, "gpuguard_tls_certificate_expiry_timestamp_seconds", "gauge", "notAfter of the serving certificate.");
+  out.append("gpuguard_tls_certificate_expiry_timestamp_seconds ").append(number(certificate_expiry_)).append("\n");
+  header(out, "gpuguard_tls_certificate_reloads_total", "counter", "Serving certificate loads, by result.");
+  two_results(out, "gpuguard_tls_certificate_reloads_total", certificate_reloads_);
+}
+
+}  // namespace gpuguard::metrics

@@ -1,0 +1,354 @@
+#include "fake_apiserver.hpp"
+
+#include <sys/socket.h>
+
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http.hpp>
+
+#include <algorithm>
+#include <chrono>
+
+#include "server_process.hpp"
+
+namespace gpuguard::test {
+
+namespace asio = boost::asio;
+namespace ssl = asio::ssl;
+namespace http = boost::beast::http;
+using tcp = asio::ip::tcp;
+using nlohmann::json;
+
+namespace {
+
+std::string percent_decode(std::string_view text) {
+  std::string out;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == '%' && i + 2 < text.size()) {
+      out.push_back(static_cast<char>(std::stoi(std::string(text.substr(i + 1, 2)), nullptr, 16)));
+      i += 2;
+    } else {
+      out.push_back(text[i]);
+    }
+  }
+  return out;
+}
+
+std::map<std::string, std::string> parse_query(std::string_view query) {
+  std::map<std::string, std::string> values;
+  while (!query.empty()) {
+    const std::size_t amp = query.find('&');
+    const std::string_view pair = query.substr(0, amp);
+    const std::size_t eq = pair.find('=');
+    values[std::string(pair.substr(0, eq))] = eq == std::string_view::npos ? "" : percent_decode(pair.substr(eq + 1));
+    query = amp == std::string_view::npos ? std::string_view{} : query.substr(amp + 1);
+  }
+  return values;
+}
+
+json status_object(unsigned code, const std::string& reason, const std::string& message) {
+  return {{"kind", "Status"}, {"apiVersion", "v1"}, {"metadata", json::object()}, {"status", "Failure"},
+          {"message", message}, {"reason", reason}, {"code", code}};
+}
+
+std::string chunk(const std::string& data) {
+  char size[32];
+  std::snprintf(size, sizeof size, "%zx\r\n", data.size());
+  return size + data + "\r\n";
+}
+
+}  // namespace
+
+struct FakeApiserver::Connection {
+  Connection(tcp::socket socket, ssl::context& context) : stream(std::move(socket), context) {}
+  ssl::stream<tcp::socket> stream;
+  void cut() {
+    boost::system::error_code ignored;
+    stream.next_layer().shutdown(tcp::socket::shutdown_both, ignored);
+  }
+};
+
+struct FakeApiserver::Impl {
+  asio::io_context ioc;
+  ssl::context context{ssl::context::tls_server};
+  tcp::acceptor acceptor{ioc};
+  unsigned short port = 0;
+
+  mutable std::mutex mutex;
+  std::condition_variable changed;
+  std::string token;
+  std::map<std::string, std::map<std::string, json>> objects;  // resource -> name -> object
+  std::vector<Event> history;
+  std::uint64_t version = 100;
+  std::uint64_t compacted = 0;  // a watch from a version before this one is 410 Gone
+  bool gone_as_status = false;
+  std::uint64_t drop_epoch = 0;
+  bool holding_lists = false;
+  bool stopping = false;
+  std::vector<Request> requests;
+  std::vector<std::weak_ptr<Connection>> connections;
+  std::vector<std::thread> threads;
+  std::thread acceptor_thread;
+};
+
+FakeApiserver::FakeApiserver(std::string token) : impl_(std::make_unique<Impl>()) {
+  impl_->token = std::move(token);
+  impl_->context.use_certificate_chain_file(certs_dir() + "/tls.crt");
+  impl_->context.use_private_key_file(certs_dir() + "/tls.key", ssl::context::pem);
+  const tcp::endpoint endpoint(asio::ip::make_address("127.0.0.1"), 0);
+  impl_->acceptor.open(endpoint.protocol());
+  impl_->acceptor.bind(endpoint);
+  impl_->acceptor.listen();
+  impl_->port = impl_->acceptor.local_endpoint().port();
+  impl_->acceptor_thread = std::thread([this] { accept_loop(); });
+}
+
+FakeApiserver::~FakeApiserver() {
+  {
+    std::lock_guard lock(impl_->mutex);
+    impl_->stopping = true;
+    for (auto& weak : impl_->connections) {
+      if (auto connection = weak.lock()) connection->cut();
+    }
+  }
+  impl_->changed.notify_all();
+  {
+    // Wake the blocking accept.
+    asio::io_context ioc;
+    tcp::socket poke(ioc);
+    boost::system::error_code ignored;
+    poke.connect(impl_->acceptor.local_endpoint(), ignored);
+  }
+  impl_->acceptor_thread.join();
+  for (auto& thread : impl_->threads) thread.join();
+}
+
+std::string FakeApiserver::url() const { return "https://127.0.0.1:" + std::to_string(impl_->port); }
+
+void FakeApiserver::accept_loop() {
+  for (;;) {
+    boost::system::error_code ec;
+    tcp::socket socket = impl_->acceptor.accept(ec);
+    std::lock_guard lock(impl_->mutex);
+    if (impl_->stopping) return;
+    if (ec) continue;
+    auto connection = std::make_shared<Connection>(std::move(socket), impl_->context);
+    impl_->connections.push_back(connection);
+    impl_->threads.emplace_back([this, connection] { serve(connection); });
+  }
+}
+
+void FakeApiserver::serve(std::shared_ptr<Connection> connection) {
+  boost::system::error_code ec;
+  connection->stream.handshake(ssl::stream_base::server, ec);
+  if (ec) return;
+  boost::beast::flat_buffer buffer;
+  for (;;) {
+    http::request<http::empty_body> request;
+    http::read(connection->stream, buffer, request, ec);
+    if (ec) return;
+    const std::string target(request.target());
+    const std::size_t question = target.find('?');
+    Request seen{target.substr(0, question), question == std::string::npos ? "" : target.substr(question + 1),
+                 std::string(request[http::field::authorization]), 0};
+    const auto query = parse_query(seen.query);
+    std::string resource;
+    if (seen.path == "/api/v1/pods") resource = "pods";
+    if (seen.path == "/api/v1/nodes") resource = "nodes";
+    std::string token;
+    {
+      std::lock_guard lock(impl_->mutex);
+      token = impl_->token;
+    }
+    auto reply = [&](unsigned status, const json& body) {
+      seen.status = status;
+      {
+        std::lock_guard lock(impl_->mutex);
+        impl_->requests.push_back(seen);
+      }
+      http::response<http::string_body> response{static_cast<http::status>(status), 11};
+      response.set(http::field::content_type, "application/json");
+      response.body() = body.dump();
+      response.prepare_payload();
+      http::write(connection->stream, response, ec);
+    };
+    if (seen.authorization != "Bearer " + token) {
+      reply(401, status_object(401, "Unauthorized", "Unauthorized"));
+    } else if (resource.empty()) {
+      reply(404, status_object(404, "NotFound", "the server could not find the requested resource"));
+    } else if (query.count("watch") && query.at("watch") != "false" && query.at("watch") != "0") {
+      answer_watch(*connection, resource, seen);
+      return;  // a watch ends its connection
+    } else {
+      answer_list(*connection, resource, seen);
+    }
+    if (ec) return;
+  }
+}
+
+void FakeApiserver::answer_list(Connection& connection, const std::string& resource, Request seen) {
+  const auto query = parse_query(seen.query);
+  json page;
+  {
+    std::unique_lock lock(impl_->mutex);
+    impl_->changed.wait(lock, [&] { return !impl_->holding_lists || impl_->stopping; });
+    json items = json::array();
+    for (const auto& [name, object] : impl_->objects[resource]) items.push_back(object);
+    std::size_t offset = query.count("continue") ? std::stoul(query.at("continue")) : 0;
+    const std::size_t limit = query.count("limit") ? std::stoul(query.at("limit")) : items.size();
+    json metadata = {{"resourceVersion", std::to_string(impl_->version)}};
+    json chosen = json::array();
+    for (std::size_t i = offset; i < items.size() && i < offset + limit; ++i) chosen.push_back(items[i]);
+    if (offset + limit < items.size()) metadata["continue"] = std::to_string(offset + limit);
+    page = {{"kind", resource == "pods" ? "PodList" : "NodeList"}, {"apiVersion", "v1"}, {"metadata", metadata},
+            {"items", chosen}};
+    seen.status = 200;
+    impl_->requests.push_back(seen);
+  }
+  http::response<http::string_body> response{http::status::ok, 11};
+  response.set(http::field::content_type, "application/json");
+  response.body() = page.dump();
+  response.prepare_payload();
+  boost::system::error_code ec;
+  http::write(connection.stream, response, ec);
+}
+
+void FakeApiserver::answer_watch(Connection& connection, const std::string& resource, Request seen) {
+  const auto query = parse_query(seen.query);
+  const std::uint64_t from = query.count("resourceVersion") ? std::stoull(query.at("resourceVersion")) : 0;
+  const auto seconds = std::min<long>(query.count("timeoutSeconds") ? std::stol(query.at("timeoutSeconds")) : 60, 600);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+  boost::system::error_code ec;
+  const std::string chunked_head =
+      "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n";
+  std::unique_lock lock(impl_->mutex);
+  const bool gone = from < impl_->compacted;
+  seen.status = gone && impl_->gone_as_status ? 410u : 200u;
+  impl_->requests.push_back(seen);
+  if (gone) {
+    const json status = status_object(410, "Expired", "too old resource version: " + std::to_string(from) + " (" +
+                                                          std::to_string(impl_->compacted) + ")");
+    const bool as_status = impl_->gone_as_status;
+    lock.unlock();
+    if (as_status) {
+      http::response<http::string_body> response{http::status::gone, 11};
+      response.set(http::field::content_type, "application/json");
+      response.body() = status.dump();
+      response.prepare_payload();
+      http::write(connection.stream, response, ec);
+    } else {
+      const json event = {{"type", "ERROR"}, {"object", status}};
+      asio::write(connection.stream, asio::buffer(chunked_head + chunk(event.dump() + "\n") + "0\r\n\r\n"), ec);
+    }
+    return;
+  }
+  lock.unlock();
+  asio::write(connection.stream, asio::buffer(chunked_head), ec);
+  lock.lock();
+  const std::uint64_t epoch = impl_->drop_epoch;
+  std::uint64_t sent = from;
+  for (;;) {
+    auto pending = [&] {
+      return std::any_of(impl_->history.begin(), impl_->history.end(),
+                         [&](const Event& e) { return e.version > sent && e.resource == resource; });
+    };
+    impl_->changed.wait_until(lock, deadline, [&] { return impl_->stopping || impl_->drop_epoch != epoch || pending(); });
+    if (impl_->stopping || impl_->drop_epoch != epoch) {
+      connection.cut();  // mid-stream: no last chunk
+      return;
+    }
+    if (!pending()) {
+      lock.unlock();
+      asio::write(connection.stream, asio::buffer(std::string("0\r\n\r\n")), ec);
+      return;
+    }
+    std::string out;
+    for (const Event& e : impl_->history) {
+      if (e.version <= sent || e.resource != resource) continue;
+      // One event per line, as the apiserver writes them; two share a chunk when they are ready together.
+      out += json{{"type", e.type}, {"object", e.object}}.dump() + "\n";
+      sent = e.version;
+    }
+    lock.unlock();
+    asio::write(connection.stream, asio::buffer(chunk(out)), ec);
+    lock.lock();
+    if (ec) return;
+  }
+}
+
+void FakeApiserver::put(const std::string& resource, json object, bool record) {
+  {
+    std::lock_guard lock(impl_->mutex);
+    const std::string name = object["metadata"]["name"];
+    object["metadata"]["resourceVersion"] = std::to_string(++impl_->version);
+    auto& collection = impl_->objects[resource];
+    const bool existed = collection.count(name) > 0;
+    collection[name] = object;
+    if (record) impl_->history.push_back({impl_->version, resource, existed ? "MODIFIED" : "ADDED", object});
+  }
+  impl_->changed.notify_all();
+}
+
+void FakeApiserver::remove(const std::string& resource, const std::string& name, bool record) {
+  {
+    std::lock_guard lock(impl_->mutex);
+    auto& collection = impl_->objects[resource];
+    const auto found = collection.find(name);
+    if (found == collection.end()) return;
+    json object = found->second;
+    collection.erase(found);
+    object["metadata"]["resourceVersion"] = std::to_string(++impl_->version);
+    if (record) impl_->history.push_back({impl_->version, resource, "DELETED", object});
+  }
+  impl_->changed.notify_all();
+}
+
+void FakeApiserver::compact(bool as_http_status) {
+  std::lock_guard lock(impl_->mutex);
+  impl_->compacted = ++impl_->version;
+  impl_->gone_as_status = as_http_status;
+  impl_->history.clear();
+}
+
+void FakeApiserver::drop_watches() {
+  {
+    std::lock_guard lock(impl_->mutex);
+    ++impl_->drop_epoch;
+  }
+  impl_->changed.notify_all();
+}
+
+void FakeApiserver::set_token(std::string token) {
+  std::lock_guard lock(impl_->mutex);
+  impl_->token = std::move(token);
+}
+
+void FakeApiserver::hold_lists(bool hold) {
+  {
+    std::lock_guard lock(impl_->mutex);
+    impl_->holding_lists = hold;
+  }
+  impl_->changed.notify_all();
+}
+
+std::string FakeApiserver::resource_version() const {
+  std::lock_guard lock(impl_->mutex);
+  return std::to_string(impl_->version);
+}
+
+std::vector<FakeApiserver::Request> FakeApiserver::requests() const {
+  std::lock_guard lock(impl_->mutex);
+  return impl_->requests;
+}
+
+std::size_t FakeApiserver::count(const std::string& resource, bool watch, unsigned status) const {
+  std::lock_guard lock(impl_->mutex);
+  return std::count_if(impl_->requests.begin(), impl_->requests.end(), [&](const Request& r) {
+    return r.path == "/api/v1/" + resource && (r.query.find("watch=1") != std::string::npos) == watch &&
+           (status == 0 || r.status == status);
+  });
+}
+
+}  // namespace gpuguard::test

@@ -1,0 +1,64 @@
+#pragma once
+// A Kubernetes API server just big enough for list and watch of pods and nodes, over real TLS (the test
+// CA's 127.0.0.1 certificate) with a bearer token. It keeps a history of events, as etcd does, so that a
+// watch resumed from a resourceVersion gets what it missed, until compact() forgets it: then such a
+// watch gets 410 Gone. Tests can cut every open watch stream mid-flight.
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace gpuguard::test {
+
+class FakeApiserver {
+ public:
+  explicit FakeApiserver(std::string token);
+  ~FakeApiserver();
+
+  std::string url() const;
+
+  // resource is "pods" or "nodes". put() is ADDED or MODIFIED, remove() DELETED, each with the next
+  // resourceVersion. With `record` false the change leaves no event: only a list shows it (what a client
+  // misses when the history it would resume from is compacted).
+  void put(const std::string& resource, nlohmann::json object, bool record = true);
+  void remove(const std::string& resource, const std::string& name, bool record = true);
+  // Forgets the history up to now: a watch from any version before the next one gets 410 Gone.
+  // As an ERROR event in a 200 stream (what the watch cache does), or as an HTTP 410 status.
+  void compact(bool as_http_status = false);
+  // Closes every open watch connection without ending its chunked body.
+  void drop_watches();
+  void set_token(std::string token);
+  // While held, list requests wait (to observe an extender that has not synced).
+  void hold_lists(bool hold);
+  std::string resource_version() const;
+
+  struct Request {
+    std::string path, query, authorization;
+    unsigned status = 0;
+  };
+  std::vector<Request> requests() const;
+  // Requests for `resource` that were lists (watch=false) or watches, answered with `status` (0: any).
+  std::size_t count(const std::string& resource, bool watch, unsigned status = 0) const;
+
+ private:
+  struct Event {
+    std::uint64_t version;
+    std::string resource, type;
+    nlohmann::json object;
+  };
+  struct Connection;
+  void accept_loop();
+  void serve(std::shared_ptr<Connection> connection);
+  void answer_list(Connection& connection, const std::string& resource, Request seen);
+  void answer_watch(Connection& connection, const std::string& resource, Request seen);
+
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace gpuguard::test

@@ -1,0 +1,237 @@
+// The extender's pure parts: quantities, pod requests, the cluster state, filter and prioritize (driven by
+// tests/fixtures/extender), and the Kubernetes client's pieces that need no network.
+#include <catch2/catch.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include "files.hpp"
+#include "gpuguard/admission/quantity.hpp"
+#include "gpuguard/extender/cluster_state.hpp"
+#include "gpuguard/extender/scheduling.hpp"
+#include "gpuguard/kube/informer.hpp"
+
+using namespace gpuguard;
+using nlohmann::json;
+
+namespace {
+
+json container(const json& requests, const json& limits = nullptr) {
+  json resources = json::object();
+  if (!requests.is_null()) resources["requests"] = requests;
+  if (!limits.is_null()) resources["limits"] = limits;
+  return {{"name", "c"}, {"resources", resources}};
+}
+
+json pod(const std::string& name, const std::string& node, const std::string& phase, const json& requests) {
+  return {{"metadata", {{"name", name}, {"namespace", "default"}, {"uid", "uid-" + name}}},
+          {"spec", {{"nodeName", node}, {"containers", json::array({container(requests)})}}},
+          {"status", {{"phase", phase}}}};
+}
+
+json node(const std::string& name, const json& allocatable) {
+  return {{"metadata", {{"name", name}}}, {"status", {{"allocatable", allocatable}, {"capacity", allocatable}}}};
+}
+
+admission::Policy policy_of(const json& table_case) {
+  if (!table_case.contains("policy")) return {};
+  auto parsed = admission::parse_policy(table_case["policy"].get<std::map<std::string, std::string>>());
+  REQUIRE(parsed.policy);
+  return *parsed.policy;
+}
+
+}  // namespace
+
+TEST_CASE("quantity_count rounds a quantity up to a whole number, as Quantity.Value() does") {
+  const std::vector<std::pair<std::string, std::optional<std::int64_t>>> table = {
+      {"0", 0},      {"1", 1},        {"2", 2},         {"+3", 3},        {"007", 7},      {"1.0", 1},
+      {"1.5", 2},    {"0.1", 1},      {"1500m", 2},     {"1000m", 1},     {"1k", 1000},    {"1Ki", 1024},
+      {"2Mi", 2097152}, {"1e3", 1000}, {"1E2", 100},    {"5e-1", 1},      {"1e-100", 1},   {"0e9", 0},
+      {"1.25Ki", 1280}, {"0.5Ki", 512}, {"1n", 1},      {"1G", 1000000000}, {"4611686018427387904", 4611686018427387904},
+      {"4611686018427387905", std::nullopt}, {"8Ei", std::nullopt}, {"1e100", std::nullopt},
+      {"", std::nullopt}, {"-1", std::nullopt}, {"1.2.3", std::nullopt}, {"1x", std::nullopt}, {"gpu", std::nullopt},
+      {".", std::nullopt}, {"1 ", std::nullopt}, {"1e", std::nullopt}};
+  for (const auto& [text, expected] : table) {
+    INFO("quantity '" << text << "'");
+    CHECK(admission::quantity_count(text) == expected);
+  }
+}
+
+TEST_CASE("pod_requests counts extended resources the way the scheduler does") {
+  SECTION("containers add up; a missing request falls back to the limit; cpu and memory are not kept") {
+    json p = pod("p", "n1", "Running", {{"nvidia.com/gpu", "1"}, {"cpu", "2"}});
+    p["spec"]["containers"].push_back(container(nullptr, {{"nvidia.com/gpu", 2}, {"memory", "1Gi"}}));
+    CHECK(extender::pod_requests(p) == extender::ResourceCounts{{"nvidia.com/gpu", 3}});
+  }
+  SECTION("an init container alone counts when it asks for more than the app containers together") {
+    json p = pod("p", "n1", "Running", {{"nvidia.com/gpu", "1"}});
+    p["spec"]["initContainers"] = {container({{"nvidia.com/gpu", "4"}}), container({{"nvidia.com/gpu", "2"}})};
+    CHECK(extender::pod_requests(p) == extender::ResourceCounts{{"nvidia.com/gpu", 4}});
+  }
+  SECTION("sidecars (restartPolicy Always) run beside the app containers and beside later init containers") {
+    json p = pod("p", "n1", "Running", {{"nvidia.com/gpu", "1"}});
+    json sidecar = container({{"nvidia.com/gpu", "1"}});
+    sidecar["restartPolicy"] = "Always";
+    p["spec"]["initContainers"] = {sidecar, container({{"nvidia.com/gpu", "2"}})};
+    // app 1 + sidecar 1 = 2, init 2 + sidecar 1 = 3: the peak is 3.
+    CHECK(extender::pod_requests(p) == extender::ResourceCounts{{"nvidia.com/gpu", 3}});
+  }
+  SECTION("a zero request and a pod without spec hold nothing") {
+    CHECK(extender::pod_requests(pod("p", "n1", "Running", {{"nvidia.com/gpu", "0"}})).empty());
+    CHECK(extender::pod_requests(json{{"metadata", json::object()}}).empty());
+    CHECK(extender::pod_requests(json("not an object")).empty());
+  }
+}
+
+TEST_CASE("ClusterState follows lists and watch events") {
+  extender::ClusterState state;
+  state.replace_nodes({node("n1", {{"nvidia.com/gpu", "2"}, {"cpu", "8"}}), node("n2", {{"nvidia.com/gpu", "2"}})});
+  state.replace_pods({pod("a", "n1", "Running", {{"nvidia.com/gpu", "1"}}),
+                      pod("cpu-only", "n1", "Running", {{"cpu", "1"}}),
+                      pod("unbound", "", "Pending", {{"nvidia.com/gpu", "1"}})});
+  CHECK(state.node_count() == 2);
+  CHECK(state.pod_count() == 1);  // only bound pods holding extended resources are kept
+  CHECK(state.node("n1").allocatable == extender::ResourceCounts{{"nvidia.com/gpu", 2}});
+  CHECK(state.node("n1").allocated == extender::ResourceCounts{{"nvidia.com/gpu", 1}});
+
+  SECTION("a pod bound later (MODIFIED with nodeName) starts to count, on its node") {
+    state.apply_pod_event("MODIFIED", pod("unbound", "n2", "Pending", {{"nvidia.com/gpu", "1"}}));
+    CHECK(state.node("n2").allocated == extender::ResourceCounts{{"nvidia.com/gpu", 1}});
+  }
+  SECTION("a pod that finishes or is deleted stops counting; a repeated event changes nothing") {
+    state.apply_pod_event("MODIFIED", pod("a", "n1", "Running", {{"nvidia.com/gpu", "1"}}));
+    CHECK(state.node("n1").allocated == extender::ResourceCounts{{"nvidia.com/gpu", 1}});
+    state.apply_pod_event("MODIFIED", pod("a", "n1", "Succeeded", {{"nvidia.com/gpu", "1"}}));
+    CHECK(state.node("n1").allocated.empty());
+    state.apply_pod_event("ADDED", pod("b", "n1", "Running", {{"nvidia.com/gpu", "2"}}));
+    state.apply_pod_event("DELETED", pod("b", "n1", "Running", {{"nvidia.com/gpu", "2"}}));
+    state.apply_pod_event("DELETED", pod("b", "n1", "Running", {{"nvidia.com/gpu", "2"}}));
+    CHECK(state.node("n1").allocated.empty());
+    CHECK(state.pod_count() == 0);
+  }
+  SECTION("a re-list replaces everything: what was missed in between is gone") {
+    state.replace_pods({pod("c", "n2", "Running", {{"nvidia.com/gpu", "2"}})});
+    CHECK(state.node("n1").allocated.empty());
+    CHECK(state.node("n2").allocated == extender::ResourceCounts{{"nvidia.com/gpu", 2}});
+  }
+  SECTION("node events") {
+    state.apply_node_event("MODIFIED", node("n1", {{"nvidia.com/gpu", "1"}}));
+    CHECK(state.node("n1").allocatable == extender::ResourceCounts{{"nvidia.com/gpu", 1}});
+    state.apply_node_event("DELETED", node("n1", {}));
+    CHECK_FALSE(state.node("n1").known);
+    CHECK(state.node("n2").known);
+  }
+}
+
+TEST_CASE("filter and prioritize: the fixture table (tests/fixtures/extender/cases.json)") {
+  const json table = test::read_json(test::fixtures_dir() / "extender" / "cases.json");
+  REQUIRE(table.size() >= 10);
+  for (const json& c : table) {
+    const std::string name = c["name"];
+    DYNAMIC_SECTION(name) {
+      const admission::Policy policy = policy_of(c);
+      extender::ClusterState state;
+      std::vector<json> nodes, pods;
+      for (const auto& [node_name, allocatable] : c["nodes"].items()) nodes.push_back(node(node_name, allocatable));
+      for (const json& p : c["pods"]) pods.push_back(pod(p["name"], p["node"], p["phase"], p["requests"]));
+      state.replace_nodes(nodes);
+      state.replace_pods(pods);
+
+      json args = {{"Pod", pod("incoming", "", "Pending", c["request"])}, {"Nodes", nullptr}, {"NodeNames", nullptr}};
+      const bool full_nodes = c.value("form", "NodeNames") == "Nodes";
+      const json sent = c.value("sentNodes", c["nodes"]);
+      if (full_nodes) {
+        args["Nodes"] = {{"items", json::array()}};
+        for (const json& n : c["nodeNames"]) args["Nodes"]["items"].push_back(node(n, sent[n.get<std::string>()]));
+      } else {
+        args["NodeNames"] = c["nodeNames"];
+      }
+
+      const extender::VerbResult filtered = extender::filter(args.dump(), state, policy, true);
+      REQUIRE(filtered.status == 200);
+      const json result = json::parse(filtered.body);
+      CHECK(result["Error"] == "");
+      CHECK(result["FailedNodes"] == c["failed"]);
+      CHECK(result["FailedAndUnresolvableNodes"] == json::object());
+      if (full_nodes) {
+        CHECK(result["NodeNames"].is_null());
+        json expected_items = json::array();
+        for (const json& n : c["passing"]) expected_items.push_back(node(n, sent[n.get<std::string>()]));
+        CHECK(result["Nodes"]["items"] == expected_items);
+      } else {
+        CHECK(result["Nodes"].is_null());
+        CHECK(result["NodeNames"] == c["passing"]);
+      }
+
+      const extender::VerbResult prioritized = extender::prioritize(args.dump(), state, policy, true);
+      REQUIRE(prioritized.status == 200);
+      json expected_scores = json::array();
+      for (const json& n : c["nodeNames"]) expected_scores.push_back({{"Host", n}, {"Score", c["scores"][n.get<std::string>()]}});
+      CHECK(json::parse(prioritized.body) == expected_scores);
+    }
+  }
+}
+
+TEST_CASE("filter and prioritize refuse malformed ExtenderArgs with the reason (fixtures/extender/invalid.json)") {
+  const json table = test::read_json(test::fixtures_dir() / "extender" / "invalid.json");
+  extender::ClusterState state;
+  for (const json& c : table) {
+    const std::string body = c["body"];
+    INFO("body: " << body);
+    for (auto verb : {&extender::filter, &extender::prioritize}) {
+      const extender::VerbResult result = verb(body, state, admission::Policy{}, true);
+      CHECK(result.status == 400);
+      CHECK(result.body == c["reason"].get<std::string>());
+    }
+  }
+}
+
+TEST_CASE("before the first list, filter errs for GPU pods only and prioritize is neutral") {
+  extender::ClusterState state;
+  const json gpu_pod = pod("p", "", "Pending", {{"nvidia.com/gpu", "1"}});
+  const json args = {{"Pod", gpu_pod}, {"NodeNames", {"n1"}}};
+  const json filtered = json::parse(extender::filter(args.dump(), state, {}, false).body);
+  CHECK_THAT(filtered["Error"].get<std::string>(), Catch::Contains("has not listed pods and nodes"));
+  CHECK(json::parse(extender::prioritize(args.dump(), state, {}, false).body) == json::parse(R"([{"Host":"n1","Score":0}])"));
+  const json plain = {{"Pod", pod("p", "", "Pending", json::object())}, {"NodeNames", {"n1"}}};
+  CHECK(json::parse(extender::filter(plain.dump(), state, {}, false).body)["NodeNames"] == json::array({"n1"}));
+}
+
+TEST_CASE("JsonObjectSplitter finds whole objects in a watch stream, however it is chunked") {
+  const std::string stream =
+      "{\"type\":\"ADDED\",\"object\":{\"s\":\"a } in a string, an escaped \\\" quote and a \\\\\"}}\n"
+      "{\"type\":\"BOOKMARK\",\"object\":{\"a\":[1,{\"b\":[]}]}}{\"type\":\"DELETED\",\"object\":{}}\r\n";
+  for (std::size_t step : {std::size_t{1}, std::size_t{2}, std::size_t{7}, std::size_t{64}, stream.size()}) {
+    INFO("chunks of " << step);
+    kube::JsonObjectSplitter splitter;
+    std::vector<json> objects;
+    for (std::size_t i = 0; i < stream.size(); i += step) {
+      REQUIRE(splitter.feed(std::string_view(stream).substr(i, step),
+                            [&](std::string_view text) { objects.push_back(json::parse(text)); }));
+    }
+    REQUIRE(objects.size() == 3);
+    CHECK(objects[0]["object"]["s"] == "a } in a string, an escaped \" quote and a \\");
+    CHECK(objects[1]["type"] == "BOOKMARK");
+    CHECK(objects[2]["type"] == "DELETED");
+    CHECK(splitter.buffered() == 0);
+  }
+  kube::JsonObjectSplitter broken;
+  CHECK_FALSE(broken.feed("[1]", [](std::string_view) {}));
+  kube::JsonObjectSplitter closing;
+  CHECK_FALSE(closing.feed("{}}", [](std::string_view) {}));
+}
+
+TEST_CASE("ApiServer::from_url takes https URLs only and names what is wrong") {
+  const auto plain = kube::ApiServer::from_url("https://kube.example:6443");
+  CHECK(plain.host == "kube.example");
+  CHECK(plain.port == "6443");
+  CHECK(plain.url() == "https://kube.example:6443");
+  const auto v6 = kube::ApiServer::from_url("https://[fd00::1]/k8s/clusters/c-1/");
+  CHECK(v6.host == "fd00::1");
+  CHECK(v6.port == "443");
+  CHECK(v6.path_prefix == "/k8s/clusters/c-1");
+  for (const char* bad : {"http://kube:6443", "kube:6443", "https://", "https://:443", "https://kube:0",
+                          "https://kube:99999", "https://kube:port", "https://[fd00::1", "https://[fd00::1]x"}) {
+    INFO(bad);
+    CHECK_THROWS_AS(kube::ApiServer::from_url(bad), std::invalid_argument);
+  }
+}
