@@ -1,28 +1,33 @@
 #!/usr/bin/env bash
-# Creates a private CA and an ECDSA P-256 serving certificate for the webhook.
-#   certs/generate.sh [--out DIR] [--days N] [--force] [--new-ca]
+# Creates a private CA and an ECDSA P-256 serving certificate for the webhook (or, with --service, another
+# gpuguard Service in gpuguard-system, such as gpuguard-scheduler-extender).
+#   certs/generate.sh [--out DIR] [--service NAME] [--days N] [--force] [--new-ca]
 # Writes DIR/ca.crt, DIR/ca.key, DIR/tls.crt, DIR/tls.key (default DIR: certs/dev). Idempotent: an existing
 # pair that verifies against the CA, matches its key and stays valid for 30 more days is kept unless --force,
 # which issues a new serving pair from the existing CA (a rotation clients need not hear about); --new-ca
-# replaces the CA as well.
+# replaces the CA as well. A pair issued for another service name is replaced.
 set -euo pipefail
 
 out="$(cd "$(dirname "$0")" && pwd)/dev"
 days=365
 force=0
 new_ca=0
+service=gpuguard-webhook
 while [ $# -gt 0 ]; do
   case "$1" in
     --out) out="$2"; shift 2 ;;
     --days) days="$2"; shift 2 ;;
+    --service) service="$2"; shift 2 ;;
     --force) force=1; shift ;;
     --new-ca) force=1; new_ca=1; shift ;;
-    -h|--help) sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "generate.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
 
-service=gpuguard-webhook
+case "$service" in
+  ""|*[!a-z0-9-]*) echo "generate.sh: --service must be a DNS label (a-z, 0-9, -)" >&2; exit 2 ;;
+esac
 namespace=gpuguard-system
 sans="DNS:localhost,IP:127.0.0.1,DNS:${service},DNS:${service}.${namespace},DNS:${service}.${namespace}.svc,DNS:${service}.${namespace}.svc.cluster.local"
 
@@ -31,7 +36,7 @@ cd "$out"
 
 valid_pair() {
   [ -s ca.crt ] && [ -s tls.crt ] && [ -s tls.key ] || return 1
-  openssl verify -CAfile ca.crt tls.crt >/dev/null 2>&1 || return 1
+  openssl verify -CAfile ca.crt -verify_hostname "${service}.${namespace}.svc" tls.crt >/dev/null 2>&1 || return 1
   openssl x509 -in tls.crt -noout -checkend $((30 * 24 * 3600)) >/dev/null 2>&1 || return 1
   [ "$(openssl x509 -in tls.crt -noout -pubkey | openssl pkey -pubin -outform DER 2>/dev/null | sha256sum)" = \
     "$(openssl pkey -in tls.key -pubout -outform DER 2>/dev/null | sha256sum)" ]

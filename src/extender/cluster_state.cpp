@@ -94,6 +94,53 @@ ResourceCounts node_allocatable(const json& node) {
   return extended_resources(status == nullptr ? nullptr : member(*status, "allocatable"));
 }
 
+namespace {
+
+// Copies the value at `path` from one object into another, if it is there.
+void copy_path(const json& from, json& to, std::initializer_list<std::string_view> path) {
+  const json* at = &from;
+  for (std::string_view key : path) {
+    at = member(*at, key);
+    if (at == nullptr) return;
+  }
+  json* into = &to;
+  for (std::string_view key : path) into = &(*into)[std::string(key)];
+  *into = *at;
+}
+
+json containers_essentials(const json* containers) {
+  json kept = json::array();
+  for (const json& container : array_or_empty(containers)) {
+    json one = json::object();
+    copy_path(container, one, {"resources", "requests"});
+    copy_path(container, one, {"resources", "limits"});
+    copy_path(container, one, {"restartPolicy"});
+    kept.push_back(std::move(one));
+  }
+  return kept;
+}
+
+}  // namespace
+
+json pod_essentials(const json& pod) {
+  json kept = json::object();
+  for (auto key : {"uid", "name", "namespace"}) copy_path(pod, kept, {"metadata", key});
+  copy_path(pod, kept, {"spec", "nodeName"});
+  copy_path(pod, kept, {"status", "phase"});
+  if (const json* spec = member(pod, "spec")) {
+    kept["spec"]["containers"] = containers_essentials(member(*spec, "containers"));
+    kept["spec"]["initContainers"] = containers_essentials(member(*spec, "initContainers"));
+  }
+  return kept;
+}
+
+json node_essentials(const json& node) {
+  json kept = json::object();
+  copy_path(node, kept, {"metadata", "name"});
+  copy_path(node, kept, {"status", "allocatable"});
+  return kept;
+}
+
 void ClusterState::add_pod(const json& pod) {
   const std::string key = pod_key(pod);
   remove_pod(key);

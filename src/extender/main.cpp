@@ -92,10 +92,10 @@ int serve(const po::variables_map& flags) {
     informer_options.user_agent = std::string(kProgram) + "/" + GPUGUARD_VERSION;
     kube::Informers informers(
         apiserver,
-        {{"pods", "/api/v1/pods", kPodSelector,
+        {{"pods", "/api/v1/pods", kPodSelector, extender::pod_essentials,
           [&state](const std::vector<nlohmann::json>& items) { state.replace_pods(items); },
           [&state](std::string_view type, const nlohmann::json& pod) { state.apply_pod_event(type, pod); }},
-         {"nodes", "/api/v1/nodes", "",
+         {"nodes", "/api/v1/nodes", "", extender::node_essentials,
           [&state](const std::vector<nlohmann::json>& items) { state.replace_nodes(items); },
           [&state](std::string_view type, const nlohmann::json& node) { state.apply_node_event(type, node); }}},
         informer_options,

@@ -323,7 +323,7 @@ asio::awaitable<std::optional<std::string>> Informers::Impl::list(WatchedResourc
       break;
     }
     if (page["items"].is_array()) {
-      for (json& item : page["items"]) items.push_back(std::move(item));
+      for (json& item : page["items"]) items.push_back(resource.trim ? resource.trim(item) : std::move(item));
     }
     version = resource_version_of(page);
     const json& metadata = page["metadata"];

@@ -82,6 +82,32 @@ TEST_CASE("pod_requests counts extended resources the way the scheduler does") {
   }
 }
 
+TEST_CASE("pod_essentials and node_essentials keep exactly what the cluster state reads") {
+  json p = pod("p", "n1", "Running", {{"nvidia.com/gpu", "1"}});
+  json sidecar = container({{"nvidia.com/gpu", "1"}}, {{"nvidia.com/gpu", "1"}});
+  sidecar["restartPolicy"] = "Always";
+  sidecar["env"] = json::array({{{"name", "BIG"}, {"value", std::string(1000, 'x')}}});
+  p["spec"]["initContainers"] = {sidecar, container(nullptr, {{"example.com/fpga", "2"}})};
+  p["metadata"]["annotations"] = {{"a", std::string(1000, 'y')}};
+  const json trimmed = extender::pod_essentials(p);
+  CHECK(trimmed.dump().size() < 600);
+  CHECK(extender::pod_requests(trimmed) == extender::pod_requests(p));
+  CHECK(extender::pod_requests(trimmed) == extender::ResourceCounts{{"nvidia.com/gpu", 2}, {"example.com/fpga", 2}});
+  const json n = node("n1", {{"nvidia.com/gpu", "8"}});
+  CHECK(extender::node_allocatable(extender::node_essentials(n)) == extender::node_allocatable(n));
+
+  extender::ClusterState full, lean;
+  full.replace_pods({p});
+  lean.replace_pods({trimmed});
+  full.replace_nodes({n});
+  lean.replace_nodes({extender::node_essentials(n)});
+  CHECK(lean.node("n1").allocated == full.node("n1").allocated);
+  CHECK(lean.node("n1").allocatable == full.node("n1").allocatable);
+  lean.apply_pod_event("DELETED", p);  // an event's full object finds the record a trimmed list made
+  CHECK(lean.pod_count() == 0);
+  CHECK(extender::pod_essentials(json("junk")) == json::object());
+}
+
 TEST_CASE("ClusterState follows lists and watch events") {
   extender::ClusterState state;
   state.replace_nodes({node("n1", {{"nvidia.com/gpu", "2"}, {"cpu", "8"}}), node("n2", {{"nvidia.com/gpu", "2"}})});

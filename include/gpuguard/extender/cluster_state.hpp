@@ -27,6 +27,11 @@ ResourceCounts pod_requests(const nlohmann::json& pod);
 // status.allocatable of a Node.
 ResourceCounts node_allocatable(const nlohmann::json& node);
 
+// The fields of a Pod or Node that ClusterState reads, and nothing else: a listed collection is held in
+// this form until the last page arrives (kube::WatchedResource::trim).
+nlohmann::json pod_essentials(const nlohmann::json& pod);
+nlohmann::json node_essentials(const nlohmann::json& node);
+
 struct NodeState {
   bool known = false;  // listed or watched; false for a name the API has not shown us
   ResourceCounts allocatable;

@@ -35,6 +35,9 @@ struct WatchedResource {
   std::string name;            // "pods": for logs and metrics
   std::string path;            // "/api/v1/pods"
   std::string field_selector;  // as kubectl takes it, e.g. "status.phase!=Failed"; empty for none
+  // Applied to every listed item as its page arrives, so that a large collection is not held whole
+  // until the last page: keep only the fields `replace` reads. Optional.
+  std::function<nlohmann::json(const nlohmann::json& item)> trim;
   // The whole collection after each (re-)list, then every ADDED, MODIFIED and DELETED object.
   std::function<void(const std::vector<nlohmann::json>& items)> replace;
   std::function<void(std::string_view type, const nlohmann::json& object)> apply;
