@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Renders every kustomization offline: manifests/default (with fresh certificates) is checked for what the
-# apiserver and the kubelet rely on, manifests/cert-manager for its Certificate and CA injection, and the
-# shipped policy ConfigMap must be a policy gpuguard-webhook ($1) accepts.
+# apiserver and the kubelet rely on, manifests/cert-manager for its Certificate and CA injection,
+# manifests/scheduler-extender for its RBAC and for a kube-scheduler configuration that reaches it, and
+# the shipped policy ConfigMap must be a policy gpuguard-webhook ($1) accepts.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 webhook="$1"
@@ -9,12 +10,73 @@ command -v kubectl >/dev/null || { echo "kubectl not installed: cannot render"; 
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 cp -r "$root/manifests/." "$work/"
-rm -rf "$work/default/certs"
+rm -rf "$work/default/certs" "$work/scheduler-extender/certs"
 "$root/certs/generate.sh" --out "$work/default/certs" >/dev/null
+"$root/certs/generate.sh" --service gpuguard-scheduler-extender --out "$work/scheduler-extender/certs" >/dev/null
 kubectl kustomize "$work/default" > "$work/rendered.yaml"
 kubectl kustomize "$work/cert-manager" > "$work/cert-manager.yaml"
 kubectl kustomize "$work/base" > /dev/null
 kubectl kustomize "$work/device-plugin" > /dev/null
+kubectl kustomize "$work/scheduler-extender" > "$work/scheduler-extender.yaml"
+
+/usr/bin/python3 - "$work/scheduler-extender.yaml" "$work/scheduler-extender" "$root/docs/scheduler.md" <<'PY'
+import base64, sys, yaml
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+kinds = sorted(d["kind"] for d in docs)
+assert kinds == sorted(["ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment", "Service",
+                        "PodDisruptionBudget", "Secret"]), kinds
+def one(kind):
+    return next(d for d in docs if d["kind"] == kind)
+# Read-only access to pods and nodes, and nothing more.
+assert one("ClusterRole")["rules"] == [{"apiGroups": [""], "resources": ["pods", "nodes"], "verbs": ["get", "list", "watch"]}]
+binding = one("ClusterRoleBinding")
+assert binding["roleRef"]["name"] == one("ClusterRole")["metadata"]["name"]
+assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "gpuguard-scheduler-extender", "namespace": "gpuguard-system"}]
+pod = one("Deployment")["spec"]["template"]["spec"]
+container = pod["containers"][0]
+assert pod["serviceAccountName"] == "gpuguard-scheduler-extender" and pod["automountServiceAccountToken"] is True
+assert container["command"] == ["/usr/local/bin/gpuguard-scheduler-extender"]
+args = dict(a[2:].split("=", 1) for a in container["args"])
+assert args["url-prefix"] == "/scheduler" and args["listen-address"] == "0.0.0.0:8443"
+assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "https", "scheme": "HTTPS"}
+sc = container["securityContext"]
+assert sc["readOnlyRootFilesystem"] is True and sc["allowPrivilegeEscalation"] is False and sc["capabilities"]["drop"] == ["ALL"]
+assert pod["securityContext"]["runAsNonRoot"] is True
+assert pod["terminationGracePeriodSeconds"] > float(args["shutdown-timeout"])
+volumes = {v["name"]: v for v in pod["volumes"]}
+assert volumes["policy"]["configMap"] == {"name": "gpuguard-policy", "optional": True}
+assert volumes["tls"]["secret"]["secretName"] == one("Secret")["metadata"]["name"]
+assert base64.b64decode(one("Secret")["data"]["tls.crt"]).decode() == open(sys.argv[2] + "/certs/tls.crt").read()
+service = one("Service")
+assert service["spec"]["ports"] == [{"name": "https", "port": 443, "targetPort": "https"}]
+
+# The kube-scheduler configuration reaches that Service, path and certificate.
+config = yaml.safe_load(open(sys.argv[2] + "/scheduler-config.yaml"))
+assert config["apiVersion"] == "kubescheduler.config.k8s.io/v1" and config["kind"] == "KubeSchedulerConfiguration"
+[extender] = config["extenders"]
+name = service["metadata"]["name"] + "." + service["metadata"]["namespace"] + ".svc"
+assert extender["urlPrefix"] == "https://" + name + ":443" + args["url-prefix"], extender["urlPrefix"]
+assert (extender["filterVerb"], extender["prioritizeVerb"]) == ("filter", "prioritize")
+assert extender["enableHTTPS"] is True and extender["tlsConfig"]["serverName"] == name
+assert extender["nodeCacheCapable"] is True and extender["ignorable"] is True and extender["httpTimeout"] == "5s"
+assert 1 <= extender["weight"] <= 10
+assert {r["name"] for r in extender["managedResources"]} == {"nvidia.com/gpu", "nvidia.com/gpu.shared"}
+assert all(r["ignoredByScheduler"] is False for r in extender["managedResources"])
+open(sys.argv[2] + "/server-name", "w").write(name)
+
+native = yaml.safe_load(open(sys.argv[2] + "/native-most-allocated.yaml"))
+[profile] = native["profiles"]
+[fit] = profile["pluginConfig"]
+assert fit["name"] == "NodeResourcesFit"
+assert fit["args"]["scoringStrategy"] == {"type": "MostAllocated", "resources": [{"name": "nvidia.com/gpu", "weight": 1}]}
+# docs/scheduler.md shows both files as they are.
+guide = open(sys.argv[3]).read()
+for shipped in ("scheduler-config.yaml", "native-most-allocated.yaml"):
+    assert open(sys.argv[2] + "/" + shipped).read() in guide, "docs/scheduler.md does not show " + shipped + " as shipped"
+print("manifests/scheduler-extender renders:", ", ".join(kinds))
+PY
+openssl verify -CAfile "$work/scheduler-extender/certs/ca.crt" \
+  -verify_hostname "$(cat "$work/scheduler-extender/server-name")" "$work/scheduler-extender/certs/tls.crt" >/dev/null
 
 /usr/bin/python3 - "$work/cert-manager.yaml" <<'PY'
 import sys, yaml
