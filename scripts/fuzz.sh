@@ -12,7 +12,7 @@ CXX=clang++ cmake -S "$root/fuzz" -B "$out" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/
 cmake --build "$out" -j"${JOBS:-2}"
 
 # Seeds: every admission fixture and invalid body; for HTTP, the same bodies in requests of each kind.
-mkdir -p "$out/corpus/admission" "$out/corpus/http" "$out/findings"
+mkdir -p "$out/corpus/admission" "$out/corpus/http" "$out/corpus/extender" "$out/findings"
 for f in "$root"/tests/fixtures/admission/*/review.json; do cp "$f" "$out/corpus/admission/$(basename "$(dirname "$f")").json"; done
 for f in "$root"/tests/fixtures/invalid/*.json; do cp "$f" "$out/corpus/admission/invalid-$(basename "$f")"; done
 request() {  # METHOD TARGET CONTENT-TYPE BODY-FILE NAME
@@ -31,8 +31,22 @@ request DELETE /mutate application/json "" wrong-method
 printf 'POST /mutate HTTP/1.1\r\nHost: g\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n{"a":\r\n0\r\n\r\n' \
   > "$out/corpus/http/chunked"
 
+# For the extender: every malformed ExtenderArgs body, and a well-formed one of each node form.
+/usr/bin/python3 - "$root/tests/fixtures/extender/invalid.json" "$out/corpus/extender" <<'PY'
+import json, sys
+for i, case in enumerate(json.load(open(sys.argv[1]))):
+    open(f"{sys.argv[2]}/invalid-{i}", "w").write(case["body"])
+pod = {"metadata": {"uid": "p"}, "spec": {"nodeName": "n1", "containers": [{"resources": {"limits": {"nvidia.com/gpu": "1"}}}],
+       "initContainers": [{"restartPolicy": "Always", "resources": {"requests": {"nvidia.com/gpu": "1"}}}]}}
+open(f"{sys.argv[2]}/names", "w").write(json.dumps({"Pod": pod, "NodeNames": ["n1", "n2", "n3"]}))
+open(f"{sys.argv[2]}/nodes", "w").write(json.dumps({"Pod": pod, "Nodes": {"items": [
+    {"metadata": {"name": "n2"}, "status": {"allocatable": {"nvidia.com/gpu": "8"}}}]}}))
+open(f"{sys.argv[2]}/pod", "w").write(json.dumps(pod))
+open(f"{sys.argv[2]}/stream", "w").write(json.dumps({"type": "ADDED", "object": pod}) + "\n" + json.dumps({"type": "BOOKMARK", "object": {}}))
+PY
+
 status=0
-for target in admission http; do
+for target in admission http extender; do
   echo "fuzz: ${target}_fuzz for ${seconds}s"
   "$out/${target}_fuzz" -max_total_time="$seconds" -max_len=131072 -timeout=10 -rss_limit_mb=2048 \
     -artifact_prefix="$out/findings/${target}-" -print_final_stats=1 "$out/corpus/$target" 2>"$out/$target.log" || status=1

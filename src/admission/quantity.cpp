@@ -86,7 +86,7 @@ std::optional<std::int64_t> quantity_count(std::string_view q) {
   point += decimal_power - static_cast<int>(first);
   digits.erase(0, first);
   // Now value = 0.<digits> x 10^point x 1024^binary_power. Split into a whole part and a fraction.
-  if (point > 19) return std::nullopt;
+  if (point > 19) return kCountLimit;
   __int128 whole = 0;
   for (int d = 0; d < point; ++d) whole = whole * 10 + (d < static_cast<int>(digits.size()) ? digits[d] - '0' : 0);
   // The fraction to 18 places, and whether anything non-zero lies beyond them.
@@ -105,8 +105,7 @@ std::optional<std::int64_t> quantity_count(std::string_view q) {
   const __int128 scaled_fraction = fraction * multiplier;
   __int128 value = whole * multiplier + scaled_fraction / kFractionUnit;
   if (scaled_fraction % kFractionUnit != 0 || beyond) ++value;
-  if (value > kCountLimit) return std::nullopt;
-  return static_cast<std::int64_t>(value);
+  return static_cast<std::int64_t>(std::min<__int128>(value, kCountLimit));
 }
 
 bool is_zero_quantity(std::string_view q) {

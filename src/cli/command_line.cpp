@@ -44,4 +44,15 @@ std::optional<std::filesystem::path> path_flag(const po::variables_map& flags, c
   return std::filesystem::path(flags[name].as<std::string>());
 }
 
+int run_service(const std::function<void()>& serve) {
+  try {
+    serve();
+  } catch (const std::exception& e) {
+    log::error("cannot start", {{"reason", e.what()}});
+    return 1;
+  }
+  log::info("stopped");
+  return 0;
+}
+
 }  // namespace gpuguard::cli

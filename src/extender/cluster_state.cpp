@@ -13,12 +13,22 @@ namespace {
 
 using nlohmann::json;
 
+// No node has 2^40 of anything. Capping each container's count there keeps every sum below 2^62 (a
+// pod spec cannot hold 2^22 containers), however absurd the quantities a pod was created with.
+constexpr std::int64_t kLargestCount = std::int64_t{1} << 40;
+constexpr std::int64_t kLargestSum = std::int64_t{1} << 62;
+
 // Quantities are strings on the wire; JSON numbers are accepted too.
 std::int64_t count_of(const json& quantity) {
-  if (quantity.is_string()) return admission::quantity_count(quantity.get_ref<const std::string&>()).value_or(0);
-  if (quantity.is_number_unsigned()) return static_cast<std::int64_t>(std::min<std::uint64_t>(quantity.get<std::uint64_t>(), 1ULL << 62));
-  if (quantity.is_number()) return static_cast<std::int64_t>(std::clamp(std::ceil(quantity.get<double>()), 0.0, 4.6e18));
-  return 0;
+  std::int64_t count = 0;
+  if (quantity.is_string()) {
+    count = admission::quantity_count(quantity.get_ref<const std::string&>()).value_or(0);
+  } else if (quantity.is_number_unsigned()) {
+    count = static_cast<std::int64_t>(std::min<std::uint64_t>(quantity.get<std::uint64_t>(), kLargestCount));
+  } else if (quantity.is_number()) {
+    count = static_cast<std::int64_t>(std::clamp(std::ceil(quantity.get<double>()), 0.0, double(kLargestCount)));
+  }
+  return std::min(count, kLargestCount);
 }
 
 ResourceCounts extended_resources(const json* list) {
@@ -39,8 +49,12 @@ ResourceCounts container_requests(const json& container) {
   return requests;
 }
 
+// Saturating, so that no sum can overflow; below the cap (every real cluster) it is exact.
 void add_to(ResourceCounts& total, const ResourceCounts& more) {
-  for (const auto& [name, n] : more) total[name] += n;
+  for (const auto& [name, n] : more) {
+    std::int64_t& sum = total[name];
+    sum = n > kLargestSum - sum ? kLargestSum : sum + n;
+  }
 }
 
 void max_into(ResourceCounts& total, const ResourceCounts& other) {
@@ -156,7 +170,9 @@ void ClusterState::remove_pod(const std::string& key) {
   if (found == pods_.end()) return;
   auto& on_node = allocated_[found->second.node];
   for (const auto& [name, n] : found->second.requests) {
-    if ((on_node[name] -= n) == 0) on_node.erase(name);
+    std::int64_t& sum = on_node[name];
+    sum = std::max<std::int64_t>(sum - n, 0);
+    if (sum == 0) on_node.erase(name);
   }
   if (on_node.empty()) allocated_.erase(found->second.node);
   pods_.erase(found);

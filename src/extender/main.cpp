@@ -77,7 +77,7 @@ int serve(const po::variables_map& flags) {
     return 1;
   }
 
-  try {
+  return cli::run_service([&] {
     metrics::ExtenderRegistry metrics(GPUGUARD_VERSION, !insecure);
     policy::PolicyWatcher policy(cli::path_flag(flags, "policy-dir"), metrics);
     std::unique_ptr<tls::CertificateWatcher> certificate;
@@ -115,12 +115,7 @@ int serve(const po::variables_map& flags) {
                             {"apiserver", apiserver.url()},
                             {"version", GPUGUARD_VERSION}});
     server.run();
-  } catch (const std::exception& e) {
-    log::error("cannot start", {{"reason", e.what()}});
-    return 1;
-  }
-  log::info("stopped");
-  return 0;
+  });
 }
 
 }  // namespace

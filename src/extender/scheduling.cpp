@@ -103,7 +103,7 @@ std::optional<std::string> insufficient_gpus(const ResourceCounts& gpus, const N
   for (const auto& [name, requested] : gpus) {
     const std::int64_t allocatable = count_in(node.allocatable, name);
     const std::int64_t allocated = count_in(node.allocated, name);
-    const std::int64_t free = std::max<std::int64_t>(allocatable - allocated, 0);
+    const std::int64_t free = std::max<std::int64_t>(allocatable - allocated, 0);  // both below 2^62
     if (free >= requested) continue;
     if (!reason.empty()) reason += "; ";
     reason += "insufficient " + name + ": pod requests " + std::to_string(requested) + ", node has " +
@@ -115,15 +115,16 @@ std::optional<std::string> insufficient_gpus(const ResourceCounts& gpus, const N
 }
 
 int bin_packing_score(const ResourceCounts& gpus, const NodeState& node) {
-  std::int64_t allocatable = 0, used = 0;
+  // 128 bits: each count is below 2^62 and a pod asks for a handful of resources, so nothing overflows.
+  __int128 allocatable = 0, used = 0;
   for (const auto& [name, requested] : gpus) {
     allocatable += count_in(node.allocatable, name);
-    used += requested + count_in(node.allocated, name);
+    used += __int128{requested} + count_in(node.allocated, name);
   }
   if (gpus.empty() || allocatable <= 0) return 0;
-  // round(used / allocatable x 10) in integers, halves up; used is bounded by 2^63 / 20 in practice.
-  const std::int64_t score = (20 * used + allocatable) / (2 * allocatable);
-  return static_cast<int>(std::clamp<std::int64_t>(score, 0, 10));
+  // round(used / allocatable x 10) in integers, halves up.
+  const __int128 score = (20 * used + allocatable) / (2 * allocatable);
+  return static_cast<int>(std::clamp<__int128>(score, 0, 10));
 }
 
 VerbResult filter(std::string_view body, const ClusterState& state, const admission::Policy& policy, bool synced) {

@@ -39,7 +39,7 @@ int serve(const po::variables_map& flags) {
   std::optional<server::ServerOptions> parsed_options = cli::server_options("gpuguard-webhook", flags);
   if (!parsed_options) return 2;
   server::ServerOptions options = std::move(*parsed_options);
-  try {
+  return cli::run_service([&] {
     metrics::Registry metrics(GPUGUARD_VERSION);
     policy::PolicyWatcher policy(cli::path_flag(flags, "policy-dir"), metrics);
     tls::CertificateWatcher certificate(flags["tls-cert-file"].as<std::string>(),
@@ -53,12 +53,7 @@ int serve(const po::variables_map& flags) {
     handler.set_ready(true);
     log::info("listening", {{"address", address}, {"version", GPUGUARD_VERSION}});
     server.run();
-  } catch (const std::exception& e) {
-    log::error("cannot start", {{"reason", e.what()}});
-    return 1;
-  }
-  log::info("stopped");
-  return 0;
+  });
 }
 
 }  // namespace

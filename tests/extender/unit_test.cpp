@@ -9,6 +9,7 @@
 #include "gpuguard/extender/cluster_state.hpp"
 #include "gpuguard/extender/scheduling.hpp"
 #include "gpuguard/kube/informer.hpp"
+#include "gpuguard/kube/json_object_splitter.hpp"
 
 using namespace gpuguard;
 using nlohmann::json;
@@ -47,7 +48,7 @@ TEST_CASE("quantity_count rounds a quantity up to a whole number, as Quantity.Va
       {"1.5", 2},    {"0.1", 1},      {"1500m", 2},     {"1000m", 1},     {"1k", 1000},    {"1Ki", 1024},
       {"2Mi", 2097152}, {"1e3", 1000}, {"1E2", 100},    {"5e-1", 1},      {"1e-100", 1},   {"0e9", 0},
       {"1.25Ki", 1280}, {"0.5Ki", 512}, {"1n", 1},      {"1G", 1000000000}, {"4611686018427387904", 4611686018427387904},
-      {"4611686018427387905", std::nullopt}, {"8Ei", std::nullopt}, {"1e100", std::nullopt},
+      {"4611686018427387905", 4611686018427387904}, {"8Ei", 4611686018427387904}, {"1e100", 4611686018427387904},
       {"", std::nullopt}, {"-1", std::nullopt}, {"1.2.3", std::nullopt}, {"1x", std::nullopt}, {"gpu", std::nullopt},
       {".", std::nullopt}, {"1 ", std::nullopt}, {"1e", std::nullopt}};
   for (const auto& [text, expected] : table) {
@@ -138,6 +139,15 @@ TEST_CASE("ClusterState follows lists and watch events") {
     state.replace_pods({pod("c", "n2", "Running", {{"nvidia.com/gpu", "2"}})});
     CHECK(state.node("n1").allocated.empty());
     CHECK(state.node("n2").allocated == extender::ResourceCounts{{"nvidia.com/gpu", 2}});
+  }
+  SECTION("absurd quantities are capped at 2^40 each, so sums never overflow and deletions restore them") {
+    const extender::ResourceCounts before = state.node("n2").allocated;
+    state.apply_pod_event("ADDED", pod("huge", "n2", "Running", {{"nvidia.com/gpu", "9e18"}}));
+    state.apply_pod_event("ADDED", pod("huger", "n2", "Running", {{"nvidia.com/gpu", "4611686018427387904"}}));
+    CHECK(state.node("n2").allocated == extender::ResourceCounts{{"nvidia.com/gpu", std::int64_t{2} << 40}});
+    state.apply_pod_event("DELETED", pod("huge", "n2", "Running", {}));
+    state.apply_pod_event("DELETED", pod("huger", "n2", "Running", {}));
+    CHECK(state.node("n2").allocated == before);
   }
   SECTION("node events") {
     state.apply_node_event("MODIFIED", node("n1", {{"nvidia.com/gpu", "1"}}));

@@ -12,8 +12,8 @@ bool is_zero_quantity(std::string_view quantity);
 
 // The value of a well-formed, non-negative quantity rounded up to a whole number, as resource.Quantity's
 // Value() gives it: "2" -> 2, "1500m" -> 2, "1k" -> 1000, "1Ki" -> 1024. Extended resources such as GPUs
-// are whole numbers, so this is their count. nullopt for a malformed or negative quantity, or one
-// over 2^62.
+// are whole numbers, so this is their count. Values over 2^62 give 2^62; nullopt for a malformed or
+// negative quantity.
 std::optional<std::int64_t> quantity_count(std::string_view quantity);
 
 }  // namespace gpuguard::admission

@@ -1,5 +1,6 @@
 #pragma once
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -20,5 +21,9 @@ Parsed parse_command_line(const std::string& program, const std::string& version
 
 // The value of a path flag, or nullopt when it was not given.
 std::optional<std::filesystem::path> path_flag(const boost::program_options::variables_map& flags, const char* name);
+
+// Runs a server's whole life (`serve` returns once it has drained). Returns the exit status: 0 after
+// logging "stopped", or 1 after logging "cannot start" with the reason when `serve` throws.
+int run_service(const std::function<void()>& serve);
 
 }  // namespace gpuguard::cli
