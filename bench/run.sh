@@ -7,6 +7,7 @@
 #   4. a 2.5 MiB pod end to end with curl, 10 times
 #   5. the server's peak RSS after all of it
 #   6. the device plugin's Allocate over its unix socket
+#   7. the scheduler extender's filter and prioritize vs. a nlohmann DOM parse of the same request
 # Raw output goes to $BUILD_DIR/bench/; a summary is printed at the end.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
@@ -56,4 +57,7 @@ kill $server; wait $server 2>/dev/null || true
 
 echo "== device plugin Allocate"
 "$build/bench/gpuguard_allocate_bench" --benchmark_repetitions=3 --benchmark_report_aggregates_only=true | tee "$out/allocate.txt"
+echo "== scheduler extender: filter and prioritize vs. parsing the same request"
+$pin_server "$build/bench/gpuguard_extender_bench" --benchmark_repetitions=3 --benchmark_report_aggregates_only=true \
+  | tee "$out/extender.txt"
 echo "raw output in $out"
