@@ -23,7 +23,7 @@ struct Args {
   json document;
   ResourceCounts gpus;
   bool full_nodes = false;
-  std::vector<std::string> names;      // in request order, both forms
+  std::vector<std::string> names;         // in request order, both forms
   std::vector<const json*> node_objects;  // full_nodes only, parallel to names
 };
 

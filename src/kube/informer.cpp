@@ -70,6 +70,11 @@ std::string percent_encode(std::string_view text) {
   return out;
 }
 
+// An IPv6 address in a URL or Host header goes in brackets.
+std::string bracketed(const std::string& host) {
+  return host.find(':') != std::string::npos ? "[" + host + "]" : host;
+}
+
 bool is_ip_address(const std::string& host) {
   boost::system::error_code ec;
   asio::ip::make_address(host, ec);
@@ -134,17 +139,13 @@ ApiServer ApiServer::in_cluster() {
   if (host == nullptr || *host == '\0' || port == nullptr || *port == '\0') {
     throw std::runtime_error("KUBERNETES_SERVICE_HOST/PORT are not set (not running in a pod); pass --apiserver-url");
   }
-  const std::string bracketed = std::string(host).find(':') != std::string::npos ? "[" + std::string(host) + "]" : host;
-  ApiServer server = from_url("https://" + bracketed + ":" + port);
+  ApiServer server = from_url("https://" + bracketed(host) + ":" + port);
   server.token_file = std::filesystem::path(kServiceAccountDir) / "token";
   server.ca_file = std::filesystem::path(kServiceAccountDir) / "ca.crt";
   return server;
 }
 
-std::string ApiServer::url() const {
-  const std::string bracketed = host.find(':') != std::string::npos ? "[" + host + "]" : host;
-  return "https://" + bracketed + ":" + port + path_prefix;
-}
+std::string ApiServer::url() const { return "https://" + bracketed(host) + ":" + port + path_prefix; }
 
 struct Informers::Impl {
   Impl(ApiServer s, std::vector<WatchedResource> r, InformerOptions o, InformerObserver ob)
@@ -233,8 +234,7 @@ asio::awaitable<bool> Informers::Impl::send_get(Stream& stream, const std::strin
   const auto token = bearer_token(error);
   if (!token) co_return false;
   http::request<http::empty_body> request{http::verb::get, target, 11};
-  request.set(http::field::host, server.host.find(':') != std::string::npos ? "[" + server.host + "]:" + server.port
-                                                                             : server.host + ":" + server.port);
+  request.set(http::field::host, bracketed(server.host) + ":" + server.port);
   request.set(http::field::accept, "application/json");
   request.set(http::field::user_agent, options.user_agent);
   if (!token->empty()) request.set(http::field::authorization, "Bearer " + *token);

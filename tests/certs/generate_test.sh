@@ -33,7 +33,17 @@ openssl verify -CAfile "$out/ca.crt" "$out/tls.crt" >/dev/null || fail "rotated 
 "$root/certs/generate.sh" --out "$out" --new-ca >/dev/null
 [ "$(sha256sum < "$out/ca.crt")" != "$ca" ] || fail "--new-ca kept the CA"
 
+# --service: a pair for another Service; the webhook's pair is not kept for it.
+"$root/certs/generate.sh" --out "$out" --service gpuguard-scheduler-extender >/dev/null
+openssl verify -CAfile "$out/ca.crt" -verify_hostname gpuguard-scheduler-extender.gpuguard-system.svc "$out/tls.crt" >/dev/null \
+  || fail "--service did not issue a certificate for that Service"
+if openssl verify -CAfile "$out/ca.crt" -verify_hostname gpuguard-webhook.gpuguard-system.svc "$out/tls.crt" >/dev/null 2>&1; then
+  fail "the extender's certificate is also valid for the webhook"
+fi
+
 set +e
+"$root/certs/generate.sh" --out "$out" --service 'Not_A_Label' >/dev/null 2>&1
+[ $? -eq 2 ] || fail "an invalid --service was not refused"
 "$root/certs/generate.sh" --bogus >/dev/null 2>&1
 [ $? -eq 2 ] || fail "an unknown argument was not refused"
-echo "certs/generate.sh: P-256, SANs, idempotence, rotation under the same CA: all hold"
+echo "certs/generate.sh: P-256, SANs, idempotence, rotation under the same CA, --service: all hold"
