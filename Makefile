@@ -33,7 +33,7 @@ test-sanitize: deps
 bench: build
 	BUILD_DIR=$(BUILD_DIR) ./bench/run.sh
 
-# libFuzzer targets for the admission path and the HTTP request path, FUZZ_SECONDS each.
+# libFuzzer targets for the admission path, the HTTP request path and the extender, FUZZ_SECONDS each.
 fuzz: deps
 	JOBS=$(JOBS) ./scripts/fuzz.sh $(FUZZ_SECONDS)
 

@@ -24,14 +24,15 @@ namespace {
 }
 
 extender::ClusterState& cluster() {
-  static extender::ClusterState state = [] {
-    extender::ClusterState s;
-    s.replace_nodes({json::parse(R"({"metadata":{"name":"n1"},"status":{"allocatable":{"nvidia.com/gpu":"2"}}})"),
-                     json::parse(R"({"metadata":{"name":"n2"},"status":{"allocatable":{"nvidia.com/gpu":"4"}}})")});
-    s.replace_pods({json::parse(R"({"metadata":{"uid":"a"},"spec":{"nodeName":"n1","containers":[
-                     {"resources":{"limits":{"nvidia.com/gpu":"1"}}}]},"status":{"phase":"Running"}})")});
-    return s;
+  static extender::ClusterState state;
+  static const bool filled = [] {
+    state.replace_nodes({json::parse(R"({"metadata":{"name":"n1"},"status":{"allocatable":{"nvidia.com/gpu":"2"}}})"),
+                         json::parse(R"({"metadata":{"name":"n2"},"status":{"allocatable":{"nvidia.com/gpu":"4"}}})")});
+    state.replace_pods({json::parse(R"({"metadata":{"uid":"a"},"spec":{"nodeName":"n1","containers":[
+                         {"resources":{"limits":{"nvidia.com/gpu":"1"}}}]},"status":{"phase":"Running"}})")});
+    return true;
   }();
+  (void)filled;
   return state;
 }
 

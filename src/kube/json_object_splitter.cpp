@@ -35,6 +35,7 @@ bool JsonObjectSplitter::feed(std::string_view bytes, const std::function<void(s
     } else if (c == '}' || c == ']') {
       if (--depth_ < 0) return false;
       if (depth_ == 0) {
+        if (c != '}') return false;  // "{ ... ]": not an object, and nothing after it can be trusted
         on_object(std::string_view(pending_).substr(start, i + 1 - start));
         start = i + 1;
       }
