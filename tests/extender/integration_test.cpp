@@ -234,6 +234,25 @@ TEST_CASE("2 x 2 GPUs: pods asking 1, 1 and 2 GPUs all find a place, because the
   CHECK(extender.process.terminate() == 0);
 }
 
+TEST_CASE("a large collection is listed in pages of 500, and every page counts") {
+  Cluster cluster;
+  cluster.apiserver.put("nodes", gpu_node("big", 2000));
+  for (int i = 0; i < 1200; ++i) cluster.apiserver.put("pods", gpu_pod("p" + std::to_string(i), 1, "big"));
+  Extender extender(cluster.apiserver, cluster.token);
+  REQUIRE(eventually([&] { return extender.ready(); }));
+  CHECK(extender.metrics_show("gpuguard_extender_cached_objects{resource=\"pods\"} 1200\n"));
+  std::vector<std::string> pages;
+  for (const auto& request : cluster.apiserver.requests()) {
+    if (request.path == "/api/v1/pods" && request.query.find("watch=1") == std::string::npos) pages.push_back(request.query);
+  }
+  REQUIRE(pages.size() == 3);
+  CHECK(pages[0].find("limit=500") != std::string::npos);
+  CHECK(pages[1].find("continue=500") != std::string::npos);
+  CHECK(pages[2].find("continue=1000") != std::string::npos);
+  // (1 + 1200) / 2000 x 10 = 6.005
+  CHECK(scores_of(extender.post("prioritize", names_args(gpu_pod("x", 1), {"big"}))).at("big") == 6);
+}
+
 TEST_CASE("a dropped watch resumes from the last resourceVersion, without a new list") {
   Cluster cluster;
   Extender extender(cluster.apiserver, cluster.token);
