@@ -2,6 +2,8 @@
 // tests/fixtures/extender), and the Kubernetes client's pieces that need no network.
 #include <catch2/catch.hpp>
 
+#include <cstdlib>
+
 #include <nlohmann/json.hpp>
 
 #include "files.hpp"
@@ -256,6 +258,18 @@ TEST_CASE("JsonObjectSplitter finds whole objects in a watch stream, however it 
   CHECK_FALSE(closing.feed("{}}", [](std::string_view) {}));
   kube::JsonObjectSplitter mismatched;  // found by fuzz/extender_fuzz
   CHECK_FALSE(mismatched.feed(R"({"Pod": {"spec": {}}, "NodeName\ud800"]})", [](std::string_view) {}));
+}
+
+TEST_CASE("ApiServer::in_cluster reads the service environment and the service account's files") {
+  setenv("KUBERNETES_SERVICE_HOST", "fd00::1", 1);
+  setenv("KUBERNETES_SERVICE_PORT", "6443", 1);
+  const auto server = kube::ApiServer::in_cluster();
+  CHECK(server.url() == "https://[fd00::1]:6443");
+  CHECK(server.token_file == "/var/run/secrets/kubernetes.io/serviceaccount/token");
+  CHECK(server.ca_file == "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt");
+  unsetenv("KUBERNETES_SERVICE_PORT");
+  CHECK_THROWS_WITH(kube::ApiServer::in_cluster(), Catch::Contains("KUBERNETES_SERVICE_HOST/PORT are not set"));
+  unsetenv("KUBERNETES_SERVICE_HOST");
 }
 
 TEST_CASE("ApiServer::from_url takes https URLs only and names what is wrong") {
