@@ -10,35 +10,20 @@ namespace {
 
 bool is_digit(char c) { return c >= '0' && c <= '9'; }
 
-// The suffixes of resource.Quantity: binary SI, decimal SI, or a decimal exponent.
-bool is_valid_suffix(std::string_view s) {
-  static constexpr std::array<std::string_view, 16> kSuffixes = {
-      "", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei", "n", "u", "m", "k", "M", "G", "T", "P", "E"};
-  for (std::string_view known : kSuffixes) {
-    if (s == known) return true;
-  }
-  if (s.empty() || (s[0] != 'e' && s[0] != 'E')) return false;
-  s.remove_prefix(1);
-  if (!s.empty() && (s[0] == '+' || s[0] == '-')) s.remove_prefix(1);
-  if (s.empty()) return false;
-  for (char c : s) {
-    if (!is_digit(c)) return false;
-  }
-  return true;
-}
-
 constexpr std::int64_t kCountLimit = std::int64_t{1} << 62;
 
-// Multiplier of a suffix as a power of 1024 and a power of ten; false when it is not one.
+// The multiplier of a resource.Quantity suffix, as a power of 1024 and a power of ten: binary SI,
+// decimal SI, or a decimal exponent. False when `s` is none of those.
 bool suffix_scale(std::string_view s, int& binary_power, int& decimal_power) {
-  static constexpr std::array<std::string_view, 6> kBinary = {"Ki", "Mi", "Gi", "Ti", "Pi", "Ei"};
-  static constexpr std::array<std::pair<std::string_view, int>, 9> kDecimal = {
-      {{"", 0}, {"n", -9}, {"u", -6}, {"m", -3}, {"k", 3}, {"M", 6}, {"G", 9}, {"T", 12}, {"P", 15}}};
+  static constexpr std::array<std::pair<std::string_view, int>, 6> kBinary = {
+      {{"Ki", 1}, {"Mi", 2}, {"Gi", 3}, {"Ti", 4}, {"Pi", 5}, {"Ei", 6}}};
+  static constexpr std::array<std::pair<std::string_view, int>, 10> kDecimal = {
+      {{"", 0}, {"n", -9}, {"u", -6}, {"m", -3}, {"k", 3}, {"M", 6}, {"G", 9}, {"T", 12}, {"P", 15}, {"E", 18}}};
   binary_power = 0;
   decimal_power = 0;
-  for (std::size_t i = 0; i < kBinary.size(); ++i) {
-    if (s == kBinary[i]) {
-      binary_power = static_cast<int>(i) + 1;
+  for (const auto& [suffix, power] : kBinary) {
+    if (s == suffix) {
+      binary_power = power;
       return true;
     }
   }
@@ -48,42 +33,70 @@ bool suffix_scale(std::string_view s, int& binary_power, int& decimal_power) {
       return true;
     }
   }
-  if (s == "E") {
-    decimal_power = 18;
-    return true;
-  }
-  if (!is_valid_suffix(s)) return false;
-  // e<digits>: beyond a few dozen the value is out of range (or zero) anyway.
-  const bool negative = s.size() > 1 && s[1] == '-';
-  const std::string_view digits = s.substr(s.size() > 1 && (s[1] == '+' || s[1] == '-') ? 2 : 1);
+  if (s.empty() || (s[0] != 'e' && s[0] != 'E')) return false;
+  s.remove_prefix(1);
+  const bool negative = !s.empty() && s[0] == '-';
+  if (!s.empty() && (s[0] == '+' || s[0] == '-')) s.remove_prefix(1);
+  if (s.empty()) return false;
   int power = 0;
-  for (char c : digits) power = std::min(power * 10 + (c - '0'), 100);
+  for (char c : s) {
+    if (!is_digit(c)) return false;
+    power = std::min(power * 10 + (c - '0'), 100);  // beyond a few dozen the value is out of range (or zero) anyway
+  }
   decimal_power = negative ? -power : power;
   return true;
 }
 
-}  // namespace
+// A well-formed quantity taken apart, its value not yet computed.
+struct QuantityParts {
+  bool negative = false;
+  std::string_view mantissa;  // digits with at most one '.'
+  int binary_power = 0;       // x 1024^binary_power
+  int decimal_power = 0;      // x 10^decimal_power
+};
 
-std::optional<std::int64_t> quantity_count(std::string_view q) {
+std::optional<QuantityParts> parse_quantity(std::string_view q) {
+  QuantityParts parts;
   std::size_t i = 0;
-  if (i < q.size() && q[i] == '+') ++i;
-  std::string digits;  // every digit, the decimal point removed
-  int point = -1;      // how many digits stand before the point
+  if (i < q.size() && (q[i] == '+' || q[i] == '-')) parts.negative = q[i++] == '-';
+  const std::size_t start = i;
+  bool any_digit = false;
+  bool seen_dot = false;
   for (; i < q.size(); ++i) {
     if (is_digit(q[i])) {
-      digits.push_back(q[i]);
-    } else if (q[i] == '.' && point < 0) {
-      point = static_cast<int>(digits.size());
+      any_digit = true;
+    } else if (q[i] == '.' && !seen_dot) {
+      seen_dot = true;
     } else {
       break;
     }
   }
-  int binary_power = 0, decimal_power = 0;
-  if (digits.empty() || !suffix_scale(q.substr(i), binary_power, decimal_power)) return std::nullopt;
+  if (!any_digit || !suffix_scale(q.substr(i), parts.binary_power, parts.decimal_power)) return std::nullopt;
+  parts.mantissa = q.substr(start, i - start);
+  return parts;
+}
+
+bool is_zero_mantissa(std::string_view mantissa) { return mantissa.find_first_not_of("0.") == std::string_view::npos; }
+
+}  // namespace
+
+std::optional<std::int64_t> quantity_count(std::string_view q) {
+  const std::optional<QuantityParts> parts = parse_quantity(q);
+  if (!parts) return std::nullopt;
+  if (is_zero_mantissa(parts->mantissa)) return 0;
+  if (parts->negative) return std::nullopt;
+  std::string digits;  // every digit, the decimal point removed
+  int point = -1;      // how many digits stand before the point
+  for (char c : parts->mantissa) {
+    if (c == '.') {
+      point = static_cast<int>(digits.size());
+    } else {
+      digits.push_back(c);
+    }
+  }
   if (point < 0) point = static_cast<int>(digits.size());
   const std::size_t first = digits.find_first_not_of('0');
-  if (first == std::string::npos) return 0;
-  point += decimal_power - static_cast<int>(first);
+  point += parts->decimal_power - static_cast<int>(first);
   digits.erase(0, first);
   // Now value = 0.<digits> x 10^point x 1024^binary_power. Split into a whole part and a fraction.
   if (point > 19) return kCountLimit;
@@ -100,7 +113,7 @@ std::optional<std::int64_t> quantity_count(std::string_view q) {
   for (int index = std::max(point + 18, 0); index < static_cast<int>(digits.size()); ++index) {
     beyond = beyond || digits[index] != '0';
   }
-  const __int128 multiplier = __int128{1} << (10 * binary_power);
+  const __int128 multiplier = __int128{1} << (10 * parts->binary_power);
   constexpr __int128 kFractionUnit = 1'000'000'000'000'000'000;  // 10^18
   const __int128 scaled_fraction = fraction * multiplier;
   __int128 value = whole * multiplier + scaled_fraction / kFractionUnit;
@@ -109,23 +122,8 @@ std::optional<std::int64_t> quantity_count(std::string_view q) {
 }
 
 bool is_zero_quantity(std::string_view q) {
-  std::size_t i = 0;
-  if (i < q.size() && (q[i] == '+' || q[i] == '-')) ++i;
-  bool any_digit = false;
-  bool nonzero_digit = false;
-  bool seen_dot = false;
-  for (; i < q.size(); ++i) {
-    if (is_digit(q[i])) {
-      any_digit = true;
-      nonzero_digit = nonzero_digit || q[i] != '0';
-    } else if (q[i] == '.' && !seen_dot) {
-      seen_dot = true;
-    } else {
-      break;
-    }
-  }
-  if (!any_digit || !is_valid_suffix(q.substr(i))) return false;
-  return !nonzero_digit;
+  const std::optional<QuantityParts> parts = parse_quantity(q);
+  return parts && is_zero_mantissa(parts->mantissa);
 }
 
 }  // namespace gpuguard::admission

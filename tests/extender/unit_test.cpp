@@ -51,7 +51,7 @@ TEST_CASE("quantity_count rounds a quantity up to a whole number, as Quantity.Va
       {"2Mi", 2097152}, {"1e3", 1000}, {"1E2", 100},    {"5e-1", 1},      {"1e-100", 1},   {"0e9", 0},
       {"1.25Ki", 1280}, {"0.5Ki", 512}, {"1n", 1},      {"1G", 1000000000}, {"4611686018427387904", 4611686018427387904},
       {"4611686018427387905", 4611686018427387904}, {"8Ei", 4611686018427387904}, {"1e100", 4611686018427387904},
-      {"", std::nullopt}, {"-1", std::nullopt}, {"1.2.3", std::nullopt}, {"1x", std::nullopt}, {"gpu", std::nullopt},
+      {"", std::nullopt}, {"-1", std::nullopt}, {"-0", 0}, {"1.2.3", std::nullopt}, {"1x", std::nullopt}, {"gpu", std::nullopt},
       {".", std::nullopt}, {"1 ", std::nullopt}, {"1e", std::nullopt}};
   for (const auto& [text, expected] : table) {
     INFO("quantity '" << text << "'");
