@@ -4,17 +4,6 @@
 #include "text.hpp"
 
 namespace gpuguard::metrics {
-namespace {
-
-void labelled_counter(std::string& out, std::string_view name, std::string_view first, std::string_view second,
-                      const std::map<std::pair<std::string, std::string>, std::uint64_t>& counts) {
-  for (const auto& [labels, count] : counts) {
-    out.append(name).append("{").append(first).append("=\"").append(labels.first).append("\",").append(second)
-        .append("=\"").append(labels.second).append("\"} ").append(std::to_string(count)).append("\n");
-  }
-}
-
-}  // namespace
 
 ExtenderRegistry::ExtenderRegistry(std::string version, bool serves_tls)
     : version_(std::move(version)), serves_tls_(serves_tls) {

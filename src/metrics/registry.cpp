@@ -36,10 +36,7 @@ std::string Registry::render() const {
   {
     std::lock_guard lock(mutex_);
     header(out, "gpuguard_admission_requests_total", "counter", "Admission reviews answered, by operation and result.");
-    for (const auto& [labels, count] : requests_) {
-      out.append("gpuguard_admission_requests_total{operation=\"").append(labels.first).append("\",result=\"")
-          .append(labels.second).append("\"} ").append(std::to_string(count)).append("\n");
-    }
+    labelled_counter(out, "gpuguard_admission_requests_total", "operation", "result", requests_);
     header(out, "gpuguard_admission_duration_seconds", "histogram", "Time to decode, decide and encode one review.");
     durations_->render(out, "gpuguard_admission_duration_seconds", "");
     header(out, "gpuguard_containers_mutated_total", "counter", "Containers patched, by reason.");

@@ -20,6 +20,14 @@ void two_results(std::string& out, std::string_view name, const std::array<std::
   out.append(name).append("{result=\"failure\"} ").append(std::to_string(counts[1])).append("\n");
 }
 
+void labelled_counter(std::string& out, std::string_view name, std::string_view first, std::string_view second,
+                      const std::map<std::pair<std::string, std::string>, std::uint64_t>& counts) {
+  for (const auto& [labels, count] : counts) {
+    out.append(name).append("{").append(first).append("=\"").append(labels.first).append("\",").append(second)
+        .append("=\"").append(labels.second).append("\"} ").append(std::to_string(count)).append("\n");
+  }
+}
+
 void DurationHistogram::observe(double seconds) {
   for (std::size_t i = 0; i < kBuckets.size(); ++i) {
     if (seconds <= kBuckets[i]) ++buckets_[i];

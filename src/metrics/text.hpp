@@ -2,14 +2,19 @@
 // Writing the Prometheus text exposition format, shared by every registry.
 #include <array>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <string_view>
+#include <utility>
 
 namespace gpuguard::metrics {
 
 std::string number(double value);
 void header(std::string& out, std::string_view name, std::string_view type, std::string_view help);
 void two_results(std::string& out, std::string_view name, const std::array<std::uint64_t, 2>& counts);
+// One line per entry: name{first="<key.first>",second="<key.second>"} count.
+void labelled_counter(std::string& out, std::string_view name, std::string_view first, std::string_view second,
+                      const std::map<std::pair<std::string, std::string>, std::uint64_t>& counts);
 
 // Request durations, 50 µs to 1 s. Not thread-safe: the owning registry holds its lock.
 class DurationHistogram {
