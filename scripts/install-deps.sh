@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Installs every Debian bookworm package that building, testing and running gpuguard needs.
-# Idempotent: when everything is already installed it changes nothing and does not touch the network.
+# Installs every Debian bookworm package that building, testing and running gpuguard needs, and a Go
+# toolchain for the Go-built tools (kustomize) and the end-to-end harness when the machine has none recent
+# enough. Idempotent: when everything is already there it changes nothing and does not touch the network.
 set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
 
 packages=(
   # toolchain
@@ -34,18 +36,57 @@ for p in "${packages[@]}"; do
   fi
 done
 
-if [ ${#missing[@]} -eq 0 ]; then
-  exit 0
+if [ ${#missing[@]} -gt 0 ]; then
+  cmd=(apt-get install -y --no-install-recommends "${missing[@]}")
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "install-deps: missing packages: ${missing[*]}" >&2
+    echo "install-deps: run as root:  apt-get update && ${cmd[*]}" >&2
+    exit 1
+  fi
+  echo "install-deps: installing ${missing[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  "${cmd[@]}"
 fi
 
-cmd=(apt-get install -y --no-install-recommends "${missing[@]}")
-if [ "$(id -u)" -ne 0 ]; then
-  echo "install-deps: missing packages: ${missing[*]}" >&2
-  echo "install-deps: run as root:  apt-get update && ${cmd[*]}" >&2
-  exit 1
+# Go: Debian bookworm's golang is 1.19, too old for the pinned Kubernetes release and too old to fetch a
+# newer toolchain itself. So, as GOTOOLCHAIN does, take the golang.org/toolchain module from the module
+# proxy, check it against the pinned go.sum hash, and unpack it into the module cache.
+# shellcheck source=scripts/go-toolchain.sh
+. "$root/scripts/go-toolchain.sh"
+if ! gpuguard_go >/dev/null; then
+  dir="$(gpuguard_go_toolchain_dir)"
+  version="v0.0.1-$GPUGUARD_GO_TOOLCHAIN.linux-$(gpuguard_go_arch)"
+  proxy="${GOPROXY:-https://proxy.golang.org}"
+  proxy="${proxy%%[,|]*}"
+  [ "$proxy" = direct ] || [ "$proxy" = off ] && proxy=https://proxy.golang.org
+  echo "install-deps: no Go $GPUGUARD_GO_MIN or later; fetching golang.org/toolchain@$version from $proxy" >&2
+  download="$(mktemp -d)"
+  trap 'rm -rf "$download"' EXIT
+  curl -fsSL --retry 3 -o "$download/toolchain.zip" "$proxy/golang.org/toolchain/@v/$version.zip"
+  python3 - "$download/toolchain.zip" "$GPUGUARD_GO_TOOLCHAIN_SUM" "$dir" <<'PY'
+# Checks the module zip against its go.sum hash (dirhash "h1") before anything is unpacked.
+import base64, hashlib, os, sys, zipfile
+archive, want, target = sys.argv[1:4]
+with zipfile.ZipFile(archive) as z:
+    names = sorted(i.filename for i in z.infolist() if not i.is_dir())
+    summary = "".join(f"{hashlib.sha256(z.read(n)).hexdigest()}  {n}\n" for n in names)
+    got = "h1:" + base64.b64encode(hashlib.sha256(summary.encode()).digest()).decode()
+    if got != want:
+        sys.exit(f"install-deps: {archive} has hash {got}, not the pinned {want}; not unpacking it")
+    prefix = "golang.org/" + os.path.basename(target) + "/"  # entries are <module>@<version>/...
+    staging = target + ".partial"
+    for info in z.infolist():
+        if info.is_dir() or not info.filename.startswith(prefix):
+            continue
+        path = os.path.join(staging, info.filename[len(prefix):])
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as out:
+            out.write(z.read(info))
+        os.chmod(path, (info.external_attr >> 16) & 0o755 or 0o644)
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    os.rename(staging, target)
+PY
+  gpuguard_go >/dev/null || { echo "install-deps: the unpacked toolchain in $dir does not run" >&2; exit 1; }
+  echo "install-deps: Go toolchain in $dir" >&2
 fi
-
-echo "install-deps: installing ${missing[*]}" >&2
-export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq
-"${cmd[@]}"

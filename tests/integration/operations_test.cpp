@@ -84,7 +84,7 @@ std::optional<std::chrono::milliseconds> wait_for(std::chrono::milliseconds limi
 
 }  // namespace
 
-TEST_CASE("policy: a kubelet-style ..data swap takes effect within 5 s; an invalid one is refused") {
+TEST_CASE("policy: a kubelet-style ..data swap takes effect within 5 s, and an invalid one is refused") {
   KubeletVolume volume("policy");
   volume.publish({{"mode", "enforce\n"}, {"colour", "blue"}});
   WebhookProcess webhook({"--policy-dir", volume.dir().string()});
@@ -247,7 +247,7 @@ std::string serial_of(const fs::path& cert) {
 
 }  // namespace
 
-TEST_CASE("certificates: rotation under continuous requests, without a failed request; a broken pair is refused") {
+TEST_CASE("certificates: rotation under continuous requests, without a failed request, and a broken pair is refused") {
   const fs::path work = fs::temp_directory_path() / ("gpuguard-rotation-" + std::to_string(::getpid()));
   fs::remove_all(work);
   fs::create_directories(work);

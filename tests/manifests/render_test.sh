@@ -2,22 +2,25 @@
 # Renders every kustomization offline: manifests/default (with fresh certificates) is checked for what the
 # apiserver and the kubelet rely on, manifests/cert-manager for its Certificate and CA injection,
 # manifests/scheduler-extender for its RBAC and for a kube-scheduler configuration that reaches it, and
-# the shipped policy ConfigMap must be a policy gpuguard-webhook ($1) accepts.
+# the shipped policy ConfigMap must be a policy gpuguard-webhook ($1) accepts. $2 is the pinned kustomize
+# the build made from e2e/go.mod.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 webhook="$1"
-command -v kubectl >/dev/null || { echo "kubectl not installed: cannot render"; exit 77; }
+kustomize="$2"
+[ -x "$kustomize" ] || { echo "render_test.sh: no kustomize at '$kustomize' (the build makes it)"; exit 1; }
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 cp -r "$root/manifests/." "$work/"
 rm -rf "$work/default/certs" "$work/scheduler-extender/certs"
 "$root/certs/generate.sh" --out "$work/default/certs" >/dev/null
 "$root/certs/generate.sh" --service gpuguard-scheduler-extender --out "$work/scheduler-extender/certs" >/dev/null
-kubectl kustomize "$work/default" > "$work/rendered.yaml"
-kubectl kustomize "$work/cert-manager" > "$work/cert-manager.yaml"
-kubectl kustomize "$work/base" > /dev/null
-kubectl kustomize "$work/device-plugin" > /dev/null
-kubectl kustomize "$work/scheduler-extender" > "$work/scheduler-extender.yaml"
+"$kustomize" build "$work/default" > "$work/rendered.yaml"
+"$kustomize" build "$work/cert-manager" > "$work/cert-manager.yaml"
+"$kustomize" build "$work/base" > /dev/null
+"$kustomize" build "$work/device-plugin" > /dev/null
+"$kustomize" build "$work/webhook-only" > "$work/webhook-only.yaml"
+"$kustomize" build "$work/scheduler-extender" > "$work/scheduler-extender.yaml"
 
 /usr/bin/python3 - "$work/scheduler-extender.yaml" "$work/scheduler-extender" "$root/docs/scheduler.md" <<'PY'
 import base64, sys, yaml
@@ -103,10 +106,10 @@ ca = open(sys.argv[2]).read()
 kinds = sorted(d["kind"] for d in docs)
 cluster_scoped = {"Namespace", "MutatingWebhookConfiguration", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
 assert kinds == sorted(["Namespace", "ServiceAccount", "ServiceAccount", "Secret", "Secret", "Service", "Deployment",
-                        "ConfigMap", "PodDisruptionBudget", "MutatingWebhookConfiguration", "DaemonSet",
+                        "ConfigMap", "PodDisruptionBudget", "MutatingWebhookConfiguration", "DaemonSet", "DaemonSet",
                         "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]), kinds
-def one(kind):
-    return next(d for d in docs if d["kind"] == kind)
+def one(kind, name=None):
+    return next(d for d in docs if d["kind"] == kind and name in (None, d["metadata"]["name"]))
 for d in docs:
     if d["kind"] in cluster_scoped:
         assert "namespace" not in d["metadata"], d["metadata"]
@@ -148,27 +151,58 @@ assert "--policy-dir=/etc/gpuguard/policy" in container["args"]
 assert pod["terminationGracePeriodSeconds"] > 25  # above --shutdown-timeout
 assert any(v.get("configMap", {}).get("name") == "gpuguard-policy" for v in pod["volumes"])
 
-daemonset = one("DaemonSet")["spec"]["template"]["spec"]
+# The GPU plugin: on GPU nodes as NVIDIA's chart finds them, GPUs only, NVML also on a hardened node.
+daemonset = one("DaemonSet", "gpuguard-device-plugin")["spec"]["template"]["spec"]
 plugin = daemonset["containers"][0]
 assert daemonset["priorityClassName"] == "system-node-critical"
-assert daemonset["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+assert "nodeSelector" not in daemonset
+terms = daemonset["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+assert [t["matchExpressions"] for t in terms] == [
+    [{"key": "feature.node.kubernetes.io/pci-10de.present", "operator": "In", "values": ["true"]}],
+    [{"key": "feature.node.kubernetes.io/cpu-model.vendor_id", "operator": "In", "values": ["NVIDIA"]}],
+    [{"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]}]], terms
 assert any(t["key"] == "nvidia.com/gpu" for t in daemonset["tolerations"])
-assert "--host-device=github.com/fuse=/dev/fuse:16" in plugin["args"] and "--host-root=/host" in plugin["args"]
+assert "--host-root=/host" in plugin["args"] and "--discovery=auto" in plugin["args"]
+assert not any(a.startswith("--host-device") for a in plugin["args"])
 mounts = {m["mountPath"]: m.get("readOnly", False) for m in plugin["volumeMounts"]}
 assert mounts["/var/lib/kubelet/device-plugins"] is False
 assert mounts["/host/dev"] is True and mounts["/host/proc/driver/nvidia"] is True
+all_gpus = next(m["name"] for m in plugin["volumeMounts"] if m["mountPath"] == "/var/run/nvidia-container-devices/all")
+assert next(v for v in daemonset["volumes"] if v["name"] == all_gpus)["hostPath"] == {"path": "/dev/null", "type": "CharDevice"}
 assert not plugin["securityContext"].get("privileged", False)
 paths = {v["hostPath"]["path"] for v in daemonset["volumes"]}
 assert {"/var/lib/kubelet/device-plugins", "/dev", "/proc/driver/nvidia"} <= paths
 
+# Host devices on every node, with no GPU resource of their own.
+hosts = one("DaemonSet", "gpuguard-host-devices")["spec"]["template"]["spec"]
+devices = hosts["containers"][0]
+assert hosts["tolerations"] == [{"operator": "Exists"}] and "affinity" not in hosts and "nodeSelector" not in hosts
+assert "--discovery=none" in devices["args"] and "--host-device=github.com/fuse=/dev/fuse:16" in devices["args"]
+for spec in (daemonset, hosts):
+    probe = spec["containers"][0]["readinessProbe"]["httpGet"]
+    assert probe["path"] == "/readyz" and "--metrics-address=0.0.0.0:8080" in spec["containers"][0]["args"]
+    sc = spec["containers"][0]["securityContext"]
+    assert sc["readOnlyRootFilesystem"] is True and sc["capabilities"]["drop"] == ["ALL"] and not sc.get("privileged", False)
+
 # The ConfigMap's data as the kubelet would mount it: one file per key, every key present.
 policy = one("ConfigMap")["data"]
-assert set(policy) == {"mode", "visibleDevicesValue", "gpuResources", "exemptNamespaces", "exemptServiceAccounts",
-                       "privileged", "stripUserValueFromGpuContainers"}, set(policy)
+assert set(policy) == {"mode", "visibleDevicesValue", "gpuResources", "gpuAnnotations", "exemptNamespaces",
+                       "exemptServiceAccounts", "privileged", "stripUserValueFromGpuContainers"}, set(policy)
 os.makedirs(sys.argv[3])
 for key, value in policy.items():
     open(os.path.join(sys.argv[3], key), "w").write(value)
 print("manifests render:", ", ".join(kinds))
+PY
+
+/usr/bin/python3 - "$work/rendered.yaml" "$work/webhook-only.yaml" <<'PY'
+import sys, yaml
+key = lambda d: (d["kind"], d["metadata"]["name"])
+default = {key(d): d for d in yaml.safe_load_all(open(sys.argv[1])) if d}
+alone = {key(d): d for d in yaml.safe_load_all(open(sys.argv[2])) if d}
+plugin = {("DaemonSet", "gpuguard-device-plugin"), ("DaemonSet", "gpuguard-host-devices"), ("ServiceAccount", "gpuguard-device-plugin")}
+assert set(default) - set(alone) == plugin and set(alone) <= set(default), sorted(set(default) ^ set(alone))
+assert all(alone[k] == default[k] for k in alone)  # the webhook itself exactly as in the default install
+print("manifests/webhook-only renders manifests/default without the device plugin")
 PY
 
 "$webhook" review --policy-dir "$work/policy" "$root/tests/fixtures/admission/mixed/review.json" > "$work/review.json"

@@ -1,0 +1,316 @@
+// The real control plane, started once per run when a scenario first needs it: etcd, kube-apiserver
+// (static tokens for the harness and the scheduler, RBAC, an audit log) and kube-controller-manager with
+// the controllers the scenarios rely on (service accounts, Deployments, ReplicaSets).
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
+)
+
+const (
+	adminToken     = "gpuguard-e2e-admin-token"
+	schedulerToken = "gpuguard-e2e-scheduler-token"
+)
+
+type Cluster struct {
+	server   string // https://127.0.0.1:port
+	caFile   string
+	caPEM    []byte
+	ca       *authority
+	config   *rest.Config
+	client   kubernetes.Interface
+	dynamic  dynamic.Interface
+	mapper   *restmapper.DeferredDiscoveryRESTMapper
+	auditLog string
+}
+
+// cluster starts the control plane on first use.
+func (e *Env) clusterFor(t *T) *Cluster {
+	e.mu.Lock()
+	c := e.cluster
+	e.mu.Unlock()
+	if c != nil {
+		return c
+	}
+	c, err := e.startCluster()
+	t.must(err, "starting the control plane")
+	e.mu.Lock()
+	e.cluster = c
+	e.mu.Unlock()
+	return c
+}
+
+func (e *Env) startCluster() (*Cluster, error) {
+	dir := e.path("control-plane")
+	os.RemoveAll(dir) // a -work directory kept from an earlier run starts with a fresh etcd
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	ca, err := newAuthority()
+	if err != nil {
+		return nil, err
+	}
+	c := &Cluster{ca: ca, caPEM: ca.certPEM, caFile: filepath.Join(dir, "ca.crt"), auditLog: e.path("logs", "audit.log")}
+	files := map[string]string{
+		c.caFile:                         string(ca.certPEM),
+		filepath.Join(dir, "tokens.csv"): adminToken + ",gpuguard-e2e-admin,1,\"system:masters\"\n" + schedulerToken + ",system:kube-scheduler,2\n",
+		filepath.Join(dir, "audit-policy.yaml"): `apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+  - level: Metadata
+    resources: [{group: "", resources: ["pods", "pods/ephemeralcontainers"]}]
+  - level: None
+`,
+	}
+	for path, content := range files {
+		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+			return nil, err
+		}
+	}
+	if err := ca.issue(filepath.Join(dir, "apiserver.crt"), filepath.Join(dir, "apiserver.key"),
+		"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"); err != nil {
+		return nil, err
+	}
+	if err := newSigningKey(filepath.Join(dir, "sa.key")); err != nil {
+		return nil, err
+	}
+
+	etcdClient, etcdPeer, apiPort := 0, 0, 0
+	for _, port := range []*int{&etcdClient, &etcdPeer, &apiPort} {
+		if *port, err = freePort(); err != nil {
+			return nil, err
+		}
+	}
+	etcdURL := fmt.Sprintf("http://127.0.0.1:%d", etcdClient)
+	peerURL := fmt.Sprintf("http://127.0.0.1:%d", etcdPeer)
+	etcd, err := e.start("etcd", e.component("etcd"),
+		"--name=e2e", "--data-dir="+filepath.Join(dir, "etcd"),
+		"--listen-client-urls="+etcdURL, "--advertise-client-urls="+etcdURL,
+		"--listen-peer-urls="+peerURL, "--initial-advertise-peer-urls="+peerURL,
+		"--initial-cluster=e2e="+peerURL, "--unsafe-no-fsync", "--log-level=warn")
+	if err != nil {
+		return nil, err
+	}
+	if err := eventually(e.ctx, time.Minute, func() error {
+		if err := etcd.alive(); err != nil {
+			return err
+		}
+		resp, err := http.Get(etcdURL + "/health")
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("etcd /health: %s", resp.Status)
+		}
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+
+	c.server = fmt.Sprintf("https://127.0.0.1:%d", apiPort)
+	apiserver, err := e.start("kube-apiserver", e.component("kube-apiserver"),
+		"--etcd-servers="+etcdURL,
+		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--secure-port="+strconv.Itoa(apiPort),
+		"--tls-cert-file="+filepath.Join(dir, "apiserver.crt"), "--tls-private-key-file="+filepath.Join(dir, "apiserver.key"),
+		"--token-auth-file="+filepath.Join(dir, "tokens.csv"),
+		"--authorization-mode=RBAC",
+		"--service-account-issuer=https://kubernetes.default.svc",
+		"--service-account-key-file="+filepath.Join(dir, "sa.key"),
+		"--service-account-signing-key-file="+filepath.Join(dir, "sa.key"),
+		"--service-cluster-ip-range=10.96.0.0/24",
+		"--endpoint-reconciler-type=none",
+		// Privileged containers are one of the fixture shapes.
+		"--allow-privileged=true",
+		"--audit-policy-file="+filepath.Join(dir, "audit-policy.yaml"), "--audit-log-path="+c.auditLog,
+		"--audit-log-mode=blocking",
+		"--profiling=false")
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca.certPEM)
+	probe := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	if err := eventually(e.ctx, 2*time.Minute, func() error {
+		if err := apiserver.alive(); err != nil {
+			return err
+		}
+		req, _ := http.NewRequest(http.MethodGet, c.server+"/readyz", nil)
+		req.Header.Set("Authorization", "Bearer "+adminToken)
+		resp, err := probe.Do(req)
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("kube-apiserver /readyz: %s", resp.Status)
+		}
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+
+	// Warnings are read where a scenario asks for them (clientCollectingWarnings), not printed.
+	rest.SetDefaultWarningHandler(rest.NoWarnings{})
+	c.config = &rest.Config{Host: c.server, BearerToken: adminToken, TLSClientConfig: rest.TLSClientConfig{CAData: ca.certPEM},
+		QPS: 100, Burst: 200, UserAgent: "gpuguard-e2e"}
+	if c.client, err = kubernetes.NewForConfig(c.config); err != nil {
+		return nil, err
+	}
+	if c.dynamic, err = dynamic.NewForConfig(c.config); err != nil {
+		return nil, err
+	}
+	c.mapper = restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(c.client.Discovery()))
+
+	adminKubeconfig := filepath.Join(dir, "admin.kubeconfig")
+	if err := c.writeKubeconfig(adminKubeconfig, adminToken); err != nil {
+		return nil, err
+	}
+	manager, err := e.start("kube-controller-manager", e.component("kube-controller-manager"),
+		"--kubeconfig="+adminKubeconfig, "--leader-elect=false", "--secure-port=0",
+		"--controllers=serviceaccount-controller,deployment-controller,replicaset-controller")
+	if err != nil {
+		return nil, err
+	}
+	// The service account controller creates "default" in every namespace; pods need it.
+	if err := eventually(e.ctx, time.Minute, func() error {
+		if err := manager.alive(); err != nil {
+			return err
+		}
+		_, err := c.client.CoreV1().ServiceAccounts("default").Get(e.ctx, "default", metav1.GetOptions{})
+		return err
+	}); err != nil {
+		return nil, fmt.Errorf("kube-controller-manager did not create the default service account: %w", err)
+	}
+	return c, nil
+}
+
+func (c *Cluster) writeKubeconfig(path, token string) error {
+	config := fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters: [{name: e2e, cluster: {server: %q, certificate-authority: %q}}]
+users: [{name: e2e, user: {token: %q}}]
+contexts: [{name: e2e, context: {cluster: e2e, user: e2e}}]
+current-context: e2e
+`, c.server, c.caFile, token)
+	return os.WriteFile(path, []byte(config), 0o600)
+}
+
+// namespace creates a namespace (labels as given) and waits for its default service account.
+func (c *Cluster) namespace(t *T, name string, labels map[string]string) {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}
+	if _, err := c.client.CoreV1().Namespaces().Create(t.ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatalf("creating namespace %s: %v", name, err)
+	}
+	t.must(eventually(t.ctx, time.Minute, func() error {
+		_, err := c.client.CoreV1().ServiceAccounts(name).Get(t.ctx, "default", metav1.GetOptions{})
+		return err
+	}), "waiting for the default service account in "+name)
+}
+
+// warningsClient is a client whose requests collect the apiserver's Warning headers.
+type warningsClient struct {
+	kubernetes.Interface
+	mu       sync.Mutex
+	warnings []string
+}
+
+func (w *warningsClient) HandleWarningHeader(code int, agent string, text string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.warnings = append(w.warnings, text)
+}
+
+func (w *warningsClient) take() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	taken := w.warnings
+	w.warnings = nil
+	return taken
+}
+
+func (c *Cluster) clientCollectingWarnings(t *T) *warningsClient {
+	w := &warningsClient{}
+	config := rest.CopyConfig(c.config)
+	config.WarningHandler = w
+	client, err := kubernetes.NewForConfig(config)
+	t.must(err, "making a client")
+	w.Interface = client
+	return w
+}
+
+// auditEvent is the part of an audit.k8s.io/v1 Event the scenarios read.
+type auditEvent struct {
+	Stage       string            `json:"stage"`
+	Verb        string            `json:"verb"`
+	ObjectRef   *auditObjectRef   `json:"objectRef"`
+	Annotations map[string]string `json:"annotations"`
+	Code        int               `json:"-"`
+}
+
+type auditObjectRef struct {
+	Resource    string `json:"resource"`
+	Namespace   string `json:"namespace"`
+	Name        string `json:"name"`
+	Subresource string `json:"subresource"`
+}
+
+// auditAnnotations returns the annotations the apiserver recorded for the completed request on the
+// pod (or its subresource), waiting for the event to be written.
+func (c *Cluster) auditAnnotations(t *T, namespace, name, subresource string) map[string]string {
+	var found map[string]string
+	err := eventually(t.ctx, 10*time.Second, func() error {
+		f, err := os.Open(c.auditLog)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		scanner := bufio.NewScanner(f)
+		scanner.Buffer(make([]byte, 1<<20), 16<<20)
+		for scanner.Scan() {
+			var event auditEvent
+			if json.Unmarshal(scanner.Bytes(), &event) != nil || event.ObjectRef == nil || event.Stage != "ResponseComplete" {
+				continue
+			}
+			ref := event.ObjectRef
+			if ref.Resource == "pods" && ref.Namespace == namespace && ref.Name == name && ref.Subresource == subresource &&
+				(event.Verb == "create" || event.Verb == "update" || event.Verb == "patch") {
+				found = event.Annotations
+			}
+		}
+		if found == nil {
+			return fmt.Errorf("no audit event for pods/%s %s/%s in %s", subresource, namespace, name, c.auditLog)
+		}
+		return nil
+	})
+	t.must(err, "reading the audit log")
+	return found
+}
+
+func contextWithTimeout(t *T, d time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(t.ctx, d)
+}
+
+func joinLines(lines []string) string { return strings.Join(lines, " | ") }

@@ -1,0 +1,251 @@
+// What every scenario shares: the run's configuration, the working directory, the lazily started control
+// plane and webhook installation, child processes, and the small test vocabulary (T).
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+type Config struct {
+	Components string
+	Gpuguard   string
+	Source     string
+	Work       string
+	Keep       bool
+}
+
+func (c *Config) validate() error {
+	for flagName, dir := range map[string]*string{"-components": &c.Components, "-gpuguard": &c.Gpuguard, "-source": &c.Source} {
+		if *dir == "" {
+			return fmt.Errorf("%s is required (see -h)", flagName)
+		}
+		abs, err := filepath.Abs(*dir)
+		if err != nil {
+			return err
+		}
+		*dir = abs
+	}
+	for _, path := range []string{
+		filepath.Join(c.Components, "etcd"), filepath.Join(c.Components, "kube-apiserver"),
+		filepath.Join(c.Components, "kube-controller-manager"), filepath.Join(c.Components, "kube-scheduler"),
+		filepath.Join(c.Components, "kustomize"), filepath.Join(c.Gpuguard, "gpuguard-webhook"),
+		filepath.Join(c.Gpuguard, "gpuguard-scheduler-extender"), filepath.Join(c.Gpuguard, "gpuguard-device-plugin"),
+		filepath.Join(c.Source, "manifests", "default", "kustomization.yaml"),
+	} {
+		if _, err := os.Stat(path); err != nil {
+			return fmt.Errorf("missing %s (make e2e builds it)", path)
+		}
+	}
+	return nil
+}
+
+type Env struct {
+	ctx  context.Context
+	cfg  Config
+	work string
+	keep bool
+
+	mu        sync.Mutex
+	processes []*process
+	cluster   *Cluster
+	install   *webhookInstall
+}
+
+func newEnv(ctx context.Context, cfg Config) (*Env, error) {
+	work := cfg.Work
+	if work == "" {
+		var err error
+		if work, err = os.MkdirTemp("", "gpuguard-e2e-"); err != nil {
+			return nil, err
+		}
+	}
+	if err := os.MkdirAll(filepath.Join(work, "logs"), 0o755); err != nil {
+		return nil, err
+	}
+	// The webhook and the extender are reached on 127.0.0.1; a proxy in the environment must not be used.
+	os.Setenv("NO_PROXY", "127.0.0.1,localhost")
+	os.Setenv("no_proxy", "127.0.0.1,localhost")
+	return &Env{ctx: ctx, cfg: cfg, work: work, keep: cfg.Keep}, nil
+}
+
+// Close stops every process still running, control plane last, and removes the working directory unless
+// it is to be kept.
+func (e *Env) Close() {
+	e.mu.Lock()
+	processes := e.processes
+	e.processes = nil
+	e.mu.Unlock()
+	for i := len(processes) - 1; i >= 0; i-- {
+		processes[i].stop()
+	}
+	if !e.keep {
+		os.RemoveAll(e.work)
+	}
+}
+
+func (e *Env) path(parts ...string) string {
+	return filepath.Join(append([]string{e.work}, parts...)...)
+}
+func (e *Env) component(name string) string { return filepath.Join(e.cfg.Components, name) }
+func (e *Env) gpuguard(name string) string  { return filepath.Join(e.cfg.Gpuguard, name) }
+func (e *Env) source(parts ...string) string {
+	return filepath.Join(append([]string{e.cfg.Source}, parts...)...)
+}
+
+// T collects a scenario's failures; Fatalf also ends the scenario.
+type T struct {
+	ctx      context.Context
+	name     string
+	failures []string
+	notes    []string
+}
+
+type fatal struct{}
+
+func (t *T) Errorf(format string, args ...any) {
+	t.failures = append(t.failures, fmt.Sprintf(format, args...))
+}
+
+func (t *T) Fatalf(format string, args ...any) {
+	t.Errorf(format, args...)
+	panic(fatal{})
+}
+
+// Logf records a note that is printed only when the scenario fails.
+func (t *T) Logf(format string, args ...any) {
+	t.notes = append(t.notes, fmt.Sprintf(format, args...))
+}
+
+func (t *T) failed() bool { return len(t.failures) > 0 }
+
+// must ends the scenario on an error, naming the step.
+func (t *T) must(err error, step string) {
+	if err != nil {
+		t.Fatalf("%s: %v", step, err)
+	}
+}
+
+func runScenario(ctx context.Context, e *Env, s scenario) (t *T) {
+	t = &T{ctx: ctx, name: s.name}
+	defer func() {
+		if r := recover(); r != nil {
+			if _, ok := r.(fatal); !ok {
+				t.Errorf("panic: %v", r)
+			}
+		}
+	}()
+	s.run(t, e)
+	return t
+}
+
+// eventually calls check until it returns nil or the timeout passes; the last error is returned.
+func eventually(ctx context.Context, timeout time.Duration, check func() error) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		err := check()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("after %s: %w", timeout, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// freePort asks the kernel for a free port on 127.0.0.1.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func mustFreePort(t *T) int {
+	port, err := freePort()
+	t.must(err, "finding a free port")
+	return port
+}
+
+// process is a child the run started; its output goes to logs/<name>.log.
+type process struct {
+	name string
+	cmd  *exec.Cmd
+	done chan struct{}
+	err  error
+}
+
+func (e *Env) start(name, binary string, args ...string) (*process, error) {
+	log, err := os.OpenFile(e.path("logs", name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(log, "--- %s %s %s\n", time.Now().Format(time.RFC3339), binary, strings.Join(args, " "))
+	cmd := exec.Command(binary, args...)
+	cmd.Stdout, cmd.Stderr = log, log
+	// A child must not outlive the harness, even when the harness is killed.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		log.Close()
+		return nil, fmt.Errorf("starting %s: %w", name, err)
+	}
+	p := &process{name: name, cmd: cmd, done: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		log.Close()
+		close(p.done)
+	}()
+	e.mu.Lock()
+	e.processes = append(e.processes, p)
+	e.mu.Unlock()
+	return p, nil
+}
+
+func (p *process) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// stop sends SIGTERM and waits up to 30 s (the webhook drains for a few seconds), then kills.
+func (p *process) stop() {
+	if p.exited() {
+		return
+	}
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(30 * time.Second):
+		p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+var errExited = errors.New("exited")
+
+// alive fails once the process has exited, so that waits on it end at once with its log's name.
+func (p *process) alive() error {
+	if p.exited() {
+		return fmt.Errorf("%s %w (%v); see logs/%s.log", p.name, errExited, p.err, p.name)
+	}
+	return nil
+}

@@ -1,0 +1,115 @@
+// gpuguard-e2e runs gpuguard's three programs against the real Kubernetes components they meet in a
+// cluster: etcd, kube-apiserver, kube-controller-manager and kube-scheduler as processes built from the
+// pinned release (go.mod), and the kubelet's own device manager in-process. Every scenario asserts on what
+// the real API server stored or answered, or on what the real device manager hands a container; none
+// reads gpuguard's logs. Everything listens on 127.0.0.1.
+//
+//	gpuguard-e2e -components DIR -gpuguard DIR -source DIR [-run REGEXP] [-work DIR] [-keep]
+//
+// It prints one line per scenario and closes with "N passed, N failed"; the exit status is 1 when any
+// scenario failed or none ran.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"regexp"
+	"syscall"
+	"time"
+)
+
+type scenario struct {
+	name  string
+	about string
+	run   func(t *T, e *Env)
+}
+
+// The order matters only for speed: the webhook scenarios share one installation, made by whichever of
+// them runs first, so that any one of them can also run alone.
+var scenarios = []scenario{
+	{"webhook-as-shipped", "manifests/default applied; pods of every fixture shape and a Deployment's pods are stored patched", webhookAsShipped},
+	{"ephemeral-containers", "a debug container added through pods/ephemeralcontainers gets none, also on a pod older than the webhook", ephemeralContainers},
+	{"reinvocation", "a container added by a later webhook is patched when gpuguard is reinvoked", reinvocation},
+	{"policy", "strict, audit, off, exemptions and privileged: deny, from the ConfigMap through a kubelet-style volume", policyModes},
+	{"failure-policy-and-backstop", "webhook down: Fail refuses, Ignore falls back to the ValidatingAdmissionPolicy; back up: admitted", failurePolicyAndBackstop},
+	{"scheduler-extender", "kube-scheduler binds 1, 1, 2 GPU pods with the extender and with MostAllocated, not with the defaults", schedulerExtender},
+	{"device-plugin", "the kubelet's device manager registers, allocates and tracks health through gpuguard-device-plugin", devicePlugin},
+}
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == deviceManagerChildArg {
+		os.Exit(deviceManagerChild(os.Args[2:]))
+	}
+	var cfg Config
+	flag.StringVar(&cfg.Components, "components", "", "directory with etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kustomize")
+	flag.StringVar(&cfg.Gpuguard, "gpuguard", "", "directory with gpuguard-webhook, gpuguard-scheduler-extender and gpuguard-device-plugin")
+	flag.StringVar(&cfg.Source, "source", "", "the gpuguard source tree (manifests/, certs/generate.sh)")
+	flag.StringVar(&cfg.Work, "work", "", "working directory for certificates, data and logs (default: a new temporary one)")
+	flag.BoolVar(&cfg.Keep, "keep", false, "keep the working directory (logs of every component) after the run")
+	run := flag.String("run", "", "run only the scenarios whose name matches this regular expression")
+	list := flag.Bool("list", false, "list the scenarios and exit")
+	flag.Parse()
+
+	if *list {
+		for _, s := range scenarios {
+			fmt.Printf("%-28s %s\n", s.name, s.about)
+		}
+		return
+	}
+	filter, err := regexp.Compile(*run)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "gpuguard-e2e: -run: %v\n", err)
+		os.Exit(2)
+	}
+	if err := cfg.validate(); err != nil {
+		fmt.Fprintf(os.Stderr, "gpuguard-e2e: %v\n", err)
+		os.Exit(2)
+	}
+	os.Exit(runAll(cfg, filter))
+}
+
+func runAll(cfg Config, filter *regexp.Regexp) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	env, err := newEnv(ctx, cfg)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "gpuguard-e2e: %v\n", err)
+		return 1
+	}
+	defer env.Close()
+	fmt.Printf("gpuguard-e2e: working directory %s\n", env.work)
+
+	passed, failed := 0, 0
+	for _, s := range scenarios {
+		if !filter.MatchString(s.name) {
+			continue
+		}
+		started := time.Now()
+		t := runScenario(ctx, env, s)
+		took := time.Since(started).Round(100 * time.Millisecond)
+		if t.failed() {
+			failed++
+			fmt.Printf("FAIL  %-28s %6s  %s\n", s.name, took, s.about)
+			for _, f := range t.failures {
+				fmt.Printf("        %s\n", f)
+			}
+			for _, n := range t.notes {
+				fmt.Printf("        note: %s\n", n)
+			}
+			fmt.Printf("        logs: %s\n", filepath.Join(env.work, "logs"))
+			env.keep = true
+		} else {
+			passed++
+			fmt.Printf("ok    %-28s %6s  %s\n", s.name, took, s.about)
+		}
+	}
+	fmt.Printf("%d passed, %d failed\n", passed, failed)
+	if failed > 0 || passed == 0 {
+		return 1
+	}
+	return 0
+}
