@@ -118,6 +118,25 @@ void decode_env_entry(std::size_t index, od::value& entry, std::string_view list
   if (name == kVisibleDevices) container.visible_devices.push_back(facts);
 }
 
+void decode_env_from(std::size_t, od::value& entry, std::string_view list, Container& container) {
+  EnvFromSource source;
+  for_each_field(entry, Path(list, ".envFrom[]"), [&](od::raw_json_string key, od::value value) {
+    const bool config_map = key == "configMapRef";
+    if (key == "prefix") {
+      source.prefix = {};
+      if (!is_null(value, Path(list, ".envFrom[].prefix"))) source.prefix = string_field(value, Path(list, ".envFrom[].prefix"));
+    } else if (config_map || key == "secretRef") {
+      if (is_null(value, Path(list, ".envFrom[].configMapRef|secretRef"))) return;
+      source.kind = config_map ? "configMap" : "secret";
+      source.name = {};
+      for_each_field(value, Path(list, ".envFrom[].configMapRef|secretRef"), [&](od::raw_json_string ref_key, od::value ref) {
+        if (ref_key == "name") source.name = string_field(ref, Path(list, ".envFrom[].configMapRef|secretRef.name"));
+      });
+    }
+  });
+  if (!source.kind.empty()) container.env_from.push_back(source);
+}
+
 void decode_resources(od::value& resources, std::string_view list, Container& container) {
   const Path path(list, ".resources"), amounts_path(list, ".resources.limits|requests");
   container.resources.clear();
@@ -152,6 +171,12 @@ Container decode_container(ContainerList list, std::size_t index, od::value& val
         container.env_size = i + 1;
         decode_env_entry(i, entry, p, container);
       });
+    } else if (key == "envFrom") {
+      container.env_from.clear();
+      if (is_null(field, Path(p, ".envFrom"))) return;
+      for_each_element(field, Path(p, ".envFrom"), [&](std::size_t i, od::value& entry) {
+        decode_env_from(i, entry, p, container);
+      });
     } else if (key == "resources") {
       decode_resources(field, p, container);
     } else if (key == "securityContext") {
@@ -183,17 +208,22 @@ Pod decode_pod(od::value& object, bool only_ephemeral) {
   for_each_field(object, "request.object", [&](od::raw_json_string key, od::value field) {
     if (key == "metadata") {
       pod.mirror = false;
+      pod.annotations.clear();
       for_each_field(field, "request.object.metadata", [&](od::raw_json_string meta_key, od::value meta) {
         if (meta_key != "annotations") return;
         pod.mirror = false;
+        pod.annotations.clear();
         if (is_null(meta, "request.object.metadata.annotations")) return;
-        for_each_entry(meta, "request.object.metadata.annotations", [&](std::string_view annotation, od::value) {
+        for_each_entry(meta, "request.object.metadata.annotations", [&](std::string_view annotation, od::value value) {
           pod.mirror = pod.mirror || annotation == kMirrorPodAnnotation;
+          std::erase_if(pod.annotations, [&](const Annotation& a) { return a.key == annotation; });
+          pod.annotations.push_back({annotation, string_field(value, "request.object.metadata.annotations{}")});
         });
       });
     } else if (key == "spec") {
       pod.containers.clear();
       pod.service_account = {};
+      pod.scheduler = {};
       for_each_field(field, "request.object.spec", [&](od::raw_json_string spec_key, od::value list) {
         if (spec_key == "ephemeralContainers") {
           decode_container_list(ContainerList::ephemeral, list, pod);
@@ -201,6 +231,11 @@ Pod decode_pod(od::value& object, bool only_ephemeral) {
           pod.service_account = {};
           if (!is_null(list, "request.object.spec.serviceAccountName")) {
             pod.service_account = string_field(list, "request.object.spec.serviceAccountName");
+          }
+        } else if (spec_key == "schedulerName") {
+          pod.scheduler = {};
+          if (!is_null(list, "request.object.spec.schedulerName")) {
+            pod.scheduler = string_field(list, "request.object.spec.schedulerName");
           }
         } else if (only_ephemeral) {
           return;  // containers and initContainers are immutable on this subresource

@@ -42,6 +42,13 @@ struct VisibleDevicesEntry {
   bool has_value_from = false;
 };
 
+// An envFrom source: every key of the ConfigMap or Secret, with the prefix in front, becomes a variable.
+struct EnvFromSource {
+  std::string_view kind;  // "configMap" or "secret"
+  std::string_view name;
+  std::string_view prefix;
+};
+
 struct ResourceAmount {
   std::string_view name;
   bool nonzero = false;
@@ -56,12 +63,20 @@ struct Container {
   bool env_is_array = false;  // false: absent or null
   std::size_t env_size = 0;
   std::vector<VisibleDevicesEntry> visible_devices;  // every env entry named NVIDIA_VISIBLE_DEVICES
+  std::vector<EnvFromSource> env_from;
   std::vector<ResourceAmount> resources;             // limits and requests together
+};
+
+struct Annotation {
+  std::string_view key;
+  std::string_view value;
 };
 
 struct Pod {
   bool mirror = false;
   std::string_view service_account;  // spec.serviceAccountName; empty when absent
+  std::string_view scheduler;        // spec.schedulerName; empty when absent
+  std::vector<Annotation> annotations;
   std::vector<Container> containers;
 };
 

@@ -68,6 +68,19 @@ bool is_resource_pattern(std::string_view s) {
   });
 }
 
+// A Kubernetes annotation key: an optional DNS-subdomain prefix and '/', then a name of at most 63
+// characters, alphanumeric at both ends, with '-', '_' and '.' inside.
+bool is_annotation_key(std::string_view s) {
+  const std::size_t slash = s.find('/');
+  if (slash != std::string_view::npos) {
+    if (!is_dns_subdomain(s.substr(0, slash))) return false;
+    s.remove_prefix(slash + 1);
+  }
+  auto alphanumeric = [](char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'); };
+  if (s.empty() || s.size() > 63 || !alphanumeric(s.front()) || !alphanumeric(s.back())) return false;
+  return std::all_of(s.begin(), s.end(), [&](char c) { return alphanumeric(c) || c == '-' || c == '_' || c == '.'; });
+}
+
 void apply(Policy& policy, std::string_view key, std::string_view raw) {
   const std::string_view value = trim(raw);
   if (key == "mode") {
@@ -85,6 +98,12 @@ void apply(Policy& policy, std::string_view key, std::string_view raw) {
       if (!is_resource_pattern(name)) throw InvalidValue("\"" + name + "\" is not a resource name or name prefix*");
     }
     policy.gpu_resources = std::move(names);
+  } else if (key == "gpuAnnotations") {
+    auto keys = split_list(value);
+    for (const auto& annotation : keys) {
+      if (!is_annotation_key(annotation)) throw InvalidValue("\"" + annotation + "\" is not an annotation key");
+    }
+    policy.gpu_annotations = std::move(keys);
   } else if (key == "exemptNamespaces") {
     auto names = split_list(value);
     for (const auto& name : names) {
@@ -111,9 +130,9 @@ void apply(Policy& policy, std::string_view key, std::string_view raw) {
   }
 }
 
-constexpr std::string_view kKeys[] = {"mode",     "visibleDevicesValue", "gpuResources",
-                                      "exemptNamespaces", "exemptServiceAccounts", "privileged",
-                                      "stripUserValueFromGpuContainers"};
+constexpr std::string_view kKeys[] = {"mode",           "visibleDevicesValue",   "gpuResources",
+                                      "gpuAnnotations", "exemptNamespaces",      "exemptServiceAccounts",
+                                      "privileged",     "stripUserValueFromGpuContainers"};
 
 }  // namespace
 

@@ -26,7 +26,11 @@ struct Policy {
   std::vector<std::string> gpu_resources = {"nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-*"};
   std::vector<std::string> exempt_namespaces;
   std::vector<std::string> exempt_service_accounts;  // "namespace/name"
-  // For a privileged container that does not ask for a GPU: it sees every device whatever its env says.
+  // Pod annotations with which fractional-GPU schedulers (KAI-Scheduler, Run:ai) ask for a share of a
+  // GPU: the container they deliver it to counts as a GPU user, its NVIDIA_VISIBLE_DEVICES valueFrom kept.
+  std::vector<std::string> gpu_annotations = {"gpu-fraction", "gpu-memory"};
+  // For any privileged container: it sees every GPU on the node, whatever it asked for and whatever
+  // its env says.
   PrivilegedAction privileged = PrivilegedAction::warn;
   // A user-set NVIDIA_VISIBLE_DEVICES in a GPU container would override the device plugin's choice.
   bool strip_user_value_from_gpu_containers = true;
@@ -38,8 +42,8 @@ struct Policy {
 
 std::string_view mode_name(Mode mode);
 
-// The ConfigMap keys, one file each: mode, visibleDevicesValue, gpuResources, exemptNamespaces,
-// exemptServiceAccounts, privileged, stripUserValueFromGpuContainers.
+// The ConfigMap keys, one file each: mode, visibleDevicesValue, gpuResources, gpuAnnotations,
+// exemptNamespaces, exemptServiceAccounts, privileged, stripUserValueFromGpuContainers.
 struct PolicyParse {
   std::optional<Policy> policy;          // empty when any value is invalid: the whole policy is refused
   std::string error;                     // names the key and what is wrong with it

@@ -1,0 +1,70 @@
+#!/usr/bin/env python3
+"""The docs may claim only what tests show. README.md, docs/security.md and docs/policy.md name the tests
+behind their guarantees as `fixture:NAME` (a case under tests/fixtures/admission), `e2e:NAME` (a scenario
+of the end-to-end harness) or `test:"NAME"` (a Catch2 test case or a ctest entry). This fails when:
+- a named test does not exist;
+- a row of docs/security.md's table of what the webhook covers names no test;
+- a policy key documented in docs/policy.md names no test in its section, or a key the code accepts is
+  not documented there.
+Usage: claims_test.py SOURCE_DIR"""
+import os
+import re
+import sys
+
+root = sys.argv[1]
+read = lambda *parts: open(os.path.join(root, *parts), encoding="utf-8").read()
+failures = []
+
+fixtures = set(os.listdir(os.path.join(root, "tests", "fixtures", "admission")))
+scenarios = set(re.findall(r'^\s*\{"([a-z0-9-]+)", "', read("e2e", "main.go"), re.M))
+tests = set()
+for directory, _, files in os.walk(os.path.join(root, "tests")):
+    for name in files:
+        text = open(os.path.join(directory, name), encoding="utf-8", errors="replace").read()
+        if name.endswith(".cpp"):
+            tests.update(re.findall(r'TEST_CASE\("((?:[^"\\]|\\.)*)"', text))
+        elif name == "CMakeLists.txt":
+            tests.update(re.findall(r'add_test\(NAME "([^"]+)"', text))
+reference = re.compile(r'`(fixture|e2e):([a-z0-9-]+)`|`test:"([^"]+)"`')
+
+
+def check_references(doc, text):
+    found = 0
+    for kind, name, test in reference.findall(text):
+        found += 1
+        if kind == "fixture" and name not in fixtures:
+            failures.append(f"{doc}: fixture:{name} is not a case under tests/fixtures/admission")
+        elif kind == "e2e" and name not in scenarios:
+            failures.append(f"{doc}: e2e:{name} is not a scenario in e2e/main.go")
+        elif test and test not in tests:
+            failures.append(f'{doc}: test:"{test}" is not a test case or ctest entry under tests/')
+    return found
+
+
+for doc in ("README.md", "docs/security.md", "docs/policy.md"):
+    check_references(doc, read(doc))
+
+security = read("docs", "security.md")
+table = security.split("## What the webhook covers, and the tests that show it", 1)[1].split("\n## ", 1)[0]
+rows = [line for line in table.splitlines() if line.startswith("| ") and not line.startswith("| how ")]
+if len(rows) < 8:
+    failures.append(f"docs/security.md: the coverage table has {len(rows)} rows; it should list every door")
+for row in rows:
+    if not reference.search(row.split("|")[-2]):
+        failures.append(f"docs/security.md: the row '{row[:70]}...' names no test in its last column")
+
+policy = read("docs", "policy.md")
+keys_in_code = set(re.findall(r'"([a-zA-Z]+)"', read("src", "admission", "policy.cpp").split("kKeys[] = {", 1)[1].split("};", 1)[0]))
+sections = dict(re.findall(r"^### `([a-zA-Z]+)`\n(.*?)(?=^### |^## |\Z)", policy, re.M | re.S))
+for key in sorted(keys_in_code - set(sections)):
+    failures.append(f"docs/policy.md: the key {key} that the code accepts has no section")
+for key in sorted(set(sections) - keys_in_code):
+    failures.append(f"docs/policy.md: documents a key {key} that the code does not accept")
+for key, text in sections.items():
+    if not reference.search(text):
+        failures.append(f"docs/policy.md: the section on {key} names no test")
+
+for failure in failures:
+    print("FAIL", failure)
+print(f"{len(rows)} coverage rows, {len(sections)} policy keys checked; {len(failures)} problems")
+sys.exit(1 if failures else 0)
