@@ -146,4 +146,37 @@ std::vector<Gpu> discover_nvml(Nvml& nvml, const fs::path& host_root) {
   return gpus;
 }
 
+std::optional<DiscoveryMode> parse_discovery_mode(std::string_view name) {
+  if (name == "auto") return DiscoveryMode::automatic;
+  if (name == "nvml") return DiscoveryMode::nvml;
+  if (name == "procfs") return DiscoveryMode::procfs;
+  if (name == "none") return DiscoveryMode::none;
+  return std::nullopt;
+}
+
+Discovery discover(DiscoveryMode mode, const fs::path& host_root) {
+  Discovery found;
+  found.source = "none";
+  if (mode == DiscoveryMode::none) return found;
+  if (mode != DiscoveryMode::procfs) {
+    std::string why_not;
+    found.nvml = load_nvml(why_not);
+    if (found.nvml) {
+      try {
+        found.gpus = discover_nvml(*found.nvml, host_root);
+        found.source = "nvml";
+        return found;
+      } catch (const Nvml::Error& e) {
+        why_not = e.what();
+        found.nvml.reset();
+      }
+    }
+    if (mode == DiscoveryMode::nvml) throw std::runtime_error("--discovery nvml: " + why_not);
+    found.nvml_unavailable = why_not;
+  }
+  found.gpus = discover_procfs(host_root);
+  found.source = "procfs";
+  return found;
+}
+
 }  // namespace gpuguard::deviceplugin

@@ -1,5 +1,6 @@
 #include "gpuguard/deviceplugin/health.hpp"
 
+#include <charconv>
 #include <system_error>
 
 #include "gpuguard/log/log.hpp"
@@ -15,8 +16,6 @@ void report(const std::string& id, bool healthy, const std::string& why) {
 }
 
 }  // namespace
-
-const std::set<unsigned long long> NvmlHealth::kApplicationXids = {13, 31, 43, 45, 68, 109};
 
 std::vector<PresenceCheck> presence_checks(const fs::path& host_root, GpuResource& resource, const std::vector<Gpu>& gpus) {
   std::vector<PresenceCheck> checks;
@@ -52,33 +51,77 @@ void run_presence_checks(const std::vector<PresenceCheck>& checks) {
   }
 }
 
-NvmlHealth::NvmlHealth(Nvml& nvml, DeviceSet& devices, std::chrono::milliseconds reprobe_interval)
+std::optional<std::set<unsigned long long>> parse_xid_list(std::string_view text, std::string& error) {
+  std::set<unsigned long long> xids;
+  while (!text.empty()) {
+    const std::size_t comma = text.find(',');
+    std::string_view item = text.substr(0, comma);
+    text = comma == std::string_view::npos ? std::string_view{} : text.substr(comma + 1);
+    while (!item.empty() && item.front() == ' ') item.remove_prefix(1);
+    while (!item.empty() && item.back() == ' ') item.remove_suffix(1);
+    unsigned long long xid = 0;
+    const auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), xid);
+    if (item.empty() || ec != std::errc{} || end != item.data() + item.size()) {
+      error = "\"" + std::string(item) + "\" is not an XID number";
+      return std::nullopt;
+    }
+    xids.insert(xid);
+  }
+  return xids;
+}
+
+NvmlHealth::NvmlHealth(Nvml& nvml, DeviceSet& devices, NvmlHealthOptions options, Clock clock)
     : nvml_(nvml),
       devices_(devices),
-      reprobe_interval_(reprobe_interval),
-      next_probe_(std::chrono::steady_clock::now() + reprobe_interval) {}
+      options_(std::move(options)),
+      clock_(std::move(clock)),
+      next_probe_(clock_() + options_.probe_interval) {}
+
+void NvmlHealth::on_xid(const std::string& uuid, unsigned long long xid) {
+  xid_since_probe_.insert(uuid);
+  std::string why = "XID " + std::to_string(xid);
+  if (options_.reset_xids.count(xid) != 0) {
+    awaiting_reset_[uuid] = {};
+    why += ", which needs a GPU reset before it is used again";
+  }
+  if (devices_.set_health(uuid, false)) report(uuid, false, why);
+}
 
 void NvmlHealth::step(std::chrono::milliseconds wait) {
   if (const auto event = nvml_.wait_for_xid(wait)) {
-    if (kApplicationXids.count(event->xid) != 0) {
+    if (options_.ignored_xids.count(event->xid) != 0) {
       log::info("application XID ignored", {{"device", event->uuid}, {"xid", event->xid}});
     } else if (event->uuid.empty()) {
-      // An event NVML could not attribute: every GPU is suspect until the next probe.
-      for (const Device& device : devices_.snapshot()) {
-        xid_since_probe_.insert(device.id);
-        if (devices_.set_health(device.id, false)) report(device.id, false, "XID " + std::to_string(event->xid));
-      }
+      // An event NVML could not attribute: every GPU is suspect.
+      for (const Device& device : devices_.snapshot()) on_xid(device.id, event->xid);
     } else {
-      xid_since_probe_.insert(event->uuid);
-      if (devices_.set_health(event->uuid, false)) report(event->uuid, false, "XID " + std::to_string(event->xid));
+      on_xid(event->uuid, event->xid);
     }
   }
-  const auto now = std::chrono::steady_clock::now();
+  const auto now = clock_();
   if (now < next_probe_) return;
-  next_probe_ = now + reprobe_interval_;
+  next_probe_ = now + options_.probe_interval;
+  probe();
+}
+
+void NvmlHealth::probe() {
+  using Action = Nvml::RecoveryAction;
   for (const Device& device : devices_.snapshot()) {
-    if (device.healthy || xid_since_probe_.count(device.id) != 0) continue;
-    if (nvml_.responds(device.id) && devices_.set_health(device.id, true)) {
+    const bool answers = nvml_.responds(device.id);
+    if (const auto awaiting = awaiting_reset_.find(device.id); awaiting != awaiting_reset_.end()) {
+      ResetEvidence& evidence = awaiting->second;
+      const auto action = answers ? nvml_.recovery_action(device.id) : std::nullopt;
+      evidence.lost = evidence.lost || !answers;
+      if (action && *action != Action::none) evidence.action_pending = true;
+      const bool reset = answers && (evidence.lost || (evidence.action_pending && action == Action::none));
+      if (!reset) continue;
+      awaiting_reset_.erase(awaiting);
+      log::info("GPU reset seen", {{"device", device.id}, {"evidence", evidence.lost ? "NVML lost and found it again"
+                                                                                     : "recovery action back to none"}});
+    }
+    if (!answers) {
+      if (devices_.set_health(device.id, false)) report(device.id, false, "NVML no longer answers for it");
+    } else if (!device.healthy && xid_since_probe_.count(device.id) == 0 && devices_.set_health(device.id, true)) {
       report(device.id, true, "NVML answers and no XID since the last probe");
     }
   }

@@ -21,10 +21,30 @@ struct nvmlEventData_t {
   unsigned int computeInstanceId;
 };
 
+// nvmlFieldValue_t, for nvmlDeviceGetFieldValues.
+struct nvmlFieldValue_t {
+  unsigned int fieldId;
+  unsigned int scopeId;
+  long long timestamp;
+  long long latencyUsec;
+  int valueType;  // nvmlValueType_t
+  nvmlReturn_t nvmlReturn;
+  union {
+    double dVal;
+    unsigned int uiVal;
+    unsigned long ulVal;
+    unsigned long long ullVal;
+    long long sllVal;
+    int siVal;
+  } value;
+};
+
 constexpr nvmlReturn_t kSuccess = 0;
 constexpr nvmlReturn_t kTimeout = 10;
 constexpr unsigned long long kXidCriticalError = 0x8;
 constexpr unsigned kUuidBufferSize = 96;
+constexpr unsigned kFieldGpuRecoveryAction = 230;  // NVML_FI_DEV_GET_GPU_RECOVERY_ACTION
+constexpr int kValueTypeUnsignedInt = 1;
 
 class DlNvml final : public Nvml {
  public:
@@ -47,6 +67,8 @@ class DlNvml final : public Nvml {
         !resolve(event_set_free_, "nvmlEventSetFree")) {
       return "libnvidia-ml.so.1 lacks " + missing_;
     }
+    // Drivers before the recovery-action field lack it too; health then has no recovery action to read.
+    field_values_ = reinterpret_cast<decltype(field_values_)>(dlsym(library_, "nvmlDeviceGetFieldValues"));
     if (const nvmlReturn_t rc = init_(); rc != kSuccess) return std::string("nvmlInit_v2: ") + error_string_(rc);
     initialised_ = true;
     return {};
@@ -80,6 +102,23 @@ class DlNvml final : public Nvml {
     nvmlDevice_t handle = nullptr;
     unsigned minor = 0;
     return by_uuid_(uuid.c_str(), &handle) == kSuccess && minor_(handle, &minor) == kSuccess;
+  }
+
+  std::optional<RecoveryAction> recovery_action(const std::string& uuid) override {
+    nvmlDevice_t handle = nullptr;
+    if (field_values_ == nullptr || by_uuid_(uuid.c_str(), &handle) != kSuccess) return std::nullopt;
+    nvmlFieldValue_t field{};
+    field.fieldId = kFieldGpuRecoveryAction;
+    if (field_values_(handle, 1, &field) != kSuccess || field.nvmlReturn != kSuccess) return std::nullopt;
+    const unsigned long long value = field.valueType == kValueTypeUnsignedInt ? field.value.uiVal : field.value.ullVal;
+    switch (value) {
+      case 0: return RecoveryAction::none;
+      case 1: return RecoveryAction::gpu_reset;
+      case 2: return RecoveryAction::node_reboot;
+      case 3: return RecoveryAction::drain_p2p;
+      case 4: return RecoveryAction::drain_and_reset;
+      default: return RecoveryAction::other;
+    }
   }
 
  private:
@@ -147,6 +186,7 @@ class DlNvml final : public Nvml {
   nvmlReturn_t (*register_events_)(nvmlDevice_t, unsigned long long, nvmlEventSet_t) = nullptr;
   nvmlReturn_t (*event_wait_)(nvmlEventSet_t, nvmlEventData_t*, unsigned) = nullptr;
   nvmlReturn_t (*event_set_free_)(nvmlEventSet_t) = nullptr;
+  nvmlReturn_t (*field_values_)(nvmlDevice_t, int, nvmlFieldValue_t*) = nullptr;
 };
 
 }  // namespace

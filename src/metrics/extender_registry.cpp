@@ -1,7 +1,7 @@
 #include "gpuguard/metrics/extender_registry.hpp"
 
 #include "gpuguard/metrics/registry.hpp"
-#include "text.hpp"
+#include "gpuguard/metrics/text.hpp"
 
 namespace gpuguard::metrics {
 

@@ -1,7 +1,7 @@
 #include "gpuguard/metrics/registry.hpp"
 
 #include "gpuguard/admission/review.hpp"
-#include "text.hpp"
+#include "gpuguard/metrics/text.hpp"
 
 namespace gpuguard::metrics {
 namespace {

@@ -1,6 +1,6 @@
 #include "gpuguard/metrics/reloads.hpp"
 
-#include "text.hpp"
+#include "gpuguard/metrics/text.hpp"
 
 namespace gpuguard::metrics {
 

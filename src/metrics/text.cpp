@@ -1,4 +1,4 @@
-#include "text.hpp"
+#include "gpuguard/metrics/text.hpp"
 
 #include <cstdio>
 

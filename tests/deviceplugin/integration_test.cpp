@@ -3,14 +3,20 @@
 #define CATCH_CONFIG_MAIN
 #include <catch2/catch.hpp>
 
+#include <arpa/inet.h>
+#include <dlfcn.h>
 #include <grpcpp/grpcpp.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <spawn.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <fstream>
+#include <sstream>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -72,7 +78,10 @@ class PluginProcess {
  public:
   PluginProcess(const fs::path& plugin_dir, const fs::path& host_root, std::vector<std::string> extra) {
     std::vector<std::string> args = {GPUGUARD_DEVICE_PLUGIN_BIN, "--device-plugin-dir", plugin_dir.string(),
-                                     "--host-root", host_root.string(), "--discovery", "procfs"};
+                                     "--host-root", host_root.string(), "--metrics-address", "127.0.0.1:0"};
+    if (std::find(extra.begin(), extra.end(), "--discovery") == extra.end()) {
+      args.insert(args.end(), {"--discovery", "procfs"});
+    }
     args.insert(args.end(), extra.begin(), extra.end());
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
@@ -96,15 +105,34 @@ class PluginProcess {
     for (int i = 0; i < 100; ++i) {
       if (waitpid(pid_, &status, WNOHANG) == pid_) {
         pid_ = -1;
-        return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+        if (WIFEXITED(status)) return WEXITSTATUS(status);
+        WARN("the plugin ended by signal " << WTERMSIG(status) << "; its log:\n" << log());
+        return -1;
       }
       std::this_thread::sleep_for(50ms);
     }
+    WARN("the plugin did not exit within 5 s of SIGTERM; its log:\n" << log());
     return -1;
   }
   std::string log() const {
     std::ifstream in(log_);
     return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  // The port of its probe and metrics listener, from its start-up log line.
+  int status_port() const {
+    const std::string address = "\"address\":\"127.0.0.1:";
+    for (int i = 0; i < 100; ++i) {
+      std::istringstream lines(log());
+      for (std::string line; std::getline(lines, line);) {
+        const auto at = line.find(address);
+        if (at != std::string::npos && line.find("serving probes and metrics") != std::string::npos) {
+          return std::stoi(line.substr(at + address.size()));
+        }
+      }
+      std::this_thread::sleep_for(50ms);
+    }
+    FAIL("no \"serving probes and metrics\" line in the plugin's log:\n" << log());
+    return 0;
   }
 
  private:
@@ -144,6 +172,26 @@ class DeviceWatch {
   grpc::ClientContext context_;
   std::unique_ptr<grpc::ClientReader<v1beta1::ListAndWatchResponse>> reader_;
 };
+
+// A plain HTTP/1.1 GET on 127.0.0.1: the status line and body, e.g. "200" and the metrics text.
+std::pair<std::string, std::string> http_get(int port, const std::string& path) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<std::uint16_t>(port));
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0);
+  const std::string request = "GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+  REQUIRE(send(fd, request.data(), request.size(), 0) == static_cast<ssize_t>(request.size()));
+  std::string response;
+  char buffer[4096];
+  for (ssize_t n; (n = recv(fd, buffer, sizeof buffer, 0)) > 0;) response.append(buffer, static_cast<std::size_t>(n));
+  close(fd);
+  const auto body = response.find("\r\n\r\n");
+  REQUIRE(response.size() > 12);
+  return {response.substr(9, 3), body == std::string::npos ? std::string{} : response.substr(body + 4)};
+}
 
 grpc::Status allocate(v1beta1::DevicePlugin::Stub& stub, const std::vector<std::string>& ids,
                       v1beta1::AllocateResponse& response) {
@@ -306,6 +354,61 @@ TEST_CASE("health: a vanished device node turns Unhealthy within 5 s, and Health
   CHECK(plugin.terminate() == 0);
 }
 
+TEST_CASE("probes and metrics: ready once registered, the discovery and health source, devices by health") {
+  Node node;
+  PluginProcess plugin(node.plugin_dir, node.host.root(), {"--host-device", "github.com/fuse=/dev/fuse:2"});
+  const int port = plugin.status_port();
+  CHECK(http_get(port, "/healthz").first == "200");
+  CHECK(http_get(port, "/readyz").first == "503");  // no kubelet yet
+  CHECK(http_get(port, "/mutate").first == "404");
+
+  FakeKubelet kubelet(node.plugin_dir);
+  REQUIRE(kubelet.wait_for(2).size() == 2);
+  std::string status;
+  for (int i = 0; i < 60 && status != "200"; ++i, std::this_thread::sleep_for(50ms)) status = http_get(port, "/readyz").first;
+  CHECK(status == "200");
+  const std::string metrics = http_get(port, "/metrics").second;
+  CHECK_THAT(metrics, Catch::Contains("gpuguard_device_plugin_info{version=\"") &&
+                          Catch::Contains("\",discovery=\"procfs\",health=\"presence\"} 1"));
+  CHECK_THAT(metrics, Catch::Contains("gpuguard_device_plugin_devices{resource=\"nvidia.com/gpu\",health=\"healthy\"} 2"));
+  CHECK_THAT(metrics, Catch::Contains("gpuguard_device_plugin_devices{resource=\"github.com/fuse\",health=\"healthy\"} 2"));
+  CHECK_THAT(metrics, Catch::Contains("gpuguard_device_plugin_registered 1"));
+
+  auto gpus = plugin_client(node.plugin_dir, "gpuguard-nvidia-com-gpu.sock");
+  DeviceWatch watch(*gpus);
+  node.host.remove("/dev/nvidia1");
+  REQUIRE(watch.until(kGpu1, "Unhealthy"));
+  CHECK_THAT(http_get(port, "/metrics").second,
+             Catch::Contains("gpuguard_device_plugin_devices{resource=\"nvidia.com/gpu\",health=\"unhealthy\"} 1"));
+  // Without NVML (no NVIDIA driver on this machine), auto falls back to procfs and says so at warn level.
+  CHECK(plugin.terminate() == 0);
+  PluginProcess automatic(node.plugin_dir, node.host.root(), {"--discovery", "auto"});
+  const std::string source = http_get(automatic.status_port(), "/metrics").second;
+  void* nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (nvml == nullptr) {
+    CHECK_THAT(automatic.log(), Catch::Contains("\"level\":\"warn\",\"msg\":\"NVML not available: GPUs discovered through procfs"));
+    CHECK_THAT(source, Catch::Contains("discovery=\"procfs\",health=\"presence\"} 1"));
+  } else {
+    dlclose(nvml);
+    CHECK_THAT(source, Catch::Contains("discovery=\"nvml\",health=\"nvml\"} 1"));
+  }
+}
+
+TEST_CASE("discovery none serves host devices only, even on a GPU node, and --health-checks=false keeps devices Healthy") {
+  Node node;
+  FakeKubelet kubelet(node.plugin_dir);
+  PluginProcess plugin(node.plugin_dir, node.host.root(),
+                       {"--discovery", "none", "--host-device", "github.com/fuse=/dev/fuse", "--health-checks", "false"});
+  const auto registrations = kubelet.wait_for(1);
+  REQUIRE(registrations.size() == 1);
+  CHECK(registrations[0].resource_name() == "github.com/fuse");
+  const std::string metrics = http_get(plugin.status_port(), "/metrics").second;
+  CHECK_THAT(metrics, Catch::Contains("discovery=\"none\",health=\"off\"} 1"));
+  CHECK_THAT(metrics, Catch::Contains("github.com/fuse\",health=\"healthy\"} 1"));
+  CHECK_FALSE(fs::exists(node.plugin_dir / "gpuguard-nvidia-com-gpu.sock"));
+  CHECK(plugin.terminate() == 0);
+}
+
 TEST_CASE("kubelet restart: sockets deleted and kubelet.sock re-created, every resource back within 5 s") {
   Node node;
   auto kubelet = std::make_unique<FakeKubelet>(node.plugin_dir);
@@ -350,5 +453,7 @@ TEST_CASE("bad flags are refused with a reason, before anything is served") {
   CHECK(WEXITSTATUS(std::system((bin + " --host-device fuse=/dev/fuse 2>/dev/null").c_str())) == 2);
   CHECK(WEXITSTATUS(std::system((bin + " --device-list-strategy mounts 2>/dev/null").c_str())) == 2);
   CHECK(WEXITSTATUS(std::system((bin + " --discovery guess 2>/dev/null").c_str())) == 2);
+  CHECK(WEXITSTATUS(std::system((bin + " --health-reset-xids 48,x 2>/dev/null").c_str())) == 2);
+  CHECK(WEXITSTATUS(std::system((bin + " --health-checks maybe 2>/dev/null").c_str())) == 2);
   CHECK(WEXITSTATUS(std::system((bin + " --discovery nvml --device-plugin-dir /nonexistent 2>/dev/null").c_str())) == 1);
 }

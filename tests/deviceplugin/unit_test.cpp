@@ -37,10 +37,23 @@ class FakeNvml final : public Nvml {
     return event;
   }
   bool responds(const std::string& uuid) override { return !unresponsive.count(uuid); }
+  std::optional<RecoveryAction> recovery_action(const std::string& uuid) override {
+    const auto it = actions.find(uuid);
+    return it == actions.end() ? std::nullopt : std::optional(it->second);
+  }
 
   std::mutex mutex;
   std::deque<XidEvent> events;
   std::set<std::string> unresponsive;
+  std::map<std::string, RecoveryAction> actions;  // none given: the driver reports no recovery action
+};
+
+// A clock the test moves by hand, so that health probes fall due without sleeping.
+struct ManualClock {
+  std::chrono::steady_clock::time_point now{};
+  NvmlHealth::Clock clock() {
+    return [this] { return now; };
+  }
 };
 
 bool healthy(const DeviceSet& devices, const std::string& id) { return devices.find(id)->healthy; }
@@ -190,40 +203,144 @@ TEST_CASE("preferred allocation: must_include, then one NUMA node, then lowest m
   CHECK(gpus.preferred(all, {}, 1) == std::vector<std::string>{kGpu1});  // never an unhealthy one
 }
 
-TEST_CASE("NVML health: critical XIDs, ignored application XIDs, recovery on re-probe") {
+// Two GPUs under NVML health with a 30 s probe interval on a hand-moved clock.
+struct HealthFixture {
   FakeNvml nvml;
-  GpuResource gpus("nvidia.com/gpu", {{kGpu0, 0, "", "", 0}, {kGpu1, 1, "", "", 0}}, {});
-  NvmlHealth health(nvml, gpus.devices(), 200ms);
+  GpuResource gpus{"nvidia.com/gpu", {{kGpu0, 0, "", "", 0}, {kGpu1, 1, "", "", 0}}, {}};
+  ManualClock time;
+  NvmlHealth health;
+  explicit HealthFixture(NvmlHealthOptions options = {}) : health(nvml, gpus.devices(), options, time.clock()) {}
+  void xid(const std::string& uuid, unsigned long long xid) {
+    nvml.events.push_back({uuid, xid});
+    health.step(0ms);
+  }
+  void probe() {  // moves past the next probe and runs it
+    time.now += 30s;
+    health.step(0ms);
+  }
+  bool healthy(const std::string& uuid) { return gpus.devices().find(uuid)->healthy; }
+};
 
-  nvml.events.push_back({kGpu0, 13});  // an application's fault
-  health.step(0ms);
-  CHECK(healthy(gpus.devices(), kGpu0));
+TEST_CASE("NVML health: ignored application XIDs, critical XIDs, recovery on the probe after the next") {
+  HealthFixture f;
+  f.xid(kGpu0, 13);  // an application's fault
+  CHECK(f.healthy(kGpu0));
 
-  nvml.events.push_back({kGpu0, 79});  // fallen off the bus
-  health.step(0ms);
-  CHECK_FALSE(healthy(gpus.devices(), kGpu0));
-  CHECK(healthy(gpus.devices(), kGpu1));
+  f.xid(kGpu0, 44);  // a critical XID that a GPU recovers from
+  CHECK_FALSE(f.healthy(kGpu0));
+  CHECK(f.healthy(kGpu1));
+  f.time.now += 29s;
+  f.health.step(0ms);  // no probe due yet
+  CHECK_FALSE(f.healthy(kGpu0));
+  f.time.now += 1s;
+  f.health.step(0ms);  // the first probe: an XID came since the last one
+  CHECK_FALSE(f.healthy(kGpu0));
+  f.probe();  // answers, and no XID since the last probe
+  CHECK(f.healthy(kGpu0));
 
-  std::this_thread::sleep_for(220ms);
-  health.step(0ms);  // first probe: an XID came since the last one, so it stays unhealthy
-  CHECK_FALSE(healthy(gpus.devices(), kGpu0));
+  f.xid("", 44);  // not attributable to one GPU: all of them
+  CHECK_FALSE(f.healthy(kGpu0));
+  CHECK_FALSE(f.healthy(kGpu1));
+}
 
-  nvml.unresponsive.insert(kGpu0);
-  std::this_thread::sleep_for(220ms);
-  health.step(0ms);  // NVML does not answer for it
-  CHECK_FALSE(healthy(gpus.devices(), kGpu0));
+TEST_CASE("NVML health: a GPU NVML no longer answers for is unhealthy without an XID, and back when it answers") {
+  HealthFixture f;
+  f.nvml.unresponsive.insert(kGpu1);
+  f.probe();
+  CHECK(f.healthy(kGpu0));
+  CHECK_FALSE(f.healthy(kGpu1));
+  f.probe();
+  CHECK_FALSE(f.healthy(kGpu1));
+  f.nvml.unresponsive.clear();
+  f.probe();
+  CHECK(f.healthy(kGpu1));
+}
 
-  nvml.unresponsive.clear();
-  health.step(0ms);  // not yet due
-  CHECK_FALSE(healthy(gpus.devices(), kGpu0));
-  std::this_thread::sleep_for(220ms);
-  health.step(0ms);
-  CHECK(healthy(gpus.devices(), kGpu0));
+TEST_CASE("NVML health: after a reset XID, a GPU that answers stays unhealthy until a reset is seen") {
+  SECTION("no recovery action reported: no evidence, so it stays out") {
+    HealthFixture f;
+    f.xid(kGpu0, 79);  // fallen off the bus
+    for (int i = 0; i < 10; ++i) f.probe();
+    CHECK_FALSE(f.healthy(kGpu0));
+    CHECK(f.healthy(kGpu1));
+  }
+  SECTION("NVML loses the GPU and finds it again") {
+    HealthFixture f;
+    f.xid(kGpu0, 79);
+    f.probe();
+    f.nvml.unresponsive.insert(kGpu0);
+    f.probe();
+    CHECK_FALSE(f.healthy(kGpu0));
+    f.nvml.unresponsive.clear();
+    f.probe();
+    CHECK(f.healthy(kGpu0));
+  }
+  SECTION("the driver's recovery action goes from reset back to none") {
+    HealthFixture f;
+    f.nvml.actions[kGpu0] = Nvml::RecoveryAction::none;
+    f.xid(kGpu0, 48);  // a double-bit ECC error
+    f.probe();
+    f.probe();
+    CHECK_FALSE(f.healthy(kGpu0));  // none all along is no evidence
+    f.nvml.actions[kGpu0] = Nvml::RecoveryAction::gpu_reset;
+    f.probe();
+    f.probe();
+    CHECK_FALSE(f.healthy(kGpu0));
+    f.nvml.actions[kGpu0] = Nvml::RecoveryAction::none;  // reset by the admin
+    f.probe();
+    CHECK(f.healthy(kGpu0));
+  }
+  SECTION("a new XID after the reset starts over") {
+    HealthFixture f;
+    f.xid(kGpu0, 95);
+    f.nvml.unresponsive.insert(kGpu0);
+    f.probe();
+    f.nvml.unresponsive.clear();
+    f.xid(kGpu0, 95);
+    f.probe();
+    f.probe();
+    CHECK_FALSE(f.healthy(kGpu0));
+  }
+}
 
-  nvml.events.push_back({"", 48});  // not attributable to one GPU: all of them
-  health.step(0ms);
-  CHECK_FALSE(healthy(gpus.devices(), kGpu0));
-  CHECK_FALSE(healthy(gpus.devices(), kGpu1));
+TEST_CASE("NVML health: the ignored and reset XID lists are the options'") {
+  NvmlHealthOptions options;
+  options.ignored_xids = {44};
+  options.reset_xids = {};
+  HealthFixture f(options);
+  f.xid(kGpu0, 44);
+  CHECK(f.healthy(kGpu0));
+  f.xid(kGpu0, 79);  // no longer a reset XID: recovers like any other
+  f.probe();
+  f.probe();
+  CHECK(f.healthy(kGpu0));
+}
+
+TEST_CASE("XID lists: comma-separated numbers, spaces allowed, empty is empty") {
+  std::string error;
+  CHECK(parse_xid_list("48,79, 94", error) == std::set<unsigned long long>{48, 79, 94});
+  CHECK(parse_xid_list("", error) == std::set<unsigned long long>{});
+  CHECK_FALSE(parse_xid_list("48,,79", error).has_value());
+  CHECK_FALSE(parse_xid_list("48;79", error).has_value());
+  CHECK_THAT(error, Catch::Contains("\"48;79\" is not an XID number"));
+  CHECK_FALSE(parse_xid_list("-1", error).has_value());
+}
+
+TEST_CASE("discovery: none serves no GPUs, procfs finds them, nvml fails loudly without NVML") {
+  FakeHost host("discover");
+  host.add_gpu("0000:18:00.0", kGpu0, 0, 0);
+  const Discovery none = discover(DiscoveryMode::none, host.root());
+  CHECK(none.gpus.empty());
+  CHECK(none.source == "none");
+  const Discovery procfs = discover(DiscoveryMode::procfs, host.root());
+  CHECK(procfs.gpus.size() == 1);
+  CHECK(procfs.source == "procfs");
+  std::string why_not;
+  const bool has_nvml = load_nvml(why_not) != nullptr;  // a machine with an NVIDIA driver has one
+  const Discovery automatic = discover(DiscoveryMode::automatic, host.root());
+  CHECK(automatic.source == (has_nvml ? "nvml" : "procfs"));
+  CHECK(automatic.nvml_unavailable.empty() == has_nvml);
+  if (!has_nvml) CHECK_THROWS_WITH(discover(DiscoveryMode::nvml, host.root()), Catch::Contains("--discovery nvml"));
 }
 
 TEST_CASE("NVML discovery takes PCI address and NUMA node from procfs by minor number") {

@@ -60,6 +60,8 @@ class Nvml {
   struct Error : std::runtime_error {
     using std::runtime_error::runtime_error;
   };
+  // What the driver says must happen before a GPU is usable again (NVML_FI_DEV_GET_GPU_RECOVERY_ACTION).
+  enum class RecoveryAction { none, gpu_reset, node_reboot, drain_p2p, drain_and_reset, other };
 
   virtual ~Nvml() = default;
   virtual std::vector<Device> devices() = 0;  // throws Error
@@ -67,6 +69,8 @@ class Nvml {
   virtual std::optional<XidEvent> wait_for_xid(std::chrono::milliseconds timeout) = 0;
   // Whether NVML still answers for this GPU (the re-probe that lets a GPU recover).
   virtual bool responds(const std::string& uuid) = 0;
+  // The driver's recovery action for this GPU; nullopt where the driver does not report one.
+  virtual std::optional<RecoveryAction> recovery_action(const std::string& uuid) = 0;
 };
 
 // dlopen("libnvidia-ml.so.1") and nvmlInit; nullptr with `why_not` set when either fails.
@@ -74,5 +78,19 @@ std::unique_ptr<Nvml> load_nvml(std::string& why_not);
 
 // GPUs as NVML lists them; PCI address, model and NUMA node come from procfs/sysfs by minor number.
 std::vector<Gpu> discover_nvml(Nvml& nvml, const std::filesystem::path& host_root);
+
+// --discovery: automatic is NVML when it loads, else procfs; none serves no GPUs (a host-device-only plugin).
+enum class DiscoveryMode { automatic, nvml, procfs, none };
+std::optional<DiscoveryMode> parse_discovery_mode(std::string_view name);
+
+struct Discovery {
+  std::unique_ptr<Nvml> nvml;  // set when the GPUs came from NVML: its events then drive health
+  std::vector<Gpu> gpus;
+  std::string source;            // "nvml", "procfs" or "none"
+  std::string nvml_unavailable;  // why NVML was not used, when automatic fell back to procfs
+};
+
+// Throws std::runtime_error when NVML was asked for and cannot be used.
+Discovery discover(DiscoveryMode mode, const std::filesystem::path& host_root);
 
 }  // namespace gpuguard::deviceplugin

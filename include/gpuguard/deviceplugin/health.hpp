@@ -1,7 +1,9 @@
 #pragma once
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -23,23 +25,49 @@ std::vector<PresenceCheck> presence_checks(const std::filesystem::path& host_roo
 std::vector<PresenceCheck> presence_checks(const std::filesystem::path& host_root, HostDeviceResource& resource);
 void run_presence_checks(const std::vector<PresenceCheck>& checks);  // one pass; logs each change
 
-// NVML health: a critical XID makes a GPU unhealthy, except the XIDs that an application causes. Unlike
-// NVIDIA's plugin, a GPU recovers: every `reprobe_interval` an unhealthy GPU that NVML answers for, and
-// that had no new XID since the last probe, is healthy again.
+// "48,79, 94" -> {48, 79, 94}; empty text is an empty list. nullopt, with `error` naming the item, for
+// anything but comma-separated numbers.
+std::optional<std::set<unsigned long long>> parse_xid_list(std::string_view text, std::string& error);
+
+struct NvmlHealthOptions {
+  // XIDs an application causes: logged, the GPU stays healthy (NVIDIA's plugin ignores the same ones).
+  std::set<unsigned long long> ignored_xids = {13, 31, 43, 45, 68, 109};
+  // XIDs after which NVIDIA requires a GPU reset or a reboot: the GPU is not returned to service until
+  // NVML shows that it was reset.
+  std::set<unsigned long long> reset_xids = {48, 62, 64, 74, 79, 94, 95, 110, 119, 120, 136, 140, 143, 155, 156, 158};
+  std::chrono::milliseconds probe_interval{30'000};
+};
+
+// NVML health. A critical XID makes a GPU unhealthy, except the ignored ones. Every `probe_interval` each
+// GPU is probed: one NVML no longer answers for turns unhealthy, XID or not. An unhealthy GPU is healthy
+// again once NVML answers for it and it had no XID since the previous probe, with one exception: after a
+// reset XID it needs evidence of the reset first, either NVML losing and finding the GPU again, or the
+// driver's recovery action going from a reset (or reboot) back to none. Without either it stays unhealthy
+// until the plugin restarts (as after a reboot). NVIDIA's own plugin never returns a GPU to service.
 class NvmlHealth {
  public:
-  static const std::set<unsigned long long> kApplicationXids;  // 13, 31, 43, 45, 68, 109
+  using Clock = std::function<std::chrono::steady_clock::time_point()>;
 
-  NvmlHealth(Nvml& nvml, DeviceSet& devices, std::chrono::milliseconds reprobe_interval);
-  // Waits up to `wait` for an XID, then re-probes if one is due. A thread calls it in a loop.
+  NvmlHealth(Nvml& nvml, DeviceSet& devices, NvmlHealthOptions options,
+             Clock clock = [] { return std::chrono::steady_clock::now(); });
+  // Waits up to `wait` for an XID, then probes if a probe is due. A thread calls it in a loop.
   void step(std::chrono::milliseconds wait);
 
  private:
+  struct ResetEvidence {
+    bool lost = false;            // NVML stopped answering for it since the XID
+    bool action_pending = false;  // the driver asked for a reset or reboot since the XID
+  };
+  void on_xid(const std::string& uuid, unsigned long long xid);
+  void probe();
+
   Nvml& nvml_;
   DeviceSet& devices_;
-  std::chrono::milliseconds reprobe_interval_;
+  NvmlHealthOptions options_;
+  Clock clock_;
   std::chrono::steady_clock::time_point next_probe_;
   std::set<std::string> xid_since_probe_;
+  std::map<std::string, ResetEvidence> awaiting_reset_;
 };
 
 }  // namespace gpuguard::deviceplugin

@@ -1,0 +1,40 @@
+#pragma once
+// Keeping the plugin's sockets served and registered with whichever kubelet runs now: a kubelet deletes
+// every socket in its directory when it restarts, then creates a new kubelet.sock.
+#include <atomic>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <sys/types.h>
+
+#include "gpuguard/deviceplugin/plugin_server.hpp"
+
+namespace gpuguard::deviceplugin {
+
+class KubeletSession {
+ public:
+  KubeletSession(std::vector<std::unique_ptr<PluginServer>>& servers, std::filesystem::path kubelet_socket);
+
+  // Serves again where a socket of ours is gone, and registers every resource again with a new
+  // kubelet.sock (a different inode). Called every second; logs each new registration error once.
+  void reconcile();
+  // Stops every server and removes its socket; reconcile() does nothing from then on.
+  void stop();
+  // Every resource is registered with the kubelet.sock that exists now.
+  bool registered() const { return registered_.load(); }
+
+ private:
+  std::vector<std::unique_ptr<PluginServer>>& servers_;
+  std::filesystem::path kubelet_socket_;
+  std::mutex mutex_;
+  std::optional<ino_t> registered_with_;
+  std::string last_error_;
+  bool stopped_ = false;
+  std::atomic<bool> registered_{false};
+};
+
+}  // namespace gpuguard::deviceplugin

@@ -1,0 +1,40 @@
+#include "gpuguard/deviceplugin/status_handler.hpp"
+
+#include "gpuguard/metrics/text.hpp"
+
+namespace gpuguard::deviceplugin {
+
+std::optional<server::Response> StatusHandler::reject_early(const server::RequestHead& head) const {
+  if (server::ProbeRoutes::owns(head.path)) return server::ProbeRoutes::reject_early(head);
+  return server::text_response(404, "not found");
+}
+
+server::Response StatusHandler::handle(const server::RequestHead& head, std::string) const {
+  return server::ProbeRoutes::respond(head.path, kubelet_.registered(), [this] { return render_metrics(); });
+}
+
+std::string StatusHandler::render_metrics() const {
+  std::string out;
+  metrics::header(out, "gpuguard_device_plugin_info", "gauge",
+                  "Where the GPUs were discovered (nvml, procfs, none) and where their health comes from (nvml, presence, off).");
+  out.append("gpuguard_device_plugin_info{version=\"").append(status_.version).append("\",discovery=\"")
+      .append(status_.discovery).append("\",health=\"").append(status_.health).append("\"} 1\n");
+  metrics::header(out, "gpuguard_device_plugin_devices", "gauge", "Devices served to the kubelet, by resource and health.");
+  for (const auto& resource : resources_) {
+    std::size_t healthy = 0, total = 0;
+    for (const Device& device : resource->devices().snapshot()) {
+      ++total;
+      healthy += device.healthy ? 1 : 0;
+    }
+    for (const auto& [health, count] : {std::pair{"healthy", healthy}, std::pair{"unhealthy", total - healthy}}) {
+      out.append("gpuguard_device_plugin_devices{resource=\"").append(resource->name()).append("\",health=\"")
+          .append(health).append("\"} ").append(std::to_string(count)).append("\n");
+    }
+  }
+  metrics::header(out, "gpuguard_device_plugin_registered", "gauge",
+                  "1 while every resource is registered with the kubelet.sock that exists now.");
+  out.append("gpuguard_device_plugin_registered ").append(kubelet_.registered() ? "1" : "0").append("\n");
+  return out;
+}
+
+}  // namespace gpuguard::deviceplugin
