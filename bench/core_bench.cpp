@@ -19,7 +19,7 @@ const std::string& document(std::int64_t kib) {
 // decode + decide + patch + encode, as the server runs it (the body is moved in, so copying it is timed).
 void review_document(benchmark::State& state) {
   const std::string& body = document(state.range(0));
-  const gpuguard::admission::Policy policy;
+  const gpuguard::policy::Policy policy;
   for (auto _ : state) {
     std::string copy;
     copy.reserve(body.size() + 64);

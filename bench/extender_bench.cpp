@@ -59,14 +59,14 @@ const Cluster& cluster(std::int64_t nodes) {
 
 void filter_node_names(benchmark::State& state) {
   const Cluster& c = cluster(state.range(0));
-  const gpuguard::admission::Policy policy;
+  const gpuguard::policy::Policy policy;
   for (auto _ : state) benchmark::DoNotOptimize(gpuguard::extender::filter(c.names_body, c.state, policy, true));
   state.counters["bytes"] = static_cast<double>(c.names_body.size());
 }
 
 void prioritize_node_names(benchmark::State& state) {
   const Cluster& c = cluster(state.range(0));
-  const gpuguard::admission::Policy policy;
+  const gpuguard::policy::Policy policy;
   for (auto _ : state) benchmark::DoNotOptimize(gpuguard::extender::prioritize(c.names_body, c.state, policy, true));
   state.counters["bytes"] = static_cast<double>(c.names_body.size());
 }
@@ -80,7 +80,7 @@ void parse_node_names(benchmark::State& state) {
 // 100 full Node objects (nodeCacheCapable: false): the passing ones are echoed whole.
 void filter_full_nodes(benchmark::State& state) {
   const Cluster& c = cluster(5000);
-  const gpuguard::admission::Policy policy;
+  const gpuguard::policy::Policy policy;
   for (auto _ : state) benchmark::DoNotOptimize(gpuguard::extender::filter(c.nodes_body, c.state, policy, true));
   state.counters["bytes"] = static_cast<double>(c.nodes_body.size());
 }

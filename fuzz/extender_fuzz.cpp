@@ -37,7 +37,7 @@ extender::ClusterState& cluster() {
 }
 
 void check_verbs(const std::string& body) {
-  static const admission::Policy policy;
+  static const policy::Policy policy;
   const auto filtered = extender::filter(body, cluster(), policy, true);
   if (filtered.status == 400) return;
   if (filtered.status != 200) violated("filter status", std::to_string(filtered.status));

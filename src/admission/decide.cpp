@@ -6,6 +6,9 @@
 namespace gpuguard::admission {
 namespace {
 
+using policy::Mode;
+using policy::PrivilegedAction;
+
 std::string env_path(const Container& c) {
   std::string path = "/spec/";
   path += names_of(c.list).field;
@@ -181,20 +184,10 @@ std::string bounded_warning(std::string text) {
 
 Decision decide(const Review& review, const Policy& policy) {
   Decision decision;
-  if (policy.mode == Mode::off) {
-    decision.untouched_because = "policy mode off";
-    return decision;
-  }
-  if (!review.has_pod) {
-    decision.untouched_because = "not a Pod CREATE or pods/ephemeralcontainers UPDATE";
-    return decision;
-  }
-  if (review.pod.mirror) {
-    decision.untouched_because = "mirror pod";
-    return decision;
-  }
-  if (policy.is_exempt(review.namespace_, review.pod.service_account)) {
-    decision.untouched_because = "exempt namespace or service account";
+  // Allowed as it is: policy mode off, not a Pod CREATE or pods/ephemeralcontainers UPDATE, a mirror pod,
+  // or an exempt namespace or service account.
+  if (policy.mode == Mode::off || !review.has_pod || review.pod.mirror ||
+      policy.is_exempt(review.namespace_, review.pod.service_account)) {
     return decision;
   }
 

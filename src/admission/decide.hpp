@@ -3,10 +3,12 @@
 #include <string>
 #include <vector>
 
-#include "gpuguard/admission/policy.hpp"
+#include "gpuguard/policy/policy.hpp"
 #include "model.hpp"
 
 namespace gpuguard::admission {
+
+using policy::Policy;
 
 struct PatchOperation {
   enum class Op { add, replace, remove };
@@ -27,7 +29,6 @@ struct Decision {
   std::vector<std::string> warnings;
   std::map<std::string, std::string> audit_annotations;
   std::vector<Mutation> mutations;
-  std::string_view untouched_because;  // non-empty when the review is allowed as it is, by rule
 };
 
 Decision decide(const Review& review, const Policy& policy);

@@ -6,7 +6,7 @@
 #include <string>
 #include <tuple>
 
-#include "gpuguard/admission/quantity.hpp"
+#include "gpuguard/k8s/quantity.hpp"
 
 namespace gpuguard::admission {
 namespace {
@@ -90,7 +90,7 @@ void for_each_element(od::value& value, Path path, OnElement&& on_element) {
 
 bool quantity_is_nonzero(od::value& value, Path path) {
   switch (type_of(value, path)) {
-    case od::json_type::string: return !is_zero_quantity(string_field(value, path));
+    case od::json_type::string: return !k8s::is_zero_quantity(string_field(value, path));
     case od::json_type::number: {
       double number = 0;
       return value.get_double().get(number) != simdjson::SUCCESS || number != 0;

@@ -20,7 +20,7 @@ simdjson::ondemand::parser& reusable_parser() {
 
 }  // namespace
 
-ReviewOutcome review(std::string body, const Policy& policy) {
+ReviewOutcome review(std::string body, const policy::Policy& policy) {
   ReviewOutcome outcome;
   const std::size_t length = body.size();
   body.reserve(length + simdjson::SIMDJSON_PADDING);

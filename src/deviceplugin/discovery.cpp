@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <system_error>
 
-#include "gpuguard/watch/poller.hpp"
+#include "gpuguard/files/read_file.hpp"
 
 namespace gpuguard::deviceplugin {
 namespace {
@@ -47,7 +47,7 @@ std::optional<std::int64_t> numa_node_of(const fs::path& host_root, const std::s
   // sysfs names PCI devices in lower case; the driver's procfs directories may not be.
   std::string lower = pci_address;
   std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
-  const auto text = watch::read_file(host_path(host_root, "/sys/bus/pci/devices") / lower / "numa_node");
+  const auto text = files::read_file(host_path(host_root, "/sys/bus/pci/devices") / lower / "numa_node");
   if (!text) return std::nullopt;
   try {
     const long long node = std::stoll(std::string(trim(*text)));
@@ -63,7 +63,7 @@ std::vector<Gpu> discover_procfs(const fs::path& host_root) {
   std::error_code ec;
   const fs::path dir = host_path(host_root, "/proc/driver/nvidia/gpus");
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    const auto text = watch::read_file(entry.path() / "information");
+    const auto text = files::read_file(entry.path() / "information");
     if (!text) continue;
     const auto fields = parse_information(*text);
     const auto uuid = fields.find("GPU UUID");
@@ -86,7 +86,7 @@ std::vector<Gpu> discover_procfs(const fs::path& host_root) {
 }
 
 std::string driver_version(const fs::path& host_root) {
-  const auto text = watch::read_file(host_path(host_root, "/proc/driver/nvidia/version"));
+  const auto text = files::read_file(host_path(host_root, "/proc/driver/nvidia/version"));
   if (!text) return {};
   return std::string(trim(std::string_view(*text).substr(0, text->find('\n'))));
 }
@@ -103,7 +103,7 @@ std::vector<std::string> control_device_nodes(const fs::path& host_root) {
 std::optional<std::string> toolkit_hardening_warning(const fs::path& host_root) {
   constexpr std::string_view kKey = "accept-nvidia-visible-devices-envvar-when-unprivileged";
   const fs::path config = host_path(host_root, "/etc/nvidia-container-runtime/config.toml");
-  const auto text = watch::read_file(config);
+  const auto text = files::read_file(config);
   if (!text) {
     return "no " + config.string() + ": the NVIDIA toolkit's default trusts NVIDIA_VISIBLE_DEVICES from any "
            "container; set " + std::string(kKey) + " = false there";

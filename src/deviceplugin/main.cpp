@@ -16,7 +16,7 @@
 #include "gpuguard/deviceplugin/status_handler.hpp"
 #include "gpuguard/log/log.hpp"
 #include "gpuguard/server/http_server.hpp"
-#include "gpuguard/watch/poller.hpp"
+#include "gpuguard/files/poller.hpp"
 
 namespace po = boost::program_options;
 namespace fs = std::filesystem;
@@ -95,7 +95,7 @@ void serve(const Settings& s) {
                              {"driver", driver_version(s.host_root)}});
     for (const Gpu& gpu : found.gpus) {
       log::info("GPU", {{"uuid", gpu.uuid}, {"minor", gpu.minor}, {"pci", gpu.pci_address}, {"model", gpu.model},
-                        {"numa_node", gpu.numa_node ? nlohmann::json(*gpu.numa_node) : nlohmann::json(nullptr)}});
+                        {"numa_node", gpu.numa_node}});
     }
     GpuOptions options = s.gpu;
     options.control_nodes = control_device_nodes(s.host_root);
@@ -115,7 +115,7 @@ void serve(const Settings& s) {
   if (resources.empty()) log::warn("nothing to serve: no GPU and no --host-device; idling until stopped");
 
   run_presence_checks(checks);
-  watch::Poller presence(1s, [&checks] { run_presence_checks(checks); });
+  files::Poller presence(1s, [&checks] { run_presence_checks(checks); });
   std::jthread nvml_health;
   if (found.nvml && s.health_checks) {
     nvml_health = std::jthread([&found, &resources, &s](std::stop_token stop) {
@@ -128,7 +128,7 @@ void serve(const Settings& s) {
   for (auto& resource : resources) servers.push_back(std::make_unique<PluginServer>(*resource, s.plugin_dir));
   KubeletSession kubelet(servers, s.plugin_dir / "kubelet.sock");
   kubelet.reconcile();
-  watch::Poller session(1s, [&kubelet] { kubelet.reconcile(); });
+  files::Poller session(1s, [&kubelet] { kubelet.reconcile(); });
 
   StatusHandler handler({GPUGUARD_VERSION, found.source, health}, resources, kubelet);
   server::ServerOptions options;

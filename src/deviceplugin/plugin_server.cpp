@@ -25,6 +25,23 @@ v1beta1::ListAndWatchResponse device_list(const std::vector<Device>& devices) {
   return response;
 }
 
+void to_proto(const Allocation& allocation, v1beta1::ContainerAllocateResponse& response) {
+  for (const auto& [name, value] : allocation.envs) (*response.mutable_envs())[name] = value;
+  for (const auto& mount : allocation.mounts) {
+    auto* m = response.add_mounts();
+    m->set_container_path(mount.container_path);
+    m->set_host_path(mount.host_path);
+    m->set_read_only(mount.read_only);
+  }
+  for (const auto& device : allocation.devices) {
+    auto* d = response.add_devices();
+    d->set_container_path(device.container_path);
+    d->set_host_path(device.host_path);
+    d->set_permissions(device.permissions);
+  }
+  for (const auto& name : allocation.cdi_devices) response.add_cdi_devices()->set_name(name);
+}
+
 }  // namespace
 
 class PluginServer::Service final : public v1beta1::DevicePlugin::Service {
@@ -71,10 +88,12 @@ class PluginServer::Service final : public v1beta1::DevicePlugin::Service {
                         v1beta1::AllocateResponse* response) override {
     for (const auto& container : request->container_requests()) {
       const std::vector<std::string> ids(container.devices_ids().begin(), container.devices_ids().end());
-      if (auto error = resource_.allocate(ids, *response->add_container_responses())) {
+      Allocation allocation;
+      if (auto error = resource_.allocate(ids, allocation)) {
         log::error("allocation refused", {{"resource", resource_.name()}, {"reason", *error}});
         return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, *error);
       }
+      to_proto(allocation, *response->add_container_responses());
       log::info("allocated", {{"resource", resource_.name()}, {"devices", ids}});
     }
     return grpc::Status::OK;
@@ -94,8 +113,6 @@ PluginServer::PluginServer(Resource& resource, std::filesystem::path plugin_dir)
     : resource_(resource), socket_path_(plugin_dir / socket_name(resource.name())) {}
 
 PluginServer::~PluginServer() { stop(); }
-
-const std::string& PluginServer::resource_name() const { return resource_.name(); }
 
 void PluginServer::serve() {
   stop();

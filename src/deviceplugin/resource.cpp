@@ -10,11 +10,8 @@ namespace {
 constexpr const char* kVisibleDevices = "NVIDIA_VISIBLE_DEVICES";
 constexpr const char* kVolumeMountsRoot = "/var/run/nvidia-container-devices";
 
-void add_device_spec(v1beta1::ContainerAllocateResponse& response, const std::string& path) {
-  auto* spec = response.add_devices();
-  spec->set_container_path(path);
-  spec->set_host_path(path);
-  spec->set_permissions("rw");
+void add_device_spec(Allocation& allocation, const std::string& path) {
+  allocation.devices.push_back({path, path, "rw"});
 }
 
 bool is_resource_name(std::string_view name) {
@@ -65,8 +62,7 @@ std::optional<Strategy> parse_strategy(std::string_view name) {
   return std::nullopt;
 }
 
-std::optional<std::string> Resource::allocate(const std::vector<std::string>& ids,
-                                              v1beta1::ContainerAllocateResponse& response) const {
+std::optional<std::string> Resource::allocate(const std::vector<std::string>& ids, Allocation& allocation) const {
   std::vector<Device> allocated;
   for (const std::string& id : ids) {
     const auto device = devices_.find(id);
@@ -75,7 +71,7 @@ std::optional<std::string> Resource::allocate(const std::vector<std::string>& id
     allocated.push_back(*device);
   }
   if (allocated.empty()) return "no device IDs in the request for resource " + name_;
-  fill(allocated, response);
+  fill(allocated, allocation);
   return std::nullopt;
 }
 
@@ -134,29 +130,26 @@ GpuResource::GpuResource(std::string name, const std::vector<Gpu>& gpus, GpuOpti
                }()),
       options_(std::move(options)) {}
 
-void GpuResource::fill(const std::vector<Device>& allocated, v1beta1::ContainerAllocateResponse& response) const {
+void GpuResource::fill(const std::vector<Device>& allocated, Allocation& allocation) const {
   std::string uuids;
   for (const Device& d : allocated) uuids += (uuids.empty() ? "" : ",") + d.id;
   switch (options_.strategy) {
     case Strategy::envvar:
-      (*response.mutable_envs())[kVisibleDevices] = uuids;
+      allocation.envs[kVisibleDevices] = uuids;
       break;
     case Strategy::volume_mounts:
-      (*response.mutable_envs())[kVisibleDevices] = kVolumeMountsRoot;
+      allocation.envs[kVisibleDevices] = kVolumeMountsRoot;
       for (const Device& d : allocated) {
-        auto* mount = response.add_mounts();
-        mount->set_host_path("/dev/null");
-        mount->set_container_path(std::string(kVolumeMountsRoot) + "/" + d.id);
-        mount->set_read_only(true);
+        allocation.mounts.push_back({std::string(kVolumeMountsRoot) + "/" + d.id, "/dev/null", true});
       }
       break;
     case Strategy::cdi:
-      for (const Device& d : allocated) response.add_cdi_devices()->set_name("nvidia.com/gpu=" + d.id);
+      for (const Device& d : allocated) allocation.cdi_devices.push_back("nvidia.com/gpu=" + d.id);
       break;
   }
   if (options_.pass_device_specs) {
-    for (const Device& d : allocated) add_device_spec(response, "/dev/nvidia" + std::to_string(d.order));
-    for (const std::string& node : options_.control_nodes) add_device_spec(response, node);
+    for (const Device& d : allocated) add_device_spec(allocation, "/dev/nvidia" + std::to_string(d.order));
+    for (const std::string& node : options_.control_nodes) add_device_spec(allocation, node);
   }
 }
 
@@ -202,8 +195,8 @@ HostDeviceResource::HostDeviceResource(const HostDevice& device)
                }()),
       path_(device.path) {}
 
-void HostDeviceResource::fill(const std::vector<Device>&, v1beta1::ContainerAllocateResponse& response) const {
-  add_device_spec(response, path_);  // however many slots: the container needs the node once
+void HostDeviceResource::fill(const std::vector<Device>&, Allocation& allocation) const {
+  add_device_spec(allocation, path_);  // however many slots: the container needs the node once
 }
 
 std::string socket_name(std::string_view resource) {

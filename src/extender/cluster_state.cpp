@@ -5,7 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "gpuguard/admission/quantity.hpp"
+#include "gpuguard/k8s/quantity.hpp"
 #include "json_fields.hpp"
 
 namespace gpuguard::extender {
@@ -22,7 +22,7 @@ constexpr std::int64_t kLargestSum = std::int64_t{1} << 62;
 std::int64_t count_of(const json& quantity) {
   std::int64_t count = 0;
   if (quantity.is_string()) {
-    count = admission::quantity_count(quantity.get_ref<const std::string&>()).value_or(0);
+    count = k8s::quantity_count(quantity.get_ref<const std::string&>()).value_or(0);
   } else if (quantity.is_number_unsigned()) {
     count = static_cast<std::int64_t>(std::min<std::uint64_t>(quantity.get<std::uint64_t>(), kLargestCount));
   } else if (quantity.is_number()) {

@@ -12,7 +12,6 @@
 #include "gpuguard/extender/extender_handler.hpp"
 #include "gpuguard/kube/informer.hpp"
 #include "gpuguard/log/log.hpp"
-#include "gpuguard/metrics/extender_registry.hpp"
 #include "gpuguard/policy/policy_watcher.hpp"
 #include "gpuguard/server/http_server.hpp"
 #include "gpuguard/tls/server_context.hpp"
@@ -78,7 +77,7 @@ int serve(const po::variables_map& flags) {
   }
 
   return cli::run_service([&] {
-    metrics::ExtenderRegistry metrics(GPUGUARD_VERSION, !insecure);
+    extender::ExtenderMetrics metrics(GPUGUARD_VERSION, !insecure);
     policy::PolicyWatcher policy(cli::path_flag(flags, "policy-dir"), metrics);
     std::unique_ptr<tls::CertificateWatcher> certificate;
     server::TlsProvider tls;
@@ -99,7 +98,7 @@ int serve(const po::variables_map& flags) {
           [&state](const std::vector<nlohmann::json>& items) { state.replace_nodes(items); },
           [&state](std::string_view type, const nlohmann::json& node) { state.apply_node_event(type, node); }}},
         informer_options,
-        [&metrics](std::string_view resource, std::string_view outcome) { metrics.count_informer(resource, outcome); });
+        [&metrics](std::string_view resource, kube::ReflectorOutcome outcome) { metrics.count_informer(resource, outcome); });
     extender::ExtenderHandler handler(*prefix, state, [&informers] { return informers.synced(); },
                                       [&policy] { return policy.current(); }, metrics);
     options->on_shutdown = [&handler] { handler.set_shutting_down(); };

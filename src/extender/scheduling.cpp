@@ -27,7 +27,7 @@ struct Args {
   std::vector<const json*> node_objects;  // full_nodes only, parallel to names
 };
 
-std::optional<std::string> parse_args(std::string_view body, const admission::Policy& policy, Args& args) {
+std::optional<std::string> parse_args(std::string_view body, const policy::Policy& policy, Args& args) {
   args.document = json::parse(body.begin(), body.end(), nullptr, false);
   const json& doc = args.document;
   if (doc.is_discarded()) return "ExtenderArgs is not valid JSON";
@@ -88,7 +88,7 @@ VerbResult bad_request(std::string reason) { return {400, std::move(reason)}; }
 
 }  // namespace
 
-ResourceCounts gpu_request(const ResourceCounts& pod_requests, const admission::Policy& policy) {
+ResourceCounts gpu_request(const ResourceCounts& pod_requests, const policy::Policy& policy) {
   ResourceCounts gpus;
   for (const auto& [name, n] : pod_requests) {
     if (n > 0 && policy.is_gpu_resource(name)) gpus.emplace(name, n);
@@ -127,7 +127,7 @@ int bin_packing_score(const ResourceCounts& gpus, const NodeState& node) {
   return static_cast<int>(std::clamp<__int128>(score, 0, 10));
 }
 
-VerbResult filter(std::string_view body, const ClusterState& state, const admission::Policy& policy, bool synced) {
+VerbResult filter(std::string_view body, const ClusterState& state, const policy::Policy& policy, bool synced) {
   Args args;
   if (auto error = parse_args(body, policy, args)) return bad_request(std::move(*error));
   json result = {{"Nodes", nullptr}, {"NodeNames", nullptr}, {"FailedNodes", json::object()},
@@ -154,7 +154,7 @@ VerbResult filter(std::string_view body, const ClusterState& state, const admiss
   return {200, result.dump(-1, ' ', false, json::error_handler_t::replace)};
 }
 
-VerbResult prioritize(std::string_view body, const ClusterState& state, const admission::Policy& policy,
+VerbResult prioritize(std::string_view body, const ClusterState& state, const policy::Policy& policy,
                       bool synced) {
   Args args;
   if (auto error = parse_args(body, policy, args)) return bad_request(std::move(*error));

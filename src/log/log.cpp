@@ -7,6 +7,8 @@
 #include <mutex>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 namespace gpuguard::log {
 namespace {
 
@@ -48,11 +50,20 @@ void set_level(Level level) { g_level.store(level, std::memory_order_relaxed); }
 
 bool enabled(Level level) { return level >= g_level.load(std::memory_order_relaxed); }
 
-void write(Level level, std::string_view message, const nlohmann::json& fields) {
+void write(Level level, std::string_view message, Fields fields) {
   if (!enabled(level)) return;
   nlohmann::json line = {{"time", utc_now()}, {"level", level_name(level)}, {"msg", message}};
-  if (fields.is_object()) {
-    for (auto it = fields.begin(); it != fields.end(); ++it) line[it.key()] = it.value();
+  for (const Field& field : fields) {
+    std::visit(
+        [&](const auto& value) {
+          using T = std::decay_t<decltype(value)>;
+          if constexpr (std::is_same_v<T, const std::vector<std::string>*>) {
+            line[std::string(field.key)] = *value;
+          } else {
+            line[std::string(field.key)] = value;
+          }
+        },
+        field.value.get());
   }
   std::string text = line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   text += '\n';

@@ -3,6 +3,7 @@
 #include <stdexcept>
 #include <system_error>
 
+#include "gpuguard/files/read_file.hpp"
 #include "gpuguard/log/log.hpp"
 
 namespace gpuguard::policy {
@@ -26,7 +27,7 @@ std::optional<std::map<std::string, std::string>> read_keys(const fs::path& dir)
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     const std::string name = entry.path().filename().string();
     if (name.starts_with('.') || !fs::is_regular_file(entry.path(), ec)) continue;  // follows symlinks
-    auto content = watch::read_file(entry.path());
+    auto content = files::read_file(entry.path());
     if (!content) return std::nullopt;
     files.emplace(name, std::move(*content));
   }
@@ -37,7 +38,7 @@ std::optional<std::map<std::string, std::string>> read_keys(const fs::path& dir)
 }  // namespace
 
 PolicyWatcher::PolicyWatcher(std::optional<fs::path> dir, metrics::ReloadMetrics& metrics)
-    : dir_(std::move(dir)), metrics_(metrics), policy_(std::make_shared<const admission::Policy>()) {
+    : dir_(std::move(dir)), metrics_(metrics), policy_(std::make_shared<const policy::Policy>()) {
   if (dir_) {
     std::error_code ec;
     if (!fs::is_directory(*dir_, ec)) {
@@ -46,18 +47,18 @@ PolicyWatcher::PolicyWatcher(std::optional<fs::path> dir, metrics::ReloadMetrics
     const auto files = read_keys(*dir_);
     if (!files) throw std::runtime_error("cannot read policy directory " + dir_->string());
     last_seen_ = *files;
-    auto parsed = admission::parse_policy(*files);
+    auto parsed = policy::parse_policy(*files);
     if (!parsed.policy) throw std::runtime_error(parsed.error + " (in " + dir_->string() + ")");
     for (const auto& key : parsed.unknown_keys) log::warn("unknown policy key ignored", {{"key", key}});
-    policy_.store(std::make_shared<const admission::Policy>(std::move(*parsed.policy)));
+    policy_.store(std::make_shared<const policy::Policy>(std::move(*parsed.policy)));
   }
-  metrics_.set_policy_mode(admission::mode_name(current()->mode));
-  log::info("policy loaded", {{"mode", admission::mode_name(current()->mode)},
+  metrics_.set_policy_mode(policy::mode_name(current()->mode));
+  log::info("policy loaded", {{"mode", policy::mode_name(current()->mode)},
                               {"source", dir_ ? dir_->string() : std::string("defaults")}});
 }
 
 void PolicyWatcher::watch(std::chrono::milliseconds interval) {
-  if (dir_) poller_ = std::make_unique<watch::Poller>(interval, [this] { reload(); });
+  if (dir_) poller_ = std::make_unique<files::Poller>(interval, [this] { reload(); });
 }
 
 bool PolicyWatcher::reload() {
@@ -65,18 +66,18 @@ bool PolicyWatcher::reload() {
   auto files = read_keys(*dir_);
   if (!files || files == last_seen_) return false;
   last_seen_ = *files;
-  auto parsed = admission::parse_policy(*files);
+  auto parsed = policy::parse_policy(*files);
   if (!parsed.policy) {
     metrics_.count_policy_reload(false);
     log::error("policy refused; the last good policy stays in force", {{"reason", parsed.error}});
     return false;
   }
   for (const auto& key : parsed.unknown_keys) log::warn("unknown policy key ignored", {{"key", key}});
-  const admission::Mode mode = parsed.policy->mode;
-  policy_.store(std::make_shared<const admission::Policy>(std::move(*parsed.policy)));
+  const policy::Mode mode = parsed.policy->mode;
+  policy_.store(std::make_shared<const policy::Policy>(std::move(*parsed.policy)));
   metrics_.count_policy_reload(true);
-  metrics_.set_policy_mode(admission::mode_name(mode));
-  log::info("policy reloaded", {{"mode", admission::mode_name(mode)}});
+  metrics_.set_policy_mode(policy::mode_name(mode));
+  log::info("policy reloaded", {{"mode", policy::mode_name(mode)}});
   return true;
 }
 

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "gpuguard/log/log.hpp"
+#include "request_head.hpp"
 
 namespace gpuguard::server {
 namespace {
@@ -217,9 +218,8 @@ asio::awaitable<void> HttpServer::Impl::serve_requests(Stream& stream, SessionCo
   beast::flat_buffer buffer;
   bool keep_alive = true;
   while (keep_alive) {
-    http::request_parser<http::string_body> parser;
-    parser.header_limit(static_cast<std::uint32_t>(options.header_limit));
-    parser.body_limit(options.body_limit);
+    RequestParser parser;
+    apply_limits(parser, options);
     control.waiting_for_request = true;
     control.idle_since = std::chrono::steady_clock::now();
     transport.expires_after(stopping ? 1s : options.idle_timeout);
@@ -232,14 +232,7 @@ asio::awaitable<void> HttpServer::Impl::serve_requests(Stream& stream, SessionCo
     }
 
     auto& request = parser.get();
-    const std::string_view target = request.target();
-    const std::size_t question = target.find('?');
-    RequestHead head;
-    head.method = request.method_string();
-    head.path = target.substr(0, question);
-    head.query = question == std::string_view::npos ? std::string_view{} : target.substr(question + 1);
-    head.content_type = request[http::field::content_type];
-    if (auto length = parser.content_length()) head.content_length = *length;
+    const RequestHead head = request_head(parser);
     const auto deadline = std::min(timeout_parameter(head.query).value_or(options.request_timeout),
                                    options.request_timeout);
     keep_alive = request.keep_alive();

@@ -8,6 +8,7 @@
 #include <ctime>
 #include <stdexcept>
 
+#include "gpuguard/files/read_file.hpp"
 #include "gpuguard/log/log.hpp"
 
 namespace gpuguard::tls {
@@ -112,14 +113,14 @@ CertificateWatcher::CertificateWatcher(std::filesystem::path cert_file, std::fil
 }
 
 void CertificateWatcher::watch(std::chrono::milliseconds interval) {
-  poller_ = std::make_unique<watch::Poller>(interval, [this] { reload(); });
+  poller_ = std::make_unique<files::Poller>(interval, [this] { reload(); });
 }
 
 bool CertificateWatcher::reload() { return load(false); }
 
 bool CertificateWatcher::load(bool at_start) {
-  auto cert = watch::read_file(cert_file_);
-  auto key = watch::read_file(key_file_);
+  auto cert = files::read_file(cert_file_);
+  auto key = files::read_file(key_file_);
   if (!at_start && (!cert || !key)) return false;  // mid-swap: the next check sees the new files
   if (!at_start && *cert == last_cert_ && *key == last_key_) return false;
   if (!cert) throw std::runtime_error("cannot read certificate " + cert_file_.string());

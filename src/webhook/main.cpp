@@ -10,7 +10,6 @@
 #include "gpuguard/cli/command_line.hpp"
 #include "gpuguard/cli/server_flags.hpp"
 #include "gpuguard/log/log.hpp"
-#include "gpuguard/metrics/registry.hpp"
 #include "gpuguard/policy/policy_watcher.hpp"
 #include "gpuguard/server/http_server.hpp"
 #include "gpuguard/tls/server_context.hpp"
@@ -40,7 +39,7 @@ int serve(const po::variables_map& flags) {
   if (!parsed_options) return 2;
   server::ServerOptions options = std::move(*parsed_options);
   return cli::run_service([&] {
-    metrics::Registry metrics(GPUGUARD_VERSION);
+    webhook::WebhookMetrics metrics(GPUGUARD_VERSION);
     policy::PolicyWatcher policy(cli::path_flag(flags, "policy-dir"), metrics);
     tls::CertificateWatcher certificate(flags["tls-cert-file"].as<std::string>(),
                                         flags["tls-private-key-file"].as<std::string>(), metrics);

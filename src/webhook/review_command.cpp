@@ -6,12 +6,12 @@
 #include <nlohmann/json.hpp>
 
 #include "gpuguard/admission/base64.hpp"
-#include "gpuguard/admission/policy.hpp"
+#include "gpuguard/policy/policy.hpp"
 #include "gpuguard/admission/review.hpp"
 #include "gpuguard/log/log.hpp"
-#include "gpuguard/metrics/registry.hpp"
+#include "gpuguard/webhook/webhook_metrics.hpp"
 #include "gpuguard/policy/policy_watcher.hpp"
-#include "gpuguard/watch/poller.hpp"
+#include "gpuguard/files/read_file.hpp"
 
 namespace gpuguard::webhook {
 namespace {
@@ -21,7 +21,7 @@ bool read_source(const std::string& source, std::string& text) {
     text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
     return !std::cin.bad();
   }
-  auto content = watch::read_file(source);
+  auto content = files::read_file(source);
   if (!content) return false;
   text = std::move(*content);
   return true;
@@ -67,9 +67,9 @@ int run_review_command(const std::string& source, const std::optional<std::files
     text = wrap_pod_in_create_review(document);
   }
   log::set_level(log::Level::warn);  // standard error is for problems here; standard output is the result
-  std::shared_ptr<const admission::Policy> policy;
+  std::shared_ptr<const policy::Policy> policy;
   try {
-    metrics::Registry unused_metrics("review");
+    WebhookMetrics unused_metrics("review");
     policy = policy::PolicyWatcher(policy_dir, unused_metrics).current();
   } catch (const std::exception& e) {
     std::cerr << "gpuguard-webhook review: " << e.what() << "\n";

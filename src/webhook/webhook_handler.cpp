@@ -8,10 +8,10 @@
 namespace gpuguard::webhook {
 namespace {
 
-std::string_view result_of(const admission::ReviewOutcome& outcome) {
-  if (!outcome.ok) return "invalid";
-  if (!outcome.allowed) return "denied";
-  return outcome.patched ? "patched" : "allowed";
+AdmissionResult result_of(const admission::ReviewOutcome& outcome) {
+  if (!outcome.ok) return AdmissionResult::invalid;
+  if (!outcome.allowed) return AdmissionResult::denied;
+  return outcome.patched ? AdmissionResult::patched : AdmissionResult::allowed;
 }
 
 }  // namespace

@@ -1,6 +1,5 @@
 // The real gpuguard-device-plugin against a fake kubelet: a Registration server on a temporary
 // kubelet.sock, and DevicePlugin clients on the sockets the plugin registers, over a fake host tree.
-#define CATCH_CONFIG_MAIN
 #include <catch2/catch.hpp>
 
 #include <arpa/inet.h>
@@ -18,6 +17,7 @@
 #include <fstream>
 #include <sstream>
 #include <map>
+#include <optional>
 #include <mutex>
 #include <thread>
 

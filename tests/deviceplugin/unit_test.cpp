@@ -1,4 +1,3 @@
-#define CATCH_CONFIG_MAIN
 #include <catch2/catch.hpp>
 
 #include <deque>
@@ -136,36 +135,36 @@ TEST_CASE("host devices: RESOURCE=PATH[:SLOTS]") {
 
 TEST_CASE("allocate: envvar, volume-mounts and cdi, with and without device specs") {
   const auto gpus = four_gpus_on_two_nodes();
-  v1beta1::ContainerAllocateResponse envvar;
+  Allocation envvar;
   REQUIRE_FALSE(GpuResource("nvidia.com/gpu", gpus, {Strategy::envvar, false, {}}).allocate({kGpu1, kGpu0}, envvar));
-  CHECK(envvar.envs().at("NVIDIA_VISIBLE_DEVICES") == kGpu1 + "," + kGpu0);
-  CHECK(envvar.mounts_size() == 0);
-  CHECK(envvar.devices_size() == 0);
+  CHECK(envvar.envs.at("NVIDIA_VISIBLE_DEVICES") == kGpu1 + "," + kGpu0);
+  CHECK(envvar.mounts.empty());
+  CHECK(envvar.devices.empty());
 
-  v1beta1::ContainerAllocateResponse mounts;
+  Allocation mounts;
   REQUIRE_FALSE(GpuResource("nvidia.com/gpu", gpus, {Strategy::volume_mounts, false, {}}).allocate({kGpu2}, mounts));
-  CHECK(mounts.envs().at("NVIDIA_VISIBLE_DEVICES") == "/var/run/nvidia-container-devices");
-  REQUIRE(mounts.mounts_size() == 1);
-  CHECK(mounts.mounts(0).host_path() == "/dev/null");
-  CHECK(mounts.mounts(0).container_path() == "/var/run/nvidia-container-devices/" + kGpu2);
+  CHECK(mounts.envs.at("NVIDIA_VISIBLE_DEVICES") == "/var/run/nvidia-container-devices");
+  REQUIRE(mounts.mounts.size() == 1);
+  CHECK(mounts.mounts[0].host_path == "/dev/null");
+  CHECK(mounts.mounts[0].container_path == "/var/run/nvidia-container-devices/" + kGpu2);
 
-  v1beta1::ContainerAllocateResponse cdi;
+  Allocation cdi;
   GpuResource cdi_gpus("nvidia.com/gpu", gpus, {Strategy::cdi, true, {"/dev/nvidiactl", "/dev/nvidia-uvm"}});
   REQUIRE_FALSE(cdi_gpus.allocate({kGpu3}, cdi));
-  CHECK(cdi.envs().empty());
-  REQUIRE(cdi.cdi_devices_size() == 1);
-  CHECK(cdi.cdi_devices(0).name() == "nvidia.com/gpu=" + kGpu3);
-  REQUIRE(cdi.devices_size() == 3);
-  CHECK(cdi.devices(0).host_path() == "/dev/nvidia3");
-  CHECK(cdi.devices(0).container_path() == "/dev/nvidia3");
-  CHECK(cdi.devices(0).permissions() == "rw");
-  CHECK(cdi.devices(1).host_path() == "/dev/nvidiactl");
-  CHECK(cdi.devices(2).host_path() == "/dev/nvidia-uvm");
+  CHECK(cdi.envs.empty());
+  REQUIRE(cdi.cdi_devices.size() == 1);
+  CHECK(cdi.cdi_devices[0] == "nvidia.com/gpu=" + kGpu3);
+  REQUIRE(cdi.devices.size() == 3);
+  CHECK(cdi.devices[0].host_path == "/dev/nvidia3");
+  CHECK(cdi.devices[0].container_path == "/dev/nvidia3");
+  CHECK(cdi.devices[0].permissions == "rw");
+  CHECK(cdi.devices[1].host_path == "/dev/nvidiactl");
+  CHECK(cdi.devices[2].host_path == "/dev/nvidia-uvm");
 }
 
 TEST_CASE("allocate: unknown and unhealthy IDs are refused by name") {
   GpuResource gpus("nvidia.com/gpu", four_gpus_on_two_nodes(), {});
-  v1beta1::ContainerAllocateResponse response;
+  Allocation response;
   const auto unknown = gpus.allocate({kGpu0, "GPU-nope"}, response);
   REQUIRE(unknown);
   CHECK_THAT(*unknown, Catch::Contains("GPU-nope"));
@@ -181,12 +180,12 @@ TEST_CASE("host device: any number of slots pass the path once") {
   REQUIRE(devices.size() == 4);
   CHECK(devices[0].id == "fuse-0");
   CHECK(devices[3].id == "fuse-3");
-  v1beta1::ContainerAllocateResponse response;
+  Allocation response;
   REQUIRE_FALSE(fuse.allocate({"fuse-2", "fuse-0"}, response));
-  REQUIRE(response.devices_size() == 1);
-  CHECK(response.devices(0).host_path() == "/dev/fuse");
-  CHECK(response.devices(0).container_path() == "/dev/fuse");
-  CHECK(response.devices(0).permissions() == "rw");
+  REQUIRE(response.devices.size() == 1);
+  CHECK(response.devices[0].host_path == "/dev/fuse");
+  CHECK(response.devices[0].container_path == "/dev/fuse");
+  CHECK(response.devices[0].permissions == "rw");
   CHECK(fuse.preferred({"fuse-3", "fuse-1", "fuse-2"}, {}, 2) == std::vector<std::string>{"fuse-1", "fuse-2"});
 }
 

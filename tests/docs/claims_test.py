@@ -54,7 +54,7 @@ for row in rows:
         failures.append(f"docs/security.md: the row '{row[:70]}...' names no test in its last column")
 
 policy = read("docs", "policy.md")
-keys_in_code = set(re.findall(r'"([a-zA-Z]+)"', read("src", "admission", "policy.cpp").split("kKeys[] = {", 1)[1].split("};", 1)[0]))
+keys_in_code = set(re.findall(r'"([a-zA-Z]+)"', read("src", "policy", "policy.cpp").split("kKeys[] = {", 1)[1].split("};", 1)[0]))
 sections = dict(re.findall(r"^### `([a-zA-Z]+)`\n(.*?)(?=^### |^## |\Z)", policy, re.M | re.S))
 for key in sorted(keys_in_code - set(sections)):
     failures.append(f"docs/policy.md: the key {key} that the code accepts has no section")

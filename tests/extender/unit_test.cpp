@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "files.hpp"
-#include "gpuguard/admission/quantity.hpp"
+#include "gpuguard/k8s/quantity.hpp"
 #include "gpuguard/extender/cluster_state.hpp"
 #include "gpuguard/extender/scheduling.hpp"
 #include "gpuguard/kube/informer.hpp"
@@ -35,9 +35,9 @@ json node(const std::string& name, const json& allocatable) {
   return {{"metadata", {{"name", name}}}, {"status", {{"allocatable", allocatable}, {"capacity", allocatable}}}};
 }
 
-admission::Policy policy_of(const json& table_case) {
+policy::Policy policy_of(const json& table_case) {
   if (!table_case.contains("policy")) return {};
-  auto parsed = admission::parse_policy(table_case["policy"].get<std::map<std::string, std::string>>());
+  auto parsed = policy::parse_policy(table_case["policy"].get<std::map<std::string, std::string>>());
   REQUIRE(parsed.policy);
   return *parsed.policy;
 }
@@ -55,7 +55,7 @@ TEST_CASE("quantity_count rounds a quantity up to a whole number, as Quantity.Va
       {".", std::nullopt}, {"1 ", std::nullopt}, {"1e", std::nullopt}};
   for (const auto& [text, expected] : table) {
     INFO("quantity '" << text << "'");
-    CHECK(admission::quantity_count(text) == expected);
+    CHECK(k8s::quantity_count(text) == expected);
   }
 }
 
@@ -166,7 +166,7 @@ TEST_CASE("filter and prioritize: the fixture table (tests/fixtures/extender/cas
   for (const json& c : table) {
     const std::string name = c["name"];
     DYNAMIC_SECTION(name) {
-      const admission::Policy policy = policy_of(c);
+      const policy::Policy policy = policy_of(c);
       extender::ClusterState state;
       std::vector<json> nodes, pods;
       for (const auto& [node_name, allocatable] : c["nodes"].items()) nodes.push_back(node(node_name, allocatable));
@@ -216,7 +216,7 @@ TEST_CASE("filter and prioritize refuse malformed ExtenderArgs with the reason (
     const std::string body = c["body"];
     INFO("body: " << body);
     for (auto verb : {&extender::filter, &extender::prioritize}) {
-      const extender::VerbResult result = verb(body, state, admission::Policy{}, true);
+      const extender::VerbResult result = verb(body, state, policy::Policy{}, true);
       CHECK(result.status == 400);
       CHECK(result.body == c["reason"].get<std::string>());
     }

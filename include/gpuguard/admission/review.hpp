@@ -6,7 +6,7 @@
 #include <string>
 #include <string_view>
 
-#include "gpuguard/admission/policy.hpp"
+#include "gpuguard/policy/policy.hpp"
 
 namespace gpuguard::admission {
 
@@ -30,6 +30,6 @@ inline constexpr std::array<std::string_view, 4> kMutationReasons = {"injected",
 
 // Takes the body by value so that the server can move its buffer in; the buffer is padded in place for
 // simdjson, so reserving a little spare capacity up front avoids a copy.
-ReviewOutcome review(std::string body, const Policy& policy);
+ReviewOutcome review(std::string body, const policy::Policy& policy);
 
 }  // namespace gpuguard::admission

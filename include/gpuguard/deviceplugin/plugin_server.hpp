@@ -27,9 +27,6 @@ class PluginServer {
   // Registration.Register on the kubelet's socket, with this server's socket as the endpoint.
   void register_with_kubelet(const std::filesystem::path& kubelet_socket) const;
 
-  const std::string& resource_name() const;
-  const std::filesystem::path& socket_path() const { return socket_path_; }
-
  private:
   class Service;
   Resource& resource_;

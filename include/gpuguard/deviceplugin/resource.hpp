@@ -11,7 +11,8 @@
 #include <string_view>
 #include <vector>
 
-#include "deviceplugin/v1beta1/api.pb.h"
+#include <map>
+
 #include "gpuguard/deviceplugin/discovery.hpp"
 
 namespace gpuguard::deviceplugin {
@@ -40,6 +41,22 @@ class DeviceSet {
   std::uint64_t version_ = 1;
 };
 
+// What a container is given for its devices: the fields of the kubelet's ContainerAllocateResponse,
+// without the generated protobuf type (the gRPC layer, plugin_server.cpp, translates).
+struct Allocation {
+  struct Mount {
+    std::string container_path, host_path;
+    bool read_only = false;
+  };
+  struct DeviceSpec {
+    std::string container_path, host_path, permissions;
+  };
+  std::map<std::string, std::string> envs;
+  std::vector<Mount> mounts;
+  std::vector<DeviceSpec> devices;
+  std::vector<std::string> cdi_devices;  // fully qualified CDI names, e.g. nvidia.com/gpu=GPU-…
+};
+
 enum class Strategy { envvar, volume_mounts, cdi };
 std::optional<Strategy> parse_strategy(std::string_view name);
 
@@ -53,14 +70,14 @@ class Resource {
   const DeviceSet& devices() const { return devices_; }
 
   // The response for one container. An unknown or unhealthy ID is refused with a message naming it.
-  std::optional<std::string> allocate(const std::vector<std::string>& ids, v1beta1::ContainerAllocateResponse& response) const;
+  std::optional<std::string> allocate(const std::vector<std::string>& ids, Allocation& allocation) const;
 
   // must_include first, then devices on one NUMA node when possible, then lowest order.
   std::vector<std::string> preferred(const std::vector<std::string>& available,
                                      const std::vector<std::string>& must_include, std::size_t size) const;
 
  private:
-  virtual void fill(const std::vector<Device>& allocated, v1beta1::ContainerAllocateResponse& response) const = 0;
+  virtual void fill(const std::vector<Device>& allocated, Allocation& allocation) const = 0;
 
   std::string name_;
   DeviceSet devices_;
@@ -77,7 +94,7 @@ class GpuResource final : public Resource {
   GpuResource(std::string name, const std::vector<Gpu>& gpus, GpuOptions options);
 
  private:
-  void fill(const std::vector<Device>& allocated, v1beta1::ContainerAllocateResponse& response) const override;
+  void fill(const std::vector<Device>& allocated, Allocation& allocation) const override;
   GpuOptions options_;
 };
 
@@ -96,7 +113,7 @@ class HostDeviceResource final : public Resource {
   const std::string& path() const { return path_; }
 
  private:
-  void fill(const std::vector<Device>& allocated, v1beta1::ContainerAllocateResponse& response) const override;
+  void fill(const std::vector<Device>& allocated, Allocation& allocation) const override;
   std::string path_;
 };
 

@@ -4,21 +4,20 @@
 #include <memory>
 #include <string>
 
-#include "gpuguard/admission/policy.hpp"
+#include "gpuguard/policy/policy.hpp"
 #include "gpuguard/extender/cluster_state.hpp"
-#include "gpuguard/metrics/extender_registry.hpp"
+#include "gpuguard/extender/extender_metrics.hpp"
 #include "gpuguard/server/http.hpp"
 
 namespace gpuguard::extender {
 
-using PolicyProvider = std::function<std::shared_ptr<const admission::Policy>()>;
 
 // The extender's routes: POST <prefix>/filter and <prefix>/prioritize (see scheduling.hpp), GET /healthz,
 // GET /readyz (pods and nodes listed, and not shutting down), GET /metrics.
 class ExtenderHandler final : public server::Handler {
  public:
   ExtenderHandler(std::string url_prefix, const ClusterState& state, std::function<bool()> synced,
-                  PolicyProvider policy, metrics::ExtenderRegistry& metrics);
+                  policy::PolicyProvider policy, ExtenderMetrics& metrics);
 
   void set_shutting_down() { shutting_down_.store(true); }
 
@@ -29,8 +28,8 @@ class ExtenderHandler final : public server::Handler {
   std::string filter_path_, prioritize_path_;
   const ClusterState& state_;
   std::function<bool()> synced_;
-  PolicyProvider policy_;
-  metrics::ExtenderRegistry& metrics_;
+  policy::PolicyProvider policy_;
+  ExtenderMetrics& metrics_;
   std::atomic<bool> shutting_down_{false};
 };
 

@@ -6,13 +6,13 @@
 #include <string>
 #include <string_view>
 
-#include "gpuguard/admission/policy.hpp"
+#include "gpuguard/policy/policy.hpp"
 #include "gpuguard/extender/cluster_state.hpp"
 
 namespace gpuguard::extender {
 
 // The GPUs a pod asks for: its requests of the resources the policy's gpuResources name.
-ResourceCounts gpu_request(const ResourceCounts& pod_requests, const admission::Policy& policy);
+ResourceCounts gpu_request(const ResourceCounts& pod_requests, const policy::Policy& policy);
 
 // Why the node cannot take a pod asking `gpus`, naming the numbers; nullopt when it can.
 std::optional<std::string> insufficient_gpus(const ResourceCounts& gpus, const NodeState& node);
@@ -29,8 +29,8 @@ struct VerbResult {
 
 // `synced` is false until pods and nodes have been listed once; filter then answers with Error set (the
 // scheduler skips an ignorable extender that errs, and retries the pod otherwise), prioritize with all 0.
-VerbResult filter(std::string_view body, const ClusterState& state, const admission::Policy& policy, bool synced);
-VerbResult prioritize(std::string_view body, const ClusterState& state, const admission::Policy& policy,
+VerbResult filter(std::string_view body, const ClusterState& state, const policy::Policy& policy, bool synced);
+VerbResult prioritize(std::string_view body, const ClusterState& state, const policy::Policy& policy,
                       bool synced);
 
 }  // namespace gpuguard::extender

@@ -7,13 +7,13 @@
 #include <optional>
 #include <string>
 
-#include "gpuguard/admission/policy.hpp"
+#include "gpuguard/policy/policy.hpp"
 #include "gpuguard/metrics/reloads.hpp"
-#include "gpuguard/watch/poller.hpp"
+#include "gpuguard/files/poller.hpp"
 
 namespace gpuguard::policy {
 
-// The policy in force, from a mounted ConfigMap directory (one file per key, see admission::parse_policy).
+// The policy in force, from a mounted ConfigMap directory (one file per key, see policy::parse_policy).
 // A changed directory is re-read and swapped in whole; an invalid one is refused, logged and counted, and
 // the last good policy stays. No directory, a missing one or an empty one means the defaults.
 class PolicyWatcher {
@@ -21,7 +21,7 @@ class PolicyWatcher {
   // Throws std::runtime_error naming the key when the directory holds an invalid policy at start.
   PolicyWatcher(std::optional<std::filesystem::path> dir, metrics::ReloadMetrics& metrics);
 
-  std::shared_ptr<const admission::Policy> current() const { return policy_.load(); }
+  std::shared_ptr<const policy::Policy> current() const { return policy_.load(); }
 
   // Re-reads the directory every `interval` from now on (no-op without a directory).
   void watch(std::chrono::milliseconds interval);
@@ -32,9 +32,9 @@ class PolicyWatcher {
  private:
   std::optional<std::filesystem::path> dir_;
   metrics::ReloadMetrics& metrics_;
-  std::atomic<std::shared_ptr<const admission::Policy>> policy_;
+  std::atomic<std::shared_ptr<const policy::Policy>> policy_;
   std::optional<std::map<std::string, std::string>> last_seen_;
-  std::unique_ptr<watch::Poller> poller_;
+  std::unique_ptr<files::Poller> poller_;
 };
 
 }  // namespace gpuguard::policy

@@ -9,7 +9,7 @@
 #include <boost/asio/ssl/context.hpp>
 
 #include "gpuguard/metrics/reloads.hpp"
-#include "gpuguard/watch/poller.hpp"
+#include "gpuguard/files/poller.hpp"
 
 namespace gpuguard::tls {
 
@@ -49,7 +49,7 @@ class CertificateWatcher {
   metrics::ReloadMetrics& metrics_;
   std::atomic<std::shared_ptr<boost::asio::ssl::context>> context_;
   std::string last_cert_, last_key_;
-  std::unique_ptr<watch::Poller> poller_;
+  std::unique_ptr<files::Poller> poller_;
 };
 
 }  // namespace gpuguard::tls

@@ -3,20 +3,19 @@
 #include <functional>
 #include <memory>
 
-#include "gpuguard/admission/policy.hpp"
-#include "gpuguard/metrics/registry.hpp"
+#include "gpuguard/policy/policy.hpp"
+#include "gpuguard/webhook/webhook_metrics.hpp"
 #include "gpuguard/server/http.hpp"
 
 namespace gpuguard::webhook {
 
-using PolicyProvider = std::function<std::shared_ptr<const admission::Policy>()>;
 
 // The webhook's routes: POST /mutate runs the admission core with the policy in force; GET /healthz says
 // the process serves; GET /readyz says the certificate and policy are loaded and it is not shutting
 // down; GET /metrics is the Prometheus scrape.
 class WebhookHandler final : public server::Handler {
  public:
-  WebhookHandler(PolicyProvider policy, metrics::Registry& metrics)
+  WebhookHandler(policy::PolicyProvider policy, WebhookMetrics& metrics)
       : policy_(std::move(policy)), metrics_(metrics) {}
 
   void set_ready(bool ready) { ready_.store(ready); }
@@ -27,8 +26,8 @@ class WebhookHandler final : public server::Handler {
  private:
   server::Response mutate(std::string body) const;
 
-  PolicyProvider policy_;
-  metrics::Registry& metrics_;
+  policy::PolicyProvider policy_;
+  WebhookMetrics& metrics_;
   std::atomic<bool> ready_{false};
 };
 

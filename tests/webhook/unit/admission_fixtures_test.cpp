@@ -10,7 +10,7 @@
 #include "gpuguard/admission/base64.hpp"
 #include "gpuguard/admission/review.hpp"
 
-using gpuguard::admission::Policy;
+using gpuguard::policy::Policy;
 using gpuguard::admission::review;
 using nlohmann::json;
 namespace t = gpuguard::test;
@@ -28,7 +28,7 @@ json review_json(const json& request, const Policy& policy = Policy{}) {
 Policy policy_of(const std::filesystem::path& dir) {
   if (!std::filesystem::exists(dir / "policy.json")) return Policy{};
   const auto files = t::read_json(dir / "policy.json").get<std::map<std::string, std::string>>();
-  auto parsed = gpuguard::admission::parse_policy(files);
+  auto parsed = gpuguard::policy::parse_policy(files);
   INFO(parsed.error);
   REQUIRE(parsed.policy.has_value());
   return *parsed.policy;

@@ -1,6 +1,5 @@
 #include <catch2/catch.hpp>
 
-#include "gpuguard/metrics/registry.hpp"
 #include "gpuguard/server/http.hpp"
 #include "gpuguard/webhook/webhook_handler.hpp"
 
@@ -29,14 +28,14 @@ TEST_CASE("JSON content types") {
 }
 
 namespace {
-webhook::PolicyProvider default_policy() {
-  auto policy = std::make_shared<const admission::Policy>();
+policy::PolicyProvider default_policy() {
+  auto policy = std::make_shared<const policy::Policy>();
   return [policy] { return policy; };
 }
 }  // namespace
 
 TEST_CASE("webhook routes: status codes decided from the headers alone") {
-  metrics::Registry metrics("test");
+  webhook::WebhookMetrics metrics("test");
   webhook::WebhookHandler handler(default_policy(), metrics);
   auto early = [&](std::string_view method, std::string_view path, std::string_view type = "application/json") {
     server::RequestHead head;
@@ -59,7 +58,7 @@ TEST_CASE("webhook routes: status codes decided from the headers alone") {
 }
 
 TEST_CASE("webhook routes: readiness follows set_ready, bad reviews are 400 and counted") {
-  metrics::Registry metrics("test");
+  webhook::WebhookMetrics metrics("test");
   webhook::WebhookHandler handler(default_policy(), metrics);
   server::RequestHead ready;
   ready.method = "GET";

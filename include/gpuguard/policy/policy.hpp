@@ -1,13 +1,16 @@
 #pragma once
-// What the admission core enforces. Pure data plus its parser: reading the ConfigMap files from disk and
-// watching them is a transport concern (src/policy).
+// What gpuguard enforces, as the gpuguard-policy ConfigMap says: pure data plus its parser, shared by the
+// webhook's admission core, the backstop's tests and the scheduler extender (gpuResources). Reading the
+// ConfigMap from disk and watching it is policy_watcher's.
+#include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
-namespace gpuguard::admission {
+namespace gpuguard::policy {
 
 enum class Mode {
   enforce,  // patch
@@ -53,4 +56,7 @@ struct PolicyParse {
 // Values are trimmed; lists are comma- or newline-separated. Missing keys keep their defaults.
 PolicyParse parse_policy(const std::map<std::string, std::string>& files);
 
-}  // namespace gpuguard::admission
+// The policy in force now; each request takes one and keeps it for its whole answer.
+using PolicyProvider = std::function<std::shared_ptr<const Policy>()>;
+
+}  // namespace gpuguard::policy

@@ -1,8 +1,8 @@
 #include <catch2/catch.hpp>
 
-#include "gpuguard/admission/policy.hpp"
+#include "gpuguard/policy/policy.hpp"
 
-using namespace gpuguard::admission;
+using namespace gpuguard::policy;
 
 namespace {
 PolicyParse parse(std::map<std::string, std::string> files) { return parse_policy(files); }

@@ -1,11 +1,11 @@
-#include "gpuguard/admission/quantity.hpp"
+#include "gpuguard/k8s/quantity.hpp"
 
 #include <algorithm>
 #include <array>
 #include <string>
 #include <utility>
 
-namespace gpuguard::admission {
+namespace gpuguard::k8s {
 namespace {
 
 bool is_digit(char c) { return c >= '0' && c <= '9'; }
@@ -126,4 +126,4 @@ bool is_zero_quantity(std::string_view q) {
   return parts && is_zero_mantissa(parts->mantissa);
 }
 
-}  // namespace gpuguard::admission
+}  // namespace gpuguard::k8s

@@ -1,9 +1,9 @@
-#include "gpuguard/admission/policy.hpp"
+#include "gpuguard/policy/policy.hpp"
 
 #include <algorithm>
 #include <stdexcept>
 
-namespace gpuguard::admission {
+namespace gpuguard::policy {
 namespace {
 
 struct InvalidValue : std::runtime_error {
@@ -188,4 +188,4 @@ PolicyParse parse_policy(const std::map<std::string, std::string>& files) {
   return result;
 }
 
-}  // namespace gpuguard::admission
+}  // namespace gpuguard::policy

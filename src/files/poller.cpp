@@ -1,9 +1,6 @@
-#include "gpuguard/watch/poller.hpp"
+#include "gpuguard/files/poller.hpp"
 
-#include <fstream>
-#include <sstream>
-
-namespace gpuguard::watch {
+namespace gpuguard::files {
 
 Poller::Poller(std::chrono::milliseconds interval, std::function<void()> check)
     : thread_([this, interval, check = std::move(check)](std::stop_token stop) {
@@ -21,13 +18,4 @@ Poller::~Poller() {
   thread_.join();
 }
 
-std::optional<std::string> read_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return std::nullopt;
-  std::ostringstream content;
-  content << in.rdbuf();
-  if (in.bad()) return std::nullopt;
-  return std::move(content).str();
-}
-
-}  // namespace gpuguard::watch
+}  // namespace gpuguard::files

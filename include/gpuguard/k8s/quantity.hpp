@@ -1,9 +1,11 @@
 #pragma once
+// Kubernetes resource quantities (resource.Quantity's text form), as the webhook, the scheduler extender
+// and the device plugin read them.
 #include <cstdint>
 #include <optional>
 #include <string_view>
 
-namespace gpuguard::admission {
+namespace gpuguard::k8s {
 
 // True only for a well-formed Kubernetes quantity whose value is zero ("0", "0.0", "0m", "0Ki", "+0e3").
 // Anything malformed is reported as non-zero: the apiserver rejects such a pod after admission, and
@@ -16,4 +18,4 @@ bool is_zero_quantity(std::string_view quantity);
 // negative quantity.
 std::optional<std::int64_t> quantity_count(std::string_view quantity);
 
-}  // namespace gpuguard::admission
+}  // namespace gpuguard::k8s

@@ -2,10 +2,12 @@
 
 #include "admission/decide.hpp"
 #include "gpuguard/admission/base64.hpp"
-#include "gpuguard/admission/policy.hpp"
-#include "gpuguard/admission/quantity.hpp"
+#include "gpuguard/policy/policy.hpp"
+#include "gpuguard/k8s/quantity.hpp"
 
 using namespace gpuguard::admission;
+using namespace gpuguard::policy;
+using gpuguard::k8s::is_zero_quantity;
 
 TEST_CASE("quantities: zero only when well-formed and zero") {
   struct Row {

@@ -4,14 +4,11 @@
 // subPath mount, or an editor writing in place; a check costs a few small reads.
 #include <chrono>
 #include <condition_variable>
-#include <filesystem>
 #include <functional>
 #include <mutex>
-#include <optional>
-#include <string>
 #include <thread>
 
-namespace gpuguard::watch {
+namespace gpuguard::files {
 
 class Poller {
  public:
@@ -27,7 +24,4 @@ class Poller {
   std::jthread thread_;
 };
 
-// The whole file, following symlinks; nullopt when it cannot be read (missing, or swapped away mid-read).
-std::optional<std::string> read_file(const std::filesystem::path& path);
-
-}  // namespace gpuguard::watch
+}  // namespace gpuguard::files

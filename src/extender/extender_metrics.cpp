@@ -1,0 +1,59 @@
+#include "gpuguard/extender/extender_metrics.hpp"
+
+#include "gpuguard/metrics/text.hpp"
+
+namespace gpuguard::extender {
+namespace {
+
+constexpr std::array<std::string_view, 2> kVerbs = {"filter", "prioritize"};
+constexpr std::array<std::string_view, 3> kResults = {"ok", "invalid", "not_synced"};
+constexpr std::array<std::string_view, 2> kResources = {"nodes", "pods"};
+
+std::array<std::string_view, 5> outcomes() {
+  std::array<std::string_view, 5> names{};
+  for (std::size_t i = 0; i < names.size(); ++i) names[i] = kube::kReflectorOutcomes[i];
+  return names;
+}
+
+}  // namespace
+
+ExtenderMetrics::ExtenderMetrics(std::string version, bool serves_tls)
+    : version_(std::move(version)),
+      serves_tls_(serves_tls),
+      requests_("verb", kVerbs, "result", kResults),
+      informer_("resource", kResources, "outcome", outcomes()) {}
+
+void ExtenderMetrics::count_request(Verb verb, CallResult result, double seconds) {
+  requests_.add(static_cast<std::size_t>(verb), static_cast<std::size_t>(result));
+  durations_[static_cast<std::size_t>(verb)].observe(seconds);
+}
+
+void ExtenderMetrics::count_informer(std::string_view resource, kube::ReflectorOutcome outcome) {
+  for (std::size_t i = 0; i < kResources.size(); ++i) {
+    if (resource == kResources[i]) informer_.add(i, static_cast<std::size_t>(outcome));
+  }
+}
+
+std::string ExtenderMetrics::render(const CacheStats& cache) const {
+  std::string out;
+  metrics::header(out, "gpuguard_extender_requests_total", "counter", "Scheduler extender calls answered, by verb and result.");
+  requests_.render(out, "gpuguard_extender_requests_total");
+  metrics::header(out, "gpuguard_extender_request_duration_seconds", "histogram", "Time to decode, decide and encode one call.");
+  for (std::size_t i = 0; i < kVerbs.size(); ++i) {
+    durations_[i].render(out, "gpuguard_extender_request_duration_seconds", "verb=\"" + std::string(kVerbs[i]) + "\",");
+  }
+  metrics::header(out, "gpuguard_kube_informer_outcomes_total", "counter",
+                  "Lists and watch ends against the Kubernetes API, by resource and outcome.");
+  informer_.render(out, "gpuguard_kube_informer_outcomes_total");
+  metrics::header(out, "gpuguard_extender_synced", "gauge", "1 once pods and nodes have been listed.");
+  out.append("gpuguard_extender_synced ").append(cache.synced ? "1" : "0").append("\n");
+  metrics::header(out, "gpuguard_extender_cached_objects", "gauge",
+                  "Objects in the cache: nodes, and bound unfinished pods holding extended resources.");
+  out.append("gpuguard_extender_cached_objects{resource=\"nodes\"} ").append(std::to_string(cache.nodes)).append("\n");
+  out.append("gpuguard_extender_cached_objects{resource=\"pods\"} ").append(std::to_string(cache.pods)).append("\n");
+  render_reloads(out, serves_tls_);
+  metrics::render_build_info(out, version_);
+  return out;
+}
+
+}  // namespace gpuguard::extender

@@ -1,0 +1,309 @@
+// The transport half of list-and-watch, and the second translation unit that instantiates Beast (its
+// HTTP client side), after src/server.
+#include "api_client.hpp"
+
+
+#include <openssl/ssl.h>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl/context.hpp>
+#include <boost/asio/ssl/host_name_verification.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http/buffer_body.hpp>
+#include <boost/beast/http/empty_body.hpp>
+#include <boost/beast/http/read.hpp>
+#include <boost/beast/http/string_body.hpp>
+#include <boost/beast/http/write.hpp>
+#include <boost/beast/ssl/ssl_stream.hpp>
+
+#include <cstdlib>
+#include <optional>
+#include <stdexcept>
+
+#include <nlohmann/json.hpp>
+
+#include "gpuguard/kube/json_object_splitter.hpp"
+#include "gpuguard/log/log.hpp"
+#include "gpuguard/files/read_file.hpp"
+
+namespace gpuguard::kube {
+namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace ssl = asio::ssl;
+using tcp = asio::ip::tcp;
+using nlohmann::json;
+using Stream = beast::ssl_stream<beast::tcp_stream>;
+
+
+constexpr auto nothrow = asio::as_tuple(asio::use_awaitable);
+// A page of 500 pods is a few MB; an apiserver that ignores `limit` may send the whole collection.
+constexpr std::uint64_t kListBodyLimit = 1ULL << 30;
+
+std::string percent_encode(std::string_view text) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : text) {
+    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
+      out.push_back(static_cast<char>(c));
+    } else {
+      out.push_back('%');
+      out.push_back(kHex[c >> 4]);
+      out.push_back(kHex[c & 15]);
+    }
+  }
+  return out;
+}
+
+bool is_ip_address(const std::string& host) {
+  boost::system::error_code ec;
+  asio::ip::make_address(host, ec);
+  return !ec;
+}
+
+// The message of a Kubernetes Status body, or the start of whatever else came back.
+std::string status_message(const std::string& body) {
+  const json status = json::parse(body, nullptr, false);
+  if (status.is_object() && status.contains("message") && status["message"].is_string()) {
+    return status["message"].get<std::string>();
+  }
+  return body.substr(0, 200);
+}
+
+std::string resource_version_of(const json& object) {
+  const auto metadata = object.find("metadata");
+  if (metadata == object.end() || !metadata->is_object()) return {};
+  const auto version = metadata->find("resourceVersion");
+  return version != metadata->end() && version->is_string() ? version->get<std::string>() : std::string{};
+}
+
+}  // namespace
+
+// The stream's TLS context lives as long as the stream.
+struct Connection {
+  Connection(asio::io_context& ioc, ssl::context c) : context(std::move(c)), stream(ioc, context) {}
+  ssl::context context;
+  Stream stream;
+};
+
+ApiClient::ApiClient(asio::io_context& ioc, ApiServer server, const InformerOptions& options)
+    : ioc_(ioc), server_(std::move(server)), options_(options) {}
+
+std::optional<std::string> ApiClient::bearer_token(std::string& error) const {
+  if (server_.token_file.empty()) return std::string{};
+  auto token = files::read_file(server_.token_file);
+  if (!token) {
+    error = "cannot read token file " + server_.token_file.string();
+    return std::nullopt;
+  }
+  while (!token->empty() && std::isspace(static_cast<unsigned char>(token->back()))) token->pop_back();
+  return token;
+}
+
+std::string ApiClient::target(const WatchedResource& resource, std::string query) const {
+  if (!resource.field_selector.empty()) query += "&fieldSelector=" + percent_encode(resource.field_selector);
+  return server_.path_prefix + resource.path + "?" + query;
+}
+
+asio::awaitable<std::unique_ptr<Connection>> ApiClient::connect(std::string& error) {
+  // A fresh context per connection, so that a rotated CA file is picked up.
+  ssl::context context(ssl::context::tls_client);
+  SSL_CTX_set_min_proto_version(context.native_handle(), TLS1_2_VERSION);
+  context.set_verify_mode(ssl::verify_peer);
+  boost::system::error_code ec;
+  if (server_.ca_file.empty()) {
+    context.set_default_verify_paths(ec);
+  } else if (auto ca = files::read_file(server_.ca_file)) {
+    context.add_certificate_authority(asio::buffer(*ca), ec);
+  } else {
+    error = "cannot read CA file " + server_.ca_file.string();
+    co_return nullptr;
+  }
+  if (ec) {
+    error = "cannot use CA file " + server_.ca_file.string() + ": " + ec.message();
+    co_return nullptr;
+  }
+
+  tcp::resolver resolver(ioc_);
+  auto [resolve_error, endpoints] = co_await resolver.async_resolve(server_.host, server_.port, nothrow);
+  if (resolve_error) {
+    error = "cannot resolve " + server_.host + ": " + resolve_error.message();
+    co_return nullptr;
+  }
+  auto connection = std::make_unique<Connection>(ioc_, std::move(context));
+  Stream& stream = connection->stream;
+  if (!is_ip_address(server_.host)) SSL_set_tlsext_host_name(stream.native_handle(), server_.host.c_str());
+  stream.set_verify_callback(ssl::host_name_verification(server_.host));
+  auto& transport = beast::get_lowest_layer(stream);
+  transport.expires_after(options_.connect_timeout);
+  if (auto [e, endpoint] = co_await transport.async_connect(endpoints, nothrow); e) {
+    error = "cannot connect to " + server_.url() + ": " + e.message();
+    co_return nullptr;
+  }
+  if (auto [e] = co_await stream.async_handshake(ssl::stream_base::client, nothrow); e) {
+    error = "TLS handshake with " + server_.url() + " failed: " + e.message();
+    co_return nullptr;
+  }
+  co_return connection;
+}
+
+template <typename Stream>
+asio::awaitable<bool> ApiClient::send_get(Stream& stream, const std::string& target, std::string& error) {
+  const auto token = bearer_token(error);
+  if (!token) co_return false;
+  http::request<http::empty_body> request{http::verb::get, target, 11};
+  request.set(http::field::host, bracketed(server_.host) + ":" + server_.port);
+  request.set(http::field::accept, "application/json");
+  request.set(http::field::user_agent, options_.user_agent);
+  if (!token->empty()) request.set(http::field::authorization, "Bearer " + *token);
+  if (auto [e, n] = co_await http::async_write(stream, request, nothrow); e) {
+    error = "sending the request failed: " + e.message();
+    co_return false;
+  }
+  co_return true;
+}
+
+// Every page of the collection; returns its resourceVersion, or nullopt after logging why it failed.
+asio::awaitable<std::optional<std::string>> ApiClient::list(WatchedResource& resource) {
+  std::string error;
+  auto connection = co_await connect(error);
+  std::vector<json> items;
+  std::string continue_token, version;
+  while (connection) {
+    Stream& stream = connection->stream;
+    std::string query = "limit=" + std::to_string(options_.page_size);
+    if (!continue_token.empty()) query += "&continue=" + percent_encode(continue_token);
+    beast::get_lowest_layer(stream).expires_after(options_.list_page_timeout);
+    if (!co_await send_get(stream, target(resource, query), error)) break;
+    beast::flat_buffer buffer;
+    http::response_parser<http::string_body> parser;
+    parser.body_limit(kListBodyLimit);
+    if (auto [e, n] = co_await http::async_read(stream, buffer, parser, nothrow); e) {
+      error = "reading the list failed: " + e.message();
+      break;
+    }
+    auto& response = parser.get();
+    if (response.result_int() == 410 && !continue_token.empty()) {
+      // The continue token expired between pages: start over.
+      items.clear();
+      continue_token.clear();
+      continue;
+    }
+    if (response.result_int() != 200) {
+      error = "HTTP " + std::to_string(response.result_int()) + ": " + status_message(response.body());
+      break;
+    }
+    json page = json::parse(response.body(), nullptr, false);
+    if (!page.is_object() || !page.contains("items") || !(page["items"].is_array() || page["items"].is_null())) {
+      error = "the list response is not a Kubernetes list";
+      break;
+    }
+    if (page["items"].is_array()) {
+      for (json& item : page["items"]) items.push_back(resource.trim ? resource.trim(item) : std::move(item));
+    }
+    version = resource_version_of(page);
+    const json& metadata = page["metadata"];
+    continue_token = metadata.is_object() && metadata.contains("continue") && metadata["continue"].is_string()
+                         ? metadata["continue"].get<std::string>()
+                         : std::string{};
+    if (!continue_token.empty()) {
+      if (!response.keep_alive()) connection = co_await connect(error);
+      continue;
+    }
+    resource.replace(items);
+    log::info("listed", {{"resource", resource.name}, {"items", items.size()}, {"resource_version", version}});
+    co_return version;
+  }
+  log::warn("list failed", {{"resource", resource.name}, {"apiserver", server_.url()}, {"reason", error}});
+  co_return std::nullopt;
+}
+
+asio::awaitable<WatchEnd> ApiClient::watch(WatchedResource& resource, std::string& version,
+                                            std::chrono::milliseconds timeout) {
+  std::string error;
+  auto connection = co_await connect(error);
+  const auto seconds = std::max<long long>(1, std::chrono::duration_cast<std::chrono::seconds>(timeout).count());
+  const std::string query = "watch=1&allowWatchBookmarks=true&resourceVersion=" + percent_encode(version) +
+                            "&timeoutSeconds=" + std::to_string(seconds);
+  // One deadline for the whole watch: the apiserver ends it after `seconds`, a silent peer is dropped.
+  if (connection) beast::get_lowest_layer(connection->stream).expires_after(std::chrono::seconds(seconds + 30));
+  if (!connection || !co_await send_get(connection->stream, target(resource, query), error)) {
+    log::warn("watch failed", {{"resource", resource.name}, {"apiserver", server_.url()}, {"reason", error}});
+    co_return WatchEnd::failed;
+  }
+  Stream& stream = connection->stream;
+  beast::flat_buffer buffer;
+  http::response_parser<http::buffer_body> parser;
+  parser.body_limit(boost::none);  // a stream, not a document
+  if (auto [e, n] = co_await http::async_read_header(stream, buffer, parser, nothrow); e) {
+    log::warn("watch failed", {{"resource", resource.name}, {"reason", "reading the response: " + e.message()}});
+    co_return WatchEnd::failed;
+  }
+  const unsigned status = parser.get().result_int();
+  if (status == 410) co_return WatchEnd::gone;
+
+  JsonObjectSplitter splitter;
+  std::string body;  // of an error response only
+  std::optional<WatchEnd> end;
+  auto on_event = [&](std::string_view text) {
+    if (end) return;
+    const json event = json::parse(text, nullptr, false);
+    const auto type = event.is_object() && event.contains("type") && event["type"].is_string()
+                          ? event["type"].get<std::string>() : std::string{};
+    const auto object = event.is_object() ? event.find("object") : event.end();
+    if (type.empty() || object == event.end() || !object->is_object()) {
+      error = "malformed watch event";
+      end = WatchEnd::failed;
+    } else if (type == "ERROR") {
+      const auto code = object->find("code");
+      if (code != object->end() && code->is_number_integer() && code->get<int>() == 410) {
+        end = WatchEnd::gone;
+      } else {
+        error = "watch error event: " + status_message(object->dump());
+        end = WatchEnd::failed;
+      }
+    } else if (type == "ADDED" || type == "MODIFIED" || type == "DELETED") {
+      resource.apply(type, *object);
+      if (auto v = resource_version_of(*object); !v.empty()) version = std::move(v);
+    } else if (type == "BOOKMARK") {
+      if (auto v = resource_version_of(*object); !v.empty()) version = std::move(v);
+    }
+  };
+  char chunk[64 * 1024];
+  while (!parser.is_done() && !end) {
+    parser.get().body().data = chunk;
+    parser.get().body().size = sizeof chunk;
+    // read_some: hand over each event as it arrives instead of waiting for the buffer to fill.
+    auto [e, n] = co_await http::async_read_some(stream, buffer, parser, nothrow);
+    if (e && e != http::error::need_buffer) {
+      error = "the watch stream broke: " + e.message();
+      end = WatchEnd::failed;
+      break;
+    }
+    const std::string_view received(chunk, sizeof chunk - parser.get().body().size);
+    if (status != 200) {
+      if (body.size() < 4096) body.append(received);
+    } else if (!splitter.feed(received, on_event)) {
+      error = "the watch stream is not a sequence of JSON objects";
+      end = WatchEnd::failed;
+    }
+  }
+  if (status != 200) {
+    error = "HTTP " + std::to_string(status) + ": " + status_message(body);
+    end = WatchEnd::failed;
+  }
+  if (end == WatchEnd::failed) {
+    log::warn("watch failed", {{"resource", resource.name}, {"apiserver", server_.url()}, {"reason", error}});
+  }
+  beast::get_lowest_layer(stream).expires_after(std::chrono::seconds(2));
+  co_await stream.async_shutdown(nothrow);
+  co_return end.value_or(WatchEnd::closed);
+}
+
+}  // namespace gpuguard::kube

@@ -1,0 +1,44 @@
+#pragma once
+// The transport half of list-and-watch, as client-go's ListerWatcher over its REST client: a paged list
+// and a watch stream against one apiserver, over HTTPS with the bearer token. It keeps no state between
+// calls and decides nothing about retries: kube::Reflector does.
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/io_context.hpp>
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "gpuguard/kube/api_server.hpp"
+#include "gpuguard/kube/informer.hpp"
+#include "gpuguard/kube/reflector.hpp"
+
+namespace gpuguard::kube {
+
+struct Connection;
+
+class ApiClient {
+ public:
+  ApiClient(boost::asio::io_context& ioc, ApiServer server, const InformerOptions& options);
+
+  // Every page of the collection, each item trimmed as its page arrives, then the whole collection to
+  // `resource.replace`. Returns the list's resourceVersion, or nullopt after logging why it failed.
+  boost::asio::awaitable<std::optional<std::string>> list(WatchedResource& resource);
+  // Events to `resource.apply` until the stream ends; `version` follows every event and bookmark.
+  // `timeout` is what the apiserver is asked to end the watch after.
+  boost::asio::awaitable<WatchEnd> watch(WatchedResource& resource, std::string& version, std::chrono::milliseconds timeout);
+
+ private:
+  boost::asio::awaitable<std::unique_ptr<Connection>> connect(std::string& error);
+  template <typename Stream>
+  boost::asio::awaitable<bool> send_get(Stream& stream, const std::string& target, std::string& error);
+  std::optional<std::string> bearer_token(std::string& error) const;
+  std::string target(const WatchedResource& resource, std::string query) const;
+
+  boost::asio::io_context& ioc_;
+  ApiServer server_;
+  const InformerOptions& options_;
+};
+
+}  // namespace gpuguard::kube

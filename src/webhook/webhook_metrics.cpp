@@ -1,0 +1,51 @@
+#include "gpuguard/webhook/webhook_metrics.hpp"
+
+#include "gpuguard/admission/review.hpp"
+#include "gpuguard/metrics/text.hpp"
+
+namespace gpuguard::webhook {
+namespace {
+
+constexpr std::array<std::string_view, 5> kOperations = {"CREATE", "UPDATE", "DELETE", "CONNECT", "unknown"};
+constexpr std::array<std::string_view, 4> kResults = {"allowed", "patched", "denied", "invalid"};
+
+std::size_t operation_index(std::string_view operation) {
+  for (std::size_t i = 0; i + 1 < kOperations.size(); ++i) {
+    if (operation == kOperations[i]) return i;
+  }
+  return kOperations.size() - 1;
+}
+
+}  // namespace
+
+WebhookMetrics::WebhookMetrics(std::string version)
+    : version_(std::move(version)), requests_("operation", kOperations, "result", kResults) {}
+
+void WebhookMetrics::count_admission(std::string_view operation, AdmissionResult result, double seconds) {
+  requests_.add(operation_index(operation), static_cast<std::size_t>(result));
+  durations_.observe(seconds);
+}
+
+void WebhookMetrics::count_mutations(const std::array<std::size_t, 4>& by_reason) {
+  for (std::size_t i = 0; i < by_reason.size(); ++i) {
+    if (by_reason[i] != 0) mutations_[i].fetch_add(by_reason[i], std::memory_order_relaxed);
+  }
+}
+
+std::string WebhookMetrics::render() const {
+  std::string out;
+  metrics::header(out, "gpuguard_admission_requests_total", "counter", "Admission reviews answered, by operation and result.");
+  requests_.render(out, "gpuguard_admission_requests_total");
+  metrics::header(out, "gpuguard_admission_duration_seconds", "histogram", "Time to decode, decide and encode one review.");
+  durations_.render(out, "gpuguard_admission_duration_seconds", "");
+  metrics::header(out, "gpuguard_containers_mutated_total", "counter", "Containers patched, by reason.");
+  for (std::size_t i = 0; i < mutations_.size(); ++i) {
+    out.append("gpuguard_containers_mutated_total{reason=\"").append(admission::kMutationReasons[i]).append("\"} ")
+        .append(std::to_string(mutations_[i].load(std::memory_order_relaxed))).append("\n");
+  }
+  render_reloads(out, true);
+  metrics::render_build_info(out, version_);
+  return out;
+}
+
+}  // namespace gpuguard::webhook
