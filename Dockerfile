@@ -4,7 +4,7 @@
 # so an image only exists for a tree that passes `make test`.
 FROM debian:bookworm AS build
 WORKDIR /src
-COPY scripts/install-deps.sh scripts/install-deps.sh
+COPY scripts/install-deps.sh scripts/go-toolchain.sh scripts/
 RUN ./scripts/install-deps.sh && rm -rf /var/lib/apt/lists/*
 COPY . .
 RUN make test JOBS=2 \

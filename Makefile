@@ -8,7 +8,7 @@ LISTEN ?= 127.0.0.1:8443
 CERT_DIR := certs/dev
 SAMPLE := tests/fixtures/admission/mixed/review.json
 
-SANITIZE_DIR ?= build-sanitize
+SANITIZE_DIR := build-sanitize
 FUZZ_SECONDS ?= 60
 
 # The end-to-end harness and the real Kubernetes components, built from e2e/go.mod by scripts/go.
@@ -18,13 +18,17 @@ GO := $(CURDIR)/scripts/go
 K8S_COMPONENTS := k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
   k8s.io/kubernetes/cmd/kube-scheduler sigs.k8s.io/kustomize/kustomize/v5 ./cmd/etcd
 
-.PHONY: deps build run test test-sanitize e2e e2e-build fuzz bench certs clean
+# Warnings are errors in CI builds (CI=true), and wherever WERROR=ON is asked for.
+WERROR ?= $(if $(filter true,$(CI)),ON,OFF)
+CXX_SOURCES = $(shell git ls-files '*.cpp' '*.hpp')
+
+.PHONY: deps build run test test-sanitize e2e e2e-build fuzz bench certs clean format lint
 
 deps:
 	./scripts/install-deps.sh
 
 build: deps
-	cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE)
+	cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DGPUGUARD_WERROR=$(WERROR)
 	cmake --build $(BUILD_DIR) -j$(JOBS)
 
 # A filter that selects nothing fails (--no-tests=error); under CI=true a skipped test fails the run too.
@@ -35,11 +39,20 @@ test: build
 
 # The whole suite again, every binary built with AddressSanitizer and UndefinedBehaviorSanitizer.
 test-sanitize: deps
-	# -O1 -g1: line tables for the reports at a fraction of the compile time of full debug info.
-	cmake -S . -B $(SANITIZE_DIR) -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g1" -DGPUGUARD_SANITIZE=ON
-	cmake --build $(SANITIZE_DIR) -j$(JOBS)
+	cmake --preset sanitize -DGPUGUARD_WERROR=$(WERROR)
+	cmake --build --preset sanitize -j$(JOBS)
 	cd $(SANITIZE_DIR) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
-	  ctest --output-on-failure -j$(JOBS)
+	  ctest --output-on-failure --no-tests=error -j$(JOBS)
+
+# .clang-format over every C++ file.
+format: deps
+	clang-format -i $(CXX_SOURCES)
+
+# Fails on any formatting difference or clang-tidy finding (.clang-tidy) in src/, tests/ and bench/.
+lint: build
+	clang-format --dry-run --Werror $(CXX_SOURCES)
+	run-clang-tidy -p $(BUILD_DIR) -j $(JOBS) -quiet '$(CURDIR)/(src|tests|bench)/' > $(BUILD_DIR)/clang-tidy.log 2>&1 || \
+	  { grep -E '(warning|error):' $(BUILD_DIR)/clang-tidy.log | sort -u; echo "make lint: clang-tidy findings"; exit 1; }
 
 # Micro-benchmarks, TLS load with wrk, large pods, RSS, start-up, Allocate: see docs/benchmarks.md.
 bench: build
@@ -75,4 +88,4 @@ run: build certs
 	  --tls-private-key-file $(CERT_DIR)/tls.key --listen-address $(LISTEN)
 
 clean:
-	rm -rf $(BUILD_DIR) $(SANITIZE_DIR) build-fuzz
+	rm -rf $(BUILD_DIR) $(SANITIZE_DIR) build-fuzz build-debug

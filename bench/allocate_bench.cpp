@@ -20,7 +20,8 @@ namespace fs = std::filesystem;
 namespace {
 
 struct Plugin {
-  fs::path root = fs::temp_directory_path() / ("gpuguard-allocate-bench-" + std::to_string(::getpid()));
+  fs::path root =
+      fs::temp_directory_path() / (std::string("gpuguard-allocate-bench-").append(std::to_string(::getpid())));
   pid_t pid = -1;
   std::unique_ptr<v1beta1::DevicePlugin::Stub> stub;
 
@@ -28,22 +29,31 @@ struct Plugin {
     fs::remove_all(root);
     fs::create_directories(root / "plugins");
     for (int i = 0; i < 8; ++i) {
-      const std::string pci = "0000:" + std::to_string(10 + i) + ":00.0";
+      const std::string pci = std::string("0000:").append(std::to_string(10 + i)) + ":00.0";
       fs::create_directories(root / "proc/driver/nvidia/gpus" / pci);
       std::ofstream(root / "proc/driver/nvidia/gpus" / pci / "information")
           << "Model: NVIDIA H100\nGPU UUID: GPU-" << i << "\nDevice Minor: " << i << "\n";
       fs::create_directories(root / "dev");
-      std::ofstream(root / "dev" / ("nvidia" + std::to_string(i)));
+      std::ofstream(root / "dev" / (std::string("nvidia").append(std::to_string(i))));
     }
-    std::vector<std::string> args = {GPUGUARD_DEVICE_PLUGIN_BIN, "--device-plugin-dir", (root / "plugins").string(),
-                                     "--host-root", root.string(), "--discovery", "procfs", "--log-level", "error"};
+    std::vector<std::string> args = {GPUGUARD_DEVICE_PLUGIN_BIN,
+                                     "--device-plugin-dir",
+                                     (root / "plugins").string(),
+                                     "--host-root",
+                                     root.string(),
+                                     "--discovery",
+                                     "procfs",
+                                     "--log-level",
+                                     "error"};
     std::vector<char*> argv;
+    argv.reserve(args.size() + 1);
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
     posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ);
     const fs::path socket = root / "plugins/gpuguard-nvidia-com-gpu.sock";
     for (int i = 0; i < 100 && !fs::exists(socket); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    stub = v1beta1::DevicePlugin::NewStub(grpc::CreateChannel("unix://" + socket.string(), grpc::InsecureChannelCredentials()));
+    stub = v1beta1::DevicePlugin::NewStub(
+        grpc::CreateChannel("unix://" + socket.string(), grpc::InsecureChannelCredentials()));
   }
   ~Plugin() {
     kill(pid, SIGTERM);
@@ -56,7 +66,7 @@ void allocate(benchmark::State& state) {
   static Plugin plugin;
   v1beta1::AllocateRequest request;
   auto* container = request.add_container_requests();
-  for (int i = 0; i < state.range(0); ++i) container->add_devices_ids("GPU-" + std::to_string(i));
+  for (int i = 0; i < state.range(0); ++i) container->add_devices_ids(std::string("GPU-").append(std::to_string(i)));
   for (auto _ : state) {
     grpc::ClientContext context;
     v1beta1::AllocateResponse response;

@@ -14,19 +14,26 @@ using nlohmann::json;
 
 json gpu_pod(const std::string& name, const std::string& node, int gpus) {
   return {{"metadata", {{"name", name}, {"namespace", "ml"}, {"uid", "uid-" + name}}},
-          {"spec", {{"nodeName", node},
-                    {"containers", {{{"name", "train"}, {"image", "nvcr.io/nvidia/pytorch:24.05-py3"},
-                                     {"resources", {{"limits", {{"nvidia.com/gpu", std::to_string(gpus)}, {"cpu", "8"}}},
-                                                    {"requests", {{"nvidia.com/gpu", std::to_string(gpus)}, {"cpu", "8"}}}}}}}}}},
+          {"spec",
+           {{"nodeName", node},
+            {"containers",
+             {{{"name", "train"},
+               {"image", "nvcr.io/nvidia/pytorch:24.05-py3"},
+               {"resources",
+                {{"limits", {{"nvidia.com/gpu", std::to_string(gpus)}, {"cpu", "8"}}},
+                 {"requests", {{"nvidia.com/gpu", std::to_string(gpus)}, {"cpu", "8"}}}}}}}}}},
           {"status", {{"phase", "Running"}}}};
 }
 
 json gpu_node(const std::string& name) {
   json labels = json::object();
-  for (int i = 0; i < 40; ++i) labels["example.com/label-" + std::to_string(i)] = "value-" + std::to_string(i);
+  for (int i = 0; i < 40; ++i)
+    labels[std::string("example.com/label-").append(std::to_string(i))] =
+        std::string("value-").append(std::to_string(i));
   return {{"metadata", {{"name", name}, {"labels", labels}}},
-          {"status", {{"allocatable", {{"cpu", "96"}, {"memory", "1Ti"}, {"nvidia.com/gpu", "8"}}},
-                      {"capacity", {{"cpu", "96"}, {"memory", "1Ti"}, {"nvidia.com/gpu", "8"}}}}}};
+          {"status",
+           {{"allocatable", {{"cpu", "96"}, {"memory", "1Ti"}, {"nvidia.com/gpu", "8"}}},
+            {"capacity", {{"cpu", "96"}, {"memory", "1Ti"}, {"nvidia.com/gpu", "8"}}}}}};
 }
 
 struct Cluster {
@@ -43,9 +50,9 @@ const Cluster& cluster(std::int64_t nodes) {
   std::vector<json> node_objects, pods;
   json names = json::array(), items = json::array();
   for (std::int64_t i = 0; i < nodes; ++i) {
-    const std::string name = "gpu-node-" + std::to_string(i);
+    const std::string name = std::string("gpu-node-").append(std::to_string(i));
     node_objects.push_back(gpu_node(name));
-    pods.push_back(gpu_pod("pod-" + std::to_string(i), name, 1 << (i % 3)));
+    pods.push_back(gpu_pod(std::string("pod-").append(std::to_string(i)), name, 1 << (i % 3)));
     names.push_back(name);
     if (i < 100) items.push_back(node_objects.back());
   }

@@ -11,16 +11,21 @@ namespace gpuguard::bench {
 inline nlohmann::ordered_json container(int index, bool gpu) {
   nlohmann::ordered_json env = nlohmann::ordered_json::array();
   for (int e = 0; e < 25; ++e) {
-    env.push_back({{"name", "APP_SETTING_" + std::to_string(e)}, {"value", "value-" + std::to_string(e * 7919)}});
+    env.push_back({{"name", std::string("APP_SETTING_").append(std::to_string(e))},
+                   {"value", std::string("value-").append(std::to_string(e * 7919))}});
   }
   nlohmann::ordered_json c = {
-      {"name", "container-" + std::to_string(index)},
-      {"image", "registry.example.com/team/service:1." + std::to_string(index)},
+      {"name", std::string("container-").append(std::to_string(index))},
+      {"image", std::string("registry.example.com/team/service:1.").append(std::to_string(index))},
       {"args", {"--port=8080", "--log-level=info"}},
       {"env", env},
       {"ports", {{{"name", "http"}, {"containerPort", 8080}, {"protocol", "TCP"}}}},
       {"resources", {{"requests", {{"cpu", "250m"}, {"memory", "256Mi"}}}, {"limits", {{"memory", "512Mi"}}}}},
-      {"volumeMounts", {{{"name", "data"}, {"mountPath", "/data"}}, {{"name", "kube-api-access"}, {"mountPath", "/var/run/secrets/kubernetes.io/serviceaccount"}, {"readOnly", true}}}},
+      {"volumeMounts",
+       {{{"name", "data"}, {"mountPath", "/data"}},
+        {{"name", "kube-api-access"},
+         {"mountPath", "/var/run/secrets/kubernetes.io/serviceaccount"},
+         {"readOnly", true}}}},
       {"readinessProbe", {{"httpGet", {{"path", "/healthz"}, {"port", 8080}}}, {"periodSeconds", 5}}},
       {"terminationMessagePath", "/dev/termination-log"},
       {"imagePullPolicy", "IfNotPresent"}};
@@ -34,7 +39,9 @@ inline std::string review_of_size(std::size_t bytes) {
       {"apiVersion", "v1"},
       {"kind", "Pod"},
       {"metadata", {{"name", "bench"}, {"namespace", "team-a"}, {"labels", {{"app", "bench"}}}}},
-      {"spec", {{"containers", nlohmann::ordered_json::array()}, {"volumes", {{{"name", "data"}, {"emptyDir", nlohmann::ordered_json::object()}}}}}}};
+      {"spec",
+       {{"containers", nlohmann::ordered_json::array()},
+        {"volumes", {{{"name", "data"}, {"emptyDir", nlohmann::ordered_json::object()}}}}}}};
   nlohmann::ordered_json review = {
       {"apiVersion", "admission.k8s.io/v1"},
       {"kind", "AdmissionReview"},

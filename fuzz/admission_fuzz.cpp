@@ -13,6 +13,7 @@
 
 using nlohmann::json;
 using namespace gpuguard::admission;
+using gpuguard::policy::Policy;
 
 namespace {
 

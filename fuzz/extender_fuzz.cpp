@@ -50,7 +50,8 @@ void check_verbs(const std::string& body) {
   const json scores = json::parse(prioritized.body, nullptr, false);
   if (!scores.is_array()) violated("prioritize result shape", prioritized.body);
   for (const json& entry : scores) {
-    if (!entry["Host"].is_string() || !entry["Score"].is_number_integer() || entry["Score"] < 0 || entry["Score"] > 10) {
+    if (!entry["Host"].is_string() || !entry["Score"].is_number_integer() || entry["Score"] < 0 ||
+        entry["Score"] > 10) {
       violated("score out of 0..10", entry.dump());
     }
   }
@@ -65,7 +66,8 @@ void check_cache(const std::string& body) {
   const auto pods = cluster().pod_count();
   cluster().apply_pod_event("ADDED", pod);
   cluster().apply_pod_event("DELETED", pod);
-  if (cluster().node("n1").allocated != before || cluster().pod_count() != pods) violated("add+delete changed the cache", body);
+  if (cluster().node("n1").allocated != before || cluster().pod_count() != pods)
+    violated("add+delete changed the cache", body);
   if (extender::pod_requests(extender::pod_essentials(pod)) != extender::pod_requests(pod)) {
     violated("trimming changed the requests", body);
   }
@@ -75,7 +77,8 @@ void check_splitter(const std::string& body) {
   kube::JsonObjectSplitter splitter;
   std::size_t emitted = 0;
   auto count = [&](std::string_view object) {
-    if (object.empty() || object.front() != '{' || object.back() != '}') violated("splitter emitted a non-object", std::string(object));
+    if (object.empty() || object.front() != '{' || object.back() != '}')
+      violated("splitter emitted a non-object", std::string(object));
     emitted += object.size();
   };
   const std::size_t half = body.size() / 2;

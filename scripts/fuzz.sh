@@ -8,7 +8,7 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 seconds="${1:-60}"
 out="$root/build-fuzz"
 
-CXX=clang++ cmake -S "$root/fuzz" -B "$out" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --preset fuzz -S "$root" >/dev/null
 cmake --build "$out" -j"${JOBS:-2}"
 
 # Seeds: every admission fixture and invalid body; for HTTP, the same bodies in requests of each kind.
@@ -48,7 +48,7 @@ PY
 status=0
 for target in admission http extender; do
   echo "fuzz: ${target}_fuzz for ${seconds}s"
-  "$out/${target}_fuzz" -max_total_time="$seconds" -max_len=131072 -timeout=10 -rss_limit_mb=2048 \
+  "$out/fuzz/${target}_fuzz" -max_total_time="$seconds" -max_len=131072 -timeout=10 -rss_limit_mb=2048 \
     -artifact_prefix="$out/findings/${target}-" -print_final_stats=1 "$out/corpus/$target" 2>"$out/$target.log" || status=1
   tail -n 12 "$out/$target.log"
 done

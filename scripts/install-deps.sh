@@ -18,6 +18,8 @@ packages=(
   catch2 python3 python3-yaml
   # fuzzing (clang's libFuzzer and sanitizer runtimes) and benchmarks (Google Benchmark, wrk)
   clang libclang-rt-14-dev libbenchmark-dev wrk
+  # make format and make lint (.clang-format, .clang-tidy)
+  clang-format clang-tidy
   # `make run` prints a curl line; the README walkthrough uses it
   curl
 )

@@ -31,7 +31,9 @@ std::string named(const Container& c) {
   return text;
 }
 
-std::string describe(const Container& c, std::string_view what) { return bounded_warning(named(c) + std::string(what)); }
+std::string describe(const Container& c, std::string_view what) {
+  return bounded_warning(named(c) + std::string(what));
+}
 
 bool asks_for_gpu(const Container& c, const Policy& policy) {
   return std::any_of(c.resources.begin(), c.resources.end(),
@@ -49,7 +51,8 @@ constexpr std::string_view kFractionContainerAnnotation = "gpu-fraction-containe
 const Container* annotated_gpu_container(const Pod& pod, const Policy& policy) {
   if (pod.scheduler.empty() || pod.scheduler == "default-scheduler") return nullptr;
   const auto annotation = [&](std::string_view key) {
-    return std::find_if(pod.annotations.begin(), pod.annotations.end(), [&](const Annotation& a) { return a.key == key; });
+    return std::find_if(pod.annotations.begin(), pod.annotations.end(),
+                        [&](const Annotation& a) { return a.key == key; });
   };
   const bool asks = std::any_of(policy.gpu_annotations.begin(), policy.gpu_annotations.end(),
                                 [&](const std::string& key) { return annotation(key) != pod.annotations.end(); });
@@ -58,14 +61,17 @@ const Container* annotated_gpu_container(const Pod& pod, const Policy& policy) {
   for (ContainerList list : {ContainerList::init, ContainerList::regular}) {
     for (const Container& c : pod.containers) {
       if (c.list != list) continue;
-      if (named != pod.annotations.end() ? c.name == named->value : list == ContainerList::regular && c.index == 0) return &c;
+      if (named != pod.annotations.end() ? c.name == named->value : list == ContainerList::regular && c.index == 0)
+        return &c;
     }
   }
   return nullptr;
 }
 
 // In a container the annotations mark, a valueFrom is how the scheduler delivers its GPU share: kept.
-bool delivered_by_scheduler(const VisibleDevicesEntry& entry, bool annotated) { return annotated && entry.has_value_from; }
+bool delivered_by_scheduler(const VisibleDevicesEntry& entry, bool annotated) {
+  return annotated && entry.has_value_from;
+}
 
 // An envFrom source whose prefix is a proper prefix of the name can define NVIDIA_VISIBLE_DEVICES
 // (a key equal to the rest of the name); "APP_" or the whole name cannot.
@@ -100,8 +106,8 @@ bool sets_visible_devices_itself(const Container& c, bool gpu, bool annotated, c
 // Removes the entries from `first` on that `keep` does not keep. Removals go from the highest index down
 // so that each path still names the entry it meant. Returns whether any was removed.
 template <typename Keep>
-bool remove_entries(const Container& c, std::vector<VisibleDevicesEntry>::const_iterator first,
-                    std::string_view why, Decision& decision, Keep keep) {
+bool remove_entries(const Container& c, std::vector<VisibleDevicesEntry>::const_iterator first, std::string_view why,
+                    Decision& decision, Keep keep) {
   bool removed = false;
   for (auto it = c.visible_devices.end(); it != first;) {
     --it;
@@ -113,8 +119,8 @@ bool remove_entries(const Container& c, std::vector<VisibleDevicesEntry>::const_
   return removed;
 }
 
-bool remove_entries(const Container& c, std::vector<VisibleDevicesEntry>::const_iterator first,
-                    std::string_view why, Decision& decision) {
+bool remove_entries(const Container& c, std::vector<VisibleDevicesEntry>::const_iterator first, std::string_view why,
+                    Decision& decision) {
   return remove_entries(c, first, why, decision, [](const VisibleDevicesEntry&) { return false; });
 }
 
@@ -135,8 +141,8 @@ std::optional<Mutation> hide_gpus(const Container& c, const Policy& policy, Deci
   const bool kept_is_exact = is_exact(c.visible_devices.front(), policy);
   if (!kept_is_exact) {
     decision.patch.push_back({Op::replace, env_entry_path(c, c.visible_devices.front().env_index), Value::env_entry});
-    decision.warnings.push_back(
-        describe(c, ": NVIDIA_VISIBLE_DEVICES set in the pod was replaced with \"" + policy.visible_devices_value + '"'));
+    decision.warnings.push_back(describe(
+        c, ": NVIDIA_VISIBLE_DEVICES set in the pod was replaced with \"" + policy.visible_devices_value + '"'));
   }
   remove_entries(c, c.visible_devices.begin() + 1, ": duplicate NVIDIA_VISIBLE_DEVICES entry removed", decision);
   if (!kept_is_exact) return Mutation::replaced;
@@ -147,7 +153,8 @@ std::optional<Mutation> hide_gpus(const Container& c, const Policy& policy, Deci
 // Audit mode: the patch is withheld and the warnings say what enforce would have done.
 // `facts` are warnings about the pod as it is (privileged containers, envFrom), true in any mode.
 void turn_into_audit(const Policy& policy, Decision& decision,
-                     const std::vector<std::pair<const Container*, Mutation>>& changed, std::vector<std::string> facts) {
+                     const std::vector<std::pair<const Container*, Mutation>>& changed,
+                     std::vector<std::string> facts) {
   std::vector<std::string> warnings;
   std::string would_patch;
   for (const auto& [container, mutation] : changed) {
@@ -211,15 +218,16 @@ Decision decide(const Review& review, const Policy& policy) {
       const auto delivered = [&](const VisibleDevicesEntry& entry) { return delivered_by_scheduler(entry, annotated); };
       if (policy.strip_user_value_from_gpu_containers &&
           remove_entries(c, c.visible_devices.begin(),
-                         ": NVIDIA_VISIBLE_DEVICES set in the pod was removed; the device plugin assigns GPUs", decision,
-                         delivered)) {
+                         ": NVIDIA_VISIBLE_DEVICES set in the pod was removed; the device plugin assigns GPUs",
+                         decision, delivered)) {
         mutation = Mutation::stripped;
       }
       // The container's own variables come after the device plugin's, so an envFrom that defines the
       // name overrides the allocation; an explicit entry that stays would override the envFrom.
-      const bool keeps_explicit_entry = std::any_of(c.visible_devices.begin(), c.visible_devices.end(), [&](const VisibleDevicesEntry& entry) {
-        return delivered(entry) || !policy.strip_user_value_from_gpu_containers;
-      });
+      const bool keeps_explicit_entry =
+          std::any_of(c.visible_devices.begin(), c.visible_devices.end(), [&](const VisibleDevicesEntry& entry) {
+            return delivered(entry) || !policy.strip_user_value_from_gpu_containers;
+          });
       if (const EnvFromSource* source = env_from_that_could_set_visible_devices(c); source && !keeps_explicit_entry) {
         const std::string what = std::string(source->kind) + " \"" + std::string(source->name) + "\"";
         if (policy.mode == Mode::strict) {
@@ -239,15 +247,17 @@ Decision decide(const Review& review, const Policy& policy) {
                           : describe(c, " is privileged and sees every GPU whatever NVIDIA_VISIBLE_DEVICES says"));
     } else if (c.privileged && policy.privileged == PrivilegedAction::deny) {
       deny(gpu ? named(c) + " is privileged, so it would see every GPU on the node, not only those it requested"
-               : named(c) + " is privileged without requesting a GPU, so it would see every GPU whatever "
-                            "NVIDIA_VISIBLE_DEVICES says");
+               : named(c) +
+                     " is privileged without requesting a GPU, so it would see every GPU whatever "
+                     "NVIDIA_VISIBLE_DEVICES says");
     }
     if (mutation) {
       decision.mutations.push_back(*mutation);
       changed.emplace_back(&c, *mutation);
     }
   }
-  if (!env_from_containers.empty()) decision.audit_annotations["env-from-may-set-visible-devices"] = env_from_containers;
+  if (!env_from_containers.empty())
+    decision.audit_annotations["env-from-may-set-visible-devices"] = env_from_containers;
 
   if (policy.mode == Mode::audit) {
     turn_into_audit(policy, decision, changed, std::move(facts));

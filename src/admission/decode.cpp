@@ -42,9 +42,7 @@ T need(Result&& result, Path path, std::string_view expected) {
   return out;
 }
 
-od::json_type type_of(od::value& value, Path path) {
-  return need<od::json_type>(value.type(), path, "a JSON value");
-}
+od::json_type type_of(od::value& value, Path path) { return need<od::json_type>(value.type(), path, "a JSON value"); }
 
 std::string_view string_field(od::value& value, Path path) {
   return need<std::string_view>(value.get_string(), path, "a string");
@@ -83,7 +81,9 @@ void for_each_element(od::value& value, Path path, OnElement&& on_element) {
   od::array array = need<od::array>(value.get_array(), path, "an array");
   std::size_t index = 0;
   for (auto element_result : array) {
-    od::value element = need<od::value>(std::move(element_result), path, "an array");
+    // simdjson's result type is trivially copyable, but its get() takes it only as an rvalue.
+    od::value element =
+        need<od::value>(std::move(element_result), path, "an array");  // NOLINT(performance-move-const-arg)
     on_element(index++, element);
   }
 }
@@ -124,14 +124,17 @@ void decode_env_from(std::size_t, od::value& entry, std::string_view list, Conta
     const bool config_map = key == "configMapRef";
     if (key == "prefix") {
       source.prefix = {};
-      if (!is_null(value, Path(list, ".envFrom[].prefix"))) source.prefix = string_field(value, Path(list, ".envFrom[].prefix"));
+      if (!is_null(value, Path(list, ".envFrom[].prefix")))
+        source.prefix = string_field(value, Path(list, ".envFrom[].prefix"));
     } else if (config_map || key == "secretRef") {
       if (is_null(value, Path(list, ".envFrom[].configMapRef|secretRef"))) return;
       source.kind = config_map ? "configMap" : "secret";
       source.name = {};
-      for_each_field(value, Path(list, ".envFrom[].configMapRef|secretRef"), [&](od::raw_json_string ref_key, od::value ref) {
-        if (ref_key == "name") source.name = string_field(ref, Path(list, ".envFrom[].configMapRef|secretRef.name"));
-      });
+      for_each_field(value, Path(list, ".envFrom[].configMapRef|secretRef"),
+                     [&](od::raw_json_string ref_key, od::value ref) {
+                       if (ref_key == "name")
+                         source.name = string_field(ref, Path(list, ".envFrom[].configMapRef|secretRef.name"));
+                     });
     }
   });
   if (!source.kind.empty()) container.env_from.push_back(source);
@@ -147,7 +150,8 @@ void decode_resources(od::value& resources, std::string_view list, Container& co
     std::erase_if(container.resources, [&](const ResourceAmount& r) { return r.limit == limits; });
     if (is_null(amounts, amounts_path)) return;
     for_each_entry(amounts, amounts_path, [&](std::string_view resource, od::value quantity) {
-      std::erase_if(container.resources, [&](const ResourceAmount& r) { return r.limit == limits && r.name == resource; });
+      std::erase_if(container.resources,
+                    [&](const ResourceAmount& r) { return r.limit == limits && r.name == resource; });
       container.resources.push_back({resource, quantity_is_nonzero(quantity, amounts_path), limits});
     });
   });
@@ -174,9 +178,8 @@ Container decode_container(ContainerList list, std::size_t index, od::value& val
     } else if (key == "envFrom") {
       container.env_from.clear();
       if (is_null(field, Path(p, ".envFrom"))) return;
-      for_each_element(field, Path(p, ".envFrom"), [&](std::size_t i, od::value& entry) {
-        decode_env_from(i, entry, p, container);
-      });
+      for_each_element(field, Path(p, ".envFrom"),
+                       [&](std::size_t i, od::value& entry) { decode_env_from(i, entry, p, container); });
     } else if (key == "resources") {
       decode_resources(field, p, container);
     } else if (key == "securityContext") {

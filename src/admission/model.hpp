@@ -64,7 +64,7 @@ struct Container {
   std::size_t env_size = 0;
   std::vector<VisibleDevicesEntry> visible_devices;  // every env entry named NVIDIA_VISIBLE_DEVICES
   std::vector<EnvFromSource> env_from;
-  std::vector<ResourceAmount> resources;             // limits and requests together
+  std::vector<ResourceAmount> resources;  // limits and requests together
 };
 
 struct Annotation {
@@ -89,7 +89,7 @@ struct Review {
   std::string kind;
   std::string sub_resource;
   std::string namespace_;  // request.namespace: set on CREATE even when the Pod's metadata has none
-  bool has_pod = false;  // `object` was decoded as a Pod (only for the reviews we may mutate)
+  bool has_pod = false;    // `object` was decoded as a Pod (only for the reviews we may mutate)
   Pod pod;
   std::vector<std::string_view> old_ephemeral_names;  // UPDATE pods/ephemeralcontainers: already running
 };

@@ -11,7 +11,7 @@ namespace {
 
 // A simdjson parser keeps buffers sized for the largest document it has seen. Each thread keeps one
 // for the usual few-KiB reviews; rare large ones get a parser of their own so memory does not stay high.
-constexpr std::size_t kReusableParserLimit = 256 * 1024;
+constexpr std::size_t kReusableParserLimit = std::size_t{256} * 1024;
 
 simdjson::ondemand::parser& reusable_parser() {
   thread_local simdjson::ondemand::parser parser;

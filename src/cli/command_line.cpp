@@ -10,10 +10,8 @@ namespace po = boost::program_options;
 
 Parsed parse_command_line(const std::string& program, const std::string& version, po::options_description& description,
                           int argc, char** argv) {
-  description.add_options()
-      ("log-level", po::value<std::string>()->default_value("info"), "debug, info, warn or error")
-      ("help,h", "print this help and exit")
-      ("version", "print the version and exit");
+  description.add_options()("log-level", po::value<std::string>()->default_value("info"), "debug, info, warn or error")(
+      "help,h", "print this help and exit")("version", "print the version and exit");
   po::variables_map flags;
   try {
     po::store(po::parse_command_line(argc, argv, description), flags);

@@ -15,13 +15,14 @@ std::chrono::milliseconds seconds_flag(const po::variables_map& flags, const cha
 }  // namespace
 
 void add_server_flags(po::options_description& description) {
-  description.add_options()
-      ("tls-cert-file", po::value<std::string>(), "PEM certificate chain served to clients (ECDSA or RSA), re-read on change")
-      ("tls-private-key-file", po::value<std::string>(), "PEM private key of that certificate")
-      ("listen-address", po::value<std::string>()->default_value("0.0.0.0:8443"), "IP:port to serve HTTPS on")
-      ("threads", po::value<unsigned>()->default_value(0), "server threads; 0 = one per CPU core")
-      ("shutdown-delay", po::value<double>()->default_value(5), "seconds to keep serving after SIGTERM, with /readyz failing")
-      ("shutdown-timeout", po::value<double>()->default_value(25), "seconds after SIGTERM by which the process exits");
+  description.add_options()("tls-cert-file", po::value<std::string>(),
+                            "PEM certificate chain served to clients (ECDSA or RSA), re-read on change")(
+      "tls-private-key-file", po::value<std::string>(), "PEM private key of that certificate")(
+      "listen-address", po::value<std::string>()->default_value("0.0.0.0:8443"), "IP:port to serve HTTPS on")(
+      "threads", po::value<unsigned>()->default_value(0), "server threads; 0 = one per CPU core")(
+      "shutdown-delay", po::value<double>()->default_value(5),
+      "seconds to keep serving after SIGTERM, with /readyz failing")(
+      "shutdown-timeout", po::value<double>()->default_value(25), "seconds after SIGTERM by which the process exits");
 }
 
 bool has_tls_flags(const po::variables_map& flags) {

@@ -18,7 +18,8 @@ std::string_view trim(std::string_view s) {
 }
 
 std::optional<unsigned> to_unsigned(std::string_view text) {
-  if (text.empty() || text.size() > 9 || !std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+  if (text.empty() || text.size() > 9 ||
+      !std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; })) {
     return std::nullopt;
   }
   return static_cast<unsigned>(std::stoul(std::string(text)));
@@ -105,8 +106,10 @@ std::optional<std::string> toolkit_hardening_warning(const fs::path& host_root) 
   const fs::path config = host_path(host_root, "/etc/nvidia-container-runtime/config.toml");
   const auto text = files::read_file(config);
   if (!text) {
-    return "no " + config.string() + ": the NVIDIA toolkit's default trusts NVIDIA_VISIBLE_DEVICES from any "
-           "container; set " + std::string(kKey) + " = false there";
+    return "no " + config.string() +
+           ": the NVIDIA toolkit's default trusts NVIDIA_VISIBLE_DEVICES from any "
+           "container; set " +
+           std::string(kKey) + " = false there";
   }
   std::string_view rest = *text;
   std::optional<std::string> value;
@@ -121,7 +124,8 @@ std::optional<std::string> toolkit_hardening_warning(const fs::path& host_root) 
     value = std::string(line.substr(0, line.find_first_of(" \t#")));
   }
   if (value == "false") return std::nullopt;
-  return config.string() + ": " + std::string(kKey) + " is " + (value ? *value : std::string("not set (default true)")) +
+  return config.string() + ": " + std::string(kKey) + " is " +
+         (value ? *value : std::string("not set (default true)")) +
          ", so any unprivileged container can ask the runtime for every GPU through NVIDIA_VISIBLE_DEVICES; "
          "set it to false";
 }
@@ -133,8 +137,8 @@ std::vector<Gpu> discover_nvml(Nvml& nvml, const fs::path& host_root) {
     Gpu gpu;
     gpu.uuid = device.uuid;
     gpu.minor = device.minor;
-    const auto known = std::find_if(from_procfs.begin(), from_procfs.end(),
-                                    [&](const Gpu& g) { return g.minor == device.minor; });
+    const auto known =
+        std::find_if(from_procfs.begin(), from_procfs.end(), [&](const Gpu& g) { return g.minor == device.minor; });
     if (known != from_procfs.end()) {
       gpu.pci_address = known->pci_address;
       gpu.model = known->model;

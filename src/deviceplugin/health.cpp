@@ -11,16 +11,21 @@ namespace {
 namespace fs = std::filesystem;
 
 void report(const std::string& id, bool healthy, const std::string& why) {
-  if (healthy) log::info("device healthy again", {{"device", id}, {"reason", why}});
-  else log::warn("device unhealthy", {{"device", id}, {"reason", why}});
+  if (healthy)
+    log::info("device healthy again", {{"device", id}, {"reason", why}});
+  else
+    log::warn("device unhealthy", {{"device", id}, {"reason", why}});
 }
 
 }  // namespace
 
-std::vector<PresenceCheck> presence_checks(const fs::path& host_root, GpuResource& resource, const std::vector<Gpu>& gpus) {
+std::vector<PresenceCheck> presence_checks(const fs::path& host_root, GpuResource& resource,
+                                           const std::vector<Gpu>& gpus) {
   std::vector<PresenceCheck> checks;
+  checks.reserve(gpus.size());
   for (const Gpu& gpu : gpus) {
-    checks.push_back({&resource.devices(), gpu.uuid,
+    checks.push_back({&resource.devices(),
+                      gpu.uuid,
                       {host_path(host_root, "/dev/nvidia" + std::to_string(gpu.minor)),
                        host_path(host_root, "/proc/driver/nvidia/gpus/" + gpu.pci_address + "/information")}});
   }
@@ -62,7 +67,7 @@ std::optional<std::set<unsigned long long>> parse_xid_list(std::string_view text
     unsigned long long xid = 0;
     const auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), xid);
     if (item.empty() || ec != std::errc{} || end != item.data() + item.size()) {
-      error = "\"" + std::string(item) + "\" is not an XID number";
+      error = std::string("\"").append(item).append("\" is not an XID number");
       return std::nullopt;
     }
     xids.insert(xid);
@@ -116,8 +121,9 @@ void NvmlHealth::probe() {
       const bool reset = answers && (evidence.lost || (evidence.action_pending && action == Action::none));
       if (!reset) continue;
       awaiting_reset_.erase(awaiting);
-      log::info("GPU reset seen", {{"device", device.id}, {"evidence", evidence.lost ? "NVML lost and found it again"
-                                                                                     : "recovery action back to none"}});
+      log::info("GPU reset seen",
+                {{"device", device.id},
+                 {"evidence", evidence.lost ? "NVML lost and found it again" : "recovery action back to none"}});
     }
     if (!answers) {
       if (devices_.set_health(device.id, false)) report(device.id, false, "NVML no longer answers for it");

@@ -15,7 +15,8 @@ std::optional<ino_t> socket_inode(const std::filesystem::path& path) {
 
 }  // namespace
 
-KubeletSession::KubeletSession(std::vector<std::unique_ptr<PluginServer>>& servers, std::filesystem::path kubelet_socket)
+KubeletSession::KubeletSession(std::vector<std::unique_ptr<PluginServer>>& servers,
+                               std::filesystem::path kubelet_socket)
     : servers_(servers), kubelet_socket_(std::move(kubelet_socket)) {}
 
 void KubeletSession::reconcile() {

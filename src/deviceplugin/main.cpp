@@ -14,9 +14,9 @@
 #include "gpuguard/deviceplugin/plugin_server.hpp"
 #include "gpuguard/deviceplugin/resource.hpp"
 #include "gpuguard/deviceplugin/status_handler.hpp"
+#include "gpuguard/files/poller.hpp"
 #include "gpuguard/log/log.hpp"
 #include "gpuguard/server/http_server.hpp"
-#include "gpuguard/files/poller.hpp"
 
 namespace po = boost::program_options;
 namespace fs = std::filesystem;
@@ -69,7 +69,8 @@ std::optional<Settings> settings_from(const po::variables_map& flags) {
       std::string error;
       auto device = parse_host_device(flag, error);
       if (!device) return fail(error);
-      if (!resource_names.insert(device->resource).second) return fail("resource " + device->resource + " is named twice");
+      if (!resource_names.insert(device->resource).second)
+        return fail("resource " + device->resource + " is named twice");
       s.host_devices.push_back(*device);
     }
   }
@@ -80,21 +81,28 @@ void serve(const Settings& s) {
   Discovery found = discover(s.discovery, s.host_root);
   std::string health = !s.health_checks ? "off" : found.nvml ? "nvml" : "presence";
   if (!found.nvml_unavailable.empty()) {
-    log::warn("NVML not available: GPUs discovered through procfs, and their health is the presence of their "
-              "device files only, without XID events",
-              {{"reason", found.nvml_unavailable}});
+    log::warn(
+        "NVML not available: GPUs discovered through procfs, and their health is the presence of their "
+        "device files only, without XID events",
+        {{"reason", found.nvml_unavailable}});
   }
   if (!s.health_checks) log::warn("health checks are off: every device stays Healthy");
 
   std::vector<std::unique_ptr<Resource>> resources;
   std::vector<PresenceCheck> checks;
   if (found.gpus.empty()) {
-    if (s.discovery != DiscoveryMode::none) log::warn("no NVIDIA GPU found; serving host devices only", {{"host_root", s.host_root.string()}});
+    if (s.discovery != DiscoveryMode::none)
+      log::warn("no NVIDIA GPU found; serving host devices only", {{"host_root", s.host_root.string()}});
   } else {
-    log::info("GPUs found", {{"count", found.gpus.size()}, {"discovery", found.source}, {"health", health},
+    log::info("GPUs found", {{"count", found.gpus.size()},
+                             {"discovery", found.source},
+                             {"health", health},
                              {"driver", driver_version(s.host_root)}});
     for (const Gpu& gpu : found.gpus) {
-      log::info("GPU", {{"uuid", gpu.uuid}, {"minor", gpu.minor}, {"pci", gpu.pci_address}, {"model", gpu.model},
+      log::info("GPU", {{"uuid", gpu.uuid},
+                        {"minor", gpu.minor},
+                        {"pci", gpu.pci_address},
+                        {"model", gpu.model},
                         {"numa_node", gpu.numa_node}});
     }
     GpuOptions options = s.gpu;
@@ -102,7 +110,8 @@ void serve(const Settings& s) {
     auto gpus = std::make_unique<GpuResource>(s.resource_name, found.gpus, options);
     if (!found.nvml && s.health_checks) checks = presence_checks(s.host_root, *gpus, found.gpus);
     resources.push_back(std::move(gpus));
-    if (const auto warning = toolkit_hardening_warning(s.host_root)) log::warn("node not hardened", {{"reason", *warning}});
+    if (const auto warning = toolkit_hardening_warning(s.host_root))
+      log::warn("node not hardened", {{"reason", *warning}});
   }
   for (const HostDevice& device : s.host_devices) {
     auto resource = std::make_unique<HostDeviceResource>(device);
@@ -114,22 +123,13 @@ void serve(const Settings& s) {
   }
   if (resources.empty()) log::warn("nothing to serve: no GPU and no --host-device; idling until stopped");
 
-  run_presence_checks(checks);
-  files::Poller presence(1s, [&checks] { run_presence_checks(checks); });
-  std::jthread nvml_health;
-  if (found.nvml && s.health_checks) {
-    nvml_health = std::jthread([&found, &resources, &s](std::stop_token stop) {
-      NvmlHealth health(*found.nvml, resources.front()->devices(), s.nvml_health);
-      while (!stop.stop_requested()) health.step(1s);
-    });
-  }
-
   std::vector<std::unique_ptr<PluginServer>> servers;
+  servers.reserve(resources.size());
   for (auto& resource : resources) servers.push_back(std::make_unique<PluginServer>(*resource, s.plugin_dir));
   KubeletSession kubelet(servers, s.plugin_dir / "kubelet.sock");
-  kubelet.reconcile();
-  files::Poller session(1s, [&kubelet] { kubelet.reconcile(); });
 
+  // The status server takes SIGTERM and SIGINT from its construction on: before anything is served, so a
+  // signal at any later moment still ends in the orderly stop below.
   StatusHandler handler({GPUGUARD_VERSION, found.source, health}, resources, kubelet);
   server::ServerOptions options;
   options.listen_address = s.metrics_address;
@@ -138,6 +138,18 @@ void serve(const Settings& s) {
   options.shutdown_timeout = 5s;
   server::HttpServer status(options, server::TlsProvider{}, handler);  // plain HTTP: probes and metrics
   log::info("serving probes and metrics", {{"address", status.bind()}});
+
+  run_presence_checks(checks);
+  files::Poller presence(1s, [&checks] { run_presence_checks(checks); });
+  std::jthread nvml_health;
+  if (found.nvml && s.health_checks) {
+    nvml_health = std::jthread([&found, &resources, &s](const std::stop_token& stop) {
+      NvmlHealth health(*found.nvml, resources.front()->devices(), s.nvml_health);
+      while (!stop.stop_requested()) health.step(1s);
+    });
+  }
+  kubelet.reconcile();
+  files::Poller session(1s, [&kubelet] { kubelet.reconcile(); });
   status.run();  // until SIGTERM or SIGINT
   kubelet.stop();
 }
@@ -148,26 +160,28 @@ int main(int argc, char** argv) {
   po::options_description description(
       "gpuguard-device-plugin: a kubelet device plugin (v1beta1) for NVIDIA GPUs by UUID and for host devices\n"
       "such as /dev/fuse.\n\nOptions");
-  description.add_options()
-      ("device-plugin-dir", po::value<std::string>()->default_value("/var/lib/kubelet/device-plugins/"),
-       "the kubelet's device plugin directory (kubelet.sock and the plugins' sockets)")
-      ("host-root", po::value<std::string>()->default_value("/"), "where the host's /proc, /dev, /sys and /etc are")
-      ("discovery", po::value<std::string>()->default_value("auto"),
-       "auto (NVML when it loads, else procfs), nvml, procfs, or none (serve host devices only)")
-      ("resource-name", po::value<std::string>()->default_value("nvidia.com/gpu"), "the GPU resource name")
-      ("device-list-strategy", po::value<std::string>()->default_value("envvar"), "envvar, volume-mounts or cdi")
-      ("pass-device-specs", po::bool_switch(), "also pass /dev/nvidiaN and the control nodes as DeviceSpecs")
-      ("host-device", po::value<std::vector<std::string>>()->composing(),
-       "RESOURCE=PATH[:SLOTS], repeatable, e.g. github.com/fuse=/dev/fuse:16")
-      ("health-checks", po::value<bool>()->default_value(true),
-       "false: every device stays Healthy (NVIDIA's DP_DISABLE_HEALTHCHECKS=all)")
-      ("health-ignored-xids", po::value<std::string>()->default_value("13,31,43,45,68,109"),
-       "XIDs an application causes: logged, the GPU stays healthy")
-      ("health-reset-xids", po::value<std::string>()->default_value("48,62,64,74,79,94,95,110,119,120,136,140,143,155,156,158"),
-       "XIDs after which a GPU needs a reset: unhealthy until NVML shows it was reset")
-      ("metrics-address", po::value<std::string>()->default_value("0.0.0.0:8080"),
-       "IP:port for /healthz, /readyz (registered with the kubelet) and /metrics, over plain HTTP");
-  const cli::Parsed parsed = cli::parse_command_line("gpuguard-device-plugin", GPUGUARD_VERSION, description, argc, argv);
+  description.add_options()("device-plugin-dir",
+                            po::value<std::string>()->default_value("/var/lib/kubelet/device-plugins/"),
+                            "the kubelet's device plugin directory (kubelet.sock and the plugins' sockets)")(
+      "host-root", po::value<std::string>()->default_value("/"), "where the host's /proc, /dev, /sys and /etc are")(
+      "discovery", po::value<std::string>()->default_value("auto"),
+      "auto (NVML when it loads, else procfs), nvml, procfs, or none (serve host devices only)")(
+      "resource-name", po::value<std::string>()->default_value("nvidia.com/gpu"), "the GPU resource name")(
+      "device-list-strategy", po::value<std::string>()->default_value("envvar"), "envvar, volume-mounts or cdi")(
+      "pass-device-specs", po::bool_switch(), "also pass /dev/nvidiaN and the control nodes as DeviceSpecs")(
+      "host-device", po::value<std::vector<std::string>>()->composing(),
+      "RESOURCE=PATH[:SLOTS], repeatable, e.g. github.com/fuse=/dev/fuse:16")(
+      "health-checks", po::value<bool>()->default_value(true),
+      "false: every device stays Healthy (NVIDIA's DP_DISABLE_HEALTHCHECKS=all)")(
+      "health-ignored-xids", po::value<std::string>()->default_value("13,31,43,45,68,109"),
+      "XIDs an application causes: logged, the GPU stays healthy")(
+      "health-reset-xids",
+      po::value<std::string>()->default_value("48,62,64,74,79,94,95,110,119,120,136,140,143,155,156,158"),
+      "XIDs after which a GPU needs a reset: unhealthy until NVML shows it was reset")(
+      "metrics-address", po::value<std::string>()->default_value("0.0.0.0:8080"),
+      "IP:port for /healthz, /readyz (registered with the kubelet) and /metrics, over plain HTTP");
+  const cli::Parsed parsed =
+      cli::parse_command_line("gpuguard-device-plugin", GPUGUARD_VERSION, description, argc, argv);
   if (!parsed.flags) return parsed.exit_status;
   const auto settings = settings_from(*parsed.flags);
   if (!settings) return 2;

@@ -10,6 +10,7 @@
 namespace gpuguard::deviceplugin {
 namespace {
 
+// NOLINTBEGIN(readability-identifier-naming): NVML's own names, as nvml.h declares them.
 using nvmlReturn_t = int;
 using nvmlDevice_t = struct nvmlDevice_st*;
 using nvmlEventSet_t = struct nvmlEventSet_st*;
@@ -38,6 +39,8 @@ struct nvmlFieldValue_t {
     int siVal;
   } value;
 };
+
+// NOLINTEND(readability-identifier-naming)
 
 constexpr nvmlReturn_t kSuccess = 0;
 constexpr nvmlReturn_t kTimeout = 10;

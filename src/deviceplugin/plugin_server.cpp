@@ -75,8 +75,10 @@ class PluginServer::Service final : public v1beta1::DevicePlugin::Service {
   grpc::Status GetPreferredAllocation(grpc::ServerContext*, const v1beta1::PreferredAllocationRequest* request,
                                       v1beta1::PreferredAllocationResponse* response) override {
     for (const auto& container : request->container_requests()) {
-      const std::vector<std::string> available(container.available_deviceids().begin(), container.available_deviceids().end());
-      const std::vector<std::string> must(container.must_include_deviceids().begin(), container.must_include_deviceids().end());
+      const std::vector<std::string> available(container.available_deviceids().begin(),
+                                               container.available_deviceids().end());
+      const std::vector<std::string> must(container.must_include_deviceids().begin(),
+                                          container.must_include_deviceids().end());
       const auto size = static_cast<std::size_t>(std::max(0, container.allocation_size()));
       auto* preferred = response->add_container_responses();
       for (const std::string& id : resource_.preferred(available, must, size)) preferred->add_deviceids(id);
@@ -109,7 +111,7 @@ class PluginServer::Service final : public v1beta1::DevicePlugin::Service {
   std::atomic<bool> stopping_{false};
 };
 
-PluginServer::PluginServer(Resource& resource, std::filesystem::path plugin_dir)
+PluginServer::PluginServer(Resource& resource, const std::filesystem::path& plugin_dir)
     : resource_(resource), socket_path_(plugin_dir / socket_name(resource.name())) {}
 
 PluginServer::~PluginServer() { stop(); }

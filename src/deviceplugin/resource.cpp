@@ -85,8 +85,10 @@ std::vector<std::string> Resource::preferred(const std::vector<std::string>& ava
   bool must_numa_unknown = false;
   for (const std::string& id : must_include) {
     const auto device = devices_.find(id);
-    if (device && device->numa_node) must_nodes.insert(*device->numa_node);
-    else must_numa_unknown = true;
+    if (device && device->numa_node)
+      must_nodes.insert(*device->numa_node);
+    else
+      must_numa_unknown = true;
   }
   std::vector<Device> candidates;
   for (const std::string& id : available) {
@@ -108,7 +110,8 @@ std::vector<std::string> Resource::preferred(const std::vector<std::string>& ava
     nodes.emplace_back(*must_nodes.begin());
   } else if (must_include.empty()) {
     for (const Device& d : candidates) {
-      if (d.numa_node && std::find(nodes.begin(), nodes.end(), d.numa_node) == nodes.end()) nodes.push_back(d.numa_node);
+      if (d.numa_node && std::find(nodes.begin(), nodes.end(), d.numa_node) == nodes.end())
+        nodes.push_back(d.numa_node);
     }
   }
   std::vector<std::string> picked;
@@ -125,6 +128,7 @@ GpuResource::GpuResource(std::string name, const std::vector<Gpu>& gpus, GpuOpti
     : Resource(std::move(name),
                [&] {
                  std::vector<Device> devices;
+                 devices.reserve(gpus.size());
                  for (const Gpu& gpu : gpus) devices.push_back({gpu.uuid, true, gpu.numa_node, gpu.minor});
                  return devices;
                }()),
@@ -134,9 +138,7 @@ void GpuResource::fill(const std::vector<Device>& allocated, Allocation& allocat
   std::string uuids;
   for (const Device& d : allocated) uuids += (uuids.empty() ? "" : ",") + d.id;
   switch (options_.strategy) {
-    case Strategy::envvar:
-      allocation.envs[kVisibleDevices] = uuids;
-      break;
+    case Strategy::envvar: allocation.envs[kVisibleDevices] = uuids; break;
     case Strategy::volume_mounts:
       allocation.envs[kVisibleDevices] = kVolumeMountsRoot;
       for (const Device& d : allocated) {

@@ -15,11 +15,18 @@ server::Response StatusHandler::handle(const server::RequestHead& head, std::str
 
 std::string StatusHandler::render_metrics() const {
   std::string out;
-  metrics::header(out, "gpuguard_device_plugin_info", "gauge",
-                  "Where the GPUs were discovered (nvml, procfs, none) and where their health comes from (nvml, presence, off).");
-  out.append("gpuguard_device_plugin_info{version=\"").append(status_.version).append("\",discovery=\"")
-      .append(status_.discovery).append("\",health=\"").append(status_.health).append("\"} 1\n");
-  metrics::header(out, "gpuguard_device_plugin_devices", "gauge", "Devices served to the kubelet, by resource and health.");
+  metrics::header(
+      out, "gpuguard_device_plugin_info", "gauge",
+      "Where the GPUs were discovered (nvml, procfs, none) and where their health comes from (nvml, presence, off).");
+  out.append("gpuguard_device_plugin_info{version=\"")
+      .append(status_.version)
+      .append("\",discovery=\"")
+      .append(status_.discovery)
+      .append("\",health=\"")
+      .append(status_.health)
+      .append("\"} 1\n");
+  metrics::header(out, "gpuguard_device_plugin_devices", "gauge",
+                  "Devices served to the kubelet, by resource and health.");
   for (const auto& resource : resources_) {
     std::size_t healthy = 0, total = 0;
     for (const Device& device : resource->devices().snapshot()) {
@@ -27,8 +34,13 @@ std::string StatusHandler::render_metrics() const {
       healthy += device.healthy ? 1 : 0;
     }
     for (const auto& [health, count] : {std::pair{"healthy", healthy}, std::pair{"unhealthy", total - healthy}}) {
-      out.append("gpuguard_device_plugin_devices{resource=\"").append(resource->name()).append("\",health=\"")
-          .append(health).append("\"} ").append(std::to_string(count)).append("\n");
+      out.append("gpuguard_device_plugin_devices{resource=\"")
+          .append(resource->name())
+          .append("\",health=\"")
+          .append(health)
+          .append("\"} ")
+          .append(std::to_string(count))
+          .append("\n");
     }
   }
   metrics::header(out, "gpuguard_device_plugin_registered", "gauge",

@@ -62,8 +62,8 @@ void max_into(ResourceCounts& total, const ResourceCounts& other) {
 }
 
 const json& array_or_empty(const json* value) {
-  static const json empty = json::array();
-  return value != nullptr && value->is_array() ? *value : empty;
+  static const json kEmpty = json::array();
+  return value != nullptr && value->is_array() ? *value : kEmpty;
 }
 
 bool occupies_node(const json& pod) {
@@ -74,7 +74,8 @@ bool occupies_node(const json& pod) {
 std::string pod_key(const json& pod) {
   const std::string_view uid = string_at(pod, {"metadata", "uid"});
   if (!uid.empty()) return std::string(uid);
-  return std::string(string_at(pod, {"metadata", "namespace"})) + "/" + std::string(string_at(pod, {"metadata", "name"}));
+  return std::string(string_at(pod, {"metadata", "namespace"})) + "/" +
+         std::string(string_at(pod, {"metadata", "name"}));
 }
 
 }  // namespace
@@ -83,7 +84,8 @@ ResourceCounts pod_requests(const json& pod) {
   const json* spec = member(pod, "spec");
   if (spec == nullptr) return {};
   ResourceCounts total;
-  for (const json& container : array_or_empty(member(*spec, "containers"))) add_to(total, container_requests(container));
+  for (const json& container : array_or_empty(member(*spec, "containers")))
+    add_to(total, container_requests(container));
   // The same walk as the scheduler's resource helper: sidecars (restartPolicy Always) run alongside
   // everything after them, a plain init container runs alone beside the sidecars started before it.
   ResourceCounts sidecars, init_peak;

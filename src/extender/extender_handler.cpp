@@ -7,7 +7,7 @@
 
 namespace gpuguard::extender {
 
-ExtenderHandler::ExtenderHandler(std::string url_prefix, const ClusterState& state, std::function<bool()> synced,
+ExtenderHandler::ExtenderHandler(const std::string& url_prefix, const ClusterState& state, std::function<bool()> synced,
                                  policy::PolicyProvider policy, ExtenderMetrics& metrics)
     : filter_path_(url_prefix + "/filter"),
       prioritize_path_(url_prefix + "/prioritize"),
@@ -36,7 +36,9 @@ server::Response ExtenderHandler::handle(const server::RequestHead& head, std::s
   VerbResult result = is_filter ? filter(body, state_, *policy, synced) : prioritize(body, state_, *policy, synced);
   const std::chrono::duration<double> took = std::chrono::steady_clock::now() - started;
   metrics_.count_request(is_filter ? Verb::filter : Verb::prioritize,
-                         result.status != 200 ? CallResult::invalid : synced ? CallResult::ok : CallResult::not_synced,
+                         result.status != 200 ? CallResult::invalid
+                         : synced             ? CallResult::ok
+                                              : CallResult::not_synced,
                          took.count());
   if (result.status != 200) {
     log::info("extender request rejected", {{"verb", verb}, {"status", result.status}, {"reason", result.body}});

@@ -36,9 +36,11 @@ void ExtenderMetrics::count_informer(std::string_view resource, kube::ReflectorO
 
 std::string ExtenderMetrics::render(const CacheStats& cache) const {
   std::string out;
-  metrics::header(out, "gpuguard_extender_requests_total", "counter", "Scheduler extender calls answered, by verb and result.");
+  metrics::header(out, "gpuguard_extender_requests_total", "counter",
+                  "Scheduler extender calls answered, by verb and result.");
   requests_.render(out, "gpuguard_extender_requests_total");
-  metrics::header(out, "gpuguard_extender_request_duration_seconds", "histogram", "Time to decode, decide and encode one call.");
+  metrics::header(out, "gpuguard_extender_request_duration_seconds", "histogram",
+                  "Time to decode, decide and encode one call.");
   for (std::size_t i = 0; i < kVerbs.size(); ++i) {
     durations_[i].render(out, "gpuguard_extender_request_duration_seconds", "verb=\"" + std::string(kVerbs[i]) + "\",");
   }

@@ -43,8 +43,9 @@ std::optional<std::string> url_prefix(const po::variables_map& flags) {
 }
 
 kube::ApiServer api_server(const po::variables_map& flags) {
-  kube::ApiServer server = flags.count("apiserver-url") ? kube::ApiServer::from_url(flags["apiserver-url"].as<std::string>())
-                                                        : kube::ApiServer::in_cluster();
+  kube::ApiServer server = flags.count("apiserver-url")
+                               ? kube::ApiServer::from_url(flags["apiserver-url"].as<std::string>())
+                               : kube::ApiServer::in_cluster();
   if (auto token = cli::path_flag(flags, "token-file")) server.token_file = *token;
   if (auto ca = cli::path_flag(flags, "ca-file")) server.ca_file = *ca;
   return server;
@@ -53,7 +54,8 @@ kube::ApiServer api_server(const po::variables_map& flags) {
 int serve(const po::variables_map& flags) {
   const bool insecure = flags.count("insecure-listen-address") > 0;
   if (insecure == cli::has_tls_flags(flags)) {
-    std::cerr << kProgram << ": give either --insecure-listen-address or both --tls-cert-file and "
+    std::cerr << kProgram
+              << ": give either --insecure-listen-address or both --tls-cert-file and "
                  "--tls-private-key-file (see --help)\n";
     return 2;
   }
@@ -97,10 +99,11 @@ int serve(const po::variables_map& flags) {
          {"nodes", "/api/v1/nodes", "", extender::node_essentials,
           [&state](const std::vector<nlohmann::json>& items) { state.replace_nodes(items); },
           [&state](std::string_view type, const nlohmann::json& node) { state.apply_node_event(type, node); }}},
-        informer_options,
-        [&metrics](std::string_view resource, kube::ReflectorOutcome outcome) { metrics.count_informer(resource, outcome); });
-    extender::ExtenderHandler handler(*prefix, state, [&informers] { return informers.synced(); },
-                                      [&policy] { return policy.current(); }, metrics);
+        informer_options, [&metrics](std::string_view resource, kube::ReflectorOutcome outcome) {
+          metrics.count_informer(resource, outcome);
+        });
+    extender::ExtenderHandler handler(
+        *prefix, state, [&informers] { return informers.synced(); }, [&policy] { return policy.current(); }, metrics);
     options->on_shutdown = [&handler] { handler.set_shutting_down(); };
     server::HttpServer server(*options, tls, handler);
     const std::string address = server.bind();
@@ -122,14 +125,19 @@ int serve(const po::variables_map& flags) {
 int main(int argc, char** argv) {
   po::options_description description(kUsage);
   cli::add_server_flags(description);
-  description.add_options()
-      ("insecure-listen-address", po::value<std::string>(),
-       "IP:port to serve plain HTTP on instead of HTTPS; only for a kube-scheduler on the same host (127.0.0.1)")
-      ("url-prefix", po::value<std::string>()->default_value("/scheduler"), "the extender's urlPrefix path: <prefix>/filter, <prefix>/prioritize")
-      ("apiserver-url", po::value<std::string>(), "https://host:port of the Kubernetes API; default: in-cluster service")
-      ("token-file", po::value<std::string>(), "bearer token file, re-read for every request (default in a pod: the service account's)")
-      ("ca-file", po::value<std::string>(), "CA bundle that signs the apiserver's certificate (default in a pod: the service account's; else the system's)")
-      ("policy-dir", po::value<std::string>(), "mounted gpuguard-policy ConfigMap: its gpuResources say which resources are GPUs; re-read on change");
+  description.add_options()(
+      "insecure-listen-address", po::value<std::string>(),
+      "IP:port to serve plain HTTP on instead of HTTPS; only for a kube-scheduler on the same host (127.0.0.1)")(
+      "url-prefix", po::value<std::string>()->default_value("/scheduler"),
+      "the extender's urlPrefix path: <prefix>/filter, <prefix>/prioritize")(
+      "apiserver-url", po::value<std::string>(),
+      "https://host:port of the Kubernetes API; default: in-cluster service")(
+      "token-file", po::value<std::string>(),
+      "bearer token file, re-read for every request (default in a pod: the service account's)")(
+      "ca-file", po::value<std::string>(),
+      "CA bundle that signs the apiserver's certificate (default in a pod: the service account's; else the system's)")(
+      "policy-dir", po::value<std::string>(),
+      "mounted gpuguard-policy ConfigMap: its gpuResources say which resources are GPUs; re-read on change");
   const cli::Parsed parsed = cli::parse_command_line(kProgram, GPUGUARD_VERSION, description, argc, argv);
   if (!parsed.flags) return parsed.exit_status;
   return serve(*parsed.flags);

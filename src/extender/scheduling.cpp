@@ -130,8 +130,11 @@ int bin_packing_score(const ResourceCounts& gpus, const NodeState& node) {
 VerbResult filter(std::string_view body, const ClusterState& state, const policy::Policy& policy, bool synced) {
   Args args;
   if (auto error = parse_args(body, policy, args)) return bad_request(std::move(*error));
-  json result = {{"Nodes", nullptr}, {"NodeNames", nullptr}, {"FailedNodes", json::object()},
-                 {"FailedAndUnresolvableNodes", json::object()}, {"Error", ""}};
+  json result = {{"Nodes", nullptr},
+                 {"NodeNames", nullptr},
+                 {"FailedNodes", json::object()},
+                 {"FailedAndUnresolvableNodes", json::object()},
+                 {"Error", ""}};
   if (!synced && !args.gpus.empty()) {
     result["Error"] = "gpuguard-scheduler-extender has not listed pods and nodes from the Kubernetes API yet";
     return {200, result.dump(-1, ' ', false, json::error_handler_t::replace)};
@@ -154,8 +157,7 @@ VerbResult filter(std::string_view body, const ClusterState& state, const policy
   return {200, result.dump(-1, ' ', false, json::error_handler_t::replace)};
 }
 
-VerbResult prioritize(std::string_view body, const ClusterState& state, const policy::Policy& policy,
-                      bool synced) {
+VerbResult prioritize(std::string_view body, const ClusterState& state, const policy::Policy& policy, bool synced) {
   Args args;
   if (auto error = parse_args(body, policy, args)) return bad_request(std::move(*error));
   // Written directly: a DOM of one small object per node cost more than the scoring.

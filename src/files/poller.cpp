@@ -3,7 +3,7 @@
 namespace gpuguard::files {
 
 Poller::Poller(std::chrono::milliseconds interval, std::function<void()> check)
-    : thread_([this, interval, check = std::move(check)](std::stop_token stop) {
+    : thread_([this, interval, check = std::move(check)](const std::stop_token& stop) {
         std::unique_lock lock(mutex_);
         while (!wake_.wait_for(lock, stop, interval, [] { return false; })) {
           if (stop.stop_requested()) return;

@@ -2,7 +2,6 @@
 // HTTP client side), after src/server.
 #include "api_client.hpp"
 
-
 #include <openssl/ssl.h>
 
 #include <boost/asio/as_tuple.hpp>
@@ -26,9 +25,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "gpuguard/files/read_file.hpp"
 #include "gpuguard/kube/json_object_splitter.hpp"
 #include "gpuguard/log/log.hpp"
-#include "gpuguard/files/read_file.hpp"
 
 namespace gpuguard::kube {
 namespace {
@@ -41,8 +40,7 @@ using tcp = asio::ip::tcp;
 using nlohmann::json;
 using Stream = beast::ssl_stream<beast::tcp_stream>;
 
-
-constexpr auto nothrow = asio::as_tuple(asio::use_awaitable);
+constexpr auto kNoThrow = asio::as_tuple(asio::use_awaitable);
 // A page of 500 pods is a few MB; an apiserver that ignores `limit` may send the whole collection.
 constexpr std::uint64_t kListBodyLimit = 1ULL << 30;
 
@@ -131,7 +129,7 @@ asio::awaitable<std::unique_ptr<Connection>> ApiClient::connect(std::string& err
   }
 
   tcp::resolver resolver(ioc_);
-  auto [resolve_error, endpoints] = co_await resolver.async_resolve(server_.host, server_.port, nothrow);
+  auto [resolve_error, endpoints] = co_await resolver.async_resolve(server_.host, server_.port, kNoThrow);
   if (resolve_error) {
     error = "cannot resolve " + server_.host + ": " + resolve_error.message();
     co_return nullptr;
@@ -142,11 +140,11 @@ asio::awaitable<std::unique_ptr<Connection>> ApiClient::connect(std::string& err
   stream.set_verify_callback(ssl::host_name_verification(server_.host));
   auto& transport = beast::get_lowest_layer(stream);
   transport.expires_after(options_.connect_timeout);
-  if (auto [e, endpoint] = co_await transport.async_connect(endpoints, nothrow); e) {
+  if (auto [e, endpoint] = co_await transport.async_connect(endpoints, kNoThrow); e) {
     error = "cannot connect to " + server_.url() + ": " + e.message();
     co_return nullptr;
   }
-  if (auto [e] = co_await stream.async_handshake(ssl::stream_base::client, nothrow); e) {
+  if (auto [e] = co_await stream.async_handshake(ssl::stream_base::client, kNoThrow); e) {
     error = "TLS handshake with " + server_.url() + " failed: " + e.message();
     co_return nullptr;
   }
@@ -162,7 +160,7 @@ asio::awaitable<bool> ApiClient::send_get(Stream& stream, const std::string& tar
   request.set(http::field::accept, "application/json");
   request.set(http::field::user_agent, options_.user_agent);
   if (!token->empty()) request.set(http::field::authorization, "Bearer " + *token);
-  if (auto [e, n] = co_await http::async_write(stream, request, nothrow); e) {
+  if (auto [e, n] = co_await http::async_write(stream, request, kNoThrow); e) {
     error = "sending the request failed: " + e.message();
     co_return false;
   }
@@ -184,7 +182,7 @@ asio::awaitable<std::optional<std::string>> ApiClient::list(WatchedResource& res
     beast::flat_buffer buffer;
     http::response_parser<http::string_body> parser;
     parser.body_limit(kListBodyLimit);
-    if (auto [e, n] = co_await http::async_read(stream, buffer, parser, nothrow); e) {
+    if (auto [e, n] = co_await http::async_read(stream, buffer, parser, kNoThrow); e) {
       error = "reading the list failed: " + e.message();
       break;
     }
@@ -225,7 +223,7 @@ asio::awaitable<std::optional<std::string>> ApiClient::list(WatchedResource& res
 }
 
 asio::awaitable<WatchEnd> ApiClient::watch(WatchedResource& resource, std::string& version,
-                                            std::chrono::milliseconds timeout) {
+                                           std::chrono::milliseconds timeout) {
   std::string error;
   auto connection = co_await connect(error);
   const auto seconds = std::max<long long>(1, std::chrono::duration_cast<std::chrono::seconds>(timeout).count());
@@ -241,7 +239,7 @@ asio::awaitable<WatchEnd> ApiClient::watch(WatchedResource& resource, std::strin
   beast::flat_buffer buffer;
   http::response_parser<http::buffer_body> parser;
   parser.body_limit(boost::none);  // a stream, not a document
-  if (auto [e, n] = co_await http::async_read_header(stream, buffer, parser, nothrow); e) {
+  if (auto [e, n] = co_await http::async_read_header(stream, buffer, parser, kNoThrow); e) {
     log::warn("watch failed", {{"resource", resource.name}, {"reason", "reading the response: " + e.message()}});
     co_return WatchEnd::failed;
   }
@@ -255,7 +253,8 @@ asio::awaitable<WatchEnd> ApiClient::watch(WatchedResource& resource, std::strin
     if (end) return;
     const json event = json::parse(text, nullptr, false);
     const auto type = event.is_object() && event.contains("type") && event["type"].is_string()
-                          ? event["type"].get<std::string>() : std::string{};
+                          ? event["type"].get<std::string>()
+                          : std::string{};
     const auto object = event.is_object() ? event.find("object") : event.end();
     if (type.empty() || object == event.end() || !object->is_object()) {
       error = "malformed watch event";
@@ -280,7 +279,7 @@ asio::awaitable<WatchEnd> ApiClient::watch(WatchedResource& resource, std::strin
     parser.get().body().data = chunk;
     parser.get().body().size = sizeof chunk;
     // read_some: hand over each event as it arrives instead of waiting for the buffer to fill.
-    auto [e, n] = co_await http::async_read_some(stream, buffer, parser, nothrow);
+    auto [e, n] = co_await http::async_read_some(stream, buffer, parser, kNoThrow);
     if (e && e != http::error::need_buffer) {
       error = "the watch stream broke: " + e.message();
       end = WatchEnd::failed;
@@ -302,7 +301,7 @@ asio::awaitable<WatchEnd> ApiClient::watch(WatchedResource& resource, std::strin
     log::warn("watch failed", {{"resource", resource.name}, {"apiserver", server_.url()}, {"reason", error}});
   }
   beast::get_lowest_layer(stream).expires_after(std::chrono::seconds(2));
-  co_await stream.async_shutdown(nothrow);
+  co_await stream.async_shutdown(kNoThrow);
   co_return end.value_or(WatchEnd::closed);
 }
 

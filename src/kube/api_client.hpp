@@ -27,7 +27,8 @@ class ApiClient {
   boost::asio::awaitable<std::optional<std::string>> list(WatchedResource& resource);
   // Events to `resource.apply` until the stream ends; `version` follows every event and bookmark.
   // `timeout` is what the apiserver is asked to end the watch after.
-  boost::asio::awaitable<WatchEnd> watch(WatchedResource& resource, std::string& version, std::chrono::milliseconds timeout);
+  boost::asio::awaitable<WatchEnd> watch(WatchedResource& resource, std::string& version,
+                                         std::chrono::milliseconds timeout);
 
  private:
   boost::asio::awaitable<std::unique_ptr<Connection>> connect(std::string& error);

@@ -5,13 +5,12 @@
 
 namespace gpuguard::kube {
 
-std::string bracketed(const std::string& host) {
-  return host.find(':') != std::string::npos ? "[" + host + "]" : host;
-}
+std::string bracketed(const std::string& host) { return host.find(':') != std::string::npos ? "[" + host + "]" : host; }
 
 ApiServer ApiServer::from_url(std::string_view url) {
   constexpr std::string_view kScheme = "https://";
-  if (!url.starts_with(kScheme)) throw std::invalid_argument("apiserver URL '" + std::string(url) + "' must start with https://");
+  if (!url.starts_with(kScheme))
+    throw std::invalid_argument("apiserver URL '" + std::string(url) + "' must start with https://");
   std::string_view rest = url.substr(kScheme.size());
   ApiServer server;
   const std::size_t slash = rest.find('/');
@@ -23,10 +22,12 @@ ApiServer ApiServer::from_url(std::string_view url) {
   std::string_view host = rest;
   if (rest.starts_with('[')) {
     const std::size_t close = rest.find(']');
-    if (close == std::string_view::npos) throw std::invalid_argument("apiserver URL '" + std::string(url) + "' has an unclosed [");
+    if (close == std::string_view::npos)
+      throw std::invalid_argument("apiserver URL '" + std::string(url) + "' has an unclosed [");
     host = rest.substr(1, close - 1);
     rest = rest.substr(close + 1);
-    if (!rest.empty() && !rest.starts_with(':')) throw std::invalid_argument("apiserver URL '" + std::string(url) + "' is malformed after ]");
+    if (!rest.empty() && !rest.starts_with(':'))
+      throw std::invalid_argument("apiserver URL '" + std::string(url) + "' is malformed after ]");
     if (!rest.empty()) server.port = std::string(rest.substr(1));
   } else if (const std::size_t colon = rest.rfind(':'); colon != std::string_view::npos) {
     host = rest.substr(0, colon);

@@ -20,7 +20,10 @@ namespace asio = boost::asio;
 
 struct Informers::Impl {
   Impl(ApiServer server, std::vector<WatchedResource> r, InformerOptions o, InformerObserver ob)
-      : resources(std::move(r)), options(std::move(o)), observer(std::move(ob)), client(ioc, std::move(server), options) {}
+      : resources(std::move(r)),
+        options(std::move(o)),
+        observer(std::move(ob)),
+        client(ioc, std::move(server), options) {}
 
   std::vector<WatchedResource> resources;
   InformerOptions options;
@@ -51,9 +54,11 @@ struct Informers::Impl {
           std::string version = step.version;
           const auto started = std::chrono::steady_clock::now();
           const WatchEnd end = co_await client.watch(resource, version, step.duration);
-          const auto lasted = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started);
+          const auto lasted =
+              std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started);
           if (end == WatchEnd::gone) {
-            log::info("watch resource version expired; listing again", {{"resource", resource.name}, {"resource_version", version}});
+            log::info("watch resource version expired; listing again",
+                      {{"resource", resource.name}, {"resource_version", version}});
           }
           const ReflectorOutcome outcome = reflector.watched(end, std::move(version), lasted);
           if (observer) observer(resource.name, outcome);

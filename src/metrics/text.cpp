@@ -38,8 +38,14 @@ void DurationHistogram::observe(double seconds) {
 void DurationHistogram::render(std::string& out, std::string_view name, std::string_view labels) const {
   std::string_view plain_labels = labels.empty() ? labels : labels.substr(0, labels.size() - 1);
   for (std::size_t i = 0; i < kBuckets.size(); ++i) {
-    out.append(name).append("_bucket{").append(labels).append("le=\"").append(number(kBuckets[i])).append("\"} ")
-        .append(std::to_string(buckets_[i].load(std::memory_order_relaxed))).append("\n");
+    out.append(name)
+        .append("_bucket{")
+        .append(labels)
+        .append("le=\"")
+        .append(number(kBuckets[i]))
+        .append("\"} ")
+        .append(std::to_string(buckets_[i].load(std::memory_order_relaxed)))
+        .append("\n");
   }
   const std::uint64_t count = count_.load(std::memory_order_relaxed);
   out.append(name).append("_bucket{").append(labels).append("le=\"+Inf\"} ").append(std::to_string(count)).append("\n");

@@ -42,7 +42,8 @@ Enum one_of(std::string_view value, const std::pair<std::string_view, Enum> (&ch
 // RFC 1123 label, as namespace names are.
 bool is_dns_label(std::string_view s) {
   if (s.empty() || s.size() > 63 || s.front() == '-' || s.back() == '-') return false;
-  return std::all_of(s.begin(), s.end(), [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-'; });
+  return std::all_of(s.begin(), s.end(),
+                     [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-'; });
 }
 
 // RFC 1123 subdomain, as service account names are.
@@ -130,9 +131,14 @@ void apply(Policy& policy, std::string_view key, std::string_view raw) {
   }
 }
 
-constexpr std::string_view kKeys[] = {"mode",           "visibleDevicesValue",   "gpuResources",
-                                      "gpuAnnotations", "exemptNamespaces",      "exemptServiceAccounts",
-                                      "privileged",     "stripUserValueFromGpuContainers"};
+constexpr std::string_view kKeys[] = {"mode",
+                                      "visibleDevicesValue",
+                                      "gpuResources",
+                                      "gpuAnnotations",
+                                      "exemptNamespaces",
+                                      "exemptServiceAccounts",
+                                      "privileged",
+                                      "stripUserValueFromGpuContainers"};
 
 }  // namespace
 

@@ -77,10 +77,14 @@ std::optional<std::chrono::milliseconds> timeout_parameter(std::string_view quer
     if (ec != std::errc{} || amount <= 0) return std::nullopt;
     const std::string_view unit(end, value.data() + value.size() - end);
     double millis = 0;
-    if (unit == "s") millis = amount * 1000;
-    else if (unit == "ms") millis = amount;
-    else if (unit == "m") millis = amount * 60'000;
-    else return std::nullopt;
+    if (unit == "s")
+      millis = amount * 1000;
+    else if (unit == "ms")
+      millis = amount;
+    else if (unit == "m")
+      millis = amount * 60'000;
+    else
+      return std::nullopt;
     if (millis < 1 || millis > 3'600'000) return std::nullopt;
     return std::chrono::milliseconds(static_cast<long long>(millis));
   }

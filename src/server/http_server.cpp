@@ -38,7 +38,7 @@ namespace ssl = asio::ssl;
 using tcp = asio::ip::tcp;
 using namespace std::chrono_literals;
 
-constexpr auto nothrow = asio::as_tuple(asio::use_awaitable);
+constexpr auto kNoThrow = asio::as_tuple(asio::use_awaitable);
 
 // Spare capacity after the body so that the JSON decoder (simdjson needs 64 bytes) can read it in place.
 constexpr std::size_t kBodySlack = 64;
@@ -111,7 +111,7 @@ struct HttpServer::Impl {
                                 std::chrono::milliseconds deadline);
   template <class Stream>
   asio::awaitable<void> answer_read_error(Stream& stream, const boost::system::error_code& ec,
-                                         std::chrono::milliseconds deadline);
+                                          std::chrono::milliseconds deadline);
   Response call_handler(const RequestHead& head, std::string body);
   std::shared_ptr<SessionControl> register_session(asio::any_io_executor executor, beast::tcp_stream& transport);
   void begin_shutdown();
@@ -121,18 +121,18 @@ struct HttpServer::Impl {
 
 asio::awaitable<void> HttpServer::Impl::accept_loop() {
   while (!stopping) {
-    auto [ec, socket] = co_await acceptor.async_accept(asio::make_strand(ioc), nothrow);
+    auto [ec, socket] = co_await acceptor.async_accept(asio::make_strand(ioc), kNoThrow);
     if (ec) {
       if (stopping || ec == asio::error::operation_aborted) co_return;
       // Typically EMFILE: back off instead of spinning, existing connections keep being served.
       log::warn("accept failed", {{"reason", ec.message()}});
       asio::steady_timer pause(ioc, 50ms);
-      co_await pause.async_wait(nothrow);
+      co_await pause.async_wait(kNoThrow);
       continue;
     }
     socket.set_option(tcp::no_delay(true), ec);
     auto executor = socket.get_executor();
-    asio::co_spawn(executor, session(std::move(socket)), [](std::exception_ptr failure) {
+    asio::co_spawn(executor, session(std::move(socket)), [](const std::exception_ptr& failure) {
       if (!failure) return;
       try {
         std::rethrow_exception(failure);
@@ -154,7 +154,7 @@ Response HttpServer::Impl::call_handler(const RequestHead& head, std::string bod
 
 template <class Stream>
 asio::awaitable<bool> HttpServer::Impl::respond(Stream& stream, Response response, unsigned version, bool keep_alive,
-                                                 std::chrono::milliseconds deadline) {
+                                                std::chrono::milliseconds deadline) {
   http::response<http::string_body> message{static_cast<http::status>(response.status), version};
   message.set(http::field::content_type, response.content_type);
   for (auto& [name, value] : response.headers) message.set(name, value);
@@ -162,14 +162,14 @@ asio::awaitable<bool> HttpServer::Impl::respond(Stream& stream, Response respons
   message.keep_alive(keep_alive && !draining);
   message.prepare_payload();
   beast::get_lowest_layer(stream).expires_after(deadline);
-  auto [ec, written] = co_await http::async_write(stream, message, nothrow);
+  auto [ec, written] = co_await http::async_write(stream, message, kNoThrow);
   co_return !ec && message.keep_alive();
 }
 
 // Tells the client why its request could not be read, when there is still a client to tell.
 template <class Stream>
 asio::awaitable<void> HttpServer::Impl::answer_read_error(Stream& stream, const boost::system::error_code& ec,
-                                                           std::chrono::milliseconds deadline) {
+                                                          std::chrono::milliseconds deadline) {
   if (ec == http::error::body_limit) {
     co_await respond(stream, text_response(413, "request body over " + std::to_string(options.body_limit) + " bytes"),
                      11, false, deadline);
@@ -203,13 +203,13 @@ asio::awaitable<void> HttpServer::Impl::session(tcp::socket socket) {
   auto& transport = beast::get_lowest_layer(stream);
   SessionEnd session_end{*this, register_session(executor, transport)};
   transport.expires_after(options.handshake_timeout);
-  if (auto [ec] = co_await stream.async_handshake(ssl::stream_base::server, nothrow); ec) {
+  if (auto [ec] = co_await stream.async_handshake(ssl::stream_base::server, kNoThrow); ec) {
     log::debug("TLS handshake failed", {{"reason", ec.message()}});
     co_return;
   }
   co_await serve_requests(stream, *session_end.control);
   transport.expires_after(2s);
-  co_await stream.async_shutdown(nothrow);
+  co_await stream.async_shutdown(kNoThrow);
 }
 
 template <class Stream>
@@ -224,7 +224,7 @@ asio::awaitable<void> HttpServer::Impl::serve_requests(Stream& stream, SessionCo
     control.idle_since = std::chrono::steady_clock::now();
     transport.expires_after(stopping ? 1s : options.idle_timeout);
     // A declared Content-Length over the body limit already fails here, before any of the body is read.
-    auto [read_error, header_bytes] = co_await http::async_read_header(stream, buffer, parser, nothrow);
+    auto [read_error, header_bytes] = co_await http::async_read_header(stream, buffer, parser, kNoThrow);
     control.waiting_for_request = false;
     if (read_error) {
       co_await answer_read_error(stream, read_error, options.request_timeout);
@@ -233,12 +233,13 @@ asio::awaitable<void> HttpServer::Impl::serve_requests(Stream& stream, SessionCo
 
     auto& request = parser.get();
     const RequestHead head = request_head(parser);
-    const auto deadline = std::min(timeout_parameter(head.query).value_or(options.request_timeout),
-                                   options.request_timeout);
+    const auto deadline =
+        std::min(timeout_parameter(head.query).value_or(options.request_timeout), options.request_timeout);
     keep_alive = request.keep_alive();
 
     if (auto early = handler.reject_early(head)) {
-      keep_alive = co_await respond(stream, std::move(*early), request.version(), keep_alive && parser.is_done(), deadline);
+      keep_alive =
+          co_await respond(stream, std::move(*early), request.version(), keep_alive && parser.is_done(), deadline);
       continue;
     }
     if (head.content_length) request.body().reserve(*head.content_length + kBodySlack);
@@ -246,19 +247,19 @@ asio::awaitable<void> HttpServer::Impl::serve_requests(Stream& stream, SessionCo
     if (request[http::field::expect] == "100-continue") {
       // curl waits a second for this before sending a large body; the apiserver never asks.
       http::response<http::empty_body> go_on{http::status::continue_, request.version()};
-      if (auto [ec, n] = co_await http::async_write(stream, go_on, nothrow); ec) break;
+      if (auto [ec, n] = co_await http::async_write(stream, go_on, kNoThrow); ec) break;
     }
-    if (auto [ec, n] = co_await http::async_read(stream, buffer, parser, nothrow); ec) {
+    if (auto [ec, n] = co_await http::async_read(stream, buffer, parser, kNoThrow); ec) {
       co_await answer_read_error(stream, ec, deadline);  // a chunked body can pass the limit only here
       break;
     }
-    keep_alive = co_await respond(stream, call_handler(head, std::move(request.body())), request.version(),
-                                  keep_alive, deadline);
+    keep_alive = co_await respond(stream, call_handler(head, std::move(request.body())), request.version(), keep_alive,
+                                  deadline);
   }
 }
 
 std::shared_ptr<SessionControl> HttpServer::Impl::register_session(asio::any_io_executor executor,
-                                                                     beast::tcp_stream& transport) {
+                                                                   beast::tcp_stream& transport) {
   auto control = std::make_shared<SessionControl>();
   control->executor = std::move(executor);
   control->transport = &transport;
@@ -338,9 +339,9 @@ void HttpServer::run() {
                                 {"timeout_ms", impl_->options.shutdown_timeout.count()}});
     impl_->begin_shutdown();
   });
-  asio::co_spawn(impl_->ioc, impl_->accept_loop(), [](std::exception_ptr) {});
-  const unsigned threads = impl_->options.threads == 0 ? std::max(1u, std::thread::hardware_concurrency())
-                                                      : impl_->options.threads;
+  asio::co_spawn(impl_->ioc, impl_->accept_loop(), [](const std::exception_ptr&) {});
+  const unsigned threads =
+      impl_->options.threads == 0 ? std::max(1u, std::thread::hardware_concurrency()) : impl_->options.threads;
   std::vector<std::jthread> pool;
   for (unsigned i = 1; i < threads; ++i) pool.emplace_back([this] { impl_->ioc.run(); });
   impl_->ioc.run();

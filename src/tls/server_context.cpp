@@ -83,8 +83,7 @@ std::shared_ptr<ssl::context> make_server_context(const std::string& cert_pem, c
   SSL_CTX_set_max_proto_version(native, TLS1_3_VERSION);
   SSL_CTX_set_options(native, SSL_OP_NO_COMPRESSION | SSL_OP_NO_RENEGOTIATION);
   if (SSL_CTX_set_cipher_list(native, kIntermediateCiphers) != 1 ||
-      SSL_CTX_set1_groups_list(native, "X25519:prime256v1:secp384r1") != 1 ||
-      SSL_CTX_set_dh_auto(native, 1) != 1) {
+      SSL_CTX_set1_groups_list(native, "X25519:prime256v1:secp384r1") != 1 || SSL_CTX_set_dh_auto(native, 1) != 1) {
     throw std::runtime_error("TLS configuration rejected by OpenSSL: " + openssl_reason());
   }
   SSL_CTX_set_alpn_select_cb(native, select_http11, nullptr);

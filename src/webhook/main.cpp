@@ -45,7 +45,8 @@ int serve(const po::variables_map& flags) {
                                         flags["tls-private-key-file"].as<std::string>(), metrics);
     webhook::WebhookHandler handler([&policy] { return policy.current(); }, metrics);
     options.on_shutdown = [&handler] { handler.set_ready(false); };
-    server::HttpServer server(options, [&certificate] { return certificate.current(); }, handler);
+    server::HttpServer server(
+        options, [&certificate] { return certificate.current(); }, handler);
     const std::string address = server.bind();
     policy.watch(std::chrono::seconds(1));
     certificate.watch(std::chrono::seconds(2));
@@ -70,8 +71,8 @@ int main(int argc, char** argv) {
 
   po::options_description description(kUsage);
   cli::add_server_flags(description);
-  description.add_options()
-      ("policy-dir", po::value<std::string>(), "mounted policy ConfigMap, re-read on change; without it the default policy applies");
+  description.add_options()("policy-dir", po::value<std::string>(),
+                            "mounted policy ConfigMap, re-read on change; without it the default policy applies");
   const cli::Parsed parsed = cli::parse_command_line("gpuguard-webhook", GPUGUARD_VERSION, description, argc, argv);
   if (!parsed.flags) return parsed.exit_status;
   const po::variables_map& flags = *parsed.flags;

@@ -6,12 +6,12 @@
 #include <nlohmann/json.hpp>
 
 #include "gpuguard/admission/base64.hpp"
-#include "gpuguard/policy/policy.hpp"
 #include "gpuguard/admission/review.hpp"
-#include "gpuguard/log/log.hpp"
-#include "gpuguard/webhook/webhook_metrics.hpp"
-#include "gpuguard/policy/policy_watcher.hpp"
 #include "gpuguard/files/read_file.hpp"
+#include "gpuguard/log/log.hpp"
+#include "gpuguard/policy/policy.hpp"
+#include "gpuguard/policy/policy_watcher.hpp"
+#include "gpuguard/webhook/webhook_metrics.hpp"
 
 namespace gpuguard::webhook {
 namespace {
@@ -31,19 +31,18 @@ bool read_source(const std::string& source, std::string& text) {
 std::string wrap_pod_in_create_review(nlohmann::json pod) {
   const std::string ns = pod["metadata"].value("namespace", "default");
   const std::string name = pod["metadata"].value("name", "");
-  nlohmann::json review = {
-      {"apiVersion", "admission.k8s.io/v1"},
-      {"kind", "AdmissionReview"},
-      {"request",
-       {{"uid", "00000000-0000-0000-0000-000000000000"},
-        {"kind", {{"group", ""}, {"version", "v1"}, {"kind", "Pod"}}},
-        {"resource", {{"group", ""}, {"version", "v1"}, {"resource", "pods"}}},
-        {"namespace", ns},
-        {"name", name},
-        {"operation", "CREATE"},
-        {"userInfo", {{"username", "gpuguard-review"}}},
-        {"object", std::move(pod)},
-        {"dryRun", true}}}};
+  nlohmann::json review = {{"apiVersion", "admission.k8s.io/v1"},
+                           {"kind", "AdmissionReview"},
+                           {"request",
+                            {{"uid", "00000000-0000-0000-0000-000000000000"},
+                             {"kind", {{"group", ""}, {"version", "v1"}, {"kind", "Pod"}}},
+                             {"resource", {{"group", ""}, {"version", "v1"}, {"resource", "pods"}}},
+                             {"namespace", ns},
+                             {"name", name},
+                             {"operation", "CREATE"},
+                             {"userInfo", {{"username", "gpuguard-review"}}},
+                             {"object", std::move(pod)},
+                             {"dryRun", true}}}};
   return review.dump();
 }
 

@@ -34,14 +34,19 @@ void WebhookMetrics::count_mutations(const std::array<std::size_t, 4>& by_reason
 
 std::string WebhookMetrics::render() const {
   std::string out;
-  metrics::header(out, "gpuguard_admission_requests_total", "counter", "Admission reviews answered, by operation and result.");
+  metrics::header(out, "gpuguard_admission_requests_total", "counter",
+                  "Admission reviews answered, by operation and result.");
   requests_.render(out, "gpuguard_admission_requests_total");
-  metrics::header(out, "gpuguard_admission_duration_seconds", "histogram", "Time to decode, decide and encode one review.");
+  metrics::header(out, "gpuguard_admission_duration_seconds", "histogram",
+                  "Time to decode, decide and encode one review.");
   durations_.render(out, "gpuguard_admission_duration_seconds", "");
   metrics::header(out, "gpuguard_containers_mutated_total", "counter", "Containers patched, by reason.");
   for (std::size_t i = 0; i < mutations_.size(); ++i) {
-    out.append("gpuguard_containers_mutated_total{reason=\"").append(admission::kMutationReasons[i]).append("\"} ")
-        .append(std::to_string(mutations_[i].load(std::memory_order_relaxed))).append("\n");
+    out.append("gpuguard_containers_mutated_total{reason=\"")
+        .append(admission::kMutationReasons[i])
+        .append("\"} ")
+        .append(std::to_string(mutations_[i].load(std::memory_order_relaxed)))
+        .append("\n");
   }
   render_reloads(out, true);
   metrics::render_build_info(out, version_);

@@ -12,7 +12,8 @@ namespace gpuguard::test {
 class FakeHost {
  public:
   explicit FakeHost(const std::string& name)
-      : root_(std::filesystem::temp_directory_path() / ("gpuguard-host-" + name + "-" + std::to_string(::getpid()))) {
+      : root_(std::filesystem::temp_directory_path() /
+              ("gpuguard-host-" + name + std::string("-").append(std::to_string(::getpid())))) {
     std::filesystem::remove_all(root_);
     std::filesystem::create_directories(root_ / "dev");
     write("proc/driver/nvidia/version",
@@ -22,15 +23,15 @@ class FakeHost {
 
   const std::filesystem::path& root() const { return root_; }
 
-  void add_gpu(const std::string& pci, const std::string& uuid, unsigned minor, int numa_node,
-               bool excluded = false) {
+  void add_gpu(const std::string& pci, const std::string& uuid, unsigned minor, int numa_node, bool excluded = false) {
     write("proc/driver/nvidia/gpus/" + pci + "/information",
           "Model: \t\t NVIDIA H100 80GB HBM3\nIRQ:   \t\t 0\nGPU UUID: \t " + uuid +
               "\nVideo BIOS: \t 96.00.99.00.01\nBus Type: \t PCIe\nDMA Size: \t 52 bits\nDMA Mask: \t "
-              "0xfffffffffffff\nBus Location: \t " + pci + "\nDevice Minor: \t " + std::to_string(minor) +
-              "\nGPU Excluded:\t " + (excluded ? "Yes" : "No") + "\n");
+              "0xfffffffffffff\nBus Location: \t " +
+              pci + "\nDevice Minor: \t " + std::to_string(minor) + "\nGPU Excluded:\t " + (excluded ? "Yes" : "No") +
+              "\n");
     write("sys/bus/pci/devices/" + pci + "/numa_node", std::to_string(numa_node) + "\n");
-    add_device("/dev/nvidia" + std::to_string(minor));
+    add_device(std::string("/dev/nvidia").append(std::to_string(minor)));
   }
 
   void add_device(const std::string& path) { write(path.substr(1), ""); }

@@ -4,21 +4,21 @@
 
 #include <arpa/inet.h>
 #include <dlfcn.h>
-#include <grpcpp/grpcpp.h>
 #include <fcntl.h>
+#include <grpcpp/grpcpp.h>
 #include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 
 #include <algorithm>
 #include <condition_variable>
 #include <fstream>
-#include <sstream>
 #include <map>
-#include <optional>
 #include <mutex>
+#include <optional>
+#include <sstream>
 #include <thread>
 
 #include "deviceplugin/v1beta1/api.grpc.pb.h"
@@ -77,13 +77,15 @@ class FakeKubelet final : public v1beta1::Registration::Service {
 class PluginProcess {
  public:
   PluginProcess(const fs::path& plugin_dir, const fs::path& host_root, std::vector<std::string> extra) {
-    std::vector<std::string> args = {GPUGUARD_DEVICE_PLUGIN_BIN, "--device-plugin-dir", plugin_dir.string(),
-                                     "--host-root", host_root.string(), "--metrics-address", "127.0.0.1:0"};
+    std::vector<std::string> args = {
+        GPUGUARD_DEVICE_PLUGIN_BIN, "--device-plugin-dir", plugin_dir.string(), "--host-root",
+        host_root.string(),         "--metrics-address",   "127.0.0.1:0"};
     if (std::find(extra.begin(), extra.end(), "--discovery") == extra.end()) {
       args.insert(args.end(), {"--discovery", "procfs"});
     }
     args.insert(args.end(), extra.begin(), extra.end());
     std::vector<char*> argv;
+    argv.reserve(args.size() + 1);
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
     posix_spawn_file_actions_t actions;
@@ -220,7 +222,8 @@ struct Node {
 TEST_CASE("registers each resource on its own socket, lists, allocates, refuses unknown IDs, stops on SIGTERM") {
   Node node;
   FakeKubelet kubelet(node.plugin_dir);
-  PluginProcess plugin(node.plugin_dir, node.host.root(), {"--host-device", "github.com/fuse=/dev/fuse:4", "--pass-device-specs"});
+  PluginProcess plugin(node.plugin_dir, node.host.root(),
+                       {"--host-device", "github.com/fuse=/dev/fuse:4", "--pass-device-specs"});
 
   const auto registrations = kubelet.wait_for(2);
   REQUIRE(registrations.size() == 2);
@@ -365,13 +368,16 @@ TEST_CASE("probes and metrics: ready once registered, the discovery and health s
   FakeKubelet kubelet(node.plugin_dir);
   REQUIRE(kubelet.wait_for(2).size() == 2);
   std::string status;
-  for (int i = 0; i < 60 && status != "200"; ++i, std::this_thread::sleep_for(50ms)) status = http_get(port, "/readyz").first;
+  for (int i = 0; i < 60 && status != "200"; ++i, std::this_thread::sleep_for(50ms))
+    status = http_get(port, "/readyz").first;
   CHECK(status == "200");
   const std::string metrics = http_get(port, "/metrics").second;
   CHECK_THAT(metrics, Catch::Contains("gpuguard_device_plugin_info{version=\"") &&
                           Catch::Contains("\",discovery=\"procfs\",health=\"presence\"} 1"));
-  CHECK_THAT(metrics, Catch::Contains("gpuguard_device_plugin_devices{resource=\"nvidia.com/gpu\",health=\"healthy\"} 2"));
-  CHECK_THAT(metrics, Catch::Contains("gpuguard_device_plugin_devices{resource=\"github.com/fuse\",health=\"healthy\"} 2"));
+  CHECK_THAT(metrics,
+             Catch::Contains("gpuguard_device_plugin_devices{resource=\"nvidia.com/gpu\",health=\"healthy\"} 2"));
+  CHECK_THAT(metrics,
+             Catch::Contains("gpuguard_device_plugin_devices{resource=\"github.com/fuse\",health=\"healthy\"} 2"));
   CHECK_THAT(metrics, Catch::Contains("gpuguard_device_plugin_registered 1"));
 
   auto gpus = plugin_client(node.plugin_dir, "gpuguard-nvidia-com-gpu.sock");
@@ -386,7 +392,8 @@ TEST_CASE("probes and metrics: ready once registered, the discovery and health s
   const std::string source = http_get(automatic.status_port(), "/metrics").second;
   void* nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
   if (nvml == nullptr) {
-    CHECK_THAT(automatic.log(), Catch::Contains("\"level\":\"warn\",\"msg\":\"NVML not available: GPUs discovered through procfs"));
+    CHECK_THAT(automatic.log(),
+               Catch::Contains("\"level\":\"warn\",\"msg\":\"NVML not available: GPUs discovered through procfs"));
     CHECK_THAT(source, Catch::Contains("discovery=\"procfs\",health=\"presence\"} 1"));
   } else {
     dlclose(nvml);
@@ -394,11 +401,13 @@ TEST_CASE("probes and metrics: ready once registered, the discovery and health s
   }
 }
 
-TEST_CASE("discovery none serves host devices only, even on a GPU node, and --health-checks=false keeps devices Healthy") {
+TEST_CASE(
+    "discovery none serves host devices only, even on a GPU node, and --health-checks=false keeps devices Healthy") {
   Node node;
   FakeKubelet kubelet(node.plugin_dir);
-  PluginProcess plugin(node.plugin_dir, node.host.root(),
-                       {"--discovery", "none", "--host-device", "github.com/fuse=/dev/fuse", "--health-checks", "false"});
+  PluginProcess plugin(
+      node.plugin_dir, node.host.root(),
+      {"--discovery", "none", "--host-device", "github.com/fuse=/dev/fuse", "--health-checks", "false"});
   const auto registrations = kubelet.wait_for(1);
   REQUIRE(registrations.size() == 1);
   CHECK(registrations[0].resource_name() == "github.com/fuse");
@@ -455,5 +464,6 @@ TEST_CASE("bad flags are refused with a reason, before anything is served") {
   CHECK(WEXITSTATUS(std::system((bin + " --discovery guess 2>/dev/null").c_str())) == 2);
   CHECK(WEXITSTATUS(std::system((bin + " --health-reset-xids 48,x 2>/dev/null").c_str())) == 2);
   CHECK(WEXITSTATUS(std::system((bin + " --health-checks maybe 2>/dev/null").c_str())) == 2);
-  CHECK(WEXITSTATUS(std::system((bin + " --discovery nvml --device-plugin-dir /nonexistent 2>/dev/null").c_str())) == 1);
+  CHECK(WEXITSTATUS(std::system((bin + " --discovery nvml --device-plugin-dir /nonexistent 2>/dev/null").c_str())) ==
+        1);
 }

@@ -20,8 +20,10 @@ const std::string kGpu2 = "GPU-33333333-3333-3333-3333-333333333333";
 const std::string kGpu3 = "GPU-44444444-4444-4444-4444-444444444444";
 
 std::vector<Gpu> four_gpus_on_two_nodes() {
-  return {{kGpu0, 0, "0000:18:00.0", "H100", 0}, {kGpu1, 1, "0000:2a:00.0", "H100", 0},
-          {kGpu2, 2, "0000:9a:00.0", "H100", 1}, {kGpu3, 3, "0000:ab:00.0", "H100", 1}};
+  return {{kGpu0, 0, "0000:18:00.0", "H100", 0},
+          {kGpu1, 1, "0000:2a:00.0", "H100", 0},
+          {kGpu2, 2, "0000:9a:00.0", "H100", 1},
+          {kGpu3, 3, "0000:ab:00.0", "H100", 1}};
 }
 
 // NVML as a test double: XID events are queued by the test, responsiveness is set per GPU.
@@ -55,8 +57,6 @@ struct ManualClock {
   }
 };
 
-bool healthy(const DeviceSet& devices, const std::string& id) { return devices.find(id)->healthy; }
-
 }  // namespace
 
 TEST_CASE("procfs: information files, NUMA nodes, excluded GPUs, order by minor") {
@@ -66,7 +66,7 @@ TEST_CASE("procfs: information files, NUMA nodes, excluded GPUs, order by minor"
   host.add_gpu("0000:2a:00.0", kGpu1, 1, -1);
   host.add_gpu("0000:ab:00.0", kGpu3, 3, 1, /*excluded=*/true);
   host.write("proc/driver/nvidia/gpus/0000:cc:00.0/information", "Model: broken\n");  // no UUID: skipped
-  host.write("sys/bus/pci/devices/0000:9a:00.0/numa_node", "1\n");  // sysfs is lower case
+  host.write("sys/bus/pci/devices/0000:9a:00.0/numa_node", "1\n");                    // sysfs is lower case
 
   const auto gpus = discover_procfs(host.root());
   REQUIRE(gpus.size() == 3);
@@ -122,9 +122,9 @@ TEST_CASE("host devices: RESOURCE=PATH[:SLOTS]") {
   auto one = parse_host_device("example.com/kvm=/dev/kvm", error);
   REQUIRE(one);
   CHECK(one->slots == 1);
-  for (const char* bad : {"github.com/fuse", "fuse=/dev/fuse", "github.com/fuse=dev/fuse", "github.com/fuse=/dev/fuse:0",
-                          "github.com/fuse=/dev/fuse:x", "github.com/fuse=/dev/fuse:1001", "github.com/fuse=:3",
-                          "=/dev/fuse"}) {
+  for (const char* bad :
+       {"github.com/fuse", "fuse=/dev/fuse", "github.com/fuse=dev/fuse", "github.com/fuse=/dev/fuse:0",
+        "github.com/fuse=/dev/fuse:x", "github.com/fuse=/dev/fuse:1001", "github.com/fuse=:3", "=/dev/fuse"}) {
     INFO(bad);
     CHECK_FALSE(parse_host_device(bad, error));
     CHECK_THAT(error, Catch::Contains("--host-device"));
@@ -196,7 +196,7 @@ TEST_CASE("preferred allocation: must_include, then one NUMA node, then lowest m
   CHECK(gpus.preferred(all, {}, 2) == std::vector<std::string>{kGpu0, kGpu1});
   CHECK(gpus.preferred(all, {kGpu2}, 2) == std::vector<std::string>{kGpu2, kGpu3});
   CHECK(gpus.preferred({kGpu0, kGpu2, kGpu3}, {}, 2) == std::vector<std::string>{kGpu2, kGpu3});  // node 1 has room
-  CHECK(gpus.preferred(all, {}, 3) == std::vector<std::string>{kGpu0, kGpu1, kGpu2});  // no node holds 3
+  CHECK(gpus.preferred(all, {}, 3) == std::vector<std::string>{kGpu0, kGpu1, kGpu2});             // no node holds 3
   CHECK(gpus.preferred(all, {kGpu1, kGpu2}, 3) == std::vector<std::string>{kGpu1, kGpu2, kGpu0});
   gpus.devices().set_health(kGpu0, false);
   CHECK(gpus.preferred(all, {}, 1) == std::vector<std::string>{kGpu1});  // never an unhealthy one
@@ -208,7 +208,8 @@ struct HealthFixture {
   GpuResource gpus{"nvidia.com/gpu", {{kGpu0, 0, "", "", 0}, {kGpu1, 1, "", "", 0}}, {}};
   ManualClock time;
   NvmlHealth health;
-  explicit HealthFixture(NvmlHealthOptions options = {}) : health(nvml, gpus.devices(), options, time.clock()) {}
+  explicit HealthFixture(NvmlHealthOptions options = {})
+      : health(nvml, gpus.devices(), std::move(options), time.clock()) {}
   void xid(const std::string& uuid, unsigned long long xid) {
     nvml.events.push_back({uuid, xid});
     health.step(0ms);

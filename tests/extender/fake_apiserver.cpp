@@ -49,8 +49,9 @@ std::map<std::string, std::string> parse_query(std::string_view query) {
 }
 
 json status_object(unsigned code, const std::string& reason, const std::string& message) {
-  return {{"kind", "Status"}, {"apiVersion", "v1"}, {"metadata", json::object()}, {"status", "Failure"},
-          {"message", message}, {"reason", reason}, {"code", code}};
+  return {{"kind", "Status"},    {"apiVersion", "v1"}, {"metadata", json::object()},
+          {"status", "Failure"}, {"message", message}, {"reason", reason},
+          {"code", code}};
 }
 
 std::string chunk(const std::string& data) {
@@ -125,7 +126,7 @@ FakeApiserver::~FakeApiserver() {
   for (auto& thread : impl_->threads) thread.join();
 }
 
-std::string FakeApiserver::url() const { return "https://127.0.0.1:" + std::to_string(impl_->port); }
+std::string FakeApiserver::url() const { return std::string("https://127.0.0.1:").append(std::to_string(impl_->port)); }
 
 void FakeApiserver::accept_loop() {
   for (;;) {
@@ -202,7 +203,9 @@ void FakeApiserver::answer_list(Connection& connection, const std::string& resou
     json chosen = json::array();
     for (std::size_t i = offset; i < items.size() && i < offset + limit; ++i) chosen.push_back(items[i]);
     if (offset + limit < items.size()) metadata["continue"] = std::to_string(offset + limit);
-    page = {{"kind", resource == "pods" ? "PodList" : "NodeList"}, {"apiVersion", "v1"}, {"metadata", metadata},
+    page = {{"kind", resource == "pods" ? "PodList" : "NodeList"},
+            {"apiVersion", "v1"},
+            {"metadata", metadata},
             {"items", chosen}};
     seen.status = 200;
     impl_->requests.push_back(seen);
@@ -228,8 +231,9 @@ void FakeApiserver::answer_watch(Connection& connection, const std::string& reso
   seen.status = gone && impl_->gone_as_status ? 410u : 200u;
   impl_->requests.push_back(seen);
   if (gone) {
-    const json status = status_object(410, "Expired", "too old resource version: " + std::to_string(from) + " (" +
-                                                          std::to_string(impl_->compacted) + ")");
+    const json status = status_object(410, "Expired",
+                                      std::string("too old resource version: ").append(std::to_string(from)) +
+                                          std::string(" (").append(std::to_string(impl_->compacted)) + ")");
     const bool as_status = impl_->gone_as_status;
     lock.unlock();
     if (as_status) {
@@ -254,7 +258,8 @@ void FakeApiserver::answer_watch(Connection& connection, const std::string& reso
       return std::any_of(impl_->history.begin(), impl_->history.end(),
                          [&](const Event& e) { return e.version > sent && e.resource == resource; });
     };
-    impl_->changed.wait_until(lock, deadline, [&] { return impl_->stopping || impl_->drop_epoch != epoch || pending(); });
+    impl_->changed.wait_until(lock, deadline,
+                              [&] { return impl_->stopping || impl_->drop_epoch != epoch || pending(); });
     if (impl_->stopping || impl_->drop_epoch != epoch) {
       connection.cut();  // mid-stream: no last chunk
       return;

@@ -32,8 +32,8 @@ struct Reply {
 };
 
 // One plain HTTP/1.1 request on a fresh connection (Connection: close), reads bounded by SO_RCVTIMEO.
-Reply http_request(unsigned short port, const std::string& method, const std::string& path, const std::string& body = "",
-                   const std::string& content_type = "application/json") {
+Reply http_request(unsigned short port, const std::string& method, const std::string& path,
+                   const std::string& body = "", const std::string& content_type = "application/json") {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   REQUIRE(fd >= 0);
   timeval timeout{10, 0};
@@ -75,25 +75,31 @@ bool eventually(const std::function<bool()>& condition, int seconds = 10) {
 }
 
 json gpu_node(const std::string& name, int gpus) {
-  return {{"apiVersion", "v1"}, {"kind", "Node"}, {"metadata", {{"name", name}, {"uid", "node-" + name}}},
+  return {{"apiVersion", "v1"},
+          {"kind", "Node"},
+          {"metadata", {{"name", name}, {"uid", "node-" + name}}},
           {"status", {{"allocatable", {{"cpu", "16"}, {"nvidia.com/gpu", std::to_string(gpus)}}}}}};
 }
 
 json gpu_pod(const std::string& name, int gpus, const std::string& node = "") {
   json limits = {{"cpu", "1"}};
   if (gpus > 0) limits["nvidia.com/gpu"] = std::to_string(gpus);
-  json spec = {{"containers", {{{"name", "main"}, {"image", "cuda"}, {"resources", {{"limits", limits}, {"requests", limits}}}}}}};
+  json spec = {{"containers",
+                {{{"name", "main"}, {"image", "cuda"}, {"resources", {{"limits", limits}, {"requests", limits}}}}}}};
   if (!node.empty()) spec["nodeName"] = node;
-  return {{"apiVersion", "v1"}, {"kind", "Pod"},
+  return {{"apiVersion", "v1"},
+          {"kind", "Pod"},
           {"metadata", {{"name", name}, {"namespace", "default"}, {"uid", "pod-" + name}}},
-          {"spec", spec}, {"status", {{"phase", node.empty() ? "Pending" : "Running"}}}};
+          {"spec", spec},
+          {"status", {{"phase", node.empty() ? "Pending" : "Running"}}}};
 }
 
 // A token file the test can rotate the way the kubelet does: a new file renamed over the old one.
 struct TokenFile {
   fs::path path;
   explicit TokenFile(const std::string& token) {
-    path = fs::temp_directory_path() / ("gpuguard-token-" + std::to_string(getpid()) + "-" + std::to_string(rand()));
+    path = fs::temp_directory_path() / (std::string("gpuguard-token-").append(std::to_string(getpid())) +
+                                        std::string("-").append(std::to_string(rand())));
     write(token);
   }
   ~TokenFile() { fs::remove(path); }
@@ -111,9 +117,17 @@ struct Extender {
       : apiserver(fake), process(argv(fake, token, std::move(extra))) {}
 
   static std::vector<std::string> argv(FakeApiserver& fake, const TokenFile& token, std::vector<std::string> extra) {
-    std::vector<std::string> args = {GPUGUARD_EXTENDER_BIN, "--apiserver-url", fake.url(), "--token-file",
-                                     token.path.string(), "--ca-file", certs_dir() + "/ca.crt", "--threads", "2",
-                                     "--shutdown-delay", "0.1"};
+    std::vector<std::string> args = {GPUGUARD_EXTENDER_BIN,
+                                     "--apiserver-url",
+                                     fake.url(),
+                                     "--token-file",
+                                     token.path.string(),
+                                     "--ca-file",
+                                     certs_dir() + "/ca.crt",
+                                     "--threads",
+                                     "2",
+                                     "--shutdown-delay",
+                                     "0.1"};
     if (std::find(extra.begin(), extra.end(), "--tls-cert-file") == extra.end()) {
       args.insert(args.end(), {"--insecure-listen-address", "127.0.0.1:0"});
     }
@@ -159,10 +173,12 @@ std::string schedule(const Extender& extender, const json& pod, const std::vecto
 
 // Binds the pod through the apiserver, then waits until the extender's cache has it.
 void bind_pod(FakeApiserver& apiserver, const Extender& extender, const std::string& name, int gpus,
-          const std::string& node, std::size_t cached_pods) {
+              const std::string& node, std::size_t cached_pods) {
   apiserver.put("pods", gpu_pod(name, gpus, node));
   REQUIRE(eventually([&] {
-    return extender.metrics_show("gpuguard_extender_cached_objects{resource=\"pods\"} " + std::to_string(cached_pods) + "\n");
+    return extender.metrics_show(std::string("gpuguard_extender_cached_objects{resource=\"pods\"} ")
+                                     .append(std::to_string(cached_pods))
+                                     .append("\n"));
   }));
 }
 
@@ -200,8 +216,10 @@ TEST_CASE("2 x 2 GPUs: pods asking 1, 1 and 2 GPUs all find a place, because the
   REQUIRE(filtered.status == 200);
   const json result = json::parse(filtered.body);
   CHECK(result["NodeNames"] == json::array({"n2"}));
-  CHECK(result["FailedNodes"]["n1"] == "insufficient nvidia.com/gpu: pod requests 2, node has 0 free (2 allocatable, 2 allocated)");
-  CHECK(result["FailedNodes"]["cpu-only"] == "insufficient nvidia.com/gpu: pod requests 2, node has 0 free (0 allocatable, 0 allocated)");
+  CHECK(result["FailedNodes"]["n1"] ==
+        "insufficient nvidia.com/gpu: pod requests 2, node has 0 free (2 allocatable, 2 allocated)");
+  CHECK(result["FailedNodes"]["cpu-only"] ==
+        "insufficient nvidia.com/gpu: pod requests 2, node has 0 free (0 allocatable, 0 allocated)");
   CHECK(schedule(extender, gpu_pod("three", 2), {"n1", "n2", "cpu-only"}) == "n2");
 
   // The same through full Node objects (an extender without nodeCacheCapable).
@@ -219,7 +237,10 @@ TEST_CASE("2 x 2 GPUs: pods asking 1, 1 and 2 GPUs all find a place, because the
   // The list asked the apiserver for bound, unfinished pods only.
   bool selector_sent = false;
   for (const auto& request : cluster.apiserver.requests()) {
-    if (request.path == "/api/v1/pods" && request.query.find("fieldSelector=spec.nodeName%21%3D%2Cstatus.phase%21%3DSucceeded%2Cstatus.phase%21%3DFailed") != std::string::npos) {
+    if (request.path == "/api/v1/pods" &&
+        request.query.find(
+            "fieldSelector=spec.nodeName%21%3D%2Cstatus.phase%21%3DSucceeded%2Cstatus.phase%21%3DFailed") !=
+            std::string::npos) {
       selector_sent = true;
     }
   }
@@ -237,13 +258,15 @@ TEST_CASE("2 x 2 GPUs: pods asking 1, 1 and 2 GPUs all find a place, because the
 TEST_CASE("a large collection is listed in pages of 500, and every page counts") {
   Cluster cluster;
   cluster.apiserver.put("nodes", gpu_node("big", 2000));
-  for (int i = 0; i < 1200; ++i) cluster.apiserver.put("pods", gpu_pod("p" + std::to_string(i), 1, "big"));
+  for (int i = 0; i < 1200; ++i)
+    cluster.apiserver.put("pods", gpu_pod(std::string("p").append(std::to_string(i)), 1, "big"));
   Extender extender(cluster.apiserver, cluster.token);
   REQUIRE(eventually([&] { return extender.ready(); }));
   CHECK(extender.metrics_show("gpuguard_extender_cached_objects{resource=\"pods\"} 1200\n"));
   std::vector<std::string> pages;
   for (const auto& request : cluster.apiserver.requests()) {
-    if (request.path == "/api/v1/pods" && request.query.find("watch=1") == std::string::npos) pages.push_back(request.query);
+    if (request.path == "/api/v1/pods" && request.query.find("watch=1") == std::string::npos)
+      pages.push_back(request.query);
   }
   REQUIRE(pages.size() == 3);
   CHECK(pages[0].find("limit=500") != std::string::npos);
@@ -268,7 +291,8 @@ TEST_CASE("a dropped watch resumes from the last resourceVersion, without a new 
   CHECK(cluster.apiserver.count("pods", false) == 1);
   bool resumed = false;
   for (const auto& request : cluster.apiserver.requests()) {
-    resumed = resumed || (request.path == "/api/v1/pods" && request.query.find("resourceVersion=" + seen_version + "&") != std::string::npos);
+    resumed = resumed || (request.path == "/api/v1/pods" &&
+                          request.query.find("resourceVersion=" + seen_version + "&") != std::string::npos);
   }
   CHECK(resumed);
   CHECK(extender.metrics_show("gpuguard_kube_informer_outcomes_total{resource=\"pods\",outcome=\"watch_error\"}"));
@@ -296,7 +320,8 @@ TEST_CASE("410 Gone: the extender lists again and forgets what it missed") {
     cluster.apiserver.put("nodes", gpu_node("n3", 4), false);
     cluster.apiserver.compact(true);
     cluster.apiserver.drop_watches();
-    CHECK(eventually([&] { return extender.metrics_show("gpuguard_extender_cached_objects{resource=\"nodes\"} 4\n"); }));
+    CHECK(
+        eventually([&] { return extender.metrics_show("gpuguard_extender_cached_objects{resource=\"nodes\"} 4\n"); }));
     CHECK(cluster.apiserver.count("nodes", true, 410) >= 1);
     CHECK(json::parse(extender.post("filter", filter_one).body)["NodeNames"] == json::array({"n3"}));
   }
@@ -357,9 +382,10 @@ TEST_CASE("malformed extender requests get 400 (or 404/405/413/415) and the exte
   const Reply nested = http_request(extender.port(), "POST", "/scheduler/filter", deep);
   CHECK(nested.status == 400);
   CHECK_THAT(nested.body, Catch::Contains("names no nodes"));
-  CHECK(http_request(extender.port(), "POST", "/scheduler/prioritize", std::string("\x00\xff{\"Pod\"", 8)).status == 400);
+  CHECK(http_request(extender.port(), "POST", "/scheduler/prioritize", std::string("\x00\xff{\"Pod\"", 8)).status ==
+        400);
   json many = names_args(gpu_pod("x", 1), {});
-  for (int i = 0; i < 20000; ++i) many["NodeNames"].push_back("node-" + std::to_string(i));
+  for (int i = 0; i < 20000; ++i) many["NodeNames"].push_back(std::string("node-").append(std::to_string(i)));
   const Reply big = extender.post("prioritize", many);
   CHECK(big.status == 200);
   CHECK(json::parse(big.body).size() == 20000);
@@ -367,7 +393,8 @@ TEST_CASE("malformed extender requests get 400 (or 404/405/413/415) and the exte
   CHECK(extender.process.running());
   CHECK(http_request(extender.port(), "GET", "/healthz").status == 200);
   // The table, and the deep nesting.
-  CHECK(extender.metrics_show("gpuguard_extender_requests_total{verb=\"filter\",result=\"invalid\"} " + std::to_string(table.size() + 1)));
+  CHECK(extender.metrics_show("gpuguard_extender_requests_total{verb=\"filter\",result=\"invalid\"} " +
+                              std::to_string(table.size() + 1)));
 }
 
 TEST_CASE("over TLS with the webhook's certificate flags") {
@@ -380,13 +407,15 @@ TEST_CASE("over TLS with the webhook's certificate flags") {
   const HttpReply reply = client.request("POST", "/gpu/prioritize", names_args(gpu_pod("x", 1), {"n1"}).dump());
   CHECK(reply.status == 200);
   CHECK(json::parse(reply.body) == json::parse(R"([{"Host":"n1","Score":5}])"));
-  CHECK_THAT(client.request("GET", "/metrics").body, Catch::Contains("gpuguard_tls_certificate_expiry_timestamp_seconds"));
+  CHECK_THAT(client.request("GET", "/metrics").body,
+             Catch::Contains("gpuguard_tls_certificate_expiry_timestamp_seconds"));
   CHECK(client.request("POST", "/scheduler/prioritize", "{}").status == 404);
 }
 
 TEST_CASE("bad flags and a missing cluster are reported, not crashed on") {
   const std::string bin = GPUGUARD_EXTENDER_BIN;
-  const std::string certs = " --tls-cert-file " + certs_dir() + "/tls.crt --tls-private-key-file " + certs_dir() + "/tls.key";
+  const std::string certs =
+      " --tls-cert-file " + certs_dir() + "/tls.crt --tls-private-key-file " + certs_dir() + "/tls.key";
   auto run = [&](const std::string& args) { return run_binary(bin, args); };
   CHECK(run("--apiserver-url https://127.0.0.1:1").status == 2);  // neither TLS nor --insecure-listen-address
   const auto both = run("--insecure-listen-address 127.0.0.1:0 --apiserver-url https://127.0.0.1:1" + certs);

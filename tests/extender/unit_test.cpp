@@ -7,9 +7,9 @@
 #include <nlohmann/json.hpp>
 
 #include "files.hpp"
-#include "gpuguard/k8s/quantity.hpp"
 #include "gpuguard/extender/cluster_state.hpp"
 #include "gpuguard/extender/scheduling.hpp"
+#include "gpuguard/k8s/quantity.hpp"
 #include "gpuguard/kube/informer.hpp"
 #include "gpuguard/kube/json_object_splitter.hpp"
 
@@ -46,13 +46,41 @@ policy::Policy policy_of(const json& table_case) {
 
 TEST_CASE("quantity_count rounds a quantity up to a whole number, as Quantity.Value() does") {
   const std::vector<std::pair<std::string, std::optional<std::int64_t>>> table = {
-      {"0", 0},      {"1", 1},        {"2", 2},         {"+3", 3},        {"007", 7},      {"1.0", 1},
-      {"1.5", 2},    {"0.1", 1},      {"1500m", 2},     {"1000m", 1},     {"1k", 1000},    {"1Ki", 1024},
-      {"2Mi", 2097152}, {"1e3", 1000}, {"1E2", 100},    {"5e-1", 1},      {"1e-100", 1},   {"0e9", 0},
-      {"1.25Ki", 1280}, {"0.5Ki", 512}, {"1n", 1},      {"1G", 1000000000}, {"4611686018427387904", 4611686018427387904},
-      {"4611686018427387905", 4611686018427387904}, {"8Ei", 4611686018427387904}, {"1e100", 4611686018427387904},
-      {"", std::nullopt}, {"-1", std::nullopt}, {"-0", 0}, {"1.2.3", std::nullopt}, {"1x", std::nullopt}, {"gpu", std::nullopt},
-      {".", std::nullopt}, {"1 ", std::nullopt}, {"1e", std::nullopt}};
+      {"0", 0},
+      {"1", 1},
+      {"2", 2},
+      {"+3", 3},
+      {"007", 7},
+      {"1.0", 1},
+      {"1.5", 2},
+      {"0.1", 1},
+      {"1500m", 2},
+      {"1000m", 1},
+      {"1k", 1000},
+      {"1Ki", 1024},
+      {"2Mi", 2097152},
+      {"1e3", 1000},
+      {"1E2", 100},
+      {"5e-1", 1},
+      {"1e-100", 1},
+      {"0e9", 0},
+      {"1.25Ki", 1280},
+      {"0.5Ki", 512},
+      {"1n", 1},
+      {"1G", 1000000000},
+      {"4611686018427387904", 4611686018427387904},
+      {"4611686018427387905", 4611686018427387904},
+      {"8Ei", 4611686018427387904},
+      {"1e100", 4611686018427387904},
+      {"", std::nullopt},
+      {"-1", std::nullopt},
+      {"-0", 0},
+      {"1.2.3", std::nullopt},
+      {"1x", std::nullopt},
+      {"gpu", std::nullopt},
+      {".", std::nullopt},
+      {"1 ", std::nullopt},
+      {"1e", std::nullopt}};
   for (const auto& [text, expected] : table) {
     INFO("quantity '" << text << "'");
     CHECK(k8s::quantity_count(text) == expected);
@@ -203,7 +231,8 @@ TEST_CASE("filter and prioritize: the fixture table (tests/fixtures/extender/cas
       const extender::VerbResult prioritized = extender::prioritize(args.dump(), state, policy, true);
       REQUIRE(prioritized.status == 200);
       json expected_scores = json::array();
-      for (const json& n : c["nodeNames"]) expected_scores.push_back({{"Host", n}, {"Score", c["scores"][n.get<std::string>()]}});
+      for (const json& n : c["nodeNames"])
+        expected_scores.push_back({{"Host", n}, {"Score", c["scores"][n.get<std::string>()]}});
       CHECK(json::parse(prioritized.body) == expected_scores);
     }
   }
@@ -229,7 +258,8 @@ TEST_CASE("before the first list, filter errs for GPU pods only and prioritize i
   const json args = {{"Pod", gpu_pod}, {"NodeNames", {"n1"}}};
   const json filtered = json::parse(extender::filter(args.dump(), state, {}, false).body);
   CHECK_THAT(filtered["Error"].get<std::string>(), Catch::Contains("has not listed pods and nodes"));
-  CHECK(json::parse(extender::prioritize(args.dump(), state, {}, false).body) == json::parse(R"([{"Host":"n1","Score":0}])"));
+  CHECK(json::parse(extender::prioritize(args.dump(), state, {}, false).body) ==
+        json::parse(R"([{"Host":"n1","Score":0}])"));
   const json plain = {{"Pod", pod("p", "", "Pending", json::object())}, {"NodeNames", {"n1"}}};
   CHECK(json::parse(extender::filter(plain.dump(), state, {}, false).body)["NodeNames"] == json::array({"n1"}));
 }

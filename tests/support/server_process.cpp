@@ -29,7 +29,8 @@ std::vector<std::string> webhook_argv(std::vector<std::string> extra_args) {
   };
   std::vector<std::string> args = {GPUGUARD_WEBHOOK_BIN, "--listen-address", "127.0.0.1:0", "--threads", "2"};
   if (!given("--tls-cert-file")) {
-    args.insert(args.end(), {"--tls-cert-file", certs_dir() + "/tls.crt", "--tls-private-key-file", certs_dir() + "/tls.key"});
+    args.insert(args.end(),
+                {"--tls-cert-file", certs_dir() + "/tls.crt", "--tls-private-key-file", certs_dir() + "/tls.key"});
   }
   if (!given("--shutdown-delay")) args.insert(args.end(), {"--shutdown-delay", "0.2"});
   args.insert(args.end(), extra_args.begin(), extra_args.end());
@@ -38,10 +39,12 @@ std::vector<std::string> webhook_argv(std::vector<std::string> extra_args) {
 
 }  // namespace
 
-WebhookProcess::WebhookProcess(std::vector<std::string> extra_args) : ServerProcess(webhook_argv(std::move(extra_args))) {}
+WebhookProcess::WebhookProcess(std::vector<std::string> extra_args)
+    : ServerProcess(webhook_argv(std::move(extra_args))) {}
 
 ServerProcess::ServerProcess(std::vector<std::string> args) {
   std::vector<char*> argv;
+  argv.reserve(args.size() + 1);
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
 

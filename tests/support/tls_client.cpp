@@ -24,7 +24,7 @@ struct TlsClient::Impl {
   boost::beast::flat_buffer buffer;
 };
 
-TlsClient::TlsClient(unsigned short port, TlsOptions options) : impl_(std::make_unique<Impl>()) {
+TlsClient::TlsClient(unsigned short port, const TlsOptions& options) : impl_(std::make_unique<Impl>()) {
   impl_->ctx.load_verify_file(std::string(GPUGUARD_TEST_CERTS_DIR) + "/ca.crt");
   impl_->ctx.set_verify_mode(ssl::verify_peer);
   SSL_CTX* native = impl_->ctx.native_handle();
@@ -58,7 +58,7 @@ HttpReply TlsClient::request(const std::string& method, const std::string& targe
   }
   http::write(*impl_->stream, request);
   http::response_parser<http::string_body> parser;
-  parser.body_limit(64 * 1024 * 1024);
+  parser.body_limit(std::uint64_t{64} * 1024 * 1024);
   http::read(*impl_->stream, impl_->buffer, parser);
   HttpReply reply;
   reply.status = parser.get().result_int();

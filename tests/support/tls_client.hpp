@@ -14,7 +14,7 @@ struct HttpReply {
 };
 
 struct TlsOptions {
-  int max_version = 0;                            // e.g. TLS1_1_VERSION; 0 = library default
+  int max_version = 0;  // e.g. TLS1_1_VERSION; 0 = library default
   int min_version = 0;
   std::vector<std::string> alpn = {"http/1.1"};  // what the apiserver offers
 };
@@ -23,7 +23,7 @@ struct TlsOptions {
 // its connection alive between requests. Every socket read is bounded by SO_RCVTIMEO.
 class TlsClient {
  public:
-  explicit TlsClient(unsigned short port, TlsOptions options = {});
+  explicit TlsClient(unsigned short port, const TlsOptions& options = {});
   ~TlsClient();
 
   HttpReply request(const std::string& method, const std::string& target, const std::string& body = "",

@@ -48,8 +48,9 @@ class NvmlHealth {
  public:
   using Clock = std::function<std::chrono::steady_clock::time_point()>;
 
-  NvmlHealth(Nvml& nvml, DeviceSet& devices, NvmlHealthOptions options,
-             Clock clock = [] { return std::chrono::steady_clock::now(); });
+  NvmlHealth(
+      Nvml& nvml, DeviceSet& devices, NvmlHealthOptions options,
+      Clock clock = [] { return std::chrono::steady_clock::now(); });
   // Waits up to `wait` for an XID, then probes if a probe is due. A thread calls it in a loop.
   void step(std::chrono::milliseconds wait);
 

@@ -14,7 +14,7 @@ namespace gpuguard::deviceplugin {
 // One resource served on its own socket in the kubelet's plugin directory, and registered under it.
 class PluginServer {
  public:
-  PluginServer(Resource& resource, std::filesystem::path plugin_dir);
+  PluginServer(Resource& resource, const std::filesystem::path& plugin_dir);
   ~PluginServer();
   PluginServer(const PluginServer&) = delete;
   PluginServer& operator=(const PluginServer&) = delete;

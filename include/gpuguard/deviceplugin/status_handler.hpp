@@ -20,7 +20,8 @@ struct PluginStatus {
 
 class StatusHandler final : public server::Handler {
  public:
-  StatusHandler(PluginStatus status, const std::vector<std::unique_ptr<Resource>>& resources, const KubeletSession& kubelet)
+  StatusHandler(PluginStatus status, const std::vector<std::unique_ptr<Resource>>& resources,
+                const KubeletSession& kubelet)
       : status_(std::move(status)), resources_(resources), kubelet_(kubelet) {}
 
   std::optional<server::Response> reject_early(const server::RequestHead& head) const override;

@@ -4,19 +4,18 @@
 #include <memory>
 #include <string>
 
-#include "gpuguard/policy/policy.hpp"
 #include "gpuguard/extender/cluster_state.hpp"
 #include "gpuguard/extender/extender_metrics.hpp"
+#include "gpuguard/policy/policy.hpp"
 #include "gpuguard/server/http.hpp"
 
 namespace gpuguard::extender {
-
 
 // The extender's routes: POST <prefix>/filter and <prefix>/prioritize (see scheduling.hpp), GET /healthz,
 // GET /readyz (pods and nodes listed, and not shutting down), GET /metrics.
 class ExtenderHandler final : public server::Handler {
  public:
-  ExtenderHandler(std::string url_prefix, const ClusterState& state, std::function<bool()> synced,
+  ExtenderHandler(const std::string& url_prefix, const ClusterState& state, std::function<bool()> synced,
                   policy::PolicyProvider policy, ExtenderMetrics& metrics);
 
   void set_shutting_down() { shutting_down_.store(true); }

@@ -6,8 +6,8 @@
 #include <string>
 #include <string_view>
 
-#include "gpuguard/policy/policy.hpp"
 #include "gpuguard/extender/cluster_state.hpp"
+#include "gpuguard/policy/policy.hpp"
 
 namespace gpuguard::extender {
 
@@ -30,7 +30,6 @@ struct VerbResult {
 // `synced` is false until pods and nodes have been listed once; filter then answers with Error set (the
 // scheduler skips an ignorable extender that errs, and retries the pod otherwise), prioritize with all 0.
 VerbResult filter(std::string_view body, const ClusterState& state, const policy::Policy& policy, bool synced);
-VerbResult prioritize(std::string_view body, const ClusterState& state, const policy::Policy& policy,
-                      bool synced);
+VerbResult prioritize(std::string_view body, const ClusterState& state, const policy::Policy& policy, bool synced);
 
 }  // namespace gpuguard::extender

@@ -38,7 +38,7 @@ class Reflector {
   struct Step {
     enum class Kind { list, watch, wait };
     Kind kind = Kind::list;
-    std::string version;                 // watch: resume from this resourceVersion
+    std::string version;                   // watch: resume from this resourceVersion
     std::chrono::milliseconds duration{};  // watch: the timeout to ask for; wait: how long
   };
 

@@ -9,12 +9,16 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <variant>
 #include <vector>
 
 namespace gpuguard::log {
 
 enum class Level { debug, info, warn, error };
+
+template <typename T>
+concept WholeNumber = std::integral<T> && !std::same_as<T, bool>;
 
 // A field's value: text, a whole number, a number, a boolean, null, or a list of strings. Text and lists
 // are viewed, not copied: a Value lives only as long as the call it is passed to.
@@ -24,11 +28,10 @@ class Value {
   Value(const char* text) : value_(std::string_view(text)) {}
   Value(const std::string& text) : value_(std::string_view(text)) {}
   Value(bool flag) : value_(flag) {}
-  template <std::signed_integral T>
-  Value(T number) : value_(static_cast<std::int64_t>(number)) {}
-  template <std::unsigned_integral T>
-    requires(!std::same_as<T, bool>)
-  Value(T number) : value_(static_cast<std::uint64_t>(number)) {}
+  template <WholeNumber T>
+  Value(T number)
+      : value_(std::in_range<std::int64_t>(number) ? Variant(static_cast<std::int64_t>(number))
+                                                   : Variant(static_cast<std::uint64_t>(number))) {}
   Value(double number) : value_(number) {}
   Value(std::nullptr_t) : value_(nullptr) {}
   Value(const std::vector<std::string>& list) : value_(&list) {}

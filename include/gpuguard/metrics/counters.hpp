@@ -29,8 +29,18 @@ class LabelledCounters {
   void render(std::string& out, std::string_view name) const {
     for (std::size_t r = 0; r < Rows; ++r) {
       for (std::size_t c = 0; c < Columns; ++c) {
-        out.append(name).append("{").append(first_).append("=\"").append(rows_[r]).append("\",").append(second_)
-            .append("=\"").append(columns_[c]).append("\"} ").append(std::to_string(value(r, c))).append("\n");
+        out.append(name)
+            .append("{")
+            .append(first_)
+            .append("=\"")
+            .append(rows_[r])
+            .append("\",")
+            .append(second_)
+            .append("=\"")
+            .append(columns_[c])
+            .append("\"} ")
+            .append(std::to_string(value(r, c)))
+            .append("\n");
       }
     }
   }
@@ -46,7 +56,7 @@ class LabelledCounters {
 class DurationHistogram {
  public:
   static constexpr std::array<double, 14> kBuckets = {0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
-                                                      0.01,    0.025,  0.05,    0.1,    0.25,  0.5,   1.0};
+                                                      0.01,    0.025,  0.05,    0.1,    0.25,  0.5,    1.0};
   void observe(double seconds);
   // `labels` is empty or `name="value",` pairs ending in a comma, put before `le`.
   void render(std::string& out, std::string_view name, std::string_view labels) const;

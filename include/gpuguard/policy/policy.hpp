@@ -48,8 +48,8 @@ std::string_view mode_name(Mode mode);
 // The ConfigMap keys, one file each: mode, visibleDevicesValue, gpuResources, gpuAnnotations,
 // exemptNamespaces, exemptServiceAccounts, privileged, stripUserValueFromGpuContainers.
 struct PolicyParse {
-  std::optional<Policy> policy;          // empty when any value is invalid: the whole policy is refused
-  std::string error;                     // names the key and what is wrong with it
+  std::optional<Policy> policy;           // empty when any value is invalid: the whole policy is refused
+  std::string error;                      // names the key and what is wrong with it
   std::vector<std::string> unknown_keys;  // ignored, for the caller to log
 };
 

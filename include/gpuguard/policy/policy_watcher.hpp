@@ -7,9 +7,9 @@
 #include <optional>
 #include <string>
 
-#include "gpuguard/policy/policy.hpp"
-#include "gpuguard/metrics/reloads.hpp"
 #include "gpuguard/files/poller.hpp"
+#include "gpuguard/metrics/reloads.hpp"
+#include "gpuguard/policy/policy.hpp"
 
 namespace gpuguard::policy {
 

@@ -17,8 +17,8 @@ namespace gpuguard::server {
 struct ServerOptions {
   std::string listen_address = "0.0.0.0:8443";  // host:port, [v6]:port; port 0 picks a free one
   unsigned threads = 2;
-  std::size_t body_limit = 7 * 1024 * 1024;  // what controller-runtime allows; above it: 413
-  std::size_t header_limit = 16 * 1024;
+  std::size_t body_limit = std::size_t{7} * 1024 * 1024;  // what controller-runtime allows; above it: 413
+  std::size_t header_limit = std::size_t{16} * 1024;
   std::chrono::milliseconds handshake_timeout{10'000};
   // Waiting for the next request on a kept-alive connection, and reading its headers. Above the
   // apiserver's 90 s idle-connection timeout, so the client side closes first.

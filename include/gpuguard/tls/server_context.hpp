@@ -8,8 +8,8 @@
 
 #include <boost/asio/ssl/context.hpp>
 
-#include "gpuguard/metrics/reloads.hpp"
 #include "gpuguard/files/poller.hpp"
+#include "gpuguard/metrics/reloads.hpp"
 
 namespace gpuguard::tls {
 

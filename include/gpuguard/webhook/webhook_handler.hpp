@@ -4,11 +4,10 @@
 #include <memory>
 
 #include "gpuguard/policy/policy.hpp"
-#include "gpuguard/webhook/webhook_metrics.hpp"
 #include "gpuguard/server/http.hpp"
+#include "gpuguard/webhook/webhook_metrics.hpp"
 
 namespace gpuguard::webhook {
-
 
 // The webhook's routes: POST /mutate runs the admission core with the policy in force; GET /healthz says
 // the process serves; GET /readyz says the certificate and policy are loaded and it is not shutting

@@ -9,17 +9,17 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <mutex>
-#include <optional>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
 #include "files.hpp"
-#include "tls_client.hpp"
 #include "server_process.hpp"
+#include "tls_client.hpp"
 
 using namespace gpuguard::test;
 using nlohmann::json;
@@ -34,7 +34,7 @@ namespace {
 class KubeletVolume {
  public:
   explicit KubeletVolume(const std::string& name)
-      : dir_(fs::temp_directory_path() / ("gpuguard-" + name + "-" + std::to_string(::getpid()))) {
+      : dir_(fs::temp_directory_path() / ("gpuguard-" + name + std::string("-").append(std::to_string(::getpid())))) {
     fs::remove_all(dir_);
     fs::create_directories(dir_);
   }
@@ -43,7 +43,7 @@ class KubeletVolume {
   const fs::path& dir() const { return dir_; }
 
   void publish(const std::map<std::string, std::string>& files) {
-    const fs::path generation = dir_ / ("..2026_11_22_10_00_00." + std::to_string(++generation_));
+    const fs::path generation = dir_ / (std::string("..2026_11_22_10_00_00.").append(std::to_string(++generation_)));
     fs::create_directories(generation);
     for (const auto& [key, content] : files) {
       std::ofstream(generation / key, std::ios::binary) << content;
@@ -108,18 +108,17 @@ TEST_CASE("policy: a kubelet-style ..data swap takes effect within 5 s, and an i
   CHECK_FALSE(is_patched(client.request("POST", "/mutate", body)));  // still mode off: the last good policy
 
   volume.publish({{"mode", "strict"}});
-  REQUIRE(wait_for(5s, [&] {
-    return json::parse(client.request("POST", "/mutate", body).body)["response"]["allowed"] == false;
-  }));
+  REQUIRE(wait_for(
+      5s, [&] { return json::parse(client.request("POST", "/mutate", body).body)["response"]["allowed"] == false; }));
   CHECK(webhook.terminate() == 0);
 }
 
 TEST_CASE("policy: starting with an invalid policy exits non-zero and names the key") {
   KubeletVolume volume("bad-policy");
   volume.publish({{"visibleDevicesValue", "all"}});
-  const ExitResult result = run_webhook("--tls-cert-file " + certs_dir() + "/tls.crt --tls-private-key-file " +
-                                        certs_dir() + "/tls.key --listen-address 127.0.0.1:0 --policy-dir " +
-                                        volume.dir().string());
+  const ExitResult result =
+      run_webhook("--tls-cert-file " + certs_dir() + "/tls.crt --tls-private-key-file " + certs_dir() +
+                  "/tls.key --listen-address 127.0.0.1:0 --policy-dir " + volume.dir().string());
   CHECK(result.status == 1);
   CHECK_THAT(result.output, Catch::Contains("policy key visibleDevicesValue"));
 }
@@ -248,7 +247,8 @@ std::string serial_of(const fs::path& cert) {
 }  // namespace
 
 TEST_CASE("certificates: rotation under continuous requests, without a failed request, and a broken pair is refused") {
-  const fs::path work = fs::temp_directory_path() / ("gpuguard-rotation-" + std::to_string(::getpid()));
+  const fs::path work =
+      fs::temp_directory_path() / (std::string("gpuguard-rotation-").append(std::to_string(::getpid())));
   fs::remove_all(work);
   fs::create_directories(work);
   for (const char* file : {"ca.crt", "ca.key", "tls.crt", "tls.key"}) fs::copy(certs_dir() + "/" + file, work / file);
@@ -277,7 +277,8 @@ TEST_CASE("certificates: rotation under continuous requests, without a failed re
   // A pair whose key does not match: refused, counted, and the second pair stays.
   secret.publish({{"tls.crt", read_file(work / "tls.crt")}, {"tls.key", read_file(work / "ca.key")}});
   REQUIRE(wait_for(10s, [&] {
-    return scrape(webhook.port()).find("gpuguard_tls_certificate_reloads_total{result=\"failure\"} 1") != std::string::npos;
+    return scrape(webhook.port()).find("gpuguard_tls_certificate_reloads_total{result=\"failure\"} 1") !=
+           std::string::npos;
   }));
   std::this_thread::sleep_for(300ms);
   load.stop();
@@ -315,8 +316,8 @@ TEST_CASE("SIGTERM under continuous requests: readyz fails at once, no accepted 
   const auto exited_after = std::chrono::steady_clock::now() - signalled;
   load.stop();
   CHECK(status == 0);
-  CHECK(exited_after >= 1s);   // served through the delay
-  CHECK(exited_after < 10s);   // and left well inside the timeout
+  CHECK(exited_after >= 1s);  // served through the delay
+  CHECK(exited_after < 10s);  // and left well inside the timeout
   CHECK(load.failed == 0);
   CHECK(load.ok > ok_before);  // requests kept being answered after the signal
   CHECK(load.closed_by_server > 0);

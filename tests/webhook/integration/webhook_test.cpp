@@ -10,8 +10,8 @@
 
 #include "files.hpp"
 #include "gpuguard/admission/base64.hpp"
-#include "tls_client.hpp"
 #include "server_process.hpp"
+#include "tls_client.hpp"
 
 using namespace gpuguard::test;
 using nlohmann::json;
@@ -58,7 +58,8 @@ TEST_CASE("answers bad requests with the right status and keeps serving") {
   TlsClient client(webhook.port());
   CHECK(client.request("POST", "/mutate", "{\"apiVersion\":").status == 400);
   CHECK(client.request("POST", "/mutate", "{\"kind\":\"Pod\",\"apiVersion\":\"v1\"}").status == 400);
-  const HttpReply wrong_type = client.request("POST", "/mutate", read_file(fixtures_dir() / "invalid" / "uid-number.json"));
+  const HttpReply wrong_type =
+      client.request("POST", "/mutate", read_file(fixtures_dir() / "invalid" / "uid-number.json"));
   CHECK(wrong_type.status == 400);
   CHECK_THAT(wrong_type.body, Catch::Contains("request.uid"));
 
@@ -77,17 +78,19 @@ TEST_CASE("answers bad requests with the right status and keeps serving") {
 TEST_CASE("a body over 7 MiB gets 413 without being read") {
   WebhookProcess webhook;
   TlsClient client(webhook.port());
-  client.write_raw("POST /mutate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                   "Content-Length: 7340033\r\n\r\n{");
+  client.write_raw(
+      "POST /mutate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+      "Content-Length: 7340033\r\n\r\n{");
   const auto [received, closed] = client.read_until_closed(5s);
   CHECK(received.starts_with("HTTP/1.1 413"));
   CHECK(closed);
 
   // Without a Content-Length the limit applies while reading.
   TlsClient chunked(webhook.port());
-  chunked.write_raw("POST /mutate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                    "Transfer-Encoding: chunked\r\n\r\n");
-  const std::string piece(1024 * 1024, ' ');
+  chunked.write_raw(
+      "POST /mutate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+      "Transfer-Encoding: chunked\r\n\r\n");
+  const std::string piece(std::size_t{1024} * 1024, ' ');
   char size_line[32];
   std::snprintf(size_line, sizeof size_line, "%zx\r\n", piece.size());
   bool refused = false;
@@ -117,8 +120,9 @@ TEST_CASE("a 2.5 MiB pod is reviewed and every container patched") {
   std::size_t size = review.dump().size();
   while (size < 2'621'440) {
     json c = base;
-    c["name"] = "c" + std::to_string(containers.size());
-    for (int e = 0; e < 40; ++e) c["env"].push_back({{"name", "VAR_" + std::to_string(e)}, {"value", std::string(40, 'v')}});
+    c["name"] = std::string("c").append(std::to_string(containers.size()));
+    for (int e = 0; e < 40; ++e)
+      c["env"].push_back({{"name", std::string("VAR_").append(std::to_string(e))}, {"value", std::string(40, 'v')}});
     size += c.dump().size() + 1;
     containers.push_back(std::move(c));
   }
@@ -153,8 +157,9 @@ TEST_CASE("TLS: 1.2 and 1.3 only, ALPN http/1.1 only") {
 TEST_CASE("slow clients neither stall others nor hold a connection past the deadline") {
   WebhookProcess webhook;
   TlsClient slow(webhook.port());
-  slow.write_raw("POST /mutate?timeout=1s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                 "Content-Length: 1000\r\n\r\n{\"apiVersion\"");
+  slow.write_raw(
+      "POST /mutate?timeout=1s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+      "Content-Length: 1000\r\n\r\n{\"apiVersion\"");
   TlsClient idle_handshake_done(webhook.port());  // connected and silent
 
   const auto started = std::chrono::steady_clock::now();

@@ -10,19 +10,25 @@
 #include "gpuguard/admission/base64.hpp"
 #include "gpuguard/admission/review.hpp"
 
-using gpuguard::policy::Policy;
 using gpuguard::admission::review;
+using gpuguard::policy::Policy;
 using nlohmann::json;
 namespace t = gpuguard::test;
 
 namespace {
 
-json review_json(const json& request, const Policy& policy = Policy{}) {
-  const auto outcome = review(request.dump(), policy);
+// Reviews the text as it is: the field order it has is the order the decoder sees.
+json review_text(std::string text, const Policy& policy = Policy{}) {
+  const auto outcome = review(std::move(text), policy);
   INFO(outcome.body);
   REQUIRE(outcome.ok);
   return json::parse(outcome.body);
 }
+
+json review_json(const json& request, const Policy& policy = Policy{}) { return review_text(request.dump(), policy); }
+
+// The position of `"key":` in a JSON text, to check that a test sends the order it says it does.
+std::size_t position(const std::string& text, const std::string& key) { return text.find("\"" + key + "\":"); }
 
 // A case's policy.json holds the ConfigMap's files as {key: text}; no file means the defaults.
 Policy policy_of(const std::filesystem::path& dir) {
@@ -112,7 +118,10 @@ TEST_CASE("field order does not matter: object before kind, request before apiVe
   reordered["kind"] = "AdmissionReview";
   reordered["apiVersion"] = "admission.k8s.io/v1";
 
-  const json by_order = review_json(json::parse(reordered.dump()));
+  const std::string text = reordered.dump();
+  REQUIRE(position(text, "object") < position(text, "kind"));
+  REQUIRE(position(text, "request") < position(text, "apiVersion"));
+  const json by_order = review_text(text);
   const json by_fixture = review_json(original);
   CHECK(by_order["response"]["patch"] == by_fixture["response"]["patch"]);
   CHECK(by_order["response"]["uid"] == original["request"]["uid"]);
@@ -134,11 +143,12 @@ TEST_CASE("a large pod is reviewed through a parser of its own and still patched
   const json base = containers[0];
   for (int i = 1; i < 400; ++i) {
     json c = base;
-    c["name"] = "c" + std::to_string(i);
-    for (int e = 0; e < 40; ++e) c["env"].push_back({{"name", "VAR_" + std::to_string(e)}, {"value", std::string(64, 'v')}});
+    c["name"] = std::string("c").append(std::to_string(i));
+    for (int e = 0; e < 40; ++e)
+      c["env"].push_back({{"name", std::string("VAR_").append(std::to_string(e))}, {"value", std::string(64, 'v')}});
     containers.push_back(c);
   }
-  REQUIRE(request.dump().size() > 1024 * 1024);
+  REQUIRE(request.dump().size() > std::size_t{1024} * 1024);
   const json response = review_json(request);
   const json patched = request["request"]["object"].patch(decoded_patch(response));
   for (const auto& c : patched["spec"]["containers"]) {
@@ -179,7 +189,7 @@ TEST_CASE("duplicate keys: the last one counts, as for the JSON decoders downstr
   };
   for (const auto& [name, object] : cases) {
     DYNAMIC_SECTION(name) {
-      const std::string body = head + object + tail;
+      const std::string body = std::string(head).append(object).append(tail);
       const auto outcome = review(body, Policy{});
       REQUIRE(outcome.ok);
       REQUIRE(outcome.patched);
@@ -188,19 +198,22 @@ TEST_CASE("duplicate keys: the last one counts, as for the JSON decoders downstr
       const json patched = pod.patch(decoded_patch(response));
       for (const auto& c : patched["spec"]["containers"]) {
         std::size_t entries = 0;
-        for (const auto& e : c["env"]) entries += e["name"] == "NVIDIA_VISIBLE_DEVICES" && e == json({{"name", "NVIDIA_VISIBLE_DEVICES"}, {"value", "none"}});
+        for (const auto& e : c["env"])
+          entries += e["name"] == "NVIDIA_VISIBLE_DEVICES" &&
+                     e == json({{"name", "NVIDIA_VISIBLE_DEVICES"}, {"value", "none"}});
         CHECK(entries == 1);
       }
-      json again = json::parse(head + "null" + tail);
+      json again = json::parse(std::string(head).append("null").append(tail));
       again["request"]["object"] = patched;
       CHECK_FALSE(review_json(again)["response"].contains("patch"));
     }
   }
   // Two requests: the last one is the review.
-  const std::string twice = R"({"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview",)"
-                            R"("request":{"uid":"first","operation":"DELETE","kind":{"group":"apps","version":"v1","kind":"Deployment"}},)"
-                            R"("request":{"uid":"second","operation":"CREATE","kind":{"group":"","version":"v1","kind":"Pod"},)"
-                            R"("object":{"spec":{"containers":[{"name":"c"}]}}}})";
+  const std::string twice =
+      R"({"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview",)"
+      R"("request":{"uid":"first","operation":"DELETE","kind":{"group":"apps","version":"v1","kind":"Deployment"}},)"
+      R"("request":{"uid":"second","operation":"CREATE","kind":{"group":"","version":"v1","kind":"Pod"},)"
+      R"("object":{"spec":{"containers":[{"name":"c"}]}}}})";
   const auto outcome = review(twice, Policy{});
   REQUIRE(outcome.ok);
   CHECK(outcome.uid == "second");
@@ -219,5 +232,8 @@ TEST_CASE("ephemeral UPDATE with oldObject before object, and the fields that de
   old_first["request"]["subResource"] = "ephemeralcontainers";  // only now is it a mutable request
   old_first["request"]["operation"] = "UPDATE";
   old_first["request"]["kind"] = original["request"]["kind"];
-  CHECK(review_json(json::parse(old_first.dump()))["response"]["patch"] == expected);
+  const std::string text = old_first.dump();
+  REQUIRE(position(text, "oldObject") < position(text, "object"));
+  REQUIRE(position(text, "object") < position(text, "subResource"));
+  CHECK(review_text(text)["response"]["patch"] == expected);
 }

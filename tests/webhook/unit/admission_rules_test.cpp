@@ -2,8 +2,8 @@
 
 #include "admission/decide.hpp"
 #include "gpuguard/admission/base64.hpp"
-#include "gpuguard/policy/policy.hpp"
 #include "gpuguard/k8s/quantity.hpp"
+#include "gpuguard/policy/policy.hpp"
 
 using namespace gpuguard::admission;
 using namespace gpuguard::policy;
@@ -15,11 +15,11 @@ TEST_CASE("quantities: zero only when well-formed and zero") {
     bool zero;
   };
   const Row rows[] = {
-      {"0", true},    {"00", true},    {"0.0", true},  {"+0", true},    {"-0", true},   {"0m", true},
-      {"0Ki", true},  {"0e3", true},   {"0E-2", true}, {".0", true},    {"0.", true},   {"1", false},
-      {"2", false},   {"0.5", false},  {"500m", false}, {"1Gi", false}, {"-1", false},  {"1e3", false},
-      {"", false},    {"lots", false}, {"0x", false},  {"0Kb", false},  {"0e", false},  {"0..0", false},
-      {" 0", false},  {"0 ", false},   {"+", false},   {".", false},    {"0mm", false}, {"0e+", false},
+      {"0", true},   {"00", true},    {"0.0", true},   {"+0", true},   {"-0", true},   {"0m", true},
+      {"0Ki", true}, {"0e3", true},   {"0E-2", true},  {".0", true},   {"0.", true},   {"1", false},
+      {"2", false},  {"0.5", false},  {"500m", false}, {"1Gi", false}, {"-1", false},  {"1e3", false},
+      {"", false},   {"lots", false}, {"0x", false},   {"0Kb", false}, {"0e", false},  {"0..0", false},
+      {" 0", false}, {"0 ", false},   {"+", false},    {".", false},   {"0mm", false}, {"0e+", false},
   };
   for (const Row& row : rows) {
     INFO("quantity \"" << row.quantity << "\"");

@@ -5,7 +5,7 @@
 using namespace gpuguard::policy;
 
 namespace {
-PolicyParse parse(std::map<std::string, std::string> files) { return parse_policy(files); }
+PolicyParse parse(const std::map<std::string, std::string>& files) { return parse_policy(files); }
 }  // namespace
 
 TEST_CASE("policy: no files means the defaults") {
@@ -13,7 +13,8 @@ TEST_CASE("policy: no files means the defaults") {
   REQUIRE(parsed.policy);
   CHECK(parsed.policy->mode == Mode::enforce);
   CHECK(parsed.policy->visible_devices_value == "none");
-  CHECK(parsed.policy->gpu_resources == std::vector<std::string>{"nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-*"});
+  CHECK(parsed.policy->gpu_resources ==
+        std::vector<std::string>{"nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-*"});
   CHECK(parsed.policy->privileged == PrivilegedAction::warn);
   CHECK(parsed.policy->strip_user_value_from_gpu_containers);
   CHECK(parsed.policy->exempt_namespaces.empty());
@@ -35,7 +36,8 @@ TEST_CASE("policy: every key, values trimmed, lists split on commas and newlines
   CHECK(p.visible_devices_value == "void");
   CHECK(p.gpu_resources == std::vector<std::string>{"example.com/gpu", "acme.io/accel-*"});
   CHECK(p.exempt_namespaces == std::vector<std::string>{"monitoring", "gpu-operator"});
-  CHECK(p.exempt_service_accounts == std::vector<std::string>{"monitoring/dcgm-exporter", "kube-prometheus/node.exporter"});
+  CHECK(p.exempt_service_accounts ==
+        std::vector<std::string>{"monitoring/dcgm-exporter", "kube-prometheus/node.exporter"});
   CHECK(p.privileged == PrivilegedAction::deny);
   CHECK_FALSE(p.strip_user_value_from_gpu_containers);
   CHECK(p.is_gpu_resource("acme.io/accel-x2"));
