@@ -5,7 +5,6 @@ package main
 
 import (
 	"bufio"
-	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
@@ -18,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -309,8 +309,15 @@ func (c *Cluster) auditAnnotations(t *T, namespace, name, subresource string) ma
 	return found
 }
 
-func contextWithTimeout(t *T, d time.Duration) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(t.ctx, d)
+// serviceAccountToken asks the apiserver for a token of a gpuguard-system service account, as the kubelet
+// projects one into a pod, and writes it to a file.
+func (c *Cluster) serviceAccountToken(t *T, e *Env, account string) string {
+	token, err := c.client.CoreV1().ServiceAccounts(gpuguardNamespace).CreateToken(t.ctx, account,
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr(int64(3600))}}, metav1.CreateOptions{})
+	t.must(err, "requesting a token for service account "+account)
+	path := e.path("control-plane", account+".token")
+	t.must(os.WriteFile(path, []byte(token.Status.Token), 0o600), "writing the token of "+account)
+	return path
 }
 
 func joinLines(lines []string) string { return strings.Join(lines, " | ") }

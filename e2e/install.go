@@ -108,6 +108,10 @@ func (e *Env) installWebhook(t *T, c *Cluster) *webhookInstall {
 		}
 	}
 	w.projectPolicy(t)
+	// What a pod of the Deployment would have in the cluster: the API's address and CA, and a projected
+	// token of its service account, with which it lists and watches DRA claims under the shipped RBAC.
+	w.args = append(w.args, "--apiserver-url="+c.server, "--token-file="+c.serviceAccountToken(t, e, "gpuguard-webhook"),
+		"--ca-file="+c.caFile)
 	w.start(t, e)
 	for _, obj := range append(webhookConfiguration, backstop...) {
 		c.apply(t, obj)

@@ -14,7 +14,6 @@ import (
 	"strconv"
 	"time"
 
-	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -126,12 +125,8 @@ func startExtender(t *T, e *Env, c *Cluster) *runningExtender {
 	if args == nil {
 		t.Fatalf("manifests/scheduler-extender renders no Deployment")
 	}
-	token, err := c.client.CoreV1().ServiceAccounts(gpuguardNamespace).CreateToken(t.ctx, "gpuguard-scheduler-extender",
-		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr(int64(3600))}}, metav1.CreateOptions{})
-	t.must(err, "requesting a token for the extender's service account")
-	tokenFile := e.path("control-plane", "extender.token")
-	t.must(os.WriteFile(tokenFile, []byte(token.Status.Token), 0o600), "writing the extender's token")
-	args = append(args, "--apiserver-url="+c.server, "--token-file="+tokenFile, "--ca-file="+c.caFile)
+	args = append(args, "--apiserver-url="+c.server, "--token-file="+c.serviceAccountToken(t, e, "gpuguard-scheduler-extender"),
+		"--ca-file="+c.caFile)
 
 	p, err := e.start("gpuguard-scheduler-extender", e.gpuguard("gpuguard-scheduler-extender"), args...)
 	t.must(err, "starting gpuguard-scheduler-extender")

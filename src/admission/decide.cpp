@@ -6,8 +6,8 @@
 namespace gpuguard::admission {
 namespace {
 
+using policy::Action;
 using policy::Mode;
-using policy::PrivilegedAction;
 
 std::string env_path(const Container& c) {
   std::string path = "/spec/";
@@ -20,15 +20,6 @@ std::string env_path(const Container& c) {
 
 std::string env_entry_path(const Container& c, std::size_t env_index) {
   return env_path(c) + '/' + std::to_string(env_index);
-}
-
-// `container "app"`, `init container "setup"`, ...
-std::string named(const Container& c) {
-  std::string text(names_of(c.list).human);
-  text += " \"";
-  text += c.name;
-  text += '"';
-  return text;
 }
 
 std::string describe(const Container& c, std::string_view what) {
@@ -80,6 +71,91 @@ const EnvFromSource* env_from_that_could_set_visible_devices(const Container& c)
     return source.prefix.size() < kVisibleDevices.size() && kVisibleDevices.starts_with(source.prefix);
   });
   return it == c.env_from.end() ? nullptr : &*it;
+}
+
+// A path as the kernel resolves it lexically: no empty, "." or ".." components, no trailing slash.
+std::string normal_path(std::string_view path) {
+  std::vector<std::string_view> parts;
+  while (!path.empty()) {
+    const std::size_t slash = path.find('/');
+    const std::string_view part = path.substr(0, slash);
+    path = slash == std::string_view::npos ? std::string_view{} : path.substr(slash + 1);
+    if (part.empty() || part == ".") continue;
+    if (part == "..") {
+      if (!parts.empty()) parts.pop_back();
+      continue;
+    }
+    parts.push_back(part);
+  }
+  std::string normal;
+  for (const std::string_view part : parts) normal.append("/").append(part);
+  return normal.empty() ? "/" : normal;
+}
+
+bool is_or_under(std::string_view path, std::string_view dir) {
+  return path == dir || (path.starts_with(dir) && path.size() > dir.size() && path[dir.size()] == '/');
+}
+
+// Does a hostPath volume of this path give a container the host's GPU device nodes, or the lists the
+// NVIDIA toolkit reads devices from? The paths themselves, what lies under them, and the directories
+// above them, whose mount contains them.
+bool reaches_gpu_devices(std::string_view host_path) {
+  const std::string path = normal_path(host_path);
+  if (path == "/dev" || path.starts_with("/dev/nvidia") || is_or_under(path, "/dev/dri")) return true;
+  for (std::string_view dir : {"/var/run/nvidia-container-devices", "/run/nvidia-container-devices", "/run/nvidia"}) {
+    if (is_or_under(path, dir)) return true;
+  }
+  return path == "/" || path == "/var" || path == "/var/run" || path == "/run";
+}
+
+constexpr std::string_view kCdiAnnotationPrefix = "cdi.k8s.io/";
+
+// Does the container get a GPU through DRA: a claim (or the one request of it that it names) asking for a
+// device of a GPU device class? A claim that cannot be looked up counts as no GPU, and is reported in
+// `unresolved` ("name: why"), so that a container never sees GPUs through an unknown claim's door.
+bool claims_gpu(const Container& c, const Review& review, const Policy& policy, const ClaimLookup* claims,
+                std::vector<std::string>& unresolved) {
+  bool gpu = false;
+  for (const ClaimUse& use : c.claims) {
+    const auto pod_claim = std::find_if(review.pod.resource_claims.begin(), review.pod.resource_claims.end(),
+                                        [&](const PodClaim& p) { return p.name == use.name; });
+    if (pod_claim == review.pod.resource_claims.end()) continue;  // the apiserver refuses such a pod
+    const bool from_template = pod_claim->claim.empty();
+    const std::string_view object = from_template ? pod_claim->claim_template : pod_claim->claim;
+    ClaimLookupResult found;
+    if (claims != nullptr) {
+      found =
+          from_template ? claims->claim_template(review.namespace_, object) : claims->claim(review.namespace_, object);
+    }
+    if (found.status != ClaimLookupResult::Status::found) {
+      std::string why = std::string(from_template ? "ResourceClaimTemplate \"" : "ResourceClaim \"")
+                            .append(object)
+                            .append(found.status == ClaimLookupResult::Status::unknown ? "\" is not known"
+                                                                                       : "\" cannot be looked up yet");
+      unresolved.push_back(std::move(why));
+      continue;
+    }
+    for (const ClaimRequest& request : found.requests) {
+      if (!use.request.empty() && request.name != use.request) continue;
+      gpu =
+          gpu || std::any_of(request.device_classes.begin(), request.device_classes.end(),
+                             [&](const std::string& device_class) { return policy.is_gpu_device_class(device_class); });
+    }
+  }
+  return gpu;
+}
+
+// Appends `name` to a comma-separated audit annotation, once.
+void annotate(Decision& decision, const std::string& key, std::string_view name) {
+  std::string& value = decision.audit_annotations[key];
+  std::string_view rest = value;
+  while (!rest.empty()) {
+    const std::size_t comma = rest.find(", ");
+    if (rest.substr(0, comma) == name) return;
+    rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 2);
+  }
+  if (!value.empty()) value += ", ";
+  value += name;
 }
 
 bool already_running(const Container& c, const Review& review) {
@@ -180,6 +256,14 @@ void turn_into_audit(const Policy& policy, Decision& decision,
 
 }  // namespace
 
+std::string named(const Container& c) {
+  std::string text(names_of(c.list).human);
+  text += " \"";
+  text += c.name;
+  text += '"';
+  return text;
+}
+
 std::string bounded_warning(std::string text) {
   if (text.size() <= kMaxWarningLength) return text;
   std::size_t cut = kMaxWarningLength - 3;
@@ -189,7 +273,7 @@ std::string bounded_warning(std::string text) {
   return text;
 }
 
-Decision decide(const Review& review, const Policy& policy) {
+Decision decide(const Review& review, const Policy& policy, const ClaimLookup* claims) {
   Decision decision;
   // Allowed as it is: policy mode off, not a Pod CREATE or pods/ephemeralcontainers UPDATE, a mirror pod,
   // or an exempt namespace or service account.
@@ -200,16 +284,34 @@ Decision decide(const Review& review, const Policy& policy) {
 
   std::vector<std::pair<const Container*, Mutation>> changed;
   std::vector<std::string> facts;
-  std::string env_from_containers;
   auto deny = [&](std::string reason) {
     if (decision.allowed) decision.denial = std::move(reason);
     decision.allowed = false;
   };
+  // A door a policy key governs: warn says so (and annotates the audit log), deny refuses the pod.
+  auto door = [&](Door which, Action action, const Container& c, Finding::Kind kind, std::string detail,
+                  const std::string& warning, const std::string& denial, const std::string& annotation,
+                  std::string_view annotated_name) {
+    ++decision.doors[static_cast<std::size_t>(which)][static_cast<std::size_t>(action)];
+    decision.findings.push_back({&c, kind, std::move(detail)});
+    if (action == Action::warn) {
+      facts.push_back(bounded_warning(warning));
+      annotate(decision, annotation, annotated_name);
+    } else if (action == Action::deny) {
+      deny(denial);
+    }
+  };
+  const auto cdi_annotation = std::find_if(review.pod.annotations.begin(), review.pod.annotations.end(),
+                                           [](const Annotation& a) { return a.key.starts_with(kCdiAnnotationPrefix); });
+  const bool listed_runtime_class =
+      !review.pod.runtime_class.empty() && std::find(policy.runtime_classes.begin(), policy.runtime_classes.end(),
+                                                     review.pod.runtime_class) != policy.runtime_classes.end();
   const Container* annotated_gpu = annotated_gpu_container(review.pod, policy);
   for (const Container& c : review.pod.containers) {
     if (already_running(c, review)) continue;  // the apiserver refuses any change to it
     const bool annotated = &c == annotated_gpu;
-    const bool gpu = annotated || asks_for_gpu(c, policy);
+    std::vector<std::string> unresolved;
+    const bool gpu = annotated || asks_for_gpu(c, policy) || claims_gpu(c, review, policy, claims, unresolved);
     if (policy.mode == Mode::strict && sets_visible_devices_itself(c, gpu, annotated, policy)) {
       deny(named(c) + " sets NVIDIA_VISIBLE_DEVICES itself, which policy mode strict does not allow");
     }
@@ -221,6 +323,10 @@ Decision decide(const Review& review, const Policy& policy) {
                          ": NVIDIA_VISIBLE_DEVICES set in the pod was removed; the device plugin assigns GPUs",
                          decision, delivered)) {
         mutation = Mutation::stripped;
+      }
+      if (std::any_of(c.visible_devices.begin(), c.visible_devices.end(),
+                      [&](const VisibleDevicesEntry& entry) { return !delivered(entry); })) {
+        decision.findings.push_back({&c, Finding::Kind::gpu_user_value, {}});
       }
       // The container's own variables come after the device plugin's, so an envFrom that defines the
       // name overrides the allocation; an explicit entry that stays would override the envFrom.
@@ -236,28 +342,68 @@ Decision decide(const Review& review, const Policy& policy) {
                "allow that");
         }
         facts.push_back(describe(c, ": envFrom " + what + " could set NVIDIA_VISIBLE_DEVICES and widen its GPUs"));
-        env_from_containers += env_from_containers.empty() ? "" : ", ";
-        env_from_containers += c.name;
+        annotate(decision, "env-from-may-set-visible-devices", c.name);
+        decision.findings.push_back({&c, Finding::Kind::env_from, what});
       }
     } else {
       mutation = hide_gpus(c, policy, decision);
+      if (mutation == Mutation::injected) decision.findings.push_back({&c, Finding::Kind::image_default, {}});
+      // The runtime takes the last of duplicate entries, so any entry other than the exact one exposes GPUs.
+      const auto exposing = std::find_if(c.visible_devices.begin(), c.visible_devices.end(),
+                                         [&](const VisibleDevicesEntry& entry) { return !is_exact(entry, policy); });
+      if (exposing != c.visible_devices.end()) {
+        std::string value = exposing->has_value_from ? "valueFrom" : std::string(exposing->value);
+        if (c.visible_devices.size() > 1) value += " (set " + std::to_string(c.visible_devices.size()) + " times)";
+        decision.findings.push_back({&c, Finding::Kind::user_value, std::move(value)});
+      }
+      for (const std::string& why : unresolved) {
+        facts.push_back(describe(c, ": " + why + ", so it is treated as requesting no GPU"));
+        annotate(decision, "unresolved-claims", c.name);
+        decision.findings.push_back({&c, Finding::Kind::unresolved_claim, why});
+      }
+      for (const std::string_view mount : c.volume_mounts) {
+        const auto volume = std::find_if(review.pod.host_paths.begin(), review.pod.host_paths.end(),
+                                         [&](const HostPathVolume& v) { return v.name == mount; });
+        if (volume == review.pod.host_paths.end() || !reaches_gpu_devices(volume->path)) continue;
+        const std::string what =
+            "the host's " + std::string(volume->path) + " (hostPath volume \"" + std::string(volume->name) + "\")";
+        door(Door::host_device_mounts, policy.host_device_mounts, c, Finding::Kind::host_device_mount, what,
+             named(c) + " mounts " + what + " without requesting a GPU",
+             named(c) + " mounts " + what + ", which reaches GPU devices, without requesting a GPU",
+             "host-device-mounts", c.name);
+      }
+      if (cdi_annotation != review.pod.annotations.end()) {
+        const std::string key(cdi_annotation->key);
+        door(Door::cdi_annotations, policy.cdi_annotations, c, Finding::Kind::cdi_annotation, key,
+             "the annotation " + key + " names CDI devices, and " + named(c) + " requests no GPU",
+             "the annotation " + key + " names CDI devices directly, and " + named(c) + " requests no GPU",
+             "cdi-annotations", key);
+      }
+      if (listed_runtime_class) {
+        const std::string runtime_class(review.pod.runtime_class);
+        door(Door::runtime_classes, policy.runtime_class_action, c, Finding::Kind::runtime_class, runtime_class,
+             "runtimeClassName \"" + runtime_class + "\" is in the policy's runtimeClasses, and " + named(c) +
+                 " requests no GPU",
+             "runtimeClassName \"" + runtime_class + "\" is in the policy's runtimeClasses, and " + named(c) +
+                 " requests no GPU",
+             "runtime-class", runtime_class);
+      }
     }
-    if (c.privileged && policy.privileged == PrivilegedAction::warn) {
-      facts.push_back(gpu ? describe(c, " is privileged and sees every GPU, not only those it requested")
-                          : describe(c, " is privileged and sees every GPU whatever NVIDIA_VISIBLE_DEVICES says"));
-    } else if (c.privileged && policy.privileged == PrivilegedAction::deny) {
-      deny(gpu ? named(c) + " is privileged, so it would see every GPU on the node, not only those it requested"
+    if (c.privileged) {
+      door(Door::privileged, policy.privileged, c, Finding::Kind::privileged, {},
+           gpu ? named(c) + " is privileged and sees every GPU, not only those it requested"
+               : named(c) + " is privileged and sees every GPU whatever NVIDIA_VISIBLE_DEVICES says",
+           gpu ? named(c) + " is privileged, so it would see every GPU on the node, not only those it requested"
                : named(c) +
                      " is privileged without requesting a GPU, so it would see every GPU whatever "
-                     "NVIDIA_VISIBLE_DEVICES says");
+                     "NVIDIA_VISIBLE_DEVICES says",
+           "privileged", c.name);
     }
     if (mutation) {
       decision.mutations.push_back(*mutation);
       changed.emplace_back(&c, *mutation);
     }
   }
-  if (!env_from_containers.empty())
-    decision.audit_annotations["env-from-may-set-visible-devices"] = env_from_containers;
 
   if (policy.mode == Mode::audit) {
     turn_into_audit(policy, decision, changed, std::move(facts));

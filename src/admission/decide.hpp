@@ -1,8 +1,11 @@
 #pragma once
+#include <array>
 #include <map>
 #include <string>
 #include <vector>
 
+#include "gpuguard/admission/claims.hpp"
+#include "gpuguard/admission/review.hpp"
 #include "gpuguard/policy/policy.hpp"
 #include "model.hpp"
 
@@ -22,6 +25,24 @@ struct PatchOperation {
 // kMutationReasons in the same order.
 enum class Mutation { injected, replaced, deduplicated, stripped };
 
+// A way a container can see GPUs it did not ask for, as decide() found it; the audit reports these.
+struct Finding {
+  enum class Kind {
+    image_default,      // no NVIDIA_VISIBLE_DEVICES: the image's own value applies
+    user_value,         // set in the pod, to something else than the injected value, or more than once
+    gpu_user_value,     // set in a GPU container, over the device plugin's choice
+    env_from,           // a GPU container's envFrom could set it
+    privileged,         // sees every device node
+    host_device_mount,  // a hostPath volume of the host's GPU device nodes or device lists
+    cdi_annotation,     // the pod names CDI devices directly
+    runtime_class,      // a RuntimeClass the policy lists
+    unresolved_claim,   // a DRA claim that could not be looked up: treated as no GPU
+  };
+  const Container* container;
+  Kind kind;
+  std::string detail;
+};
+
 struct Decision {
   bool allowed = true;
   std::string denial;  // the status message when !allowed (code 403)
@@ -29,9 +50,15 @@ struct Decision {
   std::vector<std::string> warnings;
   std::map<std::string, std::string> audit_annotations;
   std::vector<Mutation> mutations;
+  std::vector<Finding> findings;
+  std::array<std::array<std::size_t, 3>, 4> doors{};  // ReviewOutcome::doors
 };
 
-Decision decide(const Review& review, const Policy& policy);
+// `claims` may be null: every DRA claim is then unresolved.
+Decision decide(const Review& review, const Policy& policy, const ClaimLookup* claims);
+
+// `container "app"`, `init container "setup"`, `ephemeral container "debug"`.
+std::string named(const Container& c);
 
 // Kubernetes shows warnings only up to 120 characters; longer ones are cut at a character boundary.
 inline constexpr std::size_t kMaxWarningLength = 120;

@@ -48,6 +48,12 @@ std::string_view string_field(od::value& value, Path path) {
   return need<std::string_view>(value.get_string(), path, "a string");
 }
 
+// A string that may be null or absent: empty then.
+std::string_view optional_string(od::value& value, Path path) {
+  if (need<od::json_type>(value.type(), path, "a JSON value") == od::json_type::null) return {};
+  return string_field(value, path);
+}
+
 // Iterates an object's fields, calling on_field(key, value) for each. The key is the raw JSON text:
 // comparing it with a field name costs no copy, and the apiserver (Go's encoding/json) never escapes the
 // letters of the field names we look for. Maps whose keys are data use for_each_entry instead.
@@ -144,7 +150,22 @@ void decode_resources(od::value& resources, std::string_view list, Container& co
   const Path path(list, ".resources"), amounts_path(list, ".resources.limits|requests");
   container.resources.clear();
   if (is_null(resources, path)) return;
+  container.claims.clear();
   for_each_field(resources, path, [&](od::raw_json_string key, od::value amounts) {
+    if (key == "claims") {
+      const Path claims_path(list, ".resources.claims");
+      container.claims.clear();
+      if (is_null(amounts, claims_path)) return;
+      for_each_element(amounts, claims_path, [&](std::size_t, od::value& claim) {
+        ClaimUse use;
+        for_each_field(claim, Path(list, ".resources.claims[]"), [&](od::raw_json_string claim_key, od::value v) {
+          if (claim_key == "name") use.name = string_field(v, Path(list, ".resources.claims[].name"));
+          if (claim_key == "request") use.request = optional_string(v, Path(list, ".resources.claims[].request"));
+        });
+        container.claims.push_back(use);
+      });
+      return;
+    }
     const bool limits = key == "limits";
     if (!limits && key != "requests") return;
     std::erase_if(container.resources, [&](const ResourceAmount& r) { return r.limit == limits; });
@@ -182,6 +203,14 @@ Container decode_container(ContainerList list, std::size_t index, od::value& val
                        [&](std::size_t i, od::value& entry) { decode_env_from(i, entry, p, container); });
     } else if (key == "resources") {
       decode_resources(field, p, container);
+    } else if (key == "volumeMounts") {
+      container.volume_mounts.clear();
+      if (is_null(field, Path(p, ".volumeMounts"))) return;
+      for_each_element(field, Path(p, ".volumeMounts"), [&](std::size_t, od::value& mount) {
+        for_each_field(mount, Path(p, ".volumeMounts[]"), [&](od::raw_json_string mount_key, od::value v) {
+          if (mount_key == "name") container.volume_mounts.push_back(string_field(v, Path(p, ".volumeMounts[].name")));
+        });
+      });
     } else if (key == "securityContext") {
       const Path security(p, ".securityContext"), privileged(p, ".securityContext.privileged");
       container.privileged = false;
@@ -206,6 +235,46 @@ void decode_container_list(ContainerList list, od::value& value, Pod& pod) {
   });
 }
 
+void decode_host_path_volumes(od::value& volumes, Pod& pod) {
+  constexpr std::string_view kPath = "request.object.spec.volumes[]";
+  pod.host_paths.clear();
+  if (is_null(volumes, "request.object.spec.volumes")) return;
+  for_each_element(volumes, "request.object.spec.volumes", [&](std::size_t, od::value& volume) {
+    HostPathVolume host;
+    bool is_host_path = false;
+    for_each_field(volume, kPath, [&](od::raw_json_string key, od::value v) {
+      if (key == "name") {
+        host.name = string_field(v, Path(kPath, ".name"));
+      } else if (key == "hostPath") {
+        is_host_path = false;
+        if (is_null(v, Path(kPath, ".hostPath"))) return;
+        is_host_path = true;
+        for_each_field(v, Path(kPath, ".hostPath"), [&](od::raw_json_string host_key, od::value p) {
+          if (host_key == "path") host.path = string_field(p, Path(kPath, ".hostPath.path"));
+        });
+      }
+    });
+    if (is_host_path) pod.host_paths.push_back(host);
+  });
+}
+
+void decode_pod_claims(od::value& claims, Pod& pod) {
+  constexpr std::string_view kPath = "request.object.spec.resourceClaims[]";
+  pod.resource_claims.clear();
+  if (is_null(claims, "request.object.spec.resourceClaims")) return;
+  for_each_element(claims, "request.object.spec.resourceClaims", [&](std::size_t, od::value& entry) {
+    PodClaim claim;
+    for_each_field(entry, kPath, [&](od::raw_json_string key, od::value v) {
+      if (key == "name") claim.name = string_field(v, Path(kPath, ".name"));
+      if (key == "resourceClaimName") claim.claim = optional_string(v, Path(kPath, ".resourceClaimName"));
+      if (key == "resourceClaimTemplateName") {
+        claim.claim_template = optional_string(v, Path(kPath, ".resourceClaimTemplateName"));
+      }
+    });
+    pod.resource_claims.push_back(claim);
+  });
+}
+
 Pod decode_pod(od::value& object, bool only_ephemeral) {
   Pod pod;
   for_each_field(object, "request.object", [&](od::raw_json_string key, od::value field) {
@@ -227,25 +296,28 @@ Pod decode_pod(od::value& object, bool only_ephemeral) {
       pod.containers.clear();
       pod.service_account = {};
       pod.scheduler = {};
+      pod.runtime_class = {};
+      pod.resource_claims.clear();
+      pod.host_paths.clear();
       for_each_field(field, "request.object.spec", [&](od::raw_json_string spec_key, od::value list) {
         if (spec_key == "ephemeralContainers") {
           decode_container_list(ContainerList::ephemeral, list, pod);
         } else if (spec_key == "serviceAccountName") {
-          pod.service_account = {};
-          if (!is_null(list, "request.object.spec.serviceAccountName")) {
-            pod.service_account = string_field(list, "request.object.spec.serviceAccountName");
-          }
+          pod.service_account = optional_string(list, "request.object.spec.serviceAccountName");
         } else if (spec_key == "schedulerName") {
-          pod.scheduler = {};
-          if (!is_null(list, "request.object.spec.schedulerName")) {
-            pod.scheduler = string_field(list, "request.object.spec.schedulerName");
-          }
+          pod.scheduler = optional_string(list, "request.object.spec.schedulerName");
+        } else if (spec_key == "runtimeClassName") {
+          pod.runtime_class = optional_string(list, "request.object.spec.runtimeClassName");
+        } else if (spec_key == "volumes") {
+          decode_host_path_volumes(list, pod);
         } else if (only_ephemeral) {
           return;  // containers and initContainers are immutable on this subresource
         } else if (spec_key == "initContainers") {
           decode_container_list(ContainerList::init, list, pod);
         } else if (spec_key == "containers") {
           decode_container_list(ContainerList::regular, list, pod);
+        } else if (spec_key == "resourceClaims") {
+          decode_pod_claims(list, pod);
         }
       });
     }

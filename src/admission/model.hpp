@@ -55,6 +55,12 @@ struct ResourceAmount {
   bool limit = false;  // from limits (else requests)
 };
 
+// resources.claims[] of a container: one of the pod's resourceClaims, and optionally one request of it.
+struct ClaimUse {
+  std::string_view name;
+  std::string_view request;  // empty: every request of the claim
+};
+
 struct Container {
   ContainerList list = ContainerList::regular;
   std::size_t index = 0;
@@ -65,6 +71,8 @@ struct Container {
   std::vector<VisibleDevicesEntry> visible_devices;  // every env entry named NVIDIA_VISIBLE_DEVICES
   std::vector<EnvFromSource> env_from;
   std::vector<ResourceAmount> resources;  // limits and requests together
+  std::vector<ClaimUse> claims;
+  std::vector<std::string_view> volume_mounts;  // volumeMounts[].name
 };
 
 struct Annotation {
@@ -72,11 +80,26 @@ struct Annotation {
   std::string_view value;
 };
 
+// spec.resourceClaims[]: a name the containers use, for a ResourceClaim or a ResourceClaimTemplate.
+struct PodClaim {
+  std::string_view name;
+  std::string_view claim;           // resourceClaimName
+  std::string_view claim_template;  // resourceClaimTemplateName
+};
+
+struct HostPathVolume {
+  std::string_view name;
+  std::string_view path;
+};
+
 struct Pod {
   bool mirror = false;
   std::string_view service_account;  // spec.serviceAccountName; empty when absent
   std::string_view scheduler;        // spec.schedulerName; empty when absent
+  std::string_view runtime_class;    // spec.runtimeClassName; empty when absent
   std::vector<Annotation> annotations;
+  std::vector<PodClaim> resource_claims;
+  std::vector<HostPathVolume> host_paths;  // the hostPath volumes of spec.volumes
   std::vector<Container> containers;
 };
 

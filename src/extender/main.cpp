@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "gpuguard/cli/apiserver_flags.hpp"
 #include "gpuguard/cli/command_line.hpp"
 #include "gpuguard/cli/server_flags.hpp"
 #include "gpuguard/extender/cluster_state.hpp"
@@ -42,15 +43,6 @@ std::optional<std::string> url_prefix(const po::variables_map& flags) {
   return prefix == "/" ? std::string{} : prefix;
 }
 
-kube::ApiServer api_server(const po::variables_map& flags) {
-  kube::ApiServer server = flags.count("apiserver-url")
-                               ? kube::ApiServer::from_url(flags["apiserver-url"].as<std::string>())
-                               : kube::ApiServer::in_cluster();
-  if (auto token = cli::path_flag(flags, "token-file")) server.token_file = *token;
-  if (auto ca = cli::path_flag(flags, "ca-file")) server.ca_file = *ca;
-  return server;
-}
-
 int serve(const po::variables_map& flags) {
   const bool insecure = flags.count("insecure-listen-address") > 0;
   if (insecure == cli::has_tls_flags(flags)) {
@@ -69,7 +61,7 @@ int serve(const po::variables_map& flags) {
   if (insecure) options->listen_address = flags["insecure-listen-address"].as<std::string>();
   kube::ApiServer apiserver;
   try {
-    apiserver = api_server(flags);
+    apiserver = cli::api_server(flags);
   } catch (const std::invalid_argument& e) {
     std::cerr << kProgram << ": " << e.what() << "\n";
     return 2;
@@ -125,17 +117,12 @@ int serve(const po::variables_map& flags) {
 int main(int argc, char** argv) {
   po::options_description description(kUsage);
   cli::add_server_flags(description);
+  cli::add_apiserver_flags(description);
   description.add_options()(
       "insecure-listen-address", po::value<std::string>(),
       "IP:port to serve plain HTTP on instead of HTTPS; only for a kube-scheduler on the same host (127.0.0.1)")(
       "url-prefix", po::value<std::string>()->default_value("/scheduler"),
       "the extender's urlPrefix path: <prefix>/filter, <prefix>/prioritize")(
-      "apiserver-url", po::value<std::string>(),
-      "https://host:port of the Kubernetes API; default: in-cluster service")(
-      "token-file", po::value<std::string>(),
-      "bearer token file, re-read for every request (default in a pod: the service account's)")(
-      "ca-file", po::value<std::string>(),
-      "CA bundle that signs the apiserver's certificate (default in a pod: the service account's; else the system's)")(
       "policy-dir", po::value<std::string>(),
       "mounted gpuguard-policy ConfigMap: its gpuResources say which resources are GPUs; re-read on change");
   const cli::Parsed parsed = cli::parse_command_line(kProgram, GPUGUARD_VERSION, description, argc, argv);

@@ -82,6 +82,24 @@ bool is_annotation_key(std::string_view s) {
   return std::all_of(s.begin(), s.end(), [&](char c) { return alphanumeric(c) || c == '-' || c == '_' || c == '.'; });
 }
 
+// An exact name, or a prefix when the pattern ends in '*'.
+bool matches_any(const std::vector<std::string>& patterns, std::string_view name) {
+  for (const std::string& pattern : patterns) {
+    if (!pattern.empty() && pattern.back() == '*') {
+      if (name.starts_with(std::string_view(pattern).substr(0, pattern.size() - 1))) return true;
+    } else if (name == pattern) {
+      return true;
+    }
+  }
+  return false;
+}
+
+Action action(std::string_view value) {
+  static constexpr std::pair<std::string_view, Action> kActions[] = {
+      {"allow", Action::allow}, {"warn", Action::warn}, {"deny", Action::deny}};
+  return one_of(value, kActions);
+}
+
 void apply(Policy& policy, std::string_view key, std::string_view raw) {
   const std::string_view value = trim(raw);
   if (key == "mode") {
@@ -99,6 +117,12 @@ void apply(Policy& policy, std::string_view key, std::string_view raw) {
       if (!is_resource_pattern(name)) throw InvalidValue("\"" + name + "\" is not a resource name or name prefix*");
     }
     policy.gpu_resources = std::move(names);
+  } else if (key == "gpuDeviceClasses") {
+    auto names = split_list(value);
+    for (const auto& name : names) {
+      if (!is_resource_pattern(name)) throw InvalidValue("\"" + name + "\" is not a device class name or name prefix*");
+    }
+    policy.gpu_device_classes = std::move(names);
   } else if (key == "gpuAnnotations") {
     auto keys = split_list(value);
     for (const auto& annotation : keys) {
@@ -122,9 +146,19 @@ void apply(Policy& policy, std::string_view key, std::string_view raw) {
     }
     policy.exempt_service_accounts = std::move(entries);
   } else if (key == "privileged") {
-    static constexpr std::pair<std::string_view, PrivilegedAction> kActions[] = {
-        {"allow", PrivilegedAction::allow}, {"warn", PrivilegedAction::warn}, {"deny", PrivilegedAction::deny}};
-    policy.privileged = one_of(value, kActions);
+    policy.privileged = action(value);
+  } else if (key == "hostDeviceMounts") {
+    policy.host_device_mounts = action(value);
+  } else if (key == "cdiAnnotations") {
+    policy.cdi_annotations = action(value);
+  } else if (key == "runtimeClassAction") {
+    policy.runtime_class_action = action(value);
+  } else if (key == "runtimeClasses") {
+    auto names = split_list(value);
+    for (const auto& name : names) {
+      if (!is_dns_subdomain(name)) throw InvalidValue("\"" + name + "\" is not a RuntimeClass name");
+    }
+    policy.runtime_classes = std::move(names);
   } else if (key == "stripUserValueFromGpuContainers") {
     static constexpr std::pair<std::string_view, bool> kBooleans[] = {{"true", true}, {"false", false}};
     policy.strip_user_value_from_gpu_containers = one_of(value, kBooleans);
@@ -135,9 +169,14 @@ constexpr std::string_view kKeys[] = {"mode",
                                       "visibleDevicesValue",
                                       "gpuResources",
                                       "gpuAnnotations",
+                                      "gpuDeviceClasses",
                                       "exemptNamespaces",
                                       "exemptServiceAccounts",
                                       "privileged",
+                                      "hostDeviceMounts",
+                                      "cdiAnnotations",
+                                      "runtimeClasses",
+                                      "runtimeClassAction",
                                       "stripUserValueFromGpuContainers"};
 
 }  // namespace
@@ -152,15 +191,10 @@ std::string_view mode_name(Mode mode) {
   return "off";
 }
 
-bool Policy::is_gpu_resource(std::string_view resource_name) const {
-  for (const std::string& pattern : gpu_resources) {
-    if (!pattern.empty() && pattern.back() == '*') {
-      if (resource_name.starts_with(std::string_view(pattern).substr(0, pattern.size() - 1))) return true;
-    } else if (resource_name == pattern) {
-      return true;
-    }
-  }
-  return false;
+bool Policy::is_gpu_resource(std::string_view resource_name) const { return matches_any(gpu_resources, resource_name); }
+
+bool Policy::is_gpu_device_class(std::string_view device_class) const {
+  return matches_any(gpu_device_classes, device_class);
 }
 
 bool Policy::is_exempt(std::string_view pod_namespace, std::string_view service_account) const {

@@ -1,18 +1,24 @@
+// gpuguard-webhook: serves the mutating admission webhook, or runs one of its offline commands (review,
+// audit) through the same admission core.
 #include <boost/program_options.hpp>
-
-#include <iostream>
-#include <string>
 
 #include <chrono>
 #include <filesystem>
+#include <iostream>
+#include <memory>
 #include <optional>
+#include <string>
 
+#include "audit_command.hpp"
+#include "gpuguard/cli/apiserver_flags.hpp"
 #include "gpuguard/cli/command_line.hpp"
 #include "gpuguard/cli/server_flags.hpp"
+#include "gpuguard/kube/informer.hpp"
 #include "gpuguard/log/log.hpp"
 #include "gpuguard/policy/policy_watcher.hpp"
 #include "gpuguard/server/http_server.hpp"
 #include "gpuguard/tls/server_context.hpp"
+#include "gpuguard/webhook/claim_cache.hpp"
 #include "gpuguard/webhook/webhook_handler.hpp"
 #include "review_command.hpp"
 
@@ -26,8 +32,13 @@ constexpr const char* kUsage =
     "every container that does not request a GPU.\n\n"
     "Usage:\n"
     "  gpuguard-webhook --tls-cert-file FILE --tls-private-key-file FILE [options]\n"
-    "  gpuguard-webhook review FILE|-     review an AdmissionReview or a bare Pod offline and print\n"
-    "                                     the response and the decoded JSON Patch\n\n"
+    "  gpuguard-webhook review [--policy-dir DIR] [--claims FILE] FILE|-\n"
+    "      review an AdmissionReview or a bare Pod offline and print the response and the decoded JSON Patch\n"
+    "  gpuguard-webhook audit [--policy-dir DIR] [--claims FILE] [--output table|json] FILE|-\n"
+    "      report every container of a PodList (kubectl get pods -A -o json) that can see GPUs it did not\n"
+    "      ask for, and what the webhook would do; exits 1 when there is any\n\n"
+    "In a pod it looks up DRA claims with its service account; elsewhere give --apiserver-url, --token-file\n"
+    "and --ca-file, or run without (claims are then unknown, and treated as requesting no GPU).\n\n"
     "Options";
 
 int serve(const po::variables_map& flags) {
@@ -37,21 +48,53 @@ int serve(const po::variables_map& flags) {
   }
   std::optional<server::ServerOptions> parsed_options = cli::server_options("gpuguard-webhook", flags);
   if (!parsed_options) return 2;
+  const std::string claims_mode = flags["resource-claims"].as<std::string>();
+  if (claims_mode != "auto" && claims_mode != "off") {
+    std::cerr << "gpuguard-webhook: --resource-claims must be auto or off\n";
+    return 2;
+  }
+  std::optional<kube::ApiServer> apiserver;
+  if (claims_mode == "auto" && cli::apiserver_known(flags)) {
+    try {
+      apiserver = cli::api_server(flags);
+    } catch (const std::exception& e) {
+      std::cerr << "gpuguard-webhook: " << e.what() << "\n";
+      return 2;
+    }
+  }
   server::ServerOptions options = std::move(*parsed_options);
   return cli::run_service([&] {
     webhook::WebhookMetrics metrics(GPUGUARD_VERSION);
     policy::PolicyWatcher policy(cli::path_flag(flags, "policy-dir"), metrics);
     tls::CertificateWatcher certificate(flags["tls-cert-file"].as<std::string>(),
                                         flags["tls-private-key-file"].as<std::string>(), metrics);
-    webhook::WebhookHandler handler([&policy] { return policy.current(); }, metrics);
+    std::unique_ptr<webhook::ClaimCache> claims;
+    std::unique_ptr<kube::Informers> informers;
+    if (apiserver) {
+      claims = std::make_unique<webhook::ClaimCache>();
+      kube::InformerOptions informer_options;
+      informer_options.user_agent = std::string("gpuguard-webhook/") + GPUGUARD_VERSION;
+      informers = std::make_unique<kube::Informers>(*apiserver, claims->watched_resources(), informer_options);
+    } else {
+      log::warn(claims_mode == "off"
+                    ? "--resource-claims off: DRA claims are not looked up"
+                    : "no Kubernetes API (not in a pod, no --apiserver-url): DRA claims are not looked up",
+                {{"effect", "containers that get devices through resource claims are treated as requesting no GPU"}});
+    }
+    webhook::WebhookHandler handler(
+        [&policy] { return policy.current(); }, metrics, claims.get(),
+        claims ? std::function<bool()>([&claims] { return claims->synced(); }) : std::function<bool()>());
     options.on_shutdown = [&handler] { handler.set_ready(false); };
     server::HttpServer server(
         options, [&certificate] { return certificate.current(); }, handler);
     const std::string address = server.bind();
+    if (informers) informers->start();
     policy.watch(std::chrono::seconds(1));
     certificate.watch(std::chrono::seconds(2));
     handler.set_ready(true);
-    log::info("listening", {{"address", address}, {"version", GPUGUARD_VERSION}});
+    log::info("listening", {{"address", address},
+                            {"version", GPUGUARD_VERSION},
+                            {"resource_claims", apiserver ? apiserver->url() : std::string("off")}});
     server.run();
   });
 }
@@ -59,22 +102,18 @@ int serve(const po::variables_map& flags) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc >= 2 && std::string(argv[1]) == "review") {
-    std::optional<std::filesystem::path> dir;
-    if (argc == 5 && std::string(argv[2]) == "--policy-dir") dir = argv[3];
-    if (argc != 3 && !(argc == 5 && dir)) {
-      std::cerr << "usage: gpuguard-webhook review [--policy-dir DIR] FILE|-\n";
-      return 2;
-    }
-    return webhook::run_review_command(argv[argc - 1], dir);
-  }
+  if (argc >= 2 && std::string(argv[1]) == "review") return webhook::run_review_command({argv + 2, argv + argc});
+  if (argc >= 2 && std::string(argv[1]) == "audit") return webhook::run_audit_command({argv + 2, argv + argc});
 
   po::options_description description(kUsage);
   cli::add_server_flags(description);
+  cli::add_apiserver_flags(description);
   description.add_options()("policy-dir", po::value<std::string>(),
-                            "mounted policy ConfigMap, re-read on change; without it the default policy applies");
+                            "mounted policy ConfigMap, re-read on change; without it the default policy applies")(
+      "resource-claims", po::value<std::string>()->default_value("auto"),
+      "auto: look up DRA ResourceClaims and ResourceClaimTemplates by list and watch when a Kubernetes API is "
+      "known; off: never");
   const cli::Parsed parsed = cli::parse_command_line("gpuguard-webhook", GPUGUARD_VERSION, description, argc, argv);
   if (!parsed.flags) return parsed.exit_status;
-  const po::variables_map& flags = *parsed.flags;
-  return serve(flags);
+  return serve(*parsed.flags);
 }

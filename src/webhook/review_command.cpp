@@ -1,50 +1,22 @@
 #include "review_command.hpp"
 
+#include <boost/program_options.hpp>
+
+#include <filesystem>
 #include <iostream>
-#include <iterator>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
 #include "gpuguard/admission/base64.hpp"
 #include "gpuguard/admission/review.hpp"
-#include "gpuguard/files/read_file.hpp"
 #include "gpuguard/log/log.hpp"
-#include "gpuguard/policy/policy.hpp"
-#include "gpuguard/policy/policy_watcher.hpp"
-#include "gpuguard/webhook/webhook_metrics.hpp"
+#include "offline.hpp"
 
 namespace gpuguard::webhook {
 namespace {
 
-bool read_source(const std::string& source, std::string& text) {
-  if (source == "-") {
-    text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
-    return !std::cin.bad();
-  }
-  auto content = files::read_file(source);
-  if (!content) return false;
-  text = std::move(*content);
-  return true;
-}
-
-// A Pod as `kubectl get pod -o json` or a manifest gives it, wrapped the way the apiserver sends a create.
-std::string wrap_pod_in_create_review(nlohmann::json pod) {
-  const std::string ns = pod["metadata"].value("namespace", "default");
-  const std::string name = pod["metadata"].value("name", "");
-  nlohmann::json review = {{"apiVersion", "admission.k8s.io/v1"},
-                           {"kind", "AdmissionReview"},
-                           {"request",
-                            {{"uid", "00000000-0000-0000-0000-000000000000"},
-                             {"kind", {{"group", ""}, {"version", "v1"}, {"kind", "Pod"}}},
-                             {"resource", {{"group", ""}, {"version", "v1"}, {"resource", "pods"}}},
-                             {"namespace", ns},
-                             {"name", name},
-                             {"operation", "CREATE"},
-                             {"userInfo", {{"username", "gpuguard-review"}}},
-                             {"object", std::move(pod)},
-                             {"dryRun", true}}}};
-  return review.dump();
-}
+namespace po = boost::program_options;
 
 // The decoded JSON Patch of a response, or an empty array when it has none.
 nlohmann::json patch_of(const nlohmann::json& response) {
@@ -55,7 +27,26 @@ nlohmann::json patch_of(const nlohmann::json& response) {
 
 }  // namespace
 
-int run_review_command(const std::string& source, const std::optional<std::filesystem::path>& policy_dir) {
+int run_review_command(const std::vector<std::string>& args) {
+  constexpr const char* kUsage = "usage: gpuguard-webhook review [--policy-dir DIR] [--claims FILE] FILE|-\n";
+  po::options_description options;
+  options.add_options()("policy-dir", po::value<std::string>())("claims", po::value<std::string>())(
+      "review", po::value<std::string>());
+  po::positional_options_description positional;
+  positional.add("review", 1);
+  po::variables_map flags;
+  try {
+    po::store(po::command_line_parser(args).options(options).positional(positional).run(), flags);
+    po::notify(flags);
+  } catch (const po::error& e) {
+    std::cerr << "gpuguard-webhook review: " << e.what() << "\n" << kUsage;
+    return 2;
+  }
+  if (!flags.count("review")) {
+    std::cerr << kUsage;
+    return 2;
+  }
+  const std::string source = flags["review"].as<std::string>();
   std::string text;
   if (!read_source(source, text)) {
     std::cerr << "gpuguard-webhook review: cannot read " << (source == "-" ? "standard input" : source) << "\n";
@@ -63,18 +54,17 @@ int run_review_command(const std::string& source, const std::optional<std::files
   }
   const auto document = nlohmann::json::parse(text, nullptr, false);
   if (document.is_object() && document.value("kind", "") == "Pod" && document.value("apiVersion", "") == "v1") {
-    text = wrap_pod_in_create_review(document);
+    text = create_review_for(document);
   }
   log::set_level(log::Level::warn);  // standard error is for problems here; standard output is the result
-  std::shared_ptr<const policy::Policy> policy;
-  try {
-    WebhookMetrics unused_metrics("review");
-    policy = policy::PolicyWatcher(policy_dir, unused_metrics).current();
-  } catch (const std::exception& e) {
-    std::cerr << "gpuguard-webhook review: " << e.what() << "\n";
-    return 1;
-  }
-  const admission::ReviewOutcome outcome = admission::review(std::move(text), *policy);
+  std::optional<std::filesystem::path> policy_dir;
+  if (flags.count("policy-dir")) policy_dir = flags["policy-dir"].as<std::string>();
+  const auto policy = load_policy("review", policy_dir);
+  if (!policy) return 1;
+  ClaimCache claims;
+  if (flags.count("claims") && !load_claims("review", flags["claims"].as<std::string>(), claims)) return 1;
+  const admission::ReviewOutcome outcome =
+      admission::review(std::move(text), *policy, flags.count("claims") ? &claims : nullptr);
   if (!outcome.ok) {
     std::cerr << "gpuguard-webhook review: invalid AdmissionReview: " << outcome.body << "\n";
     return 1;

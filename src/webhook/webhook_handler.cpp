@@ -24,13 +24,15 @@ std::optional<server::Response> WebhookHandler::reject_early(const server::Reque
 
 server::Response WebhookHandler::handle(const server::RequestHead& head, std::string body) const {
   if (head.path == "/mutate") return mutate(std::move(body));
-  return server::ProbeRoutes::respond(head.path, ready_.load(), [this] { return metrics_.render(); });
+  return server::ProbeRoutes::respond(head.path, ready_.load(), [this] {
+    return metrics_.render(claims_synced_ ? std::optional<bool>(claims_synced_()) : std::nullopt);
+  });
 }
 
 server::Response WebhookHandler::mutate(std::string body) const {
   const std::size_t bytes = body.size();
   const auto started = std::chrono::steady_clock::now();
-  admission::ReviewOutcome outcome = admission::review(std::move(body), *policy_());
+  admission::ReviewOutcome outcome = admission::review(std::move(body), *policy_(), claims_);
   const std::chrono::duration<double> took = std::chrono::steady_clock::now() - started;
   metrics_.count_admission(outcome.operation, result_of(outcome), took.count());
   if (!outcome.ok) {
@@ -38,6 +40,7 @@ server::Response WebhookHandler::mutate(std::string body) const {
     return server::text_response(400, "invalid AdmissionReview: " + outcome.body);
   }
   metrics_.count_mutations(outcome.mutations);
+  metrics_.count_doors(outcome.doors);
   if (!outcome.allowed) {
     log::info("admission denied", {{"uid", outcome.uid}, {"operation", outcome.operation}, {"reason", outcome.denial}});
   } else {

@@ -19,7 +19,9 @@ std::size_t operation_index(std::string_view operation) {
 }  // namespace
 
 WebhookMetrics::WebhookMetrics(std::string version)
-    : version_(std::move(version)), requests_("operation", kOperations, "result", kResults) {}
+    : version_(std::move(version)),
+      requests_("operation", kOperations, "result", kResults),
+      doors_("door", admission::kDoors, "action", admission::kActions) {}
 
 void WebhookMetrics::count_admission(std::string_view operation, AdmissionResult result, double seconds) {
   requests_.add(operation_index(operation), static_cast<std::size_t>(result));
@@ -32,7 +34,15 @@ void WebhookMetrics::count_mutations(const std::array<std::size_t, 4>& by_reason
   }
 }
 
-std::string WebhookMetrics::render() const {
+void WebhookMetrics::count_doors(const std::array<std::array<std::size_t, 3>, 4>& doors) {
+  for (std::size_t door = 0; door < doors.size(); ++door) {
+    for (std::size_t action = 0; action < doors[door].size(); ++action) {
+      if (doors[door][action] != 0) doors_.add(door, action, doors[door][action]);
+    }
+  }
+}
+
+std::string WebhookMetrics::render(std::optional<bool> claims_synced) const {
   std::string out;
   metrics::header(out, "gpuguard_admission_requests_total", "counter",
                   "Admission reviews answered, by operation and result.");
@@ -47,6 +57,14 @@ std::string WebhookMetrics::render() const {
         .append("\"} ")
         .append(std::to_string(mutations_[i].load(std::memory_order_relaxed)))
         .append("\n");
+  }
+  metrics::header(out, "gpuguard_doors_total", "counter",
+                  "Containers found at a door to the GPUs besides the environment, by the policy's action.");
+  doors_.render(out, "gpuguard_doors_total");
+  if (claims_synced) {
+    metrics::header(out, "gpuguard_resource_claims_synced", "gauge",
+                    "1 once ResourceClaims and ResourceClaimTemplates have been listed.");
+    out.append("gpuguard_resource_claims_synced ").append(*claims_synced ? "1" : "0").append("\n");
   }
   render_reloads(out, true);
   metrics::render_build_info(out, version_);

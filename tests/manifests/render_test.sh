@@ -104,10 +104,12 @@ import base64, os, sys, yaml
 docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
 ca = open(sys.argv[2]).read()
 kinds = sorted(d["kind"] for d in docs)
-cluster_scoped = {"Namespace", "MutatingWebhookConfiguration", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+cluster_scoped = {"Namespace", "MutatingWebhookConfiguration", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
+                  "ClusterRole", "ClusterRoleBinding"}
 assert kinds == sorted(["Namespace", "ServiceAccount", "ServiceAccount", "Secret", "Secret", "Service", "Deployment",
                         "ConfigMap", "PodDisruptionBudget", "MutatingWebhookConfiguration", "DaemonSet", "DaemonSet",
-                        "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]), kinds
+                        "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "ClusterRole",
+                        "ClusterRoleBinding"]), kinds
 def one(kind, name=None):
     return next(d for d in docs if d["kind"] == kind and name in (None, d["metadata"]["name"]))
 for d in docs:
@@ -136,6 +138,12 @@ assert rules == {(("CREATE",), ("pods",)), (("UPDATE",), ("pods/ephemeralcontain
 excluded = webhook["namespaceSelector"]["matchExpressions"][0]
 assert excluded["operator"] == "NotIn" and set(excluded["values"]) == {"kube-system", "kube-node-lease", "gpuguard-system"}
 assert binding["spec"]["matchResources"]["namespaceSelector"] == webhook["namespaceSelector"]  # same coverage
+
+# The webhook reads DRA claims and templates, and nothing else.
+assert one("ClusterRole")["rules"] == [{"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims", "resourceclaimtemplates"],
+                                        "verbs": ["get", "list", "watch"]}]
+assert one("ClusterRoleBinding")["subjects"] == [{"kind": "ServiceAccount", "name": "gpuguard-webhook", "namespace": "gpuguard-system"}]
+assert one("ClusterRoleBinding")["roleRef"]["name"] == one("ClusterRole")["metadata"]["name"]
 
 deployment = one("Deployment")["spec"]
 pod = deployment["template"]["spec"]
@@ -186,8 +194,9 @@ for spec in (daemonset, hosts):
 
 # The ConfigMap's data as the kubelet would mount it: one file per key, every key present.
 policy = one("ConfigMap")["data"]
-assert set(policy) == {"mode", "visibleDevicesValue", "gpuResources", "gpuAnnotations", "exemptNamespaces",
-                       "exemptServiceAccounts", "privileged", "stripUserValueFromGpuContainers"}, set(policy)
+assert set(policy) == {"mode", "visibleDevicesValue", "gpuResources", "gpuAnnotations", "gpuDeviceClasses",
+                       "exemptNamespaces", "exemptServiceAccounts", "privileged", "hostDeviceMounts", "cdiAnnotations",
+                       "runtimeClasses", "runtimeClassAction", "stripUserValueFromGpuContainers"}, set(policy)
 os.makedirs(sys.argv[3])
 for key, value in policy.items():
     open(os.path.join(sys.argv[3], key), "w").write(value)

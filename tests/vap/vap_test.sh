@@ -38,7 +38,10 @@ for name in sorted(os.listdir(fixtures)):
     with tempfile.TemporaryDirectory() as policy_dir:
         for key, value in files.items():
             open(os.path.join(policy_dir, key), "w").write(value)
-        printed = json.loads(subprocess.run([webhook, "review", "--policy-dir", policy_dir, os.path.join(d, "review.json")],
+        claims = os.path.join(d, "claims.json")
+        printed = json.loads(subprocess.run([webhook, "review", "--policy-dir", policy_dir]
+                                            + (["--claims", claims] if os.path.exists(claims) else [])
+                                            + [os.path.join(d, "review.json")],
                                             check=True, capture_output=True, text=True).stdout)
     injects = any(op["op"] in ("add", "replace") for op in printed["patch"])
     enforced = files["mode"].strip() in ("enforce", "strict")

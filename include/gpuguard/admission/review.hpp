@@ -1,14 +1,24 @@
 #pragma once
-// The admission core's single entry point: AdmissionReview request JSON in, AdmissionReview response out.
-// Pure: no I/O, no clocks, no Boost; safe to call from any number of threads at once.
+// The admission core's entry points: AdmissionReview request JSON in, AdmissionReview response out
+// (review), or the same decision as a list of exposures (examine, for the cluster audit). Pure: no I/O,
+// no clocks, no Boost; safe to call from any number of threads at once. DRA claims are looked up through
+// the ClaimLookup the caller passes, or treated as unknown without one.
 #include <array>
 #include <cstddef>
 #include <string>
 #include <string_view>
+#include <vector>
 
+#include "gpuguard/admission/claims.hpp"
 #include "gpuguard/policy/policy.hpp"
 
 namespace gpuguard::admission {
+
+// The doors to the GPUs other than the environment that a policy key governs, each with an action.
+enum class Door { privileged, host_device_mounts, cdi_annotations, runtime_classes };
+inline constexpr std::array<std::string_view, 4> kDoors = {"privileged", "host_device_mounts", "cdi_annotations",
+                                                           "runtime_classes"};
+inline constexpr std::array<std::string_view, 3> kActions = {"allow", "warn", "deny"};
 
 struct ReviewOutcome {
   // false: the body is not an AdmissionReview we can answer; `body` then holds the reason (HTTP 400).
@@ -23,6 +33,8 @@ struct ReviewOutcome {
   std::size_t warnings = 0;
   // Containers changed, by reason: injected, replaced, deduplicated, stripped (kMutationReasons).
   std::array<std::size_t, 4> mutations{};
+  // Containers found at each door (kDoors), by the action the policy takes (kActions).
+  std::array<std::array<std::size_t, 3>, 4> doors{};
 };
 
 inline constexpr std::array<std::string_view, 4> kMutationReasons = {"injected", "replaced", "deduplicated",
@@ -30,6 +42,26 @@ inline constexpr std::array<std::string_view, 4> kMutationReasons = {"injected",
 
 // Takes the body by value so that the server can move its buffer in; the buffer is padded in place for
 // simdjson, so reserving a little spare capacity up front avoids a copy.
-ReviewOutcome review(std::string body, const policy::Policy& policy);
+ReviewOutcome review(std::string body, const policy::Policy& policy, const ClaimLookup* claims = nullptr);
+
+// One way a container of the pod can see GPUs it did not ask for, and what the webhook does about it.
+struct Exposure {
+  std::string container;  // its name
+  std::string list;       // the Pod spec field it is in: containers, initContainers, ephemeralContainers
+  std::string door;       // what exposes it: "image default", "user value", "privileged", "host device mount", ...
+  std::string detail;     // the value, the volume, the annotation, ...
+  std::string webhook;    // "sets none", "denies the pod", "warns", "nothing (exempt namespace)", ...
+};
+
+struct Examination {
+  bool ok = false;
+  std::string error;  // when !ok: as review's 400 reason
+  std::vector<Exposure> exposures;
+};
+
+// What `review` would decide for this AdmissionReview, as exposures: every container that can see GPUs
+// it did not ask for, found as if the pod were neither exempt nor the mode off, with what the policy in
+// force actually does about it.
+Examination examine(std::string body, const policy::Policy& policy, const ClaimLookup* claims = nullptr);
 
 }  // namespace gpuguard::admission

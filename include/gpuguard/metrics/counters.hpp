@@ -21,7 +21,9 @@ class LabelledCounters {
                    std::array<std::string_view, Columns> columns)
       : first_(first), second_(second), rows_(rows), columns_(columns) {}
 
-  void add(std::size_t row, std::size_t column) { counts_[row][column].fetch_add(1, std::memory_order_relaxed); }
+  void add(std::size_t row, std::size_t column, std::uint64_t n = 1) {
+    counts_[row][column].fetch_add(n, std::memory_order_relaxed);
+  }
   std::uint64_t value(std::size_t row, std::size_t column) const {
     return counts_[row][column].load(std::memory_order_relaxed);
   }

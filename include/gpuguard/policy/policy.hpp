@@ -19,7 +19,9 @@ enum class Mode {
   off,      // allow everything untouched
 };
 
-enum class PrivilegedAction { allow, warn, deny };
+// What to do about a door to the GPUs other than the environment: say nothing, warn (and annotate the
+// audit log), or refuse the pod.
+enum class Action { allow, warn, deny };
 
 struct Policy {
   Mode mode = Mode::enforce;
@@ -32,13 +34,26 @@ struct Policy {
   // Pod annotations with which fractional-GPU schedulers (KAI-Scheduler, Run:ai) ask for a share of a
   // GPU: the container they deliver it to counts as a GPU user, its NVIDIA_VISIBLE_DEVICES valueFrom kept.
   std::vector<std::string> gpu_annotations = {"gpu-fraction", "gpu-memory"};
+  // DRA device classes that are GPUs, for containers that get devices through resources.claims.
+  std::vector<std::string> gpu_device_classes = {"gpu.nvidia.com", "mig.nvidia.com"};
   // For any privileged container: it sees every GPU on the node, whatever it asked for and whatever
   // its env says.
-  PrivilegedAction privileged = PrivilegedAction::warn;
+  Action privileged = Action::warn;
+  // A container without a GPU that mounts the host's GPU device nodes (/dev/nvidia*, /dev/dri, /dev
+  // itself or a directory above them) or the toolkit's device lists (/var/run/nvidia-container-devices,
+  // /run/nvidia) through a hostPath volume.
+  Action host_device_mounts = Action::warn;
+  // A pod with a container without a GPU and a cdi.k8s.io/ annotation, which names CDI devices directly.
+  Action cdi_annotations = Action::warn;
+  // runtimeClassName values that bypass the NVIDIA hook, or are the hook, on a pod with a container
+  // without a GPU; empty: nothing is checked.
+  std::vector<std::string> runtime_classes;
+  Action runtime_class_action = Action::warn;
   // A user-set NVIDIA_VISIBLE_DEVICES in a GPU container would override the device plugin's choice.
   bool strip_user_value_from_gpu_containers = true;
 
   bool is_gpu_resource(std::string_view resource_name) const;
+  bool is_gpu_device_class(std::string_view device_class) const;
   // `service_account` empty means the pod names none, i.e. "default".
   bool is_exempt(std::string_view pod_namespace, std::string_view service_account) const;
 };
@@ -46,7 +61,8 @@ struct Policy {
 std::string_view mode_name(Mode mode);
 
 // The ConfigMap keys, one file each: mode, visibleDevicesValue, gpuResources, gpuAnnotations,
-// exemptNamespaces, exemptServiceAccounts, privileged, stripUserValueFromGpuContainers.
+// gpuDeviceClasses, exemptNamespaces, exemptServiceAccounts, privileged, hostDeviceMounts, cdiAnnotations,
+// runtimeClasses, runtimeClassAction, stripUserValueFromGpuContainers.
 struct PolicyParse {
   std::optional<Policy> policy;           // empty when any value is invalid: the whole policy is refused
   std::string error;                      // names the key and what is wrong with it

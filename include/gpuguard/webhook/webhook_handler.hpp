@@ -3,19 +3,23 @@
 #include <functional>
 #include <memory>
 
+#include "gpuguard/admission/claims.hpp"
 #include "gpuguard/policy/policy.hpp"
 #include "gpuguard/server/http.hpp"
 #include "gpuguard/webhook/webhook_metrics.hpp"
 
 namespace gpuguard::webhook {
 
-// The webhook's routes: POST /mutate runs the admission core with the policy in force; GET /healthz says
-// the process serves; GET /readyz says the certificate and policy are loaded and it is not shutting
-// down; GET /metrics is the Prometheus scrape.
+// The webhook's routes: POST /mutate runs the admission core with the policy in force and the DRA
+// claims the webhook knows; GET /healthz says the process serves; GET /readyz says the certificate and
+// policy are loaded and it is not shutting down (the claims' cache does not hold readiness back: an
+// unknown claim is treated as no GPU); GET /metrics is the Prometheus scrape.
 class WebhookHandler final : public server::Handler {
  public:
-  WebhookHandler(policy::PolicyProvider policy, WebhookMetrics& metrics)
-      : policy_(std::move(policy)), metrics_(metrics) {}
+  // `claims` may be null (no Kubernetes API): every DRA claim is then unresolved.
+  WebhookHandler(policy::PolicyProvider policy, WebhookMetrics& metrics, const admission::ClaimLookup* claims = nullptr,
+                 std::function<bool()> claims_synced = {})
+      : policy_(std::move(policy)), metrics_(metrics), claims_(claims), claims_synced_(std::move(claims_synced)) {}
 
   void set_ready(bool ready) { ready_.store(ready); }
 
@@ -27,6 +31,8 @@ class WebhookHandler final : public server::Handler {
 
   policy::PolicyProvider policy_;
   WebhookMetrics& metrics_;
+  const admission::ClaimLookup* claims_;
+  std::function<bool()> claims_synced_;
   std::atomic<bool> ready_{false};
 };
 

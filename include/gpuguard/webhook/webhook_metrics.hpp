@@ -4,6 +4,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -22,13 +23,17 @@ class WebhookMetrics final : public metrics::ReloadMetrics {
   void count_admission(std::string_view operation, AdmissionResult result, double seconds);
   // Containers changed, by reason (admission::kMutationReasons).
   void count_mutations(const std::array<std::size_t, 4>& by_reason);
-  std::string render() const;
+  // Containers at each door (admission::kDoors) by action (admission::kActions).
+  void count_doors(const std::array<std::array<std::size_t, 3>, 4>& doors);
+  // `claims_synced`: whether the DRA claims' cache has listed both kinds; absent when claims are not watched.
+  std::string render(std::optional<bool> claims_synced = std::nullopt) const;
 
  private:
   std::string version_;
   metrics::LabelledCounters<5, 4> requests_;
   metrics::DurationHistogram durations_;
   std::array<std::atomic<std::uint64_t>, 4> mutations_{};
+  metrics::LabelledCounters<4, 3> doors_;
 };
 
 }  // namespace gpuguard::webhook

@@ -128,6 +128,7 @@ TEST_CASE("metrics: the scrape has every series, and counts what was served") {
   TlsClient client(webhook.port());
   for (int i = 0; i < 3; ++i) REQUIRE(client.request("POST", "/mutate", fixture_review("mixed")).status == 200);
   REQUIRE(client.request("POST", "/mutate", fixture_review("delete")).status == 200);
+  REQUIRE(client.request("POST", "/mutate", fixture_review("host-mount-dev-dir")).status == 200);
   REQUIRE(client.request("POST", "/mutate", "{}").status == 400);
   const HttpReply reply = client.request("GET", "/metrics");
   REQUIRE(reply.status == 200);
@@ -135,15 +136,18 @@ TEST_CASE("metrics: the scrape has every series, and counts what was served") {
   const std::string& text = reply.body;
   for (const char* expected : {
            "gpuguard_admission_requests_total{operation=\"CREATE\",result=\"patched\"} 3",
+           "gpuguard_admission_requests_total{operation=\"CREATE\",result=\"allowed\"} 1",
            "gpuguard_admission_requests_total{operation=\"DELETE\",result=\"allowed\"} 1",
            "gpuguard_admission_requests_total{operation=\"unknown\",result=\"invalid\"} 1",
            "# TYPE gpuguard_admission_duration_seconds histogram",
            "gpuguard_admission_duration_seconds_bucket{le=\"5.0000000000000002e-05\"}",
-           "gpuguard_admission_duration_seconds_bucket{le=\"1\"} 5",
-           "gpuguard_admission_duration_seconds_count 5",
+           "gpuguard_admission_duration_seconds_bucket{le=\"1\"} 6",
+           "gpuguard_admission_duration_seconds_count 6",
            "gpuguard_containers_mutated_total{reason=\"injected\"} 6",
            "gpuguard_containers_mutated_total{reason=\"replaced\"} 3",
            "gpuguard_containers_mutated_total{reason=\"stripped\"} 3",
+           "gpuguard_doors_total{door=\"host_device_mounts\",action=\"warn\"} 1",
+           "gpuguard_doors_total{door=\"privileged\",action=\"warn\"} 0",
            "gpuguard_policy_reloads_total{result=\"success\"} 0",
            "gpuguard_policy_info{mode=\"enforce\"} 1",
            "gpuguard_tls_certificate_expiry_timestamp_seconds ",

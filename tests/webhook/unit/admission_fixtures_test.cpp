@@ -9,6 +9,7 @@
 #include "files.hpp"
 #include "gpuguard/admission/base64.hpp"
 #include "gpuguard/admission/review.hpp"
+#include "gpuguard/webhook/claim_cache.hpp"
 
 using gpuguard::admission::review;
 using gpuguard::policy::Policy;
@@ -18,14 +19,18 @@ namespace t = gpuguard::test;
 namespace {
 
 // Reviews the text as it is: the field order it has is the order the decoder sees.
-json review_text(std::string text, const Policy& policy = Policy{}) {
-  const auto outcome = review(std::move(text), policy);
+json review_text(std::string text, const Policy& policy = Policy{},
+                 const gpuguard::admission::ClaimLookup* claims = nullptr) {
+  const auto outcome = review(std::move(text), policy, claims);
   INFO(outcome.body);
   REQUIRE(outcome.ok);
   return json::parse(outcome.body);
 }
 
-json review_json(const json& request, const Policy& policy = Policy{}) { return review_text(request.dump(), policy); }
+json review_json(const json& request, const Policy& policy = Policy{},
+                 const gpuguard::admission::ClaimLookup* claims = nullptr) {
+  return review_text(request.dump(), policy, claims);
+}
 
 // The position of `"key":` in a JSON text, to check that a test sends the order it says it does.
 std::size_t position(const std::string& text, const std::string& key) { return text.find("\"" + key + "\":"); }
@@ -38,6 +43,15 @@ Policy policy_of(const std::filesystem::path& dir) {
   INFO(parsed.error);
   REQUIRE(parsed.policy.has_value());
   return *parsed.policy;
+}
+
+// A case's claims.json is the cluster's ResourceClaims and ResourceClaimTemplates, as `kubectl get
+// resourceclaims,resourceclaimtemplates -A -o json` lists them; without it, no claim can be looked up.
+std::unique_ptr<gpuguard::webhook::ClaimCache> claims_of(const std::filesystem::path& dir) {
+  if (!std::filesystem::exists(dir / "claims.json")) return nullptr;
+  auto cache = std::make_unique<gpuguard::webhook::ClaimCache>();
+  cache->load_list(t::read_json(dir / "claims.json"));
+  return cache;
 }
 
 json decoded_patch(const json& response) {
@@ -56,7 +70,8 @@ TEST_CASE("admission fixtures: patch applies, matches the expected object, and i
       INFO(expect["about"].get<std::string>());
 
       const Policy policy = policy_of(dir);
-      const json response = review_json(request, policy);
+      const auto claims = claims_of(dir);
+      const json response = review_json(request, policy, claims.get());
       CHECK(response["apiVersion"] == request["apiVersion"]);
       CHECK(response["kind"] == "AdmissionReview");
       CHECK(response["response"]["uid"] == request["request"]["uid"]);
@@ -88,7 +103,7 @@ TEST_CASE("admission fixtures: patch applies, matches the expected object, and i
 
       json again = request;
       again["request"]["object"] = patched;
-      const json second = review_json(again, policy);
+      const json second = review_json(again, policy, claims.get());
       CHECK(second["response"]["allowed"] == true);
       CHECK_FALSE(second["response"].contains("patch"));
       CHECK_FALSE(second["response"].contains("patchType"));

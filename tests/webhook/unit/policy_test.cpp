@@ -15,7 +15,7 @@ TEST_CASE("policy: no files means the defaults") {
   CHECK(parsed.policy->visible_devices_value == "none");
   CHECK(parsed.policy->gpu_resources ==
         std::vector<std::string>{"nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-*"});
-  CHECK(parsed.policy->privileged == PrivilegedAction::warn);
+  CHECK(parsed.policy->privileged == Action::warn);
   CHECK(parsed.policy->strip_user_value_from_gpu_containers);
   CHECK(parsed.policy->exempt_namespaces.empty());
   CHECK(parsed.policy->exempt_service_accounts.empty());
@@ -38,7 +38,7 @@ TEST_CASE("policy: every key, values trimmed, lists split on commas and newlines
   CHECK(p.exempt_namespaces == std::vector<std::string>{"monitoring", "gpu-operator"});
   CHECK(p.exempt_service_accounts ==
         std::vector<std::string>{"monitoring/dcgm-exporter", "kube-prometheus/node.exporter"});
-  CHECK(p.privileged == PrivilegedAction::deny);
+  CHECK(p.privileged == Action::deny);
   CHECK_FALSE(p.strip_user_value_from_gpu_containers);
   CHECK(p.is_gpu_resource("acme.io/accel-x2"));
   CHECK_FALSE(p.is_gpu_resource("nvidia.com/gpu"));

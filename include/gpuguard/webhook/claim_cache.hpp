@@ -1,0 +1,49 @@
+#pragma once
+// The DRA claims the webhook knows: every ResourceClaim and ResourceClaimTemplate of the cluster, kept by
+// list-and-watch (kube::Informers), each trimmed to its requests' device classes. The admission core
+// asks it through admission::ClaimLookup; the audit command fills it from a file instead.
+#include <atomic>
+#include <shared_mutex>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "gpuguard/admission/claims.hpp"
+#include "gpuguard/kube/informer.hpp"
+
+namespace gpuguard::webhook {
+
+class ClaimCache final : public admission::ClaimLookup {
+ public:
+  // The two resources that feed the cache, for kube::Informers.
+  std::vector<kube::WatchedResource> watched_resources();
+  // Fills the cache from a List such as `kubectl get resourceclaims,resourceclaimtemplates -A -o json`
+  // prints; marks both kinds listed. Returns the number of objects taken.
+  std::size_t load_list(const nlohmann::json& list);
+
+  // Both kinds have been listed at least once.
+  bool synced() const { return claims_listed_.load() && templates_listed_.load(); }
+
+  admission::ClaimLookupResult claim(std::string_view pod_namespace, std::string_view name) const override;
+  admission::ClaimLookupResult claim_template(std::string_view pod_namespace, std::string_view name) const override;
+
+ private:
+  using Index = std::unordered_map<std::string, std::vector<admission::ClaimRequest>>;
+  admission::ClaimLookupResult lookup(const Index& index, const std::atomic<bool>& listed,
+                                      std::string_view pod_namespace, std::string_view name) const;
+  void replace(Index& index, std::atomic<bool>& listed, const std::vector<nlohmann::json>& items);
+  void apply(Index& index, std::string_view type, const nlohmann::json& object);
+
+  mutable std::shared_mutex mutex_;
+  Index claims_, templates_;
+  std::atomic<bool> claims_listed_{false}, templates_listed_{false};
+};
+
+// A ResourceClaim or ResourceClaimTemplate trimmed to what the cache keeps:
+// {"key": "namespace/name", "requests": [{"name": ..., "classes": [...]}]}.
+nlohmann::json trim_claim(const nlohmann::json& object);
+
+}  // namespace gpuguard::webhook

@@ -1,0 +1,163 @@
+#include "audit_command.hpp"
+
+#include <boost/program_options.hpp>
+
+#include <algorithm>
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+
+#include "gpuguard/admission/review.hpp"
+#include "gpuguard/log/log.hpp"
+#include "gpuguard/webhook/claim_cache.hpp"
+#include "offline.hpp"
+
+namespace gpuguard::webhook {
+namespace {
+
+namespace po = boost::program_options;
+using nlohmann::json;
+
+constexpr const char* kUsage =
+    "usage: gpuguard-webhook audit [--policy-dir DIR] [--claims FILE] [--output table|json] FILE|-\n"
+    "  FILE: a PodList, as `kubectl get pods -A -o json` prints it (- for standard input)\n"
+    "  --claims FILE: `kubectl get resourceclaims,resourceclaimtemplates -A -o json`, to resolve DRA claims\n";
+
+struct Row {
+  std::string namespace_, pod;
+  admission::Exposure exposure;
+};
+
+// "app", or "setup (initContainers)" for a container outside spec.containers.
+std::string container_cell(const admission::Exposure& e) {
+  return e.list == "containers" ? e.container : e.container + " (" + e.list + ")";
+}
+
+std::string text_at(const json& object, const char* key) {
+  const auto it = object.find(key);
+  return it != object.end() && it->is_string() ? it->get<std::string>() : std::string{};
+}
+
+// How many pods have at least one exposure: rows come pod by pod.
+std::size_t exposed_pods(const std::vector<Row>& rows) {
+  std::size_t count = 0;
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    if (i == 0 || rows[i].namespace_ != rows[i - 1].namespace_ || rows[i].pod != rows[i - 1].pod) ++count;
+  }
+  return count;
+}
+
+void print_table(const std::vector<Row>& rows, std::size_t pods) {
+  const std::vector<std::string> header = {"NAMESPACE", "POD", "CONTAINER", "DOOR", "DETAIL", "WEBHOOK WOULD"};
+  std::vector<std::size_t> width(header.size());
+  auto cells = [](const Row& r) {
+    return std::vector<std::string>{
+        r.namespace_, r.pod, container_cell(r.exposure), r.exposure.door, r.exposure.detail, r.exposure.webhook};
+  };
+  for (std::size_t i = 0; i < header.size(); ++i) width[i] = header[i].size();
+  for (const Row& row : rows) {
+    const auto c = cells(row);
+    for (std::size_t i = 0; i < c.size(); ++i) width[i] = std::max(width[i], c[i].size());
+  }
+  auto line = [&](const std::vector<std::string>& c) {
+    std::string out;
+    for (std::size_t i = 0; i < c.size(); ++i) {
+      out += c[i];
+      if (i + 1 < c.size()) out += std::string(width[i] - c[i].size() + 2, ' ');
+    }
+    std::cout << out << "\n";
+  };
+  if (!rows.empty()) {
+    line(header);
+    for (const Row& row : rows) line(cells(row));
+    std::cout << "\n";
+  }
+  std::cout << rows.size() << " exposures in " << exposed_pods(rows) << " of " << pods << " pods\n";
+}
+
+void print_json(const std::vector<Row>& rows, std::size_t pods) {
+  json exposures = json::array();
+  for (const Row& r : rows) {
+    exposures.push_back({{"namespace", r.namespace_},
+                         {"pod", r.pod},
+                         {"container", r.exposure.container},
+                         {"list", r.exposure.list},
+                         {"door", r.exposure.door},
+                         {"detail", r.exposure.detail},
+                         {"webhook", r.exposure.webhook}});
+  }
+  std::cout << json{{"pods", pods}, {"exposedPods", exposed_pods(rows)}, {"exposures", exposures}}.dump(2) << "\n";
+}
+
+}  // namespace
+
+int run_audit_command(const std::vector<std::string>& args) {
+  po::options_description options;
+  options.add_options()("policy-dir", po::value<std::string>())("claims", po::value<std::string>())(
+      "output", po::value<std::string>()->default_value("table"))("pods", po::value<std::string>());
+  po::positional_options_description positional;
+  positional.add("pods", 1);
+  po::variables_map flags;
+  try {
+    po::store(po::command_line_parser(args).options(options).positional(positional).run(), flags);
+    po::notify(flags);
+  } catch (const po::error& e) {
+    std::cerr << "gpuguard-webhook audit: " << e.what() << "\n" << kUsage;
+    return 2;
+  }
+  const std::string output = flags["output"].as<std::string>();
+  if (!flags.count("pods") || (output != "table" && output != "json")) {
+    std::cerr << kUsage;
+    return 2;
+  }
+  log::set_level(log::Level::warn);  // standard error is for problems here; standard output is the report
+  std::optional<std::filesystem::path> policy_dir;
+  if (flags.count("policy-dir")) policy_dir = flags["policy-dir"].as<std::string>();
+  const auto policy = load_policy("audit", policy_dir);
+  if (!policy) return 2;
+
+  ClaimCache claims;
+  if (flags.count("claims") && !load_claims("audit", flags["claims"].as<std::string>(), claims)) return 2;
+  const ClaimCache* lookup = flags.count("claims") ? &claims : nullptr;
+
+  std::string text;
+  const std::string source = flags["pods"].as<std::string>();
+  if (!read_source(source, text)) {
+    std::cerr << "gpuguard-webhook audit: cannot read " << (source == "-" ? "standard input" : source) << "\n";
+    return 2;
+  }
+  const json document = json::parse(text, nullptr, false);
+  std::vector<json> pods;
+  if (document.is_object() && document.contains("items") && document["items"].is_array()) {
+    for (const json& item : document["items"]) pods.push_back(item);
+  } else if (document.is_object() && text_at(document, "kind") == "Pod") {
+    pods.push_back(document);
+  } else {
+    std::cerr << "gpuguard-webhook audit: " << source << " is not a PodList (kubectl get pods -A -o json) or a Pod\n";
+    return 2;
+  }
+
+  std::vector<Row> rows;
+  for (const json& pod : pods) {
+    const json& metadata = pod.is_object() && pod.contains("metadata") ? pod["metadata"] : json::object();
+    const std::string ns = metadata.is_object() ? text_at(metadata, "namespace") : "";
+    const std::string name = metadata.is_object() ? text_at(metadata, "name") : "";
+    const admission::Examination examination = admission::examine(create_review_for(pod), *policy, lookup);
+    if (!examination.ok) {
+      std::cerr << "gpuguard-webhook audit: pod " << ns << "/" << name << " cannot be read: " << examination.error
+                << "\n";
+      return 2;
+    }
+    for (const admission::Exposure& e : examination.exposures) {
+      rows.push_back({ns.empty() ? "default" : ns, name, e});
+    }
+  }
+  if (output == "json") {
+    print_json(rows, pods.size());
+  } else {
+    print_table(rows, pods.size());
+  }
+  return rows.empty() ? 0 : 1;
+}
+
+}  // namespace gpuguard::webhook

@@ -1,0 +1,142 @@
+#include "gpuguard/webhook/claim_cache.hpp"
+
+#include <mutex>
+
+#include <nlohmann/json.hpp>
+
+namespace gpuguard::webhook {
+namespace {
+
+using nlohmann::json;
+using Status = admission::ClaimLookupResult::Status;
+
+std::string string_at(const json& object, const char* key) {
+  const auto it = object.find(key);
+  return it != object.end() && it->is_string() ? it->get<std::string>() : std::string{};
+}
+
+const json* object_at(const json& object, const char* key) {
+  const auto it = object.find(key);
+  return it != object.end() && it->is_object() ? &*it : nullptr;
+}
+
+// spec.devices.requests of a claim (or of a template's spec.spec): each request's device classes, from
+// exactly.deviceClassName, every firstAvailable[].deviceClassName, or the older top-level deviceClassName.
+json requests_of(const json* spec) {
+  json requests = json::array();
+  const json* devices = spec != nullptr ? object_at(*spec, "devices") : nullptr;
+  const auto list = devices != nullptr ? devices->find("requests") : json::const_iterator{};
+  if (devices == nullptr || list == devices->end() || !list->is_array()) return requests;
+  for (const json& request : *list) {
+    if (!request.is_object()) continue;
+    json classes = json::array();
+    if (auto direct = string_at(request, "deviceClassName"); !direct.empty()) classes.push_back(direct);
+    if (const json* exactly = object_at(request, "exactly")) {
+      if (auto name = string_at(*exactly, "deviceClassName"); !name.empty()) classes.push_back(name);
+    }
+    if (const auto first = request.find("firstAvailable"); first != request.end() && first->is_array()) {
+      for (const json& sub : *first) {
+        if (sub.is_object()) {
+          if (auto name = string_at(sub, "deviceClassName"); !name.empty()) classes.push_back(name);
+        }
+      }
+    }
+    requests.push_back({{"name", string_at(request, "name")}, {"classes", std::move(classes)}});
+  }
+  return requests;
+}
+
+std::vector<admission::ClaimRequest> to_requests(const json& trimmed) {
+  std::vector<admission::ClaimRequest> requests;
+  for (const json& request : trimmed["requests"]) {
+    admission::ClaimRequest r{request["name"].get<std::string>(), {}};
+    for (const json& device_class : request["classes"]) r.device_classes.push_back(device_class.get<std::string>());
+    requests.push_back(std::move(r));
+  }
+  return requests;
+}
+
+}  // namespace
+
+json trim_claim(const json& object) {
+  const json* metadata = object.is_object() ? object_at(object, "metadata") : nullptr;
+  const json* spec = object.is_object() ? object_at(object, "spec") : nullptr;
+  const bool is_template = object.is_object() && string_at(object, "kind") == "ResourceClaimTemplate";
+  // A template's claim spec is one level deeper; a watch event's object may lack `kind`, so look for it.
+  const json* claim_spec =
+      spec != nullptr && object_at(*spec, "spec") != nullptr && (is_template || !object_at(*spec, "devices"))
+          ? object_at(*spec, "spec")
+          : spec;
+  const std::string key =
+      metadata == nullptr ? std::string{} : string_at(*metadata, "namespace") + "/" + string_at(*metadata, "name");
+  return {{"key", key}, {"requests", requests_of(claim_spec)}};
+}
+
+std::vector<kube::WatchedResource> ClaimCache::watched_resources() {
+  auto resource = [this](const char* name, const char* path, Index& index, std::atomic<bool>& listed) {
+    return kube::WatchedResource{
+        name,
+        path,
+        "",
+        trim_claim,
+        [this, &index, &listed](const std::vector<json>& items) { replace(index, listed, items); },
+        [this, &index](std::string_view type, const json& object) { apply(index, type, trim_claim(object)); }};
+  };
+  return {resource("resourceclaims", "/apis/resource.k8s.io/v1/resourceclaims", claims_, claims_listed_),
+          resource("resourceclaimtemplates", "/apis/resource.k8s.io/v1/resourceclaimtemplates", templates_,
+                   templates_listed_)};
+}
+
+std::size_t ClaimCache::load_list(const json& list) {
+  std::vector<json> claims, templates;
+  if (list.is_object() && list.contains("items") && list["items"].is_array()) {
+    for (const json& item : list["items"]) {
+      if (!item.is_object()) continue;
+      const std::string kind = string_at(item, "kind");
+      if (kind == "ResourceClaim") claims.push_back(trim_claim(item));
+      if (kind == "ResourceClaimTemplate") templates.push_back(trim_claim(item));
+    }
+  }
+  replace(claims_, claims_listed_, claims);
+  replace(templates_, templates_listed_, templates);
+  return claims.size() + templates.size();
+}
+
+void ClaimCache::replace(Index& index, std::atomic<bool>& listed, const std::vector<json>& items) {
+  Index fresh;
+  for (const json& item : items) fresh[item["key"].get<std::string>()] = to_requests(item);
+  std::unique_lock lock(mutex_);
+  index.swap(fresh);
+  listed.store(true);
+}
+
+void ClaimCache::apply(Index& index, std::string_view type, const json& trimmed) {
+  std::string key = trimmed["key"].get<std::string>();
+  std::unique_lock lock(mutex_);
+  if (type == "DELETED") {
+    index.erase(key);
+  } else {
+    index[std::move(key)] = to_requests(trimmed);
+  }
+}
+
+admission::ClaimLookupResult ClaimCache::lookup(const Index& index, const std::atomic<bool>& listed,
+                                                std::string_view pod_namespace, std::string_view name) const {
+  if (!listed.load()) return {Status::not_synced, {}};
+  std::string key(pod_namespace);
+  key.append("/").append(name);
+  std::shared_lock lock(mutex_);
+  const auto found = index.find(key);
+  if (found == index.end()) return {Status::unknown, {}};
+  return {Status::found, found->second};
+}
+
+admission::ClaimLookupResult ClaimCache::claim(std::string_view pod_namespace, std::string_view name) const {
+  return lookup(claims_, claims_listed_, pod_namespace, name);
+}
+
+admission::ClaimLookupResult ClaimCache::claim_template(std::string_view pod_namespace, std::string_view name) const {
+  return lookup(templates_, templates_listed_, pod_namespace, name);
+}
+
+}  // namespace gpuguard::webhook

@@ -1,0 +1,31 @@
+#pragma once
+// What the webhook's offline commands (review, audit) share: reading their input, the policy of a
+// --policy-dir, and a Pod wrapped the way the apiserver sends its creation.
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "gpuguard/policy/policy.hpp"
+#include "gpuguard/webhook/claim_cache.hpp"
+
+namespace gpuguard::webhook {
+
+// A file, or standard input for "-"; false when it cannot be read.
+bool read_source(const std::string& source, std::string& text);
+
+// The policy in `dir` as the server would load it (the defaults without a directory); nullptr after
+// printing why to standard error, prefixed by `command`.
+std::shared_ptr<const policy::Policy> load_policy(const std::string& command,
+                                                  const std::optional<std::filesystem::path>& dir);
+
+// The claims in a list file (`kubectl get resourceclaims,resourceclaimtemplates -A -o json`) into `cache`;
+// false after printing why to standard error.
+bool load_claims(const std::string& command, const std::string& source, webhook::ClaimCache& cache);
+
+// A CREATE AdmissionReview of `pod` (as `kubectl get pod -o json` prints it), as the apiserver sends it.
+std::string create_review_for(nlohmann::json pod);
+
+}  // namespace gpuguard::webhook

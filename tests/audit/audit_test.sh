@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# `gpuguard-webhook audit` over tests/fixtures/audit: a PodList of 52 varied pods, the cluster's DRA claims
+# and a policy. Its JSON and table reports must equal the checked-in ones, it must exit 1 (something is
+# exposed), and 0 on the pods that are already protected; bad input exits 2.
+#   audit_test.sh WEBHOOK_BINARY WORK_DIR
+set -euo pipefail
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+webhook="$1"
+work="$2"
+fixture="$root/tests/fixtures/audit"
+mkdir -p "$work"
+audit() { "$webhook" audit --policy-dir "$fixture/policy" --claims "$fixture/claims.json" "$@"; }
+
+status=0
+audit --output json "$fixture/pods.json" > "$work/report.json" || status=$?
+[ "$status" -eq 1 ] || { echo "audit exited $status on exposed pods, want 1"; exit 1; }
+diff -u "$fixture/expected.json" "$work/report.json" || { echo "the JSON report differs from tests/fixtures/audit/expected.json"; exit 1; }
+status=0
+audit "$fixture/pods.json" > "$work/report.txt" || status=$?
+[ "$status" -eq 1 ] || { echo "audit (table) exited $status, want 1"; exit 1; }
+diff -u "$fixture/expected.txt" "$work/report.txt" || { echo "the table differs from tests/fixtures/audit/expected.txt"; exit 1; }
+
+# The first twelve pods were patched at creation: nothing to report, exit 0, from standard input.
+/usr/bin/python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); d["items"]=d["items"][:12]; print(json.dumps(d))' \
+  "$fixture/pods.json" > "$work/protected.json"
+audit --output json - < "$work/protected.json" > "$work/protected-report.json"
+/usr/bin/python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); assert r == {"pods": 12, "exposedPods": 0, "exposures": []}, r' \
+  "$work/protected-report.json"
+
+# Bad input is an error, not a clean report.
+for bad in "--output yaml $fixture/pods.json" "$fixture/policy/mode" "--claims $fixture/pods.json $fixture/pods.json" "/nonexistent"; do
+  status=0
+  # shellcheck disable=SC2086
+  "$webhook" audit $bad > /dev/null 2>&1 || status=$?
+  [ "$status" -eq 2 ] || { echo "audit $bad exited $status, want 2"; exit 1; }
+done
+echo "audit: 52 pods, the reports match, protected pods exit 0, bad input exits 2"
