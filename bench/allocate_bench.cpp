@@ -44,7 +44,9 @@ struct Plugin {
                                      "--discovery",
                                      "procfs",
                                      "--log-level",
-                                     "error"};
+                                     "error",
+                                     "--metrics-address",
+                                     "127.0.0.1:0"};
     std::vector<char*> argv;
     argv.reserve(args.size() + 1);
     for (auto& a : args) argv.push_back(a.data());

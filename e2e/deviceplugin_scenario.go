@@ -1,6 +1,7 @@
-// Scenario 7: gpuguard-device-plugin served to the kubelet's own device manager
+// Scenario: gpuguard-device-plugin served to the kubelet's own device manager
 // (k8s.io/kubernetes/pkg/kubelet/cm/devicemanager), over the real sockets, with a fake host tree of
-// eight GPUs on two NUMA nodes and /dev/fuse. The device manager only works at the kubelet's fixed path,
+// eight GPUs on two NUMA nodes and /dev/fuse; then, with NVML from the test suite's stand-in
+// libnvidia-ml.so.1, time-sliced GPUs and MIG devices from a config file in NVIDIA's format. The device manager only works at the kubelet's fixed path,
 // /var/lib/kubelet/device-plugins, so the scenario runs in a child process in a private mount namespace
 // with a tmpfs there: the machine's own directory is never touched.
 package main
@@ -35,7 +36,11 @@ import (
 const (
 	deviceManagerChildArg = "__device-manager-child"
 	fuseResource          = "github.com/fuse"
+	migResource           = "nvidia.com/mig-2g.20gb"
 	gpuCount              = 8
+	migGPU                = 7 // the GPU in MIG mode in the NVML scenario
+	migDevices            = 3
+	replicas              = 4
 )
 
 // childConfig is what the parent hands the child on its command line.
@@ -211,9 +216,53 @@ func startPlugin(t *T, e *Env, host, strategy string, extra ...string) *plugin {
 	args := append([]string{"--device-plugin-dir=" + filepath.Dir(pluginapi.KubeletSocket) + "/", "--host-root=" + host,
 		"--discovery=procfs", "--resource-name=" + gpuResource, "--device-list-strategy=" + strategy,
 		"--host-device=" + fuseResource + "=/dev/fuse:4", "--metrics-address=127.0.0.1:0"}, extra...)
+	if strategy == "cdi" {
+		// Not the default /var/run/cdi: that is outside the private /var/lib, on the machine itself.
+		args = append(args, "--cdi-root="+e.path("cdi"))
+	}
 	p, err := e.start("gpuguard-device-plugin", e.gpuguard("gpuguard-device-plugin"), args...)
 	t.must(err, "starting gpuguard-device-plugin")
 	return &plugin{process: p}
+}
+
+// startSharedPlugin starts the plugin with NVML from the stand-in library: GPU 7 in MIG mode with three
+// 2g.20gb devices (their capability files in the host tree), and a config file in NVIDIA's format that
+// serves MIG devices as their own resource and shares every whole GPU four ways.
+func startSharedPlugin(t *T, e *Env, host string, gpus []fakeGPU) (*plugin, []string) {
+	var nvmlGPUs []map[string]any
+	var migUUIDs []string
+	for _, g := range gpus {
+		entry := map[string]any{"uuid": g.uuid, "minor": g.minor, "memoryMiB": 81559}
+		if g.minor == migGPU {
+			var migs []map[string]any
+			for i := 0; i < migDevices; i++ {
+				uuid := fmt.Sprintf("MIG-e2e00000-0000-4000-8000-00000000070%d", i)
+				migUUIDs = append(migUUIDs, uuid)
+				gi := 3 + 2*i
+				migs = append(migs, map[string]any{"uuid": uuid, "gi": gi, "ci": 0, "profile": 1, "giSlices": 2,
+					"ciSlices": 2, "memoryMiB": 19968})
+				capabilities := filepath.Join(host, fmt.Sprintf("proc/driver/nvidia/capabilities/gpu%d/mig/gi%d", migGPU, gi))
+				t.must(os.MkdirAll(filepath.Join(capabilities, "ci0"), 0o755), "creating MIG capability files")
+				t.must(os.WriteFile(filepath.Join(capabilities, "access"), []byte(fmt.Sprintf("DeviceFileMinor: %d\nDeviceFileMode: 292\n", 10*gi)), 0o644), "writing a GPU instance's access file")
+				t.must(os.WriteFile(filepath.Join(capabilities, "ci0", "access"), []byte(fmt.Sprintf("DeviceFileMinor: %d\nDeviceFileMode: 292\n", 10*gi+1)), 0o644), "writing a compute instance's access file")
+			}
+			entry["mig"] = migs
+		}
+		nvmlGPUs = append(nvmlGPUs, entry)
+	}
+	nvml, err := json.Marshal(map[string]any{"gpus": nvmlGPUs})
+	t.must(err, "encoding the stand-in NVML's GPUs")
+	t.must(os.WriteFile(e.path("nvml.json"), nvml, 0o644), "writing the stand-in NVML's GPUs")
+	config := fmt.Sprintf("version: v1\nflags:\n  migStrategy: mixed\n  plugin:\n    passDeviceSpecs: true\n"+
+		"sharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: %d\n", replicas)
+	t.must(os.WriteFile(e.path("device-plugin.yaml"), []byte(config), 0o644), "writing the plugin's config file")
+	args := []string{"--device-plugin-dir=" + filepath.Dir(pluginapi.KubeletSocket) + "/", "--host-root=" + host,
+		"--discovery=nvml", "--config-file=" + e.path("device-plugin.yaml"),
+		"--host-device=" + fuseResource + "=/dev/fuse:4", "--metrics-address=127.0.0.1:0"}
+	env := []string{"LD_LIBRARY_PATH=" + e.gpuguard(filepath.Join("tests", "fake-nvml")), "GPUGUARD_FAKE_NVML=" + e.path("nvml.json")}
+	p, err := e.startWithEnv("gpuguard-device-plugin", e.gpuguard("gpuguard-device-plugin"), env, args...)
+	t.must(err, "starting gpuguard-device-plugin with the stand-in NVML")
+	return &plugin{process: p}, migUUIDs
 }
 
 func envOf(options *devicemanager.DeviceRunContainerOptions) map[string]string {
@@ -303,6 +352,39 @@ func deviceManagerScenario(t *T, e *Env) {
 	startDeviceManager(t, k)
 	k.waitForResources(t, "kubelet restart", everything, everything)
 	p.process.stop()
+
+	// Time-slicing and MIG, as NVIDIA's config file asks for them.
+	p, migUUIDs := startSharedPlugin(t, e, host, gpus)
+	defer p.process.stop()
+	shared := map[string]int64{gpuResource: replicas * (gpuCount - 1), migResource: migDevices, fuseResource: 4}
+	k.waitForResources(t, "time-slicing and MIG", shared, shared)
+	// Two replicas: preferred allocation spreads them over the two least used GPUs, and the container is
+	// told each GPU once.
+	options, ids := k.allocate(t, "replicas", map[string]int64{gpuResource: 2})
+	if want := []string{gpus[0].uuid + "::0", gpus[1].uuid + "::0"}; !slices.Equal(ids, want) {
+		t.Errorf("time-slicing: two replicas went to %v, want %v, one on each of two GPUs", ids, want)
+	}
+	visible := strings.Split(envOf(options)[envVariable], ",")
+	sort.Strings(visible) // the device manager passes the IDs in no particular order
+	if want := []string{gpus[0].uuid, gpus[1].uuid}; !slices.Equal(visible, want) {
+		t.Errorf("time-slicing: NVIDIA_VISIBLE_DEVICES names %v, want %v, each once", visible, want)
+	}
+	options, ids = k.allocate(t, "mig", map[string]int64{migResource: 1})
+	if !slices.Equal(ids, migUUIDs[:1]) {
+		t.Errorf("MIG: %s went to %v, want %v", migResource, ids, migUUIDs[:1])
+	}
+	if got := envOf(options)[envVariable]; got != migUUIDs[0] {
+		t.Errorf("MIG: NVIDIA_VISIBLE_DEVICES is %q, want the MIG device's UUID %s", got, migUUIDs[0])
+	}
+	var devices []string
+	for _, d := range options.Devices {
+		devices = append(devices, d.PathOnHost)
+	}
+	for _, node := range []string{fmt.Sprintf("/dev/nvidia%d", migGPU), "/dev/nvidia-caps/nvidia-cap30", "/dev/nvidia-caps/nvidia-cap31"} {
+		if !slices.Contains(devices, node) {
+			t.Errorf("MIG: device specs %v lack %s", devices, node)
+		}
+	}
 }
 
 // checkRunOptions checks what the device manager hands the runtime for a container given two GPUs and a
@@ -343,12 +425,12 @@ func checkRunOptions(t *T, strategy string, options *devicemanager.DeviceRunCont
 			names = append(names, d.Name)
 		}
 		sort.Strings(names)
-		want := []string{"nvidia.com/gpu=" + gpuIDs[0], "nvidia.com/gpu=" + gpuIDs[1]}
+		want := []string{"k8s.gpuguard.io/gpu=" + gpuIDs[0], "k8s.gpuguard.io/gpu=" + gpuIDs[1]}
 		if !slices.Equal(names, want) {
 			t.Errorf("cdi: CDI devices %v, want %v", names, want)
 		}
-		if _, set := env[envVariable]; set {
-			t.Errorf("cdi: NVIDIA_VISIBLE_DEVICES is set (%q); the CDI devices alone should carry the GPUs", env[envVariable])
+		if env[envVariable] != "void" {
+			t.Errorf("cdi: NVIDIA_VISIBLE_DEVICES is %q, want void: the CDI devices alone carry the GPUs", env[envVariable])
 		}
 	}
 	if strategy != "envvar" {

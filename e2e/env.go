@@ -192,12 +192,20 @@ type process struct {
 }
 
 func (e *Env) start(name, binary string, args ...string) (*process, error) {
+	return e.startWithEnv(name, binary, nil, args...)
+}
+
+// startWithEnv starts a child with NAME=value entries added to the harness's environment.
+func (e *Env) startWithEnv(name, binary string, env []string, args ...string) (*process, error) {
 	log, err := os.OpenFile(e.path("logs", name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
 	}
 	fmt.Fprintf(log, "--- %s %s %s\n", time.Now().Format(time.RFC3339), binary, strings.Join(args, " "))
 	cmd := exec.Command(binary, args...)
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	cmd.Stdout, cmd.Stderr = log, log
 	// A child must not outlive the harness, even when the harness is killed.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}

@@ -39,7 +39,7 @@ var scenarios = []scenario{
 	{"dra-claims", "containers claiming a GPU device class (learned by list and watch) keep their GPUs; others, and unknown claims, get none", draClaims},
 	{"other-doors", "hostPath device mounts, CDI annotations and listed RuntimeClasses are warned about or refused", otherDoors},
 	{"scheduler-extender", "kube-scheduler binds 1, 1, 2 GPU pods with the extender and with MostAllocated, not with the defaults", schedulerExtender},
-	{"device-plugin", "the kubelet's device manager registers, allocates and tracks health through gpuguard-device-plugin", devicePlugin},
+	{"device-plugin", "the kubelet's device manager registers, allocates (time-sliced and MIG too) and tracks health through gpuguard-device-plugin", devicePlugin},
 }
 
 func main() {

@@ -14,6 +14,8 @@ packages=(
   nlohmann-json3-dev libsimdjson-dev
   # device plugin: gRPC C++ and protobuf, with the code generators
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
+  # device plugin: its config file (YAML, as NVIDIA's)
+  libyaml-cpp-dev
   # tests (python3-yaml: the manifest render test reads what kustomize produced)
   catch2 python3 python3-yaml
   # fuzzing (clang's libFuzzer and sanitizer runtimes) and benchmarks (Google Benchmark, wrk)

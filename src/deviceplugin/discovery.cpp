@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <system_error>
+#include <tuple>
 
 #include "gpuguard/files/read_file.hpp"
 
@@ -59,6 +60,41 @@ std::optional<std::int64_t> numa_node_of(const fs::path& host_root, const std::s
   }
 }
 
+std::vector<MigCapability> mig_capabilities(const fs::path& host_root, unsigned gpu_minor) {
+  // "DeviceFileMinor: 12" among the access file's lines.
+  auto cap_minor = [](const fs::path& access) -> std::optional<unsigned> {
+    const auto text = files::read_file(access);
+    if (!text) return std::nullopt;
+    const auto fields = parse_information(*text);
+    const auto minor = fields.find("DeviceFileMinor");
+    return minor == fields.end() ? std::nullopt : to_unsigned(minor->second);
+  };
+  // "gi3" -> 3
+  auto instance = [](const fs::path& dir, std::string_view prefix) -> std::optional<unsigned> {
+    const std::string name = dir.filename().string();
+    if (!name.starts_with(prefix)) return std::nullopt;
+    return to_unsigned(std::string_view(name).substr(prefix.size()));
+  };
+  std::vector<MigCapability> found;
+  std::error_code ec;
+  const fs::path mig =
+      host_path(host_root, "/proc/driver/nvidia/capabilities") / ("gpu" + std::to_string(gpu_minor)) / "mig";
+  for (const auto& gi_dir : fs::directory_iterator(mig, ec)) {
+    const auto gi = instance(gi_dir.path(), "gi");
+    const auto gi_minor = gi ? cap_minor(gi_dir.path() / "access") : std::nullopt;
+    if (!gi_minor) continue;
+    std::error_code ci_ec;
+    for (const auto& ci_dir : fs::directory_iterator(gi_dir.path(), ci_ec)) {
+      const auto ci = instance(ci_dir.path(), "ci");
+      const auto ci_minor = ci ? cap_minor(ci_dir.path() / "access") : std::nullopt;
+      if (ci_minor) found.push_back({*gi, *ci, *gi_minor, *ci_minor});
+    }
+  }
+  std::sort(found.begin(), found.end(),
+            [](const MigCapability& a, const MigCapability& b) { return std::tie(a.gi, a.ci) < std::tie(b.gi, b.ci); });
+  return found;
+}
+
 std::vector<Gpu> discover_procfs(const fs::path& host_root) {
   std::vector<Gpu> gpus;
   std::error_code ec;
@@ -80,6 +116,7 @@ std::vector<Gpu> discover_procfs(const fs::path& host_root) {
     gpu.pci_address = entry.path().filename().string();
     if (auto model = fields.find("Model"); model != fields.end()) gpu.model = model->second;
     gpu.numa_node = numa_node_of(host_root, gpu.pci_address);
+    gpu.mig_enabled = !mig_capabilities(host_root, gpu.minor).empty();
     gpus.push_back(std::move(gpu));
   }
   std::sort(gpus.begin(), gpus.end(), [](const Gpu& a, const Gpu& b) { return a.minor < b.minor; });
@@ -137,6 +174,20 @@ std::vector<Gpu> discover_nvml(Nvml& nvml, const fs::path& host_root) {
     Gpu gpu;
     gpu.uuid = device.uuid;
     gpu.minor = device.minor;
+    gpu.mig_enabled = device.mig_enabled;
+    gpu.mig_listed = true;
+    gpu.mig_devices = device.mig_devices;
+    if (!gpu.mig_devices.empty()) {
+      const auto capabilities = mig_capabilities(host_root, gpu.minor);
+      for (MigDevice& mig : gpu.mig_devices) {
+        const auto cap = std::find_if(capabilities.begin(), capabilities.end(),
+                                      [&](const MigCapability& c) { return c.gi == mig.gi && c.ci == mig.ci; });
+        if (cap != capabilities.end()) {
+          mig.gi_cap_minor = cap->gi_cap_minor;
+          mig.ci_cap_minor = cap->ci_cap_minor;
+        }
+      }
+    }
     const auto known =
         std::find_if(from_procfs.begin(), from_procfs.end(), [&](const Gpu& g) { return g.minor == device.minor; });
     if (known != from_procfs.end()) {

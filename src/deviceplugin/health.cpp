@@ -19,23 +19,16 @@ void report(const std::string& id, bool healthy, const std::string& why) {
 
 }  // namespace
 
-std::vector<PresenceCheck> presence_checks(const fs::path& host_root, GpuResource& resource,
+std::vector<PresenceCheck> presence_checks(const fs::path& host_root, const std::vector<DeviceSet*>& sets,
                                            const std::vector<Gpu>& gpus) {
   std::vector<PresenceCheck> checks;
-  checks.reserve(gpus.size());
-  for (const Gpu& gpu : gpus) {
-    checks.push_back({&resource.devices(),
-                      gpu.uuid,
-                      {host_path(host_root, "/dev/nvidia" + std::to_string(gpu.minor)),
-                       host_path(host_root, "/proc/driver/nvidia/gpus/" + gpu.pci_address + "/information")}});
-  }
-  return checks;
-}
-
-std::vector<PresenceCheck> presence_checks(const fs::path& host_root, HostDeviceResource& resource) {
-  std::vector<PresenceCheck> checks;
-  for (const Device& device : resource.devices().snapshot()) {
-    checks.push_back({&resource.devices(), device.id, {host_path(host_root, resource.path())}});
+  for (DeviceSet* set : sets) {
+    for (const Gpu& gpu : gpus) {
+      checks.push_back({set,
+                        gpu.uuid,
+                        {host_path(host_root, "/dev/nvidia" + std::to_string(gpu.minor)),
+                         host_path(host_root, "/proc/driver/nvidia/gpus/" + gpu.pci_address + "/information")}});
+    }
   }
   return checks;
 }
@@ -50,8 +43,8 @@ void run_presence_checks(const std::vector<PresenceCheck>& checks) {
         break;
       }
     }
-    if (check.devices->set_health(check.id, missing.empty())) {
-      report(check.id, missing.empty(), missing.empty() ? "device files present" : missing + " is missing");
+    if (check.devices->set_health(check.health_key, missing.empty())) {
+      report(check.health_key, missing.empty(), missing.empty() ? "device files present" : missing + " is missing");
     }
   }
 }
@@ -75,9 +68,9 @@ std::optional<std::set<unsigned long long>> parse_xid_list(std::string_view text
   return xids;
 }
 
-NvmlHealth::NvmlHealth(Nvml& nvml, DeviceSet& devices, NvmlHealthOptions options, Clock clock)
+NvmlHealth::NvmlHealth(Nvml& nvml, std::vector<DeviceSet*> sets, NvmlHealthOptions options, Clock clock)
     : nvml_(nvml),
-      devices_(devices),
+      sets_(std::move(sets)),
       options_(std::move(options)),
       clock_(std::move(clock)),
       next_probe_(clock_() + options_.probe_interval) {}
@@ -89,7 +82,24 @@ void NvmlHealth::on_xid(const std::string& uuid, unsigned long long xid) {
     awaiting_reset_[uuid] = {};
     why += ", which needs a GPU reset before it is used again";
   }
-  if (devices_.set_health(uuid, false)) report(uuid, false, why);
+  if (set_health(uuid, false)) report(uuid, false, why);
+}
+
+bool NvmlHealth::set_health(const std::string& uuid, bool healthy) {
+  bool changed = false;
+  for (DeviceSet* set : sets_) changed = set->set_health(uuid, healthy) || changed;
+  return changed;
+}
+
+std::map<std::string, bool> NvmlHealth::gpus() const {
+  std::map<std::string, bool> healthy;
+  for (const DeviceSet* set : sets_) {
+    for (const Device& device : set->snapshot()) {
+      const auto [it, added] = healthy.try_emplace(device.health_key, device.healthy);
+      if (!added) it->second = it->second && device.healthy;
+    }
+  }
+  return healthy;
 }
 
 void NvmlHealth::step(std::chrono::milliseconds wait) {
@@ -98,7 +108,7 @@ void NvmlHealth::step(std::chrono::milliseconds wait) {
       log::info("application XID ignored", {{"device", event->uuid}, {"xid", event->xid}});
     } else if (event->uuid.empty()) {
       // An event NVML could not attribute: every GPU is suspect.
-      for (const Device& device : devices_.snapshot()) on_xid(device.id, event->xid);
+      for (const auto& [uuid, healthy] : gpus()) on_xid(uuid, event->xid);
     } else {
       on_xid(event->uuid, event->xid);
     }
@@ -111,24 +121,24 @@ void NvmlHealth::step(std::chrono::milliseconds wait) {
 
 void NvmlHealth::probe() {
   using Action = Nvml::RecoveryAction;
-  for (const Device& device : devices_.snapshot()) {
-    const bool answers = nvml_.responds(device.id);
-    if (const auto awaiting = awaiting_reset_.find(device.id); awaiting != awaiting_reset_.end()) {
+  for (const auto& [uuid, healthy] : gpus()) {
+    const bool answers = nvml_.responds(uuid);
+    if (const auto awaiting = awaiting_reset_.find(uuid); awaiting != awaiting_reset_.end()) {
       ResetEvidence& evidence = awaiting->second;
-      const auto action = answers ? nvml_.recovery_action(device.id) : std::nullopt;
+      const auto action = answers ? nvml_.recovery_action(uuid) : std::nullopt;
       evidence.lost = evidence.lost || !answers;
       if (action && *action != Action::none) evidence.action_pending = true;
       const bool reset = answers && (evidence.lost || (evidence.action_pending && action == Action::none));
       if (!reset) continue;
       awaiting_reset_.erase(awaiting);
       log::info("GPU reset seen",
-                {{"device", device.id},
+                {{"device", uuid},
                  {"evidence", evidence.lost ? "NVML lost and found it again" : "recovery action back to none"}});
     }
     if (!answers) {
-      if (devices_.set_health(device.id, false)) report(device.id, false, "NVML no longer answers for it");
-    } else if (!device.healthy && xid_since_probe_.count(device.id) == 0 && devices_.set_health(device.id, true)) {
-      report(device.id, true, "NVML answers and no XID since the last probe");
+      if (set_health(uuid, false)) report(uuid, false, "NVML no longer answers for it");
+    } else if (!healthy && xid_since_probe_.count(uuid) == 0 && set_health(uuid, true)) {
+      report(uuid, true, "NVML answers and no XID since the last probe");
     }
   }
   xid_since_probe_.clear();

@@ -1,53 +1,58 @@
 // NVML through dlopen: the plugin never links against the driver's library, so one binary runs on nodes
-// with and without it. The few types used are declared here with NVML's documented layouts.
+// with and without it. The few types used are in nvml_abi.hpp, with NVML's documented layouts.
 #include <dlfcn.h>
 
+#include <cmath>
 #include <mutex>
 #include <thread>
 
 #include "gpuguard/deviceplugin/discovery.hpp"
+#include "nvml_abi.hpp"
 
 namespace gpuguard::deviceplugin {
+
+using namespace nvml;
+
 namespace {
 
-// NOLINTBEGIN(readability-identifier-naming): NVML's own names, as nvml.h declares them.
-using nvmlReturn_t = int;
-using nvmlDevice_t = struct nvmlDevice_st*;
-using nvmlEventSet_t = struct nvmlEventSet_st*;
-struct nvmlEventData_t {
-  nvmlDevice_t device;
-  unsigned long long eventType;
-  unsigned long long eventData;  // the XID for XidCriticalError events
-  unsigned int gpuInstanceId;
-  unsigned int computeInstanceId;
-};
+constexpr unsigned long long kMiB = 1024ULL * 1024;
+constexpr unsigned long long kGiB = 1024 * kMiB;
 
-// nvmlFieldValue_t, for nvmlDeviceGetFieldValues.
-struct nvmlFieldValue_t {
-  unsigned int fieldId;
-  unsigned int scopeId;
-  long long timestamp;
-  long long latencyUsec;
-  int valueType;  // nvmlValueType_t
-  nvmlReturn_t nvmlReturn;
-  union {
-    double dVal;
-    unsigned int uiVal;
-    unsigned long ulVal;
-    unsigned long long ullVal;
-    long long sllVal;
-    int siVal;
-  } value;
-};
+}  // namespace
 
-// NOLINTEND(readability-identifier-naming)
+std::string mig_profile_suffix(unsigned gpu_instance_profile_index) {
+  switch (gpu_instance_profile_index) {
+    case 0x7:                     // 1_SLICE_REV1
+    case 0x8: return "+me";       // 2_SLICE_REV1
+    case 0xA:                     // 1_SLICE_GFX
+    case 0xB:                     // 2_SLICE_GFX
+    case 0xC: return "+gfx";      // 4_SLICE_GFX
+    case 0xD:                     // 1_SLICE_NO_ME
+    case 0xE: return "-me";       // 2_SLICE_NO_ME
+    case 0xF:                     // 1_SLICE_ALL_ME
+    case 0x10: return "+me.all";  // 2_SLICE_ALL_ME
+    default: return "";
+  }
+}
 
-constexpr nvmlReturn_t kSuccess = 0;
-constexpr nvmlReturn_t kTimeout = 10;
-constexpr unsigned long long kXidCriticalError = 0x8;
-constexpr unsigned kUuidBufferSize = 96;
-constexpr unsigned kFieldGpuRecoveryAction = 230;  // NVML_FI_DEV_GET_GPU_RECOVERY_ACTION
-constexpr int kValueTypeUnsignedInt = 1;
+std::string mig_profile_name(unsigned gpu_slices, unsigned compute_slices, unsigned long long memory_mib,
+                             unsigned long long gpu_memory_bytes, std::string_view suffix) {
+  // NVIDIA's rounding: the share of the GPU's memory, up to the next eighth, of the GPU's memory in GiB.
+  unsigned long long gb = 0;
+  if (gpu_memory_bytes != 0) {
+    const double share =
+        std::ceil(static_cast<double>(memory_mib * kMiB) / static_cast<double>(gpu_memory_bytes) * 8) / 8;
+    const unsigned long long whole_gib = (gpu_memory_bytes + kGiB - 1) / kGiB;  // rounded up, as NVIDIA's
+    const auto gpu_gib = static_cast<double>(whole_gib);
+    gb = static_cast<unsigned long long>(std::llround(share * gpu_gib));
+  }
+  std::string name = compute_slices == gpu_slices ? "" : std::to_string(compute_slices) + "c.";
+  name += std::to_string(gpu_slices) + "g." + std::to_string(gb) + "gb";
+  name += suffix;
+  return name;
+}
+
+namespace {
 
 class DlNvml final : public Nvml {
  public:
@@ -72,6 +77,18 @@ class DlNvml final : public Nvml {
     }
     // Drivers before the recovery-action field lack it too; health then has no recovery action to read.
     field_values_ = reinterpret_cast<decltype(field_values_)>(dlsym(library_, "nvmlDeviceGetFieldValues"));
+    // Drivers without MIG (before R450) lack these: their GPUs are listed without MIG devices.
+    mig_ = resolve_optional(mig_mode_, "nvmlDeviceGetMigMode") &&
+           resolve_optional(max_mig_, "nvmlDeviceGetMaxMigDeviceCount") &&
+           resolve_optional(mig_by_index_, "nvmlDeviceGetMigDeviceHandleByIndex") &&
+           resolve_optional(gi_id_, "nvmlDeviceGetGpuInstanceId") &&
+           resolve_optional(ci_id_, "nvmlDeviceGetComputeInstanceId") &&
+           resolve_optional(attributes_, "nvmlDeviceGetAttributes_v2") &&
+           resolve_optional(memory_, "nvmlDeviceGetMemoryInfo");
+    // For the profile's +me, +gfx, -me suffixes; without them the name has slices and memory only.
+    profiles_ = resolve_optional(gi_by_id_, "nvmlDeviceGetGpuInstanceById") &&
+                resolve_optional(gi_info_, "nvmlGpuInstanceGetInfo") &&
+                resolve_optional(gi_profile_info_, "nvmlDeviceGetGpuInstanceProfileInfo");
     if (const nvmlReturn_t rc = init_(); rc != kSuccess) return std::string("nvmlInit_v2: ") + error_string_(rc);
     initialised_ = true;
     return {};
@@ -84,7 +101,13 @@ class DlNvml final : public Nvml {
     for (unsigned i = 0; i < count; ++i) {
       nvmlDevice_t handle = nullptr;
       check(by_index_(i, &handle), "nvmlDeviceGetHandleByIndex_v2");
-      devices.push_back({uuid_of(handle), minor_of(handle)});
+      Device device{uuid_of(handle), minor_of(handle), false, {}};
+      unsigned current = 0, pending = 0;
+      if (mig_ && mig_mode_(handle, &current, &pending) == kSuccess && current == kMigEnabled) {
+        device.mig_enabled = true;
+        device.mig_devices = mig_devices_of(handle);
+      }
+      devices.push_back(std::move(device));
     }
     return devices;
   }
@@ -130,6 +153,50 @@ class DlNvml final : public Nvml {
     function = reinterpret_cast<Function>(dlsym(library_, name));
     if (function == nullptr) missing_ = name;
     return function != nullptr;
+  }
+
+  template <typename Function>
+  bool resolve_optional(Function& function, const char* name) {
+    function = reinterpret_cast<Function>(dlsym(library_, name));
+    return function != nullptr;
+  }
+
+  std::vector<MigDevice> mig_devices_of(nvmlDevice_t gpu) {
+    unsigned count = 0;
+    check(max_mig_(gpu, &count), "nvmlDeviceGetMaxMigDeviceCount");
+    nvmlMemory_t memory{};
+    check(memory_(gpu, &memory), "nvmlDeviceGetMemoryInfo");
+    std::vector<MigDevice> migs;
+    for (unsigned i = 0; i < count; ++i) {
+      nvmlDevice_t handle = nullptr;
+      const nvmlReturn_t rc = mig_by_index_(gpu, i, &handle);
+      if (rc == kNotFound || rc == kInvalidArgument) continue;  // no MIG device in this slot
+      check(rc, "nvmlDeviceGetMigDeviceHandleByIndex");
+      MigDevice mig;
+      mig.uuid = uuid_of(handle);
+      check(gi_id_(handle, &mig.gi), "nvmlDeviceGetGpuInstanceId");
+      check(ci_id_(handle, &mig.ci), "nvmlDeviceGetComputeInstanceId");
+      nvmlDeviceAttributes_t attributes{};
+      check(attributes_(handle, &attributes), "nvmlDeviceGetAttributes_v2");
+      mig.profile = mig_profile_name(attributes.gpuInstanceSliceCount, attributes.computeInstanceSliceCount,
+                                     attributes.memorySizeMB, memory.total, suffix_of(gpu, mig.gi));
+      migs.push_back(std::move(mig));
+    }
+    return migs;
+  }
+
+  // The GPU instance's profile, found by its ID among the GPU's profiles; "" when NVML cannot say.
+  std::string suffix_of(nvmlDevice_t gpu, unsigned gi) {
+    nvmlGpuInstance_t instance = nullptr;
+    nvmlGpuInstanceInfo_t info{};
+    if (!profiles_ || gi_by_id_(gpu, gi, &instance) != kSuccess || gi_info_(instance, &info) != kSuccess) return "";
+    for (unsigned index = 0; index < kGpuInstanceProfileCount; ++index) {
+      nvmlGpuInstanceProfileInfo_t profile{};
+      if (gi_profile_info_(gpu, index, &profile) == kSuccess && profile.id == info.profileId) {
+        return mig_profile_suffix(index);
+      }
+    }
+    return "";
   }
 
   void check(nvmlReturn_t rc, const char* call) {
@@ -190,6 +257,17 @@ class DlNvml final : public Nvml {
   nvmlReturn_t (*event_wait_)(nvmlEventSet_t, nvmlEventData_t*, unsigned) = nullptr;
   nvmlReturn_t (*event_set_free_)(nvmlEventSet_t) = nullptr;
   nvmlReturn_t (*field_values_)(nvmlDevice_t, int, nvmlFieldValue_t*) = nullptr;
+  bool mig_ = false, profiles_ = false;
+  nvmlReturn_t (*mig_mode_)(nvmlDevice_t, unsigned*, unsigned*) = nullptr;
+  nvmlReturn_t (*max_mig_)(nvmlDevice_t, unsigned*) = nullptr;
+  nvmlReturn_t (*mig_by_index_)(nvmlDevice_t, unsigned, nvmlDevice_t*) = nullptr;
+  nvmlReturn_t (*gi_id_)(nvmlDevice_t, unsigned*) = nullptr;
+  nvmlReturn_t (*ci_id_)(nvmlDevice_t, unsigned*) = nullptr;
+  nvmlReturn_t (*attributes_)(nvmlDevice_t, nvmlDeviceAttributes_t*) = nullptr;
+  nvmlReturn_t (*memory_)(nvmlDevice_t, nvmlMemory_t*) = nullptr;
+  nvmlReturn_t (*gi_by_id_)(nvmlDevice_t, unsigned, nvmlGpuInstance_t*) = nullptr;
+  nvmlReturn_t (*gi_info_)(nvmlGpuInstance_t, nvmlGpuInstanceInfo_t*) = nullptr;
+  nvmlReturn_t (*gi_profile_info_)(nvmlDevice_t, unsigned, nvmlGpuInstanceProfileInfo_t*) = nullptr;
 };
 
 }  // namespace

@@ -39,6 +39,7 @@ void to_proto(const Allocation& allocation, v1beta1::ContainerAllocateResponse& 
     d->set_host_path(device.host_path);
     d->set_permissions(device.permissions);
   }
+  for (const auto& [key, value] : allocation.annotations) (*response.mutable_annotations())[key] = value;
   for (const auto& name : allocation.cdi_devices) response.add_cdi_devices()->set_name(name);
 }
 

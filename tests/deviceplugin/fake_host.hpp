@@ -1,6 +1,6 @@
 #pragma once
-// A host tree as the plugin reads it under --host-root: the driver's procfs files, device nodes (plain
-// files: only their existence is checked), sysfs NUMA nodes and the toolkit config.
+// A host tree as the plugin reads it under --host-root: the driver's procfs files (MIG capabilities too),
+// device nodes (plain files: only their existence is checked), sysfs NUMA nodes and the toolkit config.
 #include <unistd.h>
 
 #include <filesystem>
@@ -32,6 +32,17 @@ class FakeHost {
               "\n");
     write("sys/bus/pci/devices/" + pci + "/numa_node", std::to_string(numa_node) + "\n");
     add_device(std::string("/dev/nvidia").append(std::to_string(minor)));
+  }
+
+  // A MIG instance as the driver's procfs shows it, with its two /dev/nvidia-caps nodes.
+  void add_mig(unsigned gpu_minor, unsigned gi, unsigned ci, unsigned gi_cap_minor, unsigned ci_cap_minor) {
+    const std::string dir =
+        "proc/driver/nvidia/capabilities/gpu" + std::to_string(gpu_minor) + "/mig/gi" + std::to_string(gi);
+    write(dir + "/access", "DeviceFileMinor: " + std::to_string(gi_cap_minor) + "\nDeviceFileMode: 292\n");
+    write(dir + "/ci" + std::to_string(ci) + "/access",
+          "DeviceFileMinor: " + std::to_string(ci_cap_minor) + "\nDeviceFileMode: 292\n");
+    add_device("/dev/nvidia-caps/nvidia-cap" + std::to_string(gi_cap_minor));
+    add_device("/dev/nvidia-caps/nvidia-cap" + std::to_string(ci_cap_minor));
   }
 
   void add_device(const std::string& path) { write(path.substr(1), ""); }

@@ -1,3 +1,5 @@
+// The device plugin's pieces without gRPC: discovery (procfs, NVML, MIG), what Allocate answers for each
+// strategy, host devices, and NVML health on a hand-moved clock.
 #include <catch2/catch.hpp>
 
 #include <deque>
@@ -5,8 +7,9 @@
 
 #include "fake_host.hpp"
 #include "gpuguard/deviceplugin/discovery.hpp"
+#include "gpuguard/deviceplugin/gpu_resource.hpp"
 #include "gpuguard/deviceplugin/health.hpp"
-#include "gpuguard/deviceplugin/resource.hpp"
+#include "gpuguard/deviceplugin/host_device.hpp"
 
 using namespace gpuguard::deviceplugin;
 using gpuguard::test::FakeHost;
@@ -19,17 +22,43 @@ const std::string kGpu1 = "GPU-22222222-2222-2222-2222-222222222222";
 const std::string kGpu2 = "GPU-33333333-3333-3333-3333-333333333333";
 const std::string kGpu3 = "GPU-44444444-4444-4444-4444-444444444444";
 
-std::vector<Gpu> four_gpus_on_two_nodes() {
-  return {{kGpu0, 0, "0000:18:00.0", "H100", 0},
-          {kGpu1, 1, "0000:2a:00.0", "H100", 0},
-          {kGpu2, 2, "0000:9a:00.0", "H100", 1},
-          {kGpu3, 3, "0000:ab:00.0", "H100", 1}};
+Gpu make_gpu(std::string uuid, unsigned minor, std::string pci, std::string model, std::optional<std::int64_t> numa) {
+  Gpu gpu;
+  gpu.uuid = std::move(uuid);
+  gpu.minor = minor;
+  gpu.pci_address = std::move(pci);
+  gpu.model = std::move(model);
+  gpu.numa_node = numa;
+  return gpu;
 }
 
-// NVML as a test double: XID events are queued by the test, responsiveness is set per GPU.
+std::vector<Gpu> four_gpus_on_two_nodes() {
+  return {make_gpu(kGpu0, 0, "0000:18:00.0", "H100", 0), make_gpu(kGpu1, 1, "0000:2a:00.0", "H100", 0),
+          make_gpu(kGpu2, 2, "0000:9a:00.0", "H100", 1), make_gpu(kGpu3, 3, "0000:ab:00.0", "H100", 1)};
+}
+
+// Whole GPUs under the none strategy, as the plugin makes them.
+GpuResource whole_gpus(const std::vector<Gpu>& gpus, GpuOptions options = {}) {
+  const GpuPlan plan = plan_gpu_resources(gpus, MigStrategy::none, "nvidia.com/gpu", {});
+  REQUIRE(plan.resources.size() == 1);
+  return GpuResource(plan.resources[0], std::move(options));
+}
+
+GpuOptions with(std::vector<Strategy> strategies, bool pass_device_specs = false,
+                std::vector<std::string> control_nodes = {}) {
+  GpuOptions options;
+  options.strategies = std::move(strategies);
+  options.pass_device_specs = pass_device_specs;
+  options.control_nodes = std::move(control_nodes);
+  return options;
+}
+
+// NVML as a test double: the GPUs (and MIG devices) are set by the test, XID events are queued by it,
+// responsiveness is set per GPU.
 class FakeNvml final : public Nvml {
  public:
-  std::vector<Device> devices() override { return {{kGpu0, 0}, {kGpu1, 1}}; }
+  std::vector<Device> listed = {{kGpu0, 0, false, {}}, {kGpu1, 1, false, {}}};
+  std::vector<Device> devices() override { return listed; }
   std::optional<XidEvent> wait_for_xid(std::chrono::milliseconds) override {
     std::lock_guard lock(mutex);
     if (events.empty()) return std::nullopt;
@@ -112,19 +141,24 @@ TEST_CASE("toolkit hardening: warn unless accept-nvidia-visible-devices-envvar-w
   CHECK_FALSE(toolkit_hardening_warning(host.root()).has_value());
 }
 
-TEST_CASE("host devices: RESOURCE=PATH[:SLOTS]") {
+TEST_CASE("host devices: RESOURCE=PATH[,PATH...][:SLOTS]") {
   std::string error;
   auto fuse = parse_host_device("github.com/fuse=/dev/fuse:16", error);
   REQUIRE(fuse);
   CHECK(fuse->resource == "github.com/fuse");
-  CHECK(fuse->path == "/dev/fuse");
+  CHECK(fuse->patterns == std::vector<std::string>{"/dev/fuse"});
   CHECK(fuse->slots == 16);
   auto one = parse_host_device("example.com/kvm=/dev/kvm", error);
   REQUIRE(one);
   CHECK(one->slots == 1);
+  auto group = parse_host_device("example.com/video=/dev/video0,/dev/media*:2", error);
+  REQUIRE(group);
+  CHECK(group->patterns == std::vector<std::string>{"/dev/video0", "/dev/media*"});
+  CHECK(group->slots == 2);
   for (const char* bad :
        {"github.com/fuse", "fuse=/dev/fuse", "github.com/fuse=dev/fuse", "github.com/fuse=/dev/fuse:0",
-        "github.com/fuse=/dev/fuse:x", "github.com/fuse=/dev/fuse:1001", "github.com/fuse=:3", "=/dev/fuse"}) {
+        "github.com/fuse=/dev/fuse:x", "github.com/fuse=/dev/fuse:1001", "github.com/fuse=:3", "=/dev/fuse",
+        "a.com/b/c=/dev/fuse", "example.com/x=/dev/a,,/dev/b", "example.com/x=/dev/../etc"}) {
     INFO(bad);
     CHECK_FALSE(parse_host_device(bad, error));
     CHECK_THAT(error, Catch::Contains("--host-device"));
@@ -133,37 +167,58 @@ TEST_CASE("host devices: RESOURCE=PATH[:SLOTS]") {
   CHECK(socket_name("nvidia.com/gpu") == "gpuguard-nvidia-com-gpu.sock");
 }
 
-TEST_CASE("allocate: envvar, volume-mounts and cdi, with and without device specs") {
+TEST_CASE("allocate: envvar, volume-mounts and the CDI strategies, with and without device specs") {
   const auto gpus = four_gpus_on_two_nodes();
   Allocation envvar;
-  REQUIRE_FALSE(GpuResource("nvidia.com/gpu", gpus, {Strategy::envvar, false, {}}).allocate({kGpu1, kGpu0}, envvar));
+  REQUIRE_FALSE(whole_gpus(gpus, with({Strategy::envvar})).allocate({kGpu1, kGpu0}, envvar));
   CHECK(envvar.envs.at("NVIDIA_VISIBLE_DEVICES") == kGpu1 + "," + kGpu0);
   CHECK(envvar.mounts.empty());
   CHECK(envvar.devices.empty());
+  CHECK(envvar.cdi_devices.empty());
 
   Allocation mounts;
-  REQUIRE_FALSE(GpuResource("nvidia.com/gpu", gpus, {Strategy::volume_mounts, false, {}}).allocate({kGpu2}, mounts));
+  REQUIRE_FALSE(whole_gpus(gpus, with({Strategy::volume_mounts})).allocate({kGpu2}, mounts));
   CHECK(mounts.envs.at("NVIDIA_VISIBLE_DEVICES") == "/var/run/nvidia-container-devices");
   REQUIRE(mounts.mounts.size() == 1);
   CHECK(mounts.mounts[0].host_path == "/dev/null");
   CHECK(mounts.mounts[0].container_path == "/var/run/nvidia-container-devices/" + kGpu2);
+  CHECK(mounts.mounts[0].read_only);
 
   Allocation cdi;
-  GpuResource cdi_gpus("nvidia.com/gpu", gpus, {Strategy::cdi, true, {"/dev/nvidiactl", "/dev/nvidia-uvm"}});
+  GpuResource cdi_gpus = whole_gpus(gpus, with({Strategy::cdi_cri}, true, {"/dev/nvidiactl", "/dev/nvidia-uvm"}));
   REQUIRE_FALSE(cdi_gpus.allocate({kGpu3}, cdi));
-  CHECK(cdi.envs.empty());
-  REQUIRE(cdi.cdi_devices.size() == 1);
-  CHECK(cdi.cdi_devices[0] == "nvidia.com/gpu=" + kGpu3);
+  // CDI alone: the toolkit's legacy hook must not act on an image's NVIDIA_VISIBLE_DEVICES=all.
+  CHECK(cdi.envs == std::map<std::string, std::string>{{"NVIDIA_VISIBLE_DEVICES", "void"}});
+  CHECK(cdi.cdi_devices == std::vector<std::string>{"k8s.gpuguard.io/gpu=" + kGpu3});
   REQUIRE(cdi.devices.size() == 3);
   CHECK(cdi.devices[0].host_path == "/dev/nvidia3");
   CHECK(cdi.devices[0].container_path == "/dev/nvidia3");
   CHECK(cdi.devices[0].permissions == "rw");
   CHECK(cdi.devices[1].host_path == "/dev/nvidiactl");
   CHECK(cdi.devices[2].host_path == "/dev/nvidia-uvm");
+
+  Allocation both;
+  REQUIRE_FALSE(whole_gpus(gpus, with({Strategy::envvar, Strategy::cdi_annotations})).allocate({kGpu0, kGpu2}, both));
+  CHECK(both.envs.at("NVIDIA_VISIBLE_DEVICES") == kGpu0 + "," + kGpu2);
+  CHECK(both.annotations ==
+        std::map<std::string, std::string>{
+            {"cdi.k8s.io/gpuguard_nvidia.com_gpu", "k8s.gpuguard.io/gpu=" + kGpu0 + ",k8s.gpuguard.io/gpu=" + kGpu2}});
+  CHECK(both.cdi_devices.empty());
+}
+
+TEST_CASE("device list strategies: names, and combinations that cannot work") {
+  CHECK(parse_strategy("cdi") == Strategy::cdi_cri);
+  CHECK(parse_strategy("cdi-cri") == Strategy::cdi_cri);
+  CHECK(parse_strategy("cdi-annotations") == Strategy::cdi_annotations);
+  CHECK_FALSE(parse_strategy("CDI"));
+  CHECK_FALSE(check_strategies({Strategy::envvar, Strategy::cdi_cri}));
+  CHECK_THAT(*check_strategies({Strategy::envvar, Strategy::volume_mounts}), Catch::Contains("cannot be combined"));
+  CHECK_THAT(*check_strategies({Strategy::cdi_cri, Strategy::cdi_cri}), Catch::Contains("named twice"));
+  CHECK(check_strategies({}).has_value());
 }
 
 TEST_CASE("allocate: unknown and unhealthy IDs are refused by name") {
-  GpuResource gpus("nvidia.com/gpu", four_gpus_on_two_nodes(), {});
+  GpuResource gpus = whole_gpus(four_gpus_on_two_nodes());
   Allocation response;
   const auto unknown = gpus.allocate({kGpu0, "GPU-nope"}, response);
   REQUIRE(unknown);
@@ -174,8 +229,10 @@ TEST_CASE("allocate: unknown and unhealthy IDs are refused by name") {
   CHECK_THAT(*unhealthy, Catch::Contains(kGpu1) && Catch::Contains("unhealthy"));
 }
 
-TEST_CASE("host device: any number of slots pass the path once") {
-  HostDeviceResource fuse({"github.com/fuse", "/dev/fuse", 4});
+TEST_CASE("host device: one path, any number of slots, passes the path once") {
+  FakeHost host("fuse");
+  host.add_device("/dev/fuse");
+  HostDeviceResource fuse({"github.com/fuse", {"/dev/fuse"}, 4}, host.root());
   const auto devices = fuse.devices().snapshot();
   REQUIRE(devices.size() == 4);
   CHECK(devices[0].id == "fuse-0");
@@ -187,10 +244,82 @@ TEST_CASE("host device: any number of slots pass the path once") {
   CHECK(response.devices[0].container_path == "/dev/fuse");
   CHECK(response.devices[0].permissions == "rw");
   CHECK(fuse.preferred({"fuse-3", "fuse-1", "fuse-2"}, {}, 2) == std::vector<std::string>{"fuse-1", "fuse-2"});
+
+  host.remove("/dev/fuse");  // every slot shares the path's health
+  fuse.rescan();
+  for (const Device& device : fuse.devices().snapshot()) CHECK_FALSE(device.healthy);
+  host.add_device("/dev/fuse");
+  fuse.rescan();
+  for (const Device& device : fuse.devices().snapshot()) CHECK(device.healthy);
+}
+
+TEST_CASE("host device: a glob is one device per match, and follows matches as they come and go") {
+  FakeHost host("serial");
+  host.add_device("/dev/ttyUSB1");
+  host.add_device("/dev/ttyUSB0");
+  host.add_device("/dev/ttyS0");
+  HostDeviceResource serial({"example.com/serial", {"/dev/ttyUSB*"}, 1}, host.root());
+  CHECK(serial.one_per_match());
+  auto ids = [&] {
+    std::vector<std::string> all;
+    for (const Device& device : serial.devices().snapshot()) all.push_back(device.id);
+    return all;
+  };
+  CHECK(ids() == std::vector<std::string>{"ttyUSB0", "ttyUSB1"});
+  Allocation response;
+  REQUIRE_FALSE(serial.allocate({"ttyUSB1"}, response));
+  REQUIRE(response.devices.size() == 1);
+  CHECK(response.devices[0].host_path == "/dev/ttyUSB1");
+
+  std::uint64_t version = 0;
+  serial.devices().snapshot(&version);
+  host.add_device("/dev/ttyUSB2");
+  host.remove("/dev/ttyUSB0");
+  serial.rescan();
+  CHECK(ids() == std::vector<std::string>{"ttyUSB1", "ttyUSB2"});
+  std::uint64_t after = 0;
+  serial.devices().snapshot(&after);
+  CHECK(after != version);  // ListAndWatch sends the new list
+  serial.rescan();
+  std::uint64_t unchanged = 0;
+  serial.devices().snapshot(&unchanged);
+  CHECK(unchanged == after);  // nothing moved: nothing sent
+
+  HostDeviceResource shared({"example.com/dri", {"/dev/dri/render*"}, 2}, host.root());
+  CHECK(shared.devices().snapshot().empty());
+  host.add_device("/dev/dri/renderD128");
+  shared.rescan();
+  const auto slots = shared.devices().snapshot();
+  REQUIRE(slots.size() == 2);
+  CHECK(slots[0].id == "dri_renderD128-0");
+  CHECK(slots[1].id == "dri_renderD128-1");
+}
+
+TEST_CASE("host device: a group passes every path it matches, and is healthy while each pattern matches") {
+  FakeHost host("group");
+  host.add_device("/dev/video0");
+  host.add_device("/dev/media0");
+  host.add_device("/dev/media1");
+  HostDeviceResource video({"example.com/video", {"/dev/video0", "/dev/media*"}, 2}, host.root());
+  CHECK_FALSE(video.one_per_match());
+  video.rescan();
+  const auto devices = video.devices().snapshot();
+  REQUIRE(devices.size() == 2);
+  CHECK(devices[0].id == "video-0");
+  CHECK(devices[0].healthy);
+  Allocation response;
+  REQUIRE_FALSE(video.allocate({"video-1"}, response));
+  std::vector<std::string> paths;
+  for (const auto& device : response.devices) paths.push_back(device.host_path);
+  CHECK(paths == std::vector<std::string>{"/dev/video0", "/dev/media0", "/dev/media1"});
+  host.remove("/dev/media0");
+  host.remove("/dev/media1");
+  video.rescan();
+  CHECK_FALSE(video.devices().snapshot()[0].healthy);
 }
 
 TEST_CASE("preferred allocation: must_include, then one NUMA node, then lowest minor") {
-  GpuResource gpus("nvidia.com/gpu", four_gpus_on_two_nodes(), {});
+  GpuResource gpus = whole_gpus(four_gpus_on_two_nodes());
   const std::vector<std::string> all = {kGpu3, kGpu2, kGpu1, kGpu0};
   CHECK(gpus.preferred(all, {}, 1) == std::vector<std::string>{kGpu0});
   CHECK(gpus.preferred(all, {}, 2) == std::vector<std::string>{kGpu0, kGpu1});
@@ -205,11 +334,11 @@ TEST_CASE("preferred allocation: must_include, then one NUMA node, then lowest m
 // Two GPUs under NVML health with a 30 s probe interval on a hand-moved clock.
 struct HealthFixture {
   FakeNvml nvml;
-  GpuResource gpus{"nvidia.com/gpu", {{kGpu0, 0, "", "", 0}, {kGpu1, 1, "", "", 0}}, {}};
+  GpuResource gpus = whole_gpus({make_gpu(kGpu0, 0, "", "", 0), make_gpu(kGpu1, 1, "", "", 0)});
   ManualClock time;
   NvmlHealth health;
   explicit HealthFixture(NvmlHealthOptions options = {})
-      : health(nvml, gpus.devices(), std::move(options), time.clock()) {}
+      : health(nvml, {&gpus.devices()}, std::move(options), time.clock()) {}
   void xid(const std::string& uuid, unsigned long long xid) {
     nvml.events.push_back({uuid, xid});
     health.step(0ms);
@@ -353,4 +482,96 @@ TEST_CASE("NVML discovery takes PCI address and NUMA node from procfs by minor n
   CHECK(gpus[0].numa_node == 1);
   CHECK(gpus[1].uuid == kGpu1);
   CHECK(gpus[1].pci_address.empty());
+}
+
+TEST_CASE("procfs: MIG instances from the capability files, without UUIDs or profiles") {
+  FakeHost host("procfs-mig");
+  host.add_gpu("0000:18:00.0", kGpu0, 0, 0);
+  host.add_gpu("0000:2a:00.0", kGpu1, 1, 0);
+  host.add_mig(0, 2, 0, 21, 22);
+  host.add_mig(0, 1, 0, 12, 13);
+  host.write("proc/driver/nvidia/capabilities/gpu0/mig/gi9/access", "nothing useful\n");  // skipped
+  const auto capabilities = mig_capabilities(host.root(), 0);
+  REQUIRE(capabilities.size() == 2);
+  CHECK(capabilities[0].gi == 1);
+  CHECK(capabilities[0].gi_cap_minor == 12);
+  CHECK(capabilities[0].ci_cap_minor == 13);
+  CHECK(capabilities[1].gi == 2);
+  CHECK(mig_capabilities(host.root(), 1).empty());
+
+  const auto gpus = discover_procfs(host.root());
+  REQUIRE(gpus.size() == 2);
+  CHECK(gpus[0].mig_enabled);
+  CHECK_FALSE(gpus[0].mig_listed);
+  CHECK(gpus[0].mig_devices.empty());
+  CHECK_FALSE(gpus[1].mig_enabled);
+}
+
+TEST_CASE("NVML discovery: MIG devices with their capability minors from procfs") {
+  FakeHost host("nvml-mig");
+  host.add_gpu("0000:18:00.0", kGpu0, 0, 1);
+  host.add_mig(0, 1, 0, 12, 13);
+  FakeNvml nvml;
+  nvml.listed = {{kGpu0, 0, true, {{"MIG-a", 1, 0, "1g.10gb", {}, {}}, {"MIG-b", 5, 0, "1g.10gb", {}, {}}}},
+                 {kGpu1, 1, true, {}}};
+  const auto gpus = discover_nvml(nvml, host.root());
+  REQUIRE(gpus.size() == 2);
+  CHECK(gpus[0].mig_enabled);
+  CHECK(gpus[0].mig_listed);
+  REQUIRE(gpus[0].mig_devices.size() == 2);
+  CHECK(gpus[0].mig_devices[0].gi_cap_minor == 12u);
+  CHECK(gpus[0].mig_devices[0].ci_cap_minor == 13u);
+  CHECK_FALSE(gpus[0].mig_devices[1].gi_cap_minor.has_value());  // procfs does not show gi5
+  CHECK(gpus[1].mig_enabled);
+  CHECK(gpus[1].mig_devices.empty());
+}
+
+TEST_CASE("MIG profile names as NVIDIA writes them") {
+  const unsigned long long h100 = 81559ULL * 1024 * 1024;  // an H100 80GB's memory, as NVML reports it
+  CHECK(mig_profile_name(1, 1, 9856, h100, "") == "1g.10gb");
+  CHECK(mig_profile_name(1, 1, 9856, h100, mig_profile_suffix(0x7)) == "1g.10gb+me");
+  CHECK(mig_profile_name(1, 1, 19968, h100, "") == "1g.20gb");
+  CHECK(mig_profile_name(3, 3, 40192, h100, "") == "3g.40gb");
+  CHECK(mig_profile_name(3, 1, 40192, h100, "") == "1c.3g.40gb");
+  CHECK(mig_profile_name(7, 7, 80896, h100, "") == "7g.80gb");
+  const unsigned long long a100 = 40536ULL * 1024 * 1024;
+  CHECK(mig_profile_name(1, 1, 4864, a100, "") == "1g.5gb");
+  CHECK(mig_profile_suffix(0) == "");
+  CHECK(mig_profile_suffix(0xD) == "-me");
+  CHECK(mig_profile_suffix(0xF) == "+me.all");
+  CHECK(mig_profile_suffix(0xA) == "+gfx");
+}
+
+TEST_CASE("NVML health: an XID on a GPU reaches its MIG devices and its replicas, in every resource") {
+  std::vector<Gpu> gpus = {make_gpu(kGpu0, 0, "", "", 0), make_gpu(kGpu1, 1, "", "", 0)};
+  gpus[0].mig_enabled = gpus[0].mig_listed = true;
+  gpus[0].mig_devices = {{"MIG-a", 1, 0, "3g.40gb", {}, {}}, {"MIG-b", 2, 0, "3g.40gb", {}, {}}};
+  TimeSlicing sharing;
+  sharing.resources = {{"nvidia.com/gpu", "", 3}};
+  const GpuPlan plan = plan_gpu_resources(gpus, MigStrategy::mixed, "nvidia.com/gpu", sharing);
+  REQUIRE_FALSE(plan.error);
+  REQUIRE(plan.resources.size() == 2);
+  GpuResource whole(plan.resources[0], {});
+  GpuResource migs(plan.resources[1], {});
+  FakeNvml nvml;
+  ManualClock time;
+  NvmlHealth health(nvml, {&whole.devices(), &migs.devices()}, {}, time.clock());
+  const auto all_healthy = [](const GpuResource& r) {
+    const auto devices = r.devices().snapshot();
+    return std::all_of(devices.begin(), devices.end(), [](const Device& d) { return d.healthy; });
+  };
+  nvml.events.push_back({kGpu0, 44});
+  health.step(0ms);
+  CHECK_FALSE(migs.devices().find("MIG-a")->healthy);
+  CHECK_FALSE(migs.devices().find("MIG-b")->healthy);
+  CHECK(all_healthy(whole));  // GPU 1's replicas
+  nvml.events.push_back({kGpu1, 44});
+  health.step(0ms);
+  CHECK_FALSE(whole.devices().find(replica_id(kGpu1, 2))->healthy);
+  time.now += 30s;
+  health.step(0ms);
+  time.now += 30s;
+  health.step(0ms);
+  CHECK(all_healthy(whole));
+  CHECK(all_healthy(migs));
 }

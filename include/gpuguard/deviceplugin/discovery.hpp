@@ -18,13 +18,36 @@ namespace gpuguard::deviceplugin {
 // A path as the host sees it ("/dev/nvidia0"), resolved under the host root.
 std::filesystem::path host_path(const std::filesystem::path& host_root, std::string_view absolute);
 
+// A MIG device: a compute instance (ci) of a GPU instance (gi) of a GPU in MIG mode.
+struct MigDevice {
+  std::string uuid;  // "MIG-…", as NVML names it: what the kubelet and the toolkit see
+  unsigned gi = 0, ci = 0;
+  std::string profile;  // NVIDIA's name: "1g.10gb", "1g.10gb+me", "1c.3g.40gb"
+  // /dev/nvidia-caps/nvidia-cap<minor> of the GPU instance and of the compute instance, from procfs.
+  std::optional<unsigned> gi_cap_minor, ci_cap_minor;
+};
+
 struct Gpu {
   std::string uuid;         // "GPU-…", the device ID the kubelet sees
   unsigned minor = 0;       // /dev/nvidia<minor>
   std::string pci_address;  // "0000:3b:00.0", the directory name under /proc/driver/nvidia/gpus
   std::string model;
   std::optional<std::int64_t> numa_node;
+  // NVML: MIG mode is on. procfs: the driver lists MIG instances under capabilities/gpu<minor>/mig.
+  bool mig_enabled = false;
+  // Only NVML lists MIG devices (procfs knows neither their UUIDs nor their profiles): mig_listed says
+  // whether mig_devices is the whole list.
+  bool mig_listed = false;
+  std::vector<MigDevice> mig_devices;
 };
+
+// The MIG instances procfs shows for one GPU: /proc/driver/nvidia/capabilities/gpu<minor>/mig/gi<N>/access
+// and gi<N>/ci<M>/access, each holding "DeviceFileMinor: <minor>" of its /dev/nvidia-caps node.
+struct MigCapability {
+  unsigned gi = 0, ci = 0;
+  unsigned gi_cap_minor = 0, ci_cap_minor = 0;
+};
+std::vector<MigCapability> mig_capabilities(const std::filesystem::path& host_root, unsigned gpu_minor);
 
 // `Key: value` lines of /proc/driver/nvidia/gpus/<pci>/information, split at the first ':' and trimmed.
 std::map<std::string, std::string> parse_information(std::string_view text);
@@ -52,6 +75,8 @@ class Nvml {
   struct Device {
     std::string uuid;
     unsigned minor = 0;
+    bool mig_enabled = false;
+    std::vector<MigDevice> mig_devices;  // uuid, gi, ci and profile; cap minors come from procfs
   };
   struct XidEvent {
     std::string uuid;
@@ -64,7 +89,7 @@ class Nvml {
   enum class RecoveryAction { none, gpu_reset, node_reboot, drain_p2p, drain_and_reset, other };
 
   virtual ~Nvml() = default;
-  virtual std::vector<Device> devices() = 0;  // throws Error
+  virtual std::vector<Device> devices() = 0;  // throws Error; MIG devices of MIG-enabled GPUs included
   // The next critical XID event on any GPU, or nullopt when `timeout` passes without one.
   virtual std::optional<XidEvent> wait_for_xid(std::chrono::milliseconds timeout) = 0;
   // Whether NVML still answers for this GPU (the re-probe that lets a GPU recover).
@@ -73,10 +98,19 @@ class Nvml {
   virtual std::optional<RecoveryAction> recovery_action(const std::string& uuid) = 0;
 };
 
+// NVIDIA's MIG profile names (go-nvlib's): "<G>g.<GB>gb" when the compute instance spans its GPU
+// instance, else "<C>c.<G>g.<GB>gb", then the suffix of the GPU instance profile. GB is the instance's
+// share of the GPU's memory, rounded up to an eighth, times the GPU's memory in whole GiB.
+std::string mig_profile_name(unsigned gpu_slices, unsigned compute_slices, unsigned long long memory_mib,
+                             unsigned long long gpu_memory_bytes, std::string_view suffix);
+// "+me" (REV1), "+gfx", "-me", "+me.all" or "", by NVML_GPU_INSTANCE_PROFILE_* index.
+std::string mig_profile_suffix(unsigned gpu_instance_profile_index);
+
 // dlopen("libnvidia-ml.so.1") and nvmlInit; nullptr with `why_not` set when either fails.
 std::unique_ptr<Nvml> load_nvml(std::string& why_not);
 
-// GPUs as NVML lists them; PCI address, model and NUMA node come from procfs/sysfs by minor number.
+// GPUs as NVML lists them, with their MIG devices; PCI address, model, NUMA node and the MIG devices'
+// capability minors come from procfs/sysfs by minor number.
 std::vector<Gpu> discover_nvml(Nvml& nvml, const std::filesystem::path& host_root);
 
 // --discovery: automatic is NVML when it loads, else procfs; none serves no GPUs (a host-device-only plugin).

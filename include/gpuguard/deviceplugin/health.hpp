@@ -13,16 +13,15 @@
 
 namespace gpuguard::deviceplugin {
 
-// A device is healthy while every one of its paths exists under the host root: /dev/nvidia<minor> and the
-// GPU's procfs information file in procfs mode, PATH for a host device.
+// Without NVML, a GPU is healthy while /dev/nvidia<minor> and its procfs information file exist under the
+// host root. One check per GPU and device set; it sets the health of every device of that GPU.
 struct PresenceCheck {
   DeviceSet* devices;
-  std::string id;
+  std::string health_key;
   std::vector<std::filesystem::path> paths;
 };
-std::vector<PresenceCheck> presence_checks(const std::filesystem::path& host_root, GpuResource& resource,
+std::vector<PresenceCheck> presence_checks(const std::filesystem::path& host_root, const std::vector<DeviceSet*>& sets,
                                            const std::vector<Gpu>& gpus);
-std::vector<PresenceCheck> presence_checks(const std::filesystem::path& host_root, HostDeviceResource& resource);
 void run_presence_checks(const std::vector<PresenceCheck>& checks);  // one pass; logs each change
 
 // "48,79, 94" -> {48, 79, 94}; empty text is an empty list. nullopt, with `error` naming the item, for
@@ -38,7 +37,9 @@ struct NvmlHealthOptions {
   std::chrono::milliseconds probe_interval{30'000};
 };
 
-// NVML health. A critical XID makes a GPU unhealthy, except the ignored ones. Every `probe_interval` each
+// NVML health, per physical GPU: what happens to a GPU happens to every device of it in every set (its
+// replicas, its MIG devices; an XID on a MIG device arrives as the GPU's). A critical XID makes a GPU
+// unhealthy, except the ignored ones. Every `probe_interval` each
 // GPU is probed: one NVML no longer answers for turns unhealthy, XID or not. An unhealthy GPU is healthy
 // again once NVML answers for it and it had no XID since the previous probe, with one exception: after a
 // reset XID it needs evidence of the reset first, either NVML losing and finding the GPU again, or the
@@ -49,7 +50,7 @@ class NvmlHealth {
   using Clock = std::function<std::chrono::steady_clock::time_point()>;
 
   NvmlHealth(
-      Nvml& nvml, DeviceSet& devices, NvmlHealthOptions options,
+      Nvml& nvml, std::vector<DeviceSet*> sets, NvmlHealthOptions options,
       Clock clock = [] { return std::chrono::steady_clock::now(); });
   // Waits up to `wait` for an XID, then probes if a probe is due. A thread calls it in a loop.
   void step(std::chrono::milliseconds wait);
@@ -61,9 +62,11 @@ class NvmlHealth {
   };
   void on_xid(const std::string& uuid, unsigned long long xid);
   void probe();
+  bool set_health(const std::string& uuid, bool healthy);  // in every set; true when anything changed
+  std::map<std::string, bool> gpus() const;                // each GPU's UUID, and whether all of it is healthy
 
   Nvml& nvml_;
-  DeviceSet& devices_;
+  std::vector<DeviceSet*> sets_;
   NvmlHealthOptions options_;
   Clock clock_;
   std::chrono::steady_clock::time_point next_probe_;

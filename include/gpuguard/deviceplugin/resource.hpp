@@ -1,27 +1,27 @@
 #pragma once
 // What the plugin serves for each extended resource: its devices with their health, and how a container
-// gets the devices it was allocated. Free of gRPC servers and threads, so it is tested directly.
+// gets the devices it was allocated. Free of gRPC servers and threads, so it is tested directly. The GPU
+// resources are in gpu_resource.hpp, host devices in host_device.hpp.
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
-#include <filesystem>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
-#include <map>
-
-#include "gpuguard/deviceplugin/discovery.hpp"
-
 namespace gpuguard::deviceplugin {
 
 struct Device {
-  std::string id;
+  std::string id;  // as the kubelet sees it: a UUID, "<uuid>::<n>" for a time-sliced replica, a host device
+  // Devices with one key share their health: a GPU's UUID for the GPU, its replicas and its MIG devices;
+  // a host path for the devices it backs.
+  std::string health_key;
   bool healthy = true;
   std::optional<std::int64_t> numa_node;
-  unsigned order = 0;  // minor number, or slot index: lower is preferred
+  unsigned order = 0;  // lower is preferred
 };
 
 // The device list of one resource. ListAndWatch streams wait on it for changes.
@@ -30,7 +30,10 @@ class DeviceSet {
   explicit DeviceSet(std::vector<Device> devices);
   std::vector<Device> snapshot(std::uint64_t* version = nullptr) const;
   std::optional<Device> find(const std::string& id) const;
-  bool set_health(const std::string& id, bool healthy);  // true when it changed
+  // Sets the health of every device with this key; true when any changed.
+  bool set_health(const std::string& health_key, bool healthy);
+  // A new list, for devices that come and go; true when it differs from the current one.
+  bool replace(std::vector<Device> devices);
   // Returns when the list changed since `seen`, or after `timeout`.
   void wait_for_change(std::uint64_t seen, std::chrono::milliseconds timeout) const;
 
@@ -54,11 +57,9 @@ struct Allocation {
   std::map<std::string, std::string> envs;
   std::vector<Mount> mounts;
   std::vector<DeviceSpec> devices;
-  std::vector<std::string> cdi_devices;  // fully qualified CDI names, e.g. nvidia.com/gpu=GPU-…
+  std::map<std::string, std::string> annotations;  // the cdi-annotations strategy's
+  std::vector<std::string> cdi_devices;            // fully qualified CDI names, e.g. k8s.gpuguard.io/gpu=GPU-…
 };
-
-enum class Strategy { envvar, volume_mounts, cdi };
-std::optional<Strategy> parse_strategy(std::string_view name);
 
 class Resource {
  public:
@@ -73,51 +74,22 @@ class Resource {
   std::optional<std::string> allocate(const std::vector<std::string>& ids, Allocation& allocation) const;
 
   // must_include first, then devices on one NUMA node when possible, then lowest order.
-  std::vector<std::string> preferred(const std::vector<std::string>& available,
-                                     const std::vector<std::string>& must_include, std::size_t size) const;
+  virtual std::vector<std::string> preferred(const std::vector<std::string>& available,
+                                             const std::vector<std::string>& must_include, std::size_t size) const;
 
  private:
+  // A reason to refuse a request whose devices all exist and are healthy; none by default.
+  virtual std::optional<std::string> refuse(const std::vector<Device>& /*allocated*/) const { return std::nullopt; }
   virtual void fill(const std::vector<Device>& allocated, Allocation& allocation) const = 0;
 
   std::string name_;
   DeviceSet devices_;
 };
 
-struct GpuOptions {
-  Strategy strategy = Strategy::envvar;
-  bool pass_device_specs = false;
-  std::vector<std::string> control_nodes;  // host paths of /dev/nvidiactl etc. that exist
-};
-
-class GpuResource final : public Resource {
- public:
-  GpuResource(std::string name, const std::vector<Gpu>& gpus, GpuOptions options);
-
- private:
-  void fill(const std::vector<Device>& allocated, Allocation& allocation) const override;
-  GpuOptions options_;
-};
-
-// --host-device RESOURCE=PATH[:SLOTS]: SLOTS interchangeable devices that all pass PATH to the container.
-struct HostDevice {
-  std::string resource;
-  std::string path;
-  unsigned slots = 1;
-};
-// Returns the reason when `flag` is not RESOURCE=PATH[:SLOTS] with an absolute PATH and 1..1000 slots.
-std::optional<HostDevice> parse_host_device(std::string_view flag, std::string& error);
-
-class HostDeviceResource final : public Resource {
- public:
-  explicit HostDeviceResource(const HostDevice& device);
-  const std::string& path() const { return path_; }
-
- private:
-  void fill(const std::vector<Device>& allocated, Allocation& allocation) const override;
-  std::string path_;
-};
-
 // The kubelet's endpoint name for a resource: a socket file in the plugin directory.
 std::string socket_name(std::string_view resource);
+
+// example.com/name: a domain, a slash and a name of letters, digits, '.', '-' and '_'.
+bool is_resource_name(std::string_view name);
 
 }  // namespace gpuguard::deviceplugin

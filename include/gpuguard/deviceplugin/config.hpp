@@ -1,0 +1,50 @@
+#pragma once
+// Everything the device plugin is told: defaults, then the config file (NVIDIA's structure, version v1,
+// plus a gpuguard section), then the flags given on the command line. docs/device-plugin.md maps every
+// NVIDIA key to gpuguard's.
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "gpuguard/deviceplugin/discovery.hpp"
+#include "gpuguard/deviceplugin/gpu_resource.hpp"
+#include "gpuguard/deviceplugin/health.hpp"
+#include "gpuguard/deviceplugin/host_device.hpp"
+
+namespace gpuguard::deviceplugin {
+
+struct PluginConfig {
+  std::filesystem::path plugin_dir = "/var/lib/kubelet/device-plugins/";
+  std::filesystem::path host_root = "/";
+  DiscoveryMode discovery = DiscoveryMode::automatic;
+  // Exit non-zero when no GPU can be served (NVML failing, no GPU found, the MIG strategy not fitting),
+  // instead of serving the host devices alone.
+  bool fail_on_init_error = false;
+  std::string resource_name = "nvidia.com/gpu";
+  MigStrategy mig_strategy = MigStrategy::none;
+  GpuOptions gpu;
+  // Where the CDI spec is written for the cdi strategies; empty: write none, and name nvidia-ctk's
+  // nvidia.com/gpu devices instead.
+  std::filesystem::path cdi_root = "/var/run/cdi";
+  TimeSlicing time_slicing;
+  std::vector<HostDevice> host_devices;
+  bool health_checks = true;
+  NvmlHealthOptions health;
+  std::string metrics_address = "0.0.0.0:8080";
+};
+
+struct ConfigFileResult {
+  std::optional<std::string> error;   // "<file>: <key>: <reason>"; the config is then unchanged
+  std::vector<std::string> warnings;  // keys accepted but without effect, said at start
+};
+
+// Applies a config file's text on top of `config`. `source` names the file in messages.
+ConfigFileResult apply_config_text(std::string_view text, const std::string& source, PluginConfig& config);
+ConfigFileResult apply_config_file(const std::filesystem::path& file, PluginConfig& config);
+
+// The whole config, checked together (a resource named twice, a rename that collides); returns the reason.
+std::optional<std::string> check_config(const PluginConfig& config);
+
+}  // namespace gpuguard::deviceplugin

@@ -1,0 +1,111 @@
+#pragma once
+// The GPU resources a node advertises: the discovered GPUs cut by the MIG strategy into whole GPUs and
+// MIG devices, multiplied into replicas by time-slicing, and what a container gets for the ones it was
+// given. NVIDIA's k8s-device-plugin defines the strategies and the config this follows
+// (docs/device-plugin.md says where gpuguard differs).
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "gpuguard/deviceplugin/discovery.hpp"
+#include "gpuguard/deviceplugin/resource.hpp"
+
+namespace gpuguard::deviceplugin {
+
+// none: whole GPUs, MIG or not. single: every MIG device as the GPU resource (every GPU in MIG mode, all
+// devices of one profile). mixed: whole GPUs, and each MIG profile as a resource of its own.
+enum class MigStrategy { none, single, mixed };
+std::optional<MigStrategy> parse_mig_strategy(std::string_view name);
+
+// NVIDIA's sharing.timeSlicing: each device of a resource advertised `replicas` times as <id>::<n>.
+struct TimeSlicing {
+  struct Resource {
+    std::string name;    // the resource to share: nvidia.com/gpu, nvidia.com/mig-1g.10gb, ...
+    std::string rename;  // the name to advertise the replicas under; empty: see rename_by_default
+    unsigned replicas = 2;
+  };
+  bool rename_by_default = false;  // a resource without a rename is advertised as <name>.shared
+  bool fail_requests_greater_than_one = false;
+  std::vector<Resource> resources;
+};
+
+// What a container can be given: a whole GPU, or one MIG device.
+struct GpuUnit {
+  std::string uuid;      // GPU-… or MIG-…: what NVIDIA_VISIBLE_DEVICES and the CDI spec name
+  std::string gpu_uuid;  // the physical GPU, whose health it shares
+  std::optional<std::int64_t> numa_node;
+  std::vector<std::string> device_nodes;  // /dev/nvidia<minor>; a MIG device adds its two nvidia-cap nodes
+};
+
+struct GpuResourcePlan {
+  std::string name;
+  std::vector<GpuUnit> units;
+  unsigned replicas = 1;
+  bool fail_requests_greater_than_one = false;
+};
+
+struct GpuPlan {
+  std::vector<GpuResourcePlan> resources;
+  std::vector<std::string> warnings;  // logged at start
+  std::optional<std::string> error;   // the GPUs do not fit the strategy: the plugin does not start
+};
+
+// `resource_name` names whole GPUs, and every MIG device under single; under mixed each MIG profile is
+// <domain of resource_name>/mig-<profile>, '+' written '.' (nvidia.com/mig-1g.10gb.me).
+GpuPlan plan_gpu_resources(const std::vector<Gpu>& gpus, MigStrategy strategy, const std::string& resource_name,
+                           const TimeSlicing& time_slicing);
+
+// How Allocate names the devices (NVIDIA's deviceListStrategy). envvar and volume-mounts are read by the
+// NVIDIA container toolkit; the CDI ones by a CDI-enabled runtime, from the spec the plugin writes.
+enum class Strategy { envvar, volume_mounts, cdi_cri, cdi_annotations };
+// "envvar", "volume-mounts", "cdi-cri" (also "cdi"), "cdi-annotations"
+std::optional<Strategy> parse_strategy(std::string_view name);
+std::string_view strategy_name(Strategy strategy);
+// A list as a whole: not empty, no repeats, and not both envvar and volume-mounts (each sets
+// NVIDIA_VISIBLE_DEVICES). Returns the reason.
+std::optional<std::string> check_strategies(const std::vector<Strategy>& strategies);
+
+// Which replicas GetPreferredAllocation offers (NVIDIA's sharedDevicesAllocationPolicy): those of the
+// least used GPUs (distributed), or of the most used ones that still have room (packed).
+enum class SharedAllocation { distributed, packed };
+std::optional<SharedAllocation> parse_shared_allocation(std::string_view name);
+
+struct GpuOptions {
+  std::vector<Strategy> strategies = {Strategy::envvar};
+  bool pass_device_specs = false;
+  std::vector<std::string> control_nodes;  // host paths of /dev/nvidiactl etc. that exist
+  std::string cdi_kind = "k8s.gpuguard.io/gpu";
+  std::string cdi_annotation_prefix = "cdi.k8s.io/";
+  SharedAllocation shared_allocation = SharedAllocation::distributed;
+};
+
+class GpuResource final : public Resource {
+ public:
+  GpuResource(const GpuResourcePlan& plan, GpuOptions options);
+  const std::vector<GpuUnit>& units() const { return units_; }
+  unsigned replicas() const { return replicas_; }
+
+  // Replicas: spread over the GPUs or packed (GpuOptions::shared_allocation); whole devices: by NUMA node.
+  std::vector<std::string> preferred(const std::vector<std::string>& available,
+                                     const std::vector<std::string>& must_include, std::size_t size) const override;
+
+ private:
+  std::optional<std::string> refuse(const std::vector<Device>& allocated) const override;
+  void fill(const std::vector<Device>& allocated, Allocation& allocation) const override;
+  const GpuUnit& unit_of(const std::string& id) const;
+
+  std::vector<GpuUnit> units_;
+  unsigned replicas_;
+  bool fail_requests_greater_than_one_;
+  GpuOptions options_;
+};
+
+// The device ID of replica `n` of a unit, and the unit's UUID back from any device ID.
+std::string replica_id(std::string_view uuid, unsigned n);
+std::string_view unit_uuid(std::string_view device_id);
+
+// A CDI device name for a UUID: CDI allows letters, digits and "_-.:"; anything else becomes '_'.
+std::string cdi_device_name(std::string_view uuid);
+
+}  // namespace gpuguard::deviceplugin

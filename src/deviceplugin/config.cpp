@@ -1,0 +1,365 @@
+#include "gpuguard/deviceplugin/config.hpp"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <charconv>
+#include <functional>
+#include <map>
+#include <set>
+
+#include "gpuguard/files/read_file.hpp"
+
+namespace gpuguard::deviceplugin {
+namespace {
+
+// A bad key or value: where it is (flags.plugin.deviceListStrategy) and why.
+struct Problem {
+  std::string key, reason;
+};
+
+std::string child(const std::string& path, const std::string& key) { return path.empty() ? key : path + "." + key; }
+
+std::string scalar(const YAML::Node& node, const std::string& key) {
+  if (!node.IsScalar()) throw Problem{key, "must be a single value"};
+  return node.Scalar();
+}
+
+bool boolean(const YAML::Node& node, const std::string& key) {
+  const std::string value = scalar(node, key);
+  if (value == "true") return true;
+  if (value == "false") return false;
+  throw Problem{key, "must be true or false, not \"" + value + "\""};
+}
+
+unsigned whole_number(const YAML::Node& node, const std::string& key) {
+  const std::string value = scalar(node, key);
+  unsigned number = 0;
+  const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), number);
+  if (value.empty() || ec != std::errc{} || end != value.data() + value.size()) {
+    throw Problem{key, "must be a whole number, not \"" + value + "\""};
+  }
+  return number;
+}
+
+// A single value or a list of them.
+std::vector<std::string> strings(const YAML::Node& node, const std::string& key) {
+  if (node.IsScalar()) return {node.Scalar()};
+  if (!node.IsSequence()) throw Problem{key, "must be a value or a list of values"};
+  std::vector<std::string> values;
+  for (std::size_t i = 0; i < node.size(); ++i) values.push_back(scalar(node[i], key + "[" + std::to_string(i) + "]"));
+  return values;
+}
+
+template <typename T>
+T one_of(const YAML::Node& node, const std::string& key, std::optional<T> (*parse)(std::string_view),
+         const char* allowed) {
+  const std::string value = scalar(node, key);
+  if (auto parsed = parse(value)) return *parsed;
+  throw Problem{key, "must be " + std::string(allowed) + ", not \"" + value + "\""};
+}
+
+using Handler = std::function<void(const YAML::Node& value, const std::string& key)>;
+
+// Calls the handler of each key of a map; any other key is a Problem.
+void each_key(const YAML::Node& node, const std::string& path, const std::map<std::string, Handler>& handlers) {
+  if (node.IsNull()) return;
+  if (!node.IsMap()) throw Problem{path, "must be a map of keys"};
+  for (const auto& entry : node) {
+    const std::string key = entry.first.IsScalar() ? entry.first.Scalar() : std::string("?");
+    const auto handler = handlers.find(key);
+    if (handler == handlers.end()) {
+      std::string known;
+      for (const auto& [name, _] : handlers) known += (known.empty() ? "" : ", ") + name;
+      throw Problem{child(path, key), "unknown key (known here: " + known + ")"};
+    }
+    handler->second(entry.second, child(path, key));
+  }
+}
+
+// NVIDIA's resource names take nvidia.com/ when they have no domain.
+std::string resource_name(const YAML::Node& node, const std::string& key) {
+  std::string name = scalar(node, key);
+  if (name.find('/') == std::string::npos) name = "nvidia.com/" + name;
+  if (!is_resource_name(name)) throw Problem{key, "\"" + name + "\" is not a resource name such as nvidia.com/gpu"};
+  return name;
+}
+
+Handler unsupported(std::string why) {
+  return [why = std::move(why)](const YAML::Node&, const std::string& key) { throw Problem{key, why}; };
+}
+
+// A key whose only accepted value is the one that needs nothing of gpuguard (NVIDIA's default).
+Handler only(std::string accepted, std::string why) {
+  return [accepted = std::move(accepted), why = std::move(why)](const YAML::Node& node, const std::string& key) {
+    if (!node.IsScalar() || node.Scalar() != accepted) throw Problem{key, why};
+  };
+}
+
+// Keys NVIDIA's file has for features gpuguard does not have: false (or empty) is accepted, anything else
+// refused, so that a file never asks for something that silently does not happen.
+Handler only_off(std::string why) {
+  return [why = std::move(why)](const YAML::Node& node, const std::string& key) {
+    const std::string value = node.IsScalar() ? node.Scalar() : std::string("?");
+    if (value != "false" && !value.empty()) throw Problem{key, why};
+  };
+}
+
+class Reader {
+ public:
+  explicit Reader(PluginConfig& config) : c_(config) {}
+  std::vector<std::string> warnings;
+
+  void read(const YAML::Node& root) {
+    each_key(root, "",
+             {{"version",
+               [](const YAML::Node& node, const std::string& key) {
+                 if (const std::string version = scalar(node, key); version != "v1") {
+                   throw Problem{key, "must be v1, not \"" + version + "\""};
+                 }
+               }},
+              {"flags", [this](const YAML::Node& node, const std::string& key) { flags(node, key); }},
+              {"sharing", [this](const YAML::Node& node, const std::string& key) { sharing(node, key); }},
+              {"resources",
+               [this](const YAML::Node&, const std::string& key) {
+                 warnings.push_back(key +
+                                    " is ignored, as NVIDIA's plugin ignores it: name the GPU resource with "
+                                    "gpuguard.resourceName");
+               }},
+              {"imex", unsupported("IMEX channels are not supported by gpuguard-device-plugin")},
+              {"gpuguard", [this](const YAML::Node& node, const std::string& key) { gpuguard(node, key); }}});
+  }
+
+ private:
+  void flags(const YAML::Node& node, const std::string& path) {
+    const std::string roots =
+        "gpuguard reads the host's /dev, /proc and /sys under gpuguard.hostRoot (--host-root) and mounts no "
+        "driver files";
+    each_key(node, path,
+             {{"migStrategy",
+               [this](const YAML::Node& n, const std::string& key) {
+                 c_.mig_strategy = one_of(n, key, parse_mig_strategy, "none, single or mixed");
+               }},
+              {"failOnInitError",
+               [this](const YAML::Node& n, const std::string& key) { c_.fail_on_init_error = boolean(n, key); }},
+              {"deviceDiscoveryStrategy",
+               [this](const YAML::Node& n, const std::string& key) {
+                 const std::string value = scalar(n, key);
+                 if (value == "auto")
+                   c_.discovery = DiscoveryMode::automatic;
+                 else if (value == "nvml")
+                   c_.discovery = DiscoveryMode::nvml;
+                 else
+                   throw Problem{key, "must be auto or nvml (Tegra is not supported), not \"" + value + "\""};
+               }},
+              {"nvidiaDriverRoot", only("/", "only / is accepted: " + roots)},
+              {"nvidiaDevRoot", only("/", "only / is accepted: " + roots)},
+              {"mpsRoot", only_off("MPS is not supported by gpuguard-device-plugin")},
+              {"gdrcopyEnabled", only_off("GDRCopy devices are not supported by gpuguard-device-plugin")},
+              {"gdsEnabled", only_off("GPUDirect Storage is not supported by gpuguard-device-plugin")},
+              {"mofedEnabled", only_off("MOFED devices are not supported by gpuguard-device-plugin")},
+              {"useNodeFeatureAPI",
+               [this](const YAML::Node&, const std::string& key) {
+                 warnings.push_back(key + " is GPU Feature Discovery's: no effect on the device plugin");
+               }},
+              {"gfd",
+               [this](const YAML::Node&, const std::string& key) {
+                 warnings.push_back(key + " is GPU Feature Discovery's: no effect on the device plugin");
+               }},
+              {"plugin", [this](const YAML::Node& n, const std::string& key) { plugin(n, key); }}});
+  }
+
+  void plugin(const YAML::Node& node, const std::string& path) {
+    each_key(node, path,
+             {{"passDeviceSpecs",
+               [this](const YAML::Node& n, const std::string& key) { c_.gpu.pass_device_specs = boolean(n, key); }},
+              {"deviceListStrategy",
+               [this](const YAML::Node& n, const std::string& key) {
+                 std::vector<Strategy> strategies;
+                 for (const std::string& name : strings(n, key)) {
+                   const auto strategy = parse_strategy(name);
+                   if (!strategy) {
+                     throw Problem{key, "\"" + name + "\" is not envvar, volume-mounts, cdi-annotations or cdi-cri"};
+                   }
+                   strategies.push_back(*strategy);
+                 }
+                 if (auto reason = check_strategies(strategies)) throw Problem{key, *reason};
+                 c_.gpu.strategies = std::move(strategies);
+               }},
+              {"deviceIDStrategy",
+               [](const YAML::Node& n, const std::string& key) {
+                 if (const std::string value = scalar(n, key); value != "uuid") {
+                   throw Problem{key,
+                                 "must be uuid: gpuguard hands out GPUs by UUID only, since an index changes when a "
+                                 "GPU fails or is excluded (not \"" +
+                                     value + "\")"};
+                 }
+               }},
+              {"cdiAnnotationPrefix",
+               [this](const YAML::Node& n, const std::string& key) { c_.gpu.cdi_annotation_prefix = scalar(n, key); }},
+              {"sharedDevicesAllocationPolicy",
+               [this](const YAML::Node& n, const std::string& key) {
+                 c_.gpu.shared_allocation = one_of(n, key, parse_shared_allocation, "distributed or packed");
+               }},
+              {"nvidiaCTKPath", unsupported("gpuguard's CDI spec runs no nvidia-ctk hooks")},
+              {"containerDriverRoot", unsupported("gpuguard's CDI spec mounts no driver files")}});
+  }
+
+  void sharing(const YAML::Node& node, const std::string& path) {
+    each_key(node, path,
+             {{"timeSlicing", [this](const YAML::Node& n, const std::string& key) { time_slicing(n, key); }},
+              {"mps", unsupported("MPS sharing is not supported by gpuguard-device-plugin; use timeSlicing")}});
+  }
+
+  void time_slicing(const YAML::Node& node, const std::string& path) {
+    TimeSlicing& t = c_.time_slicing;
+    each_key(
+        node, path,
+        {{"renameByDefault",
+          [&t](const YAML::Node& n, const std::string& key) { t.rename_by_default = boolean(n, key); }},
+         {"failRequestsGreaterThanOne",
+          [&t](const YAML::Node& n, const std::string& key) { t.fail_requests_greater_than_one = boolean(n, key); }},
+         {"resources", [this](const YAML::Node& n, const std::string& key) { shared_resources(n, key); }}});
+    if (t.resources.empty()) throw Problem{child(path, "resources"), "no resources to share"};
+  }
+
+  void shared_resources(const YAML::Node& node, const std::string& path) {
+    if (!node.IsSequence()) throw Problem{path, "must be a list of {name, replicas}"};
+    std::vector<TimeSlicing::Resource> resources;
+    for (std::size_t i = 0; i < node.size(); ++i) {
+      const std::string at = path + "[" + std::to_string(i) + "]";
+      TimeSlicing::Resource r;
+      r.replicas = 0;
+      each_key(node[i], at,
+               {{"name", [&r](const YAML::Node& n, const std::string& key) { r.name = resource_name(n, key); }},
+                {"rename", [&r](const YAML::Node& n, const std::string& key) { r.rename = resource_name(n, key); }},
+                {"replicas",
+                 [&r](const YAML::Node& n, const std::string& key) {
+                   r.replicas = whole_number(n, key);
+                   if (r.replicas < 2 || r.replicas > 1000) throw Problem{key, "must be from 2 to 1000"};
+                 }},
+                {"devices", [](const YAML::Node& n, const std::string& key) {
+                   if (!n.IsScalar() || n.Scalar() != "all") {
+                     throw Problem{key, "only \"all\" is supported: every device of the resource is shared"};
+                   }
+                 }}});
+      if (r.name.empty()) throw Problem{at, "needs a name"};
+      if (r.replicas == 0) throw Problem{at, "needs replicas"};
+      for (const auto& other : resources) {
+        if (other.name == r.name) throw Problem{at + ".name", r.name + " is shared twice"};
+      }
+      resources.push_back(std::move(r));
+    }
+    c_.time_slicing.resources = std::move(resources);
+  }
+
+  void gpuguard(const YAML::Node& node, const std::string& path) {
+    each_key(
+        node, path,
+        {{"devicePluginDir", [this](const YAML::Node& n, const std::string& key) { c_.plugin_dir = scalar(n, key); }},
+         {"hostRoot", [this](const YAML::Node& n, const std::string& key) { c_.host_root = scalar(n, key); }},
+         {"discovery",
+          [this](const YAML::Node& n, const std::string& key) {
+            c_.discovery = one_of(n, key, parse_discovery_mode, "auto, nvml, procfs or none");
+          }},
+         {"resourceName",
+          [this](const YAML::Node& n, const std::string& key) {
+            c_.resource_name = scalar(n, key);
+            if (!is_resource_name(c_.resource_name)) throw Problem{key, "must look like nvidia.com/gpu"};
+          }},
+         {"cdiRoot", [this](const YAML::Node& n, const std::string& key) { c_.cdi_root = scalar(n, key); }},
+         {"metricsAddress",
+          [this](const YAML::Node& n, const std::string& key) { c_.metrics_address = scalar(n, key); }},
+         {"hostDevices", [this](const YAML::Node& n, const std::string& key) { host_devices(n, key); }},
+         {"health", [this](const YAML::Node& n, const std::string& key) { health(n, key); }}});
+  }
+
+  void host_devices(const YAML::Node& node, const std::string& path) {
+    if (!node.IsSequence()) throw Problem{path, "must be a list of {name, paths, slots}"};
+    std::vector<HostDevice> devices;
+    for (std::size_t i = 0; i < node.size(); ++i) {
+      const std::string at = path + "[" + std::to_string(i) + "]";
+      HostDevice device;
+      each_key(node[i], at,
+               {{"name", [&](const YAML::Node& n, const std::string& key) { device.resource = scalar(n, key); }},
+                {"paths", [&](const YAML::Node& n, const std::string& key) { device.patterns = strings(n, key); }},
+                {"slots", [&](const YAML::Node& n, const std::string& key) { device.slots = whole_number(n, key); }}});
+      if (auto reason = check_host_device(device)) throw Problem{at, *reason};
+      devices.push_back(std::move(device));
+    }
+    c_.host_devices = std::move(devices);
+  }
+
+  void health(const YAML::Node& node, const std::string& path) {
+    const auto xids = [](const YAML::Node& n, const std::string& key) {
+      std::string text;
+      if (n.IsSequence()) {
+        for (const std::string& item : strings(n, key)) text += (text.empty() ? "" : ",") + item;
+      } else if (!n.IsNull()) {
+        text = scalar(n, key);
+      }
+      std::string error;
+      auto parsed = parse_xid_list(text, error);
+      if (!parsed) throw Problem{key, error};
+      return *parsed;
+    };
+    each_key(
+        node, path,
+        {{"checks", [this](const YAML::Node& n, const std::string& key) { c_.health_checks = boolean(n, key); }},
+         {"ignoredXids", [&](const YAML::Node& n, const std::string& key) { c_.health.ignored_xids = xids(n, key); }},
+         {"resetXids", [&](const YAML::Node& n, const std::string& key) { c_.health.reset_xids = xids(n, key); }}});
+  }
+
+  PluginConfig& c_;
+};
+
+}  // namespace
+
+ConfigFileResult apply_config_text(std::string_view text, const std::string& source, PluginConfig& config) {
+  ConfigFileResult result;
+  PluginConfig updated = config;
+  Reader reader(updated);
+  try {
+    reader.read(YAML::Load(std::string(text)));
+  } catch (const Problem& problem) {
+    result.error = source + ": " + (problem.key.empty() ? "" : problem.key + ": ") + problem.reason;
+    return result;
+  } catch (const YAML::Exception& e) {
+    result.error = source + ":" + std::to_string(e.mark.line + 1) + ":" + std::to_string(e.mark.column + 1) +
+                   ": not YAML: " + e.msg;
+    return result;
+  }
+  if (auto reason = check_config(updated)) {
+    result.error = source + ": " + *reason;
+    return result;
+  }
+  config = std::move(updated);
+  result.warnings = std::move(reader.warnings);
+  return result;
+}
+
+ConfigFileResult apply_config_file(const std::filesystem::path& file, PluginConfig& config) {
+  const auto text = files::read_file(file);
+  if (!text) {
+    ConfigFileResult result;
+    result.error = file.string() + ": cannot be read";
+    return result;
+  }
+  return apply_config_text(*text, file.string(), config);
+}
+
+std::optional<std::string> check_config(const PluginConfig& config) {
+  if (!is_resource_name(config.resource_name)) return "the GPU resource name must look like nvidia.com/gpu";
+  if (auto reason = check_strategies(config.gpu.strategies)) return "device list strategy: " + *reason;
+  const std::string& prefix = config.gpu.cdi_annotation_prefix;
+  if (prefix.empty() || !prefix.ends_with('/') || prefix.find('/') != prefix.size() - 1) {
+    return "the CDI annotation prefix must be a domain and a slash, such as cdi.k8s.io/";
+  }
+  std::set<std::string> names = {config.resource_name};
+  for (const HostDevice& device : config.host_devices) {
+    if (!names.insert(device.resource).second) return "resource " + device.resource + " is named twice";
+  }
+  return std::nullopt;
+}
+
+}  // namespace gpuguard::deviceplugin

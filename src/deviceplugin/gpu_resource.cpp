@@ -1,0 +1,319 @@
+#include "gpuguard/deviceplugin/gpu_resource.hpp"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+namespace gpuguard::deviceplugin {
+namespace {
+
+constexpr const char* kVisibleDevices = "NVIDIA_VISIBLE_DEVICES";
+constexpr const char* kVolumeMountsRoot = "/var/run/nvidia-container-devices";
+constexpr std::string_view kReplicaSeparator = "::";
+
+GpuUnit whole(const Gpu& gpu) {
+  return {gpu.uuid, gpu.uuid, gpu.numa_node, {"/dev/nvidia" + std::to_string(gpu.minor)}};
+}
+
+GpuUnit part(const Gpu& gpu, const MigDevice& mig) {
+  GpuUnit unit{mig.uuid, gpu.uuid, gpu.numa_node, {"/dev/nvidia" + std::to_string(gpu.minor)}};
+  for (const auto& minor : {mig.gi_cap_minor, mig.ci_cap_minor}) {
+    if (minor) unit.device_nodes.push_back("/dev/nvidia-caps/nvidia-cap" + std::to_string(*minor));
+  }
+  return unit;
+}
+
+// nvidia.com/gpu -> nvidia.com/mig-1g.10gb.me
+std::string mig_resource_name(const std::string& resource_name, const std::string& profile) {
+  std::string name = resource_name.substr(0, resource_name.find('/')) + "/mig-" + profile;
+  std::replace(name.begin(), name.end(), '+', '.');
+  return name;
+}
+
+std::optional<std::string> plan_mig(const std::vector<Gpu>& gpus, MigStrategy strategy,
+                                    const std::string& resource_name, GpuPlan& plan) {
+  const auto in_mig_mode = [](const Gpu& gpu) { return gpu.mig_enabled; };
+  GpuResourcePlan whole_gpus{resource_name, {}, 1, false};
+  if (strategy == MigStrategy::none || std::none_of(gpus.begin(), gpus.end(), in_mig_mode)) {
+    for (const Gpu& gpu : gpus) {
+      whole_gpus.units.push_back(whole(gpu));
+      if (gpu.mig_enabled) {
+        plan.warnings.push_back("GPU " + gpu.uuid +
+                                " is in MIG mode: --mig-strategy none advertises it whole, as NVIDIA's plugin does; "
+                                "single or mixed advertise its MIG devices");
+      }
+    }
+    plan.resources.push_back(std::move(whole_gpus));
+    return std::nullopt;
+  }
+  const std::string flag = strategy == MigStrategy::single ? "--mig-strategy single" : "--mig-strategy mixed";
+  for (const Gpu& gpu : gpus) {
+    if (gpu.mig_enabled && !gpu.mig_listed) {
+      return flag + " needs NVML to list MIG devices: procfs shows MIG instances on GPU " + gpu.uuid +
+             " but neither their UUIDs nor their profiles";
+    }
+  }
+  if (strategy == MigStrategy::single) {
+    const auto other = std::find_if_not(gpus.begin(), gpus.end(), in_mig_mode);
+    const auto mig = std::find_if(gpus.begin(), gpus.end(), in_mig_mode);
+    if (other != gpus.end()) {
+      return flag + ": GPU " + mig->uuid + " is in MIG mode and GPU " + other->uuid +
+             " is not; every GPU must be, or use mixed";
+    }
+    std::set<std::string> profiles;
+    GpuResourcePlan migs{resource_name, {}, 1, false};
+    for (const Gpu& gpu : gpus) {
+      if (gpu.mig_devices.empty()) return flag + ": GPU " + gpu.uuid + " is in MIG mode with no MIG devices";
+      for (const MigDevice& device : gpu.mig_devices) {
+        profiles.insert(device.profile);
+        migs.units.push_back(part(gpu, device));
+      }
+    }
+    if (profiles.size() > 1) {
+      std::string list;
+      for (const std::string& profile : profiles) list += (list.empty() ? "" : ", ") + profile;
+      return flag + ": MIG devices of more than one profile (" + list +
+             "); every MIG device must have the same profile, or use mixed";
+    }
+    plan.resources.push_back(std::move(migs));
+    return std::nullopt;
+  }
+  std::map<std::string, GpuResourcePlan> by_profile;
+  for (const Gpu& gpu : gpus) {
+    if (!gpu.mig_enabled) {
+      whole_gpus.units.push_back(whole(gpu));
+      continue;
+    }
+    if (gpu.mig_devices.empty()) {
+      plan.warnings.push_back("GPU " + gpu.uuid + " is in MIG mode with no MIG devices: nothing of it is advertised");
+    }
+    for (const MigDevice& device : gpu.mig_devices) {
+      const std::string name = mig_resource_name(resource_name, device.profile);
+      auto& resource = by_profile.try_emplace(name, GpuResourcePlan{name, {}, 1, false}).first->second;
+      resource.units.push_back(part(gpu, device));
+    }
+  }
+  if (!whole_gpus.units.empty()) plan.resources.push_back(std::move(whole_gpus));
+  for (auto& [name, resource] : by_profile) plan.resources.push_back(std::move(resource));
+  return std::nullopt;
+}
+
+std::optional<std::string> share(const TimeSlicing& time_slicing, GpuPlan& plan) {
+  for (const TimeSlicing::Resource& shared : time_slicing.resources) {
+    const auto resource = std::find_if(plan.resources.begin(), plan.resources.end(),
+                                       [&](const GpuResourcePlan& r) { return r.name == shared.name; });
+    if (resource == plan.resources.end()) {
+      plan.warnings.push_back("sharing.timeSlicing: this node has no " + shared.name + " to share");
+      continue;
+    }
+    resource->replicas = shared.replicas;
+    resource->fail_requests_greater_than_one = time_slicing.fail_requests_greater_than_one;
+    if (!shared.rename.empty()) {
+      resource->name = shared.rename;
+    } else if (time_slicing.rename_by_default) {
+      resource->name += ".shared";
+    }
+  }
+  std::set<std::string> names;
+  for (const GpuResourcePlan& resource : plan.resources) {
+    if (!names.insert(resource.name).second) {
+      return "sharing.timeSlicing: " + resource.name + " would name two resources on this node";
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<MigStrategy> parse_mig_strategy(std::string_view name) {
+  if (name == "none") return MigStrategy::none;
+  if (name == "single") return MigStrategy::single;
+  if (name == "mixed") return MigStrategy::mixed;
+  return std::nullopt;
+}
+
+GpuPlan plan_gpu_resources(const std::vector<Gpu>& gpus, MigStrategy strategy, const std::string& resource_name,
+                           const TimeSlicing& time_slicing) {
+  GpuPlan plan;
+  if (gpus.empty()) return plan;
+  plan.error = plan_mig(gpus, strategy, resource_name, plan);
+  if (!plan.error) plan.error = share(time_slicing, plan);
+  if (plan.error) plan.resources.clear();
+  return plan;
+}
+
+std::optional<Strategy> parse_strategy(std::string_view name) {
+  if (name == "envvar") return Strategy::envvar;
+  if (name == "volume-mounts") return Strategy::volume_mounts;
+  if (name == "cdi-cri" || name == "cdi") return Strategy::cdi_cri;
+  if (name == "cdi-annotations") return Strategy::cdi_annotations;
+  return std::nullopt;
+}
+
+std::string_view strategy_name(Strategy strategy) {
+  switch (strategy) {
+    case Strategy::envvar: return "envvar";
+    case Strategy::volume_mounts: return "volume-mounts";
+    case Strategy::cdi_cri: return "cdi-cri";
+    case Strategy::cdi_annotations: break;
+  }
+  return "cdi-annotations";
+}
+
+std::optional<std::string> check_strategies(const std::vector<Strategy>& strategies) {
+  if (strategies.empty()) return "at least one device list strategy is needed";
+  std::set<Strategy> seen;
+  for (Strategy strategy : strategies) {
+    if (!seen.insert(strategy).second) return std::string(strategy_name(strategy)) + " is named twice";
+  }
+  if (seen.count(Strategy::envvar) != 0 && seen.count(Strategy::volume_mounts) != 0) {
+    return "envvar and volume-mounts cannot be combined: each sets NVIDIA_VISIBLE_DEVICES";
+  }
+  return std::nullopt;
+}
+
+std::optional<SharedAllocation> parse_shared_allocation(std::string_view name) {
+  if (name == "distributed") return SharedAllocation::distributed;
+  if (name == "packed") return SharedAllocation::packed;
+  return std::nullopt;
+}
+
+std::string replica_id(std::string_view uuid, unsigned n) {
+  return std::string(uuid).append(kReplicaSeparator).append(std::to_string(n));
+}
+
+std::string_view unit_uuid(std::string_view device_id) {
+  return device_id.substr(0, device_id.find(kReplicaSeparator));
+}
+
+std::string cdi_device_name(std::string_view uuid) {
+  std::string name(uuid);
+  for (char& c : name) {
+    const bool allowed = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+                         c == '-' || c == '.' || c == ':';
+    if (!allowed) c = '_';
+  }
+  return name;
+}
+
+GpuResource::GpuResource(const GpuResourcePlan& plan, GpuOptions options)
+    : Resource(plan.name,
+               [&] {
+                 std::vector<Device> devices;
+                 for (std::size_t i = 0; i < plan.units.size(); ++i) {
+                   const GpuUnit& unit = plan.units[i];
+                   for (unsigned n = 0; n < plan.replicas; ++n) {
+                     devices.push_back({plan.replicas > 1 ? replica_id(unit.uuid, n) : unit.uuid, unit.gpu_uuid, true,
+                                        unit.numa_node, static_cast<unsigned>(i * plan.replicas + n)});
+                   }
+                 }
+                 return devices;
+               }()),
+      units_(plan.units),
+      replicas_(plan.replicas),
+      fail_requests_greater_than_one_(plan.fail_requests_greater_than_one),
+      options_(std::move(options)) {}
+
+const GpuUnit& GpuResource::unit_of(const std::string& id) const {
+  const std::string_view uuid = unit_uuid(id);
+  return *std::find_if(units_.begin(), units_.end(), [&](const GpuUnit& unit) { return unit.uuid == uuid; });
+}
+
+std::vector<std::string> GpuResource::preferred(const std::vector<std::string>& available,
+                                                const std::vector<std::string>& must_include, std::size_t size) const {
+  if (replicas_ <= 1) return Resource::preferred(available, must_include, size);
+  std::vector<std::string> chosen = must_include;
+  struct Candidates {
+    std::vector<Device> free;  // this unit's replicas that may still be picked, lowest first
+    std::size_t picked = 0;    // in this request
+  };
+  std::vector<Candidates> by_unit(units_.size());
+  for (const std::string& id : available) {
+    if (std::find(must_include.begin(), must_include.end(), id) != must_include.end()) continue;
+    const auto device = devices().find(id);
+    if (device && device->healthy) by_unit[device->order / replicas_].free.push_back(*device);
+  }
+  for (Candidates& unit : by_unit) {
+    std::sort(unit.free.begin(), unit.free.end(), [](const Device& a, const Device& b) { return a.order < b.order; });
+  }
+  const bool spread = options_.shared_allocation == SharedAllocation::distributed;
+  while (chosen.size() < size) {
+    Candidates* best = nullptr;
+    for (Candidates& unit : by_unit) {
+      if (unit.free.empty()) continue;
+      if (best == nullptr) {
+        best = &unit;
+        continue;
+      }
+      // A unit's replicas in use are those the kubelet no longer offers, plus those picked here.
+      const std::size_t used = replicas_ - unit.free.size(), best_used = replicas_ - best->free.size();
+      if (used != best_used ? (spread ? used < best_used : used > best_used) : unit.picked < best->picked) best = &unit;
+    }
+    if (best == nullptr) break;
+    chosen.push_back(best->free.front().id);
+    best->free.erase(best->free.begin());
+    ++best->picked;
+  }
+  return chosen;
+}
+
+std::optional<std::string> GpuResource::refuse(const std::vector<Device>& allocated) const {
+  if (!fail_requests_greater_than_one_ || replicas_ <= 1 || allocated.size() <= 1) return std::nullopt;
+  return "maximum request size for shared resources is 1; found " + std::to_string(allocated.size()) +
+         " (sharing.timeSlicing.failRequestsGreaterThanOne)";
+}
+
+void GpuResource::fill(const std::vector<Device>& allocated, Allocation& allocation) const {
+  std::vector<const GpuUnit*> units;  // each once: replicas of one GPU name it once
+  for (const Device& device : allocated) {
+    const GpuUnit* unit = &unit_of(device.id);
+    if (std::find(units.begin(), units.end(), unit) == units.end()) units.push_back(unit);
+  }
+  std::string uuids, cdi_names;
+  for (const GpuUnit* unit : units) {
+    uuids += (uuids.empty() ? "" : ",") + unit->uuid;
+    cdi_names += (cdi_names.empty() ? "" : ",") + options_.cdi_kind + "=" + cdi_device_name(unit->uuid);
+  }
+  bool visible_devices_set = false;
+  for (Strategy strategy : options_.strategies) {
+    switch (strategy) {
+      case Strategy::envvar:
+        allocation.envs[kVisibleDevices] = uuids;
+        visible_devices_set = true;
+        break;
+      case Strategy::volume_mounts:
+        allocation.envs[kVisibleDevices] = kVolumeMountsRoot;
+        for (const GpuUnit* unit : units) {
+          allocation.mounts.push_back({std::string(kVolumeMountsRoot) + "/" + unit->uuid, "/dev/null", true});
+        }
+        visible_devices_set = true;
+        break;
+      case Strategy::cdi_cri:
+        for (const GpuUnit* unit : units) {
+          allocation.cdi_devices.push_back(options_.cdi_kind + "=" + cdi_device_name(unit->uuid));
+        }
+        break;
+      case Strategy::cdi_annotations: {
+        std::string key = options_.cdi_annotation_prefix + "gpuguard_" + name();
+        std::replace(key.begin() + static_cast<std::ptrdiff_t>(options_.cdi_annotation_prefix.size()), key.end(), '/',
+                     '_');
+        allocation.annotations[key] = cdi_names;
+        break;
+      }
+    }
+  }
+  // With CDI alone, an image's NVIDIA_VISIBLE_DEVICES=all would still reach the toolkit's legacy hook
+  // and widen the container to every GPU: "void" makes the hook add none.
+  if (!visible_devices_set) allocation.envs[kVisibleDevices] = "void";
+  if (options_.pass_device_specs) {
+    std::set<std::string> passed;
+    for (const GpuUnit* unit : units) {
+      for (const std::string& node : unit->device_nodes) {
+        if (passed.insert(node).second) allocation.devices.push_back({node, node, "rw"});
+      }
+    }
+    for (const std::string& node : options_.control_nodes) allocation.devices.push_back({node, node, "rw"});
+  }
+}
+
+}  // namespace gpuguard::deviceplugin

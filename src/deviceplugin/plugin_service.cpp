@@ -1,0 +1,161 @@
+#include "plugin_service.hpp"
+
+#include <algorithm>
+#include <memory>
+#include <set>
+#include <stdexcept>
+#include <thread>
+
+#include "gpuguard/deviceplugin/cdi_spec.hpp"
+#include "gpuguard/deviceplugin/discovery.hpp"
+#include "gpuguard/deviceplugin/gpu_resource.hpp"
+#include "gpuguard/deviceplugin/health.hpp"
+#include "gpuguard/deviceplugin/host_device.hpp"
+#include "gpuguard/deviceplugin/kubelet_session.hpp"
+#include "gpuguard/deviceplugin/plugin_server.hpp"
+#include "gpuguard/deviceplugin/status_handler.hpp"
+#include "gpuguard/files/poller.hpp"
+#include "gpuguard/log/log.hpp"
+#include "gpuguard/server/http_server.hpp"
+
+namespace gpuguard::deviceplugin {
+namespace {
+
+using namespace std::chrono_literals;
+
+void log_gpus(const Discovery& found, const std::string& health, const std::filesystem::path& host_root) {
+  log::info("GPUs found", {{"count", found.gpus.size()},
+                           {"discovery", found.source},
+                           {"health", health},
+                           {"driver", driver_version(host_root)}});
+  for (const Gpu& gpu : found.gpus) {
+    log::info("GPU", {{"uuid", gpu.uuid},
+                      {"minor", gpu.minor},
+                      {"pci", gpu.pci_address},
+                      {"model", gpu.model},
+                      {"numa_node", gpu.numa_node},
+                      {"mig", gpu.mig_enabled}});
+    for (const MigDevice& mig : gpu.mig_devices) {
+      log::info("MIG device",
+                {{"uuid", mig.uuid}, {"gpu", gpu.uuid}, {"gi", mig.gi}, {"ci", mig.ci}, {"profile", mig.profile}});
+    }
+  }
+}
+
+// The GPU resources the config makes of what was found; empty when there are none to serve.
+std::vector<std::unique_ptr<GpuResource>> gpu_resources(const PluginConfig& c, const Discovery& found) {
+  GpuPlan plan = plan_gpu_resources(found.gpus, c.mig_strategy, c.resource_name, c.time_slicing);
+  for (const std::string& warning : plan.warnings) log::warn("GPU resources", {{"reason", warning}});
+  if (plan.error) {
+    if (c.fail_on_init_error) throw std::runtime_error(*plan.error);
+    log::error("no GPU is served", {{"reason", *plan.error}});
+  } else if (plan.resources.empty() && c.discovery != DiscoveryMode::none) {
+    if (c.fail_on_init_error) throw std::runtime_error("no NVIDIA GPU found (--fail-on-init-error)");
+    log::warn("no NVIDIA GPU found; serving host devices only", {{"host_root", c.host_root.string()}});
+  }
+  if (plan.resources.empty()) return {};
+
+  GpuOptions options = c.gpu;
+  options.control_nodes = control_device_nodes(c.host_root);
+  const bool cdi = std::any_of(options.strategies.begin(), options.strategies.end(),
+                               [](Strategy s) { return s == Strategy::cdi_cri || s == Strategy::cdi_annotations; });
+  if (cdi && c.cdi_root.empty()) {
+    options.cdi_kind = "nvidia.com/gpu";  // the devices nvidia-ctk's generated spec names by UUID
+  } else if (cdi) {
+    std::vector<GpuUnit> units;
+    for (const GpuResourcePlan& resource : plan.resources)
+      units.insert(units.end(), resource.units.begin(), resource.units.end());
+    const auto path = write_cdi_spec(c.cdi_root, cdi_spec(options.cdi_kind, units, options.control_nodes));
+    log::info("CDI spec written", {{"path", path.string()}, {"kind", options.cdi_kind}, {"devices", units.size()}});
+  }
+  std::vector<std::unique_ptr<GpuResource>> resources;
+  for (const GpuResourcePlan& resource : plan.resources) {
+    log::info("GPU resource",
+              {{"resource", resource.name}, {"devices", resource.units.size()}, {"replicas", resource.replicas}});
+    resources.push_back(std::make_unique<GpuResource>(resource, options));
+  }
+  return resources;
+}
+
+}  // namespace
+
+void serve(const PluginConfig& c, const std::vector<std::string>& config_warnings) {
+  for (const std::string& warning : config_warnings) log::warn("config file", {{"reason", warning}});
+  Discovery found = discover(c.discovery, c.host_root);
+  const std::string health = !c.health_checks ? "off" : found.nvml ? "nvml" : "presence";
+  if (!found.nvml_unavailable.empty()) {
+    log::warn(
+        "NVML not available: GPUs discovered through procfs, and their health is the presence of their "
+        "device files only, without XID events",
+        {{"reason", found.nvml_unavailable}});
+  }
+  if (!c.health_checks) log::warn("health checks are off: every device stays Healthy");
+  if (!found.gpus.empty()) log_gpus(found, health, c.host_root);
+
+  std::vector<std::unique_ptr<Resource>> resources;
+  std::vector<DeviceSet*> gpu_sets;
+  for (auto& gpu : gpu_resources(c, found)) {
+    gpu_sets.push_back(&gpu->devices());
+    resources.push_back(std::move(gpu));
+  }
+  if (!gpu_sets.empty()) {
+    if (const auto warning = toolkit_hardening_warning(c.host_root))
+      log::warn("node not hardened", {{"reason", *warning}});
+  }
+  std::vector<HostDeviceResource*> host_devices;
+  for (const HostDevice& device : c.host_devices) {
+    auto resource = std::make_unique<HostDeviceResource>(device, c.host_root);
+    host_devices.push_back(resource.get());
+    resources.push_back(std::move(resource));
+  }
+  std::set<std::string> names;
+  for (const auto& resource : resources) {
+    if (!names.insert(resource->name()).second) {
+      throw std::runtime_error("resource " + resource->name() +
+                               " would be served twice (a host device named like a GPU resource)");
+    }
+  }
+  if (resources.empty()) log::warn("nothing to serve: no GPU and no --host-device; idling until stopped");
+
+  std::vector<std::unique_ptr<PluginServer>> servers;
+  servers.reserve(resources.size());
+  for (auto& resource : resources) servers.push_back(std::make_unique<PluginServer>(*resource, c.plugin_dir));
+  KubeletSession kubelet(servers, c.plugin_dir / "kubelet.sock");
+
+  // The status server takes SIGTERM and SIGINT from its construction on: before anything is served, so a
+  // signal at any later moment still ends in the orderly stop below.
+  StatusHandler handler({GPUGUARD_VERSION, found.source, health}, resources, kubelet);
+  server::ServerOptions options;
+  options.listen_address = c.metrics_address;
+  options.threads = 1;
+  options.shutdown_delay = 0ms;
+  options.shutdown_timeout = 5s;
+  server::HttpServer status(options, server::TlsProvider{}, handler);  // plain HTTP: probes and metrics
+  log::info("serving probes and metrics", {{"address", status.bind()}});
+
+  std::vector<PresenceCheck> checks;
+  if (!found.nvml && c.health_checks) checks = presence_checks(c.host_root, gpu_sets, found.gpus);
+  const auto check_presence = [&] {
+    run_presence_checks(checks);
+    // The devices of a pattern follow its matches always; a group's health only with health checks on.
+    for (HostDeviceResource* device : host_devices) {
+      if (c.health_checks || device->one_per_match()) device->rescan();
+    }
+  };
+  check_presence();
+  files::Poller presence(1s, check_presence);
+  std::jthread nvml_health;
+  if (found.nvml && c.health_checks && !gpu_sets.empty()) {
+    nvml_health = std::jthread([&found, &gpu_sets, &c](const std::stop_token& stop) {
+      NvmlHealth health(*found.nvml, gpu_sets, c.health);
+      // Short waits, so that a stop is not held up by a wait for events.
+      while (!stop.stop_requested()) health.step(250ms);
+    });
+  }
+  kubelet.reconcile();
+  files::Poller session(1s, [&kubelet] { kubelet.reconcile(); });
+  status.run();  // until SIGTERM or SIGINT
+  kubelet.stop();
+}
+
+}  // namespace gpuguard::deviceplugin

@@ -1,0 +1,14 @@
+#pragma once
+// The whole device plugin at run time: discovery, the resources the config makes of it, their gRPC
+// servers and kubelet registration, health, and the status server, until SIGTERM or SIGINT.
+#include <string>
+#include <vector>
+
+#include "gpuguard/deviceplugin/config.hpp"
+
+namespace gpuguard::deviceplugin {
+
+// Throws std::runtime_error when it cannot start (the reason is logged by cli::run_service).
+void serve(const PluginConfig& config, const std::vector<std::string>& config_warnings);
+
+}  // namespace gpuguard::deviceplugin
