@@ -38,8 +38,11 @@ test: build
 	  echo "make test: a test was skipped or not run, which CI counts as a failure"; exit 1; fi
 
 # The whole suite again, every binary built with AddressSanitizer and UndefinedBehaviorSanitizer.
+# Warnings stop the release build (make test) of the same sources, not this one: at -O1 with ASan, GCC 12's
+# flow analysis warns inside libstdc++ and Asio's coroutine frames (maybe-uninitialized,
+# mismatched-new-delete), where the sanitizers themselves check what those warnings guess at.
 test-sanitize: deps
-	cmake --preset sanitize -DGPUGUARD_WERROR=$(WERROR)
+	cmake --preset sanitize -DGPUGUARD_WERROR=OFF
 	cmake --build --preset sanitize -j$(JOBS)
 	cd $(SANITIZE_DIR) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
 	  ctest --output-on-failure --no-tests=error -j$(JOBS)
