@@ -7,18 +7,15 @@ WORKDIR /src
 COPY scripts/install-deps.sh scripts/go-toolchain.sh scripts/
 RUN ./scripts/install-deps.sh && rm -rf /var/lib/apt/lists/*
 COPY . .
-RUN make test JOBS=2 \
- && mkdir -p /out/bin /out/lib \
- && cp build/gpuguard-webhook build/gpuguard-device-plugin build/gpuguard-scheduler-extender /out/bin/ \
- && ldd build/gpuguard-webhook build/gpuguard-device-plugin build/gpuguard-scheduler-extender | awk '$3 ~ /^\// {print $3}' | sort -u \
-    | grep -Ev '/(libc|libm|libstdc\+\+|libgcc_s)\.so' | xargs -r cp -L -t /out/lib/
+# scripts/image-rootfs.sh says what the image adds to its base; `make test-image` runs the binaries in
+# the same tree, read-only, as UID 65532.
+RUN make test JOBS=2 && scripts/image-rootfs.sh build /out
 
 # Runtime: distroless "cc" (glibc, libstdc++, no shell, no package manager), user 65532. All three
 # binaries; the webhook is the default entry point, the device plugin DaemonSet and the scheduler
 # extender Deployment name their own command.
 FROM gcr.io/distroless/cc-debian12:nonroot
-COPY --from=build /out/lib/ /usr/lib/x86_64-linux-gnu/
-COPY --from=build /out/bin/ /usr/local/bin/
+COPY --from=build /out/ /
 USER 65532:65532
 EXPOSE 8443
 ENTRYPOINT ["/usr/local/bin/gpuguard-webhook"]

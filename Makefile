@@ -16,13 +16,13 @@ E2E_DIR := $(BUILD_DIR)/e2e
 E2E_RUN ?=
 GO := $(CURDIR)/scripts/go
 K8S_COMPONENTS := k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
-  k8s.io/kubernetes/cmd/kube-scheduler sigs.k8s.io/kustomize/kustomize/v5 ./cmd/etcd
+  k8s.io/kubernetes/cmd/kube-scheduler sigs.k8s.io/kustomize/kustomize/v5 helm.sh/helm/v3/cmd/helm ./cmd/etcd
 
 # Warnings are errors in CI builds (CI=true), and wherever WERROR=ON is asked for.
 WERROR ?= $(if $(filter true,$(CI)),ON,OFF)
 CXX_SOURCES = $(shell git ls-files '*.cpp' '*.hpp')
 
-.PHONY: deps build run test test-sanitize e2e e2e-build fuzz bench certs clean format lint
+.PHONY: deps build run test test-sanitize test-image e2e e2e-build fuzz bench certs clean format lint
 
 deps:
 	./scripts/install-deps.sh
@@ -46,6 +46,11 @@ test-sanitize: deps
 	cmake --build --preset sanitize -j$(JOBS)
 	cd $(SANITIZE_DIR) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
 	  ctest --output-on-failure --no-tests=error -j$(JOBS)
+
+# The image's root filesystem as the Dockerfile assembles it, each binary run inside it read-only (as UID
+# 65532 where the image does): tests/image/image_test.sh. Needs root (unshare, chroot), no container engine.
+test-image: build
+	tests/image/image_test.sh $(BUILD_DIR)
 
 # .clang-format over every C++ file.
 format: deps

@@ -39,6 +39,7 @@ var scenarios = []scenario{
 	{"dra-claims", "containers claiming a GPU device class (learned by list and watch) keep their GPUs; others, and unknown claims, get none", draClaims},
 	{"other-doors", "hostPath device mounts, CDI annotations and listed RuntimeClasses are warned about or refused", otherDoors},
 	{"scheduler-extender", "kube-scheduler binds 1, 1, 2 GPU pods with the extender and with MostAllocated, not with the defaults", schedulerExtender},
+	{"manifests-validate", "every kustomize overlay and every Helm values file is accepted by the apiserver's strict server-side dry run", validateManifests},
 	{"device-plugin", "the kubelet's device manager registers, allocates (time-sliced and MIG too) and tracks health through gpuguard-device-plugin", devicePlugin},
 }
 
@@ -107,6 +108,9 @@ func runAll(cfg Config, filter *regexp.Regexp) int {
 		} else {
 			passed++
 			fmt.Printf("ok    %-28s %6s  %s\n", s.name, took, s.about)
+			for _, n := range t.notes {
+				fmt.Printf("        note: %s\n", n)
+			}
 		}
 	}
 	fmt.Printf("%d passed, %d failed\n", passed, failed)

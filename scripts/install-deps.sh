@@ -22,8 +22,10 @@ packages=(
   clang libclang-rt-14-dev libbenchmark-dev wrk
   # make format and make lint (.clang-format, .clang-tidy)
   clang-format clang-tidy
-  # `make run` prints a curl line; the README walkthrough uses it
+  # `make run` prints a curl line; the README walkthrough and `make test-image` use it
   curl
+  # `make test-image`: the image's base (CA certificates) and unshare/chroot
+  ca-certificates util-linux coreutils
 )
 
 # The admission-policy test evaluates CEL with @bufbuild/cel (tests/vap/package-lock.json) under Node.js.

@@ -132,6 +132,15 @@ std::optional<MigStrategy> parse_mig_strategy(std::string_view name) {
   return std::nullopt;
 }
 
+std::string_view mig_strategy_name(MigStrategy strategy) {
+  switch (strategy) {
+    case MigStrategy::none: return "none";
+    case MigStrategy::single: return "single";
+    case MigStrategy::mixed: break;
+  }
+  return "mixed";
+}
+
 GpuPlan plan_gpu_resources(const std::vector<Gpu>& gpus, MigStrategy strategy, const std::string& resource_name,
                            const TimeSlicing& time_slicing) {
   GpuPlan plan;

@@ -2,9 +2,37 @@
 // and host devices such as /dev/fuse to the kubelet.
 #include <boost/program_options.hpp>
 
+#include <iostream>
+
 #include "gpuguard/cli/command_line.hpp"
 #include "gpuguard/deviceplugin/flags.hpp"
 #include "plugin_service.hpp"
+
+namespace {
+
+// --check-config: what the plugin would run with, without discovering or serving anything.
+void print_config(const gpuguard::deviceplugin::PluginConfig& config, const std::vector<std::string>& warnings) {
+  using namespace gpuguard::deviceplugin;
+  for (const std::string& warning : warnings) std::cout << "warning: " << warning << "\n";
+  std::string strategies;
+  for (Strategy s : config.gpu.strategies) {
+    if (!strategies.empty()) strategies += ',';
+    strategies += strategy_name(s);
+  }
+  std::cout << "resource " << config.resource_name << ", MIG strategy " << mig_strategy_name(config.mig_strategy)
+            << ", device list strategy " << strategies << "\n";
+  for (const auto& shared : config.time_slicing.resources) {
+    std::cout << "time-slicing " << shared.name << " x" << shared.replicas
+              << (shared.rename.empty() ? "" : " as " + shared.rename) << "\n";
+  }
+  for (const HostDevice& device : config.host_devices) {
+    std::cout << "host device " << device.resource << ": " << device.patterns.size() << " path(s), " << device.slots
+              << " slot(s)\n";
+  }
+  std::cout << "config OK\n";
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   namespace po = boost::program_options;
@@ -13,11 +41,18 @@ int main(int argc, char** argv) {
       "gpuguard-device-plugin: a kubelet device plugin (v1beta1) for NVIDIA GPUs by UUID, MIG devices,\n"
       "time-sliced GPUs, and host devices such as /dev/fuse.\n\nOptions");
   deviceplugin::add_flags(description);
+  description.add_options()("check-config", po::bool_switch(),
+                            "read the config file and the flags, print what they come to, and exit: 0 when valid, 2 "
+                            "when not");
   const cli::Parsed parsed =
       cli::parse_command_line("gpuguard-device-plugin", GPUGUARD_VERSION, description, argc, argv);
   if (!parsed.flags) return parsed.exit_status;
   std::vector<std::string> warnings;
   const auto config = deviceplugin::config_from(*parsed.flags, warnings);
   if (!config) return 2;
+  if ((*parsed.flags)["check-config"].as<bool>()) {
+    print_config(*config, warnings);
+    return 0;
+  }
   return cli::run_service([&] { deviceplugin::serve(*config, warnings); });
 }

@@ -17,6 +17,7 @@ namespace gpuguard::deviceplugin {
 // devices of one profile). mixed: whole GPUs, and each MIG profile as a resource of its own.
 enum class MigStrategy { none, single, mixed };
 std::optional<MigStrategy> parse_mig_strategy(std::string_view name);
+std::string_view mig_strategy_name(MigStrategy strategy);
 
 // NVIDIA's sharing.timeSlicing: each device of a resource advertised `replicas` times as <id>::<n>.
 struct TimeSlicing {

@@ -1,0 +1,56 @@
+{{/* Names: "gpuguard" for a release named gpuguard, so that its objects are named as manifests/ names them. */}}
+{{- define "gpuguard.fullname" -}}
+{{- if contains "gpuguard" .Release.Name -}}
+{{- .Release.Name | trunc 40 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-gpuguard" .Release.Name | trunc 40 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Labels on every object; selectors use gpuguard.selector only, which never changes across upgrades. */}}
+{{- define "gpuguard.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: gpuguard
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+{{- end -}}
+
+{{/* The selector of one component: (dict "root" $ "component" "webhook"). */}}
+{{- define "gpuguard.selector" -}}
+app.kubernetes.io/name: {{ include "gpuguard.fullname" .root }}-{{ .component }}
+{{- end -}}
+
+{{- define "gpuguard.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
+
+{{/* The namespaces neither the webhook nor the backstop look at: the configured ones and the release's. */}}
+{{- define "gpuguard.namespaceSelector" -}}
+matchExpressions:
+  - key: kubernetes.io/metadata.name
+    operator: NotIn
+    values: {{ concat .Values.webhook.excludedNamespaces (list .Release.Namespace) | uniq | toJson }}
+{{- end -}}
+
+{{/* Both programs that serve HTTPS run as the image's non-root user, with nothing writable. */}}
+{{- define "gpuguard.podSecurityContext" -}}
+runAsNonRoot: true
+runAsUser: 65532
+runAsGroup: 65532
+seccompProfile:
+  type: RuntimeDefault
+{{- end -}}
+
+{{- define "gpuguard.containerSecurityContext" -}}
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+capabilities:
+  drop: ["ALL"]
+{{- end -}}
+
+{{/* The DNS names of a Service: (dict "root" $ "service" "gpuguard-webhook"). */}}
+{{- define "gpuguard.dnsNames" -}}
+{{- $ns := .root.Release.Namespace -}}
+{{- list .service (printf "%s.%s" .service $ns) (printf "%s.%s.svc" .service $ns) (printf "%s.%s.svc.cluster.local" .service $ns) | toJson -}}
+{{- end -}}

@@ -1,0 +1,191 @@
+"""What every rendering of gpuguard must hold, whether kustomize (render_test.sh) or Helm (helm_test.sh)
+made it: the webhook, its configuration, the backstop, the RBAC, the device plugin DaemonSets and the
+scheduler extender, each checked for what the apiserver, the kubelet and the security model rely on.
+One place for these checks, so that both renderings are held to the same ones."""
+import base64
+import yaml
+
+CLUSTER_SCOPED = {"Namespace", "MutatingWebhookConfiguration", "ValidatingAdmissionPolicy",
+                  "ValidatingAdmissionPolicyBinding", "ClusterRole", "ClusterRoleBinding"}
+POLICY_KEYS = {"mode", "visibleDevicesValue", "gpuResources", "gpuAnnotations", "gpuDeviceClasses",
+               "exemptNamespaces", "exemptServiceAccounts", "privileged", "hostDeviceMounts", "cdiAnnotations",
+               "runtimeClasses", "runtimeClassAction", "stripUserValueFromGpuContainers"}
+
+
+def load(path):
+    return [d for d in yaml.safe_load_all(open(path)) if d]
+
+
+def find(docs, kind, name=None):
+    return [d for d in docs if d["kind"] == kind and name in (None, d["metadata"]["name"])]
+
+
+def one(docs, kind, name=None):
+    found = find(docs, kind, name)
+    assert len(found) == 1, f"{len(found)} {kind} {name or ''} objects"
+    return found[0]
+
+
+def check_namespaces(docs, namespace):
+    for d in docs:
+        if d["kind"] in CLUSTER_SCOPED:
+            assert "namespace" not in d["metadata"], d["metadata"]
+        else:
+            assert d["metadata"].get("namespace") == namespace, d["metadata"]
+
+
+def check_hardened(pod, container, non_root=True):
+    """No privilege, nothing writable in the image, no capabilities."""
+    sc = container["securityContext"]
+    assert sc["readOnlyRootFilesystem"] is True and sc["allowPrivilegeEscalation"] is False, sc
+    assert sc["capabilities"]["drop"] == ["ALL"] and not sc.get("privileged", False), sc
+    assert pod["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
+    if non_root:
+        assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] == 65532
+
+
+def check_webhook(docs, namespace, excluded, ca=None, cert_manager=False, failure_policy="Fail",
+                  resource_claims=True):
+    """The webhook Deployment, Service and configuration. `ca`: the PEM its caBundle must hold."""
+    configuration = one(docs, "MutatingWebhookConfiguration")
+    webhook = configuration["webhooks"][0]
+    service = one(docs, "Service", "gpuguard-webhook")
+    assert webhook["clientConfig"]["service"] == {"name": service["metadata"]["name"], "namespace": namespace,
+                                                  "path": "/mutate", "port": 443}
+    if cert_manager:
+        assert "caBundle" not in webhook["clientConfig"]
+        assert configuration["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == namespace + "/gpuguard-webhook-tls"
+        serving = one(docs, "Certificate", "gpuguard-webhook-tls")["spec"]
+        assert serving["secretName"] == "gpuguard-webhook-tls"
+        assert "gpuguard-webhook." + namespace + ".svc" in serving["dnsNames"]
+        assert serving["privateKey"] == {"algorithm": "ECDSA", "size": 256, "rotationPolicy": "Always"}
+        assert not find(docs, "Secret", "gpuguard-webhook-tls"), "cert-manager makes the Secret"
+    elif ca is not None:
+        assert base64.b64decode(webhook["clientConfig"]["caBundle"]).decode() == ca, "caBundle is not the CA"
+    assert webhook["admissionReviewVersions"] == ["v1", "v1beta1"]
+    for key, value in {"failurePolicy": failure_policy, "reinvocationPolicy": "IfNeeded", "sideEffects": "None",
+                       "timeoutSeconds": 5, "matchPolicy": "Equivalent"}.items():
+        assert webhook[key] == value, (key, webhook[key])
+    rules = {(tuple(r["operations"]), tuple(r["resources"])) for r in webhook["rules"]}
+    assert rules == {(("CREATE",), ("pods",)), (("UPDATE",), ("pods/ephemeralcontainers",))}, rules
+    [expression] = webhook["namespaceSelector"]["matchExpressions"]
+    assert expression["key"] == "kubernetes.io/metadata.name" and expression["operator"] == "NotIn"
+    assert set(expression["values"]) == set(excluded) | {namespace}, expression
+
+    deployment = one(docs, "Deployment", "gpuguard-webhook")["spec"]
+    pod = deployment["template"]["spec"]
+    [container] = pod["containers"]
+    assert deployment["replicas"] >= 2
+    assert deployment["selector"]["matchLabels"].items() <= deployment["template"]["metadata"]["labels"].items()
+    assert service["spec"]["selector"] == deployment["selector"]["matchLabels"]
+    assert service["spec"]["ports"] == [{"name": "https", "port": 443, "targetPort": "https"}]
+    assert pod["priorityClassName"] == "system-cluster-critical"
+    check_hardened(pod, container)
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "https", "scheme": "HTTPS"}
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    args = dict(a[2:].split("=", 1) for a in container["args"])
+    assert args["policy-dir"] == "/etc/gpuguard/policy" and args["listen-address"] == "0.0.0.0:8443"
+    assert pod["terminationGracePeriodSeconds"] > float(args["shutdown-timeout"])
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["policy"]["configMap"]["name"] == "gpuguard-policy"
+    assert volumes["tls"]["secret"]["secretName"] == "gpuguard-webhook-tls"
+    budget = one(docs, "PodDisruptionBudget", "gpuguard-webhook")["spec"]
+    assert budget["minAvailable"] >= 1 and budget["selector"] == deployment["selector"]
+
+    # It reads DRA claims and templates, and nothing else; with the lookups off, not even that.
+    if resource_claims:
+        assert pod["automountServiceAccountToken"] is True
+        assert one(docs, "ClusterRole", "gpuguard-webhook")["rules"] == [
+            {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims", "resourceclaimtemplates"],
+             "verbs": ["get", "list", "watch"]}]
+        binding = one(docs, "ClusterRoleBinding", "gpuguard-webhook")
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": pod["serviceAccountName"], "namespace": namespace}]
+        assert binding["roleRef"]["name"] == "gpuguard-webhook"
+    else:
+        assert pod["automountServiceAccountToken"] is False and args.get("resource-claims") == "off"
+        assert not find(docs, "ClusterRole", "gpuguard-webhook")
+    return one(docs, "ConfigMap", "gpuguard-policy")["data"]
+
+
+def check_policy(data):
+    assert set(data) == POLICY_KEYS, set(data) ^ POLICY_KEYS
+    assert all(isinstance(v, str) for v in data.values()), data
+
+
+def check_backstop(docs, namespace):
+    """The admission policy, parameterised by the policy ConfigMap, over the webhook's namespaces."""
+    policy, binding = one(docs, "ValidatingAdmissionPolicy"), one(docs, "ValidatingAdmissionPolicyBinding")
+    assert policy["apiVersion"] == binding["apiVersion"] == "admissionregistration.k8s.io/v1"
+    assert policy["spec"]["paramKind"] == {"apiVersion": "v1", "kind": "ConfigMap"}
+    assert policy["spec"]["failurePolicy"] == "Fail"
+    assert binding["spec"]["policyName"] == policy["metadata"]["name"]
+    assert binding["spec"]["paramRef"] == {"name": "gpuguard-policy", "namespace": namespace,
+                                           "parameterNotFoundAction": "Deny"}
+    assert binding["spec"]["validationActions"] == ["Deny"]
+    webhook = one(docs, "MutatingWebhookConfiguration")["webhooks"][0]
+    assert binding["spec"]["matchResources"]["namespaceSelector"] == webhook["namespaceSelector"]  # same coverage
+
+
+def check_device_plugin(docs):
+    """The GPU plugin: on GPU nodes as NVIDIA's chart finds them, GPUs only, NVML also on a hardened node."""
+    daemonset = one(docs, "DaemonSet", "gpuguard-device-plugin")["spec"]["template"]["spec"]
+    [plugin] = daemonset["containers"]
+    assert daemonset["priorityClassName"] == "system-node-critical"
+    terms = daemonset["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert [t["matchExpressions"] for t in terms] == [
+        [{"key": "feature.node.kubernetes.io/pci-10de.present", "operator": "In", "values": ["true"]}],
+        [{"key": "feature.node.kubernetes.io/cpu-model.vendor_id", "operator": "In", "values": ["NVIDIA"]}],
+        [{"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]}]], terms
+    assert any(t["key"] == "nvidia.com/gpu" for t in daemonset["tolerations"])
+    assert "--host-root=/host" in plugin["args"] and not any(a.startswith("--host-device") for a in plugin["args"])
+    mounts = {m["mountPath"]: m.get("readOnly", False) for m in plugin["volumeMounts"]}
+    assert mounts["/var/lib/kubelet/device-plugins"] is False
+    assert mounts["/host/dev"] is True and mounts["/host/proc/driver/nvidia"] is True
+    all_gpus = next(m["name"] for m in plugin["volumeMounts"] if m["mountPath"] == "/var/run/nvidia-container-devices/all")
+    assert next(v for v in daemonset["volumes"] if v["name"] == all_gpus)["hostPath"] == {"path": "/dev/null", "type": "CharDevice"}
+    paths = {v["hostPath"]["path"] for v in daemonset["volumes"] if "hostPath" in v}
+    assert {"/var/lib/kubelet/device-plugins", "/dev", "/proc/driver/nvidia"} <= paths
+    check_plugin_container(daemonset)
+    return plugin["args"]
+
+
+def check_host_devices(docs):
+    """Host devices on every node, with no GPU resource of their own."""
+    hosts = one(docs, "DaemonSet", "gpuguard-host-devices")["spec"]["template"]["spec"]
+    [devices] = hosts["containers"]
+    assert hosts["tolerations"] == [{"operator": "Exists"}] and "affinity" not in hosts and "nodeSelector" not in hosts
+    assert "--discovery=none" in devices["args"]
+    check_plugin_container(hosts)
+    return [a.split("=", 1)[1] for a in devices["args"] if a.startswith("--host-device=")]
+
+
+def check_plugin_container(spec):
+    [container] = spec["containers"]
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert "--metrics-address=0.0.0.0:8080" in container["args"]
+    assert container["command"] == ["/usr/local/bin/gpuguard-device-plugin"]
+    check_hardened(spec, container, non_root=False)  # root, to write into the kubelet's root-owned directory
+
+
+def check_extender(docs, namespace):
+    """Read-only access to pods and nodes, and a hardened Deployment that reaches kube-scheduler over HTTPS."""
+    assert one(docs, "ClusterRole", "gpuguard-scheduler-extender")["rules"] == [
+        {"apiGroups": [""], "resources": ["pods", "nodes"], "verbs": ["get", "list", "watch"]}]
+    binding = one(docs, "ClusterRoleBinding", "gpuguard-scheduler-extender")
+    assert binding["roleRef"]["name"] == "gpuguard-scheduler-extender"
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "gpuguard-scheduler-extender", "namespace": namespace}]
+    pod = one(docs, "Deployment", "gpuguard-scheduler-extender")["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    assert pod["serviceAccountName"] == "gpuguard-scheduler-extender" and pod["automountServiceAccountToken"] is True
+    assert container["command"] == ["/usr/local/bin/gpuguard-scheduler-extender"]
+    args = dict(a[2:].split("=", 1) for a in container["args"])
+    assert args["url-prefix"] == "/scheduler" and args["listen-address"] == "0.0.0.0:8443"
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "https", "scheme": "HTTPS"}
+    check_hardened(pod, container)
+    assert pod["terminationGracePeriodSeconds"] > float(args["shutdown-timeout"])
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["policy"]["configMap"] == {"name": "gpuguard-policy", "optional": True}
+    assert volumes["tls"]["secret"]["secretName"] == "gpuguard-scheduler-extender-tls"
+    service = one(docs, "Service", "gpuguard-scheduler-extender")
+    assert service["spec"]["ports"] == [{"name": "https", "port": 443, "targetPort": "https"}]
+    return service, args

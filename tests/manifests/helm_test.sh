@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# The Helm chart (charts/gpuguard): `helm lint --strict` and `helm template` with the defaults and with
+# each values file in charts/gpuguard/ci, every rendering held to the checks kustomize's renderings are
+# held to (checks.py), the policy and device plugin config each renders accepted by the binaries, and
+# the default rendering compared with manifests/default's so that the two cannot drift.
+#   helm_test.sh HELM KUSTOMIZE WEBHOOK DEVICE_PLUGIN
+set -euo pipefail
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+helm="$1" kustomize="$2" webhook="$3" device_plugin="$4"
+for tool in "$helm" "$kustomize"; do
+  [ -x "$tool" ] || { echo "helm_test.sh: no $tool (the build makes it from e2e/go.mod)"; exit 1; }
+done
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+export HELM_CACHE_HOME="$work/helm/cache" HELM_CONFIG_HOME="$work/helm/config" HELM_DATA_HOME="$work/helm/data"
+kube_version=1.37.2  # the release e2e/go.mod pins
+
+render() {  # render NAME [VALUES_FILE]
+  local name="$1"; shift
+  local values=()
+  [ $# -gt 0 ] && values=(-f "$1")
+  "$helm" lint --strict --kube-version "$kube_version" "${values[@]}" "$root/charts/gpuguard" 2>&1 \
+    | grep -v 'found symbolic link in path' > "$work/$name.lint" \
+    || { cat "$work/$name.lint"; echo "helm lint failed for $name"; exit 1; }
+  "$helm" template gpuguard "$root/charts/gpuguard" --namespace gpuguard-system --kube-version "$kube_version" \
+    "${values[@]}" 2> >(grep -v 'found symbolic link in path' >&2) > "$work/$name.yaml"
+}
+render default
+for values in "$root"/charts/gpuguard/ci/*-values.yaml; do
+  render "$(basename "$values" -values.yaml)" "$values"
+done
+
+cp -r "$root/manifests" "$work/manifests"
+"$root/certs/generate.sh" --out "$work/manifests/default/certs" >/dev/null
+"$kustomize" build "$work/manifests/default" > "$work/kustomize.yaml"
+"$root/certs/generate.sh" --service gpuguard-scheduler-extender --out "$work/manifests/scheduler-extender/certs" >/dev/null
+"$kustomize" build "$work/manifests/scheduler-extender" > "$work/kustomize-extender.yaml"
+
+/usr/bin/python3 - "$work" "$root" <<'PY'
+import base64, os, subprocess, sys, yaml
+work, root = sys.argv[1:3]
+sys.path.insert(0, os.path.join(root, "tests/manifests"))
+from checks import *
+ns, excluded = "gpuguard-system", ["kube-system", "kube-node-lease"]
+
+def secret_pem(docs, name, key):
+    return base64.b64decode(one(docs, "Secret", name)["data"][key]).decode()
+
+# The defaults: everything manifests/default installs, with a CA and certificates of the chart's own.
+docs = load(f"{work}/default.yaml")
+check_namespaces(docs, ns)
+ca = secret_pem(docs, "gpuguard-ca", "tls.crt")
+policy = check_webhook(docs, ns, excluded, ca=ca)
+check_backstop(docs, ns)
+check_device_plugin(docs)
+assert check_host_devices(docs) == ["github.com/fuse=/dev/fuse:16"]
+check_policy(policy)
+assert policy == yaml.safe_load(open(f"{root}/manifests/base/policy.yaml"))["data"], "values.yaml's policy is not the shipped one"
+for name in ("ca.crt", "tls.crt"):
+    open(f"{work}/{name}", "w").write(secret_pem(docs, "gpuguard-webhook-tls", name))
+subprocess.run(["openssl", "verify", "-CAfile", f"{work}/ca.crt", "-verify_hostname", "gpuguard-webhook.gpuguard-system.svc",
+                f"{work}/tls.crt"], check=True, stdout=subprocess.DEVNULL)
+assert open(f"{work}/ca.crt").read() == ca
+
+# cert-manager, with the scheduler extender.
+docs = load(f"{work}/cert-manager.yaml")
+check_namespaces(docs, ns)
+check_webhook(docs, ns, excluded, cert_manager=True)
+check_extender(docs, ns)
+extender = one(docs, "Certificate", "gpuguard-scheduler-extender-tls")["spec"]
+assert "gpuguard-scheduler-extender.gpuguard-system.svc" in extender["dnsNames"]
+assert not find(docs, "Secret"), "cert-manager makes every Secret"
+
+# The webhook alone.
+docs = load(f"{work}/webhook-only.yaml")
+check_webhook(docs, ns, excluded, ca=secret_pem(docs, "gpuguard-ca", "tls.crt"))
+assert not find(docs, "DaemonSet") and not find(docs, "ValidatingAdmissionPolicy"), sorted(d["kind"] for d in docs)
+
+# Strict, Ignore, no DRA lookups, and a device plugin config file.
+docs = load(f"{work}/strict.yaml")
+policy = check_webhook(docs, ns, excluded, ca=secret_pem(docs, "gpuguard-ca", "tls.crt"), failure_policy="Ignore",
+                       resource_claims=False)
+check_policy(policy)
+assert policy["mode"] == "strict" and policy["exemptNamespaces"] == "monitoring"
+check_backstop(docs, ns)
+args = check_device_plugin(docs)
+assert "--mig-strategy=mixed" in args and "--config-file=/etc/gpuguard/device-plugin/config.yaml" in args
+assert check_host_devices(docs) == ["github.com/fuse=/dev/fuse:16", "example.com/serial=/dev/ttyUSB*"]
+os.makedirs(f"{work}/strict-policy")
+for key, value in policy.items():
+    open(f"{work}/strict-policy/{key}", "w").write(value)
+open(f"{work}/device-plugin.yaml", "w").write(one(docs, "ConfigMap", "gpuguard-device-plugin")["data"]["config.yaml"])
+open(f"{work}/device-plugin.args", "w").write("\n".join(a for a in args if not a.startswith("--config-file")))
+print("helm: the defaults, cert-manager, webhook-only and strict render and hold")
+PY
+
+# What the strict values render is accepted by the binaries themselves.
+"$webhook" review --policy-dir "$work/strict-policy" "$root/tests/fixtures/admission/mixed/review.json" > /dev/null
+mapfile -t plugin_args < "$work/device-plugin.args"
+"$device_plugin" --check-config --config-file "$work/device-plugin.yaml" "${plugin_args[@]}" > /dev/null
+
+# Drift: the objects of the default install, from Helm and from kustomize, are the same where it matters.
+/usr/bin/python3 - "$work" <<'PY'
+import copy, re, sys, yaml
+work = sys.argv[1]
+def objects(path):
+    return {(d["kind"], d["metadata"]["name"]): d for d in yaml.safe_load_all(open(path)) if d}
+helm, kustomize = objects(f"{work}/default.yaml"), objects(f"{work}/kustomize.yaml")
+# Only in one of them: kustomize makes the namespace and publishes the CA in a Secret of its own; Helm
+# keeps its CA (with its key, to sign certificates on upgrade) in gpuguard-ca.
+only = {("Namespace", "gpuguard-system"), ("Secret", "gpuguard-webhook-ca"), ("Secret", "gpuguard-ca")}
+assert set(helm) ^ set(kustomize) <= only, sorted(set(helm) ^ set(kustomize))
+
+def comparable(d):
+    d = copy.deepcopy(d)
+    d["metadata"] = {}  # labels and annotations differ by design (Helm's own labels)
+    if d["kind"] == "ValidatingAdmissionPolicy":
+        # YAML libraries fold the multi-line CEL with different line breaks; CEL reads any whitespace alike.
+        for item in d["spec"]["variables"] + d["spec"]["validations"]:
+            for field in ("expression", "messageExpression"):
+                if field in item:
+                    item[field] = re.sub(r"\s+", " ", item[field]).strip()
+    if d["kind"] == "MutatingWebhookConfiguration":
+        for w in d["webhooks"]:
+            w["clientConfig"].pop("caBundle", None)  # each install has its own CA
+    if d["kind"] == "Secret":
+        d["data"] = sorted(d["data"])  # certificates differ; the keys must not
+        d["data"] = [k for k in d["data"] if k != "ca.crt"]
+    for spec in [d.get("spec", {}).get("template", {}).get("spec")]:
+        for c in (spec or {}).get("containers", []):
+            c.pop("image", None)
+            c.pop("imagePullPolicy", None)
+    return d
+drift = [key for key in set(helm) & set(kustomize) if comparable(helm[key]) != comparable(kustomize[key])]
+for key in drift:
+    print("drift:", key)
+    print("  helm:     ", yaml.safe_dump(comparable(helm[key]))[:2000])
+    print("  kustomize:", yaml.safe_dump(comparable(kustomize[key]))[:2000])
+assert not drift, drift
+print(f"helm and kustomize agree on the {len(set(helm) & set(kustomize))} objects of the default install")
+
+# The scheduler extender, from the cert-manager values (which enable it) and from its own kustomization.
+helm = {k: v for k, v in objects(f"{work}/cert-manager.yaml").items() if "scheduler-extender" in k[1]}
+kustomize = {k: v for k, v in objects(f"{work}/kustomize-extender.yaml").items() if k[0] != "Secret"}
+assert set(helm) - {("Certificate", "gpuguard-scheduler-extender-tls")} == set(kustomize), sorted(set(helm) ^ set(kustomize))
+drift = [key for key in kustomize if comparable(helm[key]) != comparable(kustomize[key])]
+assert not drift, drift
+print(f"helm and kustomize agree on the {len(kustomize)} objects of the scheduler extender")
+PY
