@@ -130,10 +130,9 @@ void NvmlHealth::probe() {
       if (action && *action != Action::none) evidence.action_pending = true;
       const bool reset = answers && (evidence.lost || (evidence.action_pending && action == Action::none));
       if (!reset) continue;
+      const char* seen = evidence.lost ? "NVML lost and found it again" : "recovery action back to none";
       awaiting_reset_.erase(awaiting);
-      log::info("GPU reset seen",
-                {{"device", uuid},
-                 {"evidence", evidence.lost ? "NVML lost and found it again" : "recovery action back to none"}});
+      log::info("GPU reset seen", {{"device", uuid}, {"evidence", seen}});
     }
     if (!answers) {
       if (set_health(uuid, false)) report(uuid, false, "NVML no longer answers for it");

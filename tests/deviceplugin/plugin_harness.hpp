@@ -109,8 +109,12 @@ class PluginProcess {
   }
   int terminate() {
     kill(pid_, SIGTERM);
+    return wait_exit(5s, "of SIGTERM");
+  }
+  // Its exit status once it exits by itself; -1 when it did not within `limit`, or ended by a signal.
+  int wait_exit(std::chrono::milliseconds limit, const char* what = "") {
     int status = 0;
-    for (int i = 0; i < 100; ++i) {
+    for (auto waited = 0ms; waited < limit; waited += 50ms) {
       if (waitpid(pid_, &status, WNOHANG) == pid_) {
         pid_ = -1;
         if (WIFEXITED(status)) return WEXITSTATUS(status);
@@ -119,7 +123,7 @@ class PluginProcess {
       }
       std::this_thread::sleep_for(50ms);
     }
-    WARN("the plugin did not exit within 5 s of SIGTERM; its log:\n" << log());
+    WARN("the plugin did not exit within " << limit.count() << " ms " << what << "; its log:\n" << log());
     return -1;
   }
   std::string log() const {
