@@ -7,6 +7,7 @@
 
 #include "gpuguard/extender/cluster_state.hpp"
 #include "gpuguard/extender/scheduling.hpp"
+#include "gpuguard/kube/store.hpp"
 
 namespace {
 
@@ -36,6 +37,18 @@ json gpu_node(const std::string& name) {
             {"capacity", {{"cpu", "96"}, {"memory", "1Ti"}, {"nvidia.com/gpu", "8"}}}}}};
 }
 
+// A complete list into a store, each object with the padding the kube::Store contract promises.
+void list(gpuguard::kube::Store& store, const std::vector<json>& objects) {
+  store.list_begin();
+  for (const json& object : objects) {
+    std::string text = object.dump();
+    const std::size_t size = text.size();
+    text.append(gpuguard::kube::kJsonPadding, ' ');
+    store.list_item(std::string_view(text).substr(0, size));
+  }
+  store.list_end(true);
+}
+
 struct Cluster {
   gpuguard::extender::ClusterState state;
   std::string names_body, nodes_body;
@@ -56,8 +69,8 @@ const Cluster& cluster(std::int64_t nodes) {
     names.push_back(name);
     if (i < 100) items.push_back(node_objects.back());
   }
-  c.state.replace_nodes(node_objects);
-  c.state.replace_pods(pods);
+  list(c.state.nodes(), node_objects);
+  list(c.state.pods(), pods);
   const json pod = gpu_pod("incoming", "", 2);
   c.names_body = json{{"Pod", pod}, {"Nodes", nullptr}, {"NodeNames", names}}.dump();
   c.nodes_body = json{{"Pod", pod}, {"Nodes", {{"items", items}}}, {"NodeNames", nullptr}}.dump();

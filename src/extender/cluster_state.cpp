@@ -1,226 +1,260 @@
 #include "gpuguard/extender/cluster_state.hpp"
 
 #include <algorithm>
-#include <cmath>
-
-#include <nlohmann/json.hpp>
-
-#include "gpuguard/k8s/quantity.hpp"
-#include "json_fields.hpp"
+#include <mutex>
 
 namespace gpuguard::extender {
 namespace {
 
-using nlohmann::json;
-
-// No node has 2^40 of anything. Capping each container's count there keeps every sum below 2^62 (a
-// pod spec cannot hold 2^22 containers), however absurd the quantities a pod was created with.
-constexpr std::int64_t kLargestCount = std::int64_t{1} << 40;
 constexpr std::int64_t kLargestSum = std::int64_t{1} << 62;
 
-// Quantities are strings on the wire; JSON numbers are accepted too.
-std::int64_t count_of(const json& quantity) {
-  std::int64_t count = 0;
-  if (quantity.is_string()) {
-    count = k8s::quantity_count(quantity.get_ref<const std::string&>()).value_or(0);
-  } else if (quantity.is_number_unsigned()) {
-    count = static_cast<std::int64_t>(std::min<std::uint64_t>(quantity.get<std::uint64_t>(), kLargestCount));
-  } else if (quantity.is_number()) {
-    count = static_cast<std::int64_t>(std::clamp(std::ceil(quantity.get<double>()), 0.0, double(kLargestCount)));
-  }
-  return std::min(count, kLargestCount);
-}
-
-ResourceCounts extended_resources(const json* list) {
-  ResourceCounts counts;
-  if (list == nullptr || !list->is_object()) return counts;
-  for (const auto& [name, quantity] : list->items()) {
-    if (name.find('/') == std::string::npos) continue;
-    if (const std::int64_t n = count_of(quantity); n > 0) counts[name] = n;
-  }
-  return counts;
-}
-
-ResourceCounts container_requests(const json& container) {
-  const json* resources = member(container, "resources");
-  if (resources == nullptr) return {};
-  ResourceCounts requests = extended_resources(member(*resources, "requests"));
-  for (auto& [name, limit] : extended_resources(member(*resources, "limits"))) requests.try_emplace(name, limit);
-  return requests;
-}
-
-// Saturating, so that no sum can overflow; below the cap (every real cluster) it is exact.
-void add_to(ResourceCounts& total, const ResourceCounts& more) {
-  for (const auto& [name, n] : more) {
-    std::int64_t& sum = total[name];
-    sum = n > kLargestSum - sum ? kLargestSum : sum + n;
-  }
-}
-
-void max_into(ResourceCounts& total, const ResourceCounts& other) {
-  for (const auto& [name, n] : other) total[name] = std::max(total[name], n);
-}
-
-const json& array_or_empty(const json* value) {
-  static const json kEmpty = json::array();
-  return value != nullptr && value->is_array() ? *value : kEmpty;
-}
-
-bool occupies_node(const json& pod) {
-  const std::string_view phase = string_at(pod, {"status", "phase"});
-  return !string_at(pod, {"spec", "nodeName"}).empty() && phase != "Succeeded" && phase != "Failed";
-}
-
-std::string pod_key(const json& pod) {
-  const std::string_view uid = string_at(pod, {"metadata", "uid"});
-  if (!uid.empty()) return std::string(uid);
-  return std::string(string_at(pod, {"metadata", "namespace"})) + "/" +
-         std::string(string_at(pod, {"metadata", "name"}));
-}
-
 }  // namespace
 
-ResourceCounts pod_requests(const json& pod) {
-  const json* spec = member(pod, "spec");
-  if (spec == nullptr) return {};
-  ResourceCounts total;
-  for (const json& container : array_or_empty(member(*spec, "containers")))
-    add_to(total, container_requests(container));
-  // The same walk as the scheduler's resource helper: sidecars (restartPolicy Always) run alongside
-  // everything after them, a plain init container runs alone beside the sidecars started before it.
-  ResourceCounts sidecars, init_peak;
-  for (const json& container : array_or_empty(member(*spec, "initContainers"))) {
-    ResourceCounts requests = container_requests(container);
-    if (string_at(container, {"restartPolicy"}) == "Always") {
-      add_to(total, requests);
-      add_to(sidecars, requests);
-      requests = sidecars;
-    } else {
-      add_to(requests, sidecars);
+std::uint32_t NameTable::acquire(std::string_view name) {
+  if (const auto found = index_.find(name); found != index_.end()) {
+    ++entries_[found->second].references;
+    return found->second;
+  }
+  std::uint32_t id;
+  if (free_.empty()) {
+    id = static_cast<std::uint32_t>(entries_.size());
+    entries_.emplace_back();
+  } else {
+    id = free_.back();
+    free_.pop_back();
+  }
+  entries_[id] = {std::string(name), 1};
+  index_.emplace(entries_[id].name, id);
+  return id;
+}
+
+bool NameTable::release(std::uint32_t id) {
+  Entry& entry = entries_[id];
+  if (--entry.references > 0) return false;
+  index_.erase(entry.name);
+  entry.name = std::string{};  // gives the bytes back; a kept capacity would be the name's size again
+  free_.push_back(id);
+  return true;
+}
+
+std::optional<std::uint32_t> NameTable::find(std::string_view name) const {
+  const auto found = index_.find(name);
+  if (found == index_.end()) return std::nullopt;
+  return found->second;
+}
+
+// A list of pods is decoded into records aside from the live ones, which go on serving until it is
+// complete; the numbers the new records take are references like any other.
+class ClusterState::PodStore final : public kube::Store {
+ public:
+  explicit PodStore(ClusterState& state) : state_(state) {}
+
+  void list_begin() override { drop(); }
+  void list_item(std::string_view object) override {
+    const std::optional<PodUsage> pod = decode_pod(object);
+    if (!pod) return;
+    std::unique_lock lock(state_.mutex_);
+    std::optional<PodRecord> record = state_.record_of(*pod);
+    if (!record) return;
+    if (const auto [at, added] = pending_.try_emplace(pod->key, *record); !added) {
+      state_.release(at->second);  // the same uid twice in one list: the later wins
+      at->second = std::move(*record);
     }
-    max_into(init_peak, requests);
   }
-  max_into(total, init_peak);
-  std::erase_if(total, [](const auto& entry) { return entry.second == 0; });
-  return total;
-}
-
-ResourceCounts node_allocatable(const json& node) {
-  const json* status = member(node, "status");
-  return extended_resources(status == nullptr ? nullptr : member(*status, "allocatable"));
-}
-
-namespace {
-
-// Copies the value at `path` from one object into another, if it is there.
-void copy_path(const json& from, json& to, std::initializer_list<std::string_view> path) {
-  const json* at = &from;
-  for (std::string_view key : path) {
-    at = member(*at, key);
-    if (at == nullptr) return;
+  void list_end(bool complete) override {
+    if (!complete) return drop();
+    std::unique_lock lock(state_.mutex_);
+    state_.replace_pods(std::move(pending_));
+    pending_ = {};
   }
-  json* into = &to;
-  for (std::string_view key : path) into = &(*into)[std::string(key)];
-  *into = *at;
-}
-
-json containers_essentials(const json* containers) {
-  json kept = json::array();
-  for (const json& container : array_or_empty(containers)) {
-    json one = json::object();
-    copy_path(container, one, {"resources", "requests"});
-    copy_path(container, one, {"resources", "limits"});
-    copy_path(container, one, {"restartPolicy"});
-    kept.push_back(std::move(one));
+  void apply(std::string_view type, std::string_view object) override {
+    const std::optional<PodUsage> pod = decode_pod(object);
+    if (!pod) return;
+    std::unique_lock lock(state_.mutex_);
+    state_.remove_pod(pod->key);
+    if (type == "DELETED") return;
+    if (std::optional<PodRecord> record = state_.record_of(*pod)) {  // MODIFIED may mean finished: no record
+      state_.add_allocated(*record, +1);
+      state_.pods_.emplace(pod->key, std::move(*record));
+    }
   }
-  return kept;
-}
 
-}  // namespace
-
-json pod_essentials(const json& pod) {
-  json kept = json::object();
-  for (auto key : {"uid", "name", "namespace"}) copy_path(pod, kept, {"metadata", key});
-  copy_path(pod, kept, {"spec", "nodeName"});
-  copy_path(pod, kept, {"status", "phase"});
-  if (const json* spec = member(pod, "spec")) {
-    kept["spec"]["containers"] = containers_essentials(member(*spec, "containers"));
-    kept["spec"]["initContainers"] = containers_essentials(member(*spec, "initContainers"));
+ private:
+  void drop() {
+    std::unique_lock lock(state_.mutex_);
+    for (const auto& [key, record] : pending_) state_.release(record);
+    pending_ = {};
   }
-  return kept;
+
+  ClusterState& state_;
+  PodMap pending_;
+};
+
+class ClusterState::NodeStore final : public kube::Store {
+ public:
+  explicit NodeStore(ClusterState& state) : state_(state) {}
+
+  void list_begin() override { drop(); }
+  void list_item(std::string_view object) override {
+    const std::optional<NodeCapacity> node = decode_node(object);
+    if (!node) return;
+    std::unique_lock lock(state_.mutex_);
+    pending_.emplace_back(state_.acquire_node(node->name), state_.intern(node->allocatable));
+  }
+  void list_end(bool complete) override {
+    if (!complete) return drop();
+    std::unique_lock lock(state_.mutex_);
+    state_.replace_nodes(std::move(pending_));
+    pending_ = {};
+  }
+  void apply(std::string_view type, std::string_view object) override {
+    const std::optional<NodeCapacity> node = decode_node(object);
+    if (!node) return;
+    std::unique_lock lock(state_.mutex_);
+    const std::uint32_t id = state_.acquire_node(node->name);
+    if (type == "DELETED") {
+      state_.unlist_node(id);
+      state_.release_node(id);
+    } else {
+      state_.set_node(id, state_.intern(node->allocatable));
+    }
+  }
+
+ private:
+  void drop() {
+    std::unique_lock lock(state_.mutex_);
+    for (const auto& [id, allocatable] : pending_) {
+      state_.release(allocatable);
+      state_.release_node(id);
+    }
+    pending_.clear();
+  }
+
+  ClusterState& state_;
+  std::vector<std::pair<std::uint32_t, Usages>> pending_;
+};
+
+ClusterState::ClusterState()
+    : pod_store_(std::make_unique<PodStore>(*this)), node_store_(std::make_unique<NodeStore>(*this)) {}
+ClusterState::~ClusterState() = default;
+
+kube::Store& ClusterState::pods() { return *pod_store_; }
+kube::Store& ClusterState::nodes() { return *node_store_; }
+
+ClusterState::Usages ClusterState::intern(const ResourceCounts& counts) {
+  Usages usages;
+  usages.reserve(counts.size());
+  for (const auto& [name, count] : counts) usages.push_back({resource_names_.acquire(name), count});
+  return usages;
 }
 
-json node_essentials(const json& node) {
-  json kept = json::object();
-  copy_path(node, kept, {"metadata", "name"});
-  copy_path(node, kept, {"status", "allocatable"});
-  return kept;
+void ClusterState::release(const Usages& usages) {
+  for (const Usage& usage : usages) resource_names_.release(usage.resource);
 }
 
-void ClusterState::add_pod(const json& pod) {
-  const std::string key = pod_key(pod);
-  remove_pod(key);
-  if (!occupies_node(pod)) return;
-  PodRecord record{std::string(string_at(pod, {"spec", "nodeName"})), pod_requests(pod)};
-  if (record.requests.empty()) return;  // most pods: nothing to count, nothing to keep
-  add_to(allocated_[record.node], record.requests);
-  pods_.emplace(key, std::move(record));
+std::uint32_t ClusterState::acquire_node(std::string_view name) {
+  const std::uint32_t id = node_names_.acquire(name);
+  if (nodes_.size() < node_names_.capacity()) nodes_.resize(node_names_.capacity());
+  return id;
+}
+
+void ClusterState::release_node(std::uint32_t id) {
+  if (node_names_.release(id)) nodes_[id] = {};
+}
+
+std::optional<ClusterState::PodRecord> ClusterState::record_of(const PodUsage& pod) {
+  if (!pod.occupies_node || pod.requests.empty()) return std::nullopt;  // most pods: nothing to keep
+  return PodRecord{acquire_node(pod.node), intern(pod.requests)};
+}
+
+void ClusterState::release(const PodRecord& record) {
+  release(record.requests);
+  release_node(record.node);
+}
+
+// Saturating, so that no sum can overflow; subtracting never goes below zero, and a resource at zero is
+// dropped, so a node's allocated names only resources some kept pod still holds.
+void ClusterState::add_allocated(const PodRecord& record, int sign) {
+  Usages& allocated = nodes_[record.node].allocated;
+  for (const Usage& usage : record.requests) {
+    auto at = std::find_if(allocated.begin(), allocated.end(),
+                           [&](const Usage& entry) { return entry.resource == usage.resource; });
+    if (at == allocated.end()) {
+      if (sign < 0) continue;
+      at = allocated.insert(allocated.end(), {usage.resource, 0});
+    }
+    if (sign > 0) {
+      at->count = usage.count > kLargestSum - at->count ? kLargestSum : at->count + usage.count;
+    } else {
+      at->count = std::max<std::int64_t>(at->count - usage.count, 0);
+      if (at->count == 0) allocated.erase(at);
+    }
+  }
 }
 
 void ClusterState::remove_pod(const std::string& key) {
   const auto found = pods_.find(key);
   if (found == pods_.end()) return;
-  auto& on_node = allocated_[found->second.node];
-  for (const auto& [name, n] : found->second.requests) {
-    std::int64_t& sum = on_node[name];
-    sum = std::max<std::int64_t>(sum - n, 0);
-    if (sum == 0) on_node.erase(name);
-  }
-  if (on_node.empty()) allocated_.erase(found->second.node);
+  add_allocated(found->second, -1);
+  release(found->second);
   pods_.erase(found);
 }
 
-void ClusterState::replace_pods(const std::vector<json>& pods) {
-  std::unique_lock lock(mutex_);
-  pods_.clear();
-  allocated_.clear();
-  for (const json& pod : pods) add_pod(pod);
+void ClusterState::replace_pods(PodMap fresh) {
+  // The fresh records hold their own references, so releasing the old ones frees only what is gone.
+  for (const auto& [key, record] : pods_) release(record);
+  pods_ = std::move(fresh);
+  for (NodeRecord& node : nodes_) node.allocated.clear();
+  for (const auto& [key, record] : pods_) add_allocated(record, +1);
 }
 
-void ClusterState::apply_pod_event(std::string_view type, const json& pod) {
-  std::unique_lock lock(mutex_);
-  if (type == "DELETED") {
-    remove_pod(pod_key(pod));
+// The caller holds a reference to `id`: it becomes the listing's, or is dropped if the node is listed.
+void ClusterState::set_node(std::uint32_t id, Usages allocatable) {
+  NodeRecord& record = nodes_[id];
+  release(record.allocatable);
+  record.allocatable = std::move(allocatable);
+  if (record.listed) {
+    release_node(id);
   } else {
-    add_pod(pod);  // MODIFIED may mean finished: add_pod drops it then
+    record.listed = true;
+    ++listed_nodes_;
   }
 }
 
-void ClusterState::replace_nodes(const std::vector<json>& nodes) {
-  std::unique_lock lock(mutex_);
-  nodes_.clear();
-  for (const json& node : nodes) nodes_[std::string(string_at(node, {"metadata", "name"}))] = node_allocatable(node);
+void ClusterState::unlist_node(std::uint32_t id) {
+  NodeRecord& record = nodes_[id];
+  if (!record.listed) return;
+  record.listed = false;
+  --listed_nodes_;
+  release(record.allocatable);
+  record.allocatable.clear();
+  release_node(id);  // the listing's reference; the caller's keeps the record alive
 }
 
-void ClusterState::apply_node_event(std::string_view type, const json& node) {
-  std::unique_lock lock(mutex_);
-  const std::string name(string_at(node, {"metadata", "name"}));
-  if (type == "DELETED") {
-    nodes_.erase(name);
-  } else {
-    nodes_[name] = node_allocatable(node);
+void ClusterState::replace_nodes(std::vector<std::pair<std::uint32_t, Usages>>&& fresh) {
+  std::vector<bool> kept(nodes_.size());
+  for (const auto& [id, allocatable] : fresh) kept[id] = true;
+  for (std::uint32_t id = 0; id < nodes_.size(); ++id) {
+    if (nodes_[id].listed && !kept[id]) unlist_node(id);
   }
+  for (auto& [id, allocatable] : fresh) set_node(id, std::move(allocatable));
+}
+
+ResourceCounts ClusterState::counts_of(const Usages& usages) const {
+  ResourceCounts counts;
+  for (const Usage& usage : usages) counts.emplace(resource_names_.name(usage.resource), usage.count);
+  return counts;
 }
 
 NodeState ClusterState::node(std::string_view name) const {
   std::shared_lock lock(mutex_);
   NodeState state;
-  const std::string key(name);
-  if (const auto found = nodes_.find(key); found != nodes_.end()) {
-    state.known = true;
-    state.allocatable = found->second;
-  }
-  if (const auto found = allocated_.find(key); found != allocated_.end()) state.allocated = found->second;
+  const std::optional<std::uint32_t> id = node_names_.find(name);
+  if (!id) return state;
+  const NodeRecord& record = nodes_[*id];
+  state.known = record.listed;
+  state.allocatable = counts_of(record.allocatable);
+  state.allocated = counts_of(record.allocated);
   return state;
 }
 
@@ -231,7 +265,7 @@ std::size_t ClusterState::pod_count() const {
 
 std::size_t ClusterState::node_count() const {
   std::shared_lock lock(mutex_);
-  return nodes_.size();
+  return listed_nodes_;
 }
 
 }  // namespace gpuguard::extender

@@ -4,8 +4,6 @@
 #include <memory>
 #include <string>
 
-#include <nlohmann/json.hpp>
-
 #include "gpuguard/cli/apiserver_flags.hpp"
 #include "gpuguard/cli/command_line.hpp"
 #include "gpuguard/cli/server_flags.hpp"
@@ -85,12 +83,7 @@ int serve(const po::variables_map& flags) {
     informer_options.user_agent = std::string(kProgram) + "/" + GPUGUARD_VERSION;
     kube::Informers informers(
         apiserver,
-        {{"pods", "/api/v1/pods", kPodSelector, extender::pod_essentials,
-          [&state](const std::vector<nlohmann::json>& items) { state.replace_pods(items); },
-          [&state](std::string_view type, const nlohmann::json& pod) { state.apply_pod_event(type, pod); }},
-         {"nodes", "/api/v1/nodes", "", extender::node_essentials,
-          [&state](const std::vector<nlohmann::json>& items) { state.replace_nodes(items); },
-          [&state](std::string_view type, const nlohmann::json& node) { state.apply_node_event(type, node); }}},
+        {{"pods", "/api/v1/pods", kPodSelector, &state.pods()}, {"nodes", "/api/v1/nodes", "", &state.nodes()}},
         informer_options, [&metrics](std::string_view resource, kube::ReflectorOutcome outcome) {
           metrics.count_informer(resource, outcome);
         });

@@ -23,7 +23,7 @@
 #include <optional>
 #include <stdexcept>
 
-#include <nlohmann/json.hpp>
+#include <simdjson.h>
 
 #include "gpuguard/files/read_file.hpp"
 #include "gpuguard/kube/json_object_splitter.hpp"
@@ -37,10 +37,11 @@ namespace beast = boost::beast;
 namespace http = beast::http;
 namespace ssl = asio::ssl;
 using tcp = asio::ip::tcp;
-using nlohmann::json;
+namespace od = simdjson::ondemand;
 using Stream = beast::ssl_stream<beast::tcp_stream>;
 
 constexpr auto kNoThrow = asio::as_tuple(asio::use_awaitable);
+static_assert(kJsonPadding >= simdjson::SIMDJSON_PADDING);
 // A page of 500 pods is a few MB; an apiserver that ignores `limit` may send the whole collection.
 constexpr std::uint64_t kListBodyLimit = 1ULL << 30;
 
@@ -65,20 +66,99 @@ bool is_ip_address(const std::string& host) {
   return !ec;
 }
 
-// The message of a Kubernetes Status body, or the start of whatever else came back.
-std::string status_message(const std::string& body) {
-  const json status = json::parse(body, nullptr, false);
-  if (status.is_object() && status.contains("message") && status["message"].is_string()) {
-    return status["message"].get<std::string>();
-  }
-  return body.substr(0, 200);
+// Room after the text for simdjson to read past its end; the view stays valid while `text` is untouched.
+simdjson::padded_string_view padded(std::string& text) {
+  text.reserve(text.size() + kJsonPadding);
+  return simdjson::padded_string_view(text.data(), text.size(), text.capacity());
 }
 
-std::string resource_version_of(const json& object) {
-  const auto metadata = object.find("metadata");
-  if (metadata == object.end() || !metadata->is_object()) return {};
-  const auto version = metadata->find("resourceVersion");
-  return version != metadata->end() && version->is_string() ? version->get<std::string>() : std::string{};
+// A padded view of text that lies inside a padded buffer, such as one object of a page or an event.
+simdjson::padded_string_view padded_inside(std::string_view text) {
+  return simdjson::padded_string_view(text.data(), text.size(), text.size() + kJsonPadding);
+}
+
+struct Status {
+  std::int64_t code = 0;
+  std::string message;
+};
+
+// A Kubernetes Status object's code and message; empty when the text is not one.
+Status status_of(od::parser& parser, simdjson::padded_string_view text) {
+  Status status;
+  od::document document;
+  od::object object;
+  if (parser.iterate(text).get(document) || document.get_object().get(object)) return status;
+  for (auto field : object) {
+    std::string_view key, message;
+    if (field.unescaped_key().get(key)) break;
+    if (key == "code") {
+      if (field.value().get_int64().get(status.code)) status.code = 0;
+    } else if (key == "message" && !field.value().get_string().get(message)) {
+      status.message = message;
+    }
+  }
+  return status;
+}
+
+// The message of a Kubernetes Status body, or the start of whatever else came back.
+std::string status_message(od::parser& parser, std::string& body) {
+  std::string message = status_of(parser, padded(body)).message;
+  return message.empty() ? body.substr(0, 200) : message;
+}
+
+std::string resource_version_of(od::parser& parser, std::string_view object) {
+  od::document document;
+  std::string_view version;
+  if (parser.iterate(padded_inside(object)).get(document) ||
+      document["metadata"]["resourceVersion"].get_string().get(version)) {
+    return {};
+  }
+  return std::string(version);
+}
+
+struct Page {
+  std::string version, continue_token;
+  std::size_t items = 0;
+};
+
+// Walks a list page once, handing each item's text to the store as it is reached: no DOM of the page.
+std::optional<std::string> read_page(od::parser& parser, std::string& body, Store& store, Page& page) {
+  const std::string not_a_list = "the list response is not a Kubernetes list";
+  od::document document;
+  od::object root;
+  if (parser.iterate(padded(body)).get(document) || document.get_object().get(root)) return not_a_list;
+  bool has_items = false;
+  for (auto field : root) {
+    std::string_view key;
+    od::value value;
+    if (field.unescaped_key().get(key) || field.value().get(value)) return not_a_list;
+    if (key == "metadata") {
+      od::object metadata;
+      if (value.get_object().get(metadata)) return not_a_list;
+      for (auto entry : metadata) {
+        std::string_view name, text;
+        if (entry.unescaped_key().get(name)) return not_a_list;
+        if (name == "resourceVersion" && !entry.value().get_string().get(text)) page.version = text;
+        if (name == "continue" && !entry.value().get_string().get(text)) page.continue_token = text;
+      }
+    } else if (key == "items") {
+      od::json_type type;
+      if (value.type().get(type)) return not_a_list;
+      has_items = true;
+      if (type == od::json_type::null) continue;
+      od::array items;
+      if (value.get_array().get(items)) return not_a_list;
+      for (auto item : items) {
+        od::object object;
+        std::string_view text;
+        if (item.get_object().get(object) || object.raw_json().get(text)) return "a listed item is not an object";
+        store.list_item(text);
+        ++page.items;
+      }
+    }
+  }
+  if (!has_items) return not_a_list;
+  return std::nullopt;
 }
 
 }  // namespace
@@ -167,16 +247,19 @@ asio::awaitable<bool> ApiClient::send_get(Stream& stream, const std::string& tar
   co_return true;
 }
 
-// Every page of the collection; returns its resourceVersion, or nullopt after logging why it failed.
+// Every page of the collection into the store; returns its resourceVersion, or nullopt after logging why
+// it failed.
 asio::awaitable<std::optional<std::string>> ApiClient::list(WatchedResource& resource) {
+  Store& store = *resource.store;
   std::string error;
   auto connection = co_await connect(error);
-  std::vector<json> items;
-  std::string continue_token, version;
+  store.list_begin();
+  Page page;
+  std::size_t items = 0;
   while (connection) {
     Stream& stream = connection->stream;
     std::string query = "limit=" + std::to_string(options_.page_size);
-    if (!continue_token.empty()) query += "&continue=" + percent_encode(continue_token);
+    if (!page.continue_token.empty()) query += "&continue=" + percent_encode(page.continue_token);
     beast::get_lowest_layer(stream).expires_after(options_.list_page_timeout);
     if (!co_await send_get(stream, target(resource, query), error)) break;
     beast::flat_buffer buffer;
@@ -187,37 +270,34 @@ asio::awaitable<std::optional<std::string>> ApiClient::list(WatchedResource& res
       break;
     }
     auto& response = parser.get();
-    if (response.result_int() == 410 && !continue_token.empty()) {
+    if (response.result_int() == 410 && !page.continue_token.empty()) {
       // The continue token expired between pages: start over.
-      items.clear();
-      continue_token.clear();
+      store.list_end(false);
+      store.list_begin();
+      page = {};
+      items = 0;
       continue;
     }
     if (response.result_int() != 200) {
-      error = "HTTP " + std::to_string(response.result_int()) + ": " + status_message(response.body());
+      error = "HTTP " + std::to_string(response.result_int()) + ": " + status_message(json_, response.body());
       break;
     }
-    json page = json::parse(response.body(), nullptr, false);
-    if (!page.is_object() || !page.contains("items") || !(page["items"].is_array() || page["items"].is_null())) {
-      error = "the list response is not a Kubernetes list";
+    page.continue_token.clear();
+    page.items = 0;
+    if (auto failure = read_page(json_, response.body(), store, page)) {
+      error = std::move(*failure);
       break;
     }
-    if (page["items"].is_array()) {
-      for (json& item : page["items"]) items.push_back(resource.trim ? resource.trim(item) : std::move(item));
-    }
-    version = resource_version_of(page);
-    const json& metadata = page["metadata"];
-    continue_token = metadata.is_object() && metadata.contains("continue") && metadata["continue"].is_string()
-                         ? metadata["continue"].get<std::string>()
-                         : std::string{};
-    if (!continue_token.empty()) {
+    items += page.items;
+    if (!page.continue_token.empty()) {
       if (!response.keep_alive()) connection = co_await connect(error);
       continue;
     }
-    resource.replace(items);
-    log::info("listed", {{"resource", resource.name}, {"items", items.size()}, {"resource_version", version}});
-    co_return version;
+    store.list_end(true);
+    log::info("listed", {{"resource", resource.name}, {"items", items}, {"resource_version", page.version}});
+    co_return page.version;
   }
+  store.list_end(false);
   log::warn("list failed", {{"resource", resource.name}, {"apiserver", server_.url()}, {"reason", error}});
   co_return std::nullopt;
 }
@@ -249,29 +329,39 @@ asio::awaitable<WatchEnd> ApiClient::watch(WatchedResource& resource, std::strin
   JsonObjectSplitter splitter;
   std::string body;  // of an error response only
   std::optional<WatchEnd> end;
+  std::string event;  // each event copied out of the stream with room after it for simdjson
   auto on_event = [&](std::string_view text) {
     if (end) return;
-    const json event = json::parse(text, nullptr, false);
-    const auto type = event.is_object() && event.contains("type") && event["type"].is_string()
-                          ? event["type"].get<std::string>()
-                          : std::string{};
-    const auto object = event.is_object() ? event.find("object") : event.end();
-    if (type.empty() || object == event.end() || !object->is_object()) {
+    event.assign(text);
+    std::string type;
+    std::string_view object;
+    od::document document;
+    od::object fields;
+    if (!json_.iterate(padded(event)).get(document) && !document.get_object().get(fields)) {
+      for (auto field : fields) {
+        std::string_view key, value;
+        od::object inner;
+        if (field.unescaped_key().get(key)) break;
+        if (key == "type" && !field.value().get_string().get(value)) type = value;
+        if (key == "object" && !field.value().get_object().get(inner) && inner.raw_json().get(object)) object = {};
+      }
+    }
+    if (type.empty() || object.empty()) {
       error = "malformed watch event";
       end = WatchEnd::failed;
     } else if (type == "ERROR") {
-      const auto code = object->find("code");
-      if (code != object->end() && code->is_number_integer() && code->get<int>() == 410) {
+      const Status status = status_of(json_, padded_inside(object));
+      if (status.code == 410) {
         end = WatchEnd::gone;
       } else {
-        error = "watch error event: " + status_message(object->dump());
+        error = "watch error event: " + (status.message.empty() ? std::string(object.substr(0, 200)) : status.message);
         end = WatchEnd::failed;
       }
     } else if (type == "ADDED" || type == "MODIFIED" || type == "DELETED") {
-      resource.apply(type, *object);
-      if (auto v = resource_version_of(*object); !v.empty()) version = std::move(v);
+      resource.store->apply(type, object);
+      if (auto v = resource_version_of(json_, object); !v.empty()) version = std::move(v);
     } else if (type == "BOOKMARK") {
-      if (auto v = resource_version_of(*object); !v.empty()) version = std::move(v);
+      if (auto v = resource_version_of(json_, object); !v.empty()) version = std::move(v);
     }
   };
   char chunk[64 * 1024];
@@ -294,7 +384,7 @@ asio::awaitable<WatchEnd> ApiClient::watch(WatchedResource& resource, std::strin
     }
   }
   if (status != 200) {
-    error = "HTTP " + std::to_string(status) + ": " + status_message(body);
+    error = "HTTP " + std::to_string(status) + ": " + status_message(json_, body);
     end = WatchEnd::failed;
   }
   if (end == WatchEnd::failed) {

@@ -5,6 +5,8 @@
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/io_context.hpp>
 
+#include <simdjson.h>
+
 #include <chrono>
 #include <memory>
 #include <optional>
@@ -22,10 +24,10 @@ class ApiClient {
  public:
   ApiClient(boost::asio::io_context& ioc, ApiServer server, const InformerOptions& options);
 
-  // Every page of the collection, each item trimmed as its page arrives, then the whole collection to
-  // `resource.replace`. Returns the list's resourceVersion, or nullopt after logging why it failed.
+  // Every page of the collection, each item to `resource.store` as its page arrives. Returns the list's
+  // resourceVersion, or nullopt after logging why it failed.
   boost::asio::awaitable<std::optional<std::string>> list(WatchedResource& resource);
-  // Events to `resource.apply` until the stream ends; `version` follows every event and bookmark.
+  // Events to `resource.store` until the stream ends; `version` follows every event and bookmark.
   // `timeout` is what the apiserver is asked to end the watch after.
   boost::asio::awaitable<WatchEnd> watch(WatchedResource& resource, std::string& version,
                                          std::chrono::milliseconds timeout);
@@ -40,6 +42,8 @@ class ApiClient {
   boost::asio::io_context& ioc_;
   ApiServer server_;
   const InformerOptions& options_;
+  // Reused for every page and event: its buffers grow to the largest page once.
+  simdjson::ondemand::parser json_;
 };
 
 }  // namespace gpuguard::kube

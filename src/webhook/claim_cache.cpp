@@ -72,39 +72,65 @@ json trim_claim(const json& object) {
   return {{"key", key}, {"requests", requests_of(claim_spec)}};
 }
 
+// One of the two indexes as kube::Informers feeds it: each object parsed and reduced on its own, a list
+// built aside and swapped in whole. Claims are few and small beside pods, so a DOM per object is fine.
+class ClaimCache::IndexStore final : public kube::Store {
+ public:
+  IndexStore(ClaimCache& cache, Index& index, std::atomic<bool>& listed)
+      : cache_(cache), index_(index), listed_(listed) {}
+
+  void list_begin() override { pending_.clear(); }
+  void list_item(std::string_view object) override {
+    const json parsed = json::parse(object, nullptr, false);
+    if (!parsed.is_object()) return;
+    const json trimmed = trim_claim(parsed);
+    pending_[trimmed["key"].get<std::string>()] = to_requests(trimmed);
+  }
+  void list_end(bool complete) override {
+    if (complete) cache_.replace(index_, listed_, std::move(pending_));
+    pending_ = {};
+  }
+  void apply(std::string_view type, std::string_view object) override {
+    const json parsed = json::parse(object, nullptr, false);
+    if (parsed.is_object()) cache_.apply(index_, type, trim_claim(parsed));
+  }
+
+ private:
+  ClaimCache& cache_;
+  Index& index_;
+  std::atomic<bool>& listed_;
+  Index pending_;
+};
+
+ClaimCache::ClaimCache()
+    : claim_store_(std::make_unique<IndexStore>(*this, claims_, claims_listed_)),
+      template_store_(std::make_unique<IndexStore>(*this, templates_, templates_listed_)) {}
+ClaimCache::~ClaimCache() = default;
+
 std::vector<kube::WatchedResource> ClaimCache::watched_resources() {
-  auto resource = [this](const char* name, const char* path, Index& index, std::atomic<bool>& listed) {
-    return kube::WatchedResource{
-        name,
-        path,
-        "",
-        trim_claim,
-        [this, &index, &listed](const std::vector<json>& items) { replace(index, listed, items); },
-        [this, &index](std::string_view type, const json& object) { apply(index, type, trim_claim(object)); }};
-  };
-  return {resource("resourceclaims", "/apis/resource.k8s.io/v1/resourceclaims", claims_, claims_listed_),
-          resource("resourceclaimtemplates", "/apis/resource.k8s.io/v1/resourceclaimtemplates", templates_,
-                   templates_listed_)};
+  return {{"resourceclaims", "/apis/resource.k8s.io/v1/resourceclaims", "", claim_store_.get()},
+          {"resourceclaimtemplates", "/apis/resource.k8s.io/v1/resourceclaimtemplates", "", template_store_.get()}};
 }
 
 std::size_t ClaimCache::load_list(const json& list) {
-  std::vector<json> claims, templates;
+  Index claims, templates;
+  std::size_t taken = 0;
   if (list.is_object() && list.contains("items") && list["items"].is_array()) {
     for (const json& item : list["items"]) {
       if (!item.is_object()) continue;
       const std::string kind = string_at(item, "kind");
-      if (kind == "ResourceClaim") claims.push_back(trim_claim(item));
-      if (kind == "ResourceClaimTemplate") templates.push_back(trim_claim(item));
+      if (kind != "ResourceClaim" && kind != "ResourceClaimTemplate") continue;
+      const json trimmed = trim_claim(item);
+      (kind == "ResourceClaim" ? claims : templates)[trimmed["key"].get<std::string>()] = to_requests(trimmed);
+      ++taken;
     }
   }
-  replace(claims_, claims_listed_, claims);
-  replace(templates_, templates_listed_, templates);
-  return claims.size() + templates.size();
+  replace(claims_, claims_listed_, std::move(claims));
+  replace(templates_, templates_listed_, std::move(templates));
+  return taken;
 }
 
-void ClaimCache::replace(Index& index, std::atomic<bool>& listed, const std::vector<json>& items) {
-  Index fresh;
-  for (const json& item : items) fresh[item["key"].get<std::string>()] = to_requests(item);
+void ClaimCache::replace(Index& index, std::atomic<bool>& listed, Index fresh) {
   std::unique_lock lock(mutex_);
   index.swap(fresh);
   listed.store(true);

@@ -12,6 +12,7 @@
 #include "gpuguard/k8s/quantity.hpp"
 #include "gpuguard/kube/informer.hpp"
 #include "gpuguard/kube/json_object_splitter.hpp"
+#include "stores.hpp"
 
 using namespace gpuguard;
 using nlohmann::json;
@@ -113,79 +114,138 @@ TEST_CASE("pod_requests counts extended resources the way the scheduler does") {
   }
 }
 
-TEST_CASE("pod_essentials and node_essentials keep exactly what the cluster state reads") {
+TEST_CASE("decode_pod and decode_node read from text what the DOM readers read") {
   json p = pod("p", "n1", "Running", {{"nvidia.com/gpu", "1"}});
   json sidecar = container({{"nvidia.com/gpu", "1"}}, {{"nvidia.com/gpu", "1"}});
   sidecar["restartPolicy"] = "Always";
   sidecar["env"] = json::array({{{"name", "BIG"}, {"value", std::string(1000, 'x')}}});
-  p["spec"]["initContainers"] = {sidecar, container(nullptr, {{"example.com/fpga", "2"}})};
+  p["spec"]["initContainers"] = {sidecar, container(nullptr, {{"example.com/fpga", 2.5}}), "not a container"};
   p["metadata"]["annotations"] = {{"a", std::string(1000, 'y')}};
-  const json trimmed = extender::pod_essentials(p);
-  CHECK(trimmed.dump().size() < 600);
-  CHECK(extender::pod_requests(trimmed) == extender::pod_requests(p));
-  CHECK(extender::pod_requests(trimmed) == extender::ResourceCounts{{"nvidia.com/gpu", 2}, {"example.com/fpga", 2}});
-  const json n = node("n1", {{"nvidia.com/gpu", "8"}});
-  CHECK(extender::node_allocatable(extender::node_essentials(n)) == extender::node_allocatable(n));
+  const auto decoded = extender::decode_pod(test::PaddedJson(p).view());
+  REQUIRE(decoded);
+  CHECK(decoded->key == "uid-p");
+  CHECK(decoded->node == "n1");
+  CHECK(decoded->occupies_node);
+  CHECK(decoded->requests == extender::pod_requests(p));
+  CHECK(decoded->requests == extender::ResourceCounts{{"nvidia.com/gpu", 2}, {"example.com/fpga", 3}});
 
-  extender::ClusterState full, lean;
-  full.replace_pods({p});
-  lean.replace_pods({trimmed});
-  full.replace_nodes({n});
-  lean.replace_nodes({extender::node_essentials(n)});
-  CHECK(lean.node("n1").allocated == full.node("n1").allocated);
-  CHECK(lean.node("n1").allocatable == full.node("n1").allocatable);
-  lean.apply_pod_event("DELETED", p);  // an event's full object finds the record a trimmed list made
-  CHECK(lean.pod_count() == 0);
-  CHECK(extender::pod_essentials(json("junk")) == json::object());
+  SECTION("the last of duplicate keys wins, as in a DOM") {
+    const std::string text =
+        R"({"metadata":{"uid":"x"},"spec":{"nodeName":"n1","containers":[{"resources":{"limits":{"a/b":"3","a/b":"0"}},)"
+        R"("resources":{"requests":{"c/d":"1"}}}]},"spec":{"nodeName":"n2","containers":[{"resources":)"
+        R"({"requests":{"e/f":"2","e/f":"4"}}}]},"status":{"phase":"Failed"},"status":{"phase":"Running"}})";
+    const auto twice = extender::decode_pod(test::PaddedJson(std::string_view(text)).view());
+    REQUIRE(twice);
+    CHECK(twice->node == "n2");
+    CHECK(twice->occupies_node);
+    CHECK(twice->requests == extender::pod_requests(json::parse(text)));
+    CHECK(twice->requests == extender::ResourceCounts{{"e/f", 4}});
+  }
+  SECTION("numbers: negative, fractional, beyond 64 bits; a pod without uid is keyed by namespace/name") {
+    const std::string text =
+        R"({"metadata":{"name":"n","namespace":"ns"},"status":{"phase":"Succeeded"},"spec":{"containers":[)"
+        R"({"resources":{"requests":{"a/b":-3,"c/d":0.5,"e/f":123456789012345678901234567890,"g/h":-1e30}}}]}})";
+    const auto odd = extender::decode_pod(test::PaddedJson(std::string_view(text)).view());
+    REQUIRE(odd);
+    CHECK(odd->key == "ns/n");
+    CHECK_FALSE(odd->occupies_node);
+    CHECK(odd->requests == extender::pod_requests(json::parse(text)));
+    CHECK(odd->requests == extender::ResourceCounts{{"c/d", 1}, {"e/f", std::int64_t{1} << 40}});
+  }
+  SECTION("not an object: nothing") {
+    CHECK_FALSE(extender::decode_pod(test::PaddedJson(std::string_view("[1]")).view()));
+    CHECK_FALSE(extender::decode_pod(test::PaddedJson(std::string_view("{\"a\":")).view()));
+    CHECK_FALSE(extender::decode_node(test::PaddedJson(std::string_view("\"n1\"")).view()));
+  }
+  const json n = node("n1", {{"nvidia.com/gpu", "8"}, {"cpu", "64"}});
+  const auto capacity = extender::decode_node(test::PaddedJson(n).view());
+  REQUIRE(capacity);
+  CHECK(capacity->name == "n1");
+  CHECK(capacity->allocatable == extender::node_allocatable(n));
 }
 
 TEST_CASE("ClusterState follows lists and watch events") {
   extender::ClusterState state;
-  state.replace_nodes({node("n1", {{"nvidia.com/gpu", "2"}, {"cpu", "8"}}), node("n2", {{"nvidia.com/gpu", "2"}})});
-  state.replace_pods({pod("a", "n1", "Running", {{"nvidia.com/gpu", "1"}}),
-                      pod("cpu-only", "n1", "Running", {{"cpu", "1"}}),
-                      pod("unbound", "", "Pending", {{"nvidia.com/gpu", "1"}})});
+  test::list(state.nodes(),
+             {node("n1", {{"nvidia.com/gpu", "2"}, {"cpu", "8"}}), node("n2", {{"nvidia.com/gpu", "2"}})});
+  test::list(state.pods(),
+             {pod("a", "n1", "Running", {{"nvidia.com/gpu", "1"}}), pod("cpu-only", "n1", "Running", {{"cpu", "1"}}),
+              pod("unbound", "", "Pending", {{"nvidia.com/gpu", "1"}})});
   CHECK(state.node_count() == 2);
   CHECK(state.pod_count() == 1);  // only bound pods holding extended resources are kept
   CHECK(state.node("n1").allocatable == extender::ResourceCounts{{"nvidia.com/gpu", 2}});
   CHECK(state.node("n1").allocated == extender::ResourceCounts{{"nvidia.com/gpu", 1}});
 
   SECTION("a pod bound later (MODIFIED with nodeName) starts to count, on its node") {
-    state.apply_pod_event("MODIFIED", pod("unbound", "n2", "Pending", {{"nvidia.com/gpu", "1"}}));
+    test::event(state.pods(), "MODIFIED", pod("unbound", "n2", "Pending", {{"nvidia.com/gpu", "1"}}));
     CHECK(state.node("n2").allocated == extender::ResourceCounts{{"nvidia.com/gpu", 1}});
   }
   SECTION("a pod that finishes or is deleted stops counting; a repeated event changes nothing") {
-    state.apply_pod_event("MODIFIED", pod("a", "n1", "Running", {{"nvidia.com/gpu", "1"}}));
+    test::event(state.pods(), "MODIFIED", pod("a", "n1", "Running", {{"nvidia.com/gpu", "1"}}));
     CHECK(state.node("n1").allocated == extender::ResourceCounts{{"nvidia.com/gpu", 1}});
-    state.apply_pod_event("MODIFIED", pod("a", "n1", "Succeeded", {{"nvidia.com/gpu", "1"}}));
+    test::event(state.pods(), "MODIFIED", pod("a", "n1", "Succeeded", {{"nvidia.com/gpu", "1"}}));
     CHECK(state.node("n1").allocated.empty());
-    state.apply_pod_event("ADDED", pod("b", "n1", "Running", {{"nvidia.com/gpu", "2"}}));
-    state.apply_pod_event("DELETED", pod("b", "n1", "Running", {{"nvidia.com/gpu", "2"}}));
-    state.apply_pod_event("DELETED", pod("b", "n1", "Running", {{"nvidia.com/gpu", "2"}}));
+    test::event(state.pods(), "ADDED", pod("b", "n1", "Running", {{"nvidia.com/gpu", "2"}}));
+    test::event(state.pods(), "DELETED", pod("b", "n1", "Running", {{"nvidia.com/gpu", "2"}}));
+    test::event(state.pods(), "DELETED", pod("b", "n1", "Running", {{"nvidia.com/gpu", "2"}}));
     CHECK(state.node("n1").allocated.empty());
     CHECK(state.pod_count() == 0);
   }
   SECTION("a re-list replaces everything: what was missed in between is gone") {
-    state.replace_pods({pod("c", "n2", "Running", {{"nvidia.com/gpu", "2"}})});
+    test::list(state.pods(), {pod("c", "n2", "Running", {{"nvidia.com/gpu", "2"}})});
     CHECK(state.node("n1").allocated.empty());
     CHECK(state.node("n2").allocated == extender::ResourceCounts{{"nvidia.com/gpu", 2}});
   }
   SECTION("absurd quantities are capped at 2^40 each, so sums never overflow and deletions restore them") {
     const extender::ResourceCounts before = state.node("n2").allocated;
-    state.apply_pod_event("ADDED", pod("huge", "n2", "Running", {{"nvidia.com/gpu", "9e18"}}));
-    state.apply_pod_event("ADDED", pod("huger", "n2", "Running", {{"nvidia.com/gpu", "4611686018427387904"}}));
+    test::event(state.pods(), "ADDED", pod("huge", "n2", "Running", {{"nvidia.com/gpu", "9e18"}}));
+    test::event(state.pods(), "ADDED", pod("huger", "n2", "Running", {{"nvidia.com/gpu", "4611686018427387904"}}));
     CHECK(state.node("n2").allocated == extender::ResourceCounts{{"nvidia.com/gpu", std::int64_t{2} << 40}});
-    state.apply_pod_event("DELETED", pod("huge", "n2", "Running", {}));
-    state.apply_pod_event("DELETED", pod("huger", "n2", "Running", {}));
+    test::event(state.pods(), "DELETED", pod("huge", "n2", "Running", {}));
+    test::event(state.pods(), "DELETED", pod("huger", "n2", "Running", {}));
     CHECK(state.node("n2").allocated == before);
   }
+  SECTION("a list that fails partway changes nothing") {
+    state.pods().list_begin();
+    state.pods().list_item(test::PaddedJson(pod("d", "n2", "Running", {{"nvidia.com/gpu", "2"}})).view());
+    state.pods().list_end(false);
+    CHECK(state.node("n2").allocated.empty());
+    CHECK(state.node("n1").allocated == extender::ResourceCounts{{"nvidia.com/gpu", 1}});
+    CHECK(state.pod_count() == 1);
+  }
+  SECTION("a re-list of nodes forgets the nodes it lacks; their pods still count until they go") {
+    test::list(state.nodes(), {node("n2", {{"nvidia.com/gpu", "4"}})});
+    CHECK(state.node_count() == 1);
+    CHECK_FALSE(state.node("n1").known);
+    CHECK(state.node("n1").allocated == extender::ResourceCounts{{"nvidia.com/gpu", 1}});
+    CHECK(state.node("n2").allocatable == extender::ResourceCounts{{"nvidia.com/gpu", 4}});
+    test::list(state.pods(), {});
+    CHECK(state.node("n1").allocated.empty());
+  }
   SECTION("node events") {
-    state.apply_node_event("MODIFIED", node("n1", {{"nvidia.com/gpu", "1"}}));
+    test::event(state.nodes(), "MODIFIED", node("n1", {{"nvidia.com/gpu", "1"}}));
     CHECK(state.node("n1").allocatable == extender::ResourceCounts{{"nvidia.com/gpu", 1}});
-    state.apply_node_event("DELETED", node("n1", {}));
+    test::event(state.nodes(), "DELETED", node("n1", {}));
     CHECK_FALSE(state.node("n1").known);
     CHECK(state.node("n2").known);
   }
+}
+
+TEST_CASE("NameTable: a name keeps its number while referenced, and the number is reused once it is free") {
+  extender::NameTable names;
+  const std::uint32_t a = names.acquire("node-a");
+  CHECK(names.acquire("node-a") == a);
+  const std::uint32_t b = names.acquire("node-b");
+  CHECK(b != a);
+  CHECK_FALSE(names.release(a));
+  CHECK(names.find("node-a") == a);
+  CHECK(names.release(a));
+  CHECK_FALSE(names.find("node-a"));
+  const std::uint32_t c = names.acquire("node-c");
+  CHECK(c == a);
+  CHECK(names.name(c) == "node-c");
+  CHECK(names.name(b) == "node-b");
+  CHECK(names.capacity() == 2);
 }
 
 TEST_CASE("filter and prioritize: the fixture table (tests/fixtures/extender/cases.json)") {
@@ -199,8 +259,8 @@ TEST_CASE("filter and prioritize: the fixture table (tests/fixtures/extender/cas
       std::vector<json> nodes, pods;
       for (const auto& [node_name, allocatable] : c["nodes"].items()) nodes.push_back(node(node_name, allocatable));
       for (const json& p : c["pods"]) pods.push_back(pod(p["name"], p["node"], p["phase"], p["requests"]));
-      state.replace_nodes(nodes);
-      state.replace_pods(pods);
+      test::list(state.nodes(), nodes);
+      test::list(state.pods(), pods);
 
       json args = {{"Pod", pod("incoming", "", "Pending", c["request"])}, {"Nodes", nullptr}, {"NodeNames", nullptr}};
       const bool full_nodes = c.value("form", "NodeNames") == "Nodes";

@@ -9,10 +9,9 @@
 #include <string_view>
 #include <vector>
 
-#include <nlohmann/json_fwd.hpp>
-
 #include "gpuguard/kube/api_server.hpp"
 #include "gpuguard/kube/reflector.hpp"
+#include "gpuguard/kube/store.hpp"
 
 namespace gpuguard::kube {
 
@@ -20,12 +19,7 @@ struct WatchedResource {
   std::string name;            // "pods": for logs and metrics
   std::string path;            // "/api/v1/pods"
   std::string field_selector;  // as kubectl takes it, e.g. "status.phase!=Failed"; empty for none
-  // Applied to every listed item as its page arrives, so that a large collection is not held whole
-  // until the last page: keep only the fields `replace` reads. Optional.
-  std::function<nlohmann::json(const nlohmann::json& item)> trim;
-  // The whole collection after each (re-)list, then every ADDED, MODIFIED and DELETED object.
-  std::function<void(const std::vector<nlohmann::json>& items)> replace;
-  std::function<void(std::string_view type, const nlohmann::json& object)> apply;
+  Store* store = nullptr;      // the caller's, outliving the Informers
 };
 
 struct InformerOptions {

@@ -1,8 +1,9 @@
 #pragma once
 // The DRA claims the webhook knows: every ResourceClaim and ResourceClaimTemplate of the cluster, kept by
-// list-and-watch (kube::Informers), each trimmed to its requests' device classes. The admission core
+// list-and-watch (kube::Informers), each reduced as it arrives to its requests' device classes. The admission core
 // asks it through admission::ClaimLookup; the audit command fills it from a file instead.
 #include <atomic>
+#include <memory>
 #include <shared_mutex>
 #include <string>
 #include <string_view>
@@ -18,6 +19,11 @@ namespace gpuguard::webhook {
 
 class ClaimCache final : public admission::ClaimLookup {
  public:
+  ClaimCache();
+  ~ClaimCache() override;
+  ClaimCache(const ClaimCache&) = delete;
+  ClaimCache& operator=(const ClaimCache&) = delete;
+
   // The two resources that feed the cache, for kube::Informers.
   std::vector<kube::WatchedResource> watched_resources();
   // Fills the cache from a List such as `kubectl get resourceclaims,resourceclaimtemplates -A -o json`
@@ -32,14 +38,16 @@ class ClaimCache final : public admission::ClaimLookup {
 
  private:
   using Index = std::unordered_map<std::string, std::vector<admission::ClaimRequest>>;
+  class IndexStore;
   admission::ClaimLookupResult lookup(const Index& index, const std::atomic<bool>& listed,
                                       std::string_view pod_namespace, std::string_view name) const;
-  void replace(Index& index, std::atomic<bool>& listed, const std::vector<nlohmann::json>& items);
-  void apply(Index& index, std::string_view type, const nlohmann::json& object);
+  void replace(Index& index, std::atomic<bool>& listed, Index fresh);
+  void apply(Index& index, std::string_view type, const nlohmann::json& trimmed);
 
   mutable std::shared_mutex mutex_;
   Index claims_, templates_;
   std::atomic<bool> claims_listed_{false}, templates_listed_{false};
+  std::unique_ptr<IndexStore> claim_store_, template_store_;
 };
 
 // A ResourceClaim or ResourceClaimTemplate trimmed to what the cache keeps:

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "gpuguard/webhook/claim_cache.hpp"
+#include "stores.hpp"
 
 using gpuguard::admission::ClaimLookupResult;
 using gpuguard::webhook::ClaimCache;
@@ -52,28 +53,38 @@ TEST_CASE("claim cache: nothing is known until both kinds are listed, then event
   CHECK(templates.path == "/apis/resource.k8s.io/v1/resourceclaimtemplates");
 
   CHECK(cache.claim("ml", "gpus").status == Status::not_synced);
-  claims.replace({claims.trim(claim("ml", "gpus", json::array({exactly("gpu", "gpu.nvidia.com")})))});
+  gpuguard::test::list(*claims.store, {claim("ml", "gpus", json::array({exactly("gpu", "gpu.nvidia.com")}))});
   CHECK_FALSE(cache.synced());
   CHECK(cache.claim("ml", "gpus").status == Status::found);
   CHECK(cache.claim_template("ml", "anything").status == Status::not_synced);
-  templates.replace({});
+  gpuguard::test::list(*templates.store, {});
   CHECK(cache.synced());
   CHECK(cache.claim_template("ml", "anything").status == Status::unknown);
 
   CHECK(classes(cache.claim("ml", "gpus")) == std::vector<std::string>{"gpu:gpu.nvidia.com"});
   CHECK(cache.claim("other-namespace", "gpus").status == Status::unknown);
 
-  templates.apply("ADDED", template_event("ml", "one-gpu", json::array({exactly("gpu", "mig.nvidia.com")})));
+  gpuguard::test::event(*templates.store, "ADDED",
+                        template_event("ml", "one-gpu", json::array({exactly("gpu", "mig.nvidia.com")})));
   CHECK(classes(cache.claim_template("ml", "one-gpu")) == std::vector<std::string>{"gpu:mig.nvidia.com"});
 
-  claims.apply("MODIFIED", claim("ml", "gpus", json::array({exactly("nic", "nic.example.com")})));
+  gpuguard::test::event(*claims.store, "MODIFIED",
+                        claim("ml", "gpus", json::array({exactly("nic", "nic.example.com")})));
   CHECK(classes(cache.claim("ml", "gpus")) == std::vector<std::string>{"nic:nic.example.com"});
 
-  claims.apply("DELETED", claim("ml", "gpus", json::array()));
+  gpuguard::test::event(*claims.store, "DELETED", claim("ml", "gpus", json::array()));
   CHECK(cache.claim("ml", "gpus").status == Status::unknown);
 
+  // A list that fails partway changes nothing; text that is no object is passed over.
+  claims.store->list_begin();
+  claims.store->list_item(gpuguard::test::PaddedJson(claim("ml", "late", json::array())).view());
+  claims.store->list_item(gpuguard::test::PaddedJson(std::string_view("[1, 2]")).view());
+  claims.store->list_end(false);
+  CHECK(cache.claim("ml", "late").status == Status::unknown);
+  CHECK(cache.claim_template("ml", "one-gpu").status == Status::found);
+
   // A re-list replaces what was there: an object deleted during an outage is gone afterwards.
-  templates.replace({});
+  gpuguard::test::list(*templates.store, {});
   CHECK(cache.claim_template("ml", "one-gpu").status == Status::unknown);
 }
 

@@ -1,0 +1,29 @@
+#pragma once
+// Where a list-and-watch puts what it receives: the cache's side of kube::Informers. Objects arrive one
+// at a time as JSON text, never as a collection or a DOM, so that a cache of 150,000 pods holds its own
+// compact records and nothing else (docs/benchmarks.md, "Caches at cluster scale").
+#include <cstddef>
+#include <string_view>
+
+namespace gpuguard::kube {
+
+// Every object's text is followed in memory by at least this many readable bytes, so that a store can
+// parse it where it lies with simdjson On-Demand (whose SIMDJSON_PADDING this equals) instead of copying.
+inline constexpr std::size_t kJsonPadding = 64;
+
+class Store {
+ public:
+  virtual ~Store() = default;
+
+  // A (re-)list: list_begin, then every item of every page as its page arrives, then list_end. A complete
+  // list replaces what the store held; an incomplete one (a page failed) is dropped and the old set stays.
+  // A store builds the new set aside and swaps it in, so that a re-list never holds two full DOMs.
+  virtual void list_begin() = 0;
+  virtual void list_item(std::string_view object) = 0;
+  virtual void list_end(bool complete) = 0;
+
+  // A watch event: type is ADDED, MODIFIED or DELETED.
+  virtual void apply(std::string_view type, std::string_view object) = 0;
+};
+
+}  // namespace gpuguard::kube
