@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <cmath>
 
-#include <nlohmann/json.hpp>
 #include <simdjson.h>
+#include <nlohmann/json.hpp>
 
 #include "gpuguard/k8s/quantity.hpp"
 #include "json_fields.hpp"
@@ -109,12 +109,10 @@ std::int64_t count_of(od::value quantity) {
   // simdjson refuses an integer beyond 64 bits, which nlohmann reads as a double: beyond the cap either way.
   if (quantity.get_number().get(number)) return token.starts_with('-') ? 0 : kLargestCount;
   switch (number.get_number_type()) {
-    case od::number_type::unsigned_integer:
-      return count_of_unsigned(number.get_uint64());
+    case od::number_type::unsigned_integer: return count_of_unsigned(number.get_uint64());
     case od::number_type::signed_integer:
       return number.get_int64() < 0 ? 0 : count_of_unsigned(static_cast<std::uint64_t>(number.get_int64()));
-    default:
-      return count_of_double(number.get_double());
+    default: return count_of_double(number.get_double());
   }
 }
 

@@ -38,7 +38,7 @@ ResourceCounts node_allocatable(const nlohmann::json& node);
 // What the cache keeps of a Pod. `key` is its uid, or namespace/name without one.
 struct PodUsage {
   std::string key;
-  std::string node;           // spec.nodeName
+  std::string node;            // spec.nodeName
   bool occupies_node = false;  // bound, and not Succeeded or Failed
   ResourceCounts requests;
 };
