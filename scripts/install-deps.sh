@@ -18,8 +18,9 @@ packages=(
   libyaml-cpp-dev
   # tests (python3-yaml: the manifest render test reads what kustomize produced)
   catch2 python3 python3-yaml
-  # fuzzing (clang's libFuzzer and sanitizer runtimes) and benchmarks (Google Benchmark, wrk)
-  clang libclang-rt-14-dev libbenchmark-dev wrk
+  # fuzzing (clang's libFuzzer and sanitizer runtimes), benchmarks (Google Benchmark, wrk) and their
+  # profiles (callgrind's instruction counts, stable on noisy machines)
+  clang libclang-rt-14-dev libbenchmark-dev wrk valgrind
   # make format and make lint (.clang-format, .clang-tidy)
   clang-format clang-tidy
   # `make run` prints a curl line; the README walkthrough and `make test-image` use it
