@@ -56,9 +56,11 @@ class ClusterState::PodStore final : public kube::Store {
     std::unique_lock lock(state_.mutex_);
     std::optional<PodRecord> record = state_.record_of(*pod);
     if (!record) return;
-    if (const auto [at, added] = pending_.try_emplace(pod->key, *record); !added) {
-      state_.release(at->second);  // the same uid twice in one list: the later wins
-      at->second = std::move(*record);
+    if (const auto found = pending_.find(pod->key); found != pending_.end()) {
+      state_.release(found->second);  // the same uid twice in one list: the later wins
+      found->second = std::move(*record);
+    } else {
+      pending_.emplace(pod->key, std::move(*record));
     }
   }
   void list_end(bool complete) override {

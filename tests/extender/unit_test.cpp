@@ -205,6 +205,13 @@ TEST_CASE("ClusterState follows lists and watch events") {
     test::event(state.pods(), "DELETED", pod("huger", "n2", "Running", {}));
     CHECK(state.node("n2").allocated == before);
   }
+  SECTION("a uid listed twice counts once, as the later copy says") {
+    test::list(state.pods(), {pod("e", "n1", "Running", {{"nvidia.com/gpu", "1"}}),
+                              pod("e", "n2", "Running", {{"nvidia.com/gpu", "2"}})});
+    CHECK(state.pod_count() == 1);
+    CHECK(state.node("n1").allocated.empty());
+    CHECK(state.node("n2").allocated == extender::ResourceCounts{{"nvidia.com/gpu", 2}});
+  }
   SECTION("a list that fails partway changes nothing") {
     state.pods().list_begin();
     state.pods().list_item(test::PaddedJson(pod("d", "n2", "Running", {{"nvidia.com/gpu", "2"}})).view());
