@@ -40,12 +40,7 @@ json gpu_node(const std::string& name) {
 // A complete list into a store, each object with the padding the kube::Store contract promises.
 void list(gpuguard::kube::Store& store, const std::vector<json>& objects) {
   store.list_begin();
-  for (const json& object : objects) {
-    std::string text = object.dump();
-    const std::size_t size = text.size();
-    text.append(gpuguard::kube::kJsonPadding, ' ');
-    store.list_item(std::string_view(text).substr(0, size));
-  }
+  for (const json& object : objects) store.list_item(gpuguard::kube::PaddedText(object.dump()).view());
   store.list_end(true);
 }
 

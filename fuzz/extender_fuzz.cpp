@@ -25,18 +25,9 @@ namespace {
   std::abort();
 }
 
-// Text with the padding kube::Store promises after it.
-std::string padded(std::string text) {
-  text.append(kube::kJsonPadding, ' ');
-  return text;
-}
-std::string_view unpadded(const std::string& text) {
-  return std::string_view(text).substr(0, text.size() - kube::kJsonPadding);
-}
-
 void list(kube::Store& store, std::initializer_list<const char*> objects) {
   store.list_begin();
-  for (const char* object : objects) store.list_item(unpadded(padded(object)));
+  for (const char* object : objects) store.list_item(kube::PaddedText(object).view());
   store.list_end(true);
 }
 
@@ -75,8 +66,7 @@ void check_verbs(const std::string& body) {
 }
 
 void check_cache(const std::string& body) {
-  const std::string text = padded(body);
-  const auto decoded = extender::decode_pod(unpadded(text));
+  const auto decoded = extender::decode_pod(kube::PaddedText(body).view());
   json pod = json::parse(body, nullptr, false);
   if (pod.is_discarded()) return;  // no promise beyond "no crash" for what is not JSON
   // The other way round is allowed: simdjson refuses nesting deeper than 1024, nlohmann does not.
@@ -84,11 +74,11 @@ void check_cache(const std::string& body) {
   if (decoded && decoded->requests != extender::pod_requests(pod)) violated("decode_pod's requests", body);
   // A pod with the uid of the one already cached would replace it: a different pod, not this property.
   if (pod.is_object() && pod.contains("metadata") && pod["metadata"].is_object()) pod["metadata"]["uid"] = "fuzzed";
-  const std::string renamed = padded(pod.dump());
+  const kube::PaddedText renamed(pod.dump());
   const auto before = cluster().node("n1").allocated;
   const auto pods = cluster().pod_count();
-  cluster().pods().apply("ADDED", unpadded(renamed));
-  cluster().pods().apply("DELETED", unpadded(renamed));
+  cluster().pods().apply("ADDED", renamed.view());
+  cluster().pods().apply("DELETED", renamed.view());
   if (cluster().node("n1").allocated != before || cluster().pod_count() != pods)
     violated("add+delete changed the cache", body);
 }

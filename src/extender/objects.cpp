@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "gpuguard/k8s/quantity.hpp"
+#include "gpuguard/kube/store.hpp"
 #include "json_fields.hpp"
 
 namespace gpuguard::extender {
@@ -178,7 +179,7 @@ od::parser& parser() {
 }
 
 bool iterate_object(std::string_view text, od::document& document, od::object& object) {
-  const simdjson::padded_string_view padded(text.data(), text.size(), text.size() + simdjson::SIMDJSON_PADDING);
+  const simdjson::padded_string_view padded(text.data(), text.size(), text.size() + kube::kJsonPadding);
   return !parser().iterate(padded).get(document) && !document.get_object().get(object);
 }
 

@@ -121,7 +121,7 @@ TEST_CASE("decode_pod and decode_node read from text what the DOM readers read")
   sidecar["env"] = json::array({{{"name", "BIG"}, {"value", std::string(1000, 'x')}}});
   p["spec"]["initContainers"] = {sidecar, container(nullptr, {{"example.com/fpga", 2.5}}), "not a container"};
   p["metadata"]["annotations"] = {{"a", std::string(1000, 'y')}};
-  const auto decoded = extender::decode_pod(test::PaddedJson(p).view());
+  const auto decoded = extender::decode_pod(kube::PaddedText(p.dump()).view());
   REQUIRE(decoded);
   CHECK(decoded->key == "uid-p");
   CHECK(decoded->node == "n1");
@@ -134,7 +134,7 @@ TEST_CASE("decode_pod and decode_node read from text what the DOM readers read")
         R"({"metadata":{"uid":"x"},"spec":{"nodeName":"n1","containers":[{"resources":{"limits":{"a/b":"3","a/b":"0"}},)"
         R"("resources":{"requests":{"c/d":"1"}}}]},"spec":{"nodeName":"n2","containers":[{"resources":)"
         R"({"requests":{"e/f":"2","e/f":"4"}}}]},"status":{"phase":"Failed"},"status":{"phase":"Running"}})";
-    const auto twice = extender::decode_pod(test::PaddedJson(std::string_view(text)).view());
+    const auto twice = extender::decode_pod(kube::PaddedText(text).view());
     REQUIRE(twice);
     CHECK(twice->node == "n2");
     CHECK(twice->occupies_node);
@@ -145,7 +145,7 @@ TEST_CASE("decode_pod and decode_node read from text what the DOM readers read")
     const std::string text =
         R"({"metadata":{"name":"n","namespace":"ns"},"status":{"phase":"Succeeded"},"spec":{"containers":[)"
         R"({"resources":{"requests":{"a/b":-3,"c/d":0.5,"e/f":123456789012345678901234567890,"g/h":-1e30}}}]}})";
-    const auto odd = extender::decode_pod(test::PaddedJson(std::string_view(text)).view());
+    const auto odd = extender::decode_pod(kube::PaddedText(text).view());
     REQUIRE(odd);
     CHECK(odd->key == "ns/n");
     CHECK_FALSE(odd->occupies_node);
@@ -153,12 +153,12 @@ TEST_CASE("decode_pod and decode_node read from text what the DOM readers read")
     CHECK(odd->requests == extender::ResourceCounts{{"c/d", 1}, {"e/f", std::int64_t{1} << 40}});
   }
   SECTION("not an object: nothing") {
-    CHECK_FALSE(extender::decode_pod(test::PaddedJson(std::string_view("[1]")).view()));
-    CHECK_FALSE(extender::decode_pod(test::PaddedJson(std::string_view("{\"a\":")).view()));
-    CHECK_FALSE(extender::decode_node(test::PaddedJson(std::string_view("\"n1\"")).view()));
+    CHECK_FALSE(extender::decode_pod(kube::PaddedText("[1]").view()));
+    CHECK_FALSE(extender::decode_pod(kube::PaddedText("{\"a\":").view()));
+    CHECK_FALSE(extender::decode_node(kube::PaddedText("\"n1\"").view()));
   }
   const json n = node("n1", {{"nvidia.com/gpu", "8"}, {"cpu", "64"}});
-  const auto capacity = extender::decode_node(test::PaddedJson(n).view());
+  const auto capacity = extender::decode_node(kube::PaddedText(n.dump()).view());
   REQUIRE(capacity);
   CHECK(capacity->name == "n1");
   CHECK(capacity->allocatable == extender::node_allocatable(n));
@@ -214,7 +214,7 @@ TEST_CASE("ClusterState follows lists and watch events") {
   }
   SECTION("a list that fails partway changes nothing") {
     state.pods().list_begin();
-    state.pods().list_item(test::PaddedJson(pod("d", "n2", "Running", {{"nvidia.com/gpu", "2"}})).view());
+    state.pods().list_item(kube::PaddedText(pod("d", "n2", "Running", {{"nvidia.com/gpu", "2"}}).dump()).view());
     state.pods().list_end(false);
     CHECK(state.node("n2").allocated.empty());
     CHECK(state.node("n1").allocated == extender::ResourceCounts{{"nvidia.com/gpu", 1}});

@@ -3,6 +3,7 @@
 // at a time as JSON text, never as a collection or a DOM, so that a cache of 150,000 pods holds its own
 // compact records and nothing else (docs/benchmarks.md, "Caches at cluster scale").
 #include <cstddef>
+#include <string>
 #include <string_view>
 
 namespace gpuguard::kube {
@@ -10,6 +11,18 @@ namespace gpuguard::kube {
 // Every object's text is followed in memory by at least this many readable bytes, so that a store can
 // parse it where it lies with simdjson On-Demand (whose SIMDJSON_PADDING this equals) instead of copying.
 inline constexpr std::size_t kJsonPadding = 64;
+
+// Text that keeps that promise, for whoever feeds a Store from text of its own (tests, fuzzers,
+// benchmarks): view() is the text alone, and kJsonPadding spaces follow it in memory.
+class PaddedText {
+ public:
+  explicit PaddedText(std::string_view text) : text_(text), size_(text.size()) { text_.append(kJsonPadding, ' '); }
+  std::string_view view() const { return std::string_view(text_).substr(0, size_); }
+
+ private:
+  std::string text_;
+  std::size_t size_;
+};
 
 class Store {
  public:

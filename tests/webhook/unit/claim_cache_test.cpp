@@ -77,8 +77,8 @@ TEST_CASE("claim cache: nothing is known until both kinds are listed, then event
 
   // A list that fails partway changes nothing; text that is no object is passed over.
   claims.store->list_begin();
-  claims.store->list_item(gpuguard::test::PaddedJson(claim("ml", "late", json::array())).view());
-  claims.store->list_item(gpuguard::test::PaddedJson(std::string_view("[1, 2]")).view());
+  claims.store->list_item(gpuguard::kube::PaddedText(claim("ml", "late", json::array()).dump()).view());
+  claims.store->list_item(gpuguard::kube::PaddedText("[1, 2]").view());
   claims.store->list_end(false);
   CHECK(cache.claim("ml", "late").status == Status::unknown);
   CHECK(cache.claim_template("ml", "one-gpu").status == Status::found);
