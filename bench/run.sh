@@ -4,16 +4,19 @@
 #   2. start-up: process start to the "listening" log line
 #   3. load over TLS keep-alive with wrk (1 thread, 16 connections): GET /healthz as the transport reference,
 #      then POST /mutate with an ~8 KB review; the server pinned to CPU 0 with one thread, wrk to CPU 1
-#   4. a 2.5 MiB pod end to end with curl, 10 times
-#   5. the server's peak RSS after all of it
-#   6. the device plugin's Allocate over its unix socket
-#   7. the scheduler extender's filter and prioritize vs. a nlohmann DOM parse of the same request
-#   8. the extender's cache at 5,000 nodes and 150,000 pods vs. a client-go informer (bench/cache.sh)
+#   4. the server's memory after that load: peak RSS, and /proc/PID/smaps_rollup split into private and shared
+#   5. a 2.5 MiB pod end to end with curl, 10 times, and the server's peak RSS after all of it
+#   6. a burst of 2,000 fresh TLS connections, one review each, all at once (bench-burst, a Go client)
+#   7. the device plugin's Allocate over its unix socket
+#   8. the scheduler extender's filter and prioritize vs. a nlohmann DOM parse of the same request
+#   9. the extender's cache at 5,000 nodes and 150,000 pods vs. a client-go informer (bench/cache.sh)
 # Raw output goes to $BUILD_DIR/bench/; a summary is printed at the end.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 duration="${BENCH_SECONDS:-10}"
+ulimit -n "$(ulimit -Hn)"  # the burst holds 2,000 sockets open on each side
 "$build/bench/gpuguard_write_review" 2560 > "$out/review-2.5m.json"
+(cd "$root/e2e" && "$root/scripts/go" build -p "${JOBS:-2}" -o "$build/bench-go/" ./cmd/bench-burst)
 
 echo "== core micro-benchmarks"
 $pin_server "$build/bench/gpuguard_core_bench" --benchmark_repetitions=3 --benchmark_report_aggregates_only=true \
@@ -33,8 +36,16 @@ echo "== wrk POST /mutate, $(stat -c %s "$out/review-8k.json") byte review"
 GPUGUARD_BODY="$out/review-8k.json" $pin_client wrk -t1 -c16 -d"${duration}s" --latency -s "$root/bench/post.lua" \
   "$url/mutate?timeout=10s" | tee "$out/wrk-mutate.txt"
 
-echo "== RSS after the keep-alive load"
-grep -E 'VmHWM|VmRSS' /proc/$server/status | tee "$out/rss-after-load.txt"
+healthz_rps=$(awk '/Requests\/sec/ {print $2}' "$out/wrk-healthz.txt")
+mutate_rps=$(awk '/Requests\/sec/ {print $2}' "$out/wrk-mutate.txt")
+awk -v m="$mutate_rps" -v h="$healthz_rps" 'BEGIN {printf "== POST /mutate at %.0f %% of GET /healthz requests/s\n", 100 * m / h}' \
+  | tee "$out/mutate-vs-healthz.txt"
+
+echo "== memory after the keep-alive load (private: this process alone; shared: pages other processes map too)"
+{
+  grep -E 'VmHWM|VmRSS' /proc/$server/status
+  grep -E '^(Rss|Pss|Shared_Clean|Shared_Dirty|Private_Clean|Private_Dirty|Anonymous):' /proc/$server/smaps_rollup
+} | tee "$out/rss-after-load.txt"
 
 echo "== 2.5 MiB pod, end to end ($(stat -c %s "$out/review-2.5m.json") bytes), 10 runs"
 for i in $(seq 10); do
@@ -54,6 +65,13 @@ for i in $(seq 10); do
     --data-binary @"$out/review-2.5m.json" "https://127.0.0.1:$port/mutate"
 done
 grep '"msg":"admission reviewed"' "$out/server-debug.log" | sed -n 's/.*"micros":\([0-9]*\).*/\1 us/p' | tee "$out/large-server.txt"
+kill $server; wait $server 2>/dev/null || true
+
+echo "== burst: 2,000 fresh TLS connections at once, one review each, on a fresh server"
+start_webhook "$out/server-burst.log"
+$pin_client "$build/bench-go/bench-burst" --url "https://127.0.0.1:$port/mutate" --ca "$out/certs/ca.crt" --body "$out/review-8k.json" \
+  --connections 2000 | tee "$out/burst.txt"
+grep -E 'VmHWM' /proc/$server/status | tee -a "$out/burst.txt"
 kill $server; wait $server 2>/dev/null || true
 
 echo "== device plugin Allocate"

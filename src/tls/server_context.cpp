@@ -82,6 +82,8 @@ std::shared_ptr<ssl::context> make_server_context(const std::string& cert_pem, c
   SSL_CTX_set_min_proto_version(native, TLS1_2_VERSION);
   SSL_CTX_set_max_proto_version(native, TLS1_3_VERSION);
   SSL_CTX_set_options(native, SSL_OP_NO_COMPRESSION | SSL_OP_NO_RENEGOTIATION);
+  // An idle keep-alive connection (the apiserver keeps a pool) then holds no 16 KiB record buffers.
+  SSL_CTX_set_mode(native, SSL_MODE_RELEASE_BUFFERS);
   if (SSL_CTX_set_cipher_list(native, kIntermediateCiphers) != 1 ||
       SSL_CTX_set1_groups_list(native, "X25519:prime256v1:secp384r1") != 1 || SSL_CTX_set_dh_auto(native, 1) != 1) {
     throw std::runtime_error("TLS configuration rejected by OpenSSL: " + openssl_reason());
