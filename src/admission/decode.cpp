@@ -170,6 +170,7 @@ void decode_resources(od::value& resources, std::string_view list, Container& co
     if (!limits && key != "requests") return;
     std::erase_if(container.resources, [&](const ResourceAmount& r) { return r.limit == limits; });
     if (is_null(amounts, amounts_path)) return;
+    container.resources.reserve(4);  // cpu and memory, limits and requests: the common case, one allocation
     for_each_entry(amounts, amounts_path, [&](std::string_view resource, od::value quantity) {
       std::erase_if(container.resources,
                     [&](const ResourceAmount& r) { return r.limit == limits && r.name == resource; });
@@ -230,6 +231,7 @@ void decode_container_list(ContainerList list, od::value& value, Pod& pod) {
   const std::string_view p = names_of(list).path;
   std::erase_if(pod.containers, [&](const Container& c) { return c.list == list; });
   if (is_null(value, p)) return;
+  pod.containers.reserve(8);  // most pods have fewer, and growing 1, 2, 4, 8 costs four allocations
   for_each_element(value, p, [&](std::size_t index, od::value& element) {
     pod.containers.push_back(decode_container(list, index, element));
   });

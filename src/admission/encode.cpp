@@ -49,6 +49,7 @@ std::string encode_patch(const Decision& decision, const Policy& policy) {
   entry += '}';
 
   std::string patch = "[";
+  patch.reserve(decision.patch.size() * (64 + entry.size()));  // an operation with its path and value
   for (const PatchOperation& operation : decision.patch) {
     if (patch.size() > 1) patch += ',';
     patch += "{\"op\":\"";
@@ -70,8 +71,9 @@ std::string encode_patch(const Decision& decision, const Policy& policy) {
 }
 
 std::string encode_response(const Review& review, const Decision& decision, const Policy& policy) {
+  const std::string patch = decision.patch.empty() ? std::string() : base64_encode(encode_patch(decision, policy));
   std::string out;
-  out.reserve(256);
+  out.reserve(256 + patch.size());
   out += "{\"apiVersion\":";
   append_json_string(out, review.api_version);
   out += ",\"kind\":\"AdmissionReview\",\"response\":{\"uid\":";
@@ -85,7 +87,7 @@ std::string encode_response(const Review& review, const Decision& decision, cons
   }
   if (!decision.patch.empty()) {
     out += ",\"patchType\":\"JSONPatch\",\"patch\":\"";
-    out += base64_encode(encode_patch(decision, policy));
+    out += patch;
     out += '"';
   }
   if (!decision.warnings.empty()) {
