@@ -7,7 +7,7 @@
 
 #include "gpuguard/extender/cluster_state.hpp"
 #include "gpuguard/extender/scheduling.hpp"
-#include "gpuguard/kube/store.hpp"
+#include "stores.hpp"
 
 namespace {
 
@@ -37,13 +37,6 @@ json gpu_node(const std::string& name) {
             {"capacity", {{"cpu", "96"}, {"memory", "1Ti"}, {"nvidia.com/gpu", "8"}}}}}};
 }
 
-// A complete list into a store, each object with the padding the kube::Store contract promises.
-void list(gpuguard::kube::Store& store, const std::vector<json>& objects) {
-  store.list_begin();
-  for (const json& object : objects) store.list_item(gpuguard::kube::PaddedText(object.dump()).view());
-  store.list_end(true);
-}
-
 struct Cluster {
   gpuguard::extender::ClusterState state;
   std::string names_body, nodes_body;
@@ -64,8 +57,8 @@ const Cluster& cluster(std::int64_t nodes) {
     names.push_back(name);
     if (i < 100) items.push_back(node_objects.back());
   }
-  list(c.state.nodes(), node_objects);
-  list(c.state.pods(), pods);
+  gpuguard::test::list(c.state.nodes(), node_objects);
+  gpuguard::test::list(c.state.pods(), pods);
   const json pod = gpu_pod("incoming", "", 2);
   c.names_body = json{{"Pod", pod}, {"Nodes", nullptr}, {"NodeNames", names}}.dump();
   c.nodes_body = json{{"Pod", pod}, {"Nodes", {{"items", items}}}, {"NodeNames", nullptr}}.dump();
