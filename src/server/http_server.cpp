@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <csignal>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -42,6 +43,21 @@ constexpr auto kNoThrow = asio::as_tuple(asio::use_awaitable);
 
 // Spare capacity after the body so that the JSON decoder (simdjson needs 64 bytes) can read it in place.
 constexpr std::size_t kBodySlack = 64;
+
+// Beast reads into the free space of its buffer, at least 512 bytes, and the body parser empties the
+// buffer as it goes, so a buffer left to itself stays small and a 10 KB body takes twenty reads, each a
+// trip through OpenSSL and the scheduler. While a body is read the buffer gets room for one TLS record's
+// plaintext (what one SSL_read can return), and it is released once the answer is written, so that idle
+// keep-alive connections hold none of it.
+constexpr std::size_t kBodyReadRoom = std::size_t{16} * 1024;
+
+void make_room_for_body(beast::flat_buffer& buffer, std::optional<std::uint64_t> content_length) {
+  const std::uint64_t unread = content_length.value_or(kBodyReadRoom);
+  if (unread > buffer.size()) {
+    buffer.reserve(buffer.size() +
+                   static_cast<std::size_t>(std::min<std::uint64_t>(unread - buffer.size(), kBodyReadRoom)));
+  }
+}
 
 tcp::endpoint parse_listen_address(const std::string& address) {
   const std::size_t colon = address.rfind(':');
@@ -249,12 +265,14 @@ asio::awaitable<void> HttpServer::Impl::serve_requests(Stream& stream, SessionCo
       http::response<http::empty_body> go_on{http::status::continue_, request.version()};
       if (auto [ec, n] = co_await http::async_write(stream, go_on, kNoThrow); ec) break;
     }
+    make_room_for_body(buffer, head.content_length);
     if (auto [ec, n] = co_await http::async_read(stream, buffer, parser, kNoThrow); ec) {
       co_await answer_read_error(stream, ec, deadline);  // a chunked body can pass the limit only here
       break;
     }
     keep_alive = co_await respond(stream, call_handler(head, std::move(request.body())), request.version(), keep_alive,
                                   deadline);
+    if (buffer.size() == 0) buffer.shrink_to_fit();  // nothing of a next request read yet: free it all
   }
 }
 

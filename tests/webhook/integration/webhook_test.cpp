@@ -112,6 +112,51 @@ TEST_CASE("a body over 7 MiB gets 413 without being read") {
   CHECK(at_limit.request("POST", "/mutate", padded).status == 200);
 }
 
+// The server sizes its read buffer per request and releases it after the answer; none of that may lose a
+// byte, however the body is framed or cut into TLS records.
+TEST_CASE("a body is read whole when chunked, cut into small TLS records, or pipelined behind another") {
+  WebhookProcess webhook;
+  const std::string body = fixture_review("user-all");
+  const std::string head =
+      "POST /mutate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nConnection: close\r\n";
+  const auto count_answers = [](const std::string& received) {
+    std::size_t answers = 0;
+    for (std::size_t at = received.find("HTTP/1.1 200"); at != std::string::npos;
+         at = received.find("HTTP/1.1 200", at + 1)) {
+      ++answers;
+    }
+    return answers;
+  };
+
+  TlsClient chunked(webhook.port());
+  chunked.write_raw(head + "Transfer-Encoding: chunked\r\n\r\n");
+  for (std::size_t at = 0; at < body.size(); at += 700) {
+    const std::string piece = body.substr(at, 700);
+    char size_line[32];
+    std::snprintf(size_line, sizeof size_line, "%zx\r\n", piece.size());
+    chunked.write_raw(size_line + piece + "\r\n");
+  }
+  chunked.write_raw("0\r\n\r\n");
+  const auto [chunked_reply, chunked_closed] = chunked.read_until_closed(5s);
+  CHECK(count_answers(chunked_reply) == 1);
+  CHECK_THAT(chunked_reply, Catch::Contains("\"patchType\":\"JSONPatch\""));
+
+  TlsClient trickled(webhook.port());
+  trickled.write_raw(head + "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n");
+  for (std::size_t at = 0; at < body.size(); at += 37) trickled.write_raw(body.substr(at, 37));
+  const auto [trickled_reply, trickled_closed] = trickled.read_until_closed(5s);
+  CHECK(count_answers(trickled_reply) == 1);
+  CHECK_THAT(trickled_reply, Catch::Contains("\"patchType\":\"JSONPatch\""));
+
+  TlsClient pipelined(webhook.port());
+  const std::string keep_alive_head = "POST /mutate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n";
+  pipelined.write_raw(keep_alive_head + "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body + head +
+                      "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body);
+  const auto [pipelined_reply, pipelined_closed] = pipelined.read_until_closed(5s);
+  CHECK(count_answers(pipelined_reply) == 2);
+  CHECK(pipelined_closed);
+}
+
 TEST_CASE("a 2.5 MiB pod is reviewed and every container patched") {
   WebhookProcess webhook;
   json review = json::parse(fixture_review("other-env"));
