@@ -1,6 +1,6 @@
 #pragma once
-// The facts the decoder extracts from an AdmissionReview. Pod strings are views into the simdjson parser's
-// buffers, so a model lives only inside one review() call.
+// The facts the decoder extracts from an AdmissionReview. Its strings are views into the simdjson parser's
+// document, so a model lives only inside one review() call.
 #include <cstddef>
 #include <stdexcept>
 #include <string>
@@ -104,15 +104,14 @@ struct Pod {
 };
 
 struct Review {
-  // Owned: read in the first pass, and simdjson reuses its string buffer when the document is rewound.
-  std::string api_version;
-  std::string uid;
-  std::string operation;
-  std::string kind_group;
-  std::string kind;
-  std::string sub_resource;
-  std::string namespace_;  // request.namespace: set on CREATE even when the Pod's metadata has none
-  bool has_pod = false;    // `object` was decoded as a Pod (only for the reviews we may mutate)
+  std::string_view api_version;
+  std::string_view uid;
+  std::string_view operation;
+  std::string_view kind_group;
+  std::string_view kind;
+  std::string_view sub_resource;
+  std::string_view namespace_;  // request.namespace: set on CREATE even when the Pod's metadata has none
+  bool has_pod = false;         // `object` was decoded as a Pod (only for the reviews we may mutate)
   Pod pod;
   std::vector<std::string_view> old_ephemeral_names;  // UPDATE pods/ephemeralcontainers: already running
 };

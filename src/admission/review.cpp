@@ -13,8 +13,8 @@ namespace {
 // for the usual few-KiB reviews; rare large ones get a parser of their own so memory does not stay high.
 constexpr std::size_t kReusableParserLimit = std::size_t{256} * 1024;
 
-simdjson::ondemand::parser& reusable_parser() {
-  thread_local simdjson::ondemand::parser parser;
+dom::parser& reusable_parser() {
+  thread_local dom::parser parser;
   return parser;
 }
 
@@ -26,14 +26,12 @@ bool with_review(std::string& body, std::string& error, Use&& use) {
   body.reserve(length + simdjson::SIMDJSON_PADDING);
   const simdjson::padded_string_view json(body.data(), length, body.capacity());
   try {
-    simdjson::ondemand::parser large_document_parser;  // allocates nothing until used
-    simdjson::ondemand::parser& parser = length <= kReusableParserLimit ? reusable_parser() : large_document_parser;
+    dom::parser large_document_parser;  // allocates nothing until used
+    dom::parser& parser = length <= kReusableParserLimit ? reusable_parser() : large_document_parser;
     use(decode_review(parser, json));
     return true;
   } catch (const DecodeError& e) {
     error = e.what();
-  } catch (const simdjson::simdjson_error& e) {
-    error = std::string("malformed JSON (") + e.what() + ")";
   }
   return false;
 }
@@ -94,8 +92,8 @@ ReviewOutcome review(std::string body, const policy::Policy& policy, const Claim
   outcome.ok = with_review(body, outcome.body, [&](const Review& request) {
     const Decision decision = decide(request, policy, claims);
     outcome.body = encode_response(request, decision, policy);
-    outcome.uid = request.uid;
-    outcome.operation = request.operation;
+    outcome.uid = std::string(request.uid);
+    outcome.operation = std::string(request.operation);
     outcome.allowed = decision.allowed;
     outcome.denial = decision.denial;
     outcome.patched = !decision.patch.empty();
