@@ -282,7 +282,13 @@ Decision decide(const Review& review, const Policy& policy, const ClaimLookup* c
     return decision;
   }
 
+  // At most one patch operation, mutation and finding per container in the common case: one allocation each.
+  const std::size_t containers = review.pod.containers.size();
+  decision.patch.reserve(containers);
+  decision.mutations.reserve(containers);
+  decision.findings.reserve(containers);
   std::vector<std::pair<const Container*, Mutation>> changed;
+  changed.reserve(containers);
   std::vector<std::string> facts;
   auto deny = [&](std::string reason) {
     if (decision.allowed) decision.denial = std::move(reason);

@@ -8,6 +8,7 @@
 #include <array>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "gpuguard/k8s/quantity.hpp"
 
@@ -75,13 +76,16 @@ struct Name {
 // The fields of an object named in `Names`, each the last of its name: duplicate keys are read as Go's and
 // nlohmann's decoders read them, which the apiserver never sends but a patch must still match.
 template <Name... Names>
-std::array<Element, sizeof...(Names)> fields_of(dom::element value, const Path& path) {
+[[gnu::always_inline]] inline std::array<Element, sizeof...(Names)> fields_of(dom::element value, const Path& path) {
+  constexpr std::array<std::string_view, sizeof...(Names)> kNames = {Names.view()...};
   std::array<Element, sizeof...(Names)> found;
   const dom::object object = object_of(value, path);
   for (auto field = object.begin(); field != object.end(); ++field) {
     const std::string_view key = field.key();
-    std::size_t i = 0;
-    static_cast<void>(((key == Names.view() ? (found[i] = field.value(), true) : (++i, false)) || ...));
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      static_cast<void>(((key == kNames[I] && (found[I] = field.value(), true)) || ...));
+    }
+    (std::make_index_sequence<sizeof...(Names)>{});
   }
   return found;
 }
@@ -100,9 +104,11 @@ bool quantity_is_nonzero(dom::element value) {
   return true;  // not a quantity: see is_zero_quantity for why that counts as a request
 }
 
+// Only NVIDIA_VISIBLE_DEVICES matters, so an entry's value fields are read only when that is its name.
 void decode_env_entry(std::size_t index, dom::element entry, std::string_view list, Container& container) {
-  const auto [name, value, value_from] = fields_of<"name", "value", "valueFrom">(entry, Path(list, ".env[]"));
+  const auto [name] = fields_of<"name">(entry, Path(list, ".env[]"));
   if (optional_string(name, Path(list, ".env[].name")) != kVisibleDevices) return;
+  const auto [value, value_from] = fields_of<"value", "valueFrom">(entry, Path(list, ".env[]"));
   container.visible_devices.push_back({.env_index = index,
                                        .has_value = present(value),
                                        .value = optional_string(value, Path(list, ".env[].value")),
@@ -154,7 +160,8 @@ bool decode_privileged(dom::element security_context, std::string_view list) {
   return value;
 }
 
-Container decode_container(ContainerList list, std::size_t index, dom::element value) {
+// Volume mounts matter only as mounts of the pod's hostPath volumes, so they are read only when it has some.
+Container decode_container(ContainerList list, std::size_t index, dom::element value, bool read_mounts) {
   const std::string_view p = names_of(list).path;
   const auto [name, env, env_from, resources, volume_mounts, security_context] =
       fields_of<"name", "env", "envFrom", "resources", "volumeMounts", "securityContext">(value, p);
@@ -170,10 +177,12 @@ Container decode_container(ContainerList list, std::size_t index, dom::element v
   for_each_element(env_from, Path(p, ".envFrom"),
                    [&](std::size_t, dom::element entry) { decode_env_from(entry, p, container); });
   if (present(resources)) decode_resources(*resources, p, container);
-  for_each_element(volume_mounts, Path(p, ".volumeMounts"), [&](std::size_t, dom::element mount) {
-    const auto [mount_name] = fields_of<"name">(mount, Path(p, ".volumeMounts[]"));
-    if (mount_name) container.volume_mounts.push_back(optional_string(mount_name, Path(p, ".volumeMounts[].name")));
-  });
+  if (read_mounts) {
+    for_each_element(volume_mounts, Path(p, ".volumeMounts"), [&](std::size_t, dom::element mount) {
+      const auto [mount_name] = fields_of<"name">(mount, Path(p, ".volumeMounts[]"));
+      if (mount_name) container.volume_mounts.push_back(optional_string(mount_name, Path(p, ".volumeMounts[].name")));
+    });
+  }
   container.privileged = present(security_context) && decode_privileged(*security_context, p);
   return container;
 }
@@ -181,7 +190,7 @@ Container decode_container(ContainerList list, std::size_t index, dom::element v
 void decode_container_list(ContainerList list, const Element& value, Pod& pod) {
   const std::string_view path = names_of(list).path;
   for_each_element(value, path, [&](std::size_t index, dom::element element) {
-    pod.containers.push_back(decode_container(list, index, element));
+    pod.containers.push_back(decode_container(list, index, element, !pod.host_paths.empty()));
   });
 }
 
@@ -229,6 +238,7 @@ Pod decode_pod(dom::element object, bool only_ephemeral) {
               resource_claims] =
       fields_of<"initContainers", "containers", "ephemeralContainers", "serviceAccountName", "schedulerName", "volumes",
                 "runtimeClassName", "resourceClaims">(*spec, "request.object.spec");
+  decode_host_path_volumes(volumes, pod);
   pod.containers.reserve(8);  // most pods have fewer, and growing 1, 2, 4, 8 costs four allocations
   if (!only_ephemeral) {
     decode_container_list(ContainerList::init, init_containers, pod);
@@ -239,7 +249,6 @@ Pod decode_pod(dom::element object, bool only_ephemeral) {
   pod.service_account = optional_string(service_account, "request.object.spec.serviceAccountName");
   pod.scheduler = optional_string(scheduler, "request.object.spec.schedulerName");
   pod.runtime_class = optional_string(runtime_class, "request.object.spec.runtimeClassName");
-  decode_host_path_volumes(volumes, pod);
   return pod;
 }
 

@@ -72,7 +72,7 @@ struct Container {
   std::vector<EnvFromSource> env_from;
   std::vector<ResourceAmount> resources;  // limits and requests together
   std::vector<ClaimUse> claims;
-  std::vector<std::string_view> volume_mounts;  // volumeMounts[].name
+  std::vector<std::string_view> volume_mounts;  // volumeMounts[].name, read only when the pod has hostPath volumes
 };
 
 struct Annotation {
