@@ -3,15 +3,16 @@
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/ssl/context.hpp>
 #include <boost/asio/steady_timer.hpp>
-#include <boost/asio/strand.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core/basic_stream.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
-#include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http/empty_body.hpp>
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/string_body.hpp>
@@ -39,7 +40,18 @@ namespace ssl = asio::ssl;
 using tcp = asio::ip::tcp;
 using namespace std::chrono_literals;
 
-constexpr auto kNoThrow = asio::as_tuple(asio::use_awaitable);
+// One event loop per thread, and a connection stays on the loop that accepted it: its coroutine, its
+// deadlines and the drain's posts all run on one thread, so nothing on a request's path needs a strand or
+// a lock, and every I/O object names its executor's concrete type instead of a type-erased one.
+using Executor = asio::io_context::executor_type;
+using Socket = asio::basic_stream_socket<tcp, Executor>;
+using TcpStream = beast::basic_stream<tcp, Executor>;
+using Timer =
+    asio::basic_waitable_timer<std::chrono::steady_clock, asio::wait_traits<std::chrono::steady_clock>, Executor>;
+template <class T = void>
+using Task = asio::awaitable<T, Executor>;
+
+constexpr auto kNoThrow = asio::as_tuple(asio::use_awaitable_t<Executor>{});
 
 // Spare capacity after the body so that the JSON decoder (simdjson needs 64 bytes) can read it in place.
 constexpr std::size_t kBodySlack = 64;
@@ -94,55 +106,66 @@ bool is_malformed_request(const boost::system::error_code& ec) {
 
 }  // namespace
 
-// What the drain needs to reach into a session. Touched only on the session's strand.
+// What the drain needs to reach into a session. Touched only on the session's loop.
 struct SessionControl {
-  asio::any_io_executor executor;
-  beast::tcp_stream* transport = nullptr;  // null once the session has ended
+  Executor executor;
+  TcpStream* transport = nullptr;  // null once the session has ended
   bool waiting_for_request = false;
   std::chrono::steady_clock::time_point idle_since;
 };
 
+std::vector<std::unique_ptr<asio::io_context>> make_loops(unsigned threads) {
+  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
+  std::vector<std::unique_ptr<asio::io_context>> loops;
+  for (unsigned i = 0; i < threads; ++i) loops.push_back(std::make_unique<asio::io_context>(1));  // one thread each
+  return loops;
+}
+
 struct HttpServer::Impl {
-  Impl(ServerOptions o, TlsProvider t, const Handler& h) : options(std::move(o)), tls(std::move(t)), handler(h) {}
+  Impl(ServerOptions o, TlsProvider t, const Handler& h)
+      : options(std::move(o)), tls(std::move(t)), handler(h), loops(make_loops(options.threads)) {}
 
   ServerOptions options;
   TlsProvider tls;
   const Handler& handler;
-  asio::io_context ioc;
-  tcp::acceptor acceptor{ioc};
-  asio::signal_set signals{ioc, SIGINT, SIGTERM};
-  asio::steady_timer drain_timer{ioc};
+  // Declared before the loops: a loop that is destroyed with coroutines still on it ends their sessions.
   std::atomic<bool> draining{false};  // signal received: answer with Connection: close
   std::atomic<bool> stopping{false};  // delay over: no new connections, idle ones are closed
   std::atomic<std::size_t> sessions{0};
   std::mutex controls_mutex;
   std::vector<std::weak_ptr<SessionControl>> controls;
+  // loops[0] also runs the acceptor, the signals and the drain.
+  std::vector<std::unique_ptr<asio::io_context>> loops;
+  std::size_t next_loop = 0;  // round robin; touched only by the accept loop
+  asio::basic_socket_acceptor<tcp, Executor> acceptor{*loops.front()};
+  asio::basic_signal_set<Executor> signals{*loops.front(), SIGINT, SIGTERM};
+  Timer drain_timer{*loops.front()};
 
-  asio::awaitable<void> accept_loop();
-  asio::awaitable<void> session(tcp::socket socket);
+  Task<> accept_loop();
+  Task<> session(Socket socket);
   template <class Stream>
-  asio::awaitable<void> serve_requests(Stream& stream, SessionControl& control);
+  Task<> serve_requests(Stream& stream, SessionControl& control);
   template <class Stream>
-  asio::awaitable<bool> respond(Stream& stream, Response response, unsigned version, bool keep_alive,
-                                std::chrono::milliseconds deadline);
+  Task<bool> respond(Stream& stream, Response response, unsigned version, bool keep_alive,
+                     std::chrono::milliseconds deadline);
   template <class Stream>
-  asio::awaitable<void> answer_read_error(Stream& stream, const boost::system::error_code& ec,
-                                          std::chrono::milliseconds deadline);
+  Task<> answer_read_error(Stream& stream, const boost::system::error_code& ec, std::chrono::milliseconds deadline);
   Response call_handler(const RequestHead& head, std::string body);
-  std::shared_ptr<SessionControl> register_session(asio::any_io_executor executor, beast::tcp_stream& transport);
+  std::shared_ptr<SessionControl> register_session(Executor executor, TcpStream& transport);
   void begin_shutdown();
   void stop_accepting(std::chrono::steady_clock::time_point deadline);
   void wait_for_sessions(std::chrono::steady_clock::time_point deadline);
 };
 
-asio::awaitable<void> HttpServer::Impl::accept_loop() {
+Task<> HttpServer::Impl::accept_loop() {
   while (!stopping) {
-    auto [ec, socket] = co_await acceptor.async_accept(asio::make_strand(ioc), kNoThrow);
+    asio::io_context& loop = *loops[next_loop++ % loops.size()];
+    auto [ec, socket] = co_await acceptor.async_accept(loop.get_executor(), kNoThrow);
     if (ec) {
       if (stopping || ec == asio::error::operation_aborted) co_return;
       // Typically EMFILE: back off instead of spinning, existing connections keep being served.
       log::warn("accept failed", {{"reason", ec.message()}});
-      asio::steady_timer pause(ioc, 50ms);
+      Timer pause(*loops.front(), 50ms);
       co_await pause.async_wait(kNoThrow);
       continue;
     }
@@ -169,8 +192,8 @@ Response HttpServer::Impl::call_handler(const RequestHead& head, std::string bod
 }
 
 template <class Stream>
-asio::awaitable<bool> HttpServer::Impl::respond(Stream& stream, Response response, unsigned version, bool keep_alive,
-                                                std::chrono::milliseconds deadline) {
+Task<bool> HttpServer::Impl::respond(Stream& stream, Response response, unsigned version, bool keep_alive,
+                                     std::chrono::milliseconds deadline) {
   http::response<http::string_body> message{static_cast<http::status>(response.status), version};
   message.set(http::field::content_type, response.content_type);
   for (auto& [name, value] : response.headers) message.set(name, value);
@@ -184,8 +207,8 @@ asio::awaitable<bool> HttpServer::Impl::respond(Stream& stream, Response respons
 
 // Tells the client why its request could not be read, when there is still a client to tell.
 template <class Stream>
-asio::awaitable<void> HttpServer::Impl::answer_read_error(Stream& stream, const boost::system::error_code& ec,
-                                                          std::chrono::milliseconds deadline) {
+Task<> HttpServer::Impl::answer_read_error(Stream& stream, const boost::system::error_code& ec,
+                                           std::chrono::milliseconds deadline) {
   if (ec == http::error::body_limit) {
     co_await respond(stream, text_response(413, "request body over " + std::to_string(options.body_limit) + " bytes"),
                      11, false, deadline);
@@ -196,7 +219,7 @@ asio::awaitable<void> HttpServer::Impl::answer_read_error(Stream& stream, const 
   }
 }
 
-asio::awaitable<void> HttpServer::Impl::session(tcp::socket socket) {
+Task<> HttpServer::Impl::session(Socket socket) {
   const auto executor = socket.get_executor();
   struct SessionEnd {
     Impl& impl;
@@ -207,7 +230,7 @@ asio::awaitable<void> HttpServer::Impl::session(tcp::socket socket) {
     }
   };
   if (!tls) {
-    beast::tcp_stream stream(std::move(socket));
+    TcpStream stream(std::move(socket));
     SessionEnd session_end{*this, register_session(executor, stream)};
     co_await serve_requests(stream, *session_end.control);
     boost::system::error_code ignored;
@@ -215,7 +238,7 @@ asio::awaitable<void> HttpServer::Impl::session(tcp::socket socket) {
     co_return;
   }
   const std::shared_ptr<ssl::context> context = tls();  // this pair for the whole connection
-  beast::ssl_stream<beast::tcp_stream> stream(std::move(socket), *context);
+  beast::ssl_stream<TcpStream> stream(std::move(socket), *context);
   auto& transport = beast::get_lowest_layer(stream);
   SessionEnd session_end{*this, register_session(executor, transport)};
   transport.expires_after(options.handshake_timeout);
@@ -229,7 +252,7 @@ asio::awaitable<void> HttpServer::Impl::session(tcp::socket socket) {
 }
 
 template <class Stream>
-asio::awaitable<void> HttpServer::Impl::serve_requests(Stream& stream, SessionControl& control) {
+Task<> HttpServer::Impl::serve_requests(Stream& stream, SessionControl& control) {
   auto& transport = beast::get_lowest_layer(stream);
   beast::flat_buffer buffer;
   bool keep_alive = true;
@@ -276,11 +299,9 @@ asio::awaitable<void> HttpServer::Impl::serve_requests(Stream& stream, SessionCo
   }
 }
 
-std::shared_ptr<SessionControl> HttpServer::Impl::register_session(asio::any_io_executor executor,
-                                                                   beast::tcp_stream& transport) {
-  auto control = std::make_shared<SessionControl>();
-  control->executor = std::move(executor);
-  control->transport = &transport;
+std::shared_ptr<SessionControl> HttpServer::Impl::register_session(Executor executor, TcpStream& transport) {
+  auto control = std::make_shared<SessionControl>(
+      SessionControl{.executor = executor, .transport = &transport, .waiting_for_request = false, .idle_since = {}});
   ++sessions;
   std::lock_guard lock(controls_mutex);
   std::erase_if(controls, [](const auto& weak) { return weak.expired(); });
@@ -313,7 +334,7 @@ void HttpServer::Impl::stop_accepting(std::chrono::steady_clock::time_point dead
     // A new expiry would only apply to the next read, not the pending one: close the idle stream instead.
     asio::post(control->executor, [control] {
       if (control->transport == nullptr || !control->waiting_for_request) return;
-      auto timer = std::make_shared<asio::steady_timer>(control->executor, control->idle_since + 1s);
+      auto timer = std::make_shared<Timer>(control->executor, control->idle_since + 1s);
       timer->async_wait([control, timer](boost::system::error_code) {
         if (control->transport != nullptr && control->waiting_for_request) control->transport->close();
       });
@@ -325,7 +346,7 @@ void HttpServer::Impl::stop_accepting(std::chrono::steady_clock::time_point dead
 void HttpServer::Impl::wait_for_sessions(std::chrono::steady_clock::time_point deadline) {
   if (sessions == 0 || std::chrono::steady_clock::now() >= deadline) {
     if (sessions != 0) log::warn("shutdown timeout reached with connections open", {{"connections", sessions.load()}});
-    ioc.stop();
+    for (const auto& loop : loops) loop->stop();
     return;
   }
   drain_timer.expires_after(10ms);
@@ -357,16 +378,20 @@ void HttpServer::run() {
                                 {"timeout_ms", impl_->options.shutdown_timeout.count()}});
     impl_->begin_shutdown();
   });
-  asio::co_spawn(impl_->ioc, impl_->accept_loop(), [](const std::exception_ptr&) {});
-  const unsigned threads =
-      impl_->options.threads == 0 ? std::max(1u, std::thread::hardware_concurrency()) : impl_->options.threads;
-  std::vector<std::jthread> pool;
-  for (unsigned i = 1; i < threads; ++i) pool.emplace_back([this] { impl_->ioc.run(); });
-  impl_->ioc.run();
+  auto& loops = impl_->loops;
+  asio::co_spawn(*loops.front(), impl_->accept_loop(), [](const std::exception_ptr&) {});
+  // The other loops wait for connections until the drain stops every loop.
+  std::vector<asio::executor_work_guard<Executor>> waiting;
+  std::vector<std::jthread> threads;
+  for (auto loop = loops.begin() + 1; loop != loops.end(); ++loop) {
+    waiting.push_back(asio::make_work_guard(**loop));
+    threads.emplace_back([&context = **loop] { context.run(); });
+  }
+  loops.front()->run();
 }
 
 void HttpServer::stop() {
-  asio::post(impl_->ioc, [this] { impl_->begin_shutdown(); });
+  asio::post(*impl_->loops.front(), [this] { impl_->begin_shutdown(); });
 }
 
 }  // namespace gpuguard::server

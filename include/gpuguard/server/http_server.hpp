@@ -39,8 +39,8 @@ using TlsProvider = std::function<std::shared_ptr<boost::asio::ssl::context>()>;
 
 // Serves a Handler over HTTPS/1.1 with keep-alive, or over plain HTTP/1.1 when the TlsProvider is empty
 // (only for a client on the same host, such as a kube-scheduler talking to its extender on localhost).
-// One io_context run by `threads` threads; each connection is a coroutine on its own strand, and every
-// handshake, read and write has a deadline.
+// `threads` event loops, one thread each; a connection is a coroutine on the loop that accepted it (they
+// take turns), and every handshake, read and write has a deadline.
 class HttpServer {
  public:
   HttpServer(ServerOptions options, TlsProvider tls, const Handler& handler);
