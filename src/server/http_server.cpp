@@ -11,13 +11,11 @@
 #include <boost/asio/ssl/context.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
-#include <boost/beast/core/basic_stream.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http/empty_body.hpp>
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/string_body.hpp>
 #include <boost/beast/http/write.hpp>
-#include <boost/beast/ssl/ssl_stream.hpp>
 
 #include <algorithm>
 #include <csignal>
@@ -29,6 +27,7 @@
 
 #include "gpuguard/log/log.hpp"
 #include "request_head.hpp"
+#include "tls_stream.hpp"
 
 namespace gpuguard::server {
 namespace {
@@ -45,7 +44,6 @@ using namespace std::chrono_literals;
 // a lock, and every I/O object names its executor's concrete type instead of a type-erased one.
 using Executor = asio::io_context::executor_type;
 using Socket = asio::basic_stream_socket<tcp, Executor>;
-using TcpStream = beast::basic_stream<tcp, Executor>;
 using Timer =
     asio::basic_waitable_timer<std::chrono::steady_clock, asio::wait_traits<std::chrono::steady_clock>, Executor>;
 template <class T = void>
@@ -106,10 +104,12 @@ bool is_malformed_request(const boost::system::error_code& ec) {
 
 }  // namespace
 
+using Expiry = Deadline<Executor>;
+
 // What the drain needs to reach into a session. Touched only on the session's loop.
 struct SessionControl {
   Executor executor;
-  TcpStream* transport = nullptr;  // null once the session has ended
+  Expiry* expiry = nullptr;  // null once the session has ended
   bool waiting_for_request = false;
   std::chrono::steady_clock::time_point idle_since;
 };
@@ -144,14 +144,15 @@ struct HttpServer::Impl {
   Task<> accept_loop();
   Task<> session(Socket socket);
   template <class Stream>
-  Task<> serve_requests(Stream& stream, SessionControl& control);
+  Task<> serve_requests(Stream& stream, Expiry& expiry, SessionControl& control);
   template <class Stream>
-  Task<bool> respond(Stream& stream, Response response, unsigned version, bool keep_alive,
+  Task<bool> respond(Stream& stream, Expiry& expiry, Response response, unsigned version, bool keep_alive,
                      std::chrono::milliseconds deadline);
   template <class Stream>
-  Task<> answer_read_error(Stream& stream, const boost::system::error_code& ec, std::chrono::milliseconds deadline);
+  Task<> answer_read_error(Stream& stream, Expiry& expiry, const boost::system::error_code& ec,
+                           std::chrono::milliseconds deadline);
   Response call_handler(const RequestHead& head, std::string body);
-  std::shared_ptr<SessionControl> register_session(Executor executor, TcpStream& transport);
+  std::shared_ptr<SessionControl> register_session(Executor executor, Expiry& expiry);
   void begin_shutdown();
   void stop_accepting(std::chrono::steady_clock::time_point deadline);
   void wait_for_sessions(std::chrono::steady_clock::time_point deadline);
@@ -192,68 +193,66 @@ Response HttpServer::Impl::call_handler(const RequestHead& head, std::string bod
 }
 
 template <class Stream>
-Task<bool> HttpServer::Impl::respond(Stream& stream, Response response, unsigned version, bool keep_alive,
-                                     std::chrono::milliseconds deadline) {
+Task<bool> HttpServer::Impl::respond(Stream& stream, Expiry& expiry, Response response, unsigned version,
+                                     bool keep_alive, std::chrono::milliseconds deadline) {
   http::response<http::string_body> message{static_cast<http::status>(response.status), version};
   message.set(http::field::content_type, response.content_type);
   for (auto& [name, value] : response.headers) message.set(name, value);
   message.body() = std::move(response.body);
   message.keep_alive(keep_alive && !draining);
   message.prepare_payload();
-  beast::get_lowest_layer(stream).expires_after(deadline);
+  expiry.expires_after(deadline);
   auto [ec, written] = co_await http::async_write(stream, message, kNoThrow);
   co_return !ec && message.keep_alive();
 }
 
 // Tells the client why its request could not be read, when there is still a client to tell.
 template <class Stream>
-Task<> HttpServer::Impl::answer_read_error(Stream& stream, const boost::system::error_code& ec,
+Task<> HttpServer::Impl::answer_read_error(Stream& stream, Expiry& expiry, const boost::system::error_code& ec,
                                            std::chrono::milliseconds deadline) {
   if (ec == http::error::body_limit) {
-    co_await respond(stream, text_response(413, "request body over " + std::to_string(options.body_limit) + " bytes"),
-                     11, false, deadline);
+    co_await respond(stream, expiry,
+                     text_response(413, "request body over " + std::to_string(options.body_limit) + " bytes"), 11,
+                     false, deadline);
   } else if (ec == http::error::header_limit) {
-    co_await respond(stream, text_response(431, "request headers too large"), 11, false, deadline);
+    co_await respond(stream, expiry, text_response(431, "request headers too large"), 11, false, deadline);
   } else if (is_malformed_request(ec)) {
-    co_await respond(stream, text_response(400, "malformed HTTP request: " + ec.message()), 11, false, deadline);
+    co_await respond(stream, expiry, text_response(400, "malformed HTTP request: " + ec.message()), 11, false,
+                     deadline);
   }
 }
 
 Task<> HttpServer::Impl::session(Socket socket) {
-  const auto executor = socket.get_executor();
   struct SessionEnd {
     Impl& impl;
     std::shared_ptr<SessionControl> control;
     ~SessionEnd() {
-      if (control) control->transport = nullptr;
+      control->expiry = nullptr;
       --impl.sessions;
     }
   };
+  Expiry expiry(socket);
+  const SessionEnd session_end{*this, register_session(socket.get_executor(), expiry)};
   if (!tls) {
-    TcpStream stream(std::move(socket));
-    SessionEnd session_end{*this, register_session(executor, stream)};
-    co_await serve_requests(stream, *session_end.control);
+    co_await serve_requests(socket, expiry, *session_end.control);
     boost::system::error_code ignored;
-    stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
+    socket.shutdown(tcp::socket::shutdown_send, ignored);
     co_return;
   }
   const std::shared_ptr<ssl::context> context = tls();  // this pair for the whole connection
-  beast::ssl_stream<TcpStream> stream(std::move(socket), *context);
-  auto& transport = beast::get_lowest_layer(stream);
-  SessionEnd session_end{*this, register_session(executor, transport)};
-  transport.expires_after(options.handshake_timeout);
-  if (auto [ec] = co_await stream.async_handshake(ssl::stream_base::server, kNoThrow); ec) {
+  TlsStream<Executor> stream(socket, context->native_handle());
+  expiry.expires_after(options.handshake_timeout);
+  if (auto [ec, n] = co_await stream.async_handshake(kNoThrow); ec) {
     log::debug("TLS handshake failed", {{"reason", ec.message()}});
     co_return;
   }
-  co_await serve_requests(stream, *session_end.control);
-  transport.expires_after(2s);
+  co_await serve_requests(stream, expiry, *session_end.control);
+  expiry.expires_after(2s);
   co_await stream.async_shutdown(kNoThrow);
 }
 
 template <class Stream>
-Task<> HttpServer::Impl::serve_requests(Stream& stream, SessionControl& control) {
-  auto& transport = beast::get_lowest_layer(stream);
+Task<> HttpServer::Impl::serve_requests(Stream& stream, Expiry& expiry, SessionControl& control) {
   beast::flat_buffer buffer;
   bool keep_alive = true;
   while (keep_alive) {
@@ -261,12 +260,12 @@ Task<> HttpServer::Impl::serve_requests(Stream& stream, SessionControl& control)
     apply_limits(parser, options);
     control.waiting_for_request = true;
     control.idle_since = std::chrono::steady_clock::now();
-    transport.expires_after(stopping ? 1s : options.idle_timeout);
+    expiry.expires_after(stopping ? 1s : options.idle_timeout);
     // A declared Content-Length over the body limit already fails here, before any of the body is read.
     auto [read_error, header_bytes] = co_await http::async_read_header(stream, buffer, parser, kNoThrow);
     control.waiting_for_request = false;
     if (read_error) {
-      co_await answer_read_error(stream, read_error, options.request_timeout);
+      co_await answer_read_error(stream, expiry, read_error, options.request_timeout);
       break;
     }
 
@@ -277,12 +276,12 @@ Task<> HttpServer::Impl::serve_requests(Stream& stream, SessionControl& control)
     keep_alive = request.keep_alive();
 
     if (auto early = handler.reject_early(head)) {
-      keep_alive =
-          co_await respond(stream, std::move(*early), request.version(), keep_alive && parser.is_done(), deadline);
+      keep_alive = co_await respond(stream, expiry, std::move(*early), request.version(),
+                                    keep_alive && parser.is_done(), deadline);
       continue;
     }
     if (head.content_length) request.body().reserve(*head.content_length + kBodySlack);
-    transport.expires_after(deadline);
+    expiry.expires_after(deadline);
     if (request[http::field::expect] == "100-continue") {
       // curl waits a second for this before sending a large body; the apiserver never asks.
       http::response<http::empty_body> go_on{http::status::continue_, request.version()};
@@ -290,18 +289,18 @@ Task<> HttpServer::Impl::serve_requests(Stream& stream, SessionControl& control)
     }
     make_room_for_body(buffer, head.content_length);
     if (auto [ec, n] = co_await http::async_read(stream, buffer, parser, kNoThrow); ec) {
-      co_await answer_read_error(stream, ec, deadline);  // a chunked body can pass the limit only here
+      co_await answer_read_error(stream, expiry, ec, deadline);  // a chunked body can pass the limit only here
       break;
     }
-    keep_alive = co_await respond(stream, call_handler(head, std::move(request.body())), request.version(), keep_alive,
-                                  deadline);
+    keep_alive = co_await respond(stream, expiry, call_handler(head, std::move(request.body())), request.version(),
+                                  keep_alive, deadline);
     if (buffer.size() == 0) buffer.shrink_to_fit();  // nothing of a next request read yet: free it all
   }
 }
 
-std::shared_ptr<SessionControl> HttpServer::Impl::register_session(Executor executor, TcpStream& transport) {
+std::shared_ptr<SessionControl> HttpServer::Impl::register_session(Executor executor, Expiry& expiry) {
   auto control = std::make_shared<SessionControl>(
-      SessionControl{.executor = executor, .transport = &transport, .waiting_for_request = false, .idle_since = {}});
+      SessionControl{.executor = executor, .expiry = &expiry, .waiting_for_request = false, .idle_since = {}});
   ++sessions;
   std::lock_guard lock(controls_mutex);
   std::erase_if(controls, [](const auto& weak) { return weak.expired(); });
@@ -333,10 +332,10 @@ void HttpServer::Impl::stop_accepting(std::chrono::steady_clock::time_point dead
     if (!control) continue;
     // A new expiry would only apply to the next read, not the pending one: close the idle stream instead.
     asio::post(control->executor, [control] {
-      if (control->transport == nullptr || !control->waiting_for_request) return;
+      if (control->expiry == nullptr || !control->waiting_for_request) return;
       auto timer = std::make_shared<Timer>(control->executor, control->idle_since + 1s);
       timer->async_wait([control, timer](boost::system::error_code) {
-        if (control->transport != nullptr && control->waiting_for_request) control->transport->close();
+        if (control->expiry != nullptr && control->waiting_for_request) control->expiry->close();
       });
     });
   }
@@ -371,6 +370,8 @@ std::string HttpServer::bind() {
 }
 
 void HttpServer::run() {
+  // OpenSSL writes to the sockets itself, with write(2): a peer that went away must give EPIPE, not a signal.
+  std::signal(SIGPIPE, SIG_IGN);
   impl_->signals.async_wait([this](boost::system::error_code ec, int signal_number) {
     if (ec) return;
     log::info("shutting down", {{"signal", signal_number},

@@ -1,0 +1,225 @@
+#pragma once
+// What a connection is made of below HTTP: its deadline, and TLS that OpenSSL reads and writes itself on
+// the socket's descriptor. Asio's ssl::stream instead runs OpenSSL over a BIO pair with four 17 KiB
+// buffers per connection and copies every byte twice more; here the only asynchronous step is waiting
+// until the socket can be read or written, as OpenSSL asks. Included only by http_server.cpp, the one
+// translation unit that instantiates Asio's and Beast's templates.
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+
+#include <boost/asio/append.hpp>
+#include <boost/asio/basic_stream_socket.hpp>
+#include <boost/asio/basic_waitable_timer.hpp>
+#include <boost/asio/buffer.hpp>
+#include <boost/asio/compose.hpp>
+#include <boost/asio/error.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/ssl/error.hpp>
+
+#include <cerrno>
+#include <chrono>
+#include <climits>
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <utility>
+
+namespace gpuguard::server {
+
+// When the deadline passes, the socket is closed, which ends whatever the connection waits for with
+// operation_aborted. Moving the deadline later only moves a time point: the timer notices when it fires
+// and waits again, so a request on a kept-alive connection usually costs no timer update.
+template <class Executor>
+class Deadline {
+ public:
+  using Socket = boost::asio::basic_stream_socket<boost::asio::ip::tcp, Executor>;
+  using Clock = std::chrono::steady_clock;
+
+  explicit Deadline(Socket& socket) : state_(std::make_shared<State>(socket)) {}
+  ~Deadline() {
+    state_->socket = nullptr;  // the timer's handler may still run: it holds the state, not this
+    state_->timer.cancel();
+  }
+  Deadline(const Deadline&) = delete;
+  Deadline& operator=(const Deadline&) = delete;
+
+  void expires_after(Clock::duration duration) {
+    state_->deadline = Clock::now() + duration;
+    if (!state_->armed || state_->timer.expiry() > state_->deadline) arm(state_);
+  }
+
+  // Closes the socket now (the drain uses this for idle connections).
+  void close() {
+    if (state_->socket == nullptr) return;
+    boost::system::error_code ignored;
+    state_->socket->close(ignored);
+  }
+
+ private:
+  struct State {
+    explicit State(Socket& s) : timer(s.get_executor()), socket(&s) {}
+    boost::asio::basic_waitable_timer<Clock, boost::asio::wait_traits<Clock>, Executor> timer;
+    Socket* socket;  // null once the connection is gone
+    Clock::time_point deadline;
+    bool armed = false;
+  };
+
+  static void arm(const std::shared_ptr<State>& state) {
+    state->armed = true;
+    state->timer.expires_at(state->deadline);  // a wait already pending ends with operation_aborted
+    state->timer.async_wait([state](const boost::system::error_code& ec) {
+      if (ec == boost::asio::error::operation_aborted || state->socket == nullptr) return;
+      state->armed = false;
+      if (Clock::now() < state->deadline) {
+        arm(state);  // moved later since this wait began
+        return;
+      }
+      boost::system::error_code ignored;
+      state->socket->close(ignored);
+    });
+  }
+
+  std::shared_ptr<State> state_;
+};
+
+// A server-side TLS connection over a socket that it borrows. An AsyncReadStream and AsyncWriteStream
+// for Beast, with a handshake and a shutdown of its own.
+template <class Executor>
+class TlsStream {
+ public:
+  using executor_type = Executor;
+  using Socket = boost::asio::basic_stream_socket<boost::asio::ip::tcp, Executor>;
+
+  // Throws std::bad_alloc when OpenSSL cannot make the connection's state.
+  TlsStream(Socket& socket, SSL_CTX* context) : socket_(socket), ssl_(SSL_new(context)) {
+    if (!ssl_) throw std::bad_alloc();
+    boost::system::error_code ignored;
+    socket_.non_blocking(true, ignored);
+    SSL_set_fd(ssl_.get(), static_cast<int>(socket_.native_handle()));
+    SSL_set_accept_state(ssl_.get());
+    // Read whatever has arrived, not one record header at a time; write what fits, as write_some may.
+    SSL_set_read_ahead(ssl_.get(), 1);
+    SSL_set_mode(ssl_.get(), SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+  }
+
+  executor_type get_executor() noexcept { return socket_.get_executor(); }
+
+  template <class Token>
+  auto async_handshake(Token&& token) {
+    return run([](SSL* ssl) { return SSL_do_handshake(ssl); }, [](int r) { return r == 1; },
+               std::forward<Token>(token));
+  }
+
+  // Sends close_notify and does not wait for the peer's: the connection closes right after. Nothing is
+  // sent after a fatal error, as OpenSSL requires.
+  template <class Token>
+  auto async_shutdown(Token&& token) {
+    return run([](SSL* ssl) { return SSL_shutdown(ssl); }, [](int r) { return r >= 0; }, std::forward<Token>(token),
+               failed_);
+  }
+
+  template <class MutableBuffers, class Token>
+  auto async_read_some(const MutableBuffers& buffers, Token&& token) {
+    const auto buffer = first_of<boost::asio::mutable_buffer>(buffers);
+    return run([buffer](SSL* ssl) { return SSL_read(ssl, buffer.data(), clamp(buffer.size())); },
+               [](int r) { return r > 0; }, std::forward<Token>(token), buffer.size() == 0);
+  }
+
+  // One TLS record per call: a sequence of buffers (a response's head and body) is first gathered into
+  // one, so that it goes out as a single record rather than one per buffer.
+  template <class ConstBuffers, class Token>
+  auto async_write_some(const ConstBuffers& buffers, Token&& token) {
+    auto buffer = first_of<boost::asio::const_buffer>(buffers);
+    if (buffer.size() < kRecordSize && boost::asio::buffer_size(buffers) > buffer.size()) {
+      gathered_.resize(std::min(boost::asio::buffer_size(buffers), kRecordSize));
+      boost::asio::buffer_copy(boost::asio::buffer(gathered_), buffers);
+      buffer = boost::asio::buffer(gathered_);
+    }
+    return run([buffer](SSL* ssl) { return SSL_write(ssl, buffer.data(), clamp(buffer.size())); },
+               [](int r) { return r > 0; }, std::forward<Token>(token), buffer.size() == 0);
+  }
+
+ private:
+  static constexpr std::size_t kRecordSize = 16 * 1024;  // the most plaintext one TLS record carries
+
+  struct SslFree {
+    void operator()(SSL* ssl) const { SSL_free(ssl); }
+  };
+
+  static int clamp(std::size_t size) { return static_cast<int>(std::min<std::size_t>(size, INT_MAX)); }
+
+  // The first non-empty buffer of a sequence: what one SSL_read or SSL_write call takes.
+  template <class Buffer, class Buffers>
+  static Buffer first_of(const Buffers& buffers) {
+    for (auto it = boost::asio::buffer_sequence_begin(buffers); it != boost::asio::buffer_sequence_end(buffers); ++it) {
+      const Buffer buffer(*it);
+      if (buffer.size() > 0) return buffer;
+    }
+    return Buffer{};
+  }
+
+  // What a failed SSL call means, as Asio's ssl::stream reports it.
+  boost::system::error_code error_of(int result, int ssl_error) const {
+    if (ssl_error == SSL_ERROR_ZERO_RETURN) return boost::asio::error::eof;  // close_notify
+    if (const unsigned long queued = ERR_get_error(); queued != 0) {
+      if (ERR_GET_REASON(queued) == SSL_R_UNEXPECTED_EOF_WHILE_READING)
+        return boost::asio::ssl::error::stream_truncated;
+      return {static_cast<int>(queued), boost::asio::error::get_ssl_category()};
+    }
+    if (ssl_error == SSL_ERROR_SYSCALL && result == 0) return boost::asio::ssl::error::stream_truncated;
+    if (ssl_error == SSL_ERROR_SYSCALL && errno != 0) return {errno, boost::system::system_category()};
+    return boost::asio::ssl::error::stream_truncated;
+  }
+
+  // Calls `step` until `done` says it succeeded, waiting on the socket whenever OpenSSL wants to read or
+  // write first. Completes with the step's result as a byte count. A step that succeeds at once still
+  // completes through the executor, never inside the initiating call.
+  template <class Step, class Done, class Token>
+  auto run(Step step, Done done, Token&& token, bool nothing_to_do = false) {
+    return boost::asio::async_compose<Token, void(boost::system::error_code, std::size_t)>(
+        [this, step, done, nothing_to_do, waited = false, finished = false, outcome = boost::system::error_code{},
+         transferred = std::size_t{0}](auto& self, boost::system::error_code wait_error = {}) mutable {
+          if (finished) {
+            self.complete(outcome, transferred);
+            return;
+          }
+          if (wait_error) {
+            self.complete(wait_error, 0);  // closed by the deadline or the drain
+            return;
+          }
+          int result = 0;
+          if (!nothing_to_do) {
+            if (ERR_peek_error() != 0) ERR_clear_error();  // SSL_get_error reads this thread's queue
+            errno = 0;
+            result = step(ssl_.get());
+            if (!done(result)) {
+              const int ssl_error = SSL_get_error(ssl_.get(), result);
+              if (ssl_error == SSL_ERROR_WANT_READ || ssl_error == SSL_ERROR_WANT_WRITE) {
+                waited = true;
+                socket_.async_wait(ssl_error == SSL_ERROR_WANT_READ ? Socket::wait_read : Socket::wait_write,
+                                   std::move(self));
+                return;
+              }
+              outcome = error_of(result, ssl_error);
+              failed_ = outcome != boost::asio::error::eof;
+            }
+          }
+          transferred = outcome || result < 0 ? 0 : static_cast<std::size_t>(result);
+          finished = true;
+          if (!waited) {
+            boost::asio::post(std::move(self));
+            return;
+          }
+          self.complete(outcome, transferred);
+        },
+        token, socket_);
+  }
+
+  Socket& socket_;
+  std::unique_ptr<SSL, SslFree> ssl_;
+  std::string gathered_;
+  bool failed_ = false;  // a fatal TLS or socket error happened
+};
+
+}  // namespace gpuguard::server

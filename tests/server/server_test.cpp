@@ -1,0 +1,138 @@
+// server::HttpServer in this process, over real TLS on 127.0.0.1, with deadlines short enough to watch
+// pass: what the programs' fixed timeouts (10 s to shake hands, 120 s idle) do, and how bodies and
+// answers larger than one TLS record cross the connection.
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <string>
+#include <thread>
+
+#include "files.hpp"
+#include "gpuguard/server/http_server.hpp"
+#include "gpuguard/tls/server_context.hpp"
+#include "tls_client.hpp"
+
+using namespace gpuguard;
+using namespace std::chrono_literals;
+
+namespace {
+
+// POST /echo answers with the body it got; GET /large answers with `large_answer`.
+struct EchoHandler : server::Handler {
+  std::string large_answer;
+  std::optional<server::Response> reject_early(const server::RequestHead&) const override { return std::nullopt; }
+  server::Response handle(const server::RequestHead& head, std::string body) const override {
+    server::Response response;
+    response.body = head.path == "/large" ? large_answer : std::move(body);
+    return response;
+  }
+};
+
+// A server on its own thread for the length of a test, stopped and joined at the end.
+class InProcessServer {
+ public:
+  InProcessServer(const EchoHandler& handler, server::ServerOptions options) {
+    const std::string certs = GPUGUARD_TEST_CERTS_DIR;
+    auto context = tls::make_server_context(test::read_file(certs + "/tls.crt"), test::read_file(certs + "/tls.key"),
+                                            "tls.crt", "tls.key");
+    options.listen_address = "127.0.0.1:0";
+    server_ = std::make_unique<server::HttpServer>(
+        std::move(options), [context] { return context; }, handler);
+    const std::string address = server_->bind();
+    port_ = static_cast<unsigned short>(std::stoi(address.substr(address.rfind(':') + 1)));
+    thread_ = std::thread([this] { server_->run(); });
+  }
+  ~InProcessServer() {
+    server_->stop();
+    thread_.join();
+  }
+  InProcessServer(const InProcessServer&) = delete;
+  InProcessServer& operator=(const InProcessServer&) = delete;
+
+  unsigned short port() const { return port_; }
+
+ private:
+  std::unique_ptr<server::HttpServer> server_;
+  unsigned short port_ = 0;
+  std::thread thread_;
+};
+
+server::ServerOptions short_deadlines() {
+  server::ServerOptions options;
+  options.threads = 2;
+  options.handshake_timeout = 300ms;
+  options.idle_timeout = 300ms;
+  options.request_timeout = 5s;
+  options.shutdown_delay = 0ms;
+  options.shutdown_timeout = 2s;
+  return options;
+}
+
+// How long until the server closes a TCP connection that never says anything; nullopt if it is still
+// open after `limit`.
+std::optional<std::chrono::milliseconds> silent_connection_closed_after(unsigned short port,
+                                                                        std::chrono::milliseconds limit) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(port);
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address) == 0);
+  const auto started = std::chrono::steady_clock::now();
+  pollfd readable{.fd = fd, .events = POLLIN, .revents = 0};
+  std::optional<std::chrono::milliseconds> closed_after;
+  if (::poll(&readable, 1, static_cast<int>(limit.count())) == 1) {
+    char byte = 0;
+    if (::read(fd, &byte, 1) == 0) {
+      closed_after = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started);
+    }
+  }
+  ::close(fd);
+  return closed_after;
+}
+
+}  // namespace
+
+TEST_CASE("a connection that never shakes hands, or idles after a request, is closed at its deadline") {
+  const EchoHandler handler;
+  const InProcessServer server(handler, short_deadlines());
+
+  const auto silent = silent_connection_closed_after(server.port(), 5s);
+  REQUIRE(silent.has_value());
+  CHECK(*silent >= 250ms);  // the handshake deadline, not at once
+  CHECK(*silent < 3s);
+
+  test::TlsClient client(server.port());
+  CHECK(client.request("POST", "/echo", "hello").body == "hello");
+  const auto started = std::chrono::steady_clock::now();
+  const auto [received, closed] = client.read_until_closed(5s);
+  CHECK(closed);
+  CHECK(received.empty());
+  CHECK(std::chrono::steady_clock::now() - started < 3s);
+}
+
+TEST_CASE("bodies and answers larger than a TLS record arrive whole, on one kept-alive connection") {
+  EchoHandler handler;
+  for (std::size_t i = 0; handler.large_answer.size() < std::size_t{300} * 1024; ++i) {
+    handler.large_answer += "line " + std::to_string(i) + " of the large answer\n";
+  }
+  const InProcessServer server(handler, short_deadlines());
+  test::TlsClient client(server.port());
+
+  std::string body;
+  for (int i = 0; body.size() < std::size_t{200} * 1024; ++i) body += static_cast<char>('a' + i % 26);
+  for (int round = 0; round < 3; ++round) {
+    const test::HttpReply echoed = client.request("POST", "/echo", body, "text/plain");
+    CHECK(echoed.status == 200);
+    CHECK(echoed.body == body);
+    const test::HttpReply large = client.request("GET", "/large");
+    CHECK(large.status == 200);
+    CHECK(large.body == handler.large_answer);
+  }
+}
