@@ -5,8 +5,10 @@
 #   3. load over TLS keep-alive with wrk (1 thread, 16 connections): GET /healthz as the transport reference,
 #      then POST /mutate with an ~8 KB review; the server pinned to CPU 0 with one thread, wrk to CPU 1
 #   4. the server's memory after that load: peak RSS, and /proc/PID/smaps_rollup split into private and shared
+#   4b. the same loads and memory for bench-gowebhook, a plain Go webhook (net/http, encoding/json) on one core
 #   5. a 2.5 MiB pod end to end with curl, 10 times, and the server's peak RSS after all of it
-#   6. a burst of 2,000 fresh TLS connections, one review each, all at once (bench-burst, a Go client)
+#   6. a burst of 2,000 fresh TLS connections, one review each, all at once (bench-burst, a Go client), against
+#      gpuguard and then the Go peer
 #   7. the device plugin's Allocate over its unix socket
 #   8. the scheduler extender's filter and prioritize vs. a nlohmann DOM parse of the same request
 #   9. the extender's cache at 5,000 nodes and 150,000 pods vs. a client-go informer (bench/cache.sh)
@@ -16,7 +18,7 @@ source "$(dirname "$0")/common.sh"
 duration="${BENCH_SECONDS:-10}"
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true  # the burst holds 2,000 sockets open on each side
 "$build/bench/gpuguard_write_review" 2560 > "$out/review-2.5m.json"
-(cd "$root/e2e" && "$root/scripts/go" build -p "${JOBS:-2}" -o "$build/bench-go/" ./cmd/bench-burst)
+(cd "$root/e2e" && "$root/scripts/go" build -p "${JOBS:-2}" -o "$build/bench-go/" ./cmd/bench-burst ./cmd/bench-gowebhook)
 
 echo "== core micro-benchmarks"
 $pin_server "$build/bench/gpuguard_core_bench" --benchmark_repetitions=3 --benchmark_report_aggregates_only=true \
@@ -30,22 +32,29 @@ ready=$(date +%s%N)
 echo "ready after $(( (ready - start) / 1000000 )) ms" | tee "$out/startup.txt"
 url="https://127.0.0.1:$port"
 
-echo "== wrk GET /healthz (transport reference)"
-$pin_client wrk -t1 -c16 -d"${duration}s" --latency "$url/healthz" | tee "$out/wrk-healthz.txt"
-echo "== wrk POST /mutate, $(stat -c %s "$out/review-8k.json") byte review"
-GPUGUARD_BODY="$out/review-8k.json" $pin_client wrk -t1 -c16 -d"${duration}s" --latency -s "$root/bench/post.lua" \
-  "$url/mutate?timeout=10s" | tee "$out/wrk-mutate.txt"
-
-healthz_rps=$(awk '/Requests\/sec/ {print $2}' "$out/wrk-healthz.txt")
-mutate_rps=$(awk '/Requests\/sec/ {print $2}' "$out/wrk-mutate.txt")
-awk -v m="$mutate_rps" -v h="$healthz_rps" 'BEGIN {printf "== POST /mutate at %.0f %% of GET /healthz requests/s\n", 100 * m / h}' \
-  | tee "$out/mutate-vs-healthz.txt"
-
-echo "== memory after the keep-alive load (private: this process alone; shared: pages other processes map too)"
-{
-  grep -E 'VmHWM|VmRSS' /proc/$server/status
-  grep -E '^(Rss|Pss|Shared_Clean|Shared_Dirty|Private_Clean|Private_Dirty|Anonymous):' /proc/$server/smaps_rollup
-} | tee "$out/rss-after-load.txt"
+# keep_alive_loads LABEL SUFFIX: GET /healthz (the transport reference), then POST /mutate with the ~8 KB
+# review, against $url, then the memory of $server after both (private: this process alone; shared: pages
+# other processes map too). Output files end in SUFFIX.
+keep_alive_loads() {
+  local label="$1" name="$2"
+  echo "== $label: wrk GET /healthz (transport reference)"
+  $pin_client wrk -t1 -c16 -d"${duration}s" --latency "$url/healthz" | tee "$out/wrk-healthz$name.txt"
+  echo "== $label: wrk POST /mutate, $(stat -c %s "$out/review-8k.json") byte review"
+  GPUGUARD_BODY="$out/review-8k.json" $pin_client wrk -t1 -c16 -d"${duration}s" --latency -s "$root/bench/post.lua" \
+    "$url/mutate?timeout=10s" | tee "$out/wrk-mutate$name.txt"
+  local healthz_rps mutate_rps
+  healthz_rps=$(awk '/Requests\/sec/ {print $2}' "$out/wrk-healthz$name.txt")
+  mutate_rps=$(awk '/Requests\/sec/ {print $2}' "$out/wrk-mutate$name.txt")
+  awk -v m="$mutate_rps" -v h="$healthz_rps" -v n="$label" \
+    'BEGIN {printf "== %s: POST /mutate at %.0f %% of GET /healthz requests/s\n", n, 100 * m / h}' \
+    | tee "$out/mutate-vs-healthz$name.txt"
+  echo "== $label: memory after the keep-alive loads"
+  {
+    grep -E 'VmHWM|VmRSS' /proc/$server/status
+    grep -E '^(Rss|Pss|Shared_Clean|Shared_Dirty|Private_Clean|Private_Dirty|Anonymous):' /proc/$server/smaps_rollup
+  } | tee "$out/rss-after-load$name.txt"
+}
+keep_alive_loads gpuguard ""
 
 echo "== 2.5 MiB pod, end to end ($(stat -c %s "$out/review-2.5m.json") bytes), 10 runs"
 for i in $(seq 10); do
@@ -67,11 +76,32 @@ done
 grep '"msg":"admission reviewed"' "$out/server-debug.log" | sed -n 's/.*"micros":\([0-9]*\).*/\1 us/p' | tee "$out/large-server.txt"
 kill $server; wait $server 2>/dev/null || true
 
+echo "== the Go peer (bench-gowebhook, GOMAXPROCS=1): the same loads, on a fresh process"
+: > "$out/server-go.log"
+GOMAXPROCS=1 $pin_server "$build/bench-go/bench-gowebhook" --tls-cert-file "$out/certs/tls.crt" \
+  --tls-private-key-file "$out/certs/tls.key" 2> "$out/server-go.log" &
+server=$!
+until grep -q '"msg":"listening"' "$out/server-go.log" 2>/dev/null; do :; done
+url="https://127.0.0.1:$(sed -n 's/.*"address":"127.0.0.1:\([0-9]*\)".*/\1/p' "$out/server-go.log" | head -1)"
+keep_alive_loads "the Go peer" -go
+kill $server; wait $server 2>/dev/null || true
+
 echo "== burst: 2,000 fresh TLS connections at once, one review each, on a fresh server"
 start_webhook "$out/server-burst.log"
 $pin_client "$build/bench-go/bench-burst" --url "https://127.0.0.1:$port/mutate" --ca "$out/certs/ca.crt" --body "$out/review-8k.json" \
   --connections 2000 | tee "$out/burst.txt"
 grep -E 'VmHWM' /proc/$server/status | tee -a "$out/burst.txt"
+kill $server; wait $server 2>/dev/null || true
+echo "== the same burst against the Go peer"
+: > "$out/server-go-burst.log"
+GOMAXPROCS=1 $pin_server "$build/bench-go/bench-gowebhook" --tls-cert-file "$out/certs/tls.crt" \
+  --tls-private-key-file "$out/certs/tls.key" 2> "$out/server-go-burst.log" &
+server=$!
+until grep -q '"msg":"listening"' "$out/server-go-burst.log" 2>/dev/null; do :; done
+$pin_client "$build/bench-go/bench-burst" --ca "$out/certs/ca.crt" --body "$out/review-8k.json" --connections 2000 \
+  --url "https://127.0.0.1:$(sed -n 's/.*"address":"127.0.0.1:\([0-9]*\)".*/\1/p' "$out/server-go-burst.log" | head -1)/mutate" \
+  | tee "$out/burst-go.txt"
+grep -E 'VmHWM' /proc/$server/status | tee -a "$out/burst-go.txt"
 kill $server; wait $server 2>/dev/null || true
 
 echo "== device plugin Allocate"

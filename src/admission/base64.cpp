@@ -18,8 +18,15 @@ constexpr auto kDecode = make_decode_table();
 }  // namespace
 
 std::string base64_encode(std::string_view bytes) {
-  std::string out((bytes.size() + 2) / 3 * 4, '=');
-  char* o = out.data();
+  std::string out;
+  base64_encode(bytes, out);
+  return out;
+}
+
+void base64_encode(std::string_view bytes, std::string& out) {
+  const std::size_t start = out.size();
+  out.resize(start + (bytes.size() + 2) / 3 * 4, '=');
+  char* o = out.data() + start;
   std::size_t i = 0;
   for (; i + 2 < bytes.size(); i += 3) {
     const std::uint32_t n = (std::uint32_t(std::uint8_t(bytes[i])) << 16) |
@@ -37,7 +44,6 @@ std::string base64_encode(std::string_view bytes) {
     *o++ = kAlphabet[(n >> 12) & 63];
     if (rest == 2) *o = kAlphabet[(n >> 6) & 63];
   }
-  return out;
 }
 
 std::optional<std::string> base64_decode(std::string_view text) {

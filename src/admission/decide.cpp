@@ -9,19 +9,6 @@ namespace {
 using policy::Action;
 using policy::Mode;
 
-std::string env_path(const Container& c) {
-  std::string path = "/spec/";
-  path += names_of(c.list).field;
-  path += '/';
-  path += std::to_string(c.index);
-  path += "/env";
-  return path;
-}
-
-std::string env_entry_path(const Container& c, std::size_t env_index) {
-  return env_path(c) + '/' + std::to_string(env_index);
-}
-
 std::string describe(const Container& c, std::string_view what) {
   return bounded_warning(named(c) + std::string(what));
 }
@@ -188,7 +175,7 @@ bool remove_entries(const Container& c, std::vector<VisibleDevicesEntry>::const_
   for (auto it = c.visible_devices.end(); it != first;) {
     --it;
     if (keep(*it)) continue;
-    decision.patch.push_back({PatchOperation::Op::remove, env_entry_path(c, it->env_index)});
+    decision.patch.push_back({PatchOperation::Op::remove, &c, PatchOperation::Target::env_entry, it->env_index});
     decision.warnings.push_back(describe(c, why));
     removed = true;
   }
@@ -203,20 +190,22 @@ bool remove_entries(const Container& c, std::vector<VisibleDevicesEntry>::const_
 // Appends what enforce does to a container that asks for no GPU; returns why it changed, if it did.
 std::optional<Mutation> hide_gpus(const Container& c, const Policy& policy, Decision& decision) {
   using Op = PatchOperation::Op;
+  using Target = PatchOperation::Target;
   using Value = PatchOperation::Value;
   if (!c.env_is_array) {
     // An add to ".../env/-" fails to apply when env is missing, and the apiserver then rejects the pod
     // whatever the failurePolicy: create the whole array instead.
-    decision.patch.push_back({Op::add, env_path(c), Value::env_array});
+    decision.patch.push_back({Op::add, &c, Target::env, 0, Value::env_array});
     return Mutation::injected;
   }
   if (c.visible_devices.empty()) {
-    decision.patch.push_back({Op::add, env_path(c) + "/-", Value::env_entry});
+    decision.patch.push_back({Op::add, &c, Target::env_end, 0, Value::env_entry});
     return Mutation::injected;
   }
   const bool kept_is_exact = is_exact(c.visible_devices.front(), policy);
   if (!kept_is_exact) {
-    decision.patch.push_back({Op::replace, env_entry_path(c, c.visible_devices.front().env_index), Value::env_entry});
+    decision.patch.push_back(
+        {Op::replace, &c, Target::env_entry, c.visible_devices.front().env_index, Value::env_entry});
     decision.warnings.push_back(describe(
         c, ": NVIDIA_VISIBLE_DEVICES set in the pod was replaced with \"" + policy.visible_devices_value + '"'));
   }

@@ -13,11 +13,15 @@ namespace gpuguard::admission {
 
 using policy::Policy;
 
+// One JSON Patch operation on a container's env: its place is kept as data, and encode writes the path.
 struct PatchOperation {
   enum class Op { add, replace, remove };
+  enum class Target { env, env_end, env_entry };    // .../env, .../env/-, .../env/<entry>
   enum class Value { none, env_entry, env_array };  // env_array: a one-entry array, for a missing env
   Op op;
-  std::string path;
+  const Container* container;
+  Target target;
+  std::size_t entry = 0;  // the env index, for Target::env_entry
   Value value = Value::none;
 };
 

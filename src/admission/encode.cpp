@@ -2,6 +2,9 @@
 // building it through a DOM cost more instructions than decoding the whole review (docs/architecture.md).
 #include "encode.hpp"
 
+#include <charconv>
+#include <iterator>
+
 #include "gpuguard/admission/base64.hpp"
 
 namespace gpuguard::admission {
@@ -39,41 +42,67 @@ std::string_view op_name(PatchOperation::Op op) {
   return "remove";
 }
 
+void append_number(std::string& out, std::size_t number) {
+  char digits[24];
+  const auto [end, ec] = std::to_chars(std::begin(digits), std::end(digits), number);
+  out.append(digits, end);
+}
+
+// "/spec/containers/2/env/-": field names and numbers only, so nothing in a path needs escaping.
+void append_path(std::string& out, const PatchOperation& operation) {
+  using Target = PatchOperation::Target;
+  out += "\"/spec/";
+  out += names_of(operation.container->list).field;
+  out += '/';
+  append_number(out, operation.container->index);
+  out += "/env";
+  if (operation.target == Target::env_end) out += "/-";
+  if (operation.target == Target::env_entry) {
+    out += '/';
+    append_number(out, operation.entry);
+  }
+  out += '"';
+}
+
+void append_injected_entry(std::string& out, const Policy& policy) {
+  out += "{\"name\":";
+  append_json_string(out, kVisibleDevices);
+  out += ",\"value\":";
+  append_json_string(out, policy.visible_devices_value);
+  out += '}';
+}
+
 }  // namespace
 
-std::string encode_patch(const Decision& decision, const Policy& policy) {
-  std::string entry = "{\"name\":";
-  append_json_string(entry, kVisibleDevices);
-  entry += ",\"value\":";
-  append_json_string(entry, policy.visible_devices_value);
-  entry += '}';
-
-  std::string patch = "[";
-  patch.reserve(decision.patch.size() * (64 + entry.size()));  // an operation with its path and value
+void encode_patch(const Decision& decision, const Policy& policy, std::string& out) {
+  out.clear();
+  out += '[';
   for (const PatchOperation& operation : decision.patch) {
-    if (patch.size() > 1) patch += ',';
-    patch += "{\"op\":\"";
-    patch += op_name(operation.op);
-    patch += "\",\"path\":";
-    append_json_string(patch, operation.path);
+    if (out.size() > 1) out += ',';
+    out += "{\"op\":\"";
+    out += op_name(operation.op);
+    out += "\",\"path\":";
+    append_path(out, operation);
     if (operation.value == PatchOperation::Value::env_entry) {
-      patch += ",\"value\":";
-      patch += entry;
+      out += ",\"value\":";
+      append_injected_entry(out, policy);
     } else if (operation.value == PatchOperation::Value::env_array) {
-      patch += ",\"value\":[";
-      patch += entry;
-      patch += ']';
+      out += ",\"value\":[";
+      append_injected_entry(out, policy);
+      out += ']';
     }
-    patch += '}';
+    out += '}';
   }
-  patch += ']';
-  return patch;
+  out += ']';
 }
 
 std::string encode_response(const Review& review, const Decision& decision, const Policy& policy) {
-  const std::string patch = decision.patch.empty() ? std::string() : base64_encode(encode_patch(decision, policy));
+  // The patch text lives only until it is base64-encoded into the response, so each thread reuses one.
+  thread_local std::string patch;
+  if (!decision.patch.empty()) encode_patch(decision, policy, patch);
   std::string out;
-  out.reserve(256 + patch.size());
+  out.reserve(256 + (decision.patch.empty() ? 0 : (patch.size() + 2) / 3 * 4) +
+              decision.warnings.size() * (kMaxWarningLength + 4));
   out += "{\"apiVersion\":";
   append_json_string(out, review.api_version);
   out += ",\"kind\":\"AdmissionReview\",\"response\":{\"uid\":";
@@ -87,7 +116,7 @@ std::string encode_response(const Review& review, const Decision& decision, cons
   }
   if (!decision.patch.empty()) {
     out += ",\"patchType\":\"JSONPatch\",\"patch\":\"";
-    out += patch;
+    base64_encode(patch, out);
     out += '"';
   }
   if (!decision.warnings.empty()) {
