@@ -104,10 +104,21 @@ bool quantity_is_nonzero(dom::element value) {
   return true;  // not a quantity: see is_zero_quantity for why that counts as a request
 }
 
-// Only NVIDIA_VISIBLE_DEVICES matters, so an entry's value fields are read only when that is its name.
+// Whether an env entry is NVIDIA_VISIBLE_DEVICES (by its last "name", as everywhere). The one question
+// asked of every variable of every container, so it reads the keys directly and builds nothing.
+bool names_visible_devices(dom::element entry, std::string_view list) {
+  bool matches = false;
+  const dom::object fields = object_of(entry, Path(list, ".env[]"));
+  for (auto field = fields.begin(); field != fields.end(); ++field) {
+    if (field.key() != "name") continue;
+    const dom::element name = field.value();
+    matches = !name.is_null() && string_of(name, Path(list, ".env[].name")) == kVisibleDevices;
+  }
+  return matches;
+}
+
 void decode_env_entry(std::size_t index, dom::element entry, std::string_view list, Container& container) {
-  const auto [name] = fields_of<"name">(entry, Path(list, ".env[]"));
-  if (optional_string(name, Path(list, ".env[].name")) != kVisibleDevices) return;
+  if (!names_visible_devices(entry, list)) return;
   const auto [value, value_from] = fields_of<"value", "valueFrom">(entry, Path(list, ".env[]"));
   container.visible_devices.push_back({.env_index = index,
                                        .has_value = present(value),
