@@ -6,6 +6,7 @@
 #      then POST /mutate with an ~8 KB review; the server pinned to CPU 0 with one thread, wrk to CPU 1
 #   4. the server's memory after that load: peak RSS, and /proc/PID/smaps_rollup split into private and shared
 #   4b. the same loads and memory for bench-gowebhook, a plain Go webhook (net/http, encoding/json) on one core
+#   4c. the floor of memory for any TLS server on Debian's OpenSSL: openssl s_server's, after a few requests
 #   5. a 2.5 MiB pod end to end with curl, 10 times, and the server's peak RSS after all of it
 #   6. a burst of 2,000 fresh TLS connections, one review each, all at once (bench-burst, a Go client), against
 #      gpuguard and then the Go peer
@@ -55,6 +56,20 @@ keep_alive_loads() {
   } | tee "$out/rss-after-load$name.txt"
 }
 keep_alive_loads gpuguard ""
+
+echo "== the floor: openssl s_server (Debian's OpenSSL, no C++), after 20 requests"
+: > "$out/server-openssl.log"
+$pin_server openssl s_server -accept 127.0.0.1:0 -cert "$out/certs/tls.crt" -key "$out/certs/tls.key" -www \
+  > "$out/server-openssl.log" 2>&1 &
+floor=$!
+until grep -q '^ACCEPT' "$out/server-openssl.log" 2>/dev/null; do :; done
+floor_port=$(sed -n 's/^ACCEPT .*:\([0-9]*\)$/\1/p' "$out/server-openssl.log" | head -1)
+for i in $(seq 20); do curl -s -o /dev/null --cacert "$out/certs/ca.crt" "https://127.0.0.1:$floor_port/"; done
+{
+  grep -E 'VmHWM|VmRSS' /proc/$floor/status
+  grep -E '^(Rss|Pss|Shared_Clean|Shared_Dirty|Private_Clean|Private_Dirty|Anonymous):' /proc/$floor/smaps_rollup
+} | tee "$out/rss-openssl-floor.txt"
+kill $floor; wait $floor 2>/dev/null || true
 
 echo "== 2.5 MiB pod, end to end ($(stat -c %s "$out/review-2.5m.json") bytes), 10 runs"
 for i in $(seq 10); do

@@ -189,7 +189,12 @@ class TlsStream {
             return;
           }
           int result = 0;
-          if (!nothing_to_do) {
+          if (!socket_.is_open()) {
+            // Closed by the deadline or the drain. OpenSSL still holds the old descriptor number, which the
+            // next socket opened anywhere in the process may already own: it must not read or write it.
+            outcome = boost::asio::error::bad_descriptor;
+            failed_ = true;
+          } else if (!nothing_to_do) {
             if (ERR_peek_error() != 0) ERR_clear_error();  // SSL_get_error reads this thread's queue
             errno = 0;
             result = step(ssl_.get());

@@ -1,6 +1,6 @@
 // server::HttpServer in this process, over real TLS on 127.0.0.1, with deadlines short enough to watch
 // pass: what the programs' fixed timeouts (10 s to shake hands, 120 s idle) do, and how bodies and
-// answers larger than one TLS record cross the connection.
+// answers larger than one TLS record cross the connection. And the TLS stream under it, on its own.
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -15,6 +15,7 @@
 #include "files.hpp"
 #include "gpuguard/server/http_server.hpp"
 #include "gpuguard/tls/server_context.hpp"
+#include "server/tls_stream.hpp"
 #include "tls_client.hpp"
 
 using namespace gpuguard;
@@ -135,4 +136,40 @@ TEST_CASE("bodies and answers larger than a TLS record arrive whole, on one kept
     CHECK(large.status == 200);
     CHECK(large.body == handler.large_answer);
   }
+}
+
+// A deadline or the drain closes a socket while its TLS session still exists, and the descriptor's number
+// goes at once to the next socket opened, on any loop. What the old session does next (the read that was
+// pending, its close_notify) must not reach that socket.
+TEST_CASE("a TLS stream whose socket was closed never reads or writes the descriptor's next owner") {
+  const std::string certs = GPUGUARD_TEST_CERTS_DIR;
+  const auto context = tls::make_server_context(test::read_file(certs + "/tls.crt"),
+                                                test::read_file(certs + "/tls.key"), "tls.crt", "tls.key");
+  using Executor = boost::asio::io_context::executor_type;
+  boost::asio::io_context loop(1);
+  int first[2];
+  REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM, 0, first) == 0);
+  boost::asio::basic_stream_socket<boost::asio::ip::tcp, Executor> socket(loop);
+  socket.assign(boost::asio::ip::tcp::v4(), first[0]);
+  server::TlsStream<Executor> stream(socket, context->native_handle());
+
+  socket.close();  // as the deadline does
+  int second[2];
+  REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM, 0, second) == 0);
+  REQUIRE(second[0] == first[0]);  // the lowest free number: the closed one
+  REQUIRE(::write(second[1], "stranger", 8) == 8);
+
+  char buffer[64];
+  boost::system::error_code read_error, shutdown_error;
+  stream.async_read_some(boost::asio::buffer(buffer),
+                         [&](boost::system::error_code ec, std::size_t) { read_error = ec; });
+  loop.run();
+  loop.restart();
+  stream.async_shutdown([&](boost::system::error_code ec, std::size_t) { shutdown_error = ec; });
+  loop.run();
+  CHECK(read_error);
+  CHECK(shutdown_error);
+  CHECK(::recv(second[0], buffer, sizeof buffer, MSG_DONTWAIT) == 8);   // still there, unread
+  CHECK(::recv(second[1], buffer, sizeof buffer, MSG_DONTWAIT) == -1);  // nothing was written to it
+  for (const int fd : {first[1], second[0], second[1]}) ::close(fd);
 }
