@@ -299,8 +299,8 @@ Task<> HttpServer::Impl::serve_requests(Stream& stream, Expiry& expiry, SessionC
 }
 
 std::shared_ptr<SessionControl> HttpServer::Impl::register_session(Executor executor, Expiry& expiry) {
-  auto control = std::make_shared<SessionControl>(
-      SessionControl{.executor = executor, .expiry = &expiry, .waiting_for_request = false, .idle_since = {}});
+  auto control = std::make_shared<SessionControl>(SessionControl{
+      .executor = std::move(executor), .expiry = &expiry, .waiting_for_request = false, .idle_since = {}});
   ++sessions;
   std::lock_guard lock(controls_mutex);
   std::erase_if(controls, [](const auto& weak) { return weak.expired(); });

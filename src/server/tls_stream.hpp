@@ -88,7 +88,7 @@ class Deadline {
 template <class Executor>
 class TlsStream {
  public:
-  using executor_type = Executor;
+  using executor_type = Executor;  // NOLINT(readability-identifier-naming): the name Asio's stream concept asks for
   using Socket = boost::asio::basic_stream_socket<boost::asio::ip::tcp, Executor>;
 
   // Throws std::bad_alloc when OpenSSL cannot make the connection's state.
@@ -141,7 +141,7 @@ class TlsStream {
   }
 
  private:
-  static constexpr std::size_t kRecordSize = 16 * 1024;  // the most plaintext one TLS record carries
+  static constexpr std::size_t kRecordSize = std::size_t{16} * 1024;  // the most plaintext one TLS record carries
 
   struct SslFree {
     void operator()(SSL* ssl) const { SSL_free(ssl); }

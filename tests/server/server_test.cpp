@@ -29,7 +29,11 @@ struct EchoHandler : server::Handler {
   std::optional<server::Response> reject_early(const server::RequestHead&) const override { return std::nullopt; }
   server::Response handle(const server::RequestHead& head, std::string body) const override {
     server::Response response;
-    response.body = head.path == "/large" ? large_answer : std::move(body);
+    if (head.path == "/large") {
+      response.body = large_answer;
+    } else {
+      response.body = std::move(body);
+    }
     return response;
   }
 };
