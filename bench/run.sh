@@ -92,32 +92,25 @@ grep '"msg":"admission reviewed"' "$out/server-debug.log" | sed -n 's/.*"micros"
 kill $server; wait $server 2>/dev/null || true
 
 echo "== the Go peer (bench-gowebhook, GOMAXPROCS=1): the same loads, on a fresh process"
-: > "$out/server-go.log"
-GOMAXPROCS=1 $pin_server "$build/bench-go/bench-gowebhook" --tls-cert-file "$out/certs/tls.crt" \
-  --tls-private-key-file "$out/certs/tls.key" 2> "$out/server-go.log" &
-server=$!
-until grep -q '"msg":"listening"' "$out/server-go.log" 2>/dev/null; do :; done
-url="https://127.0.0.1:$(sed -n 's/.*"address":"127.0.0.1:\([0-9]*\)".*/\1/p' "$out/server-go.log" | head -1)"
+start_go_peer "$out/server-go.log"
+url="https://127.0.0.1:$port"
 keep_alive_loads "the Go peer" -go
 kill $server; wait $server 2>/dev/null || true
 
+# burst OUTPUT: 2,000 fresh TLS connections at once to $server on $port, one review each, then its peak
+# RSS; the server is stopped afterwards.
+burst() {
+  $pin_client "$build/bench-go/bench-burst" --url "https://127.0.0.1:$port/mutate" --ca "$out/certs/ca.crt" \
+    --body "$out/review-8k.json" --connections 2000 | tee "$1"
+  grep -E 'VmHWM' /proc/$server/status | tee -a "$1"
+  kill $server; wait $server 2>/dev/null || true
+}
 echo "== burst: 2,000 fresh TLS connections at once, one review each, on a fresh server"
 start_webhook "$out/server-burst.log"
-$pin_client "$build/bench-go/bench-burst" --url "https://127.0.0.1:$port/mutate" --ca "$out/certs/ca.crt" --body "$out/review-8k.json" \
-  --connections 2000 | tee "$out/burst.txt"
-grep -E 'VmHWM' /proc/$server/status | tee -a "$out/burst.txt"
-kill $server; wait $server 2>/dev/null || true
+burst "$out/burst.txt"
 echo "== the same burst against the Go peer"
-: > "$out/server-go-burst.log"
-GOMAXPROCS=1 $pin_server "$build/bench-go/bench-gowebhook" --tls-cert-file "$out/certs/tls.crt" \
-  --tls-private-key-file "$out/certs/tls.key" 2> "$out/server-go-burst.log" &
-server=$!
-until grep -q '"msg":"listening"' "$out/server-go-burst.log" 2>/dev/null; do :; done
-$pin_client "$build/bench-go/bench-burst" --ca "$out/certs/ca.crt" --body "$out/review-8k.json" --connections 2000 \
-  --url "https://127.0.0.1:$(sed -n 's/.*"address":"127.0.0.1:\([0-9]*\)".*/\1/p' "$out/server-go-burst.log" | head -1)/mutate" \
-  | tee "$out/burst-go.txt"
-grep -E 'VmHWM' /proc/$server/status | tee -a "$out/burst-go.txt"
-kill $server; wait $server 2>/dev/null || true
+start_go_peer "$out/server-go-burst.log"
+burst "$out/burst-go.txt"
 
 echo "== device plugin Allocate"
 "$build/bench/gpuguard_allocate_bench" --benchmark_repetitions=3 --benchmark_report_aggregates_only=true | tee "$out/allocate.txt"
