@@ -287,7 +287,7 @@ Task<> HttpServer::Impl::serve_requests(Stream& stream, Expiry& expiry, SessionC
       http::response<http::empty_body> go_on{http::status::continue_, request.version()};
       if (auto [ec, n] = co_await http::async_write(stream, go_on, kNoThrow); ec) break;
     }
-    make_room_for_body(buffer, head.content_length);
+    if (!parser.is_done()) make_room_for_body(buffer, head.content_length);  // done: the request has no body
     if (auto [ec, n] = co_await http::async_read(stream, buffer, parser, kNoThrow); ec) {
       co_await answer_read_error(stream, expiry, ec, deadline);  // a chunked body can pass the limit only here
       break;
