@@ -7,7 +7,6 @@
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 
-#include <boost/asio/append.hpp>
 #include <boost/asio/basic_stream_socket.hpp>
 #include <boost/asio/basic_waitable_timer.hpp>
 #include <boost/asio/buffer.hpp>
@@ -17,6 +16,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/ssl/error.hpp>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <climits>
