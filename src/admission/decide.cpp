@@ -97,6 +97,40 @@ bool reaches_gpu_devices(std::string_view host_path) {
 
 constexpr std::string_view kCdiAnnotationPrefix = "cdi.k8s.io/";
 
+// The annotations the NVIDIA Container Toolkit's NRI plugin (cmd/nvidia-ctk-installer/container/runtime/nri)
+// reads CDI device names from; it has the container runtime inject those devices, whatever the env says.
+constexpr std::string_view kNvidiaCdiDomain = "nvidia.cdi.k8s.io";
+constexpr std::string_view kNvidiaCdiPodKey = "nvidia.cdi.k8s.io/pod";
+constexpr std::string_view kNvidiaCdiContainerScope = "/container.";
+
+// The annotation that names the container's CDI devices for the NRI plugin, as containerd's NRI library
+// (GetEffectiveAnnotation) picks it: "nvidia.cdi.k8s.io/container.<name>", else "nvidia.cdi.k8s.io/pod",
+// else "nvidia.cdi.k8s.io". nullptr when there is none.
+const Annotation* nvidia_cdi_annotation(const Pod& pod, const Container& c) {
+  const auto find = [&](auto matches) -> const Annotation* {
+    const auto it = std::find_if(pod.annotations.begin(), pod.annotations.end(), matches);
+    return it == pod.annotations.end() ? nullptr : &*it;
+  };
+  const Annotation* found = find([&](const Annotation& a) {
+    return a.key.starts_with(kNvidiaCdiDomain) &&
+           a.key.substr(kNvidiaCdiDomain.size()).starts_with(kNvidiaCdiContainerScope) &&
+           a.key.substr(kNvidiaCdiDomain.size() + kNvidiaCdiContainerScope.size()) == c.name;
+  });
+  if (found == nullptr) found = find([](const Annotation& a) { return a.key == kNvidiaCdiPodKey; });
+  if (found == nullptr) found = find([](const Annotation& a) { return a.key == kNvidiaCdiDomain; });
+  return found;
+}
+
+// Does this entry make the NVIDIA runtime add the variable's devices? The feature gates take exactly
+// "enabled", as the toolkit compares it. IMEX channels take a list of channel numbers; the toolkit ignores
+// empty, none and void (and "all" since 1.18, but earlier versions pass it on), so anything else counts. A
+// valueFrom cannot be read here, so it counts too.
+bool enables_devices(const FeatureEntry& entry) {
+  if (entry.has_value_from) return true;
+  if (entry.name != kImexChannels) return entry.value == "enabled";
+  return !entry.value.empty() && entry.value != "none" && entry.value != "void";
+}
+
 // Does the container get a GPU through DRA: a claim (or the one request of it that it names) asking for a
 // device of a GPU device class? A claim that cannot be looked up counts as no GPU, and is reported in
 // `unresolved` ("name: why"), so that a container never sees GPUs through an unknown claim's door.
@@ -373,6 +407,30 @@ Decision decide(const Review& review, const Policy& policy, const ClaimLookup* c
              "the annotation " + key + " names CDI devices, and " + named(c) + " requests no GPU",
              "the annotation " + key + " names CDI devices directly, and " + named(c) + " requests no GPU",
              "cdi-annotations", key);
+      }
+      if (const Annotation* nri = nvidia_cdi_annotation(review.pod, c); nri != nullptr && !nri->value.empty()) {
+        const std::string key(nri->key);
+        door(Door::nvidia_cdi_annotations, policy.nvidia_cdi_annotations, c, Finding::Kind::nvidia_cdi_annotation, key,
+             "the annotation " + key + " names CDI devices for " + named(c) + ", which requests no GPU",
+             "the annotation " + key + " names CDI devices for the NVIDIA NRI plugin to inject into " + named(c) +
+                 ", which requests no GPU",
+             "nvidia-cdi-annotations", c.name);
+      }
+      // Under void the runtime sets nothing up for the container, so these variables take no effect.
+      if (policy.visible_devices_value != "void") {
+        for (auto it = c.feature_variables.begin(); it != c.feature_variables.end(); ++it) {
+          // The last entry of a name is the one the runtime sees.
+          const bool last = std::none_of(it + 1, c.feature_variables.end(),
+                                         [&](const FeatureEntry& later) { return later.name == it->name; });
+          if (!last || !enables_devices(*it)) continue;
+          const std::string what =
+              std::string(it->name) + (it->has_value_from ? " through valueFrom" : "=" + std::string(it->value));
+          door(Door::feature_env_vars, policy.feature_env_vars, c, Finding::Kind::feature_env_var, what,
+               named(c) + " requests no GPU but sets " + what + ", with which the NVIDIA runtime adds devices",
+               named(c) + " requests no GPU but sets " + what +
+                   ", with which the NVIDIA runtime adds devices besides GPUs to it",
+               "feature-env-vars", c.name);
+        }
       }
       if (listed_runtime_class) {
         const std::string runtime_class(review.pod.runtime_class);

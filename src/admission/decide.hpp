@@ -32,15 +32,17 @@ enum class Mutation { injected, replaced, deduplicated, stripped };
 // A way a container can see GPUs it did not ask for, as decide() found it; the audit reports these.
 struct Finding {
   enum class Kind {
-    image_default,      // no NVIDIA_VISIBLE_DEVICES: the image's own value applies
-    user_value,         // set in the pod, to something else than the injected value, or more than once
-    gpu_user_value,     // set in a GPU container, over the device plugin's choice
-    env_from,           // a GPU container's envFrom could set it
-    privileged,         // sees every device node
-    host_device_mount,  // a hostPath volume of the host's GPU device nodes or device lists
-    cdi_annotation,     // the pod names CDI devices directly
-    runtime_class,      // a RuntimeClass the policy lists
-    unresolved_claim,   // a DRA claim that could not be looked up: treated as no GPU
+    image_default,          // no NVIDIA_VISIBLE_DEVICES: the image's own value applies
+    user_value,             // set in the pod, to something else than the injected value, or more than once
+    gpu_user_value,         // set in a GPU container, over the device plugin's choice
+    env_from,               // a GPU container's envFrom could set it
+    privileged,             // sees every device node
+    host_device_mount,      // a hostPath volume of the host's GPU device nodes or device lists
+    cdi_annotation,         // the pod names CDI devices directly
+    runtime_class,          // a RuntimeClass the policy lists
+    nvidia_cdi_annotation,  // a nvidia.cdi.k8s.io annotation names CDI devices for the NRI plugin to inject
+    feature_env_var,        // NVIDIA_GDS and the like: the runtime adds their devices under `none`
+    unresolved_claim,       // a DRA claim that could not be looked up: treated as no GPU
   };
   const Container* container;
   Kind kind;
@@ -55,7 +57,7 @@ struct Decision {
   std::map<std::string, std::string> audit_annotations;
   std::vector<Mutation> mutations;
   std::vector<Finding> findings;
-  std::array<std::array<std::size_t, 3>, 4> doors{};  // ReviewOutcome::doors
+  DoorCounts doors{};  // ReviewOutcome::doors
 };
 
 // `claims` may be null: every DRA claim is then unresolved.

@@ -104,22 +104,34 @@ bool quantity_is_nonzero(dom::element value) {
   return true;  // not a quantity: see is_zero_quantity for why that counts as a request
 }
 
-// Whether an env entry is NVIDIA_VISIBLE_DEVICES (by its last "name", as everywhere). The one question
-// asked of every variable of every container, so it reads the keys directly and builds nothing.
-bool names_visible_devices(dom::element entry, std::string_view list) {
-  bool matches = false;
+// An env entry's name (its last "name", as everywhere) when the decision reads the entry:
+// NVIDIA_VISIBLE_DEVICES or a feature variable; empty otherwise. The one question asked of every variable
+// of every container, so it reads the keys directly and builds nothing.
+std::string_view watched_name(dom::element entry, std::string_view list) {
+  std::string_view watched;
   const dom::object fields = object_of(entry, Path(list, ".env[]"));
   for (auto field = fields.begin(); field != fields.end(); ++field) {
     if (field.key() != "name") continue;
     const dom::element name = field.value();
-    matches = !name.is_null() && string_of(name, Path(list, ".env[].name")) == kVisibleDevices;
+    const std::string_view text = name.is_null() ? std::string_view{} : string_of(name, Path(list, ".env[].name"));
+    const bool is_watched = text.starts_with("NVIDIA_") &&
+                            (text == kVisibleDevices || std::find(kFeatureVariables.begin(), kFeatureVariables.end(),
+                                                                  text) != kFeatureVariables.end());
+    watched = is_watched ? text : std::string_view{};
   }
-  return matches;
+  return watched;
 }
 
 void decode_env_entry(std::size_t index, dom::element entry, std::string_view list, Container& container) {
-  if (!names_visible_devices(entry, list)) return;
+  const std::string_view name = watched_name(entry, list);
+  if (name.empty()) return;
   const auto [value, value_from] = fields_of<"value", "valueFrom">(entry, Path(list, ".env[]"));
+  if (name != kVisibleDevices) {
+    container.feature_variables.push_back({.name = name,
+                                           .value = optional_string(value, Path(list, ".env[].value")),
+                                           .has_value_from = present(value_from)});
+    return;
+  }
   container.visible_devices.push_back({.env_index = index,
                                        .has_value = present(value),
                                        .value = optional_string(value, Path(list, ".env[].value")),

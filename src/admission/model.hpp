@@ -1,6 +1,7 @@
 #pragma once
 // The facts the decoder extracts from an AdmissionReview. Its strings are views into the simdjson parser's
 // document, so a model lives only inside one review() call.
+#include <array>
 #include <cstddef>
 #include <stdexcept>
 #include <string>
@@ -10,6 +11,12 @@
 namespace gpuguard::admission {
 
 inline constexpr std::string_view kVisibleDevices = "NVIDIA_VISIBLE_DEVICES";
+// The variables with which the NVIDIA runtime adds devices besides GPUs (nvidia-container-toolkit's
+// feature-gated modifier: GPUDirect Storage, MOFED, NVSwitch, GDRCopy; and IMEX channels). It honours them
+// in any container whose NVIDIA_VISIBLE_DEVICES selects something, `none` included, and not under `void`.
+inline constexpr std::array<std::string_view, 5> kFeatureVariables = {"NVIDIA_GDS", "NVIDIA_MOFED", "NVIDIA_NVSWITCH",
+                                                                      "NVIDIA_GDRCOPY", "NVIDIA_IMEX_CHANNELS"};
+inline constexpr std::string_view kImexChannels = "NVIDIA_IMEX_CHANNELS";
 inline constexpr std::string_view kMirrorPodAnnotation = "kubernetes.io/config.mirror";
 
 // The input is not an AdmissionReview we can answer; the message becomes the HTTP 400 reason.
@@ -42,6 +49,13 @@ struct VisibleDevicesEntry {
   bool has_value_from = false;
 };
 
+// An env entry that sets one of kFeatureVariables.
+struct FeatureEntry {
+  std::string_view name;
+  std::string_view value;
+  bool has_value_from = false;
+};
+
 // An envFrom source: every key of the ConfigMap or Secret, with the prefix in front, becomes a variable.
 struct EnvFromSource {
   std::string_view kind;  // "configMap" or "secret"
@@ -69,6 +83,7 @@ struct Container {
   bool env_is_array = false;  // false: absent or null
   std::size_t env_size = 0;
   std::vector<VisibleDevicesEntry> visible_devices;  // every env entry named NVIDIA_VISIBLE_DEVICES
+  std::vector<FeatureEntry> feature_variables;       // every env entry named one of kFeatureVariables, in order
   std::vector<EnvFromSource> env_from;
   std::vector<ResourceAmount> resources;  // limits and requests together
   std::vector<ClaimUse> claims;

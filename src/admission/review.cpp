@@ -10,9 +10,8 @@ namespace gpuguard::admission {
 namespace {
 
 // A simdjson parser keeps buffers sized for the largest document it has seen. Each thread keeps one
-// for the usual few-KiB reviews; rare large ones get a parser of their own so memory does not stay high.
-constexpr std::size_t kReusableParserLimit = std::size_t{256} * 1024;
-
+// for the usual few-KiB reviews; rare large ones (over kReusableParserLimit) get a parser of their own so
+// memory does not stay high.
 dom::parser& reusable_parser() {
   thread_local dom::parser parser;
   return parser;
@@ -46,6 +45,8 @@ std::string_view door_name(Finding::Kind kind) {
     case Finding::Kind::host_device_mount: return "host device mount";
     case Finding::Kind::cdi_annotation: return "CDI annotation";
     case Finding::Kind::runtime_class: return "runtime class";
+    case Finding::Kind::nvidia_cdi_annotation: return "NVIDIA CDI annotation";
+    case Finding::Kind::feature_env_var: return "feature variable";
     case Finding::Kind::unresolved_claim: break;
   }
   return "unresolved DRA claim";
@@ -80,6 +81,8 @@ std::string webhook_action(const Finding& finding, const policy::Policy& policy,
     case Kind::host_device_mount: return std::string(action_text(policy.host_device_mounts));
     case Kind::cdi_annotation: return std::string(action_text(policy.cdi_annotations));
     case Kind::runtime_class: return std::string(action_text(policy.runtime_class_action));
+    case Kind::nvidia_cdi_annotation: return std::string(action_text(policy.nvidia_cdi_annotations));
+    case Kind::feature_env_var: return std::string(action_text(policy.feature_env_vars));
     case Kind::unresolved_claim: break;
   }
   return "sets " + policy.visible_devices_value + " and warns";

@@ -151,6 +151,10 @@ void apply(Policy& policy, std::string_view key, std::string_view raw) {
     policy.host_device_mounts = action(value);
   } else if (key == "cdiAnnotations") {
     policy.cdi_annotations = action(value);
+  } else if (key == "nvidiaCdiAnnotations") {
+    policy.nvidia_cdi_annotations = action(value);
+  } else if (key == "featureEnvVars") {
+    policy.feature_env_vars = action(value);
   } else if (key == "runtimeClassAction") {
     policy.runtime_class_action = action(value);
   } else if (key == "runtimeClasses") {
@@ -175,6 +179,8 @@ constexpr std::string_view kKeys[] = {"mode",
                                       "privileged",
                                       "hostDeviceMounts",
                                       "cdiAnnotations",
+                                      "nvidiaCdiAnnotations",
+                                      "featureEnvVars",
                                       "runtimeClasses",
                                       "runtimeClassAction",
                                       "stripUserValueFromGpuContainers"};

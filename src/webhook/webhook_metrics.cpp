@@ -34,7 +34,7 @@ void WebhookMetrics::count_mutations(const std::array<std::size_t, 4>& by_reason
   }
 }
 
-void WebhookMetrics::count_doors(const std::array<std::array<std::size_t, 3>, 4>& doors) {
+void WebhookMetrics::count_doors(const admission::DoorCounts& doors) {
   for (std::size_t door = 0; door < doors.size(); ++door) {
     for (std::size_t action = 0; action < doors[door].size(); ++action) {
       if (doors[door][action] != 0) doors_.add(door, action, doors[door][action]);
@@ -58,8 +58,9 @@ std::string WebhookMetrics::render(std::optional<bool> claims_synced) const {
         .append(std::to_string(mutations_[i].load(std::memory_order_relaxed)))
         .append("\n");
   }
-  metrics::header(out, "gpuguard_doors_total", "counter",
-                  "Containers found at a door to the GPUs besides the environment, by the policy's action.");
+  metrics::header(
+      out, "gpuguard_doors_total", "counter",
+      "Containers found at a door to devices that NVIDIA_VISIBLE_DEVICES does not close, by the policy's action.");
   doors_.render(out, "gpuguard_doors_total");
   if (claims_synced) {
     metrics::header(out, "gpuguard_resource_claims_synced", "gauge",

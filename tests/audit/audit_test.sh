@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `gpuguard-webhook audit` over tests/fixtures/audit: a PodList of 52 varied pods, the cluster's DRA claims
+# `gpuguard-webhook audit` over tests/fixtures/audit: a PodList of 54 varied pods, the cluster's DRA claims
 # and a policy. Its JSON and table reports must equal the checked-in ones, it must exit 1 (something is
 # exposed), and 0 on the pods that are already protected; bad input exits 2.
 #   audit_test.sh WEBHOOK_BINARY WORK_DIR
@@ -34,4 +34,4 @@ for bad in "--output yaml $fixture/pods.json" "$fixture/policy/mode" "--claims $
   "$webhook" audit $bad > /dev/null 2>&1 || status=$?
   [ "$status" -eq 2 ] || { echo "audit $bad exited $status, want 2"; exit 1; }
 done
-echo "audit: 52 pods, the reports match, protected pods exit 0, bad input exits 2"
+echo "audit: 54 pods, the reports match, protected pods exit 0, bad input exits 2"

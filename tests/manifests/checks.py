@@ -9,7 +9,8 @@ CLUSTER_SCOPED = {"Namespace", "MutatingWebhookConfiguration", "ValidatingAdmiss
                   "ValidatingAdmissionPolicyBinding", "ClusterRole", "ClusterRoleBinding"}
 POLICY_KEYS = {"mode", "visibleDevicesValue", "gpuResources", "gpuAnnotations", "gpuDeviceClasses",
                "exemptNamespaces", "exemptServiceAccounts", "privileged", "hostDeviceMounts", "cdiAnnotations",
-               "runtimeClasses", "runtimeClassAction", "stripUserValueFromGpuContainers"}
+               "nvidiaCdiAnnotations", "featureEnvVars", "runtimeClasses", "runtimeClassAction",
+               "stripUserValueFromGpuContainers"}
 
 
 def load(path):

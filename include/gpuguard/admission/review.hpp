@@ -14,11 +14,22 @@
 
 namespace gpuguard::admission {
 
-// The doors to the GPUs other than the environment that a policy key governs, each with an action.
-enum class Door { privileged, host_device_mounts, cdi_annotations, runtime_classes };
-inline constexpr std::array<std::string_view, 4> kDoors = {"privileged", "host_device_mounts", "cdi_annotations",
-                                                           "runtime_classes"};
+// The doors to the GPUs (and to the other devices the NVIDIA runtime adds) besides NVIDIA_VISIBLE_DEVICES
+// that a policy key governs, each with an action. The names are the gpuguard_doors_total labels.
+enum class Door {
+  privileged,
+  host_device_mounts,
+  cdi_annotations,
+  runtime_classes,
+  nvidia_cdi_annotations,
+  feature_env_vars,
+};
+inline constexpr std::array<std::string_view, 6> kDoors = {
+    "privileged",      "host_device_mounts",     "cdi_annotations",
+    "runtime_classes", "nvidia_cdi_annotations", "feature_env_vars"};
 inline constexpr std::array<std::string_view, 3> kActions = {"allow", "warn", "deny"};
+// Containers found at each door (kDoors), by the action the policy takes (kActions).
+using DoorCounts = std::array<std::array<std::size_t, kActions.size()>, kDoors.size()>;
 
 struct ReviewOutcome {
   // false: the body is not an AdmissionReview we can answer; `body` then holds the reason (HTTP 400).
@@ -33,12 +44,15 @@ struct ReviewOutcome {
   std::size_t warnings = 0;
   // Containers changed, by reason: injected, replaced, deduplicated, stripped (kMutationReasons).
   std::array<std::size_t, 4> mutations{};
-  // Containers found at each door (kDoors), by the action the policy takes (kActions).
-  std::array<std::array<std::size_t, 3>, 4> doors{};
+  DoorCounts doors{};
 };
 
 inline constexpr std::array<std::string_view, 4> kMutationReasons = {"injected", "replaced", "deduplicated",
                                                                      "stripped"};
+
+// Reviews up to this size are decoded by a parser that each thread keeps; a larger one gets a parser of
+// its own, freed with it.
+inline constexpr std::size_t kReusableParserLimit = std::size_t{256} * 1024;
 
 // Takes the body by value so that the server can move its buffer in; the buffer is padded in place for
 // simdjson, so reserving a little spare capacity up front avoids a copy.

@@ -45,6 +45,13 @@ struct Policy {
   Action host_device_mounts = Action::warn;
   // A pod with a container without a GPU and a cdi.k8s.io/ annotation, which names CDI devices directly.
   Action cdi_annotations = Action::warn;
+  // A container without a GPU for which a nvidia.cdi.k8s.io annotation names CDI devices: the NVIDIA
+  // Container Toolkit's NRI plugin (which the GPU Operator can run) injects them, whatever its env says.
+  Action nvidia_cdi_annotations = Action::warn;
+  // A container without a GPU whose env sets NVIDIA_GDS, NVIDIA_MOFED, NVIDIA_NVSWITCH, NVIDIA_GDRCOPY or
+  // NVIDIA_IMEX_CHANNELS so that the NVIDIA runtime adds those devices, as it does under
+  // NVIDIA_VISIBLE_DEVICES=none (not under void).
+  Action feature_env_vars = Action::warn;
   // runtimeClassName values that bypass the NVIDIA hook, or are the hook, on a pod with a container
   // without a GPU; empty: nothing is checked.
   std::vector<std::string> runtime_classes;
@@ -62,7 +69,7 @@ std::string_view mode_name(Mode mode);
 
 // The ConfigMap keys, one file each: mode, visibleDevicesValue, gpuResources, gpuAnnotations,
 // gpuDeviceClasses, exemptNamespaces, exemptServiceAccounts, privileged, hostDeviceMounts, cdiAnnotations,
-// runtimeClasses, runtimeClassAction, stripUserValueFromGpuContainers.
+// nvidiaCdiAnnotations, featureEnvVars, runtimeClasses, runtimeClassAction, stripUserValueFromGpuContainers.
 struct PolicyParse {
   std::optional<Policy> policy;           // empty when any value is invalid: the whole policy is refused
   std::string error;                      // names the key and what is wrong with it

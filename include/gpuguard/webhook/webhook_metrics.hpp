@@ -8,6 +8,7 @@
 #include <string>
 #include <string_view>
 
+#include "gpuguard/admission/review.hpp"
 #include "gpuguard/metrics/counters.hpp"
 #include "gpuguard/metrics/reloads.hpp"
 
@@ -24,7 +25,7 @@ class WebhookMetrics final : public metrics::ReloadMetrics {
   // Containers changed, by reason (admission::kMutationReasons).
   void count_mutations(const std::array<std::size_t, 4>& by_reason);
   // Containers at each door (admission::kDoors) by action (admission::kActions).
-  void count_doors(const std::array<std::array<std::size_t, 3>, 4>& doors);
+  void count_doors(const admission::DoorCounts& doors);
   // `claims_synced`: whether the DRA claims' cache has listed both kinds; absent when claims are not watched.
   std::string render(std::optional<bool> claims_synced = std::nullopt) const;
 
@@ -33,7 +34,7 @@ class WebhookMetrics final : public metrics::ReloadMetrics {
   metrics::LabelledCounters<5, 4> requests_;
   metrics::DurationHistogram durations_;
   std::array<std::atomic<std::uint64_t>, 4> mutations_{};
-  metrics::LabelledCounters<4, 3> doors_;
+  metrics::LabelledCounters<admission::kDoors.size(), admission::kActions.size()> doors_;
 };
 
 }  // namespace gpuguard::webhook

@@ -16,6 +16,8 @@ TEST_CASE("policy: no files means the defaults") {
   CHECK(parsed.policy->gpu_resources ==
         std::vector<std::string>{"nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-*"});
   CHECK(parsed.policy->privileged == Action::warn);
+  CHECK(parsed.policy->nvidia_cdi_annotations == Action::warn);
+  CHECK(parsed.policy->feature_env_vars == Action::warn);
   CHECK(parsed.policy->strip_user_value_from_gpu_containers);
   CHECK(parsed.policy->exempt_namespaces.empty());
   CHECK(parsed.policy->exempt_service_accounts.empty());
@@ -28,6 +30,8 @@ TEST_CASE("policy: every key, values trimmed, lists split on commas and newlines
                              {"exemptNamespaces", "monitoring , gpu-operator"},
                              {"exemptServiceAccounts", "monitoring/dcgm-exporter\nkube-prometheus/node.exporter"},
                              {"privileged", "deny"},
+                             {"nvidiaCdiAnnotations", "allow\n"},
+                             {"featureEnvVars", " deny"},
                              {"stripUserValueFromGpuContainers", "false\n"}});
   INFO(parsed.error);
   REQUIRE(parsed.policy);
@@ -39,6 +43,8 @@ TEST_CASE("policy: every key, values trimmed, lists split on commas and newlines
   CHECK(p.exempt_service_accounts ==
         std::vector<std::string>{"monitoring/dcgm-exporter", "kube-prometheus/node.exporter"});
   CHECK(p.privileged == Action::deny);
+  CHECK(p.nvidia_cdi_annotations == Action::allow);
+  CHECK(p.feature_env_vars == Action::deny);
   CHECK_FALSE(p.strip_user_value_from_gpu_containers);
   CHECK(p.is_gpu_resource("acme.io/accel-x2"));
   CHECK_FALSE(p.is_gpu_resource("nvidia.com/gpu"));
@@ -68,6 +74,9 @@ TEST_CASE("policy: each invalid value refuses the whole policy, naming the key")
       {"exemptServiceAccounts", "monitoring/"},
       {"exemptServiceAccounts", "/dcgm"},
       {"privileged", "block"},
+      {"nvidiaCdiAnnotations", "management"},
+      {"featureEnvVars", "remove"},
+      {"featureEnvVars", ""},
       {"stripUserValueFromGpuContainers", "yes"},
   };
   for (const Row& row : rows) {
