@@ -19,7 +19,8 @@ void add_server_flags(po::options_description& description) {
                             "PEM certificate chain served to clients (ECDSA or RSA), re-read on change")(
       "tls-private-key-file", po::value<std::string>(), "PEM private key of that certificate")(
       "listen-address", po::value<std::string>()->default_value("0.0.0.0:8443"), "IP:port to serve HTTPS on")(
-      "threads", po::value<unsigned>()->default_value(0), "server threads; 0 = one per CPU core")(
+      "threads", po::value<unsigned>()->default_value(0),
+      "server threads; 0 = one per CPU core (the webhook: as many as --memory-limit holds)")(
       "shutdown-delay", po::value<double>()->default_value(5),
       "seconds to keep serving after SIGTERM, with /readyz failing")(
       "shutdown-timeout", po::value<double>()->default_value(25), "seconds after SIGTERM by which the process exits");

@@ -64,9 +64,55 @@ constexpr std::size_t kBodyReadRoom = std::size_t{16} * 1024;
 void make_room_for_body(beast::flat_buffer& buffer, std::optional<std::uint64_t> content_length) {
   const std::uint64_t unread = content_length.value_or(kBodyReadRoom);
   if (unread > buffer.size()) {
-    buffer.reserve(buffer.size() +
-                   static_cast<std::size_t>(std::min<std::uint64_t>(unread - buffer.size(), kBodyReadRoom)));
+    const std::uint64_t wanted = buffer.size() + std::min<std::uint64_t>(unread - buffer.size(), kBodyReadRoom);
+    buffer.reserve(static_cast<std::size_t>(std::min<std::uint64_t>(wanted, buffer.max_size())));
   }
+}
+
+// Answers up to this size are part of a connection's own cost (one TLS record); larger ones are counted
+// against the server's byte budget while they are written.
+constexpr std::size_t kUncountedAnswer = std::size_t{16} * 1024;
+
+// The bytes of request bodies and answers that all connections together may hold at once. A request takes
+// its share before any room is made for its body; without it, it is answered 503 and its body never read.
+class ByteBudget {
+ public:
+  explicit ByteBudget(std::size_t total) : left_(total) {}
+  bool take(std::size_t bytes) {
+    std::size_t left = left_.load(std::memory_order_relaxed);
+    do {
+      if (left < bytes) return false;
+    } while (!left_.compare_exchange_weak(left, left - bytes, std::memory_order_relaxed));
+    return true;
+  }
+  void give(std::size_t bytes) { left_.fetch_add(bytes, std::memory_order_relaxed); }
+
+ private:
+  std::atomic<std::size_t> left_;
+};
+
+// What one request holds of the budget, given back when it goes out of scope.
+class BudgetShare {
+ public:
+  explicit BudgetShare(ByteBudget& budget) : budget_(budget) {}
+  ~BudgetShare() { budget_.give(bytes_); }
+  BudgetShare(const BudgetShare&) = delete;
+  BudgetShare& operator=(const BudgetShare&) = delete;
+  bool grow(std::size_t bytes) {
+    if (!budget_.take(bytes)) return false;
+    bytes_ += bytes;
+    return true;
+  }
+
+ private:
+  ByteBudget& budget_;
+  std::size_t bytes_ = 0;
+};
+
+Response server_busy() {
+  Response response = text_response(503, "server busy: too many request bytes in flight; retry");
+  response.headers.emplace_back("Retry-After", "1");
+  return response;
 }
 
 tcp::endpoint parse_listen_address(const std::string& address) {
@@ -102,16 +148,46 @@ bool is_malformed_request(const boost::system::error_code& ec) {
   return ec.category() == http_errors && ec != http::error::end_of_stream && ec != http::error::partial_message;
 }
 
+// Logged at most once a minute, with how many connections were refused since the last line.
+class RefusalLog {
+ public:
+  void count(std::size_t limit) {
+    ++refused_;
+    const auto now = std::chrono::steady_clock::now();
+    if (now < next_) return;
+    log::warn("connection limit reached; new connections are closed at once",
+              {{"max_connections", limit}, {"refused", refused_}});
+    refused_ = 0;
+    next_ = now + std::chrono::minutes(1);
+  }
+
+ private:
+  std::size_t refused_ = 0;
+  std::chrono::steady_clock::time_point next_;
+};
+
 }  // namespace
 
 using Expiry = Deadline<Executor>;
 
-// What the drain needs to reach into a session. Touched only on the session's loop.
+// What the drain and the connection limit need to reach into a session. `expiry` is touched only on the
+// session's loop; the accept loop reads the rest to choose a connection to close.
 struct SessionControl {
+  using Clock = std::chrono::steady_clock;
+  SessionControl(Executor e, Expiry& x)
+      : executor(std::move(e)), expiry(&x), idle_since(Clock::now().time_since_epoch().count()) {}
+  Clock::time_point idle() const {
+    return Clock::time_point(Clock::duration(idle_since.load(std::memory_order_relaxed)));
+  }
+
   Executor executor;
-  Expiry* expiry = nullptr;  // null once the session has ended
-  bool waiting_for_request = false;
-  std::chrono::steady_clock::time_point idle_since;
+  Expiry* expiry;  // null once the session has ended
+  // From the accept to the end of the first request's headers, and again between requests: nothing of a
+  // request is held, so closing the connection loses no work.
+  std::atomic<bool> waiting_for_request{true};
+  std::atomic<bool> served{false};    // has sent a request
+  std::atomic<bool> evicting{false};  // chosen to make room
+  std::atomic<Clock::rep> idle_since;
 };
 
 std::vector<std::unique_ptr<asio::io_context>> make_loops(unsigned threads) {
@@ -123,23 +199,31 @@ std::vector<std::unique_ptr<asio::io_context>> make_loops(unsigned threads) {
 
 struct HttpServer::Impl {
   Impl(ServerOptions o, TlsProvider t, const Handler& h)
-      : options(std::move(o)), tls(std::move(t)), handler(h), loops(make_loops(options.threads)) {}
+      : options(std::move(o)),
+        tls(std::move(t)),
+        handler(h),
+        budget(options.inflight_bytes),
+        loops(make_loops(options.threads)) {}
 
   ServerOptions options;
   TlsProvider tls;
   const Handler& handler;
   // Declared before the loops: a loop that is destroyed with coroutines still on it ends their sessions.
-  std::atomic<bool> draining{false};  // signal received: answer with Connection: close
-  std::atomic<bool> stopping{false};  // delay over: no new connections, idle ones are closed
-  std::atomic<std::size_t> sessions{0};
+  std::atomic<bool> draining{false};     // signal received: answer with Connection: close
+  std::atomic<bool> stopping{false};     // delay over: no new connections, idle ones are closed
+  std::atomic<std::size_t> sessions{0};  // counted when accepted, before the session starts
+  ByteBudget budget;
+  RefusalLog refusals;  // touched only by the accept loop
   std::mutex controls_mutex;
   std::vector<std::weak_ptr<SessionControl>> controls;
-  // loops[0] also runs the acceptor, the signals and the drain.
+  // The connections' loops. The acceptor, the signals and the drain run on a loop of their own, so that
+  // a busy connection never delays accepting the next one.
   std::vector<std::unique_ptr<asio::io_context>> loops;
+  asio::io_context control{1};
   std::size_t next_loop = 0;  // round robin; touched only by the accept loop
-  asio::basic_socket_acceptor<tcp, Executor> acceptor{*loops.front()};
-  asio::basic_signal_set<Executor> signals{*loops.front(), SIGINT, SIGTERM};
-  Timer drain_timer{*loops.front()};
+  asio::basic_socket_acceptor<tcp, Executor> acceptor{control};
+  asio::basic_signal_set<Executor> signals{control, SIGINT, SIGTERM};
+  Timer drain_timer{control};
 
   Task<> accept_loop();
   Task<> session(Socket socket);
@@ -153,6 +237,7 @@ struct HttpServer::Impl {
                            std::chrono::milliseconds deadline);
   Response call_handler(const RequestHead& head, std::string body);
   std::shared_ptr<SessionControl> register_session(Executor executor, Expiry& expiry);
+  bool make_room();
   void begin_shutdown();
   void stop_accepting(std::chrono::steady_clock::time_point deadline);
   void wait_for_sessions(std::chrono::steady_clock::time_point deadline);
@@ -166,10 +251,16 @@ Task<> HttpServer::Impl::accept_loop() {
       if (stopping || ec == asio::error::operation_aborted) co_return;
       // Typically EMFILE: back off instead of spinning, existing connections keep being served.
       log::warn("accept failed", {{"reason", ec.message()}});
-      Timer pause(*loops.front(), 50ms);
+      Timer pause(control, 50ms);
       co_await pause.async_wait(kNoThrow);
       continue;
     }
+    if (sessions >= options.max_connections && !make_room()) {
+      refusals.count(options.max_connections);
+      socket.close(ec);
+      continue;
+    }
+    ++sessions;
     socket.set_option(tcp::no_delay(true), ec);
     auto executor = socket.get_executor();
     asio::co_spawn(executor, session(std::move(socket)), [](const std::exception_ptr& failure) {
@@ -216,6 +307,12 @@ Task<> HttpServer::Impl::answer_read_error(Stream& stream, Expiry& expiry, const
                      false, deadline);
   } else if (ec == http::error::header_limit) {
     co_await respond(stream, expiry, text_response(431, "request headers too large"), 11, false, deadline);
+  } else if (ec == http::error::buffer_overflow) {
+    // A chunk size, chunk extension or trailer that does not end within the connection's buffer.
+    co_await respond(stream, expiry,
+                     text_response(400, "malformed HTTP request: a line longer than " +
+                                            std::to_string(options.header_limit + kBodyReadRoom) + " bytes"),
+                     11, false, deadline);
   } else if (is_malformed_request(ec)) {
     co_await respond(stream, expiry, text_response(400, "malformed HTTP request: " + ec.message()), 11, false,
                      deadline);
@@ -253,17 +350,23 @@ Task<> HttpServer::Impl::session(Socket socket) {
 
 template <class Stream>
 Task<> HttpServer::Impl::serve_requests(Stream& stream, Expiry& expiry, SessionControl& control) {
-  beast::flat_buffer buffer;
+  // Bounded: what is unparsed of a head, a chunk line or a trailer can take no more than this.
+  beast::flat_buffer buffer(options.header_limit + kBodyReadRoom);
   bool keep_alive = true;
+  bool first = true;
   while (keep_alive) {
     RequestParser parser;
     apply_limits(parser, options);
+    if constexpr (requires { stream.begin_request(); }) stream.begin_request();
+    control.idle_since = std::chrono::steady_clock::now().time_since_epoch().count();
     control.waiting_for_request = true;
-    control.idle_since = std::chrono::steady_clock::now();
-    expiry.expires_after(stopping ? 1s : options.idle_timeout);
+    // A connection that has not asked for anything yet is worth less patience than a kept-alive one.
+    expiry.expires_after(stopping ? 1s : first ? options.first_request_timeout : options.idle_timeout);
+    first = false;
     // A declared Content-Length over the body limit already fails here, before any of the body is read.
     auto [read_error, header_bytes] = co_await http::async_read_header(stream, buffer, parser, kNoThrow);
     control.waiting_for_request = false;
+    control.served = true;
     if (read_error) {
       co_await answer_read_error(stream, expiry, read_error, options.request_timeout);
       break;
@@ -280,7 +383,16 @@ Task<> HttpServer::Impl::serve_requests(Stream& stream, Expiry& expiry, SessionC
                                     keep_alive && parser.is_done(), deadline);
       continue;
     }
-    if (head.content_length) request.body().reserve(*head.content_length + kBodySlack);
+    BudgetShare share(budget);
+    if (!parser.is_done()) {
+      // A chunked body may grow to the limit: it takes that much.
+      const std::uint64_t room = head.content_length.value_or(options.body_limit) + kBodySlack;
+      if (!share.grow(static_cast<std::size_t>(room))) {
+        co_await respond(stream, expiry, server_busy(), request.version(), false, deadline);
+        break;
+      }
+      request.body().reserve(static_cast<std::size_t>(room));
+    }
     expiry.expires_after(deadline);
     if (request[http::field::expect] == "100-continue") {
       // curl waits a second for this before sending a large body; the apiserver never asks.
@@ -292,20 +404,43 @@ Task<> HttpServer::Impl::serve_requests(Stream& stream, Expiry& expiry, SessionC
       co_await answer_read_error(stream, expiry, ec, deadline);  // a chunked body can pass the limit only here
       break;
     }
-    keep_alive = co_await respond(stream, expiry, call_handler(head, std::move(request.body())), request.version(),
-                                  keep_alive, deadline);
+    Response response = call_handler(head, std::move(request.body()));
+    if (response.body.size() > kUncountedAnswer && !share.grow(response.body.size())) response = server_busy();
+    keep_alive = co_await respond(stream, expiry, std::move(response), request.version(), keep_alive, deadline);
     if (buffer.size() == 0) buffer.shrink_to_fit();  // nothing of a next request read yet: free it all
   }
 }
 
 std::shared_ptr<SessionControl> HttpServer::Impl::register_session(Executor executor, Expiry& expiry) {
-  auto control = std::make_shared<SessionControl>(SessionControl{
-      .executor = std::move(executor), .expiry = &expiry, .waiting_for_request = false, .idle_since = {}});
-  ++sessions;
+  auto control = std::make_shared<SessionControl>(std::move(executor), expiry);
   std::lock_guard lock(controls_mutex);
   std::erase_if(controls, [](const auto& weak) { return weak.expired(); });
   controls.push_back(control);
   return control;
+}
+
+// At the connection limit, a new connection takes the place of one that holds no request: one that has
+// not sent a request yet before one that has been served, and the longest waiting of those. The one
+// chosen is closed on its own loop, so the count runs over the limit until it has gone; by no more than
+// an eighth, past which new connections are refused. False when there is no such connection.
+bool HttpServer::Impl::make_room() {
+  if (sessions >= options.max_connections + options.max_connections / 8 + 1) return false;
+  std::shared_ptr<SessionControl> chosen;
+  std::lock_guard lock(controls_mutex);
+  for (const auto& weak : controls) {
+    auto control = weak.lock();
+    if (!control || !control->waiting_for_request || control->evicting) continue;
+    if (!chosen ||
+        std::pair(control->served.load(), control->idle()) < std::pair(chosen->served.load(), chosen->idle()))
+      chosen = std::move(control);
+  }
+  if (!chosen) return false;
+  chosen->evicting = true;
+  // On its loop, where it cannot change state meanwhile: if a request has begun since, it stays.
+  asio::post(chosen->executor, [chosen] {
+    if (chosen->expiry != nullptr && chosen->waiting_for_request) chosen->expiry->close();
+  });
+  return true;
 }
 
 // SIGTERM: readiness goes at once, serving goes on for the delay (with Connection: close), then new
@@ -333,7 +468,7 @@ void HttpServer::Impl::stop_accepting(std::chrono::steady_clock::time_point dead
     // A new expiry would only apply to the next read, not the pending one: close the idle stream instead.
     asio::post(control->executor, [control] {
       if (control->expiry == nullptr || !control->waiting_for_request) return;
-      auto timer = std::make_shared<Timer>(control->executor, control->idle_since + 1s);
+      auto timer = std::make_shared<Timer>(control->executor, control->idle() + 1s);
       timer->async_wait([control, timer](boost::system::error_code) {
         if (control->expiry != nullptr && control->waiting_for_request) control->expiry->close();
       });
@@ -346,6 +481,7 @@ void HttpServer::Impl::wait_for_sessions(std::chrono::steady_clock::time_point d
   if (sessions == 0 || std::chrono::steady_clock::now() >= deadline) {
     if (sessions != 0) log::warn("shutdown timeout reached with connections open", {{"connections", sessions.load()}});
     for (const auto& loop : loops) loop->stop();
+    control.stop();
     return;
   }
   drain_timer.expires_after(10ms);
@@ -379,20 +515,19 @@ void HttpServer::run() {
                                 {"timeout_ms", impl_->options.shutdown_timeout.count()}});
     impl_->begin_shutdown();
   });
-  auto& loops = impl_->loops;
-  asio::co_spawn(*loops.front(), impl_->accept_loop(), [](const std::exception_ptr&) {});
-  // The other loops wait for connections until the drain stops every loop.
+  asio::co_spawn(impl_->control, impl_->accept_loop(), [](const std::exception_ptr&) {});
+  // The connections' loops wait for connections until the drain stops every loop.
   std::vector<asio::executor_work_guard<Executor>> waiting;
   std::vector<std::jthread> threads;
-  for (auto loop = loops.begin() + 1; loop != loops.end(); ++loop) {
-    waiting.push_back(asio::make_work_guard(**loop));
-    threads.emplace_back([&context = **loop] { context.run(); });
+  for (const auto& loop : impl_->loops) {
+    waiting.push_back(asio::make_work_guard(*loop));
+    threads.emplace_back([&context = *loop] { context.run(); });
   }
-  loops.front()->run();
+  impl_->control.run();
 }
 
 void HttpServer::stop() {
-  asio::post(*impl_->loops.front(), [this] { impl_->begin_shutdown(); });
+  asio::post(impl_->control, [this] { impl_->begin_shutdown(); });
 }
 
 }  // namespace gpuguard::server

@@ -101,14 +101,39 @@ class TlsStream {
     // Read whatever has arrived, not one record header at a time; write what fits, as write_some may.
     SSL_set_read_ahead(ssl_.get(), 1);
     SSL_set_mode(ssl_.get(), SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+    // With AUTO_RETRY, one SSL_read goes on handling records that carry no data (a KeyUpdate, an alert)
+    // for as long as the peer sends them. Without it, and with a budget on the bytes one call may read,
+    // every step returns to the loop after a bounded amount of work (see read_gate).
+    SSL_clear_mode(ssl_.get(), SSL_MODE_AUTO_RETRY);
+    BIO* socket_bio = SSL_get_rbio(ssl_.get());
+    BIO_set_callback_arg(socket_bio, reinterpret_cast<char*>(this));
+    BIO_set_callback_ex(socket_bio, read_gate);
+    SSL_set_msg_callback(ssl_.get(), count_handshake_messages);
+    SSL_set_msg_callback_arg(ssl_.get(), this);
   }
+  TlsStream(const TlsStream&) = delete;  // OpenSSL's callbacks hold its address
+  TlsStream& operator=(const TlsStream&) = delete;
+
+  // The most handshake messages (KeyUpdates, in practice) a client may send after the handshake for each
+  // request. No client sends any unasked; a connection past this is closed.
+  static constexpr unsigned kMaxHandshakeMessagesPerRequest = 8;
+  // The most bytes one step reads from the socket before it returns to the loop: two full records.
+  static constexpr std::size_t kReadBudgetPerStep = std::size_t{34} * 1024;
+
+  // A new request begins: the handshake messages it may carry are counted afresh.
+  void begin_request() noexcept { handshake_messages_ = 0; }
 
   executor_type get_executor() noexcept { return socket_.get_executor(); }
 
   template <class Token>
   auto async_handshake(Token&& token) {
-    return run([](SSL* ssl) { return SSL_do_handshake(ssl); }, [](int r) { return r == 1; },
-               std::forward<Token>(token));
+    return run(
+        [this](SSL* ssl) {
+          const int result = SSL_do_handshake(ssl);
+          if (result == 1) handshake_done_ = true;
+          return result;
+        },
+        [](int r) { return r == 1; }, std::forward<Token>(token));
   }
 
   // Sends close_notify and does not wait for the peer's: the connection closes right after. Nothing is
@@ -159,6 +184,36 @@ class TlsStream {
     return Buffer{};
   }
 
+  // Every read OpenSSL makes on the socket passes here first. Past the step's budget it is refused as
+  // "try again" and the step yields; once the connection is condemned it is refused for good.
+  static long read_gate(BIO* bio, int operation, const char*, std::size_t, int, long, int result,
+                        std::size_t* processed) {
+    auto* self = reinterpret_cast<TlsStream*>(BIO_get_callback_arg(bio));
+    if (operation == (BIO_CB_READ | BIO_CB_RETURN)) {
+      if (result > 0 && processed != nullptr) self->read_budget_ -= std::min(*processed, self->read_budget_);
+      return result;
+    }
+    if ((operation & BIO_CB_RETURN) != 0) return result;
+    if (operation != BIO_CB_READ) return 1;
+    if (self->condemned_) {
+      BIO_clear_retry_flags(bio);
+      return -1;
+    }
+    if (self->read_budget_ == 0) {
+      self->throttled_ = true;
+      BIO_clear_retry_flags(bio);
+      BIO_set_retry_read(bio);
+      return -1;
+    }
+    return 1;
+  }
+
+  static void count_handshake_messages(int write, int, int content_type, const void*, std::size_t, SSL*, void* arg) {
+    auto* self = static_cast<TlsStream*>(arg);
+    if (write != 0 || content_type != SSL3_RT_HANDSHAKE || !self->handshake_done_) return;
+    if (++self->handshake_messages_ > kMaxHandshakeMessagesPerRequest) self->condemned_ = true;
+  }
+
   // What a failed SSL call means, as Asio's ssl::stream reports it.
   boost::system::error_code error_of(int result, int ssl_error) const {
     if (ssl_error == SSL_ERROR_ZERO_RETURN) return boost::asio::error::eof;  // close_notify
@@ -197,17 +252,27 @@ class TlsStream {
           } else if (!nothing_to_do) {
             if (ERR_peek_error() != 0) ERR_clear_error();  // SSL_get_error reads this thread's queue
             errno = 0;
+            read_budget_ = kReadBudgetPerStep;
+            throttled_ = false;
             result = step(ssl_.get());
             if (!done(result)) {
               const int ssl_error = SSL_get_error(ssl_.get(), result);
-              if (ssl_error == SSL_ERROR_WANT_READ || ssl_error == SSL_ERROR_WANT_WRITE) {
+              if (condemned_) {
+                outcome = boost::asio::error::connection_aborted;  // too many handshake messages
+                failed_ = true;
+              } else if (ssl_error == SSL_ERROR_WANT_READ && throttled_) {
+                waited = true;  // its budget spent: let the loop's other work run before reading on
+                boost::asio::post(std::move(self));
+                return;
+              } else if (ssl_error == SSL_ERROR_WANT_READ || ssl_error == SSL_ERROR_WANT_WRITE) {
                 waited = true;
                 socket_.async_wait(ssl_error == SSL_ERROR_WANT_READ ? Socket::wait_read : Socket::wait_write,
                                    std::move(self));
                 return;
+              } else {
+                outcome = error_of(result, ssl_error);
+                failed_ = outcome != boost::asio::error::eof;
               }
-              outcome = error_of(result, ssl_error);
-              failed_ = outcome != boost::asio::error::eof;
             }
           }
           transferred = outcome || result < 0 ? 0 : static_cast<std::size_t>(result);
@@ -225,6 +290,11 @@ class TlsStream {
   std::unique_ptr<SSL, SslFree> ssl_;
   std::string gathered_;
   bool failed_ = false;  // a fatal TLS or socket error happened
+  bool handshake_done_ = false;
+  bool condemned_ = false;  // sent too many handshake messages: no more reading
+  bool throttled_ = false;  // the current step spent its read budget
+  unsigned handshake_messages_ = 0;
+  std::size_t read_budget_ = kReadBudgetPerStep;
 };
 
 }  // namespace gpuguard::server

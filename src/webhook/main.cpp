@@ -8,17 +8,20 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include "audit_command.hpp"
 #include "gpuguard/cli/apiserver_flags.hpp"
 #include "gpuguard/cli/command_line.hpp"
 #include "gpuguard/cli/server_flags.hpp"
+#include "gpuguard/k8s/quantity.hpp"
 #include "gpuguard/kube/informer.hpp"
 #include "gpuguard/log/log.hpp"
 #include "gpuguard/policy/policy_watcher.hpp"
 #include "gpuguard/server/http_server.hpp"
 #include "gpuguard/tls/server_context.hpp"
 #include "gpuguard/webhook/claim_cache.hpp"
+#include "gpuguard/webhook/memory_plan.hpp"
 #include "gpuguard/webhook/webhook_handler.hpp"
 #include "review_command.hpp"
 
@@ -40,6 +43,42 @@ constexpr const char* kUsage =
     "In a pod it looks up DRA claims with its service account; elsewhere give --apiserver-url, --token-file\n"
     "and --ca-file, or run without (claims are then unknown, and treated as requesting no GPU).\n\n"
     "Options";
+
+std::optional<std::size_t> byte_flag(const po::variables_map& flags, const char* name) {
+  const std::string text = flags[name].as<std::string>();
+  const auto bytes = k8s::quantity_count(text);
+  if (!bytes || *bytes <= 0) {
+    std::cerr << "gpuguard-webhook: --" << name << " '" << text
+              << "' is not a byte count (a Kubernetes quantity such as 128Mi or 134217728)\n";
+    return std::nullopt;
+  }
+  return static_cast<std::size_t>(*bytes);
+}
+
+// Threads, connections and bytes in flight, from the pod's memory limit (webhook::plan_memory).
+bool size_for_memory(const po::variables_map& flags, server::ServerOptions& options) {
+  const auto memory_limit = byte_flag(flags, "memory-limit");
+  const auto body_limit = byte_flag(flags, "body-limit");
+  if (!memory_limit || !body_limit) return false;
+  std::string why;
+  const auto plan =
+      webhook::plan_memory(*memory_limit, options.threads, std::thread::hardware_concurrency(), *body_limit,
+                           flags["max-connections"].as<std::size_t>(), webhook::MemoryCosts{}, why);
+  if (!plan) {
+    std::cerr << "gpuguard-webhook: " << why << "\n";
+    return false;
+  }
+  options.body_limit = *body_limit;
+  options.threads = plan->threads;
+  options.max_connections = plan->max_connections;
+  options.inflight_bytes = plan->inflight_bytes;
+  log::info("memory plan", {{"memory_limit", *memory_limit},
+                            {"threads", plan->threads},
+                            {"max_connections", plan->max_connections},
+                            {"inflight_bytes", plan->inflight_bytes},
+                            {"body_limit", *body_limit}});
+  return true;
+}
 
 int serve(const po::variables_map& flags) {
   if (!cli::has_tls_flags(flags)) {
@@ -63,6 +102,7 @@ int serve(const po::variables_map& flags) {
     }
   }
   server::ServerOptions options = std::move(*parsed_options);
+  if (!size_for_memory(flags, options)) return 2;
   return cli::run_service([&] {
     webhook::WebhookMetrics metrics(GPUGUARD_VERSION);
     policy::PolicyWatcher policy(cli::path_flag(flags, "policy-dir"), metrics);
@@ -112,7 +152,13 @@ int main(int argc, char** argv) {
                             "mounted policy ConfigMap, re-read on change; without it the default policy applies")(
       "resource-claims", po::value<std::string>()->default_value("auto"),
       "auto: look up DRA ResourceClaims and ResourceClaimTemplates by list and watch when a Kubernetes API is "
-      "known; off: never");
+      "known; off: never")(
+      "memory-limit", po::value<std::string>()->default_value("128Mi"),
+      "the container's memory limit (the chart passes limits.memory); threads, connections and request bytes in "
+      "flight are sized to stay under it")("body-limit", po::value<std::string>()->default_value("4Mi"),
+                                           "largest AdmissionReview accepted; larger ones are answered 413")(
+      "max-connections", po::value<std::size_t>()->default_value(0),
+      "connections open at once; 0 = as many as --memory-limit leaves room for");
   const cli::Parsed parsed = cli::parse_command_line("gpuguard-webhook", GPUGUARD_VERSION, description, argc, argv);
   if (!parsed.flags) return parsed.exit_status;
   return serve(*parsed.flags);

@@ -1,6 +1,7 @@
 #include "gpuguard/webhook/webhook_handler.hpp"
 
 #include <chrono>
+#include <mutex>
 
 #include "gpuguard/admission/review.hpp"
 #include "gpuguard/log/log.hpp"
@@ -32,7 +33,12 @@ server::Response WebhookHandler::handle(const server::RequestHead& head, std::st
 server::Response WebhookHandler::mutate(std::string body) const {
   const std::size_t bytes = body.size();
   const auto started = std::chrono::steady_clock::now();
+  // One large review at a time, process-wide: decoding one costs many times its size (MemoryCosts), and
+  // the memory plan counts that once.
+  std::unique_lock<std::mutex> large_review(large_review_mutex_, std::defer_lock);
+  if (bytes > admission::kReusableParserLimit) large_review.lock();
   admission::ReviewOutcome outcome = admission::review(std::move(body), *policy_(), claims_);
+  if (large_review.owns_lock()) large_review.unlock();
   const std::chrono::duration<double> took = std::chrono::steady_clock::now() - started;
   metrics_.count_admission(outcome.operation, result_of(outcome), took.count());
   if (!outcome.ok) {

@@ -10,7 +10,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <stdexcept>
+#include <string>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -27,7 +29,8 @@ std::vector<std::string> webhook_argv(std::vector<std::string> extra_args) {
   auto given = [&](const std::string& flag) {
     return std::find(extra_args.begin(), extra_args.end(), flag) != extra_args.end();
   };
-  std::vector<std::string> args = {GPUGUARD_WEBHOOK_BIN, "--listen-address", "127.0.0.1:0", "--threads", "2"};
+  std::vector<std::string> args = {GPUGUARD_WEBHOOK_BIN, "--listen-address", "127.0.0.1:0"};
+  if (!given("--threads")) args.insert(args.end(), {"--threads", "2"});
   if (!given("--tls-cert-file")) {
     args.insert(args.end(),
                 {"--tls-cert-file", certs_dir() + "/tls.crt", "--tls-private-key-file", certs_dir() + "/tls.key"});
@@ -141,6 +144,19 @@ ServerProcess::~ServerProcess() {
     kill(pid_, SIGKILL);
     waitpid(pid_, nullptr, 0);
   }
+}
+
+}  // namespace gpuguard::test
+
+namespace gpuguard::test {
+
+std::size_t ServerProcess::status_kib(const std::string& field) const {
+  std::ifstream status("/proc/" + std::to_string(pid_) + "/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.starts_with(field + ":")) return std::stoul(line.substr(field.size() + 1));
+  }
+  return 0;
 }
 
 }  // namespace gpuguard::test

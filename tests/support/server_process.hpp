@@ -1,6 +1,7 @@
 #pragma once
 #include <sys/types.h>
 
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,9 @@ class ServerProcess {
   ServerProcess& operator=(const ServerProcess&) = delete;
 
   unsigned short port() const { return port_; }
+  pid_t pid() const { return pid_; }
+  // A field of /proc/PID/status in KiB, such as "VmRSS" or "VmHWM" (the peak); 0 when absent.
+  std::size_t status_kib(const std::string& field) const;
   // Sends SIGTERM and returns the exit status (-1 when it did not exit normally within 30 s).
   int terminate();
   void send_sigterm() const;

@@ -1,5 +1,6 @@
 #include "tls_client.hpp"
 
+#include <poll.h>
 #include <sys/socket.h>
 
 #include <boost/asio/connect.hpp>
@@ -57,6 +58,10 @@ HttpReply TlsClient::request(const std::string& method, const std::string& targe
     request.prepare_payload();
   }
   http::write(*impl_->stream, request);
+  return read_reply();
+}
+
+HttpReply TlsClient::read_reply() {
   http::response_parser<http::string_body> parser;
   parser.body_limit(std::uint64_t{64} * 1024 * 1024);
   http::read(*impl_->stream, impl_->buffer, parser);
@@ -88,6 +93,11 @@ std::pair<std::string, bool> TlsClient::read_until_closed(std::chrono::milliseco
     if (ec) return {received, true};
   }
   return {received, false};
+}
+
+bool TlsClient::answered_within(std::chrono::milliseconds limit) {
+  pollfd readable{impl_->stream->next_layer().native_handle(), POLLIN, 0};
+  return ::poll(&readable, 1, static_cast<int>(limit.count())) > 0;
 }
 
 std::string TlsClient::negotiated_alpn() const {

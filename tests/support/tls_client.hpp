@@ -30,8 +30,12 @@ class TlsClient {
                     const std::string& content_type = "application/json");
   // Raw access for misbehaving-client tests.
   void write_raw(const std::string& bytes);
+  // The next response on the connection, such as the answer to a request sent with write_raw.
+  HttpReply read_reply();
   // Reads until the server closes; returns what arrived and whether it closed within `limit`.
   std::pair<std::string, bool> read_until_closed(std::chrono::milliseconds limit);
+  // Whether the server sent anything (or closed) within `limit`, without reading it.
+  bool answered_within(std::chrono::milliseconds limit);
   std::string negotiated_alpn() const;
   std::string negotiated_version() const;
   std::string peer_serial() const;  // hex serial of the certificate the server presented

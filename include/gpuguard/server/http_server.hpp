@@ -19,7 +19,14 @@ struct ServerOptions {
   unsigned threads = 2;
   std::size_t body_limit = std::size_t{7} * 1024 * 1024;  // what controller-runtime allows; above it: 413
   std::size_t header_limit = std::size_t{16} * 1024;
+  // Connections open at once; one more is closed as soon as it is accepted.
+  std::size_t max_connections = 256;
+  // Bytes of request bodies and of answers over 16 KiB that all connections may hold at once. A request
+  // whose body does not fit is answered 503 with Retry-After before any of it is read.
+  std::size_t inflight_bytes = std::size_t{16} * 1024 * 1024;
   std::chrono::milliseconds handshake_timeout{10'000};
+  // From the handshake to the end of the first request's headers.
+  std::chrono::milliseconds first_request_timeout{10'000};
   // Waiting for the next request on a kept-alive connection, and reading its headers. Above the
   // apiserver's 90 s idle-connection timeout, so the client side closes first.
   std::chrono::milliseconds idle_timeout{120'000};
@@ -39,8 +46,10 @@ using TlsProvider = std::function<std::shared_ptr<boost::asio::ssl::context>()>;
 
 // Serves a Handler over HTTPS/1.1 with keep-alive, or over plain HTTP/1.1 when the TlsProvider is empty
 // (only for a client on the same host, such as a kube-scheduler talking to its extender on localhost).
-// `threads` event loops, one thread each; a connection is a coroutine on the loop that accepted it (they
-// take turns), and every handshake, read and write has a deadline.
+// `threads` event loops, one thread each, and one more for accepting; a connection is a coroutine on the
+// loop it was given (they take turns, each step a bounded amount of work), and every handshake, read and
+// write has a deadline. What a client can hold is bounded: connections, the bytes buffered per connection,
+// and the request bytes in flight over all of them.
 class HttpServer {
  public:
   HttpServer(ServerOptions options, TlsProvider tls, const Handler& handler);

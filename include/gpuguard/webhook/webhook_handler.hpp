@@ -2,6 +2,7 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <mutex>
 
 #include "gpuguard/admission/claims.hpp"
 #include "gpuguard/policy/policy.hpp"
@@ -34,6 +35,7 @@ class WebhookHandler final : public server::Handler {
   const admission::ClaimLookup* claims_;
   std::function<bool()> claims_synced_;
   std::atomic<bool> ready_{false};
+  mutable std::mutex large_review_mutex_;
 };
 
 }  // namespace gpuguard::webhook
