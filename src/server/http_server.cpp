@@ -69,6 +69,9 @@ void make_room_for_body(beast::flat_buffer& buffer, std::optional<std::uint64_t>
   }
 }
 
+// A connection that has been served is closed to make room for a new one only after this long idle.
+constexpr auto kServedIdleGrace = std::chrono::seconds(10);
+
 // Answers up to this size are part of a connection's own cost (one TLS record); larger ones are counted
 // against the server's byte budget while they are written.
 constexpr std::size_t kUncountedAnswer = std::size_t{16} * 1024;
@@ -420,16 +423,20 @@ std::shared_ptr<SessionControl> HttpServer::Impl::register_session(Executor exec
 }
 
 // At the connection limit, a new connection takes the place of one that holds no request: one that has
-// not sent a request yet before one that has been served, and the longest waiting of those. The one
-// chosen is closed on its own loop, so the count runs over the limit until it has gone; by no more than
-// an eighth, past which new connections are refused. False when there is no such connection.
+// not sent a request yet (the longest waiting first), else one that has been served and then idle for
+// kServedIdleGrace. A client's pool of kept-alive connections (the API server's) is thus never broken
+// up by connections that only open and wait. The one chosen is closed on its own loop, so the count runs
+// over the limit until it has gone; by no more than an eighth, past which new connections are refused.
+// False when there is no such connection.
 bool HttpServer::Impl::make_room() {
   if (sessions >= options.max_connections + options.max_connections / 8 + 1) return false;
+  const auto served_idle_before = std::chrono::steady_clock::now() - kServedIdleGrace;
   std::shared_ptr<SessionControl> chosen;
   std::lock_guard lock(controls_mutex);
   for (const auto& weak : controls) {
     auto control = weak.lock();
     if (!control || !control->waiting_for_request || control->evicting) continue;
+    if (control->served && control->idle() > served_idle_before) continue;
     if (!chosen ||
         std::pair(control->served.load(), control->idle()) < std::pair(chosen->served.load(), chosen->idle()))
       chosen = std::move(control);

@@ -90,6 +90,11 @@ def check_webhook(docs, namespace, excluded, ca=None, cert_manager=False, failur
     volumes = {v["name"]: v for v in pod["volumes"]}
     assert volumes["policy"]["configMap"]["name"] == "gpuguard-policy"
     assert volumes["tls"]["secret"]["secretName"] == "gpuguard-webhook-tls"
+    # Sized from its own memory limit, through the downward API.
+    assert args["memory-limit"] == "$(MEMORY_LIMIT)" and int(args["threads"]) >= 1
+    [memory] = [e for e in container["env"] if e["name"] == "MEMORY_LIMIT"]
+    assert memory["valueFrom"]["resourceFieldRef"] == {"containerName": container["name"], "resource": "limits.memory"}
+    assert container["resources"]["limits"]["memory"]
     budget = one(docs, "PodDisruptionBudget", "gpuguard-webhook")["spec"]
     assert budget["minAvailable"] >= 1 and budget["selector"] == deployment["selector"]
 
@@ -190,3 +195,20 @@ def check_extender(docs, namespace):
     service = one(docs, "Service", "gpuguard-scheduler-extender")
     assert service["spec"]["ports"] == [{"name": "https", "port": 443, "targetPort": "https"}]
     return service, args
+
+
+def check_network_policy(docs, pod_cidrs=()):
+    """The webhook's NetworkPolicy: ingress to 8443 only, from any address less `pod_cidrs`, and the scrapers."""
+    deployment = one(docs, "Deployment", "gpuguard-webhook")["spec"]
+    policy = one(docs, "NetworkPolicy", "gpuguard-webhook")["spec"]
+    assert policy["podSelector"]["matchLabels"] == deployment["selector"]["matchLabels"]
+    assert policy["policyTypes"] == ["Ingress"]
+    [rule] = policy["ingress"]
+    assert rule["ports"] == [{"port": "https", "protocol": "TCP"}]
+    blocks = [peer["ipBlock"] for peer in rule["from"] if "ipBlock" in peer]
+    assert [b["cidr"] for b in blocks] == ["0.0.0.0/0", "::/0"]
+    assert sorted(e for b in blocks for e in b.get("except", [])) == sorted(pod_cidrs)
+    for b in blocks:  # each family excepts its own
+        assert all((":" in e) == (":" in b["cidr"]) for e in b.get("except", []))
+    [scrapers] = [peer for peer in rule["from"] if "ipBlock" not in peer]
+    assert scrapers["podSelector"] == {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}

@@ -51,6 +51,7 @@ docs = load(f"{work}/default.yaml")
 check_namespaces(docs, ns)
 ca = secret_pem(docs, "gpuguard-ca", "tls.crt")
 policy = check_webhook(docs, ns, excluded, ca=ca)
+check_network_policy(docs)
 check_backstop(docs, ns)
 check_device_plugin(docs)
 assert check_host_devices(docs) == ["github.com/fuse=/dev/fuse:16"]
@@ -82,6 +83,7 @@ policy = check_webhook(docs, ns, excluded, ca=secret_pem(docs, "gpuguard-ca", "t
                        resource_claims=False)
 check_policy(policy)
 assert policy["mode"] == "strict" and policy["exemptNamespaces"] == "monitoring"
+check_network_policy(docs, pod_cidrs=["10.244.0.0/16", "fd00:10:244::/56"])
 check_backstop(docs, ns)
 args = check_device_plugin(docs)
 assert "--mig-strategy=mixed" in args and "--config-file=/etc/gpuguard/device-plugin/config.yaml" in args

@@ -77,12 +77,13 @@ sys.path.insert(0, sys.argv[4])
 from checks import *
 docs = load(sys.argv[1])
 kinds = sorted(d["kind"] for d in docs)
-assert kinds == sorted(["Namespace", "ServiceAccount", "ServiceAccount", "Secret", "Secret", "Service", "Deployment",
+assert kinds == sorted(["Namespace", "ServiceAccount", "ServiceAccount", "Secret", "Secret", "Service", "Deployment", "NetworkPolicy",
                         "ConfigMap", "PodDisruptionBudget", "MutatingWebhookConfiguration", "DaemonSet", "DaemonSet",
                         "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "ClusterRole",
                         "ClusterRoleBinding"]), kinds
 check_namespaces(docs, "gpuguard-system")
 policy = check_webhook(docs, "gpuguard-system", ["kube-system", "kube-node-lease"], ca=open(sys.argv[2]).read())
+check_network_policy(docs)
 check_backstop(docs, "gpuguard-system")
 assert "--discovery=auto" in check_device_plugin(docs)
 assert check_host_devices(docs) == ["github.com/fuse=/dev/fuse:16"]
