@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
@@ -189,13 +190,16 @@ func pointAt(t *T, obj *unstructured.Unstructured, url string) {
 }
 
 // shippedArgs returns the first container's arguments of a rendered Deployment, with the values of the
-// named flags replaced: volume paths by the harness's copies, listeners by 127.0.0.1.
+// named flags replaced: volume paths by the harness's copies, listeners by 127.0.0.1. References to the
+// container's environment, $(NAME), are expanded as the kubelet expands them (containerEnv).
 func shippedArgs(t *T, deployment *unstructured.Unstructured, replace map[string]string) []string {
 	containers, _, err := unstructured.NestedSlice(deployment.Object, "spec", "template", "spec", "containers")
 	t.must(err, "reading Deployment "+deployment.GetName())
+	container := containers[0].(map[string]any)
+	env := containerEnv(t, container)
 	var args []string
-	for _, a := range containers[0].(map[string]any)["args"].([]any) {
-		arg := a.(string)
+	for _, a := range container["args"].([]any) {
+		arg := expandEnv(a.(string), env)
 		if name, _, ok := strings.Cut(strings.TrimPrefix(arg, "--"), "="); ok {
 			if value, replaced := replace[name]; replaced {
 				arg = "--" + name + "=" + value
@@ -204,6 +208,42 @@ func shippedArgs(t *T, deployment *unstructured.Unstructured, replace map[string
 		args = append(args, arg)
 	}
 	return args
+}
+
+// containerEnv is the container's environment as the kubelet would set it, for what the manifests use:
+// plain values, and a resourceFieldRef to the container's own limits.memory (in bytes).
+func containerEnv(t *T, container map[string]any) map[string]string {
+	env := map[string]string{}
+	entries, _, _ := unstructured.NestedSlice(container, "env")
+	for _, e := range entries {
+		entry := e.(map[string]any)
+		name := entry["name"].(string)
+		if value, ok := entry["value"].(string); ok {
+			env[name] = value
+			continue
+		}
+		field, found, _ := unstructured.NestedString(entry, "valueFrom", "resourceFieldRef", "resource")
+		if !found || field != "limits.memory" {
+			t.Fatalf("container env %s: only values and resourceFieldRef limits.memory are expanded here", name)
+		}
+		limit, _, _ := unstructured.NestedString(container, "resources", "limits", "memory")
+		quantity, err := resource.ParseQuantity(limit)
+		t.must(err, "reading the container's limits.memory")
+		env[name] = strconv.FormatInt(quantity.Value(), 10)
+	}
+	return env
+}
+
+var envReference = regexp.MustCompile(`\$\(([A-Za-z_][A-Za-z0-9_]*)\)`)
+
+// expandEnv replaces $(NAME) by the variable's value where it is defined, as the kubelet does in args.
+func expandEnv(arg string, env map[string]string) string {
+	return envReference.ReplaceAllStringFunc(arg, func(reference string) string {
+		if value, ok := env[reference[2:len(reference)-1]]; ok {
+			return value
+		}
+		return reference
+	})
 }
 
 // apply is `kubectl apply --server-side` of one object.
