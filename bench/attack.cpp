@@ -1,7 +1,8 @@
-// gpuguard_attack PORT SECONDS: every client-held resource attack of issue 24 at once against a server on
+// gpuguard_attack PORT SECONDS [ATTACK,...]: every client-held resource attack of issue 24 at once against a server on
 // 127.0.0.1:PORT, for SECONDS, for bench/attack_soak.sh. Each attacker starts over as soon as the server
-// closes on it. It checks nothing itself: the soak judges the server by the load's throughput and latency
-// and by the server's RSS. Prints how often each attack was carried out.
+// closes on it (the held bodies a second later, the idle connections at a steady rate). It checks nothing itself: the
+// soak judges the server by the load's throughput and latency and by the server's RSS. Prints how often each attack was
+// carried out.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <openssl/ssl.h>
@@ -87,8 +88,8 @@ struct Attack {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 3) {
-    std::fprintf(stderr, "usage: gpuguard_attack PORT SECONDS\n");
+  if (argc != 3 && argc != 4) {
+    std::fprintf(stderr, "usage: gpuguard_attack PORT SECONDS [ATTACK,...]\n");
     return 2;
   }
   std::signal(SIGPIPE, SIG_IGN);
@@ -100,7 +101,7 @@ int main(int argc, char** argv) {
   setrlimit(RLIMIT_NOFILE, &files);
   SSL_CTX* context = SSL_CTX_new(TLS_client_method());
   SSL_CTX_set_min_proto_version(context, TLS1_3_VERSION);
-  const std::string line(256 * 1024, 'x');
+  const std::string line(std::size_t{256} * 1024, 'x');
 
   std::deque<Attack> attacks;
   attacks.emplace_back("keyupdate-flood", [&] {
@@ -109,10 +110,10 @@ int main(int argc, char** argv) {
     while (SSL_key_update(tls.ssl, SSL_KEY_UPDATE_NOT_REQUESTED) == 1 && SSL_do_handshake(tls.ssl) == 1) {
     }
   });
-  for (const auto& [name, tail] :
+  for (const auto& endless :
        {std::pair{"endless-chunk-extension", std::string("2;")}, std::pair{"endless-chunk-size", std::string("0")},
         std::pair{"endless-trailer", std::string("0\r\nX-Trailer: ")}}) {
-    attacks.emplace_back(name, [&, tail] {
+    attacks.emplace_back(endless.first, [&, tail = endless.second] {
       Tls tls(context, port);
       if (!tls.write(kChunkedHead + tail)) return;
       const std::string& filler = tail == "0" ? std::string(line.size(), '0') : line;
@@ -137,23 +138,34 @@ int main(int argc, char** argv) {
         },
         1000ms);
   }
-  // Connections that never say anything, 8,000 held at a time, the oldest replaced.
+  // Connections that never say anything, 8,000 held at a time, the oldest replaced; opened at 1,000 a
+  // second (issue 24 measured 8,000 in 12.9 s). Opened as fast as the kernel allows, they would be a
+  // flood of accepts, which costs CPU rather than holding anything.
+  std::atomic<long> opened{0};
   attacks.emplace_back("idle-connections", [&] {
     std::deque<int> held;
+    auto next = Clock::now();
     while (Clock::now() < until) {
+      std::this_thread::sleep_until(next);
+      next += 1ms;
       const int fd = connect_tcp(port);
-      if (fd >= 0) held.push_back(fd);
+      if (fd >= 0) {
+        held.push_back(fd);
+        ++opened;
+      }
       if (held.size() > 8000 || (fd < 0 && !held.empty())) {
         ::close(held.front());
         held.pop_front();
       }
-      if (fd < 0) std::this_thread::sleep_for(10ms);
     }
     for (const int fd : held) ::close(fd);
   });
 
+  // Only the attacks named, when a list is given (to see what each costs on its own).
+  const std::string only = argc == 4 ? std::string(",") + argv[3] + "," : std::string();
   std::vector<std::thread> threads;
   for (auto& attack : attacks) {
+    if (!only.empty() && only.find(std::string(",") + attack.name + ",") == std::string::npos) continue;
     threads.emplace_back([&attack, until] {
       while (Clock::now() < until) {
         attack.once();
@@ -166,6 +178,7 @@ int main(int argc, char** argv) {
   std::map<std::string, long> totals;
   for (const auto& attack : attacks) totals[attack.name] += attack.count;
   for (const auto& [name, count] : totals) std::printf("%s: %ld\n", name.c_str(), count);
+  std::printf("idle connections opened: %ld\n", opened.load());
   SSL_CTX_free(context);
   return 0;
 }

@@ -31,6 +31,14 @@ namespace {
 
 constexpr std::size_t kMiB = std::size_t{1024} * 1024;
 
+// Under the sanitizers the process's memory is theirs (shadow memory, quarantine): the RSS bounds are
+// checked in the release build that `make test` runs, and everything else in both.
+#ifdef GPUGUARD_SANITIZED
+constexpr bool kMeasuresMemory = false;
+#else
+constexpr bool kMeasuresMemory = true;
+#endif
+
 std::string fixture_review(const std::string& name) {
   return read_file(fixtures_dir() / "admission" / name / "review.json");
 }
@@ -85,7 +93,7 @@ class RawTls {
 
 // Writes `bytes` in 64 KiB pieces until all are sent or the server stops taking them.
 void write_until_refused(TlsClient& client, const std::string& bytes) {
-  constexpr std::size_t kPiece = 64 * 1024;
+  constexpr std::size_t kPiece = std::size_t{64} * 1024;
   try {
     for (std::size_t at = 0; at < bytes.size(); at += kPiece) client.write_raw(bytes.substr(at, kPiece));
   } catch (const std::exception&) {
@@ -155,7 +163,7 @@ TEST_CASE("a chunk size, chunk extension or trailer that never ends is answered 
   }
   const std::size_t after = webhook.status_kib("VmHWM");
   INFO("peak RSS before " << before << " KiB, after " << after << " KiB");
-  CHECK(after < before + 4 * 1024);  // 32 MiB each were offered
+  if (kMeasuresMemory) CHECK(after < before + std::size_t{4} * 1024);  // 32 MiB each were offered
   TlsClient after_all(webhook.port());
   CHECK(after_all.request("POST", "/mutate", fixture_review("no-env")).status == 200);
 }
@@ -193,7 +201,7 @@ TEST_CASE("40 connections holding large bodies: what the byte budget cannot hold
   CHECK(too_large == 20);
   CHECK(holding >= 2);  // the budget holds two largest reviews at least
   CHECK(busy == 20 - holding);
-  CHECK(peak < 128 * 1024);  // the pod's limit, which the plan is sized for
+  if (kMeasuresMemory) CHECK(peak < std::size_t{128} * 1024);  // the pod's limit, which the plan is sized for
   holders.clear();
   // The budget comes back with the connections.
   std::this_thread::sleep_for(200ms);
@@ -207,13 +215,16 @@ TEST_CASE("at the connection limit a new connection replaces an idle one, and is
   WebhookProcess webhook({"--max-connections", "8"});
   SECTION("connections that never sent a request make room, the longest waiting first; served ones stay") {
     std::vector<std::unique_ptr<TlsClient>> served;
+    served.reserve(8);
     for (int i = 0; i < 4; ++i) {
       served.push_back(std::make_unique<TlsClient>(webhook.port()));
       REQUIRE(served.back()->request("GET", "/healthz").status == 200);
     }
     std::vector<std::unique_ptr<TlsClient>> silent;
+    silent.reserve(8);
     for (int i = 0; i < 4; ++i) silent.push_back(std::make_unique<TlsClient>(webhook.port()));
     std::vector<std::unique_ptr<TlsClient>> newcomers;
+    newcomers.reserve(8);
     for (int i = 0; i < 4; ++i) {
       newcomers.push_back(std::make_unique<TlsClient>(webhook.port()));
       CHECK(newcomers.back()->request("GET", "/healthz").status == 200);
@@ -227,6 +238,7 @@ TEST_CASE("at the connection limit a new connection replaces an idle one, and is
   SECTION("connections in the middle of a request are never closed to make room") {
     const std::string review = fixture_review("no-env");
     std::vector<std::unique_ptr<TlsClient>> busy;
+    busy.reserve(8);
     for (int i = 0; i < 8; ++i) {
       busy.push_back(std::make_unique<TlsClient>(webhook.port()));
       busy.back()->write_raw(post_head(review.size()) + review.substr(0, 1));
@@ -248,6 +260,7 @@ TEST_CASE("8,000 idle connections: memory stays bounded, and a real client still
   setrlimit(RLIMIT_NOFILE, &files);
   WebhookProcess webhook;
   std::vector<int> sockets;
+  sockets.reserve(8'000);
   for (int i = 0; i < 8'000; ++i) {
     const int fd = connect_tcp(webhook.port());
     REQUIRE(fd >= 0);
@@ -257,6 +270,6 @@ TEST_CASE("8,000 idle connections: memory stays bounded, and a real client still
   CHECK(client.request("POST", "/mutate", fixture_review("no-env")).status == 200);
   const std::size_t peak = webhook.status_kib("VmHWM");
   INFO("peak RSS " << peak << " KiB");
-  CHECK(peak < 64 * 1024);
+  if (kMeasuresMemory) CHECK(peak < std::size_t{64} * 1024);
   for (const int fd : sockets) ::close(fd);
 }

@@ -16,9 +16,9 @@ TEST_CASE("memory plan: the chart's 128 Mi with two threads and 4 MiB reviews, a
   const auto plan = plan_memory(128 * kMiB, 2, 16, 4 * kMiB, 0, MemoryCosts{}, why);
   REQUIRE(plan);
   CHECK(plan->threads == 2);
-  CHECK(plan->fixed == 24 * kMiB + 2 * 4 * kMiB + 14 * 4 * kMiB);  // 88 MiB
+  CHECK(plan->fixed == 24 * kMiB + 2 * (4 * kMiB) + 14 * (4 * kMiB));  // 88 MiB
   CHECK(plan->inflight_bytes == 20 * kMiB);
-  CHECK(plan->max_connections == 20 * kMiB / (112 * 1024));  // 182
+  CHECK(plan->max_connections == 20 * kMiB / (std::size_t{112} * 1024));  // 182
   // Every part at its worst stays within the limit.
   CHECK(plan->fixed + plan->inflight_bytes + plan->max_connections * MemoryCosts{}.per_connection <= 128 * kMiB);
 }
