@@ -69,6 +69,9 @@ void make_room_for_body(beast::flat_buffer& buffer, std::optional<std::uint64_t>
   }
 }
 
+// How long a new connection at the connection limit waits for room, before it is refused.
+constexpr auto kRoomWait = std::chrono::milliseconds(100);
+
 // A connection that has been served is closed to make room for a new one only after this long idle.
 constexpr auto kServedIdleGrace = std::chrono::seconds(10);
 
@@ -241,6 +244,8 @@ struct HttpServer::Impl {
   Response call_handler(const RequestHead& head, std::string body);
   std::shared_ptr<SessionControl> register_session(Executor executor, Expiry& expiry);
   bool make_room();
+  // What the count may reach while connections chosen to make room are still closing.
+  std::size_t connection_ceiling() const { return options.max_connections + options.max_connections / 8 + 1; }
   void begin_shutdown();
   void stop_accepting(std::chrono::steady_clock::time_point deadline);
   void wait_for_sessions(std::chrono::steady_clock::time_point deadline);
@@ -258,7 +263,18 @@ Task<> HttpServer::Impl::accept_loop() {
       co_await pause.async_wait(kNoThrow);
       continue;
     }
-    if (sessions >= options.max_connections && !make_room()) {
+    // Connections start, and those closed to make room end, on their own loops, which takes a moment when
+    // those are busy: one not yet started cannot be chosen, one closing still counts. So a connection
+    // that finds no room waits for it a while (the ones after it wait in the kernel's backlog) before it
+    // is refused.
+    bool room = sessions < options.max_connections;
+    for (auto waited = 0ms; !room && !stopping; waited += 1ms) {
+      room = sessions < options.max_connections || make_room();
+      if (room || waited >= kRoomWait) break;
+      Timer pause(control, 1ms);
+      co_await pause.async_wait(kNoThrow);
+    }
+    if (!room) {
       refusals.count(options.max_connections);
       socket.close(ec);
       continue;
@@ -426,10 +442,10 @@ std::shared_ptr<SessionControl> HttpServer::Impl::register_session(Executor exec
 // not sent a request yet (the longest waiting first), else one that has been served and then idle for
 // kServedIdleGrace. A client's pool of kept-alive connections (the API server's) is thus never broken
 // up by connections that only open and wait. The one chosen is closed on its own loop, so the count runs
-// over the limit until it has gone; by no more than an eighth, past which new connections are refused.
+// over the limit until it has gone; by no more than an eighth (connection_ceiling), past which it makes none.
 // False when there is no such connection.
 bool HttpServer::Impl::make_room() {
-  if (sessions >= options.max_connections + options.max_connections / 8 + 1) return false;
+  if (sessions >= connection_ceiling()) return false;
   const auto served_idle_before = std::chrono::steady_clock::now() - kServedIdleGrace;
   std::shared_ptr<SessionControl> chosen;
   std::lock_guard lock(controls_mutex);
