@@ -85,10 +85,13 @@ bool is_or_under(std::string_view path, std::string_view dir) {
 
 // Does a hostPath volume of this path give a container the host's GPU device nodes, or the lists the
 // NVIDIA toolkit reads devices from? The paths themselves, what lies under them, and the directories
-// above them, whose mount contains them.
+// above them, whose mount contains them. And /dev/null: a toolkit that accepts device lists as volume
+// mounts reads the host's /dev/null mounted at /var/run/nvidia-container-devices/<id> as a request for
+// that device, `all` included (its internal/config/image requestsFromMounts).
 bool reaches_gpu_devices(std::string_view host_path) {
   const std::string path = normal_path(host_path);
-  if (path == "/dev" || path.starts_with("/dev/nvidia") || is_or_under(path, "/dev/dri")) return true;
+  if (path == "/dev" || path == "/dev/null" || path.starts_with("/dev/nvidia") || is_or_under(path, "/dev/dri"))
+    return true;
   for (std::string_view dir : {"/var/run/nvidia-container-devices", "/run/nvidia-container-devices", "/run/nvidia"}) {
     if (is_or_under(path, dir)) return true;
   }
