@@ -14,8 +14,9 @@ packages=(
   nlohmann-json3-dev libsimdjson-dev
   # device plugin: gRPC C++ and protobuf, with the code generators
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
-  # device plugin: its config file (YAML, as NVIDIA's)
-  libyaml-cpp-dev
+  # device plugin: its config file (YAML, as NVIDIA's); the node report: the toolkit's, containerd's and
+  # CRI-O's configs (TOML, header-only) and the CDI specs (YAML)
+  libyaml-cpp-dev libtomlplusplus-dev
   # tests (python3-yaml: the manifest render test reads what kustomize produced)
   catch2 python3 python3-yaml
   # fuzzing (clang's libFuzzer and sanitizer runtimes), benchmarks (Google Benchmark, wrk) and their

@@ -138,35 +138,6 @@ std::vector<std::string> control_device_nodes(const fs::path& host_root) {
   return nodes;
 }
 
-std::optional<std::string> toolkit_hardening_warning(const fs::path& host_root) {
-  constexpr std::string_view kKey = "accept-nvidia-visible-devices-envvar-when-unprivileged";
-  const fs::path config = host_path(host_root, "/etc/nvidia-container-runtime/config.toml");
-  const auto text = files::read_file(config);
-  if (!text) {
-    return "no " + config.string() +
-           ": the NVIDIA toolkit's default trusts NVIDIA_VISIBLE_DEVICES from any "
-           "container; set " +
-           std::string(kKey) + " = false there";
-  }
-  std::string_view rest = *text;
-  std::optional<std::string> value;
-  while (!rest.empty()) {  // a top-level `key = value` line; comments and other keys are skipped
-    const std::size_t end = rest.find('\n');
-    std::string_view line = trim(rest.substr(0, end));
-    rest = end == std::string_view::npos ? std::string_view{} : rest.substr(end + 1);
-    if (!line.starts_with(kKey)) continue;
-    line = trim(line.substr(kKey.size()));
-    if (!line.starts_with('=')) continue;
-    line = trim(line.substr(1));
-    value = std::string(line.substr(0, line.find_first_of(" \t#")));
-  }
-  if (value == "false") return std::nullopt;
-  return config.string() + ": " + std::string(kKey) + " is " +
-         (value ? *value : std::string("not set (default true)")) +
-         ", so any unprivileged container can ask the runtime for every GPU through NVIDIA_VISIBLE_DEVICES; "
-         "set it to false";
-}
-
 std::vector<Gpu> discover_nvml(Nvml& nvml, const fs::path& host_root) {
   const std::vector<Gpu> from_procfs = discover_procfs(host_root);
   std::vector<Gpu> gpus;

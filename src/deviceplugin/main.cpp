@@ -6,6 +6,7 @@
 
 #include "gpuguard/cli/command_line.hpp"
 #include "gpuguard/deviceplugin/flags.hpp"
+#include "node_report_command.hpp"
 #include "plugin_service.hpp"
 
 namespace {
@@ -37,6 +38,8 @@ void print_config(const gpuguard::deviceplugin::PluginConfig& config, const std:
 int main(int argc, char** argv) {
   namespace po = boost::program_options;
   using namespace gpuguard;
+  if (argc >= 2 && std::string(argv[1]) == "node-report")
+    return deviceplugin::run_node_report_command({argv + 2, argv + argc});
   po::options_description description(
       "gpuguard-device-plugin: a kubelet device plugin (v1beta1) for NVIDIA GPUs by UUID, MIG devices,\n"
       "time-sliced GPUs, and host devices such as /dev/fuse.\n\nOptions");

@@ -16,12 +16,32 @@
 #include "gpuguard/deviceplugin/status_handler.hpp"
 #include "gpuguard/files/poller.hpp"
 #include "gpuguard/log/log.hpp"
+#include "gpuguard/nodereport/host_root.hpp"
 #include "gpuguard/server/http_server.hpp"
 
 namespace gpuguard::deviceplugin {
 namespace {
 
 using namespace std::chrono_literals;
+
+// The node report (`node-report` prints it whole) for both values the webhook can inject, and what it found
+// to warn about, once at start.
+void log_node_report(const std::filesystem::path& host_root) {
+  const nodereport::HostRoot host(host_root);
+  const nodereport::Report none = nodereport::judge(host, "none");
+  const nodereport::Report void_value = nodereport::judge(host, "void");
+  log::info("node report", {{"none", nodereport::verdict_name(none.verdict)},
+                            {"void", nodereport::verdict_name(void_value.verdict)},
+                            {"none_reason", none.reason},
+                            {"void_reason", void_value.reason}});
+  for (const nodereport::Finding& finding : none.findings) {
+    if (finding.severity == nodereport::Severity::info) continue;
+    log::warn("node not hardened", {{"severity", nodereport::severity_name(finding.severity)},
+                                    {"code", finding.code},
+                                    {"reason", finding.message},
+                                    {"file", finding.file}});
+  }
+}
 
 void log_gpus(const Discovery& found, const std::string& health, const std::filesystem::path& host_root) {
   log::info("GPUs found", {{"count", found.gpus.size()},
@@ -98,10 +118,7 @@ void serve(const PluginConfig& c, const std::vector<std::string>& config_warning
     gpu_sets.push_back(&gpu->devices());
     resources.push_back(std::move(gpu));
   }
-  if (!gpu_sets.empty()) {
-    if (const auto warning = toolkit_hardening_warning(c.host_root))
-      log::warn("node not hardened", {{"reason", *warning}});
-  }
+  if (!gpu_sets.empty()) log_node_report(c.host_root);
   std::vector<HostDeviceResource*> host_devices;
   for (const HostDevice& device : c.host_devices) {
     auto resource = std::make_unique<HostDeviceResource>(device, c.host_root);

@@ -8,6 +8,13 @@ using namespace gpuguard::test;
 
 TEST_CASE("registers each resource on its own socket, lists, allocates, refuses unknown IDs, stops on SIGTERM") {
   Node node;
+  // A node whose containerd runs every container through NVIDIA's runtime, with no toolkit config and no
+  // package database (mode auto, version unknown: jit-cdi on 1.18.0 and 1.18.1 read none as all, which
+  // cannot be ruled out): the plugin's log carries the node report and what it warns about.
+  node.host.write("etc/containerd/config.toml",
+                  "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd]\ndefault_runtime_name = \"nvidia\"\n"
+                  "[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia.options]\n"
+                  "BinaryName = \"/usr/bin/nvidia-container-runtime\"\n");
   FakeKubelet kubelet(node.plugin_dir);
   PluginProcess plugin(node.plugin_dir, node.host.root(),
                        {"--host-device", "github.com/fuse=/dev/fuse:4", "--pass-device-specs"});
@@ -81,6 +88,8 @@ TEST_CASE("registers each resource on its own socket, lists, allocates, refuses 
   CHECK(plugin.terminate() == 0);
   CHECK_FALSE(fs::exists(node.plugin_dir / gpu_registration.endpoint()));
   CHECK_FALSE(fs::exists(node.plugin_dir / by_resource["github.com/fuse"].endpoint()));
+  CHECK_THAT(plugin.log(), Catch::Contains(R"("msg":"node report","none":"leaks")"));
+  CHECK_THAT(plugin.log(), Catch::Contains(R"("code":"envvar-when-unprivileged")"));
   CHECK_THAT(plugin.log(), Catch::Contains("node not hardened"));
 }
 

@@ -126,21 +126,6 @@ TEST_CASE("control device nodes: only those that exist") {
   CHECK(control_device_nodes(host.root()) == std::vector<std::string>{"/dev/nvidiactl", "/dev/nvidia-uvm"});
 }
 
-TEST_CASE("toolkit hardening: warn unless accept-nvidia-visible-devices-envvar-when-unprivileged = false") {
-  FakeHost host("toolkit");
-  CHECK(toolkit_hardening_warning(host.root()).has_value());  // no config: toolkit default is true
-  host.write("etc/nvidia-container-runtime/config.toml",
-             "# accept-nvidia-visible-devices-envvar-when-unprivileged = false\ndisable-require = false\n");
-  CHECK_THAT(*toolkit_hardening_warning(host.root()), Catch::Contains("not set (default true)"));
-  host.write("etc/nvidia-container-runtime/config.toml",
-             "accept-nvidia-visible-devices-envvar-when-unprivileged = true\n[nvidia-container-cli]\n");
-  CHECK_THAT(*toolkit_hardening_warning(host.root()), Catch::Contains("is true"));
-  host.write("etc/nvidia-container-runtime/config.toml",
-             "accept-nvidia-visible-devices-as-volume-mounts = true\n"
-             "accept-nvidia-visible-devices-envvar-when-unprivileged = false # hardened\n");
-  CHECK_FALSE(toolkit_hardening_warning(host.root()).has_value());
-}
-
 TEST_CASE("host devices: RESOURCE=PATH[,PATH...][:SLOTS]") {
   std::string error;
   auto fuse = parse_host_device("github.com/fuse=/dev/fuse:16", error);

@@ -147,6 +147,14 @@ def check_device_plugin(docs):
     mounts = {m["mountPath"]: m.get("readOnly", False) for m in plugin["volumeMounts"]}
     assert mounts["/var/lib/kubelet/device-plugins"] is False
     assert mounts["/host/dev"] is True and mounts["/host/proc/driver/nvidia"] is True
+    # The node report's files, each read-only at its host path under /host.
+    host_mounts = {"/etc/nvidia-container-runtime", "/etc/containerd", "/etc/crio", "/etc/cdi", "/var/run/cdi", "/var/lib/dpkg"}
+    by_name = {v["name"]: v for v in daemonset["volumes"]}
+    for m in plugin["volumeMounts"]:
+        if m["mountPath"].removeprefix("/host") in host_mounts:
+            assert m.get("readOnly") is True, m
+            assert by_name[m["name"]]["hostPath"]["path"] == m["mountPath"].removeprefix("/host"), m
+    assert host_mounts <= {m["mountPath"].removeprefix("/host") for m in plugin["volumeMounts"]}
     all_gpus = next(m["name"] for m in plugin["volumeMounts"] if m["mountPath"] == "/var/run/nvidia-container-devices/all")
     assert next(v for v in daemonset["volumes"] if v["name"] == all_gpus)["hostPath"] == {"path": "/dev/null", "type": "CharDevice"}
     paths = {v["hostPath"]["path"] for v in daemonset["volumes"] if "hostPath" in v}

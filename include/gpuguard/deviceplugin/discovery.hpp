@@ -64,11 +64,6 @@ std::string driver_version(const std::filesystem::path& host_root);
 // The device nodes a GPU container needs besides /dev/nvidia<minor>, those that exist under the host root.
 std::vector<std::string> control_device_nodes(const std::filesystem::path& host_root);
 
-// When the NVIDIA container toolkit on the host trusts NVIDIA_VISIBLE_DEVICES from any unprivileged
-// container (accept-nvidia-visible-devices-envvar-when-unprivileged is not false, the toolkit's
-// default), a warning explaining it; nullopt when the node is hardened.
-std::optional<std::string> toolkit_hardening_warning(const std::filesystem::path& host_root);
-
 // NVML, as far as the plugin uses it. The real one is dlopen'ed (load_nvml); tests use a double.
 class Nvml {
  public:

@@ -1,0 +1,25 @@
+#pragma once
+// The host's files as the node report reads them: below a root directory (the host's / mounted
+// read-only into the device plugin's pod, or a fixture), with symbolic links resolved inside that root,
+// so that an absolute link on the host never reads the container's own files instead.
+#include <filesystem>
+
+#include "gpuguard/nodereport/report.hpp"
+
+namespace gpuguard::nodereport {
+
+class HostRoot : public HostFiles {
+ public:
+  explicit HostRoot(std::filesystem::path root) : root_(std::move(root)) {}
+  std::optional<std::string> read(const std::string& path) const override;
+  std::vector<std::string> list(const std::string& directory) const override;
+  bool exists(const std::string& path) const override;
+
+ private:
+  // The path below the root that a host path leads to, following links inside the root; nullopt when
+  // it leads nowhere or loops.
+  std::optional<std::filesystem::path> resolve(const std::string& path) const;
+  std::filesystem::path root_;
+};
+
+}  // namespace gpuguard::nodereport

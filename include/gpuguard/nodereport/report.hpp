@@ -1,0 +1,84 @@
+#pragma once
+// The node report: does the NVIDIA_VISIBLE_DEVICES value the webhook injects (`none` or `void`) keep GPUs
+// out of containers on this node? That is decided on the node, by the container runtime's default runtime
+// and by NVIDIA's runtime (its mode, version and settings, and the CDI specs it resolves names in), so it
+// is judged from the host's files alone. Pure: a HostFiles in, a Report out; nothing is executed or
+// written, and a missing or malformed file is a fact or a finding, never an error.
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace gpuguard::nodereport {
+
+// Read access to a host's files, by their absolute path on the host.
+class HostFiles {
+ public:
+  virtual ~HostFiles() = default;
+  virtual std::optional<std::string> read(const std::string& path) const = 0;
+  // The names of the regular files in a directory, sorted; empty when there is no such directory.
+  virtual std::vector<std::string> list(const std::string& directory) const = 0;
+  virtual bool exists(const std::string& path) const = 0;
+};
+
+enum class Verdict {
+  honoured,      // a container without a GPU sees no GPU
+  leaks,         // it sees GPUs
+  breaks_pods,   // its creation fails
+  not_acted_on,  // the variable is not the door on this node; `doors` names the doors there are
+};
+std::string_view verdict_name(Verdict verdict);
+
+enum class Severity { info, warning, critical };
+std::string_view severity_name(Severity severity);
+
+struct Finding {
+  Severity severity = Severity::info;
+  std::string code;  // stable, for alerts: e.g. "known-bad-version", "malformed-file"
+  std::string message;
+  std::string file;  // the host file it is about, when there is one
+  int line = 0;      // 1-based; 0 when not about a line
+};
+
+// What was read, as the report states it.
+struct Facts {
+  // NVIDIA's toolkit: /etc/nvidia-container-runtime/config.toml and the package database.
+  bool toolkit_config = false;
+  std::string mode = "auto";  // as configured
+  std::string resolved_mode;  // what auto comes to, or the mode a runtime binary forces
+  bool envvar_when_unprivileged = true;
+  bool volume_mounts = false;
+  std::string default_kind = "nvidia.com/gpu";
+  std::vector<std::string> spec_dirs = {"/etc/cdi", "/var/run/cdi"};
+  std::optional<std::string> toolkit_version;  // "1.18.2", without the package revision
+  std::string toolkit_version_source;          // the file it came from
+  // The container runtime: containerd's or CRI-O's configuration, drop-ins included.
+  std::string container_runtime;  // "containerd", "cri-o", or "" when neither is configured
+  std::vector<std::string> runtime_config_files;
+  std::string default_runtime;         // the CRI's default runtime handler
+  std::string default_runtime_binary;  // what that handler runs
+  bool default_is_nvidia = false;
+  std::vector<std::string> nvidia_handlers;  // runtime handlers that run NVIDIA's runtime
+  // CDI specs in the spec directories.
+  std::vector<std::string> cdi_spec_files;
+  std::vector<std::string> gpu_devices;  // fully qualified, of the default kind
+  bool none_device = false;              // a device of the default kind is named "none"
+};
+
+struct Report {
+  std::string value;  // what the webhook injects: "none" or "void"
+  Verdict verdict = Verdict::honoured;
+  std::string reason;
+  std::vector<std::string> doors;  // under not_acted_on: how containers do reach GPUs on this node
+  Facts facts;
+  std::vector<Finding> findings;
+
+  bool value_honoured() const { return verdict == Verdict::honoured || verdict == Verdict::not_acted_on; }
+};
+
+Report judge(const HostFiles& host, std::string_view value);
+
+std::string to_json(const Report& report);
+std::string to_text(const Report& report);
+
+}  // namespace gpuguard::nodereport

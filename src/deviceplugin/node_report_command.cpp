@@ -1,0 +1,47 @@
+// `gpuguard-device-plugin node-report`: the node report (nodereport/) once, for an admin or a test.
+#include "node_report_command.hpp"
+
+#include <boost/program_options.hpp>
+
+#include <iostream>
+
+#include "gpuguard/nodereport/host_root.hpp"
+
+namespace gpuguard::deviceplugin {
+
+int run_node_report_command(const std::vector<std::string>& args) {
+  namespace po = boost::program_options;
+  po::options_description description(
+      "gpuguard-device-plugin node-report: does the NVIDIA_VISIBLE_DEVICES value the webhook injects keep GPUs\n"
+      "out of containers on this node? Judged from the host's files: NVIDIA's toolkit config and version, the\n"
+      "container runtime's default runtime, the CDI specs. Exits 0 when honoured or not acted on, 3 when\n"
+      "it leaks or breaks pods, 2 on bad flags.\n\nOptions");
+  description.add_options()("help,h", "this text")("host-root", po::value<std::string>()->default_value("/"),
+                                                   "the host's / (the chart mounts it read-only at /host)")(
+      "value", po::value<std::string>()->default_value("none"), "the value the webhook injects: none or void")(
+      "format", po::value<std::string>()->default_value("text"), "text or json");
+  po::variables_map flags;
+  try {
+    po::store(po::command_line_parser(args).options(description).run(), flags);
+    po::notify(flags);
+  } catch (const po::error& e) {
+    std::cerr << "gpuguard-device-plugin node-report: " << e.what() << " (see --help)\n";
+    return 2;
+  }
+  if (flags.count("help")) {
+    std::cout << description << "\n";
+    return 0;
+  }
+  const std::string value = flags["value"].as<std::string>();
+  const std::string format = flags["format"].as<std::string>();
+  if ((value != "none" && value != "void") || (format != "text" && format != "json")) {
+    std::cerr << "gpuguard-device-plugin node-report: --value is none or void, --format text or json\n";
+    return 2;
+  }
+  const nodereport::Report report =
+      nodereport::judge(nodereport::HostRoot(flags["host-root"].as<std::string>()), value);
+  std::cout << (format == "json" ? nodereport::to_json(report) : nodereport::to_text(report));
+  return report.value_honoured() ? 0 : 3;
+}
+
+}  // namespace gpuguard::deviceplugin

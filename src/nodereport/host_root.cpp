@@ -1,0 +1,70 @@
+// The node report's HostFiles over a directory that holds the host's / (host_root.hpp says why links are
+// resolved by hand).
+#include "gpuguard/nodereport/host_root.hpp"
+
+#include <algorithm>
+
+#include "gpuguard/files/read_file.hpp"
+
+namespace gpuguard::nodereport {
+
+namespace fs = std::filesystem;
+
+std::optional<fs::path> HostRoot::resolve(const std::string& path) const {
+  fs::path resolved;  // relative to the root
+  std::vector<fs::path> pending;
+  for (const auto& part : fs::path(path).relative_path()) pending.push_back(part);
+  std::reverse(pending.begin(), pending.end());
+  for (int links = 0; !pending.empty();) {
+    const fs::path part = pending.back();
+    pending.pop_back();
+    if (part == "." || part.empty()) continue;
+    if (part == "..") {
+      resolved = resolved.parent_path();
+      continue;
+    }
+    const fs::path candidate = resolved / part;
+    std::error_code ec;
+    if (fs::is_symlink(root_ / candidate, ec)) {
+      if (++links > 32) return std::nullopt;
+      const fs::path target = fs::read_symlink(root_ / candidate, ec);
+      if (ec) return std::nullopt;
+      if (target.is_absolute()) resolved.clear();
+      const fs::path relative = target.relative_path();
+      const std::vector<fs::path> parts(relative.begin(), relative.end());
+      for (auto it = parts.rbegin(); it != parts.rend(); ++it) pending.push_back(*it);
+      continue;
+    }
+    resolved = candidate;
+  }
+  return root_ / resolved;
+}
+
+std::optional<std::string> HostRoot::read(const std::string& path) const {
+  const auto resolved = resolve(path);
+  if (!resolved) return std::nullopt;
+  std::error_code ec;
+  if (!fs::is_regular_file(*resolved, ec)) return std::nullopt;
+  return files::read_file(*resolved);
+}
+
+std::vector<std::string> HostRoot::list(const std::string& directory) const {
+  std::vector<std::string> names;
+  const auto resolved = resolve(directory);
+  if (!resolved) return names;
+  std::error_code ec;
+  for (fs::directory_iterator it(*resolved, ec), end; !ec && it != end; it.increment(ec)) {
+    const auto inside = resolve(directory + "/" + it->path().filename().string());
+    if (inside && fs::is_regular_file(*inside, ec)) names.push_back(it->path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+bool HostRoot::exists(const std::string& path) const {
+  const auto resolved = resolve(path);
+  std::error_code ec;
+  return resolved && fs::exists(*resolved, ec);
+}
+
+}  // namespace gpuguard::nodereport

@@ -1,0 +1,495 @@
+// The node report's facts and verdict (report.hpp). The toolkit's behaviour by mode, version and value is
+// in docs/security.md ("The node decides"), each cell with its source; this file is that table in code.
+#define TOML_HEADER_ONLY 1
+#define TOML_EXCEPTIONS 0
+#include <toml++/toml.h>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <array>
+#include <charconv>
+#include <tuple>
+
+#include "gpuguard/nodereport/report.hpp"
+
+namespace gpuguard::nodereport {
+namespace {
+
+constexpr std::string_view kToolkitConfig = "/etc/nvidia-container-runtime/config.toml";
+constexpr std::string_view kDpkgStatus = "/var/lib/dpkg/status";
+constexpr std::string_view kContainerdConfig = "/etc/containerd/config.toml";
+constexpr std::string_view kCrioConfig = "/etc/crio/crio.conf";
+constexpr std::string_view kCrioDropIns = "/etc/crio/crio.conf.d";
+
+using Version = std::tuple<int, int, int>;
+
+// "1.18.1-1", "1.18.0~rc.2-1" or "1:1.17.8-1": the upstream version's first three numbers.
+std::optional<Version> parse_version(std::string_view text) {
+  if (const auto colon = text.find(':'); colon != std::string_view::npos) text.remove_prefix(colon + 1);
+  std::array<int, 3> parts{};
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), parts[i]);
+    if (ec != std::errc{}) return std::nullopt;
+    text.remove_prefix(static_cast<std::size_t>(end - text.data()));
+    if (i + 1 < parts.size()) {
+      if (!text.starts_with('.')) return std::nullopt;
+      text.remove_prefix(1);
+    }
+  }
+  return Version{parts[0], parts[1], parts[2]};
+}
+
+std::string upstream_version(std::string_view text) {
+  if (const auto colon = text.find(':'); colon != std::string_view::npos) text.remove_prefix(colon + 1);
+  return std::string(text.substr(0, text.rfind('-')));
+}
+
+std::string basename_of(std::string_view path) {
+  const auto slash = path.rfind('/');
+  return std::string(slash == std::string_view::npos ? path : path.substr(slash + 1));
+}
+
+std::string directory_of(std::string_view path) {
+  const auto slash = path.rfind('/');
+  return slash == std::string_view::npos ? std::string(".") : std::string(path.substr(0, slash));
+}
+
+bool is_nvidia_runtime(std::string_view binary) { return basename_of(binary).starts_with("nvidia-container-runtime"); }
+
+// The mode a runtime binary forces, whatever the config says: NVIDIA ships .cdi and .legacy variants.
+std::string forced_mode(std::string_view binary) {
+  const std::string name = basename_of(binary);
+  if (name == "nvidia-container-runtime.cdi") return "cdi";
+  if (name == "nvidia-container-runtime.legacy") return "legacy";
+  return "";
+}
+
+class Judge {
+ public:
+  Judge(const HostFiles& host, std::string_view value) : host_(host) { report_.value = std::string(value); }
+
+  Report run() {
+    read_toolkit_config();
+    read_toolkit_version();
+    read_runtime();
+    read_cdi_specs();
+    resolve_mode();
+    decide();
+    add_findings();
+    return std::move(report_);
+  }
+
+ private:
+  Facts& facts() { return report_.facts; }
+
+  void find(Severity severity, std::string code, std::string message, std::string file = {}, int line = 0) {
+    report_.findings.push_back({severity, std::move(code), std::move(message), std::move(file), line});
+  }
+
+  std::optional<toml::table> parse_toml(const std::string& path) {
+    const auto text = host_.read(path);
+    if (!text) return std::nullopt;
+    toml::parse_result parsed = toml::parse(*text, path);
+    if (!parsed) {
+      const auto& error = parsed.error();
+      find(Severity::warning, "malformed-file",
+           path + ": " + std::string(error.description()) + "; read as if it were absent", path,
+           static_cast<int>(error.source().begin.line));
+      return std::nullopt;
+    }
+    return std::move(parsed).table();
+  }
+
+  void read_toolkit_config() {
+    const std::string path(kToolkitConfig);
+    const auto config = parse_toml(path);
+    if (!config) return;
+    facts().toolkit_config = true;
+    const toml::table& t = *config;
+    facts().envvar_when_unprivileged =
+        t["accept-nvidia-visible-devices-envvar-when-unprivileged"].value_or(facts().envvar_when_unprivileged);
+    facts().volume_mounts = t["accept-nvidia-visible-devices-as-volume-mounts"].value_or(facts().volume_mounts);
+    const auto runtime = t["nvidia-container-runtime"];
+    facts().mode = runtime["mode"].value_or(facts().mode);
+    const auto cdi = runtime["modes"]["cdi"];
+    facts().default_kind = cdi["default-kind"].value_or(facts().default_kind);
+    if (const toml::array* dirs = cdi["spec-dirs"].as_array()) {
+      facts().spec_dirs.clear();
+      for (const auto& dir : *dirs) {
+        if (const auto text = dir.value<std::string>()) facts().spec_dirs.push_back(*text);
+      }
+    }
+  }
+
+  // The package database: the version of nvidia-container-toolkit-base, or of nvidia-container-toolkit.
+  void read_toolkit_version() {
+    const std::string path(kDpkgStatus);
+    const auto status = host_.read(path);
+    if (!status) return;
+    std::string package, state, version;
+    std::optional<std::string> base, toolkit;
+    const auto end_stanza = [&] {
+      if (state.find(" installed") != std::string::npos || state.ends_with("installed")) {
+        if (package == "nvidia-container-toolkit-base") base = version;
+        if (package == "nvidia-container-toolkit") toolkit = version;
+      }
+      package.clear();
+      state.clear();
+      version.clear();
+    };
+    std::string_view rest = *status;
+    while (!rest.empty()) {
+      const auto newline = rest.find('\n');
+      const std::string_view line = rest.substr(0, newline);
+      rest = newline == std::string_view::npos ? std::string_view{} : rest.substr(newline + 1);
+      if (line.empty()) {
+        end_stanza();
+      } else if (line.starts_with("Package: ")) {
+        package = std::string(line.substr(9));
+      } else if (line.starts_with("Status: ")) {
+        state = std::string(line.substr(8));
+      } else if (line.starts_with("Version: ")) {
+        version = std::string(line.substr(9));
+      }
+    }
+    end_stanza();
+    if (const auto& found = base ? base : toolkit) {
+      facts().toolkit_version = upstream_version(*found);
+      facts().toolkit_version_source = path;
+    }
+  }
+
+  // Later tables win key by key, as containerd merges its imports and CRI-O its drop-ins.
+  static void merge(toml::table& into, const toml::table& from) {
+    for (const auto& [key, node] : from) {
+      toml::table* target = into[key].as_table();
+      if (target != nullptr && node.is_table()) {
+        merge(*target, *node.as_table());
+      } else {
+        into.insert_or_assign(key, node);
+      }
+    }
+  }
+
+  // A path of containerd's `imports`: absolute or relative to the main file, a `*` allowed in its name.
+  std::vector<std::string> expand_import(const std::string& pattern, const std::string& main_file) {
+    const std::string path = pattern.starts_with('/') ? pattern : directory_of(main_file) + "/" + pattern;
+    const std::string name = basename_of(path);
+    const auto star = name.find('*');
+    if (star == std::string::npos) return {path};
+    const std::string prefix = name.substr(0, star), suffix = name.substr(star + 1);
+    std::vector<std::string> matches;
+    for (const std::string& file : host_.list(directory_of(path))) {
+      if (file.size() >= prefix.size() + suffix.size() && file.starts_with(prefix) && file.ends_with(suffix)) {
+        matches.push_back(directory_of(path) + "/" + file);
+      }
+    }
+    return matches;
+  }
+
+  void read_runtime() {
+    const std::string containerd_path(kContainerdConfig);
+    if (auto config = parse_toml(containerd_path)) {
+      facts().container_runtime = "containerd";
+      facts().runtime_config_files.push_back(containerd_path);
+      if (const toml::array* imports = (*config)["imports"].as_array()) {
+        for (const auto& entry : *imports) {
+          for (const std::string& file : expand_import(entry.value_or(std::string()), containerd_path)) {
+            if (auto imported = parse_toml(file)) {
+              merge(*config, *imported);
+              facts().runtime_config_files.push_back(file);
+            }
+          }
+        }
+      }
+      read_containerd(*config);
+      return;
+    }
+    if (!host_.exists(containerd_path)) {
+      toml::table crio;
+      bool found = false;
+      std::vector<std::string> files = {std::string(kCrioConfig)};
+      for (const std::string& name : host_.list(std::string(kCrioDropIns))) {
+        if (name.ends_with(".conf")) files.push_back(std::string(kCrioDropIns) + "/" + name);
+      }
+      for (const std::string& file : files) {
+        if (auto part = parse_toml(file)) {
+          merge(crio, *part);
+          facts().runtime_config_files.push_back(file);
+          found = true;
+        }
+      }
+      if (found || host_.exists(std::string(kCrioConfig))) {
+        facts().container_runtime = "cri-o";
+        read_crio(crio);
+      }
+    }
+  }
+
+  void read_containerd(const toml::table& config) {
+    const std::int64_t version = config["version"].value_or(std::int64_t{1});
+    const auto cri = version >= 3   ? config["plugins"]["io.containerd.cri.v1.runtime"]["containerd"]
+                     : version == 2 ? config["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]
+                                    : config["plugins"]["cri"]["containerd"];
+    facts().default_runtime = cri["default_runtime_name"].value_or(std::string("runc"));
+    if (const toml::table* runtimes = cri["runtimes"].as_table()) {
+      for (const auto& [name, runtime] : *runtimes) {
+        const std::string binary = toml::node_view<const toml::node>(runtime)["options"]["BinaryName"].value_or(
+            std::string(name.str()) == "runc" ? std::string("runc") : std::string());
+        handler(std::string(name.str()), binary.empty() ? "runc" : binary);
+      }
+    }
+    if (facts().default_runtime_binary.empty()) facts().default_runtime_binary = "runc";
+  }
+
+  void read_crio(const toml::table& config) {
+    const auto runtime = config["crio"]["runtime"];
+    facts().default_runtime = runtime["default_runtime"].value_or(std::string("crun"));
+    if (const toml::table* runtimes = runtime["runtimes"].as_table()) {
+      for (const auto& [name, entry] : *runtimes) {
+        // Without runtime_path CRI-O looks the handler's name up in PATH.
+        handler(std::string(name.str()),
+                toml::node_view<const toml::node>(entry)["runtime_path"].value_or(std::string(name.str())));
+      }
+    }
+    if (facts().default_runtime_binary.empty()) facts().default_runtime_binary = facts().default_runtime;
+  }
+
+  void handler(const std::string& name, const std::string& binary) {
+    if (is_nvidia_runtime(binary)) facts().nvidia_handlers.push_back(name);
+    if (name == facts().default_runtime) {
+      facts().default_runtime_binary = binary;
+      facts().default_is_nvidia = is_nvidia_runtime(binary);
+    }
+  }
+
+  void read_cdi_specs() {
+    for (const std::string& dir : facts().spec_dirs) {
+      for (const std::string& name : host_.list(dir)) {
+        if (!name.ends_with(".yaml") && !name.ends_with(".yml") && !name.ends_with(".json")) continue;
+        std::string path = dir;
+        path.append("/").append(name);
+        const auto text = host_.read(path);
+        if (!text) continue;
+        facts().cdi_spec_files.push_back(path);
+        try {
+          const YAML::Node spec = YAML::Load(*text);
+          if (spec["kind"].as<std::string>("") != facts().default_kind) continue;
+          for (const YAML::Node& device : spec["devices"]) {
+            const std::string device_name = device["name"].as<std::string>("");
+            facts().gpu_devices.push_back(facts().default_kind + "=" + device_name);
+            if (device_name == "none") facts().none_device = true;
+          }
+        } catch (const YAML::Exception& e) {
+          find(Severity::warning, "malformed-file", path + ": " + e.msg + "; its devices are not counted", path,
+               e.mark.is_null() ? 0 : e.mark.line + 1);
+        }
+      }
+    }
+  }
+
+  // `auto` as the toolkit resolves it: csv on Tegra; from 1.18.0 jit-cdi where the driver is loaded;
+  // legacy otherwise.
+  void resolve_mode() {
+    const std::string forced = forced_mode(facts().default_runtime_binary);
+    if (!forced.empty()) {
+      facts().resolved_mode = forced;
+      return;
+    }
+    if (facts().mode != "auto") {
+      facts().resolved_mode = facts().mode;
+      return;
+    }
+    if (host_.exists("/etc/nv_tegra_release")) {
+      facts().resolved_mode = "csv";
+      return;
+    }
+    const bool driver = host_.exists("/proc/driver/nvidia/version") || host_.exists("/dev/nvidiactl");
+    const auto version = facts().toolkit_version ? parse_version(*facts().toolkit_version) : std::nullopt;
+    if (!driver || (version && *version < Version{1, 18, 0})) {
+      facts().resolved_mode = "legacy";
+    } else if (version) {
+      facts().resolved_mode = "jit-cdi";
+    } else {
+      facts().resolved_mode = "";  // legacy before 1.18.0, jit-cdi from it: the version decides
+    }
+  }
+
+  void decide() {
+    Report& r = report_;
+    if (!facts().default_is_nvidia) {
+      r.verdict = Verdict::not_acted_on;
+      r.reason = facts().container_runtime.empty()
+                     ? "no containerd or CRI-O configuration: their default runtime is not NVIDIA's"
+                     : "the default runtime handler '" + facts().default_runtime + "' runs " +
+                           facts().default_runtime_binary + ", not NVIDIA's runtime";
+      for (const std::string& name : facts().nvidia_handlers) {
+        r.doors.push_back("a pod with runtimeClassName for the handler '" + name +
+                          "', which runs NVIDIA's runtime: the variable decides there");
+      }
+      if (!facts().gpu_devices.empty()) {
+        r.doors.push_back("CDI devices the CRI injects (a device plugin's or a DRA driver's allocations): " +
+                          std::to_string(facts().gpu_devices.size()) + " GPU devices in the specs");
+      }
+      r.doors.push_back("a privileged container, which sees every device node");
+      return;
+    }
+    if (!facts().envvar_when_unprivileged) {
+      r.verdict = Verdict::honoured;
+      r.reason =
+          "NVIDIA's runtime ignores NVIDIA_VISIBLE_DEVICES in unprivileged containers "
+          "(accept-nvidia-visible-devices-envvar-when-unprivileged = false); a privileged one still sees every GPU";
+      return;
+    }
+    const std::string& mode = facts().resolved_mode;
+    const bool none = r.value == "none";
+    if (mode == "legacy" || mode == "csv") {
+      r.verdict = Verdict::honoured;
+      r.reason = mode + " mode: " +
+                 (none ? "none gives no GPU (the driver's libraries are still mounted)"
+                       : "void sets nothing up for the container");
+    } else if (mode == "cdi") {
+      if (!none) {
+        r.verdict = Verdict::honoured;
+        r.reason = "cdi mode: void is no device request";
+      } else if (facts().none_device) {
+        r.verdict = Verdict::honoured;
+        r.reason = "cdi mode: none names the CDI device " + facts().default_kind + "=none, which the specs define";
+      } else {
+        r.verdict = Verdict::breaks_pods;
+        r.reason = "cdi mode: none names the CDI device " + facts().default_kind +
+                   "=none, which no spec defines, so creating any container without a GPU fails "
+                   "(unresolvable CDI devices)";
+      }
+    } else if (mode == "jit-cdi") {
+      const auto version = parse_version(facts().toolkit_version.value_or(""));
+      if (!none) {
+        r.verdict = Verdict::honoured;
+        r.reason = "jit-cdi mode: void is no device request";
+      } else if (version && *version >= Version{1, 18, 2}) {
+        r.verdict = Verdict::honoured;
+        r.reason = "jit-cdi mode on " + *facts().toolkit_version + ": none gives no GPU (fixed in 1.18.2)";
+      } else {
+        r.verdict = Verdict::leaks;
+        r.reason = version ? "jit-cdi mode on " + *facts().toolkit_version +
+                                 ": none is read as all (NVIDIA/nvidia-container-toolkit#1555, fixed in 1.18.2)"
+                           : "jit-cdi mode, toolkit version unknown: on 1.18.0 and 1.18.1 none is read as all "
+                             "(NVIDIA/nvidia-container-toolkit#1555); it cannot be ruled out";
+      }
+    } else if (mode.empty()) {
+      // auto with no version: legacy or jit-cdi.
+      r.verdict = none ? Verdict::leaks : Verdict::honoured;
+      r.reason = none ? "mode auto and no toolkit version in the package database: it is jit-cdi from 1.18.0, "
+                        "where 1.18.0 and 1.18.1 read none as all; it cannot be ruled out"
+                      : "void is no device request in every mode";
+    } else {
+      r.verdict = none ? Verdict::leaks : Verdict::honoured;
+      r.reason = "mode '" + mode + "' is not one this report knows; void is no device request in every mode known";
+      find(Severity::warning, "unknown-mode", "the toolkit's mode '" + mode + "' is not one this report knows",
+           std::string(kToolkitConfig));
+    }
+  }
+
+  void add_findings() {
+    const Facts& f = facts();
+    const auto version = parse_version(f.toolkit_version.value_or(""));
+    if (f.default_is_nvidia) {
+      find(Severity::warning, "nvidia-default-runtime",
+           "every container runs through NVIDIA's runtime (default handler '" + f.default_runtime +
+               "'), so NVIDIA_VISIBLE_DEVICES decides what each sees; the GPU Operator's CDI setup does not need it",
+           f.runtime_config_files.empty() ? std::string() : f.runtime_config_files.back());
+    }
+    const bool nvidia_used = f.default_is_nvidia || !f.nvidia_handlers.empty();
+    if (nvidia_used && f.envvar_when_unprivileged) {
+      find(Severity::warning, "envvar-when-unprivileged",
+           "accept-nvidia-visible-devices-envvar-when-unprivileged is true: any unprivileged container that reaches "
+           "NVIDIA's runtime can ask for every GPU by its environment",
+           std::string(kToolkitConfig));
+    }
+    if (nvidia_used && f.volume_mounts) {
+      // The hardening security.md recommends (with the variable refused from unprivileged containers), so
+      // not a warning: the door it opens is one the webhook closes.
+      find(Severity::info, "volume-mounts-accepted",
+           "accept-nvidia-visible-devices-as-volume-mounts is true: NVIDIA's runtime takes a container's device "
+           "list from the host's /dev/null mounted under /var/run/nvidia-container-devices before its "
+           "environment, so a hostPath volume of /dev/null mounted at /var/run/nvidia-container-devices/all "
+           "asks for every GPU; the webhook's hostDeviceMounts judges hostPath mounts of /dev/null",
+           std::string(kToolkitConfig));
+    }
+    if (f.resolved_mode == "jit-cdi" && version && *version >= Version{1, 18, 0} && *version < Version{1, 18, 2}) {
+      find(Severity::critical, "known-bad-version",
+           "toolkit " + *f.toolkit_version +
+               " in jit-cdi mode reads NVIDIA_VISIBLE_DEVICES=none as all; upgrade to "
+               "1.18.2 or later",
+           f.toolkit_version_source);
+    }
+    if (report_.value == "none" && f.resolved_mode == "cdi" && !f.none_device && f.default_is_nvidia) {
+      find(Severity::critical, "no-none-device",
+           "cdi mode with no CDI device " + f.default_kind +
+               "=none: every container without a GPU fails to start "
+               "under none; inject void instead, or add a device named none with empty edits");
+    }
+    if (nvidia_used && !f.toolkit_version) {
+      find(Severity::info, "toolkit-version-unknown",
+           "no nvidia-container-toolkit package in " + std::string(kDpkgStatus) +
+               " (an rpm-based node, or the GPU Operator's toolkit container): the version-dependent checks are off");
+    }
+    if (version) {
+      const bool uses_cdi = f.resolved_mode == "cdi" || f.resolved_mode == "jit-cdi";
+      for (const auto& fix : kSecurityFixes) {
+        if (*version < fix.fixed && !(fix.cdi_unaffected && uses_cdi)) {
+          find(Severity::critical, "missing-security-fix",
+               std::string(fix.cve) + " is fixed in " + std::string(fix.fixed_text) + ", this node runs " +
+                   *f.toolkit_version + ": " + std::string(fix.what),
+               f.toolkit_version_source);
+        }
+      }
+    }
+  }
+
+  // The toolkit's security fixes, each as NVIDIA states it in its own CVE record (NVIDIA is the CVE
+  // numbering authority for its products; the record names the affected versions and links the bulletin).
+  struct SecurityFix {
+    std::string_view cve;
+    Version fixed;
+    std::string_view fixed_text;
+    bool cdi_unaffected;  // the record says modes that use CDI are not affected
+    std::string_view what;
+  };
+  static constexpr std::array<SecurityFix, 2> kSecurityFixes{{
+      {"CVE-2024-0132", Version{1, 16, 2}, "1.16.2", true,
+       "a crafted image may gain access to the host's file system (TOCTOU, default configuration; "
+       "NVIDIA security bulletin 5582)"},
+      {"CVE-2025-23266", Version{1, 17, 8}, "1.17.8", false,
+       "a crafted image may run code with elevated permissions through a hook that initializes the container "
+       "(in CDI mode only before 1.17.5)"},
+  }};
+
+  const HostFiles& host_;
+  Report report_;
+};
+
+}  // namespace
+
+std::string_view verdict_name(Verdict verdict) {
+  switch (verdict) {
+    case Verdict::honoured: return "honoured";
+    case Verdict::leaks: return "leaks";
+    case Verdict::breaks_pods: return "breaks-pods";
+    case Verdict::not_acted_on: return "not-acted-on";
+  }
+  return "";
+}
+
+std::string_view severity_name(Severity severity) {
+  switch (severity) {
+    case Severity::info: return "info";
+    case Severity::warning: return "warning";
+    case Severity::critical: return "critical";
+  }
+  return "";
+}
+
+Report judge(const HostFiles& host, std::string_view value) { return Judge(host, value).run(); }
+
+}  // namespace gpuguard::nodereport

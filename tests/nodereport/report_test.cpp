@@ -1,0 +1,134 @@
+// The node report over the fixture host roots in tests/fixtures/node-report: each states the verdict for
+// both values the webhook can inject and the findings it must carry under none. Then the files layer on
+// its own (links resolved inside the root) and the command over real files.
+#include <catch2/catch.hpp>
+
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "files.hpp"
+#include "gpuguard/nodereport/host_root.hpp"
+
+using namespace gpuguard;
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path cases_dir() { return test::fixtures_dir() / "node-report"; }
+
+std::vector<std::string> codes(const nodereport::Report& report) {
+  std::vector<std::string> found;
+  for (const auto& finding : report.findings) found.push_back(finding.code);
+  return found;
+}
+
+}  // namespace
+
+TEST_CASE("node report: every fixture host root gets its verdict for none and for void, with its findings") {
+  int cases = 0;
+  for (const auto& entry : fs::directory_iterator(cases_dir())) {
+    const auto expect = nlohmann::json::parse(test::read_file(entry.path() / "expect.json"));
+    const nodereport::HostRoot host(entry.path() / "root");
+    for (const std::string value : {"none", "void"}) {
+      const nodereport::Report report = nodereport::judge(host, value);
+      INFO(entry.path().filename().string()
+           << " (" << expect["about"].get<std::string>() << "), value " << value << ": " << report.reason);
+      CHECK(nodereport::verdict_name(report.verdict) == expect[value].get<std::string>());
+      CHECK(report.value_honoured() == (expect[value] == "honoured" || expect[value] == "not-acted-on"));
+      if (report.verdict == nodereport::Verdict::not_acted_on) CHECK_FALSE(report.doors.empty());
+      for (const auto& finding : report.findings) {
+        if (finding.code == "malformed-file") CHECK(finding.line > 0);
+      }
+      if (value == "none") {
+        for (const auto& code : expect["findingsUnderNone"])
+          CHECK_THAT(codes(report), Catch::VectorContains(code.get<std::string>()));
+      }
+    }
+    ++cases;
+  }
+  CHECK(cases >= 17);
+}
+
+TEST_CASE("node report: the facts say what was read, and drop-ins override the main file") {
+  const nodereport::Report report =
+      nodereport::judge(nodereport::HostRoot(cases_dir() / "containerd-v3-drop-in" / "root"), "none");
+  CHECK(report.facts.container_runtime == "containerd");
+  CHECK(report.facts.runtime_config_files ==
+        std::vector<std::string>{"/etc/containerd/config.toml", "/etc/containerd/conf.d/99-nvidia.toml"});
+  CHECK(report.facts.default_runtime == "nvidia");
+  CHECK(report.facts.default_runtime_binary == "/usr/bin/nvidia-container-runtime");
+  CHECK(report.facts.toolkit_version == "1.17.8");
+  CHECK(report.facts.resolved_mode == "legacy");
+  const auto json = nlohmann::json::parse(nodereport::to_json(report));
+  CHECK(json["valueHonoured"] == true);
+  CHECK(json["verdict"] == "honoured");
+  CHECK(json["facts"]["runtime"]["defaultIsNvidia"] == true);
+}
+
+TEST_CASE("node report: a security fix is reported missing only where the node runs an affected version and mode") {
+  const auto fixes = [](const std::string& fixture) {
+    std::vector<std::string> cves;
+    const auto report = nodereport::judge(nodereport::HostRoot(cases_dir() / fixture / "root"), "none");
+    for (const auto& finding : report.findings) {
+      if (finding.code != "missing-security-fix") continue;
+      CHECK(finding.severity == nodereport::Severity::critical);
+      CHECK(finding.file == "/var/lib/dpkg/status");
+      cves.push_back(finding.message.substr(0, finding.message.find(' ')));
+    }
+    return cves;
+  };
+  CHECK(fixes("legacy-1.16.1") == std::vector<std::string>{"CVE-2024-0132", "CVE-2025-23266"});
+  // CVE-2024-0132 does not affect CDI; CVE-2025-23266 does.
+  CHECK(fixes("cdi-1.17.7-with-none-device") == std::vector<std::string>{"CVE-2025-23266"});
+  CHECK(fixes("legacy-containerd-v2").empty());  // 1.17.8
+  CHECK(fixes("jit-cdi-1.18.2").empty());
+}
+
+TEST_CASE("node report: host links resolve inside the host root, never into this container's files") {
+  const fs::path root = fs::temp_directory_path() / ("gpuguard-host-root-" + std::to_string(::getpid()));
+  fs::remove_all(root);
+  fs::create_directories(root / "etc/nvidia-container-runtime");
+  fs::create_directories(root / "opt/nvidia");
+  std::ofstream(root / "opt/nvidia/config.toml") << "[nvidia-container-runtime]\nmode = \"cdi\"\n";
+  // An absolute link, as on the host: /etc/nvidia-container-runtime/config.toml -> /opt/nvidia/config.toml.
+  fs::create_symlink("/opt/nvidia/config.toml", root / "etc/nvidia-container-runtime/config.toml");
+  // And one that climbs out: it must stay at the root's top.
+  fs::create_symlink("../../../../../../etc/hostname", root / "etc/escape");
+  const nodereport::HostRoot host(root);
+  CHECK(host.read("/etc/nvidia-container-runtime/config.toml") == "[nvidia-container-runtime]\nmode = \"cdi\"\n");
+  CHECK_FALSE(host.read("/etc/escape").has_value());
+  CHECK(host.list("/etc/nvidia-container-runtime") == std::vector<std::string>{"config.toml"});
+  CHECK(nodereport::judge(host, "void").facts.mode == "cdi");
+  fs::remove_all(root);
+}
+
+TEST_CASE("node report: the command prints JSON and exits 3 when the value is not honoured, 0 when it is") {
+  const auto run = [](const std::string& args) {
+    const std::string command = std::string(GPUGUARD_DEVICE_PLUGIN_BIN) + " node-report " + args + " 2>&1";
+    FILE* pipe = ::popen(command.c_str(), "r");
+    std::string output;
+    char chunk[4096];
+    while (const std::size_t n = std::fread(chunk, 1, sizeof chunk, pipe)) output.append(chunk, n);
+    const int status = ::pclose(pipe);
+    return std::pair{WEXITSTATUS(status), output};
+  };
+  const std::string root = (cases_dir() / "jit-cdi-1.18.1" / "root").string();
+  const auto [leaks, json] = run("--host-root " + root + " --value none --format json");
+  CHECK(leaks == 3);
+  const auto report = nlohmann::json::parse(json);
+  CHECK(report["valueHonoured"] == false);
+  CHECK(report["verdict"] == "leaks");
+  CHECK(report["facts"]["toolkit"]["version"] == "1.18.1");
+  const auto [honoured, text] = run("--host-root " + root + " --value void");
+  CHECK(honoured == 0);
+  CHECK_THAT(text, Catch::StartsWith("NVIDIA_VISIBLE_DEVICES=void: honoured"));
+  CHECK(run("--value all").first == 2);
+  // A host root with nothing in it is facts, not an error.
+  const auto [empty_status, empty] = run("--host-root " + (cases_dir() / "no-such-root").string() + " --format json");
+  CHECK(empty_status == 0);
+  CHECK(nlohmann::json::parse(empty)["verdict"] == "not-acted-on");
+}
