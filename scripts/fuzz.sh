@@ -12,7 +12,7 @@ cmake --preset fuzz -S "$root" >/dev/null
 cmake --build "$out" -j"${JOBS:-2}"
 
 # Seeds: every admission fixture and invalid body; for HTTP, the same bodies in requests of each kind.
-mkdir -p "$out/corpus/admission" "$out/corpus/http" "$out/corpus/extender" "$out/findings"
+mkdir -p "$out/corpus/admission" "$out/corpus/http" "$out/corpus/extender" "$out/corpus/nodereport" "$out/findings"
 for f in "$root"/tests/fixtures/admission/*/review.json; do cp "$f" "$out/corpus/admission/$(basename "$(dirname "$f")").json"; done
 for f in "$root"/tests/fixtures/invalid/*.json; do cp "$f" "$out/corpus/admission/invalid-$(basename "$f")"; done
 request() {  # METHOD TARGET CONTENT-TYPE BODY-FILE NAME
@@ -45,8 +45,23 @@ open(f"{sys.argv[2]}/pod", "w").write(json.dumps(pod))
 open(f"{sys.argv[2]}/stream", "w").write(json.dumps({"type": "ADDED", "object": pod}) + "\n" + json.dumps({"type": "BOOKMARK", "object": {}}))
 PY
 
+# For the node report: each fixture host root's files, in the order nodereport_fuzz.cpp splits them.
+/usr/bin/python3 - "$root/tests/fixtures/node-report" "$out/corpus/nodereport" <<'PY'
+import glob, os, sys
+for case in sorted(glob.glob(f"{sys.argv[1]}/*/root")):
+    def read(*candidates):
+        for c in candidates:
+            for path in sorted(glob.glob(f"{case}/{c}")):
+                return open(path).read()
+        return ""
+    parts = [read("etc/nvidia-container-runtime/config.toml"), read("etc/containerd/config.toml"),
+             read("etc/containerd/conf.d/*.toml"), read("etc/crio/crio.conf"),
+             read("etc/cdi/*.yaml", "var/run/cdi/*.yaml"), read("var/lib/dpkg/status")]
+    open(f"{sys.argv[2]}/{os.path.basename(os.path.dirname(case))}", "w").write("\n=====\n".join(parts))
+PY
+
 status=0
-for target in admission http extender; do
+for target in admission http extender nodereport; do
   echo "fuzz: ${target}_fuzz for ${seconds}s"
   "$out/fuzz/${target}_fuzz" -max_total_time="$seconds" -max_len=131072 -timeout=10 -rss_limit_mb=2048 \
     -artifact_prefix="$out/findings/${target}-" -print_final_stats=1 "$out/corpus/$target" 2>"$out/$target.log" || status=1

@@ -44,7 +44,7 @@ std::string to_json(const Report& report) {
                         {"doors", report.doors},
                         {"facts", std::move(facts)},
                         {"findings", std::move(findings)}}
-             .dump(2) +
+             .dump(2, ' ', false, nlohmann::json::error_handler_t::replace) +
          "\n";
 }
 
