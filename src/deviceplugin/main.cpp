@@ -42,7 +42,9 @@ int main(int argc, char** argv) {
     return deviceplugin::run_node_report_command({argv + 2, argv + argc});
   po::options_description description(
       "gpuguard-device-plugin: a kubelet device plugin (v1beta1) for NVIDIA GPUs by UUID, MIG devices,\n"
-      "time-sliced GPUs, and host devices such as /dev/fuse.\n\nOptions");
+      "time-sliced GPUs, and host devices such as /dev/fuse.\n\n"
+      "  gpuguard-device-plugin node-report [--host-root DIR] [--value none|void] [--format text|json]\n"
+      "      does the value the webhook injects keep GPUs out on this node? (node-report --help)\n\nOptions");
   deviceplugin::add_flags(description);
   description.add_options()("check-config", po::bool_switch(),
                             "read the config file and the flags, print what they come to, and exit: 0 when valid, 2 "
