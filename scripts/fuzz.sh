@@ -49,15 +49,15 @@ PY
 /usr/bin/python3 - "$root/tests/fixtures/node-report" "$out/corpus/nodereport" <<'PY'
 import glob, os, sys
 for case in sorted(glob.glob(f"{sys.argv[1]}/*/root")):
-    def read(*candidates):
+    def read(*candidates):  # bytes: some fixtures hold what is not UTF-8 on purpose
         for c in candidates:
             for path in sorted(glob.glob(f"{case}/{c}")):
-                return open(path).read()
-        return ""
+                return open(path, "rb").read()
+        return b""
     parts = [read("etc/nvidia-container-runtime/config.toml"), read("etc/containerd/config.toml"),
              read("etc/containerd/conf.d/*.toml"), read("etc/crio/crio.conf"),
              read("etc/cdi/*.yaml", "var/run/cdi/*.yaml"), read("var/lib/dpkg/status")]
-    open(f"{sys.argv[2]}/{os.path.basename(os.path.dirname(case))}", "w").write("\n=====\n".join(parts))
+    open(f"{sys.argv[2]}/{os.path.basename(os.path.dirname(case))}", "wb").write(b"\n=====\n".join(parts))
 PY
 
 status=0
