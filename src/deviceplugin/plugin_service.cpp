@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <optional>
 #include <set>
 #include <stdexcept>
 #include <thread>
@@ -24,12 +25,13 @@ namespace {
 
 using namespace std::chrono_literals;
 
-// The node report (`node-report` prints it whole) for both values the webhook can inject, and what it found
-// to warn about, once at start.
-void log_node_report(const std::filesystem::path& host_root) {
+// The node report (`node-report` prints it whole) for both values the webhook can inject, kept for
+// /metrics; logged with what it found to warn about at start and whenever it changes.
+void judge_node(const std::filesystem::path& host_root, NodeIsolation& isolation) {
   const nodereport::HostRoot host(host_root);
   const nodereport::Report none = nodereport::judge(host, "none");
   const nodereport::Report void_value = nodereport::judge(host, "void");
+  if (!isolation.update(none, void_value)) return;
   log::info("node report", {{"none", nodereport::verdict_name(none.verdict)},
                             {"void", nodereport::verdict_name(void_value.verdict)},
                             {"none_reason", none.reason},
@@ -118,7 +120,8 @@ void serve(const PluginConfig& c, const std::vector<std::string>& config_warning
     gpu_sets.push_back(&gpu->devices());
     resources.push_back(std::move(gpu));
   }
-  if (!gpu_sets.empty()) log_node_report(c.host_root);
+  NodeIsolation isolation;
+  if (!gpu_sets.empty()) judge_node(c.host_root, isolation);
   std::vector<HostDeviceResource*> host_devices;
   for (const HostDevice& device : c.host_devices) {
     auto resource = std::make_unique<HostDeviceResource>(device, c.host_root);
@@ -141,7 +144,7 @@ void serve(const PluginConfig& c, const std::vector<std::string>& config_warning
 
   // The status server takes SIGTERM and SIGINT from its construction on: before anything is served, so a
   // signal at any later moment still ends in the orderly stop below.
-  StatusHandler handler({GPUGUARD_VERSION, found.source, health}, resources, kubelet);
+  StatusHandler handler({GPUGUARD_VERSION, found.source, health}, resources, kubelet, isolation);
   server::ServerOptions options;
   options.listen_address = c.metrics_address;
   options.threads = 1;
@@ -171,6 +174,9 @@ void serve(const PluginConfig& c, const std::vector<std::string>& config_warning
   }
   kubelet.reconcile();
   files::Poller session(1s, [&kubelet] { kubelet.reconcile(); });
+  std::optional<files::Poller> node_report;
+  if (!gpu_sets.empty())
+    node_report.emplace(kNodeReportInterval, [&c, &isolation] { judge_node(c.host_root, isolation); });
   status.run();  // until SIGTERM or SIGINT
   kubelet.stop();
 }

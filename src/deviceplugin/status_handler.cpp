@@ -46,6 +46,7 @@ std::string StatusHandler::render_metrics() const {
   metrics::header(out, "gpuguard_device_plugin_registered", "gauge",
                   "1 while every resource is registered with the kubelet.sock that exists now.");
   out.append("gpuguard_device_plugin_registered ").append(kubelet_.registered() ? "1" : "0").append("\n");
+  isolation_.render_metrics(out);
   return out;
 }
 

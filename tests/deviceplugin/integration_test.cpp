@@ -156,6 +156,35 @@ TEST_CASE("health: a vanished device node turns Unhealthy within 5 s, and Health
   CHECK(plugin.terminate() == 0);
 }
 
+TEST_CASE("node report: the verdict for each value in /metrics, judged again when the node's files change") {
+  Node node;
+  // cdi mode with no CDI device named none: none breaks every GPU-less container, void is honoured.
+  node.host.write("etc/containerd/config.toml",
+                  "version = 3\n[plugins.'io.containerd.cri.v1.runtime'.containerd]\ndefault_runtime_name = 'nvidia'\n"
+                  "[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.nvidia.options]\n"
+                  "BinaryName = '/usr/bin/nvidia-container-runtime'\n");
+  node.host.write("etc/nvidia-container-runtime/config.toml", "[nvidia-container-runtime]\nmode = 'cdi'\n");
+  PluginProcess plugin(node.plugin_dir, node.host.root(), {});
+  const int port = plugin.status_port();
+  const std::string before = http_get(port, "/metrics").second;
+  CHECK_THAT(before, Catch::Contains(R"(gpuguard_device_plugin_value_honoured{value="none",verdict="breaks-pods"} 0)"));
+  CHECK_THAT(before, Catch::Contains(R"(gpuguard_device_plugin_value_honoured{value="void",verdict="honoured"} 1)"));
+  CHECK_THAT(before, Catch::Contains(R"(gpuguard_device_plugin_node_findings{severity="critical"} 1)"));
+  // The admin adds the device none (empty edits), as security.md says: within the re-read interval the
+  // series turn, and the log says so.
+  node.host.write("etc/cdi/none.yaml",
+                  "cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n- name: none\n  containerEdits: {}\n");
+  std::string after;
+  for (int i = 0; i < 150 && after.find(R"({value="none",verdict="honoured"} 1)") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(100ms);
+    after = http_get(port, "/metrics").second;
+  }
+  CHECK_THAT(after, Catch::Contains(R"(gpuguard_device_plugin_value_honoured{value="none",verdict="honoured"} 1)"));
+  CHECK_THAT(after, Catch::Contains(R"(gpuguard_device_plugin_node_findings{severity="critical"} 0)"));
+  CHECK_THAT(plugin.log(), Catch::Contains(R"("msg":"node report","none":"honoured")"));
+  CHECK(plugin.terminate() == 0);
+}
+
 TEST_CASE("probes and metrics: ready once registered, the discovery and health source, devices by health") {
   Node node;
   PluginProcess plugin(node.plugin_dir, node.host.root(), {"--host-device", "github.com/fuse=/dev/fuse:2"});

@@ -1,12 +1,14 @@
 #pragma once
 // The device plugin's own HTTP routes, for probes and Prometheus: /healthz, /readyz (every resource is
 // registered with the kubelet) and /metrics (where GPUs were discovered, where their health comes from,
-// and how many devices of each resource are healthy).
+// how many devices of each resource are healthy, and on a GPU node whether the injected value keeps GPUs
+// out there).
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "gpuguard/deviceplugin/kubelet_session.hpp"
+#include "gpuguard/deviceplugin/node_isolation.hpp"
 #include "gpuguard/deviceplugin/resource.hpp"
 #include "gpuguard/server/http.hpp"
 
@@ -21,8 +23,8 @@ struct PluginStatus {
 class StatusHandler final : public server::Handler {
  public:
   StatusHandler(PluginStatus status, const std::vector<std::unique_ptr<Resource>>& resources,
-                const KubeletSession& kubelet)
-      : status_(std::move(status)), resources_(resources), kubelet_(kubelet) {}
+                const KubeletSession& kubelet, const NodeIsolation& isolation)
+      : status_(std::move(status)), resources_(resources), kubelet_(kubelet), isolation_(isolation) {}
 
   std::optional<server::Response> reject_early(const server::RequestHead& head) const override;
   server::Response handle(const server::RequestHead& head, std::string body) const override;
@@ -32,6 +34,7 @@ class StatusHandler final : public server::Handler {
   PluginStatus status_;
   const std::vector<std::unique_ptr<Resource>>& resources_;
   const KubeletSession& kubelet_;
+  const NodeIsolation& isolation_;
 };
 
 }  // namespace gpuguard::deviceplugin

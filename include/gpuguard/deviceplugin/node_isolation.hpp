@@ -1,0 +1,30 @@
+#pragma once
+// What the node report last said of this node, for /metrics: the plugin judges the node at start and
+// again every kNodeReportInterval, and the status routes read the latest verdicts from here.
+#include <chrono>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "gpuguard/nodereport/report.hpp"
+
+namespace gpuguard::deviceplugin {
+
+inline constexpr std::chrono::seconds kNodeReportInterval{10};
+
+class NodeIsolation {
+ public:
+  // Keeps the reports for both values; true when they differ from the last ones (the first included).
+  bool update(const nodereport::Report& none, const nodereport::Report& void_value);
+  // gpuguard_device_plugin_value_honoured and gpuguard_device_plugin_node_findings; nothing before the
+  // first update.
+  void render_metrics(std::string& out) const;
+
+ private:
+  mutable std::mutex mutex_;
+  std::optional<nodereport::Report> none_;
+  std::optional<nodereport::Report> void_;
+  std::string last_;  // both reports as JSON, to tell a change
+};
+
+}  // namespace gpuguard::deviceplugin

@@ -1,0 +1,50 @@
+// NodeIsolation: the node report's latest verdicts as Prometheus series.
+#include "gpuguard/deviceplugin/node_isolation.hpp"
+
+#include <array>
+
+#include "gpuguard/metrics/text.hpp"
+
+namespace gpuguard::deviceplugin {
+
+bool NodeIsolation::update(const nodereport::Report& none, const nodereport::Report& void_value) {
+  std::string both = nodereport::to_json(none);
+  both.append(nodereport::to_json(void_value));
+  const std::lock_guard lock(mutex_);
+  none_ = none;
+  void_ = void_value;
+  if (both == last_) return false;
+  last_ = std::move(both);
+  return true;
+}
+
+void NodeIsolation::render_metrics(std::string& out) const {
+  const std::lock_guard lock(mutex_);
+  if (!none_ || !void_) return;
+  metrics::header(out, "gpuguard_device_plugin_value_honoured", "gauge",
+                  "1 when NVIDIA_VISIBLE_DEVICES=<value> keeps GPUs out of a container without one on this "
+                  "node: the node report's verdict (label) is honoured or not-acted-on.");
+  for (const nodereport::Report* report : {&*none_, &*void_}) {
+    out.append("gpuguard_device_plugin_value_honoured{value=\"")
+        .append(report->value)
+        .append("\",verdict=\"")
+        .append(nodereport::verdict_name(report->verdict))
+        .append("\"} ")
+        .append(report->value_honoured() ? "1" : "0")
+        .append("\n");
+  }
+  metrics::header(out, "gpuguard_device_plugin_node_findings", "gauge",
+                  "The node report's findings under NVIDIA_VISIBLE_DEVICES=none, by severity.");
+  std::array<std::size_t, 3> counts{};
+  for (const nodereport::Finding& finding : none_->findings) ++counts.at(static_cast<std::size_t>(finding.severity));
+  for (const auto severity :
+       {nodereport::Severity::critical, nodereport::Severity::warning, nodereport::Severity::info}) {
+    out.append("gpuguard_device_plugin_node_findings{severity=\"")
+        .append(nodereport::severity_name(severity))
+        .append("\"} ")
+        .append(std::to_string(counts.at(static_cast<std::size_t>(severity))))
+        .append("\n");
+  }
+}
+
+}  // namespace gpuguard::deviceplugin
