@@ -16,7 +16,10 @@ build="$(cd "$1" && pwd)"
 work="$(mktemp -d)"
 pids=()
 cleanup() {
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  # Each pid is an unshare (in_image), which ignores SIGTERM while it waits for its child, and whose
+  # --kill-child signal the child loses when chroot changes its user: so the child (the program, by then)
+  # is told first, and unshare ends when it does.
+  for pid in "${pids[@]}"; do pkill -TERM -P "$pid" 2>/dev/null || true; kill "$pid" 2>/dev/null || true; done
   wait 2>/dev/null || true
   rm -rf "$work"
 }
@@ -48,11 +51,12 @@ done
 : > "$host/dev/fuse"
 
 # in_image USER:GROUP PROGRAM ARGS...: PROGRAM run chrooted in the read-only root filesystem, with the
-# mounts above, in a mount namespace of its own that ends with it.
+# mounts above, in a mount namespace of its own that ends with it. exec: run in the background, the
+# function's subshell becomes unshare itself, so that $! is unshare, whose child cleanup() can find.
 in_image() {
   local user="$1"
   shift
-  unshare --mount --fork --kill-child=SIGTERM -- /bin/bash -c '
+  exec unshare --mount --fork --kill-child=SIGTERM -- /bin/bash -c '
     set -e
     rootfs="$1" secret="$2" host="$3" user="$4"
     shift 4
