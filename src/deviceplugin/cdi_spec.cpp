@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <stdexcept>
 #include <system_error>
@@ -18,23 +19,44 @@ nlohmann::json device_nodes(const std::vector<std::string>& paths) {
   return nodes;
 }
 
+// CDI forbids a device without edits, so none sets a variable that means nothing, as the toolkit's own
+// jit-cdi none device does.
+nlohmann::json none_device() { return {{"name", "none"}, {"containerEdits", {{"env", {"GPUGUARD_EMPTY_DEVICE="}}}}}; }
+
 }  // namespace
 
 nlohmann::json cdi_spec(std::string_view kind, const std::vector<GpuUnit>& units,
                         const std::vector<std::string>& control_nodes) {
   nlohmann::json devices = nlohmann::json::array();
+  std::vector<std::string> every_node;
   for (const GpuUnit& unit : units) {
     devices.push_back(
         {{"name", cdi_device_name(unit.uuid)}, {"containerEdits", {{"deviceNodes", device_nodes(unit.device_nodes)}}}});
+    for (const std::string& node : unit.device_nodes) {
+      if (std::find(every_node.begin(), every_node.end(), node) == every_node.end()) every_node.push_back(node);
+    }
   }
+  // What NVIDIA's runtime asks for in cdi mode when the image says NVIDIA_VISIBLE_DEVICES=all or the
+  // webhook says none: <kind>=all and <kind>=none. Without a device named none, creating any container
+  // without a GPU fails there.
+  if (!every_node.empty()) {
+    devices.push_back({{"name", "all"}, {"containerEdits", {{"deviceNodes", device_nodes(every_node)}}}});
+  }
+  devices.push_back(none_device());
   nlohmann::json spec = {{"cdiVersion", kCdiVersion}, {"kind", kind}, {"devices", std::move(devices)}};
   if (!control_nodes.empty()) spec["containerEdits"] = {{"deviceNodes", device_nodes(control_nodes)}};
   return spec;
 }
 
-std::filesystem::path write_cdi_spec(const std::filesystem::path& root, const nlohmann::json& spec) {
+nlohmann::json none_spec(std::string_view kind) {
+  return {{"cdiVersion", kCdiVersion}, {"kind", kind}, {"devices", nlohmann::json::array({none_device()})}};
+}
+
+std::filesystem::path write_cdi_spec(const std::filesystem::path& root, const nlohmann::json& spec,
+                                     std::string_view prefix) {
   std::string name = spec.at("kind").get<std::string>();
   name[name.find('/')] = '-';
+  name.insert(0, prefix);
   std::filesystem::path path = root / (name + ".json");
   const std::filesystem::path temporary = root / ("." + name + ".json." + std::to_string(::getpid()));
   std::error_code ec;

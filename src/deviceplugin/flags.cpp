@@ -94,7 +94,8 @@ void add_flags(po::options_description& description) {
       "pass-device-specs", po::value<bool>()->implicit_value(true),
       "also pass the GPUs' device nodes and the control nodes as DeviceSpecs (default false)")(
       "cdi-root", po::value<std::string>(),
-      "where the CDI spec for the cdi strategies is written (default /var/run/cdi); empty: write none and "
+      "the host's directory (under --host-root) where the CDI spec is written, for the cdi strategies and "
+      "for NVIDIA's runtime in cdi mode (default /var/run/cdi); empty: write none, and the cdi strategies "
       "name nvidia-ctk's nvidia.com/gpu devices")("cdi-annotation-prefix", po::value<std::string>(),
                                                   "for cdi-annotations (default cdi.k8s.io/)")(
       "shared-devices-allocation-policy", po::value<std::string>(),

@@ -45,6 +45,18 @@ void judge_node(const std::filesystem::path& host_root, NodeIsolation& isolation
   }
 }
 
+// NVIDIA's runtime in cdi mode reads NVIDIA_VISIBLE_DEVICES=none as the CDI device <default-kind>=none,
+// which nvidia-ctk's generated specs do not define: there, every container the webhook gives none would
+// fail to be created. So where the node report finds that, the plugin adds the device, in a spec of its
+// own beside the one above.
+void provide_none_device(const std::filesystem::path& host_root, const std::filesystem::path& cdi_root) {
+  const nodereport::Report none = nodereport::judge(nodereport::HostRoot(host_root), "none");
+  if (none.facts.resolved_mode != "cdi" || none.facts.none_device) return;
+  const auto path = write_cdi_spec(cdi_root, none_spec(none.facts.default_kind), "gpuguard-none-");
+  log::info("CDI device none written for NVIDIA's runtime in cdi mode",
+            {{"path", path.string()}, {"kind", none.facts.default_kind}});
+}
+
 void log_gpus(const Discovery& found, const std::string& health, const std::filesystem::path& host_root) {
   log::info("GPUs found", {{"count", found.gpus.size()},
                            {"discovery", found.source},
@@ -83,12 +95,21 @@ std::vector<std::unique_ptr<GpuResource>> gpu_resources(const PluginConfig& c, c
                                [](Strategy s) { return s == Strategy::cdi_cri || s == Strategy::cdi_annotations; });
   if (cdi && c.cdi_root.empty()) {
     options.cdi_kind = "nvidia.com/gpu";  // the devices nvidia-ctk's generated spec names by UUID
-  } else if (cdi) {
+  } else if (!c.cdi_root.empty()) {
+    // Written for envvar too: NVIDIA's runtime in cdi mode resolves the variable through a spec.
     std::vector<GpuUnit> units;
     for (const GpuResourcePlan& resource : plan.resources)
       units.insert(units.end(), resource.units.begin(), resource.units.end());
-    const auto path = write_cdi_spec(c.cdi_root, cdi_spec(options.cdi_kind, units, options.control_nodes));
-    log::info("CDI spec written", {{"path", path.string()}, {"kind", options.cdi_kind}, {"devices", units.size()}});
+    const std::filesystem::path root = host_path(c.host_root, c.cdi_root.string());
+    try {
+      const auto path = write_cdi_spec(root, cdi_spec(options.cdi_kind, units, options.control_nodes));
+      log::info("CDI spec written", {{"path", path.string()}, {"kind", options.cdi_kind}, {"devices", units.size()}});
+      provide_none_device(c.host_root, root);
+    } catch (const std::runtime_error& e) {
+      if (cdi) throw;  // the CRI resolves every allocation through it
+      log::warn("no CDI spec written; a runtime in cdi mode cannot resolve the GPUs' names",
+                {{"reason", e.what()}, {"kind", options.cdi_kind}});
+    }
   }
   std::vector<std::unique_ptr<GpuResource>> resources;
   for (const GpuResourcePlan& resource : plan.resources) {

@@ -2,6 +2,9 @@
 // lists, allocation, health, probes and metrics, kubelet restarts, bad flags.
 #include <dlfcn.h>
 
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+
 #include "plugin_harness.hpp"
 
 using namespace gpuguard::test;
@@ -100,7 +103,7 @@ TEST_CASE("volume-mounts and cdi strategies over the wire") {
       FakeKubelet kubelet(node.plugin_dir);
       const fs::path cdi_root = node.host.root() / "var/run/cdi";
       PluginProcess plugin(node.plugin_dir, node.host.root(),
-                           {"--device-list-strategy", strategy, "--cdi-root", cdi_root.string()});
+                           {"--device-list-strategy", strategy, "--cdi-root", "/var/run/cdi"});
       REQUIRE(kubelet.wait_for(1).size() == 1);
       auto gpus = plugin_client(node.plugin_dir, "gpuguard-nvidia-com-gpu.sock");
       v1beta1::AllocateResponse response;
@@ -156,24 +159,35 @@ TEST_CASE("health: a vanished device node turns Unhealthy within 5 s, and Health
   CHECK(plugin.terminate() == 0);
 }
 
-TEST_CASE("node report: the verdict for each value in /metrics, judged again when the node's files change") {
-  Node node;
-  // cdi mode with no CDI device named none: none breaks every GPU-less container, void is honoured.
+namespace {
+
+// containerd runs every container through NVIDIA's runtime, in cdi mode.
+void nvidia_cdi_mode_by_default(Node& node) {
   node.host.write("etc/containerd/config.toml",
                   "version = 3\n[plugins.'io.containerd.cri.v1.runtime'.containerd]\ndefault_runtime_name = 'nvidia'\n"
                   "[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.nvidia.options]\n"
                   "BinaryName = '/usr/bin/nvidia-container-runtime'\n");
   node.host.write("etc/nvidia-container-runtime/config.toml", "[nvidia-container-runtime]\nmode = 'cdi'\n");
-  PluginProcess plugin(node.plugin_dir, node.host.root(), {});
+}
+
+}  // namespace
+
+TEST_CASE("node report: the verdict for each value in /metrics, judged again when the node's files change") {
+  Node node;
+  // cdi mode with no CDI device named none: none breaks every GPU-less container, void is honoured.
+  nvidia_cdi_mode_by_default(node);
+  // No CDI root: the plugin writes no spec, so it cannot add the device none itself (the next test).
+  PluginProcess plugin(node.plugin_dir, node.host.root(), {"--cdi-root", ""});
   const int port = plugin.status_port();
   const std::string before = http_get(port, "/metrics").second;
   CHECK_THAT(before, Catch::Contains(R"(gpuguard_device_plugin_value_honoured{value="none",verdict="breaks-pods"} 0)"));
   CHECK_THAT(before, Catch::Contains(R"(gpuguard_device_plugin_value_honoured{value="void",verdict="honoured"} 1)"));
   CHECK_THAT(before, Catch::Contains(R"(gpuguard_device_plugin_node_findings{severity="critical"} 1)"));
-  // The admin adds the device none (empty edits), as security.md says: within the re-read interval the
-  // series turn, and the log says so.
+  // The admin adds the device none, as security.md says: within the re-read interval the series turn,
+  // and the log says so.
   node.host.write("etc/cdi/none.yaml",
-                  "cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n- name: none\n  containerEdits: {}\n");
+                  "cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n- name: none\n"
+                  "  containerEdits: {env: [NO_GPU=]}\n");
   std::string after;
   for (int i = 0; i < 150 && after.find(R"({value="none",verdict="honoured"} 1)") == std::string::npos; ++i) {
     std::this_thread::sleep_for(100ms);
@@ -183,6 +197,31 @@ TEST_CASE("node report: the verdict for each value in /metrics, judged again whe
   CHECK_THAT(after, Catch::Contains(R"(gpuguard_device_plugin_node_findings{severity="critical"} 0)"));
   CHECK_THAT(plugin.log(), Catch::Contains(R"("msg":"node report","none":"honoured")"));
   CHECK(plugin.terminate() == 0);
+}
+
+TEST_CASE("cdi mode without a device none: the plugin adds one, a spec the CDI reference implementation reads") {
+  Node node;
+  nvidia_cdi_mode_by_default(node);
+  node.host.write("etc/cdi/nvidia.yaml",
+                  "cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n- name: all\n"
+                  "  containerEdits: {deviceNodes: [{path: /dev/nvidia0}]}\n");
+  PluginProcess plugin(node.plugin_dir, node.host.root(), {});
+  const int port = plugin.status_port();
+  CHECK_THAT(http_get(port, "/metrics").second,
+             Catch::Contains(R"(gpuguard_device_plugin_value_honoured{value="none",verdict="honoured"} 1)"));
+  const fs::path spec_file = node.host.root() / "var/run/cdi/gpuguard-none-nvidia.com-gpu.json";
+  std::ifstream in(spec_file);
+  REQUIRE(in);
+  CHECK(nlohmann::json::parse(in) == nlohmann::json::parse(R"({"cdiVersion": "0.5.0", "kind": "nvidia.com/gpu",
+    "devices": [{"name": "none", "containerEdits": {"env": ["GPUGUARD_EMPTY_DEVICE="]}}]})"));
+  const std::string validate = std::string(GPUGUARD_CDI_VALIDATE) + " " + spec_file.string();
+  CHECK(WEXITSTATUS(std::system(validate.c_str())) == 0);
+  CHECK(plugin.terminate() == 0);
+  // Started again, it finds the device and writes nothing more.
+  PluginProcess again(node.plugin_dir, node.host.root(), {});
+  again.status_port();
+  CHECK_THAT(again.log(), !Catch::Contains("CDI device none written"));
+  CHECK(again.terminate() == 0);
 }
 
 TEST_CASE("probes and metrics: ready once registered, the discovery and health source, devices by health") {

@@ -200,7 +200,7 @@ TEST_CASE("time-slicing: preferred allocation spreads replicas over GPUs, or pac
   }
 }
 
-TEST_CASE("CDI spec: one device per GPU and MIG device, control nodes common, written atomically") {
+TEST_CASE("CDI spec: one device per GPU and MIG device, all and none, control nodes common, written atomically") {
   const GpuPlan plan = plan_gpu_resources({gpu("GPU-0", 0, {mig("MIG-a", 1, "1g.10gb")}), gpu("GPU-1", 1)},
                                           MigStrategy::mixed, "nvidia.com/gpu", {});
   std::vector<GpuUnit> units;
@@ -213,11 +213,18 @@ TEST_CASE("CDI spec: one device per GPU and MIG device, control nodes common, wr
       {"name": "GPU-1", "containerEdits": {"deviceNodes": [{"path": "/dev/nvidia1"}]}},
       {"name": "MIG-a", "containerEdits": {"deviceNodes": [{"path": "/dev/nvidia0"},
                                                            {"path": "/dev/nvidia-caps/nvidia-cap10"},
-                                                           {"path": "/dev/nvidia-caps/nvidia-cap11"}]}}
+                                                           {"path": "/dev/nvidia-caps/nvidia-cap11"}]}},
+      {"name": "all", "containerEdits": {"deviceNodes": [{"path": "/dev/nvidia1"}, {"path": "/dev/nvidia0"},
+                                                         {"path": "/dev/nvidia-caps/nvidia-cap10"},
+                                                         {"path": "/dev/nvidia-caps/nvidia-cap11"}]}},
+      {"name": "none", "containerEdits": {"env": ["GPUGUARD_EMPTY_DEVICE="]}}
     ],
     "containerEdits": {"deviceNodes": [{"path": "/dev/nvidiactl"}, {"path": "/dev/nvidia-uvm"}]}
   })"));
   CHECK(cdi_device_name("MIG-GPU-1234/3/0") == "MIG-GPU-1234_3_0");
+  // With no GPU, still a none: the webhook's value resolves on a node whose GPUs are all gone.
+  CHECK(cdi_spec("k8s.gpuguard.io/gpu", {}, {})["devices"] ==
+        nlohmann::json::parse(R"([{"name": "none", "containerEdits": {"env": ["GPUGUARD_EMPTY_DEVICE="]}}])"));
 
   gpuguard::test::FakeHost host("cdi");
   const auto root = host.root() / "var/run/cdi";

@@ -102,7 +102,7 @@ TEST_CASE("every MIG strategy, device list strategy and time-slicing, through th
           const fs::path cdi_root = node.host.root() / "var/run/cdi";
           PluginProcess plugin(
               node.plugin_dir, node.host.root(),
-              {"--discovery", "nvml", "--config-file", config.string(), "--cdi-root", cdi_root.string()}, node.env());
+              {"--discovery", "nvml", "--config-file", config.string(), "--cdi-root", "/var/run/cdi"}, node.env());
           const auto registrations = kubelet.wait_for(expected.units.size());
           INFO(plugin.log());
           REQUIRE(registrations.size() == expected.units.size());
@@ -155,7 +155,7 @@ TEST_CASE("every MIG strategy, device list strategy and time-slicing, through th
               CHECK(container.annotations().at(key) == cdi_names);
             }
           }
-          CHECK(fs::exists(cdi_root / "k8s.gpuguard.io-gpu.json") == list_strategy.starts_with("cdi"));
+          CHECK(fs::exists(cdi_root / "k8s.gpuguard.io-gpu.json"));  // NVIDIA's runtime in cdi mode reads it too
           CHECK(plugin.terminate() == 0);
         }
       }
@@ -169,14 +169,14 @@ TEST_CASE("CDI spec: MIG devices with their capability nodes, as the CDI referen
   const fs::path cdi_root = node.host.root() / "var/run/cdi";
   PluginProcess plugin(node.plugin_dir, node.host.root(),
                        {"--discovery", "nvml", "--mig-strategy", "mixed", "--device-list-strategy", "cdi-cri",
-                        "--cdi-root", cdi_root.string()},
+                        "--cdi-root", "/var/run/cdi"},
                        node.env());
   REQUIRE(kubelet.wait_for(3).size() == 3);
   const fs::path spec_file = cdi_root / "k8s.gpuguard.io-gpu.json";
   std::ifstream in(spec_file);
   const auto spec = nlohmann::json::parse(in);
   CHECK(spec["kind"] == "k8s.gpuguard.io/gpu");
-  REQUIRE(spec["devices"].size() == 4);  // GPU 1 whole, three MIG devices of GPU 0
+  REQUIRE(spec["devices"].size() == 6);  // GPU 1 whole, three MIG devices of GPU 0, all, none
   CHECK(spec["devices"][0]["name"] == kGpu1);
   const auto mig = std::find_if(spec["devices"].begin(), spec["devices"].end(),
                                 [](const auto& d) { return d["name"] == "MIG-cccc"; });

@@ -147,12 +147,13 @@ def check_device_plugin(docs):
     mounts = {m["mountPath"]: m.get("readOnly", False) for m in plugin["volumeMounts"]}
     assert mounts["/var/lib/kubelet/device-plugins"] is False
     assert mounts["/host/dev"] is True and mounts["/host/proc/driver/nvidia"] is True
-    # The node report's files, each read-only at its host path under /host.
+    # The node report's files, each at its host path under /host: read-only, but for the directory the
+    # plugin writes its own CDI spec to.
     host_mounts = {"/etc/nvidia-container-runtime", "/etc/containerd", "/etc/crio", "/etc/cdi", "/var/run/cdi", "/var/lib/dpkg"}
     by_name = {v["name"]: v for v in daemonset["volumes"]}
     for m in plugin["volumeMounts"]:
         if m["mountPath"].removeprefix("/host") in host_mounts:
-            assert m.get("readOnly") is True, m
+            assert m.get("readOnly", False) is (m["mountPath"] != "/host/var/run/cdi"), m
             assert by_name[m["name"]]["hostPath"]["path"] == m["mountPath"].removeprefix("/host"), m
     assert host_mounts <= {m["mountPath"].removeprefix("/host") for m in plugin["volumeMounts"]}
     all_gpus = next(m["name"] for m in plugin["volumeMounts"] if m["mountPath"] == "/var/run/nvidia-container-devices/all")

@@ -1,6 +1,7 @@
 #pragma once
 // The CDI spec that makes the cdi-cri and cdi-annotations strategies work without nvidia-ctk: one CDI
-// device per GPU and MIG device the plugin advertises, with its device nodes, and the driver's control
+// device per GPU and MIG device the plugin advertises, with its device nodes; `all`, with every one of
+// them; `none`, with none (the names NVIDIA's runtime asks for in cdi mode); and the driver's control
 // nodes for every container. The driver's libraries, binaries and firmware, and the toolkit's hooks, are
 // not in it: they cannot be derived without the driver's own files (docs/device-plugin.md#cdi).
 #include <filesystem>
@@ -16,9 +17,14 @@ namespace gpuguard::deviceplugin {
 nlohmann::json cdi_spec(std::string_view kind, const std::vector<GpuUnit>& units,
                         const std::vector<std::string>& control_nodes);
 
-// Writes <root>/<vendor>-<class>.json (k8s.gpuguard.io-gpu.json): to a temporary file in the same
+// A spec of another kind (the node's NVIDIA runtime's default, nvidia.com/gpu) with the one device
+// `none`, for nodes whose specs lack it: nvidia-ctk's generated specs do.
+nlohmann::json none_spec(std::string_view kind);
+
+// Writes <root>/<prefix><vendor>-<class>.json (k8s.gpuguard.io-gpu.json): to a temporary file in the same
 // directory, then renamed over the old one, so that a runtime never reads half a spec. Returns its path;
 // throws std::runtime_error with the reason.
-std::filesystem::path write_cdi_spec(const std::filesystem::path& root, const nlohmann::json& spec);
+std::filesystem::path write_cdi_spec(const std::filesystem::path& root, const nlohmann::json& spec,
+                                     std::string_view prefix = {});
 
 }  // namespace gpuguard::deviceplugin
