@@ -17,6 +17,11 @@ E2E_RUN ?=
 GO := $(CURDIR)/scripts/go
 K8S_COMPONENTS := k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
   k8s.io/kubernetes/cmd/kube-scheduler sigs.k8s.io/kustomize/kustomize/v5 helm.sh/helm/v3/cmd/helm ./cmd/etcd
+# The real node: the kubelet, containerd v2 (no snapshotters that need C libraries), NVIDIA's runtime (cgo;
+# NVML is dlopened, so no driver is needed to build it; its bindings' deprecation warnings are not ours).
+NODE_COMPONENTS := k8s.io/kubernetes/cmd/kubelet github.com/containerd/containerd/v2/cmd/containerd \
+  github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2 github.com/containerd/containerd/v2/cmd/ctr \
+  github.com/NVIDIA/nvidia-container-toolkit/cmd/nvidia-container-runtime
 
 # Warnings are errors in CI builds (CI=true), and wherever WERROR=ON is asked for.
 WERROR ?= $(if $(filter true,$(CI)),ON,OFF)
@@ -70,14 +75,18 @@ bench: build
 fuzz: deps
 	JOBS=$(JOBS) ./scripts/fuzz.sh $(FUZZ_SECONDS)
 
-# Real etcd, kube-apiserver, kube-controller-manager and kube-scheduler from the release pinned in
-# e2e/go.mod, the pinned kustomize, and the harness; then every scenario (E2E_RUN=regexp for some).
+# Real etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kubelet from the release pinned in
+# e2e/go.mod, containerd and NVIDIA's runtime pinned there too, the pinned kustomize and Helm, and the
+# harness; then every scenario (E2E_RUN=regexp for some; ^node/ for the real node's).
 e2e: build e2e-build
 	$(E2E_DIR)/gpuguard-e2e -components $(E2E_DIR) -gpuguard $(BUILD_DIR) -source $(CURDIR) $(if $(E2E_RUN),-run '$(E2E_RUN)')
 
 e2e-build: deps
 	@mkdir -p $(E2E_DIR)
 	cd e2e && $(GO) build -p $(JOBS) -ldflags "$$(../scripts/k8s-version-ldflags)" -o $(CURDIR)/$(E2E_DIR)/ $(K8S_COMPONENTS)
+	cd e2e && CGO_CFLAGS="-O2 -g -Wno-deprecated-declarations" $(GO) build -p $(JOBS) -tags "no_btrfs no_devmapper no_zfs no_aufs" \
+	  -ldflags "$$(../scripts/k8s-version-ldflags)" -o $(CURDIR)/$(E2E_DIR)/ $(NODE_COMPONENTS)
+	cd e2e && CGO_ENABLED=0 $(GO) build -o $(CURDIR)/$(E2E_DIR)/pause ./cmd/pause
 	cd e2e && $(GO) build -p $(JOBS) -o $(CURDIR)/$(E2E_DIR)/gpuguard-e2e .
 
 certs: deps

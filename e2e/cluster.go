@@ -31,10 +31,15 @@ import (
 const (
 	adminToken     = "gpuguard-e2e-admin-token"
 	schedulerToken = "gpuguard-e2e-scheduler-token"
+	// The real node's kubelet: system:node:<name> in system:nodes, which the Node authorizer reads.
+	kubeletToken = "gpuguard-e2e-kubelet-token"
+	// The first address of --service-cluster-ip-range: the kubernetes Service's.
+	kubernetesServiceIP = "10.96.0.1"
 )
 
 type Cluster struct {
 	server   string // https://127.0.0.1:port
+	port     int
 	caFile   string
 	caPEM    []byte
 	ca       *authority
@@ -53,7 +58,7 @@ func (e *Env) clusterFor(t *T) *Cluster {
 	if c != nil {
 		return c
 	}
-	c, err := e.startCluster()
+	c, err := e.startCluster("control-plane", "")
 	t.must(err, "starting the control plane")
 	e.mu.Lock()
 	e.cluster = c
@@ -61,8 +66,15 @@ func (e *Env) clusterFor(t *T) *Cluster {
 	return c
 }
 
-func (e *Env) startCluster() (*Cluster, error) {
-	dir := e.path("control-plane")
+// startCluster starts a control plane whose files and logs are named after name. With a nodeAddress, it
+// is the real node's: the API server also listens there (in the run's own network namespace), for the
+// pods, which reach it through the kubernetes Service.
+func (e *Env) startCluster(name, nodeAddress string) (*Cluster, error) {
+	dir := e.path(name)
+	logPrefix, bindAddress, advertiseAddress := "", "127.0.0.1", "127.0.0.1"
+	if nodeAddress != "" {
+		logPrefix, bindAddress, advertiseAddress = "node-", "0.0.0.0", nodeAddress
+	}
 	os.RemoveAll(dir) // a -work directory kept from an earlier run starts with a fresh etcd
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
@@ -71,10 +83,11 @@ func (e *Env) startCluster() (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{ca: ca, caPEM: ca.certPEM, caFile: filepath.Join(dir, "ca.crt"), auditLog: e.path("logs", "audit.log")}
+	c := &Cluster{ca: ca, caPEM: ca.certPEM, caFile: filepath.Join(dir, "ca.crt"), auditLog: e.path("logs", logPrefix+"audit.log")}
 	files := map[string]string{
-		c.caFile:                         string(ca.certPEM),
-		filepath.Join(dir, "tokens.csv"): adminToken + ",gpuguard-e2e-admin,1,\"system:masters\"\n" + schedulerToken + ",system:kube-scheduler,2\n",
+		c.caFile: string(ca.certPEM),
+		filepath.Join(dir, "tokens.csv"): adminToken + ",gpuguard-e2e-admin,1,\"system:masters\"\n" + schedulerToken + ",system:kube-scheduler,2\n" +
+			kubeletToken + ",system:node:" + nodeName + ",3,\"system:nodes\"\n",
 		filepath.Join(dir, "audit-policy.yaml"): `apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: ["RequestReceived"]
@@ -90,7 +103,7 @@ rules:
 		}
 	}
 	if err := ca.issue(filepath.Join(dir, "apiserver.crt"), filepath.Join(dir, "apiserver.key"),
-		"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"); err != nil {
+		"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", kubernetesServiceIP, advertiseAddress); err != nil {
 		return nil, err
 	}
 	if err := newSigningKey(filepath.Join(dir, "sa.key")); err != nil {
@@ -105,7 +118,7 @@ rules:
 	}
 	etcdURL := fmt.Sprintf("http://127.0.0.1:%d", etcdClient)
 	peerURL := fmt.Sprintf("http://127.0.0.1:%d", etcdPeer)
-	etcd, err := e.start("etcd", e.component("etcd"),
+	etcd, err := e.start(logPrefix+"etcd", e.component("etcd"),
 		"--name=e2e", "--data-dir="+filepath.Join(dir, "etcd"),
 		"--listen-client-urls="+etcdURL, "--advertise-client-urls="+etcdURL,
 		"--listen-peer-urls="+peerURL, "--initial-advertise-peer-urls="+peerURL,
@@ -130,13 +143,15 @@ rules:
 		return nil, err
 	}
 
-	c.server = fmt.Sprintf("https://127.0.0.1:%d", apiPort)
-	apiserver, err := e.start("kube-apiserver", e.component("kube-apiserver"),
+	c.server, c.port = fmt.Sprintf("https://127.0.0.1:%d", apiPort), apiPort
+	apiserver, err := e.start(logPrefix+"kube-apiserver", e.component("kube-apiserver"),
 		"--etcd-servers="+etcdURL,
-		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--secure-port="+strconv.Itoa(apiPort),
+		"--bind-address="+bindAddress, "--advertise-address="+advertiseAddress, "--secure-port="+strconv.Itoa(apiPort),
 		"--tls-cert-file="+filepath.Join(dir, "apiserver.crt"), "--tls-private-key-file="+filepath.Join(dir, "apiserver.key"),
 		"--token-auth-file="+filepath.Join(dir, "tokens.csv"),
-		"--authorization-mode=RBAC",
+		"--authorization-mode=Node,RBAC",
+		// Webhooks are called at their Services' endpoints: no kube-proxy runs (docs/testing.md).
+		"--enable-aggregator-routing=true",
 		"--service-account-issuer=https://kubernetes.default.svc",
 		"--service-account-key-file="+filepath.Join(dir, "sa.key"),
 		"--service-account-signing-key-file="+filepath.Join(dir, "sa.key"),
@@ -188,9 +203,10 @@ rules:
 	if err := c.writeKubeconfig(adminKubeconfig, adminToken); err != nil {
 		return nil, err
 	}
-	manager, err := e.start("kube-controller-manager", e.component("kube-controller-manager"),
-		"--kubeconfig="+adminKubeconfig, "--leader-elect=false", "--secure-port=0",
-		"--controllers=serviceaccount-controller,deployment-controller,replicaset-controller")
+	manager, err := e.start(logPrefix+"kube-controller-manager", e.component("kube-controller-manager"),
+		"--kubeconfig="+adminKubeconfig, "--leader-elect=false", "--secure-port=0", "--root-ca-file="+c.caFile,
+		"--controllers=serviceaccount-controller,deployment-controller,replicaset-controller,daemonset-controller,"+
+			"endpoints-controller,endpointslice-controller,root-ca-certificate-publisher-controller,node-lifecycle-controller")
 	if err != nil {
 		return nil, err
 	}

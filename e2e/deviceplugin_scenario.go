@@ -216,10 +216,6 @@ func startPlugin(t *T, e *Env, host, strategy string, extra ...string) *plugin {
 	args := append([]string{"--device-plugin-dir=" + filepath.Dir(pluginapi.KubeletSocket) + "/", "--host-root=" + host,
 		"--discovery=procfs", "--resource-name=" + gpuResource, "--device-list-strategy=" + strategy,
 		"--host-device=" + fuseResource + "=/dev/fuse:4", "--metrics-address=127.0.0.1:0"}, extra...)
-	if strategy == "cdi" {
-		// Not the default /var/run/cdi: that is outside the private /var/lib, on the machine itself.
-		args = append(args, "--cdi-root="+e.path("cdi"))
-	}
 	p, err := e.start("gpuguard-device-plugin", e.gpuguard("gpuguard-device-plugin"), args...)
 	t.must(err, "starting gpuguard-device-plugin")
 	return &plugin{process: p}

@@ -59,6 +59,7 @@ type Env struct {
 	processes []*process
 	cluster   *Cluster
 	install   *webhookInstall
+	node      *Node
 }
 
 func newEnv(ctx context.Context, cfg Config) (*Env, error) {

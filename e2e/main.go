@@ -1,8 +1,10 @@
 // gpuguard-e2e runs gpuguard's three programs against the real Kubernetes components they meet in a
 // cluster: etcd, kube-apiserver, kube-controller-manager and kube-scheduler as processes built from the
-// pinned release (go.mod), and the kubelet's own device manager in-process. Every scenario asserts on what
-// the real API server stored or answered, or on what the real device manager hands a container; none
-// reads gpuguard's logs. Everything listens on 127.0.0.1.
+// pinned release (go.mod), and the kubelet's own device manager in-process; then, in the node/ scenarios,
+// on a real node (node.go): the kubelet, containerd and NVIDIA's runtime, with gpuguard installed by Helm.
+// Every scenario asserts on what the real API server stored or answered, on what the real device manager
+// hands a container, or on what a container sees from inside; none reads gpuguard's logs. It runs in
+// namespaces of its own (namespace.go), so it needs root; everything listens on 127.0.0.1 or in them.
 //
 //	gpuguard-e2e -components DIR -gpuguard DIR -source DIR [-run REGEXP] [-work DIR] [-keep]
 //
@@ -43,6 +45,8 @@ var scenarios = []scenario{
 	{"device-plugin", "the kubelet's device manager registers, allocates (time-sliced and MIG too) and tracks health through gpuguard-device-plugin", devicePlugin},
 }
 
+func init() { scenarios = append(scenarios, nodeScenarios...) }
+
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == deviceManagerChildArg {
 		os.Exit(deviceManagerChild(os.Args[2:]))
@@ -71,6 +75,12 @@ func main() {
 	if err := cfg.validate(); err != nil {
 		fmt.Fprintf(os.Stderr, "gpuguard-e2e: %v\n", err)
 		os.Exit(2)
+	}
+	if !insideRunNamespaces() {
+		os.Exit(runInNamespaces())
+	}
+	if os.Getpid() == 1 {
+		os.Exit(reapAsInit())
 	}
 	os.Exit(runAll(cfg, filter))
 }

@@ -47,8 +47,18 @@ func newAuthority() (*authority, error) {
 	return &authority{cert: cert, key: key, certPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}, nil
 }
 
-// issue writes a serving certificate for 127.0.0.1 and the given DNS names to certFile and keyFile.
-func (a *authority) issue(certFile, keyFile string, dnsNames ...string) error {
+// issue writes a serving certificate for 127.0.0.1 and the names given to certFile and keyFile; a name
+// that parses as an IP address is an IP SAN.
+func (a *authority) issue(certFile, keyFile string, names ...string) error {
+	ips := []net.IP{net.ParseIP("127.0.0.1")}
+	var dnsNames []string
+	for _, name := range names {
+		if ip := net.ParseIP(name); ip != nil {
+			ips = append(ips, ip)
+		} else {
+			dnsNames = append(dnsNames, name)
+		}
+	}
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return err
@@ -59,9 +69,9 @@ func (a *authority) issue(certFile, keyFile string, dnsNames ...string) error {
 	}
 	template := &x509.Certificate{
 		SerialNumber: serial,
-		Subject:      pkix.Name{CommonName: dnsNames[0]},
+		Subject:      pkix.Name{CommonName: names[0]},
 		DNSNames:     dnsNames,
-		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
+		IPAddresses:  ips,
 		NotBefore:    time.Now().Add(-time.Hour),
 		NotAfter:     time.Now().Add(24 * time.Hour),
 		KeyUsage:     x509.KeyUsageDigitalSignature,

@@ -28,6 +28,9 @@ packages=(
   curl
   # `make test-image`: the image's base (CA certificates) and unshare/chroot
   ca-certificates util-linux coreutils
+  # `make e2e`'s real node: runc under NVIDIA's runtime, the CNI bridge, its network and the CUDA-like
+  # test image's shell (containerd, the kubelet and NVIDIA's runtime are built from e2e/go.mod)
+  runc containernetworking-plugins iproute2 iptables busybox-static
 )
 
 # The admission-policy test evaluates CEL with @bufbuild/cel (tests/vap/package-lock.json) under Node.js.

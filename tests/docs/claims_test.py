@@ -16,7 +16,10 @@ read = lambda *parts: open(os.path.join(root, *parts), encoding="utf-8").read()
 failures = []
 
 fixtures = set(os.listdir(os.path.join(root, "tests", "fixtures", "admission")))
-scenarios = set(re.findall(r'^\s*\{"([a-z0-9-]+)", "', read("e2e", "main.go"), re.M))
+scenarios = set()
+for name in os.listdir(os.path.join(root, "e2e")):
+    if name.endswith(".go"):
+        scenarios.update(re.findall(r'^\s*\{"([a-z0-9/-]+)", "', read("e2e", name), re.M))
 tests = set()
 for directory, _, files in os.walk(os.path.join(root, "tests")):
     for name in files:
@@ -25,7 +28,7 @@ for directory, _, files in os.walk(os.path.join(root, "tests")):
             tests.update(re.findall(r'TEST_CASE\("((?:[^"\\]|\\.)*)"', text))
         elif name == "CMakeLists.txt":
             tests.update(re.findall(r'add_test\(NAME "([^"]+)"', text))
-reference = re.compile(r'`(fixture|e2e):([a-z0-9-]+)`|`test:"([^"]+)"`')
+reference = re.compile(r'`(fixture|e2e):([a-z0-9/-]+)`|`test:"([^"]+)"`')
 
 
 def check_references(doc, text):
@@ -35,7 +38,7 @@ def check_references(doc, text):
         if kind == "fixture" and name not in fixtures:
             failures.append(f"{doc}: fixture:{name} is not a case under tests/fixtures/admission")
         elif kind == "e2e" and name not in scenarios:
-            failures.append(f"{doc}: e2e:{name} is not a scenario in e2e/main.go")
+            failures.append(f"{doc}: e2e:{name} is not a scenario in e2e/")
         elif test and test not in tests:
             failures.append(f'{doc}: test:"{test}" is not a test case or ctest entry under tests/')
     return found

@@ -1,0 +1,648 @@
+// The node/ scenarios: what containers see on the real node (node.go), looked at from inside them, before
+// and after gpuguard is installed with Helm as an admin installs it.
+package main
+
+import (
+	"bytes"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+const (
+	nodeNamespace = "e2e-node"
+	helmRelease   = "gpuguard"
+	webhookDeploy = "gpuguard-webhook"
+)
+
+// sight is what a container sees of the GPUs: the NVIDIA device nodes in its /dev, and its PID 1's
+// NVIDIA_VISIBLE_DEVICES (unset: "(unset)").
+type sight struct {
+	devices []string
+	value   string
+}
+
+func (s sight) gpus() []string {
+	var gpus []string
+	for _, d := range s.devices {
+		if strings.TrimLeft(strings.TrimPrefix(d, "nvidia"), "0123456789") == "" && d != "nvidia" {
+			gpus = append(gpus, d)
+		}
+	}
+	return gpus
+}
+
+func (s sight) String() string {
+	return fmt.Sprintf("/dev: %v, NVIDIA_VISIBLE_DEVICES=%s", s.devices, s.value)
+}
+
+// cudaPod is a pod of the CUDA-like image (NVIDIA_VISIBLE_DEVICES=all in its config) that sleeps.
+func cudaPod(name string, options ...func(*corev1.Container)) *corev1.Pod {
+	c := corev1.Container{Name: "app", Image: cudaLikeImage, ImagePullPolicy: corev1.PullNever, Command: []string{"sleep", "3600"}}
+	for _, option := range options {
+		option(&c)
+	}
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{c}, TerminationGracePeriodSeconds: ptr(int64(0))}}
+}
+
+func withRequest(name string, quantity string) func(*corev1.Container) {
+	return func(c *corev1.Container) {
+		c.Resources.Limits = corev1.ResourceList{corev1.ResourceName(name): resource.MustParse(quantity)}
+	}
+}
+
+// runPod creates the pod and waits until its container runs; a container that cannot be created ends
+// the wait with the runtime's message.
+func (n *Node) runPod(t *T, pod *corev1.Pod) *corev1.Pod {
+	created, err := n.cluster.client.CoreV1().Pods(nodeNamespace).Create(t.ctx, pod, metav1.CreateOptions{})
+	t.must(err, "creating pod "+pod.Name)
+	var running *corev1.Pod
+	t.must(eventually(t.ctx, 2*time.Minute, func() error {
+		p, err := n.cluster.client.CoreV1().Pods(nodeNamespace).Get(t.ctx, created.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		for _, status := range p.Status.ContainerStatuses {
+			if status.State.Running != nil {
+				running = p
+				return nil
+			}
+			if w := status.State.Waiting; w != nil && w.Reason != "ContainerCreating" {
+				return fmt.Errorf("container %s waits: %s: %s", status.Name, w.Reason, w.Message)
+			}
+		}
+		return fmt.Errorf("pod %s is %s", p.Name, p.Status.Phase)
+	}), "waiting for pod "+pod.Name+" to run")
+	return running
+}
+
+// failedCreate creates the pod and waits for its container to fail to be created; it returns why.
+func (n *Node) failedCreate(t *T, pod *corev1.Pod) string {
+	_, err := n.cluster.client.CoreV1().Pods(nodeNamespace).Create(t.ctx, pod, metav1.CreateOptions{})
+	t.must(err, "creating pod "+pod.Name)
+	var why string
+	t.must(eventually(t.ctx, 2*time.Minute, func() error {
+		p, err := n.cluster.client.CoreV1().Pods(nodeNamespace).Get(t.ctx, pod.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		// The runtime runs at the container's start: its error is the start's (StartError), or the
+		// create's in other runtimes.
+		for _, status := range p.Status.ContainerStatuses {
+			if status.State.Running != nil {
+				return fmt.Errorf("pod %s runs", p.Name)
+			}
+			for _, ended := range []*corev1.ContainerStateTerminated{status.State.Terminated, status.LastTerminationState.Terminated} {
+				if ended != nil && ended.Message != "" {
+					why = ended.Reason + ": " + ended.Message
+					return nil
+				}
+			}
+			if w := status.State.Waiting; w != nil && w.Reason == "CreateContainerError" {
+				why = w.Reason + ": " + w.Message
+				return nil
+			}
+		}
+		return fmt.Errorf("pod %s is %s", p.Name, p.Status.Phase)
+	}), "waiting for pod "+pod.Name+"'s container to fail")
+	return why
+}
+
+func (n *Node) deletePods(t *T, names ...string) {
+	for _, name := range names {
+		err := n.cluster.client.CoreV1().Pods(nodeNamespace).Delete(t.ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))})
+		if err != nil && !apierrors.IsNotFound(err) {
+			t.Errorf("deleting pod %s: %v", name, err)
+		}
+	}
+}
+
+// containerID is the runtime's ID of the pod's first container.
+func containerID(t *T, pod *corev1.Pod) string {
+	if len(pod.Status.ContainerStatuses) == 0 {
+		t.Fatalf("pod %s has no container status", pod.Name)
+	}
+	_, id, found := strings.Cut(pod.Status.ContainerStatuses[0].ContainerID, "://")
+	if !found {
+		t.Fatalf("pod %s: container ID %q", pod.Name, pod.Status.ContainerStatuses[0].ContainerID)
+	}
+	return id
+}
+
+// look runs ls and cat inside the pod's container, through containerd (as kubectl exec would through the
+// kubelet).
+func (n *Node) look(t *T, e *Env, pod *corev1.Pod) sight {
+	id := containerID(t, pod)
+	listing, err := e.ctr("task", "exec", "--exec-id", "look-dev-"+pod.Name, id, "ls", "/dev")
+	t.must(err, "listing /dev in "+pod.Name)
+	environ, err := e.ctr("task", "exec", "--exec-id", "look-env-"+pod.Name, id, "cat", "/proc/1/environ")
+	t.must(err, "reading PID 1's environment in "+pod.Name)
+	s := sight{value: "(unset)"}
+	for _, name := range strings.Fields(listing) {
+		if strings.HasPrefix(name, "nvidia") {
+			s.devices = append(s.devices, name)
+		}
+	}
+	for _, entry := range strings.Split(environ, "\x00") {
+		if value, ok := strings.CutPrefix(entry, "NVIDIA_VISIBLE_DEVICES="); ok {
+			s.value = value
+		}
+	}
+	return s
+}
+
+// nodeWithoutGpuguard is the node before anything of gpuguard is installed on it.
+func (e *Env) nodeWithoutGpuguard(t *T) *Node {
+	n := e.nodeFor(t)
+	if n.installed {
+		t.Fatalf("gpuguard is already installed on the node: run this scenario before node/closed")
+	}
+	n.cluster.namespace(t, nodeNamespace, nil)
+	return n
+}
+
+// nodeControl: the leak is real on this node, and NVIDIA's runtime reads each value as its mode says.
+func nodeControl(t *T, e *Env) {
+	n := e.nodeWithoutGpuguard(t)
+	defer n.deletePods(t, "control-all", "control-void", "control-none")
+	all := n.look(t, e, n.runPod(t, cudaPod("control-all")))
+	if !slices.Equal(all.gpus(), []string{"nvidia0", "nvidia1"}) || all.value != "all" {
+		t.Errorf("a pod that asked for no GPU, before gpuguard: %s; want both GPUs under all (the leak)", all)
+	}
+	t.Logf("before gpuguard, a pod that asked for no GPU sees %s", all)
+	void := n.look(t, e, n.runPod(t, cudaPod("control-void", withEnv("NVIDIA_VISIBLE_DEVICES", "void"))))
+	if len(void.devices) != 0 {
+		t.Errorf("void, before gpuguard: %s; want no NVIDIA device", void)
+	}
+	why := n.failedCreate(t, cudaPod("control-none", withEnv("NVIDIA_VISIBLE_DEVICES", "none")))
+	if !strings.Contains(why, "unresolvable CDI devices nvidia.com/gpu=none") {
+		t.Errorf("none, before gpuguard: %q; want the create to fail on the CDI device nvidia.com/gpu=none", why)
+	}
+	t.Logf("before gpuguard, none fails the create: %s", why)
+}
+
+// gpuguardFor installs gpuguard on the node on first use: helm install of charts/gpuguard, with the
+// image reference the one thing set.
+func (e *Env) gpuguardFor(t *T) *Node {
+	n := e.nodeFor(t)
+	n.cluster.namespace(t, nodeNamespace, nil)
+	if n.installed {
+		return n
+	}
+	n.helm(t, e, "install", "--create-namespace", "--set", "image.repository="+gpuguardRepo, "--set", "image.tag="+gpuguardTag)
+	n.installed = true
+	n.waitUntilPatching(t)
+	return n
+}
+
+// helm runs helm install or upgrade of charts/gpuguard against the node's cluster, and waits for it.
+func (n *Node) helm(t *T, e *Env, command string, args ...string) {
+	args = append([]string{command, helmRelease, e.source("charts", "gpuguard"), "--kubeconfig", e.path("node-control-plane", "admin.kubeconfig"),
+		"--namespace", gpuguardNamespace, "--wait", "--timeout", "5m"}, args...)
+	out, err := exec.CommandContext(t.ctx, e.component("helm"), args...).CombinedOutput()
+	log := e.path("logs", "helm-"+command+".log")
+	os.WriteFile(log, out, 0o644)
+	if err != nil {
+		t.Fatalf("helm %s: %v (%s)", command, err, log)
+	}
+}
+
+// waitUntilPatching waits until a dry-run create through the Service-routed webhook comes back with
+// want (the webhook configuration is informer-driven, and the policy reloads take their time).
+func (n *Node) waitUntilValue(t *T, want string, timeout time.Duration) time.Duration {
+	started := time.Now()
+	t.must(eventually(t.ctx, timeout, func() error {
+		pod, err := n.cluster.client.CoreV1().Pods(nodeNamespace).Create(t.ctx, cudaPod("probe"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err != nil {
+			return err
+		}
+		if got := visibleDevices(pod.Spec.Containers[0]); got != want {
+			return fmt.Errorf("a dry-run pod is stored with NVIDIA_VISIBLE_DEVICES %s, want %s", got, want)
+		}
+		return nil
+	}), "waiting for the webhook to answer "+want)
+	return time.Since(started)
+}
+
+func (n *Node) waitUntilPatching(t *T) { n.waitUntilValue(t, "none", 2*time.Minute) }
+
+// nodeClosed: with gpuguard installed, the same pod starts and sees no GPU.
+func nodeClosed(t *T, e *Env) {
+	n := e.gpuguardFor(t)
+	defer n.deletePods(t, "closed")
+	s := n.look(t, e, n.runPod(t, cudaPod("closed")))
+	if len(s.gpus()) != 0 || s.value != "none" {
+		t.Errorf("a pod that asked for no GPU, with gpuguard: %s; want no GPU and none", s)
+	}
+	t.Logf("with gpuguard, a pod that asked for no GPU sees %s", s)
+}
+
+// nodeAllocated: a pod that requests one GPU sees the one the plugin allocated; a second pod the other.
+func nodeAllocated(t *T, e *Env) {
+	n := e.gpuguardFor(t)
+	defer n.deletePods(t, "gpu-a", "gpu-b")
+	seen := map[string]bool{}
+	for _, name := range []string{"gpu-a", "gpu-b"} {
+		s := n.look(t, e, n.runPod(t, cudaPod(name, withRequest(gpuResource, "1"))))
+		minor := -1
+		for m := 0; m < nodeGPUs; m++ {
+			if s.value == fakeGPUUUID(m) {
+				minor = m
+			}
+		}
+		want := []string{fmt.Sprintf("nvidia%d", minor)}
+		if minor < 0 || !slices.Equal(s.gpus(), want) {
+			t.Errorf("pod %s, one GPU requested: %s; want the allocated GPU's node alone", name, s)
+			continue
+		}
+		if seen[s.value] {
+			t.Errorf("pod %s got %s, which the other pod already has", name, s.value)
+		}
+		seen[s.value] = true
+		t.Logf("pod %s sees %s", name, s)
+	}
+}
+
+// nodeNoneVoid: on this cdi-mode node none now starts (the plugin added nvidia.com/gpu=none), void too,
+// and the plugin's node report says both are honoured.
+func nodeNoneVoid(t *T, e *Env) {
+	n := e.gpuguardFor(t)
+	if _, err := os.Stat("/var/run/cdi/gpuguard-none-nvidia.com-gpu.json"); err != nil {
+		t.Errorf("the device plugin did not add the CDI device nvidia.com/gpu=none: %v", err)
+	}
+	metrics := n.devicePluginMetrics(t)
+	for _, want := range []string{`gpuguard_device_plugin_value_honoured{value="none",verdict="honoured"} 1`,
+		`gpuguard_device_plugin_value_honoured{value="void",verdict="honoured"} 1`} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("the device plugin's /metrics lack %s", want)
+		}
+	}
+	defer n.deletePods(t, "value-none", "value-void")
+	none := n.look(t, e, n.runPod(t, cudaPod("value-none")))
+	if len(none.gpus()) != 0 || none.value != "none" {
+		t.Errorf("none: %s; want no GPU", none)
+	}
+	n.setPolicy(t, "visibleDevicesValue", "void")
+	defer n.setPolicy(t, "visibleDevicesValue", "none")
+	void := n.look(t, e, n.runPod(t, cudaPod("value-void")))
+	if len(void.devices) != 0 || void.value != "void" {
+		t.Errorf("void: %s; want no NVIDIA device at all", void)
+	}
+	t.Logf("none: %s; void: %s", none, void)
+}
+
+// setPolicy changes one key of the policy ConfigMap through the API and returns how long it took until
+// every webhook replica, each reading it from its kubelet-written volume, had loaded it and the API
+// server's creates carried it.
+func (n *Node) setPolicy(t *T, key, value string) time.Duration {
+	before := n.replicaReloads(t)
+	body, _ := json.Marshal(map[string]any{"data": map[string]string{key: value}})
+	started := time.Now()
+	_, err := n.cluster.client.CoreV1().ConfigMaps(gpuguardNamespace).Patch(t.ctx, helmRelease+"-policy", types.MergePatchType, body, metav1.PatchOptions{})
+	t.must(err, "patching the policy ConfigMap")
+	t.must(eventually(t.ctx, 2*time.Minute, func() error {
+		after := n.replicaReloads(t)
+		for pod, count := range before {
+			if after[pod] <= count {
+				return fmt.Errorf("webhook replica %s has not reloaded its policy (%d successful reloads)", pod, after[pod])
+			}
+		}
+		return nil
+	}), "waiting for every webhook replica to load the policy")
+	if key == "visibleDevicesValue" {
+		n.waitUntilValue(t, value, 10*time.Second)
+	}
+	return time.Since(started)
+}
+
+// replicaReloads reads gpuguard_policy_reloads_total{result="success"} from each ready webhook replica's
+// /metrics, at its pod IP, trusting the CA the webhook configuration carries.
+func (n *Node) replicaReloads(t *T) map[string]int {
+	config, err := n.cluster.client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(t.ctx, "gpuguard", metav1.GetOptions{})
+	t.must(err, "reading the webhook configuration")
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(config.Webhooks[0].ClientConfig.CABundle)
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{
+		RootCAs: pool, ServerName: webhookDeploy + "." + gpuguardNamespace + ".svc"}}}
+	reloads := map[string]int{}
+	for _, pod := range n.webhookPods(t) {
+		if pod.DeletionTimestamp != nil || !podReady(pod) {
+			continue
+		}
+		resp, err := client.Get("https://" + pod.Status.PodIP + ":8443/metrics")
+		t.must(err, "reading webhook replica "+pod.Name+"'s /metrics")
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		m := regexp.MustCompile(`(?m)^gpuguard_policy_reloads_total\{result="success"\} (\d+)$`).FindSubmatch(body)
+		if m == nil {
+			t.Fatalf("webhook replica %s: no policy reload counter in /metrics", pod.Name)
+		}
+		reloads[pod.Name], _ = strconv.Atoi(string(m[1]))
+	}
+	return reloads
+}
+
+func podReady(pod corev1.Pod) bool {
+	for _, condition := range pod.Status.Conditions {
+		if condition.Type == corev1.PodReady {
+			return condition.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// nodePolicyReload: a ConfigMap change reaches the running webhook pods through the kubelet's atomic
+// writer, without a restart, within a minute.
+func nodePolicyReload(t *T, e *Env) {
+	n := e.gpuguardFor(t)
+	before := n.webhookRestarts(t)
+	took := n.setPolicy(t, "visibleDevicesValue", "void")
+	back := n.setPolicy(t, "visibleDevicesValue", "none")
+	if took > time.Minute || back > time.Minute {
+		t.Errorf("the policy took %s and %s to reach the webhook, over the minute allowed", took, back)
+	}
+	if after := n.webhookRestarts(t); after != before {
+		t.Errorf("webhook containers restarted: %d before, %d after", before, after)
+	}
+	t.Logf("ConfigMap update to every webhook replica reloaded: %s to void, %s back to none (kubelet syncFrequency 5s, Watch)",
+		took.Round(100*time.Millisecond), back.Round(100*time.Millisecond))
+}
+
+func (n *Node) webhookPods(t *T) []corev1.Pod {
+	pods, err := n.cluster.client.CoreV1().Pods(gpuguardNamespace).List(t.ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=gpuguard-webhook"})
+	t.must(err, "listing the webhook's pods")
+	return pods.Items
+}
+
+func (n *Node) webhookRestarts(t *T) int32 {
+	var restarts int32
+	for _, pod := range n.webhookPods(t) {
+		for _, status := range pod.Status.ContainerStatuses {
+			restarts += status.RestartCount
+		}
+	}
+	return restarts
+}
+
+// devicePluginMetrics reads the device plugin pod's /metrics at its pod IP.
+func (n *Node) devicePluginMetrics(t *T) string {
+	pods, err := n.cluster.client.CoreV1().Pods(gpuguardNamespace).List(t.ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=gpuguard-device-plugin"})
+	t.must(err, "listing the device plugin's pods")
+	if len(pods.Items) != 1 || pods.Items[0].Status.PodIP == "" {
+		t.Fatalf("%d device plugin pods, want 1 with an IP", len(pods.Items))
+	}
+	resp, err := http.Get("http://" + pods.Items[0].Status.PodIP + ":8080/metrics")
+	t.must(err, "reading the device plugin's /metrics")
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return string(body)
+}
+
+// nodeFuse: /dev/fuse through the host-devices plugin, for an unprivileged pod that requests it only.
+func nodeFuse(t *T, e *Env) {
+	n := e.gpuguardFor(t)
+	defer n.deletePods(t, "fuse-requested", "fuse-not-requested")
+	// <> would create a plain file where there is no device: the node is tested first.
+	open := []string{"sh", "-c", "test -c /dev/fuse && exec 3<>/dev/fuse && echo opened"}
+	with := n.runPod(t, cudaPod("fuse-requested", withRequest(fuseResource, "1")))
+	if out, err := e.ctr(append([]string{"task", "exec", "--exec-id", "fuse", containerID(t, with)}, open...)...); err != nil || !strings.Contains(out, "opened") {
+		t.Errorf("a pod that requested %s cannot open /dev/fuse: %v %s", fuseResource, err, out)
+	}
+	without := n.runPod(t, cudaPod("fuse-not-requested"))
+	if out, err := e.ctr(append([]string{"task", "exec", "--exec-id", "fuse", containerID(t, without)}, open...)...); err == nil {
+		t.Errorf("a pod that did not request %s opened /dev/fuse: %s", fuseResource, out)
+	}
+}
+
+// nodeImageHardened: gpuguard's own containers run as the image says (65532, read-only root, no
+// privilege), and all of their probes pass.
+func nodeImageHardened(t *T, e *Env) {
+	n := e.gpuguardFor(t)
+	pods, err := n.cluster.client.CoreV1().Pods(gpuguardNamespace).List(t.ctx, metav1.ListOptions{})
+	t.must(err, "listing gpuguard's pods")
+	tasks, err := e.ctr("task", "ls")
+	t.must(err, "listing containerd's tasks")
+	pids := map[string]string{}
+	for _, line := range strings.Split(tasks, "\n")[1:] {
+		if fields := strings.Fields(line); len(fields) >= 2 {
+			pids[fields[0]] = fields[1]
+		}
+	}
+	if len(pods.Items) == 0 {
+		t.Fatalf("no gpuguard pod")
+	}
+	for _, pod := range pods.Items {
+		if !podReady(pod) {
+			t.Errorf("pod %s is not Ready", pod.Name)
+		}
+		for _, status := range pod.Status.ContainerStatuses {
+			if status.RestartCount != 0 {
+				t.Errorf("pod %s: container %s restarted %d times (a probe failed?)", pod.Name, status.Name, status.RestartCount)
+			}
+			_, id, _ := strings.Cut(status.ContainerID, "://")
+			pid := pids[id]
+			statusFile, err := os.ReadFile("/proc/" + pid + "/status")
+			if pid == "" || err != nil {
+				t.Errorf("pod %s: no process for container %s: %v", pod.Name, status.Name, err)
+				continue
+			}
+			uid := ""
+			for _, line := range strings.Split(string(statusFile), "\n") {
+				if rest, ok := strings.CutPrefix(line, "Uid:"); ok {
+					uid = strings.Fields(rest)[1] // effective
+				}
+			}
+			wantUID := "65532"
+			if strings.Contains(pod.Name, "device-plugin") || strings.Contains(pod.Name, "host-devices") {
+				wantUID = "0" // the chart runs the plugins as root, for the kubelet's socket directory
+			}
+			if uid != wantUID {
+				t.Errorf("pod %s: %s runs as UID %s, want %s", pod.Name, status.Name, uid, wantUID)
+			}
+			mounts, err := os.ReadFile("/proc/" + pid + "/mountinfo")
+			t.must(err, "reading a container's mounts")
+			if !rootReadOnly(mounts) {
+				t.Errorf("pod %s: %s's root filesystem is writable", pod.Name, status.Name)
+			}
+		}
+	}
+}
+
+// rootReadOnly says whether the mount at / in a mountinfo is read-only.
+func rootReadOnly(mountinfo []byte) bool {
+	for _, line := range bytes.Split(mountinfo, []byte("\n")) {
+		fields := strings.Fields(string(line))
+		if len(fields) > 5 && fields[4] == "/" {
+			return slices.Contains(strings.Split(fields[5], ","), "ro")
+		}
+	}
+	return false
+}
+
+// nodeRollout: a rollout restart of the webhook while pods are created fails none of them; with no
+// replica, failurePolicy Fail refuses creates, which succeed again once a replica is back.
+func nodeRollout(t *T, e *Env) {
+	n := e.gpuguardFor(t)
+	deployments := n.cluster.client.AppsV1().Deployments(gpuguardNamespace)
+	creates := n.startCreates(t)
+	restart, _ := json.Marshal(map[string]any{"spec": map[string]any{"template": map[string]any{"metadata": map[string]any{
+		"annotations": map[string]string{"kubectl.kubernetes.io/restartedAt": time.Now().Format(time.RFC3339)}}}}})
+	_, err := deployments.Patch(t.ctx, webhookDeploy, types.StrategicMergePatchType, restart, metav1.PatchOptions{})
+	t.must(err, "restarting the webhook Deployment")
+	t.must(eventually(t.ctx, 3*time.Minute, func() error {
+		d, err := deployments.Get(t.ctx, webhookDeploy, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		s := d.Status
+		if s.ObservedGeneration < d.Generation || s.UpdatedReplicas != *d.Spec.Replicas || s.AvailableReplicas != *d.Spec.Replicas || s.Replicas != *d.Spec.Replicas {
+			return fmt.Errorf("rollout: %d updated, %d available, %d in all", s.UpdatedReplicas, s.AvailableReplicas, s.Replicas)
+		}
+		return nil
+	}), "waiting for the rollout")
+	creates.stop(t, "the rollout restart")
+
+	scale := func(replicas int32) {
+		s, err := deployments.GetScale(t.ctx, webhookDeploy, metav1.GetOptions{})
+		t.must(err, "reading the webhook's scale")
+		s.Spec.Replicas = replicas
+		_, err = deployments.UpdateScale(t.ctx, webhookDeploy, s, metav1.UpdateOptions{})
+		t.must(err, "scaling the webhook")
+	}
+	d, err := deployments.Get(t.ctx, webhookDeploy, metav1.GetOptions{})
+	t.must(err, "reading the webhook Deployment")
+	original := *d.Spec.Replicas
+	scale(0)
+	t.must(eventually(t.ctx, 2*time.Minute, func() error {
+		_, err := n.cluster.client.CoreV1().Pods(nodeNamespace).Create(t.ctx, cudaPod("no-webhook"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err == nil {
+			return fmt.Errorf("a create was admitted with no webhook replica")
+		}
+		return nil
+	}), "waiting for creates to be refused with no replica (failurePolicy Fail)")
+	scale(original)
+	n.waitUntilPatching(t)
+}
+
+// creates are dry-run pod creates, every 50 ms until stopped, each of which must come back patched.
+type creates struct {
+	created, failed atomic.Int64
+	first           atomic.Value
+	done            chan struct{}
+	wg              sync.WaitGroup
+}
+
+func (n *Node) startCreates(t *T) *creates {
+	c := &creates{done: make(chan struct{})}
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		for {
+			select {
+			case <-c.done:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+			pod, err := n.cluster.client.CoreV1().Pods(nodeNamespace).Create(t.ctx, cudaPod("create"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			if err == nil && visibleDevices(pod.Spec.Containers[0]) != "none" {
+				err = fmt.Errorf("stored with NVIDIA_VISIBLE_DEVICES %s", visibleDevices(pod.Spec.Containers[0]))
+			}
+			if err != nil {
+				c.failed.Add(1)
+				c.first.CompareAndSwap(nil, err.Error())
+			}
+			c.created.Add(1)
+		}
+	}()
+	return c
+}
+
+// stop ends the creates and fails the scenario if any failed during what.
+func (c *creates) stop(t *T, what string) {
+	close(c.done)
+	c.wg.Wait()
+	if c.failed.Load() != 0 {
+		t.Errorf("%d of %d creates failed during %s; first: %v", c.failed.Load(), c.created.Load(), what, c.first.Load())
+	}
+	t.Logf("%d creates during %s, %d failed", c.created.Load(), what, c.failed.Load())
+}
+
+// nodeCertRotation: the chart's own rotation (delete the serving certificate's Secret, helm upgrade: a
+// new certificate from the same CA) reaches every webhook replica through the kubelet's Secret volume,
+// with no restart and no failed create.
+func nodeCertRotation(t *T, e *Env) {
+	n := e.gpuguardFor(t)
+	secrets := n.cluster.client.CoreV1().Secrets(gpuguardNamespace)
+	secretName := webhookDeploy + "-tls"
+	old, err := secrets.Get(t.ctx, secretName, metav1.GetOptions{})
+	t.must(err, "reading the serving certificate's Secret")
+	restarts := n.webhookRestarts(t)
+	creates := n.startCreates(t)
+	started := time.Now()
+	t.must(secrets.Delete(t.ctx, secretName, metav1.DeleteOptions{}), "deleting the serving certificate's Secret")
+	n.helm(t, e, "upgrade", "--reuse-values")
+	rotated, err := secrets.Get(t.ctx, secretName, metav1.GetOptions{})
+	t.must(err, "reading the new Secret")
+	if bytes.Equal(rotated.Data["tls.crt"], old.Data["tls.crt"]) {
+		t.Fatalf("helm upgrade kept the old certificate")
+	}
+	block, _ := pem.Decode(rotated.Data["tls.crt"])
+	if block == nil {
+		t.Fatalf("the new Secret's tls.crt is not PEM")
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(rotated.Data["ca.crt"])
+	t.must(eventually(t.ctx, 2*time.Minute, func() error {
+		for _, pod := range n.webhookPods(t) {
+			conn, err := tls.Dial("tcp", pod.Status.PodIP+":8443", &tls.Config{RootCAs: pool, ServerName: webhookDeploy + "." + gpuguardNamespace + ".svc"})
+			if err != nil {
+				return fmt.Errorf("replica %s: %w", pod.Name, err)
+			}
+			served := conn.ConnectionState().PeerCertificates[0].Raw
+			conn.Close()
+			if !bytes.Equal(served, block.Bytes) {
+				return fmt.Errorf("replica %s still serves the old certificate", pod.Name)
+			}
+		}
+		return nil
+	}), "waiting for every replica to serve the new certificate")
+	took := time.Since(started)
+	creates.stop(t, "the rotation")
+	if after := n.webhookRestarts(t); after != restarts {
+		t.Errorf("webhook containers restarted: %d before, %d after", restarts, after)
+	}
+	t.Logf("Secret deleted to every replica serving the new certificate: %s", took.Round(100*time.Millisecond))
+}
+
+// nodeScenarios run last, in this order: control needs the node without gpuguard.
+var nodeScenarios = []scenario{
+	{"node/control", "before gpuguard: a pod that asked for no GPU sees both GPUs; void sees none; none fails the create", nodeControl},
+	{"node/closed", "helm install; the same pod starts and sees no GPU", nodeClosed},
+	{"node/allocated", "two pods asking for one GPU each see the one the plugin allocated, and not the other", nodeAllocated},
+	{"node/none-void", "the plugin adds nvidia.com/gpu=none; none and void both start with no GPU; its node report agrees", nodeNoneVoid},
+	{"node/policy-reload", "a ConfigMap change reaches the webhook pods through the kubelet's volume, without a restart", nodePolicyReload},
+	{"node/fuse", "an unprivileged pod opens /dev/fuse when it requests it, and only then", nodeFuse},
+	{"node/image-hardened", "gpuguard's containers run as 65532 (the plugins as root) on a read-only root, probes passing", nodeImageHardened},
+	{"node/cert-rotation", "the chart's certificate rotation reaches every webhook replica, no restart, no failed create", nodeCertRotation},
+	{"node/rollout", "a rollout restart fails no create; with no replica creates are refused, then admitted", nodeRollout},
+}
