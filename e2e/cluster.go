@@ -206,7 +206,7 @@ rules:
 	manager, err := e.start(logPrefix+"kube-controller-manager", e.component("kube-controller-manager"),
 		"--kubeconfig="+adminKubeconfig, "--leader-elect=false", "--secure-port=0", "--root-ca-file="+c.caFile,
 		"--controllers=serviceaccount-controller,deployment-controller,replicaset-controller,daemonset-controller,"+
-			"endpoints-controller,endpointslice-controller,root-ca-certificate-publisher-controller,node-lifecycle-controller")
+			"endpoints-controller,endpointslice-controller,root-ca-certificate-publisher-controller,node-lifecycle-controller,garbage-collector-controller")
 	if err != nil {
 		return nil, err
 	}

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -215,10 +216,15 @@ func (e *Env) gpuguardFor(t *T) *Node {
 	return n
 }
 
-// helm runs helm install or upgrade of charts/gpuguard against the node's cluster, and waits for it.
+// helm runs helm install, upgrade or uninstall of charts/gpuguard against the node's cluster, and waits
+// for it.
 func (n *Node) helm(t *T, e *Env, command string, args ...string) {
-	args = append([]string{command, helmRelease, e.source("charts", "gpuguard"), "--kubeconfig", e.path("node-control-plane", "admin.kubeconfig"),
-		"--namespace", gpuguardNamespace, "--wait", "--timeout", "5m"}, args...)
+	release := []string{command, helmRelease}
+	if command != "uninstall" {
+		release = append(release, e.source("charts", "gpuguard"))
+	}
+	args = append(append(release, "--kubeconfig", e.path("node-control-plane", "admin.kubeconfig"),
+		"--namespace", gpuguardNamespace, "--wait", "--timeout", "5m"), args...)
 	out, err := exec.CommandContext(t.ctx, e.component("helm"), args...).CombinedOutput()
 	log := e.path("logs", "helm-"+command+".log")
 	os.WriteFile(log, out, 0o644)
@@ -227,10 +233,9 @@ func (n *Node) helm(t *T, e *Env, command string, args ...string) {
 	}
 }
 
-// waitUntilPatching waits until a dry-run create through the Service-routed webhook comes back with
-// want (the webhook configuration is informer-driven, and the policy reloads take their time).
-func (n *Node) waitUntilValue(t *T, want string, timeout time.Duration) time.Duration {
-	started := time.Now()
+// waitUntilValue waits until a dry-run create through the Service-routed webhook comes back with want
+// (the webhook configuration is informer-driven, and endpoints follow replicas).
+func (n *Node) waitUntilValue(t *T, want string, timeout time.Duration) {
 	t.must(eventually(t.ctx, timeout, func() error {
 		pod, err := n.cluster.client.CoreV1().Pods(nodeNamespace).Create(t.ctx, cudaPod("probe"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		if err != nil {
@@ -241,7 +246,6 @@ func (n *Node) waitUntilValue(t *T, want string, timeout time.Duration) time.Dur
 		}
 		return nil
 	}), "waiting for the webhook to answer "+want)
-	return time.Since(started)
 }
 
 func (n *Node) waitUntilPatching(t *T) { n.waitUntilValue(t, "none", 2*time.Minute) }
@@ -634,6 +638,67 @@ func nodeCertRotation(t *T, e *Env) {
 	t.Logf("Secret deleted to every replica serving the new certificate: %s", took.Round(100*time.Millisecond))
 }
 
+// nodeKustomize: the kustomize default installs the same way: the Helm release uninstalled, an overlay
+// of manifests/default that sets only the image, rendered with the pinned kustomize and applied; the
+// webhook patches, a GPU-less pod sees no GPU, and a GPU pod gets one from the kustomize device plugin.
+func nodeKustomize(t *T, e *Env) {
+	n := e.gpuguardFor(t)
+	n.helm(t, e, "uninstall")
+	n.installed = false
+	t.must(eventually(t.ctx, 2*time.Minute, func() error {
+		pods, err := n.cluster.client.CoreV1().Pods(gpuguardNamespace).List(t.ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		if len(pods.Items) != 0 {
+			return fmt.Errorf("%d of the Helm release's pods remain", len(pods.Items))
+		}
+		return nil
+	}), "waiting for the Helm release's pods to go")
+	e.render(t, "default") // copies manifests/ and makes the overlay's certificates
+	overlay := e.path("manifests", "node-image")
+	t.must(os.MkdirAll(overlay, 0o755), "creating the image overlay")
+	t.must(os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(fmt.Sprintf(`apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources: [../default]
+images:
+  - {name: gpuguard, newName: %s, newTag: %s}
+`, gpuguardRepo, gpuguardTag)), 0o644), "writing the image overlay")
+	for _, obj := range decodeObjects(t, e.render(t, "node-image")) {
+		n.cluster.apply(t, obj)
+	}
+	n.installed = true
+	t.must(eventually(t.ctx, 3*time.Minute, func() error {
+		d, err := n.cluster.client.AppsV1().Deployments(gpuguardNamespace).Get(t.ctx, webhookDeploy, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if d.Status.AvailableReplicas != *d.Spec.Replicas {
+			return fmt.Errorf("%d of %d webhook replicas available", d.Status.AvailableReplicas, *d.Spec.Replicas)
+		}
+		plugins, err := n.cluster.client.AppsV1().DaemonSets(gpuguardNamespace).List(t.ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		for _, ds := range plugins.Items {
+			if ds.Status.NumberReady != 1 {
+				return fmt.Errorf("DaemonSet %s: %d ready", ds.Name, ds.Status.NumberReady)
+			}
+		}
+		return nil
+	}), "waiting for the kustomize installation to be ready")
+	n.waitUntilPatching(t)
+	defer n.deletePods(t, "kustomize-none", "kustomize-gpu")
+	none := n.look(t, e, n.runPod(t, cudaPod("kustomize-none")))
+	if len(none.gpus()) != 0 || none.value != "none" {
+		t.Errorf("with the kustomize installation, a pod that asked for no GPU: %s", none)
+	}
+	gpu := n.look(t, e, n.runPod(t, cudaPod("kustomize-gpu", withRequest(gpuResource, "1"))))
+	if len(gpu.gpus()) != 1 {
+		t.Errorf("with the kustomize installation, a pod that asked for one GPU: %s", gpu)
+	}
+}
+
 // nodeScenarios run last, in this order: control needs the node without gpuguard.
 var nodeScenarios = []scenario{
 	{"node/control", "before gpuguard: a pod that asked for no GPU sees both GPUs; void sees none; none fails the create", nodeControl},
@@ -645,4 +710,5 @@ var nodeScenarios = []scenario{
 	{"node/image-hardened", "gpuguard's containers run as 65532 (the plugins as root) on a read-only root, probes passing", nodeImageHardened},
 	{"node/cert-rotation", "the chart's certificate rotation reaches every webhook replica, no restart, no failed create", nodeCertRotation},
 	{"node/rollout", "a rollout restart fails no create; with no replica creates are refused, then admitted", nodeRollout},
+	{"node/kustomize", "helm uninstall; manifests/default with only the image set, applied: the same guarantees", nodeKustomize},
 }
