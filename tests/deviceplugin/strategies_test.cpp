@@ -100,9 +100,9 @@ TEST_CASE("every MIG strategy, device list strategy and time-slicing, through th
                                                : "");
           FakeKubelet kubelet(node.plugin_dir);
           const fs::path cdi_root = node.host.root() / "var/run/cdi";
-          PluginProcess plugin(
-              node.plugin_dir, node.host.root(),
-              {"--discovery", "nvml", "--config-file", config.string(), "--cdi-root", "/var/run/cdi"}, node.env());
+          PluginProcess plugin(node.plugin_dir, node.host.root(),
+                               {"--discovery", "nvml", "--config-file", config.string(), "--cdi-root", "/var/run/cdi"},
+                               node.env());
           const auto registrations = kubelet.wait_for(expected.units.size());
           INFO(plugin.log());
           REQUIRE(registrations.size() == expected.units.size());
