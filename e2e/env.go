@@ -38,7 +38,11 @@ func (c *Config) validate() error {
 	for _, path := range []string{
 		filepath.Join(c.Components, "etcd"), filepath.Join(c.Components, "kube-apiserver"),
 		filepath.Join(c.Components, "kube-controller-manager"), filepath.Join(c.Components, "kube-scheduler"),
-		filepath.Join(c.Components, "kustomize"), filepath.Join(c.Gpuguard, "gpuguard-webhook"),
+		filepath.Join(c.Components, "kustomize"), filepath.Join(c.Components, "helm"),
+		filepath.Join(c.Components, "kubelet"), filepath.Join(c.Components, "containerd"),
+		filepath.Join(c.Components, "containerd-shim-runc-v2"), filepath.Join(c.Components, "ctr"),
+		filepath.Join(c.Components, "nvidia-container-runtime"), filepath.Join(c.Components, "pause"),
+		filepath.Join(c.Gpuguard, "gpuguard-webhook"),
 		filepath.Join(c.Gpuguard, "gpuguard-scheduler-extender"), filepath.Join(c.Gpuguard, "gpuguard-device-plugin"),
 		filepath.Join(c.Source, "manifests", "default", "kustomization.yaml"),
 	} {

@@ -52,7 +52,7 @@ func main() {
 		os.Exit(deviceManagerChild(os.Args[2:]))
 	}
 	var cfg Config
-	flag.StringVar(&cfg.Components, "components", "", "directory with etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kustomize")
+	flag.StringVar(&cfg.Components, "components", "", "directory with etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kustomize, helm, containerd (and its shim and ctr), nvidia-container-runtime and pause")
 	flag.StringVar(&cfg.Gpuguard, "gpuguard", "", "directory with gpuguard-webhook, gpuguard-scheduler-extender and gpuguard-device-plugin")
 	flag.StringVar(&cfg.Source, "source", "", "the gpuguard source tree (manifests/, certs/generate.sh)")
 	flag.StringVar(&cfg.Work, "work", "", "working directory for certificates, data and logs (default: a new temporary one)")

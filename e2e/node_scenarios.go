@@ -315,6 +315,42 @@ func nodeNoneVoid(t *T, e *Env) {
 	t.Logf("none: %s; void: %s", none, void)
 }
 
+// nodeReportFlip: the plugin's node report follows the node. Without the device none, its /metrics turn
+// to breaks-pods within its re-read interval, and a GPU-less pod indeed fails to start; with the device
+// back, honoured, and the pod starts.
+func nodeReportFlip(t *T, e *Env) {
+	n := e.gpuguardFor(t)
+	const noneSpec = "/var/run/cdi/gpuguard-none-nvidia.com-gpu.json"
+	saved, err := os.ReadFile(noneSpec)
+	t.must(err, "reading the spec with the device none")
+	t.must(os.Remove(noneSpec), "removing the device none")
+	defer os.WriteFile(noneSpec, saved, 0o644)
+	n.waitForMetric(t, `gpuguard_device_plugin_value_honoured{value="none",verdict="breaks-pods"} 0`)
+	defer n.deletePods(t, "flip-broken", "flip-restored")
+	why := n.failedCreate(t, cudaPod("flip-broken"))
+	if !strings.Contains(why, "unresolvable CDI devices nvidia.com/gpu=none") {
+		t.Errorf("without the device none, a GPU-less pod: %q; want the create to fail on nvidia.com/gpu=none", why)
+	}
+	t.must(os.WriteFile(noneSpec, saved, 0o644), "putting the device none back")
+	n.waitForMetric(t, `gpuguard_device_plugin_value_honoured{value="none",verdict="honoured"} 1`)
+	s := n.look(t, e, n.runPod(t, cudaPod("flip-restored")))
+	if len(s.gpus()) != 0 {
+		t.Errorf("with the device none back: %s", s)
+	}
+	t.Logf("without the device none: breaks-pods, and the pod: %s", why)
+}
+
+// waitForMetric waits until the device plugin's /metrics carry the line (the plugin re-reads the node
+// every 10 s).
+func (n *Node) waitForMetric(t *T, line string) {
+	t.must(eventually(t.ctx, 45*time.Second, func() error {
+		if !strings.Contains(n.devicePluginMetrics(t), line) {
+			return fmt.Errorf("the device plugin's /metrics lack %s", line)
+		}
+		return nil
+	}), "waiting for the device plugin's node report")
+}
+
 // setPolicy changes one key of the policy ConfigMap through the API and returns how long it took until
 // every webhook replica, each reading it from its kubelet-written volume, had loaded it and the API
 // server's creates carried it.
@@ -705,6 +741,7 @@ var nodeScenarios = []scenario{
 	{"node/closed", "helm install; the same pod starts and sees no GPU", nodeClosed},
 	{"node/allocated", "two pods asking for one GPU each see the one the plugin allocated, and not the other", nodeAllocated},
 	{"node/none-void", "the plugin adds nvidia.com/gpu=none; none and void both start with no GPU; its node report agrees", nodeNoneVoid},
+	{"node/report-flip", "without the device none the plugin's report says breaks-pods and a GPU-less pod fails; with it back, honoured", nodeReportFlip},
 	{"node/policy-reload", "a ConfigMap change reaches the webhook pods through the kubelet's volume, without a restart", nodePolicyReload},
 	{"node/fuse", "an unprivileged pod opens /dev/fuse when it requests it, and only then", nodeFuse},
 	{"node/image-hardened", "gpuguard's containers run as 65532 (the plugins as root) on a read-only root, probes passing", nodeImageHardened},
