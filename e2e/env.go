@@ -6,10 +6,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -254,6 +258,24 @@ func (p *process) stop() {
 }
 
 var errExited = errors.New("exited")
+
+// scrape reads one series' integer value from a Prometheus text endpoint.
+func scrape(client *http.Client, url, series string) (int, error) {
+	resp, err := client.Get(url)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, err
+	}
+	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(series) + ` (\d+)$`).FindSubmatch(body)
+	if m == nil {
+		return 0, fmt.Errorf("no %s in %s", series, url)
+	}
+	return strconv.Atoi(string(m[1]))
+}
 
 // alive fails once the process has exited, so that waits on it end at once with its log's name.
 func (p *process) alive() error {

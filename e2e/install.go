@@ -304,18 +304,10 @@ func (w *webhookInstall) httpClient(t *T) *http.Client {
 // policyReloads reads gpuguard_policy_reloads_total{result="success"} from the webhook's /metrics. It
 // tells the harness when a projected policy is in force, as the kubelet's sync would be waited for.
 func (w *webhookInstall) policyReloads(t *T) (int, error) {
-	resp, err := w.httpClient(t).Get(fmt.Sprintf("https://127.0.0.1:%d/metrics", w.port))
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	m := regexp.MustCompile(`(?m)^gpuguard_policy_reloads_total\{result="success"\} (\d+)$`).FindSubmatch(body)
-	if m == nil {
-		return 0, fmt.Errorf("no policy reload counter in /metrics")
-	}
-	return strconv.Atoi(string(m[1]))
+	return scrape(w.httpClient(t), fmt.Sprintf("https://127.0.0.1:%d/metrics", w.port), policyReloadsSeries)
 }
+
+const policyReloadsSeries = `gpuguard_policy_reloads_total{result="success"}`
 
 // projectPolicy writes the policy ConfigMap, as the API holds it, into the policy volume the way the
 // kubelet does: the keys in a new timestamped directory, `..data` swapped to it atomically, and one

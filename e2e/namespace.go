@@ -60,15 +60,9 @@ func runInNamespaces() int {
 	if err := cmd.Start(); err != nil {
 		fmt.Fprintf(os.Stderr, "gpuguard-e2e: starting the run in its own namespaces: %v\n", err)
 	} else {
-		signals := make(chan os.Signal, 1)
-		signal.Notify(signals, os.Interrupt, syscall.SIGTERM)
-		go func() {
-			for s := range signals {
-				cmd.Process.Signal(s)
-			}
-		}()
+		stop := forwardSignals(cmd.Process)
 		err := cmd.Wait()
-		signal.Stop(signals)
+		stop()
 		var exit *exec.ExitError
 		switch {
 		case err == nil:
@@ -176,13 +170,7 @@ func reapAsInit() int {
 		fmt.Fprintf(os.Stderr, "gpuguard-e2e: starting the harness: %v\n", err)
 		return 1
 	}
-	signals := make(chan os.Signal, 1)
-	signal.Notify(signals, os.Interrupt, syscall.SIGTERM)
-	go func() {
-		for s := range signals {
-			cmd.Process.Signal(s)
-		}
-	}()
+	forwardSignals(cmd.Process)
 	for {
 		var status syscall.WaitStatus
 		pid, err := syscall.Wait4(-1, &status, 0, nil)
@@ -212,4 +200,16 @@ func prepareRunNamespaces() error {
 		return fmt.Errorf("mounting /proc: %w", err)
 	}
 	return run("ip", "link", "set", "lo", "up")
+}
+
+// forwardSignals passes SIGINT and SIGTERM on to the process until the returned function is called.
+func forwardSignals(p *os.Process) (stop func()) {
+	signals := make(chan os.Signal, 1)
+	signal.Notify(signals, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		for s := range signals {
+			p.Signal(s)
+		}
+	}()
+	return func() { signal.Stop(signals) }
 }

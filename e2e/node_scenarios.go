@@ -14,9 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -150,13 +148,17 @@ func containerID(t *T, pod *corev1.Pod) string {
 	return id
 }
 
-// look runs ls and cat inside the pod's container, through containerd (as kubectl exec would through the
-// kubelet).
+// execIn runs a command inside the pod's first container, through containerd (as kubectl exec would
+// through the kubelet), and returns its output.
+func (e *Env) execIn(t *T, pod *corev1.Pod, execID string, command ...string) (string, error) {
+	return e.ctr(append([]string{"task", "exec", "--exec-id", execID, containerID(t, pod)}, command...)...)
+}
+
+// look lists /dev and reads PID 1's environment inside the pod's container.
 func (n *Node) look(t *T, e *Env, pod *corev1.Pod) sight {
-	id := containerID(t, pod)
-	listing, err := e.ctr("task", "exec", "--exec-id", "look-dev-"+pod.Name, id, "ls", "/dev")
+	listing, err := e.execIn(t, pod, "look-dev-"+pod.Name, "ls", "/dev")
 	t.must(err, "listing /dev in "+pod.Name)
-	environ, err := e.ctr("task", "exec", "--exec-id", "look-env-"+pod.Name, id, "cat", "/proc/1/environ")
+	environ, err := e.execIn(t, pod, "look-env-"+pod.Name, "cat", "/proc/1/environ")
 	t.must(err, "reading PID 1's environment in "+pod.Name)
 	s := sight{value: "(unset)"}
 	for _, name := range strings.Fields(listing) {
@@ -389,15 +391,9 @@ func (n *Node) replicaReloads(t *T) map[string]int {
 		if pod.DeletionTimestamp != nil || !podReady(pod) {
 			continue
 		}
-		resp, err := client.Get("https://" + pod.Status.PodIP + ":8443/metrics")
-		t.must(err, "reading webhook replica "+pod.Name+"'s /metrics")
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		m := regexp.MustCompile(`(?m)^gpuguard_policy_reloads_total\{result="success"\} (\d+)$`).FindSubmatch(body)
-		if m == nil {
-			t.Fatalf("webhook replica %s: no policy reload counter in /metrics", pod.Name)
-		}
-		reloads[pod.Name], _ = strconv.Atoi(string(m[1]))
+		count, err := scrape(client, "https://"+pod.Status.PodIP+":8443/metrics", policyReloadsSeries)
+		t.must(err, "reading webhook replica "+pod.Name+"'s policy reloads")
+		reloads[pod.Name] = count
 	}
 	return reloads
 }
@@ -465,11 +461,11 @@ func nodeFuse(t *T, e *Env) {
 	// <> would create a plain file where there is no device: the node is tested first.
 	open := []string{"sh", "-c", "test -c /dev/fuse && exec 3<>/dev/fuse && echo opened"}
 	with := n.runPod(t, cudaPod("fuse-requested", withRequest(fuseResource, "1")))
-	if out, err := e.ctr(append([]string{"task", "exec", "--exec-id", "fuse", containerID(t, with)}, open...)...); err != nil || !strings.Contains(out, "opened") {
+	if out, err := e.execIn(t, with, "fuse", open...); err != nil || !strings.Contains(out, "opened") {
 		t.Errorf("a pod that requested %s cannot open /dev/fuse: %v %s", fuseResource, err, out)
 	}
 	without := n.runPod(t, cudaPod("fuse-not-requested"))
-	if out, err := e.ctr(append([]string{"task", "exec", "--exec-id", "fuse", containerID(t, without)}, open...)...); err == nil {
+	if out, err := e.execIn(t, without, "fuse", open...); err == nil {
 		t.Errorf("a pod that did not request %s opened /dev/fuse: %s", fuseResource, out)
 	}
 }

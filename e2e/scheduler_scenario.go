@@ -5,11 +5,9 @@ package main
 
 import (
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"time"
@@ -152,20 +150,7 @@ func startExtender(t *T, e *Env, c *Cluster) *runningExtender {
 // cachedPods reads how many bound pods the extender holds, so that the next pod is scheduled only once
 // the extender has seen the last binding (a real cluster's pods arrive far slower than these).
 func (r *runningExtender) cachedPods() (int, error) {
-	resp, err := r.client.Get(fmt.Sprintf("https://127.0.0.1:%d/metrics", r.port))
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return 0, err
-	}
-	match := regexp.MustCompile(`(?m)^gpuguard_extender_cached_objects\{resource="pods"\} (\d+)$`).FindSubmatch(body)
-	if match == nil {
-		return 0, fmt.Errorf("no cached pod count in the extender's /metrics")
-	}
-	return strconv.Atoi(string(match[1]))
+	return scrape(r.client, fmt.Sprintf("https://127.0.0.1:%d/metrics", r.port), `gpuguard_extender_cached_objects{resource="pods"}`)
 }
 
 // writeSchedulerConfig writes a KubeSchedulerConfiguration for this harness: the given one (nil: the
