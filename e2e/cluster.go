@@ -72,8 +72,13 @@ func (e *Env) clusterFor(t *T) *Cluster {
 func (e *Env) startCluster(name, nodeAddress string) (*Cluster, error) {
 	dir := e.path(name)
 	logPrefix, bindAddress, advertiseAddress := "", "127.0.0.1", "127.0.0.1"
+	controllers := "serviceaccount-controller,deployment-controller,replicaset-controller"
 	if nodeAddress != "" {
 		logPrefix, bindAddress, advertiseAddress = "node-", "0.0.0.0", nodeAddress
+		// What a real node's pods need. Not on the other control plane: the node lifecycle controller
+		// would taint and update the scheduler scenario's kubelet-less nodes under it.
+		controllers += ",daemonset-controller,endpoints-controller,endpointslice-controller," +
+			"root-ca-certificate-publisher-controller,node-lifecycle-controller,garbage-collector-controller"
 	}
 	os.RemoveAll(dir) // a -work directory kept from an earlier run starts with a fresh etcd
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -205,8 +210,7 @@ rules:
 	}
 	manager, err := e.start(logPrefix+"kube-controller-manager", e.component("kube-controller-manager"),
 		"--kubeconfig="+adminKubeconfig, "--leader-elect=false", "--secure-port=0", "--root-ca-file="+c.caFile,
-		"--controllers=serviceaccount-controller,deployment-controller,replicaset-controller,daemonset-controller,"+
-			"endpoints-controller,endpointslice-controller,root-ca-certificate-publisher-controller,node-lifecycle-controller,garbage-collector-controller")
+		"--controllers="+controllers)
 	if err != nil {
 		return nil, err
 	}
