@@ -18,6 +18,17 @@ struct Problem {
   std::string key, reason;
 };
 
+// A DNS subdomain (RFC 1123), as a Node's name is: it becomes part of the API path the condition is
+// written to.
+bool is_node_name(std::string_view name) {
+  if (name.empty() || name.size() > 253 || name.front() == '.' || name.back() == '.' || name.front() == '-' ||
+      name.back() == '-') {
+    return false;
+  }
+  return std::all_of(name.begin(), name.end(),
+                     [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '.'; });
+}
+
 std::string child(const std::string& path, const std::string& key) { return path.empty() ? key : path + "." + key; }
 
 std::string scalar(const YAML::Node& node, const std::string& key) {
@@ -270,6 +281,8 @@ class Reader {
          {"cdiRoot", [this](const YAML::Node& n, const std::string& key) { c_.cdi_root = scalar(n, key); }},
          {"metricsAddress",
           [this](const YAML::Node& n, const std::string& key) { c_.metrics_address = scalar(n, key); }},
+         {"nodeName", [this](const YAML::Node& n, const std::string& key) { c_.node_name = scalar(n, key); }},
+         {"policyDir", [this](const YAML::Node& n, const std::string& key) { c_.policy_dir = scalar(n, key); }},
          {"hostDevices", [this](const YAML::Node& n, const std::string& key) { host_devices(n, key); }},
          {"health", [this](const YAML::Node& n, const std::string& key) { health(n, key); }}});
   }
@@ -354,6 +367,10 @@ std::optional<std::string> check_config(const PluginConfig& config) {
   const std::string& prefix = config.gpu.cdi_annotation_prefix;
   if (prefix.empty() || !prefix.ends_with('/') || prefix.find('/') != prefix.size() - 1) {
     return "the CDI annotation prefix must be a domain and a slash, such as cdi.k8s.io/";
+  }
+  if (!config.node_name.empty() && !is_node_name(config.node_name)) {
+    return "the node name \"" + config.node_name +
+           "\" is not a Kubernetes object name (lower case letters, digits, '-' and '.')";
   }
   std::set<std::string> names = {config.resource_name};
   for (const HostDevice& device : config.host_devices) {

@@ -69,6 +69,8 @@ std::optional<std::string> apply_flags(const po::variables_map& flags, PluginCon
     *xids = std::move(*parsed);
   }
   if (given("metrics-address")) c.metrics_address = text("metrics-address");
+  if (given("node-name")) c.node_name = text("node-name");
+  if (given("policy-dir")) c.policy_dir = text("policy-dir");
   return check_config(c);
 }
 
@@ -109,7 +111,12 @@ void add_flags(po::options_description& description) {
       "XIDs after which a GPU needs a reset: unhealthy until NVML shows it was reset (default "
       "48,62,64,74,79,94,95,110,119,120,136,140,143,155,156,158)")(
       "metrics-address", po::value<std::string>(),
-      "IP:port for /healthz, /readyz and /metrics over plain HTTP (default 0.0.0.0:8080)");
+      "IP:port for /healthz, /readyz and /metrics over plain HTTP (default 0.0.0.0:8080)")(
+      "node-name", po::value<std::string>(),
+      "this node's name: the plugin keeps its GPUIsolation condition (needs patch on nodes/status); default "
+      "none, no condition")("policy-dir", po::value<std::string>(),
+                            "the webhook's policy ConfigMap, mounted: the condition judges its visibleDevicesValue "
+                            "(default: none)");
 }
 
 std::optional<PluginConfig> config_from(const po::variables_map& flags, std::vector<std::string>& warnings) {

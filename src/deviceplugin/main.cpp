@@ -4,6 +4,7 @@
 
 #include <iostream>
 
+#include "gpuguard/cli/apiserver_flags.hpp"
 #include "gpuguard/cli/command_line.hpp"
 #include "gpuguard/deviceplugin/flags.hpp"
 #include "node_report_command.hpp"
@@ -46,6 +47,7 @@ int main(int argc, char** argv) {
       "  gpuguard-device-plugin node-report [--host-root DIR] [--value none|void] [--format text|json]\n"
       "      does the value the webhook injects keep GPUs out on this node? (node-report --help)\n\nOptions");
   deviceplugin::add_flags(description);
+  cli::add_apiserver_flags(description);
   description.add_options()("check-config", po::bool_switch(),
                             "read the config file and the flags, print what they come to, and exit: 0 when valid, 2 "
                             "when not");
@@ -59,5 +61,14 @@ int main(int argc, char** argv) {
     print_config(*config, warnings);
     return 0;
   }
-  return cli::run_service([&] { deviceplugin::serve(*config, warnings); });
+  std::optional<kube::ApiServer> apiserver;
+  if (!config->node_name.empty()) {
+    try {
+      apiserver = cli::api_server(*parsed.flags);
+    } catch (const std::exception& e) {
+      std::cerr << "gpuguard-device-plugin: --node-name needs the Kubernetes API: " << e.what() << "\n";
+      return 2;
+    }
+  }
+  return cli::run_service([&] { deviceplugin::serve(*config, warnings, apiserver); });
 }

@@ -1,4 +1,4 @@
-// NodeIsolation: the node report's latest verdicts as Prometheus series.
+// NodeIsolation: the node report's latest verdicts, and the Node condition's writes, as Prometheus series.
 #include "gpuguard/deviceplugin/node_isolation.hpp"
 
 #include <array>
@@ -18,8 +18,21 @@ bool NodeIsolation::update(const nodereport::Report& none, const nodereport::Rep
   return true;
 }
 
-void NodeIsolation::render_metrics(std::string& out) const {
+void NodeIsolation::count_condition_write(bool success) {
   const std::lock_guard lock(mutex_);
+  ++condition_writes_.at(success ? 0 : 1);
+}
+
+void NodeIsolation::render_metrics(std::string& out) const {
+  render_reloads(out, false);
+  const std::lock_guard lock(mutex_);
+  metrics::header(out, "gpuguard_device_plugin_node_condition_writes_total", "counter",
+                  "Writes of this node's GPUIsolation condition to its Node object, by result.");
+  out.append("gpuguard_device_plugin_node_condition_writes_total{result=\"success\"} ")
+      .append(std::to_string(condition_writes_[0]))
+      .append("\ngpuguard_device_plugin_node_condition_writes_total{result=\"failure\"} ")
+      .append(std::to_string(condition_writes_[1]))
+      .append("\n");
   if (!none_ || !void_) return;
   metrics::header(out, "gpuguard_device_plugin_value_honoured", "gauge",
                   "1 when NVIDIA_VISIBLE_DEVICES=<value> keeps GPUs out of a container without one on this "

@@ -13,11 +13,13 @@
 #include "gpuguard/deviceplugin/health.hpp"
 #include "gpuguard/deviceplugin/host_device.hpp"
 #include "gpuguard/deviceplugin/kubelet_session.hpp"
+#include "gpuguard/deviceplugin/node_condition_writer.hpp"
 #include "gpuguard/deviceplugin/plugin_server.hpp"
 #include "gpuguard/deviceplugin/status_handler.hpp"
 #include "gpuguard/files/poller.hpp"
 #include "gpuguard/log/log.hpp"
 #include "gpuguard/nodereport/host_root.hpp"
+#include "gpuguard/policy/policy_watcher.hpp"
 #include "gpuguard/server/http_server.hpp"
 
 namespace gpuguard::deviceplugin {
@@ -26,11 +28,14 @@ namespace {
 using namespace std::chrono_literals;
 
 // The node report (`node-report` prints it whole) for both values the webhook can inject, kept for
-// /metrics; logged with what it found to warn about at start and whenever it changes.
-void judge_node(const std::filesystem::path& host_root, NodeIsolation& isolation) {
+// /metrics, and for the policy's value as the Node condition; logged with what it found to warn about at
+// start and whenever it changes.
+void judge_node(const std::filesystem::path& host_root, const std::string& value, NodeIsolation& isolation,
+                NodeConditionWriter* condition) {
   const nodereport::HostRoot host(host_root);
   const nodereport::Report none = nodereport::judge(host, "none");
   const nodereport::Report void_value = nodereport::judge(host, "void");
+  if (condition != nullptr) condition->update(value == "void" ? void_value : none, std::chrono::system_clock::now());
   if (!isolation.update(none, void_value)) return;
   log::info("node report", {{"none", nodereport::verdict_name(none.verdict)},
                             {"void", nodereport::verdict_name(void_value.verdict)},
@@ -122,7 +127,8 @@ std::vector<std::unique_ptr<GpuResource>> gpu_resources(const PluginConfig& c, c
 
 }  // namespace
 
-void serve(const PluginConfig& c, const std::vector<std::string>& config_warnings) {
+void serve(const PluginConfig& c, const std::vector<std::string>& config_warnings,
+           const std::optional<kube::ApiServer>& apiserver) {
   for (const std::string& warning : config_warnings) log::warn("config file", {{"reason", warning}});
   Discovery found = discover(c.discovery, c.host_root);
   const std::string health = !c.health_checks ? "off" : found.nvml ? "nvml" : "presence";
@@ -142,7 +148,17 @@ void serve(const PluginConfig& c, const std::vector<std::string>& config_warning
     resources.push_back(std::move(gpu));
   }
   NodeIsolation isolation;
-  if (!gpu_sets.empty()) judge_node(c.host_root, isolation);
+  policy::PolicyWatcher policy(c.policy_dir, isolation);
+  std::optional<NodeConditionWriter> condition;
+  if (apiserver && !c.node_name.empty()) condition.emplace(*apiserver, c.node_name, isolation);
+  const auto judge = [&] {
+    judge_node(c.host_root, policy.current()->visible_devices_value, isolation, condition ? &*condition : nullptr);
+  };
+  if (!gpu_sets.empty()) {
+    judge();
+  } else if (condition) {
+    log::info("no GPU served: no node condition written", {{"node", c.node_name}});
+  }
   std::vector<HostDeviceResource*> host_devices;
   for (const HostDevice& device : c.host_devices) {
     auto resource = std::make_unique<HostDeviceResource>(device, c.host_root);
@@ -195,9 +211,9 @@ void serve(const PluginConfig& c, const std::vector<std::string>& config_warning
   }
   kubelet.reconcile();
   files::Poller session(1s, [&kubelet] { kubelet.reconcile(); });
+  policy.watch(1s);
   std::optional<files::Poller> node_report;
-  if (!gpu_sets.empty())
-    node_report.emplace(kNodeReportInterval, [&c, &isolation] { judge_node(c.host_root, isolation); });
+  if (!gpu_sets.empty()) node_report.emplace(kNodeReportInterval, judge);
   status.run();  // until SIGTERM or SIGINT
   kubelet.stop();
 }

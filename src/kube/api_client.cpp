@@ -1,10 +1,11 @@
-// The transport half of list-and-watch, and the second translation unit that instantiates Beast (its
-// HTTP client side), after src/server.
+// The transport half of list-and-watch, and of the one-shot requests (a Node status PATCH); the second
+// translation unit that instantiates Beast (its HTTP client side), after src/server.
 #include "api_client.hpp"
 
 #include <openssl/ssl.h>
 
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ssl/context.hpp>
@@ -44,6 +45,8 @@ constexpr auto kNoThrow = asio::as_tuple(asio::use_awaitable);
 static_assert(kJsonPadding >= simdjson::SIMDJSON_PADDING);
 // A page of 500 pods is a few MB; an apiserver that ignores `limit` may send the whole collection.
 constexpr std::uint64_t kListBodyLimit = 1ULL << 30;
+// A Node, as a PATCH returns it, is tens of KB.
+constexpr std::uint64_t kReplyBodyLimit = 1ULL << 20;
 
 std::string percent_encode(std::string_view text) {
   static constexpr char kHex[] = "0123456789ABCDEF";
@@ -231,20 +234,80 @@ asio::awaitable<std::unique_ptr<Connection>> ApiClient::connect(std::string& err
   co_return connection;
 }
 
-template <typename Stream>
-asio::awaitable<bool> ApiClient::send_get(Stream& stream, const std::string& target, std::string& error) {
+template <typename Message>
+bool ApiClient::authorize(Message& request, std::string& error) const {
   const auto token = bearer_token(error);
-  if (!token) co_return false;
-  http::request<http::empty_body> request{http::verb::get, target, 11};
+  if (!token) return false;
   request.set(http::field::host, bracketed(server_.host) + ":" + server_.port);
   request.set(http::field::accept, "application/json");
   request.set(http::field::user_agent, options_.user_agent);
   if (!token->empty()) request.set(http::field::authorization, "Bearer " + *token);
+  return true;
+}
+
+template <typename Stream>
+asio::awaitable<bool> ApiClient::send_get(Stream& stream, const std::string& target, std::string& error) {
+  http::request<http::empty_body> request{http::verb::get, target, 11};
+  if (!authorize(request, error)) co_return false;
   if (auto [e, n] = co_await http::async_write(stream, request, kNoThrow); e) {
     error = "sending the request failed: " + e.message();
     co_return false;
   }
   co_return true;
+}
+
+asio::awaitable<Reply> ApiClient::send(const Request& r, std::chrono::milliseconds timeout) {
+  Reply reply;
+  const http::verb verb = http::string_to_verb(r.method);
+  if (verb == http::verb::unknown) {
+    reply.error = "unknown HTTP method " + r.method;
+    co_return reply;
+  }
+  auto connection = co_await connect(reply.error);
+  if (!connection) co_return reply;
+  Stream& stream = connection->stream;
+  beast::get_lowest_layer(stream).expires_after(timeout);
+  http::request<http::string_body> request{verb, server_.path_prefix + r.path, 11};
+  if (!authorize(request, reply.error)) co_return reply;
+  if (!r.content_type.empty()) request.set(http::field::content_type, r.content_type);
+  request.body() = r.body;
+  request.prepare_payload();
+  if (auto [e, n] = co_await http::async_write(stream, request, kNoThrow); e) {
+    reply.error = "sending the request failed: " + e.message();
+    co_return reply;
+  }
+  beast::flat_buffer buffer;
+  http::response_parser<http::string_body> parser;
+  parser.body_limit(kReplyBodyLimit);
+  if (auto [e, n] = co_await http::async_read(stream, buffer, parser, kNoThrow); e) {
+    reply.error = "reading the answer failed: " + e.message();
+    co_return reply;
+  }
+  reply.status = parser.get().result_int();
+  reply.body = std::move(parser.get().body());
+  if (reply.status < 200 || reply.status >= 300) {
+    std::string copy = reply.body;
+    reply.error = "HTTP " + std::to_string(reply.status) + ": " + status_message(json_, copy);
+  }
+  beast::get_lowest_layer(stream).expires_after(std::chrono::seconds(2));
+  co_await stream.async_shutdown(kNoThrow);
+  co_return reply;
+}
+
+Reply send_request(const ApiServer& server, const Request& request, std::chrono::milliseconds timeout) {
+  asio::io_context ioc;
+  InformerOptions options;
+  options.connect_timeout = timeout;
+  options.user_agent = request.user_agent;
+  ApiClient client(ioc, server, options);
+  Reply reply;
+  asio::co_spawn(
+      ioc, [&]() -> asio::awaitable<void> { reply = co_await client.send(request, timeout); },
+      [](const std::exception_ptr& e) {
+        if (e) std::rethrow_exception(e);
+      });
+  ioc.run();
+  return reply;
 }
 
 // Every page of the collection into the store; returns its resourceVersion, or nullopt after logging why

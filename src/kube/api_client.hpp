@@ -1,7 +1,7 @@
 #pragma once
 // The transport half of list-and-watch, as client-go's ListerWatcher over its REST client: a paged list
-// and a watch stream against one apiserver, over HTTPS with the bearer token. It keeps no state between
-// calls and decides nothing about retries: kube::Reflector does.
+// and a watch stream against one apiserver, over HTTPS with the bearer token, and the one-shot requests of
+// request.hpp. It keeps no state between calls and decides nothing about retries: kube::Reflector does.
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/io_context.hpp>
 
@@ -15,6 +15,7 @@
 #include "gpuguard/kube/api_server.hpp"
 #include "gpuguard/kube/informer.hpp"
 #include "gpuguard/kube/reflector.hpp"
+#include "gpuguard/kube/request.hpp"
 
 namespace gpuguard::kube {
 
@@ -31,11 +32,15 @@ class ApiClient {
   // `timeout` is what the apiserver is asked to end the watch after.
   boost::asio::awaitable<WatchEnd> watch(WatchedResource& resource, std::string& version,
                                          std::chrono::milliseconds timeout);
+  // One request with a body (a PATCH of a status), answered whole within `timeout`.
+  boost::asio::awaitable<Reply> send(const Request& request, std::chrono::milliseconds timeout);
 
  private:
   boost::asio::awaitable<std::unique_ptr<Connection>> connect(std::string& error);
   template <typename Stream>
   boost::asio::awaitable<bool> send_get(Stream& stream, const std::string& target, std::string& error);
+  template <typename Message>
+  bool authorize(Message& request, std::string& error) const;
   std::optional<std::string> bearer_token(std::string& error) const;
   std::string target(const WatchedResource& resource, std::string query) const;
 

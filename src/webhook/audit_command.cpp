@@ -9,6 +9,7 @@
 
 #include "gpuguard/admission/review.hpp"
 #include "gpuguard/log/log.hpp"
+#include "gpuguard/nodereport/node_condition.hpp"
 #include "gpuguard/webhook/claim_cache.hpp"
 #include "offline.hpp"
 
@@ -19,13 +20,25 @@ namespace po = boost::program_options;
 using nlohmann::json;
 
 constexpr const char* kUsage =
-    "usage: gpuguard-webhook audit [--policy-dir DIR] [--claims FILE] [--output table|json] FILE|-\n"
+    "usage: gpuguard-webhook audit [--policy-dir DIR] [--claims FILE] [--nodes FILE] [--output table|json] FILE|-\n"
     "  FILE: a PodList, as `kubectl get pods -A -o json` prints it (- for standard input)\n"
-    "  --claims FILE: `kubectl get resourceclaims,resourceclaimtemplates -A -o json`, to resolve DRA claims\n";
+    "  --claims FILE: `kubectl get resourceclaims,resourceclaimtemplates -A -o json`, to resolve DRA claims\n"
+    "  --nodes FILE: `kubectl get nodes -o json`, to list the nodes whose GPUIsolation condition is not True\n";
 
 struct Row {
   std::string namespace_, pod;
   admission::Exposure exposure;
+};
+
+// The nodes of `--nodes`: how many, how many carry the device plugin's GPUIsolation condition, and those
+// where it is not True (the value the webhook injects does not keep GPUs out there).
+struct NodeRow {
+  std::string name;
+  nodereport::SeenCondition condition;
+};
+struct Nodes {
+  std::size_t total = 0, reporting = 0;
+  std::vector<NodeRow> not_holding;
 };
 
 // "app", or "setup (initContainers)" for a container outside spec.containers.
@@ -47,35 +60,52 @@ std::size_t exposed_pods(const std::vector<Row>& rows) {
   return count;
 }
 
-void print_table(const std::vector<Row>& rows, std::size_t pods) {
-  const std::vector<std::string> header = {"NAMESPACE", "POD", "CONTAINER", "DOOR", "DETAIL", "WEBHOOK WOULD"};
-  std::vector<std::size_t> width(header.size());
-  auto cells = [](const Row& r) {
-    return std::vector<std::string>{
-        r.namespace_, r.pod, container_cell(r.exposure), r.exposure.door, r.exposure.detail, r.exposure.webhook};
-  };
-  for (std::size_t i = 0; i < header.size(); ++i) width[i] = header[i].size();
-  for (const Row& row : rows) {
-    const auto c = cells(row);
-    for (std::size_t i = 0; i < c.size(); ++i) width[i] = std::max(width[i], c[i].size());
+// Columns padded to their widest cell, two spaces apart; the last one is not padded.
+void print_columns(const std::vector<std::vector<std::string>>& lines) {
+  std::vector<std::size_t> width(lines.front().size());
+  for (const auto& cells : lines) {
+    for (std::size_t i = 0; i < cells.size(); ++i) width[i] = std::max(width[i], cells[i].size());
   }
-  auto line = [&](const std::vector<std::string>& c) {
+  for (const auto& cells : lines) {
     std::string out;
-    for (std::size_t i = 0; i < c.size(); ++i) {
-      out += c[i];
-      if (i + 1 < c.size()) out += std::string(width[i] - c[i].size() + 2, ' ');
+    for (std::size_t i = 0; i < cells.size(); ++i) {
+      out += cells[i];
+      if (i + 1 < cells.size()) out += std::string(width[i] - cells[i].size() + 2, ' ');
     }
     std::cout << out << "\n";
-  };
+  }
+}
+
+void print_nodes_table(const Nodes& nodes) {
+  std::cout << "\n";
+  if (!nodes.not_holding.empty()) {
+    std::vector<std::vector<std::string>> lines = {{"NODE", "GPUISOLATION", "REASON", "SINCE", "MESSAGE"}};
+    for (const NodeRow& n : nodes.not_holding) {
+      lines.push_back(
+          {n.name, n.condition.status, n.condition.reason, n.condition.last_transition_time, n.condition.message});
+    }
+    print_columns(lines);
+    std::cout << "\n";
+  }
+  std::cout << "GPU isolation does not hold on " << nodes.not_holding.size() << " of " << nodes.total << " nodes ("
+            << nodes.reporting << " report the GPUIsolation condition)\n";
+}
+
+void print_table(const std::vector<Row>& rows, std::size_t pods) {
   if (!rows.empty()) {
-    line(header);
-    for (const Row& row : rows) line(cells(row));
+    std::vector<std::vector<std::string>> lines = {
+        {"NAMESPACE", "POD", "CONTAINER", "DOOR", "DETAIL", "WEBHOOK WOULD"}};
+    for (const Row& r : rows) {
+      lines.push_back(
+          {r.namespace_, r.pod, container_cell(r.exposure), r.exposure.door, r.exposure.detail, r.exposure.webhook});
+    }
+    print_columns(lines);
     std::cout << "\n";
   }
   std::cout << rows.size() << " exposures in " << exposed_pods(rows) << " of " << pods << " pods\n";
 }
 
-void print_json(const std::vector<Row>& rows, std::size_t pods) {
+void print_json(const std::vector<Row>& rows, std::size_t pods, const std::optional<Nodes>& nodes) {
   json exposures = json::array();
   for (const Row& r : rows) {
     exposures.push_back({{"namespace", r.namespace_},
@@ -86,7 +116,53 @@ void print_json(const std::vector<Row>& rows, std::size_t pods) {
                          {"detail", r.exposure.detail},
                          {"webhook", r.exposure.webhook}});
   }
-  std::cout << json{{"pods", pods}, {"exposedPods", exposed_pods(rows)}, {"exposures", exposures}}.dump(2) << "\n";
+  json report = {{"pods", pods}, {"exposedPods", exposed_pods(rows)}, {"exposures", exposures}};
+  if (nodes) {
+    json not_holding = json::array();
+    for (const NodeRow& n : nodes->not_holding) {
+      not_holding.push_back({{"name", n.name},
+                             {"status", n.condition.status},
+                             {"reason", n.condition.reason},
+                             {"message", n.condition.message},
+                             {"lastTransitionTime", n.condition.last_transition_time},
+                             {"lastHeartbeatTime", n.condition.last_heartbeat_time}});
+    }
+    report["nodes"] = {{"nodes", nodes->total}, {"reporting", nodes->reporting}, {"notHolding", not_holding}};
+  }
+  std::cout << report.dump(2) << "\n";
+}
+
+// A NodeList (or one Node) into `nodes`; false after saying why on standard error.
+bool read_nodes(const std::string& source, Nodes& nodes) {
+  std::string text;
+  if (!read_source(source, text)) {
+    std::cerr << "gpuguard-webhook audit: cannot read " << source << "\n";
+    return false;
+  }
+  const json document = json::parse(text, nullptr, false);
+  std::vector<json> items;
+  if (document.is_object() && document.contains("items") && document["items"].is_array()) {
+    items = document["items"].get<std::vector<json>>();
+  } else if (document.is_object() && text_at(document, "kind") == "Node") {
+    items.push_back(document);
+  } else {
+    std::cerr << "gpuguard-webhook audit: " << source << " is not a NodeList (kubectl get nodes -o json) or a Node\n";
+    return false;
+  }
+  for (const json& node : items) {
+    if (!node.is_object() || text_at(node, "kind") != "Node") {
+      std::cerr << "gpuguard-webhook audit: " << source << " holds something other than Nodes\n";
+      return false;
+    }
+    ++nodes.total;
+    const auto condition = nodereport::seen_condition(node.dump());
+    if (!condition) continue;
+    ++nodes.reporting;
+    if (condition->status == "True") continue;
+    const json& metadata = node.contains("metadata") ? node["metadata"] : json::object();
+    nodes.not_holding.push_back({metadata.is_object() ? text_at(metadata, "name") : "", *condition});
+  }
+  return true;
 }
 
 }  // namespace
@@ -94,7 +170,8 @@ void print_json(const std::vector<Row>& rows, std::size_t pods) {
 int run_audit_command(const std::vector<std::string>& args) {
   po::options_description options;
   options.add_options()("policy-dir", po::value<std::string>())("claims", po::value<std::string>())(
-      "output", po::value<std::string>()->default_value("table"))("pods", po::value<std::string>());
+      "output", po::value<std::string>()->default_value("table"))("nodes", po::value<std::string>())(
+      "pods", po::value<std::string>());
   po::positional_options_description positional;
   positional.add("pods", 1);
   po::variables_map flags;
@@ -119,6 +196,8 @@ int run_audit_command(const std::vector<std::string>& args) {
   ClaimCache claims;
   if (flags.count("claims") && !load_claims("audit", flags["claims"].as<std::string>(), claims)) return 2;
   const ClaimCache* lookup = flags.count("claims") ? &claims : nullptr;
+  std::optional<Nodes> nodes;
+  if (flags.count("nodes") && !read_nodes(flags["nodes"].as<std::string>(), nodes.emplace())) return 2;
 
   std::string text;
   const std::string source = flags["pods"].as<std::string>();
@@ -153,11 +232,12 @@ int run_audit_command(const std::vector<std::string>& args) {
     }
   }
   if (output == "json") {
-    print_json(rows, pods.size());
+    print_json(rows, pods.size(), nodes);
   } else {
     print_table(rows, pods.size());
+    if (nodes) print_nodes_table(*nodes);
   }
-  return rows.empty() ? 0 : 1;
+  return rows.empty() && (!nodes || nodes->not_holding.empty()) ? 0 : 1;
 }
 
 }  // namespace gpuguard::webhook

@@ -147,13 +147,18 @@ void FakeApiserver::serve(std::shared_ptr<Connection> connection) {
   if (ec) return;
   boost::beast::flat_buffer buffer;
   for (;;) {
-    http::request<http::empty_body> request;
+    http::request<http::string_body> request;
     http::read(connection->stream, buffer, request, ec);
     if (ec) return;
     const std::string target(request.target());
     const std::size_t question = target.find('?');
-    Request seen{target.substr(0, question), question == std::string::npos ? "" : target.substr(question + 1),
-                 std::string(request[http::field::authorization]), 0};
+    Request seen{target.substr(0, question),
+                 question == std::string::npos ? "" : target.substr(question + 1),
+                 std::string(request[http::field::authorization]),
+                 0,
+                 std::string(request.method_string()),
+                 std::string(request[http::field::content_type]),
+                 request.body()};
     const auto query = parse_query(seen.query);
     std::string resource;
     if (seen.path == "/api/v1/pods") resource = "pods";
@@ -177,6 +182,9 @@ void FakeApiserver::serve(std::shared_ptr<Connection> connection) {
     };
     if (seen.authorization != "Bearer " + token) {
       reply(401, status_object(401, "Unauthorized", "Unauthorized"));
+    } else if (request.method() == http::verb::patch) {
+      const auto [status, body] = patch_node_status(seen);
+      reply(status, body);
     } else if (resource.empty()) {
       reply(404, status_object(404, "NotFound", "the server could not find the requested resource"));
     } else if (query.count("watch") && query.at("watch") != "false" && query.at("watch") != "0") {
@@ -187,6 +195,50 @@ void FakeApiserver::serve(std::shared_ptr<Connection> connection) {
     }
     if (ec) return;
   }
+}
+
+// A strategic merge patch of /api/v1/nodes/<name>/status that sets conditions: each is merged into the
+// Node's by `type`, as the API server's strategy for NodeStatus.Conditions does.
+std::pair<unsigned, json> FakeApiserver::patch_node_status(const Request& seen) {
+  constexpr std::string_view kPrefix = "/api/v1/nodes/", kSuffix = "/status";
+  if (!seen.path.starts_with(kPrefix) || !seen.path.ends_with(kSuffix))
+    return {405, status_object(405, "MethodNotAllowed", "only a Node's status is patched here")};
+  if (seen.content_type != "application/strategic-merge-patch+json")
+    return {415, status_object(415, "UnsupportedMediaType", "the body of the request was in an unknown format")};
+  const json patch = json::parse(seen.body, nullptr, false);
+  if (!patch.is_object()) return {400, status_object(400, "BadRequest", "the patch is not a JSON object")};
+  const std::string name = seen.path.substr(kPrefix.size(), seen.path.size() - kPrefix.size() - kSuffix.size());
+  json node;
+  {
+    std::lock_guard lock(impl_->mutex);
+    auto& nodes = impl_->objects["nodes"];
+    const auto it = nodes.find(name);
+    if (it == nodes.end()) return {404, status_object(404, "NotFound", "nodes \"" + name + "\" not found")};
+    node = it->second;
+  }
+  if (patch.contains("status") && patch["status"].contains("conditions")) {
+    json& conditions = node["status"]["conditions"];
+    if (!conditions.is_array()) conditions = json::array();
+    for (const json& change : patch["status"]["conditions"]) {
+      auto same_type = std::find_if(conditions.begin(), conditions.end(),
+                                    [&](const json& c) { return c.value("type", "") == change.value("type", ""); });
+      if (same_type == conditions.end()) {
+        conditions.push_back(change);
+      } else {
+        same_type->update(change);
+      }
+    }
+    put("nodes", node);
+  }
+  std::lock_guard lock(impl_->mutex);
+  return {200, impl_->objects["nodes"][name]};
+}
+
+json FakeApiserver::object(const std::string& resource, const std::string& name) const {
+  std::lock_guard lock(impl_->mutex);
+  const auto collection = impl_->objects.find(resource);
+  if (collection == impl_->objects.end() || !collection->second.count(name)) return nullptr;
+  return collection->second.at(name);
 }
 
 void FakeApiserver::answer_list(Connection& connection, const std::string& resource, Request seen) {

@@ -1,6 +1,7 @@
 #pragma once
-// A Kubernetes API server just big enough for list and watch of pods and nodes, over real TLS (the test
-// CA's 127.0.0.1 certificate) with a bearer token. It keeps a history of events, as etcd does, so that a
+// A Kubernetes API server just big enough for list and watch of pods and nodes, and for the PATCH of a
+// Node's status conditions that the device plugin sends, over real TLS (the test CA's 127.0.0.1
+// certificate) with a bearer token. It keeps a history of events, as etcd does, so that a
 // watch resumed from a resourceVersion gets what it missed, until compact() forgets it: then such a
 // watch gets 410 Gone. Tests can cut every open watch stream mid-flight.
 #include <condition_variable>
@@ -37,9 +38,13 @@ class FakeApiserver {
   void hold_lists(bool hold);
   std::string resource_version() const;
 
+  // nullptr when there is no such object.
+  nlohmann::json object(const std::string& resource, const std::string& name) const;
+
   struct Request {
     std::string path, query, authorization;
     unsigned status = 0;
+    std::string method, content_type, body;
   };
   std::vector<Request> requests() const;
   // Requests for `resource` that were lists (watch=false) or watches, answered with `status` (0: any).
@@ -56,6 +61,7 @@ class FakeApiserver {
   void serve(std::shared_ptr<Connection> connection);
   void answer_list(Connection& connection, const std::string& resource, Request seen);
   void answer_watch(Connection& connection, const std::string& resource, Request seen);
+  std::pair<unsigned, nlohmann::json> patch_node_status(const Request& seen);
 
   struct Impl;
   std::unique_ptr<Impl> impl_;

@@ -160,6 +160,21 @@ def check_device_plugin(docs):
     assert next(v for v in daemonset["volumes"] if v["name"] == all_gpus)["hostPath"] == {"path": "/dev/null", "type": "CharDevice"}
     paths = {v["hostPath"]["path"] for v in daemonset["volumes"] if "hostPath" in v}
     assert {"/var/lib/kubelet/device-plugins", "/dev", "/proc/driver/nvidia"} <= paths
+    # The Node condition: this node's name from the downward API, the webhook's policy read-only, and a
+    # token allowed to patch nodes/status, nothing more.
+    assert "--node-name=$(NODE_NAME)" in plugin["args"] and "--policy-dir=/etc/gpuguard/policy" in plugin["args"]
+    [node_name] = [e for e in plugin["env"] if e["name"] == "NODE_NAME"]
+    assert node_name["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    assert mounts["/etc/gpuguard/policy"] is True
+    policy = next(m["name"] for m in plugin["volumeMounts"] if m["mountPath"] == "/etc/gpuguard/policy")
+    assert by_name[policy]["configMap"]["name"] == "gpuguard-policy"
+    assert daemonset["automountServiceAccountToken"] is True
+    assert one(docs, "ClusterRole", "gpuguard-device-plugin")["rules"] == [
+        {"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]}]
+    binding = one(docs, "ClusterRoleBinding", "gpuguard-device-plugin")
+    assert binding["roleRef"]["name"] == "gpuguard-device-plugin"
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": daemonset["serviceAccountName"],
+                                    "namespace": "gpuguard-system"}]
     check_plugin_container(daemonset)
     return plugin["args"]
 
@@ -167,6 +182,7 @@ def check_device_plugin(docs):
 def check_host_devices(docs):
     """Host devices on every node, with no GPU resource of their own."""
     hosts = one(docs, "DaemonSet", "gpuguard-host-devices")["spec"]["template"]["spec"]
+    assert hosts["automountServiceAccountToken"] is False
     [devices] = hosts["containers"]
     assert hosts["tolerations"] == [{"operator": "Exists"}] and "affinity" not in hosts and "nodeSelector" not in hosts
     assert "--discovery=none" in devices["args"]

@@ -92,7 +92,9 @@ os.makedirs(f"{work}/strict-policy")
 for key, value in policy.items():
     open(f"{work}/strict-policy/{key}", "w").write(value)
 open(f"{work}/device-plugin.yaml", "w").write(one(docs, "ConfigMap", "gpuguard-device-plugin")["data"]["config.yaml"])
-open(f"{work}/device-plugin.args", "w").write("\n".join(a for a in args if not a.startswith("--config-file")))
+# $(NODE_NAME) as the kubelet expands it.
+open(f"{work}/device-plugin.args", "w").write(
+    "\n".join(a.replace("$(NODE_NAME)", "gpu-node-1") for a in args if not a.startswith("--config-file")))
 print("helm: the defaults, cert-manager, webhook-only and strict render and hold")
 PY
 

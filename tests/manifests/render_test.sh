@@ -80,7 +80,7 @@ kinds = sorted(d["kind"] for d in docs)
 assert kinds == sorted(["Namespace", "ServiceAccount", "ServiceAccount", "Secret", "Secret", "Service", "Deployment", "NetworkPolicy",
                         "ConfigMap", "PodDisruptionBudget", "MutatingWebhookConfiguration", "DaemonSet", "DaemonSet",
                         "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "ClusterRole",
-                        "ClusterRoleBinding"]), kinds
+                        "ClusterRoleBinding", "ClusterRole", "ClusterRoleBinding"]), kinds
 check_namespaces(docs, "gpuguard-system")
 policy = check_webhook(docs, "gpuguard-system", ["kube-system", "kube-node-lease"], ca=open(sys.argv[2]).read())
 check_network_policy(docs)

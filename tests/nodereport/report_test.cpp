@@ -12,6 +12,7 @@
 
 #include "files.hpp"
 #include "gpuguard/nodereport/host_root.hpp"
+#include "gpuguard/nodereport/node_condition.hpp"
 
 using namespace gpuguard;
 namespace fs = std::filesystem;
@@ -42,6 +43,9 @@ TEST_CASE("node report: every fixture host root gets its verdict for none and fo
       if (report.verdict == nodereport::Verdict::not_acted_on) CHECK_FALSE(report.doors.empty());
       const auto json = nlohmann::json::parse(nodereport::to_json(report));  // whatever bytes the files held
       CHECK(json["verdict"] == expect[value]);
+      const nodereport::Condition condition = nodereport::condition_of(report);
+      CHECK(condition.status == (report.value_honoured() ? "True" : "False"));
+      CHECK_THAT(condition.message, Catch::StartsWith("NVIDIA_VISIBLE_DEVICES=" + value + ": "));
       for (const auto& finding : report.findings) {
         if (finding.code == "malformed-file") CHECK(finding.line > 0);
       }
@@ -53,6 +57,34 @@ TEST_CASE("node report: every fixture host root gets its verdict for none and fo
     ++cases;
   }
   CHECK(cases >= 20);
+}
+
+TEST_CASE("node report: the Node condition's patch is read back as written, merged by type among others") {
+  nodereport::Report report;
+  report.value = "none";
+  report.verdict = nodereport::Verdict::breaks_pods;
+  report.reason = "cdi mode and no CDI device nvidia.com/gpu=none";
+  const nodereport::Condition condition = nodereport::condition_of(report);
+  CHECK(condition.status == "False");
+  CHECK(condition.reason == "BreaksPods");
+  const auto patch = nlohmann::json::parse(
+      nodereport::condition_patch(condition, nodereport::rfc3339(1764072000), nodereport::rfc3339(0)));
+  REQUIRE(patch["status"]["conditions"].size() == 1);
+  CHECK(patch["status"]["conditions"][0]["type"] == "GPUIsolation");
+  CHECK(patch["status"]["conditions"][0]["lastHeartbeatTime"] == "2025-11-25T12:00:00Z");
+  CHECK(patch["status"]["conditions"][0]["lastTransitionTime"] == "1970-01-01T00:00:00Z");
+
+  nlohmann::json node = {{"kind", "Node"}, {"status", {{"conditions", {{{"type", "Ready"}, {"status", "True"}}}}}}};
+  CHECK_FALSE(nodereport::seen_condition(node.dump()));
+  node["status"]["conditions"].push_back(patch["status"]["conditions"][0]);
+  const auto seen = nodereport::seen_condition(node.dump());
+  REQUIRE(seen);
+  CHECK(seen->status == "False");
+  CHECK(seen->reason == "BreaksPods");
+  CHECK(seen->message == condition.message);
+  CHECK(seen->last_transition_time == "1970-01-01T00:00:00Z");
+  for (const char* malformed : {"", "[]", "{\"status\": 1}", "{\"status\": {\"conditions\": {}}}", "{"})
+    CHECK_FALSE(nodereport::seen_condition(malformed));
 }
 
 TEST_CASE("node report: the facts say what was read, and drop-ins override the main file") {

@@ -33,6 +33,11 @@ struct PluginConfig {
   bool health_checks = true;
   NvmlHealthOptions health;
   std::string metrics_address = "0.0.0.0:8080";
+  // The Node whose GPUIsolation condition the plugin keeps; empty: no condition is written.
+  std::string node_name;
+  // The webhook's policy ConfigMap, mounted: the condition judges its visibleDevicesValue. Without it,
+  // the default policy's (none).
+  std::optional<std::filesystem::path> policy_dir;
 };
 
 struct ConfigFileResult {

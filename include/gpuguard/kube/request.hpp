@@ -1,0 +1,28 @@
+#pragma once
+// One request to the Kubernetes API that is not a list or a watch: the device plugin's PATCH of its
+// Node's status. Blocking, on an io_context of its own, bounded by a timeout; for a caller that writes
+// rarely (a Node condition on change and every few minutes), which needs no connection kept open.
+#include <chrono>
+#include <string>
+
+#include "gpuguard/kube/api_server.hpp"
+
+namespace gpuguard::kube {
+
+struct Request {
+  std::string method;  // "PATCH", "GET"
+  std::string path;    // "/api/v1/nodes/n1/status", without the server's path prefix
+  std::string content_type;
+  std::string body;
+  std::string user_agent = "gpuguard";
+};
+
+struct Reply {
+  unsigned status = 0;  // 0: no HTTP answer; `error` says why
+  std::string body;     // up to 1 MiB
+  std::string error;    // the transport's failure, or the Status message of a non-2xx answer
+};
+
+Reply send_request(const ApiServer& server, const Request& request, std::chrono::milliseconds timeout);
+
+}  // namespace gpuguard::kube

@@ -1,0 +1,145 @@
+// The real gpuguard-device-plugin keeping its Node's GPUIsolation condition through a fake API server
+// over real TLS: the verdict for the policy's value, its change when the policy's value changes, a
+// restart that keeps lastTransitionTime, a failure counted and logged once, and the flags refused.
+#include <nlohmann/json.hpp>
+
+#include "fake_apiserver.hpp"
+#include "plugin_harness.hpp"
+#include "server_process.hpp"
+
+using namespace gpuguard::test;
+using nlohmann::json;
+
+namespace {
+
+json node_object(const std::string& name) {
+  return {
+      {"apiVersion", "v1"},
+      {"kind", "Node"},
+      {"metadata", {{"name", name}}},
+      {"status", {{"conditions", json::array({{{"type", "Ready"}, {"status", "True"}, {"reason", "KubeletReady"}}})}}}};
+}
+
+// The GPUIsolation condition on the fake's Node once `pred` holds for it (null when it never did in 20 s).
+template <typename Pred>
+json condition_when(const FakeApiserver& apiserver, const std::string& node, Pred pred) {
+  for (int i = 0; i < 200; ++i) {
+    json object = apiserver.object("nodes", node);
+    for (const json& c : object["status"]["conditions"]) {
+      if (c.value("type", "") == "GPUIsolation" && pred(c)) return c;
+    }
+    std::this_thread::sleep_for(100ms);
+  }
+  return nullptr;
+}
+
+struct ConditionNode : Node {
+  fs::path policy = host.root() / "policy";
+  fs::path token = host.root() / "token";
+  ConditionNode() {
+    // cdi mode with no device none (and no CDI root for the plugin to add one): none breaks pods, void
+    // is honoured.
+    host.write("etc/containerd/config.toml",
+               "version = 3\n[plugins.'io.containerd.cri.v1.runtime'.containerd]\ndefault_runtime_name = 'nvidia'\n"
+               "[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.nvidia.options]\n"
+               "BinaryName = '/usr/bin/nvidia-container-runtime'\n");
+    host.write("etc/nvidia-container-runtime/config.toml", "[nvidia-container-runtime]\nmode = 'cdi'\n");
+    host.write("policy/visibleDevicesValue", "none\n");
+    host.write("token", "node-token\n");
+  }
+  std::vector<std::string> flags(const FakeApiserver& apiserver) const {
+    return {"--cdi-root",      "",
+            "--node-name",     "gpu-1",
+            "--apiserver-url", apiserver.url(),
+            "--token-file",    token.string(),
+            "--ca-file",       certs_dir() + "/ca.crt",
+            "--policy-dir",    policy.string()};
+  }
+};
+
+}  // namespace
+
+TEST_CASE("node condition: GPUIsolation follows the policy's value, keeps its transition time across restarts") {
+  FakeApiserver apiserver("node-token");
+  apiserver.put("nodes", node_object("gpu-1"));
+  ConditionNode node;
+  std::string transition;
+  {
+    PluginProcess plugin(node.plugin_dir, node.host.root(), node.flags(apiserver));
+    const json broken = condition_when(apiserver, "gpu-1", [](const json& c) { return c["status"] == "False"; });
+    REQUIRE(broken.is_object());
+    CHECK(broken["reason"] == "BreaksPods");
+    CHECK_THAT(broken["message"].get<std::string>(), Catch::StartsWith("NVIDIA_VISIBLE_DEVICES=none: "));
+    CHECK(broken["lastHeartbeatTime"].get<std::string>().ends_with("Z"));
+    // Merged by type: the kubelet's condition is still there.
+    json object = apiserver.object("nodes", "gpu-1");
+    CHECK(object["status"]["conditions"].size() == 2);
+    CHECK(object["status"]["conditions"][0]["type"] == "Ready");
+    // Every write is a strategic merge patch of the Node's status, with the node's token.
+    for (const auto& r : apiserver.requests()) {
+      if (r.method != "PATCH") continue;
+      CHECK(r.path == "/api/v1/nodes/gpu-1/status");
+      CHECK(r.content_type == "application/strategic-merge-patch+json");
+      CHECK(r.authorization == "Bearer node-token");
+    }
+    const int port = plugin.status_port();
+    CHECK_THAT(http_get(port, "/metrics").second,
+               Catch::Contains("gpuguard_device_plugin_node_condition_writes_total{result=\"success\"} 1\n"));
+
+    // The admin sets visibleDevicesValue: void in the ConfigMap: the condition judges void from the next
+    // re-read on (the policy within 1 s, the node every 10 s).
+    std::this_thread::sleep_for(1100ms);  // so that the transition time, in whole seconds, differs
+    node.host.write("policy/visibleDevicesValue", "void\n");
+    const json honoured = condition_when(apiserver, "gpu-1", [](const json& c) { return c["status"] == "True"; });
+    REQUIRE(honoured.is_object());
+    CHECK(honoured["reason"] == "Honoured");
+    CHECK_THAT(honoured["message"].get<std::string>(), Catch::StartsWith("NVIDIA_VISIBLE_DEVICES=void: "));
+    CHECK(honoured["lastTransitionTime"] != broken["lastTransitionTime"]);
+    transition = honoured["lastTransitionTime"];
+    CHECK_THAT(plugin.log(), Catch::Contains(R"("msg":"node condition written")"));
+    CHECK(plugin.terminate() == 0);
+  }
+  // Started again on the same node: the condition it writes is the same, so lastTransitionTime stays.
+  const std::size_t patches_before = apiserver.requests().size();
+  PluginProcess again(node.plugin_dir, node.host.root(), node.flags(apiserver));
+  for (int i = 0; i < 100 && apiserver.requests().size() < patches_before + 2; ++i) std::this_thread::sleep_for(100ms);
+  REQUIRE(apiserver.requests().size() >= patches_before + 2);  // the empty patch, then the condition
+  CHECK(apiserver.requests()[patches_before].body == "{}");
+  const json kept = apiserver.object("nodes", "gpu-1")["status"]["conditions"][1];
+  CHECK(kept["status"] == "True");
+  CHECK(kept["lastTransitionTime"] == transition);
+  CHECK(again.terminate() == 0);
+}
+
+TEST_CASE("node condition: a refused write is counted, logged once, and tried again") {
+  FakeApiserver apiserver("another-token");  // the plugin's token is not accepted
+  apiserver.put("nodes", node_object("gpu-1"));
+  ConditionNode node;
+  PluginProcess plugin(node.plugin_dir, node.host.root(), node.flags(apiserver));
+  const int port = plugin.status_port();
+  std::string metrics;
+  for (int i = 0; i < 150 && metrics.find("writes_total{result=\"failure\"} 2") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(100ms);
+    metrics = http_get(port, "/metrics").second;
+  }
+  CHECK_THAT(metrics, Catch::Contains("gpuguard_device_plugin_node_condition_writes_total{result=\"failure\"} 2\n"));
+  const std::string log = plugin.log();
+  const std::string line = R"("msg":"cannot write the node condition")";
+  CHECK(log.find(line) != std::string::npos);
+  CHECK(log.find(line) == log.rfind(line));  // the same reason is not logged again
+  CHECK_THAT(log, Catch::Contains("HTTP 401"));
+  // The token is rotated to one the API server accepts: the next try writes the condition.
+  apiserver.set_token("node-token");
+  CHECK(condition_when(apiserver, "gpu-1", [](const json& c) { return c["status"] == "False"; }).is_object());
+  CHECK_THAT(plugin.log(), Catch::Contains(R"("msg":"node condition written again")"));
+  CHECK(plugin.terminate() == 0);
+}
+
+TEST_CASE("node condition: a bad node name, or no API to write to, is refused at start") {
+  ConditionNode node;
+  PluginProcess bad_name(node.plugin_dir, node.host.root(), {"--node-name", "GPU_1"});
+  CHECK(bad_name.wait_exit(5s) == 2);
+  // No --apiserver-url, and not in a pod.
+  PluginProcess no_api(node.plugin_dir, node.host.root(), {"--node-name", "gpu-1"});
+  CHECK(no_api.wait_exit(5s) == 2);
+}
