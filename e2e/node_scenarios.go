@@ -303,6 +303,7 @@ func nodeNoneVoid(t *T, e *Env) {
 			t.Errorf("the device plugin's /metrics lack %s", want)
 		}
 	}
+	n.waitForCondition(t, "True", "Honoured", "NVIDIA_VISIBLE_DEVICES=none: ")
 	defer n.deletePods(t, "value-none", "value-void")
 	none := n.look(t, e, n.runPod(t, cudaPod("value-none")))
 	if len(none.gpus()) != 0 || none.value != "none" {
@@ -310,6 +311,8 @@ func nodeNoneVoid(t *T, e *Env) {
 	}
 	n.setPolicy(t, "visibleDevicesValue", "void")
 	defer n.setPolicy(t, "visibleDevicesValue", "none")
+	// The plugin reads the same ConfigMap through its own volume: its Node condition now judges void.
+	n.waitForCondition(t, "True", "Honoured", "NVIDIA_VISIBLE_DEVICES=void: ")
 	void := n.look(t, e, n.runPod(t, cudaPod("value-void")))
 	if len(void.devices) != 0 || void.value != "void" {
 		t.Errorf("void: %s; want no NVIDIA device at all", void)
@@ -328,18 +331,78 @@ func nodeReportFlip(t *T, e *Env) {
 	t.must(os.Remove(noneSpec), "removing the device none")
 	defer os.WriteFile(noneSpec, saved, 0o644)
 	n.waitForMetric(t, `gpuguard_device_plugin_value_honoured{value="none",verdict="breaks-pods"} 0`)
+	broken := n.waitForCondition(t, "False", "BreaksPods", "NVIDIA_VISIBLE_DEVICES=none: ")
 	defer n.deletePods(t, "flip-broken", "flip-restored")
 	why := n.failedCreate(t, cudaPod("flip-broken"))
 	if !strings.Contains(why, "unresolvable CDI devices nvidia.com/gpu=none") {
 		t.Errorf("without the device none, a GPU-less pod: %q; want the create to fail on nvidia.com/gpu=none", why)
 	}
+	n.auditNodes(t, e, []string{nodeName})
 	t.must(os.WriteFile(noneSpec, saved, 0o644), "putting the device none back")
 	n.waitForMetric(t, `gpuguard_device_plugin_value_honoured{value="none",verdict="honoured"} 1`)
+	restored := n.waitForCondition(t, "True", "Honoured", "NVIDIA_VISIBLE_DEVICES=none: ")
+	if !restored.LastTransitionTime.After(broken.LastTransitionTime.Time) {
+		t.Errorf("GPUIsolation's lastTransitionTime %s did not move on from %s", restored.LastTransitionTime, broken.LastTransitionTime)
+	}
+	n.auditNodes(t, e, nil)
 	s := n.look(t, e, n.runPod(t, cudaPod("flip-restored")))
 	if len(s.gpus()) != 0 {
 		t.Errorf("with the device none back: %s", s)
 	}
 	t.Logf("without the device none: breaks-pods, and the pod: %s", why)
+}
+
+// waitForCondition waits until the device plugin has set the node's GPUIsolation condition so (it judges
+// the node every 10 s, and reads the policy from its ConfigMap volume, which the kubelet refreshes).
+func (n *Node) waitForCondition(t *T, status, reason, messagePrefix string) corev1.NodeCondition {
+	var found corev1.NodeCondition
+	t.must(eventually(t.ctx, time.Minute, func() error {
+		node, err := n.cluster.client.CoreV1().Nodes().Get(t.ctx, nodeName, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		for _, c := range node.Status.Conditions {
+			if c.Type == "GPUIsolation" {
+				found = c
+				if string(c.Status) == status && c.Reason == reason && strings.HasPrefix(c.Message, messagePrefix) {
+					return nil
+				}
+			}
+		}
+		return fmt.Errorf("node %s's GPUIsolation condition is %+v; want %s, %s, %q...", nodeName, found, status, reason, messagePrefix)
+	}), "waiting for the node's GPUIsolation condition")
+	return found
+}
+
+// auditNodes runs `gpuguard-webhook audit --nodes` over the cluster's Nodes, as an admin would with
+// kubectl's output, and checks which nodes it lists as not holding.
+func (n *Node) auditNodes(t *T, e *Env, want []string) {
+	nodes, err := n.cluster.client.CoreV1().Nodes().List(t.ctx, metav1.ListOptions{})
+	t.must(err, "listing the nodes")
+	for i := range nodes.Items {
+		nodes.Items[i].Kind, nodes.Items[i].APIVersion = "Node", "v1"
+	}
+	dir, err := os.MkdirTemp("", "gpuguard-audit-")
+	t.must(err, "making a directory for the audit's input")
+	defer os.RemoveAll(dir)
+	nodesFile, podsFile := filepath.Join(dir, "nodes.json"), filepath.Join(dir, "pods.json")
+	data, _ := json.Marshal(nodes)
+	t.must(os.WriteFile(nodesFile, data, 0o644), "writing the nodes")
+	t.must(os.WriteFile(podsFile, []byte(`{"kind":"List","items":[]}`), 0o644), "writing an empty pod list")
+	out, _ := exec.CommandContext(t.ctx, e.gpuguard("gpuguard-webhook"), "audit", "--output", "json", "--nodes", nodesFile, podsFile).Output()
+	var report struct {
+		Nodes struct {
+			NotHolding []struct{ Name, Reason string } `json:"notHolding"`
+		} `json:"nodes"`
+	}
+	t.must(json.Unmarshal(out, &report), "reading the audit's report: "+string(out))
+	var listed []string
+	for _, node := range report.Nodes.NotHolding {
+		listed = append(listed, node.Name)
+	}
+	if strings.Join(listed, ",") != strings.Join(want, ",") {
+		t.Errorf("audit --nodes lists %v as not holding; want %v", listed, want)
+	}
 }
 
 // waitForMetric waits until the device plugin's /metrics carry the line (the plugin re-reads the node

@@ -66,6 +66,8 @@ TEST_CASE("config file: every key of the gpuguard section") {
   CHECK(config.resource_name == "example.com/gpu");
   CHECK(config.cdi_root == "/var/run/cdi");
   CHECK(config.metrics_address == "127.0.0.1:9400");
+  CHECK(config.node_name == "gpu-node-1");
+  CHECK(config.policy_dir == std::filesystem::path("/etc/gpuguard/policy"));
   REQUIRE(config.host_devices.size() == 2);
   CHECK(config.host_devices[0].resource == "github.com/fuse");
   CHECK(config.host_devices[0].patterns == std::vector<std::string>{"/dev/fuse"});
@@ -155,6 +157,8 @@ TEST_CASE("config file: every bad key and value is refused with the file, the ke
        "gpuguard.hostDevices[0].path: unknown key"},
       {"gpuguard: {hostDevices: [{name: nvidia.com/gpu, paths: [/dev/fuse]}]}\n",
        "resource nvidia.com/gpu is named twice"},
+      {"gpuguard: {nodeName: GPU_1}\n", "the node name \"GPU_1\" is not a Kubernetes object name"},
+      {"gpuguard: {nodeName: -gpu}\n", "the node name \"-gpu\" is not a Kubernetes object name"},
       {"gpuguard: {health: {checks: off}}\n", "gpuguard.health.checks: must be true or false, not \"off\""},
       {"gpuguard: {health: {resetXids: [48, x]}}\n", "gpuguard.health.resetXids: \"x\" is not an XID number"},
       {"gpuguard: {health: {interval: 5}}\n", "gpuguard.health.interval: unknown key"},

@@ -1,6 +1,6 @@
 // The real gpuguard-device-plugin keeping its Node's GPUIsolation condition through a fake API server
 // over real TLS: the verdict for the policy's value, its change when the policy's value changes, a
-// restart that keeps lastTransitionTime, a failure counted and logged once, and the flags refused.
+// restart that keeps lastTransitionTime, a failure counted and logged once, and bad flags or policy refused.
 #include <nlohmann/json.hpp>
 
 #include "fake_apiserver.hpp"
@@ -135,8 +135,13 @@ TEST_CASE("node condition: a refused write is counted, logged once, and tried ag
   CHECK(plugin.terminate() == 0);
 }
 
-TEST_CASE("node condition: a bad node name, or no API to write to, is refused at start") {
+TEST_CASE("node condition: a bad node name, no API to write to, or an invalid policy is refused at start") {
   ConditionNode node;
+  FakeApiserver apiserver("node-token");
+  node.host.write("policy/visibleDevicesValue", "all\n");
+  PluginProcess bad_policy(node.plugin_dir, node.host.root(), node.flags(apiserver));
+  CHECK(bad_policy.wait_exit(5s) == 1);
+  CHECK_THAT(bad_policy.log(), Catch::Contains("visibleDevicesValue"));
   PluginProcess bad_name(node.plugin_dir, node.host.root(), {"--node-name", "GPU_1"});
   CHECK(bad_name.wait_exit(5s) == 2);
   // No --apiserver-url, and not in a pod.
