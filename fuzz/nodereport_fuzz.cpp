@@ -1,10 +1,13 @@
 // libFuzzer target: bytes as a node's files, judged by the node report for both values. The files are
 // the input split at "\n=====\n": the toolkit's config.toml, containerd's config.toml, a containerd
-// drop-in, CRI-O's crio.conf, a CDI spec and the dpkg database. Besides "no crash, no sanitizer finding"
-// (a malformed file is a finding, never an error), it asserts what the report promises: void is honoured
-// or not acted on on every node (no mode reads it as a device request), valueHonoured matches the
-// verdict, a verdict of not-acted-on names its doors, every finding has a code and a message and a
-// malformed one its file, the JSON parses and says what the report says, and judging is deterministic.
+// drop-in, CRI-O's crio.conf, a CDI spec, the dpkg database, the GPU Operator's toolkit config, and the
+// name of a file in its install directory (where a libnvidia-container's name carries the version).
+// Besides "no crash, no sanitizer finding" (a malformed file is a finding, never an error), it asserts
+// what the report promises: void is honoured or not acted on on every node (no mode reads it as a device
+// request), valueHonoured matches the verdict, a verdict of not-acted-on names its doors, every finding
+// has a code and a message and a malformed one its file, the JSON parses and says what the report says,
+// the Node condition is True exactly when the value is honoured and reads back as written, and judging
+// is deterministic.
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -14,6 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "gpuguard/nodereport/node_condition.hpp"
 #include "gpuguard/nodereport/report.hpp"
 
 using namespace gpuguard::nodereport;
@@ -67,6 +71,14 @@ void check(const Report& report, const std::string& input) {
       json["findings"].size() != report.findings.size())
     violated("the JSON says what the report says", input);
   if (to_text(report).empty()) violated("the text is not empty", input);
+  const Condition condition = condition_of(report);
+  if ((condition.status == "True") != report.value_honoured()) violated("the condition is True when honoured", input);
+  const auto patch = nlohmann::json::parse(condition_patch(condition, "t1", "t0"), nullptr, false);
+  if (patch.is_discarded()) violated("the condition's patch is JSON", input);
+  const auto seen = seen_condition(R"({"kind":"Node","status":)" + patch["status"].dump() + "}");
+  if (!seen || seen->status != condition.status || seen->reason != condition.reason || seen->message.empty() ||
+      seen->last_transition_time != "t0")
+    violated("the condition reads back as written", input);
 }
 
 }  // namespace
@@ -80,6 +92,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       "/etc/crio/crio.conf",
       "/etc/cdi/nvidia.yaml",
       "/var/lib/dpkg/status",
+      "/usr/local/nvidia/toolkit/.config/nvidia-container-runtime/config.toml",
+      "",  // a file name in /usr/local/nvidia/toolkit
   };
   MemoryHost host;
   host.files["/proc/driver/nvidia/version"] = "NVRM version: fuzz\n";
@@ -87,7 +101,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   for (const char* path : kPaths) {
     const std::size_t end = rest.find("\n=====\n");
     const std::string_view part = rest.substr(0, end);
-    if (!part.empty()) host.files[path] = std::string(part);
+    if (*path == '\0') {
+      if (!part.empty() && part.find('/') == std::string_view::npos)
+        host.files["/usr/local/nvidia/toolkit/" + std::string(part)] = "";
+    } else if (!part.empty()) {
+      host.files[path] = std::string(part);
+    }
     if (end == std::string_view::npos) break;
     rest.remove_prefix(end + 7);
   }

@@ -56,7 +56,9 @@ for case in sorted(glob.glob(f"{sys.argv[1]}/*/root")):
         return b""
     parts = [read("etc/nvidia-container-runtime/config.toml"), read("etc/containerd/config.toml"),
              read("etc/containerd/conf.d/*.toml"), read("etc/crio/crio.conf"),
-             read("etc/cdi/*.yaml", "var/run/cdi/*.yaml"), read("var/lib/dpkg/status")]
+             read("etc/cdi/*.yaml", "var/run/cdi/*.yaml"), read("var/lib/dpkg/status"),
+             read("usr/local/nvidia/toolkit/.config/nvidia-container-runtime/config.toml"),
+             "".join(os.path.basename(p) for p in glob.glob(f"{case}/usr/local/nvidia/toolkit/libnvidia-container.so.*")).encode()]
     open(f"{sys.argv[2]}/{os.path.basename(os.path.dirname(case))}", "wb").write(b"\n=====\n".join(parts))
 PY
 

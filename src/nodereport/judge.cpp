@@ -77,9 +77,9 @@ class Judge {
   Judge(const HostFiles& host, std::string_view value) : host_(host) { report_.value = std::string(value); }
 
   Report run() {
+    read_runtime();  // first: where NVIDIA's runtime is installed says where its config and version are
     read_toolkit_config();
     read_toolkit_version();
-    read_runtime();
     read_cdi_specs();
     resolve_mode();
     decide();
@@ -113,11 +113,27 @@ class Judge {
     return std::move(parsed).table();
   }
 
+  // The directory of NVIDIA's runtime when it is installed outside the package's /usr/bin: the GPU
+  // Operator's toolkit container copies it, its libraries and its config to one directory
+  // (/usr/local/nvidia/toolkit by default), and a wrapper points the runtime at the config there.
+  std::optional<std::string> toolkit_install_dir() const {
+    const std::string& binary = report_.facts.nvidia_runtime_binary;
+    if (!binary.starts_with('/')) return std::nullopt;
+    const std::string dir = directory_of(binary);
+    if (dir == "/usr/bin" || dir == "/usr/local/bin" || dir == "/bin") return std::nullopt;
+    return dir;
+  }
+
   void read_toolkit_config() {
-    const std::string path(kToolkitConfig);
+    std::string path(kToolkitConfig);
+    if (const auto dir = toolkit_install_dir()) {
+      if (const std::string installed = *dir + "/.config/nvidia-container-runtime/config.toml"; host_.exists(installed))
+        path = installed;
+    }
     const auto config = parse_toml(path);
     if (!config) return;
     facts().toolkit_config = true;
+    facts().toolkit_config_file = path;
     const toml::table& t = *config;
     facts().envvar_when_unprivileged =
         t["accept-nvidia-visible-devices-envvar-when-unprivileged"].value_or(facts().envvar_when_unprivileged);
@@ -135,7 +151,27 @@ class Judge {
   }
 
   // The package database: the version of nvidia-container-toolkit-base, or of nvidia-container-toolkit.
+  // Else, in the GPU Operator's install directory, the name of the libnvidia-container it copied there
+  // (libnvidia-container.so.1.17.8): the toolkit's packages require the libnvidia-container of their own
+  // version.
   void read_toolkit_version() {
+    read_dpkg_version();
+    if (facts().toolkit_version) return;
+    const auto dir = toolkit_install_dir();
+    if (!dir) return;
+    constexpr std::string_view kLibrary = "libnvidia-container.so.";
+    for (const std::string& name : host_.list(*dir)) {
+      if (!name.starts_with(kLibrary)) continue;
+      const std::string version = name.substr(kLibrary.size());
+      if (version.starts_with("1.") && parse_version(version)) {
+        facts().toolkit_version = version;
+        facts().toolkit_version_source = *dir + "/" + name;
+        return;
+      }
+    }
+  }
+
+  void read_dpkg_version() {
     const std::string path(kDpkgStatus);
     const auto status = host_.read(path);
     if (!status) return;
@@ -269,10 +305,14 @@ class Judge {
   }
 
   void handler(const std::string& name, const std::string& binary) {
-    if (is_nvidia_runtime(binary)) facts().nvidia_handlers.push_back(name);
+    if (is_nvidia_runtime(binary)) {
+      facts().nvidia_handlers.push_back(name);
+      if (facts().nvidia_runtime_binary.empty()) facts().nvidia_runtime_binary = binary;
+    }
     if (name == facts().default_runtime) {
       facts().default_runtime_binary = binary;
       facts().default_is_nvidia = is_nvidia_runtime(binary);
+      if (facts().default_is_nvidia) facts().nvidia_runtime_binary = binary;
     }
   }
 
@@ -445,7 +485,8 @@ class Judge {
     if (nvidia_used && !f.toolkit_version) {
       find(Severity::info, "toolkit-version-unknown",
            "no nvidia-container-toolkit package in " + std::string(kDpkgStatus) +
-               " (an rpm-based node, or the GPU Operator's toolkit container): the version-dependent checks are off");
+               " and no libnvidia-container beside the runtime binary (an rpm-based node: the rpm database is not "
+               "read): the version-dependent checks are off");
     }
     if (version) {
       const bool uses_cdi = f.resolved_mode == "cdi" || f.resolved_mode == "jit-cdi";

@@ -30,7 +30,9 @@ std::string condition_patch(const Condition& condition, std::string_view heartbe
   const nlohmann::json entry = {
       {"type", kConditionType},       {"status", condition.status},          {"reason", condition.reason},
       {"message", condition.message}, {"lastHeartbeatTime", heartbeat_time}, {"lastTransitionTime", transition_time}};
-  return nlohmann::json{{"status", {{"conditions", nlohmann::json::array({entry})}}}}.dump();
+  // The message quotes the host's files (a version from dpkg), which need not be UTF-8.
+  return nlohmann::json{{"status", {{"conditions", nlohmann::json::array({entry})}}}}.dump(
+      -1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 std::optional<SeenCondition> seen_condition(std::string_view node_json) {

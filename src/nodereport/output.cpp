@@ -9,7 +9,7 @@ std::string to_json(const Report& report) {
   const Facts& f = report.facts;
   nlohmann::json facts = {
       {"toolkit",
-       {{"config", f.toolkit_config ? nlohmann::json("/etc/nvidia-container-runtime/config.toml") : nullptr},
+       {{"config", f.toolkit_config ? nlohmann::json(f.toolkit_config_file) : nullptr},
         {"mode", f.mode},
         {"resolvedMode", f.resolved_mode.empty() ? nlohmann::json(nullptr) : nlohmann::json(f.resolved_mode)},
         {"acceptEnvvarWhenUnprivileged", f.envvar_when_unprivileged},
@@ -22,7 +22,8 @@ std::string to_json(const Report& report) {
         {"defaultHandler", f.default_runtime},
         {"defaultBinary", f.default_runtime_binary},
         {"defaultIsNvidia", f.default_is_nvidia},
-        {"nvidiaHandlers", f.nvidia_handlers}}},
+        {"nvidiaHandlers", f.nvidia_handlers},
+        {"nvidiaBinary", f.nvidia_runtime_binary}}},
       {"cdi",
        {{"defaultKind", f.default_kind},
         {"specDirs", f.spec_dirs},
@@ -53,9 +54,11 @@ std::string to_text(const Report& report) {
   std::string text = "NVIDIA_VISIBLE_DEVICES=" + report.value + ": " + std::string(verdict_name(report.verdict)) +
                      "\n  " + report.reason + "\n";
   for (const std::string& door : report.doors) text += "  door: " + door + "\n";
-  text += "toolkit: " + std::string(f.toolkit_config ? "config.toml" : "no config.toml") + ", mode " + f.mode;
+  text += "toolkit: " + (f.toolkit_config ? f.toolkit_config_file : std::string("no config.toml")) + ", mode " + f.mode;
   if (!f.resolved_mode.empty() && f.resolved_mode != f.mode) text += " (" + f.resolved_mode + ")";
-  text += ", version " + f.toolkit_version.value_or("unknown") + "\n";
+  text += ", version " + f.toolkit_version.value_or("unknown");
+  if (f.toolkit_version) text += " (" + f.toolkit_version_source + ")";
+  text += "\n";
   text += "runtime: " + (f.container_runtime.empty() ? std::string("none configured") : f.container_runtime) +
           ", default handler " + f.default_runtime + " (" + f.default_runtime_binary + ")\n";
   text += "cdi: " + std::to_string(f.cdi_spec_files.size()) + " spec file(s), " + std::to_string(f.gpu_devices.size()) +

@@ -101,6 +101,26 @@ TEST_CASE("node report: the facts say what was read, and drop-ins override the m
   CHECK(json["valueHonoured"] == true);
   CHECK(json["verdict"] == "honoured");
   CHECK(json["facts"]["runtime"]["defaultIsNvidia"] == true);
+  CHECK(json["facts"]["toolkit"]["config"] == "/etc/nvidia-container-runtime/config.toml");
+}
+
+TEST_CASE("node report: the GPU Operator's toolkit is read where it installed it, beside the runtime binary") {
+  const nodereport::Report report =
+      nodereport::judge(nodereport::HostRoot(cases_dir() / "gpu-operator-jit-cdi-1.18.1" / "root"), "none");
+  const std::string dir = "/usr/local/nvidia/toolkit";
+  CHECK(report.facts.nvidia_runtime_binary == dir + "/nvidia-container-runtime");
+  // The config the operator's wrapper names, not the one a package left in /etc (mode legacy there).
+  CHECK(report.facts.toolkit_config_file == dir + "/.config/nvidia-container-runtime/config.toml");
+  CHECK(report.facts.resolved_mode == "jit-cdi");
+  CHECK(report.facts.toolkit_version == "1.18.1");
+  CHECK(report.facts.toolkit_version_source == dir + "/libnvidia-container.so.1.18.1");
+  CHECK_THAT(nodereport::to_text(report),
+             Catch::Contains("version 1.18.1 (" + dir + "/libnvidia-container.so.1.18.1)"));
+  // A package's runtime in /usr/bin keeps reading /etc's config.
+  const nodereport::Report packaged =
+      nodereport::judge(nodereport::HostRoot(cases_dir() / "jit-cdi-1.18.1" / "root"), "none");
+  CHECK(packaged.facts.toolkit_config_file == "/etc/nvidia-container-runtime/config.toml");
+  CHECK(packaged.facts.toolkit_version_source == "/var/lib/dpkg/status");
 }
 
 TEST_CASE("node report: a security fix is reported missing only where the node runs an affected version and mode") {

@@ -42,10 +42,12 @@ struct Finding {
 
 // What was read, as the report states it.
 struct Facts {
-  // NVIDIA's toolkit: /etc/nvidia-container-runtime/config.toml and the package database.
+  // NVIDIA's toolkit: /etc/nvidia-container-runtime/config.toml and the package database, or where the
+  // GPU Operator installed it (the directory of the runtime binary the container runtime names).
   bool toolkit_config = false;
-  std::string mode = "auto";  // as configured
-  std::string resolved_mode;  // what auto comes to, or the mode a runtime binary forces
+  std::string toolkit_config_file;  // the one read
+  std::string mode = "auto";        // as configured
+  std::string resolved_mode;        // what auto comes to, or the mode a runtime binary forces
   bool envvar_when_unprivileged = true;
   bool volume_mounts = false;
   std::string default_kind = "nvidia.com/gpu";
@@ -59,6 +61,7 @@ struct Facts {
   std::string default_runtime_binary;  // what that handler runs
   bool default_is_nvidia = false;
   std::vector<std::string> nvidia_handlers;  // runtime handlers that run NVIDIA's runtime
+  std::string nvidia_runtime_binary;         // the default handler's when it is NVIDIA's, else the first's
   // CDI specs in the spec directories.
   std::vector<std::string> cdi_spec_files;
   std::vector<std::string> gpu_devices;  // fully qualified, of the default kind
