@@ -1,7 +1,8 @@
 // libFuzzer target: bytes as a node's files, judged by the node report for both values. The files are
 // the input split at "\n=====\n": the toolkit's config.toml, containerd's config.toml, a containerd
-// drop-in, CRI-O's crio.conf, a CDI spec, the dpkg database, the GPU Operator's toolkit config, and the
-// name of a file in its install directory (where a libnvidia-container's name carries the version).
+// drop-in, CRI-O's crio.conf, a CDI spec, the dpkg database, the GPU Operator's toolkit config, the name
+// of a file in its install directory (where a libnvidia-container's name carries the version), and rpm's
+// SQLite database.
 // Besides "no crash, no sanitizer finding" (a malformed file is a finding, never an error), it asserts
 // what the report promises: void is honoured or not acted on on every node (no mode reads it as a device
 // request), valueHonoured matches the verdict, a verdict of not-acted-on names its doors, every finding
@@ -37,6 +38,13 @@ class MemoryHost : public HostFiles {
     const auto found = files.find(path);
     if (found == files.end()) return std::nullopt;
     return found->second;
+  }
+  std::optional<std::string> read_range(const std::string& path, std::uint64_t offset,
+                                        std::size_t length) const override {
+    const auto found = files.find(path);
+    if (found == files.end()) return std::nullopt;
+    if (offset >= found->second.size()) return std::string();
+    return found->second.substr(offset, length);
   }
   std::vector<std::string> list(const std::string& directory) const override {
     std::vector<std::string> names;
@@ -94,6 +102,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       "/var/lib/dpkg/status",
       "/usr/local/nvidia/toolkit/.config/nvidia-container-runtime/config.toml",
       "",  // a file name in /usr/local/nvidia/toolkit
+      "/var/lib/rpm/rpmdb.sqlite",
   };
   MemoryHost host;
   host.files["/proc/driver/nvidia/version"] = "NVRM version: fuzz\n";

@@ -3,6 +3,7 @@
 #include "gpuguard/nodereport/host_root.hpp"
 
 #include <algorithm>
+#include <fstream>
 
 #include "gpuguard/files/read_file.hpp"
 
@@ -46,6 +47,19 @@ std::optional<std::string> HostRoot::read(const std::string& path) const {
   std::error_code ec;
   if (!fs::is_regular_file(*resolved, ec)) return std::nullopt;
   return files::read_file(*resolved);
+}
+
+std::optional<std::string> HostRoot::read_range(const std::string& path, std::uint64_t offset,
+                                                std::size_t length) const {
+  const auto resolved = resolve(path);
+  std::error_code ec;
+  if (!resolved || !fs::is_regular_file(*resolved, ec)) return std::nullopt;
+  std::ifstream in(*resolved, std::ios::binary);
+  if (!in.seekg(static_cast<std::streamoff>(offset))) return std::nullopt;
+  std::string bytes(length, '\0');
+  in.read(bytes.data(), static_cast<std::streamsize>(length));
+  bytes.resize(static_cast<std::size_t>(in.gcount()));
+  return bytes;
 }
 
 std::vector<std::string> HostRoot::list(const std::string& directory) const {

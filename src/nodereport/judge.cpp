@@ -19,6 +19,7 @@
 #include <tuple>
 
 #include "gpuguard/nodereport/report.hpp"
+#include "rpm_database.hpp"
 
 namespace gpuguard::nodereport {
 namespace {
@@ -156,6 +157,7 @@ class Judge {
   // version.
   void read_toolkit_version() {
     read_dpkg_version();
+    if (!facts().toolkit_version) read_rpm_version();
     if (facts().toolkit_version) return;
     const auto dir = toolkit_install_dir();
     if (!dir) return;
@@ -166,6 +168,29 @@ class Judge {
       if (version.starts_with("1.") && parse_version(version)) {
         facts().toolkit_version = version;
         facts().toolkit_version_source = *dir + "/" + name;
+        return;
+      }
+    }
+  }
+
+  // rpm 4.16 and later keep their database in SQLite; Fedora and openSUSE under /usr/lib/sysimage.
+  void read_rpm_version() {
+    for (const std::string path : {"/var/lib/rpm/rpmdb.sqlite", "/usr/lib/sysimage/rpm/rpmdb.sqlite"}) {
+      if (!host_.exists(path)) continue;
+      const RpmLookup lookup =
+          find_rpm_packages(host_, path, {"nvidia-container-toolkit-base", "nvidia-container-toolkit"});
+      if (!lookup.error.empty()) {
+        find(Severity::warning, "unreadable-package-database",
+             path + ": " + lookup.error + "; the toolkit's version is not known from it", path);
+        continue;
+      }
+      const RpmPackage* found = nullptr;
+      for (const RpmPackage& package : lookup.packages) {
+        if (found == nullptr || package.name == "nvidia-container-toolkit-base") found = &package;
+      }
+      if (found != nullptr) {
+        facts().toolkit_version = found->version;
+        facts().toolkit_version_source = path;
         return;
       }
     }
@@ -485,8 +510,8 @@ class Judge {
     if (nvidia_used && !f.toolkit_version) {
       find(Severity::info, "toolkit-version-unknown",
            "no nvidia-container-toolkit package in " + std::string(kDpkgStatus) +
-               " and no libnvidia-container beside the runtime binary (an rpm-based node: the rpm database is not "
-               "read): the version-dependent checks are off");
+               ", the rpm database (SQLite) or beside the runtime binary (an rpm database in BerkeleyDB or ndb "
+               "is not read): the version-dependent checks are off");
     }
     if (version) {
       const bool uses_cdi = f.resolved_mode == "cdi" || f.resolved_mode == "jit-cdi";

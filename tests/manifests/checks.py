@@ -150,7 +150,7 @@ def check_device_plugin(docs):
     # The node report's files, each at its host path under /host: read-only, but for the directory the
     # plugin writes its own CDI spec to.
     host_mounts = {"/etc/nvidia-container-runtime", "/etc/containerd", "/etc/crio", "/etc/cdi", "/var/run/cdi", "/var/lib/dpkg",
-                   "/usr/local/nvidia/toolkit"}
+                   "/var/lib/rpm", "/usr/local/nvidia/toolkit"}
     by_name = {v["name"]: v for v in daemonset["volumes"]}
     for m in plugin["volumeMounts"]:
         if m["mountPath"].removeprefix("/host") in host_mounts:

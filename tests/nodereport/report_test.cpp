@@ -13,6 +13,7 @@
 #include "files.hpp"
 #include "gpuguard/nodereport/host_root.hpp"
 #include "gpuguard/nodereport/node_condition.hpp"
+#include "nodereport/rpm_database.hpp"
 
 using namespace gpuguard;
 namespace fs = std::filesystem;
@@ -85,6 +86,93 @@ TEST_CASE("node report: the Node condition's patch is read back as written, merg
   CHECK(seen->last_transition_time == "1970-01-01T00:00:00Z");
   for (const char* malformed : {"", "[]", "{\"status\": 1}", "{\"status\": {\"conditions\": {}}}", "{"})
     CHECK_FALSE(nodereport::seen_condition(malformed));
+}
+
+namespace {
+
+// One file in memory, at a host path: for the rpm database as it is and as corrupted.
+class OneFile : public nodereport::HostFiles {
+ public:
+  OneFile(std::string path, std::string bytes) : path_(std::move(path)), bytes(std::move(bytes)) {}
+  std::optional<std::string> read(const std::string& path) const override {
+    return path == path_ ? std::optional(bytes) : std::nullopt;
+  }
+  std::optional<std::string> read_range(const std::string& path, std::uint64_t offset,
+                                        std::size_t length) const override {
+    if (path != path_) return std::nullopt;
+    return offset >= bytes.size() ? std::string() : bytes.substr(offset, length);
+  }
+  std::vector<std::string> list(const std::string&) const override { return {}; }
+  bool exists(const std::string& path) const override { return path == path_; }
+
+ private:
+  std::string path_;
+
+ public:
+  std::string bytes;
+};
+
+const std::string kRpmdb = "/var/lib/rpm/rpmdb.sqlite";
+
+std::string rpm_fixture() { return test::read_file(cases_dir() / "rpm-jit-cdi-1.18.1/root/var/lib/rpm/rpmdb.sqlite"); }
+
+}  // namespace
+
+TEST_CASE("node report: rpm's SQLite database, as rpm wrote it, gives every package's version") {
+  // make-rpmdb.sh's twelve packages, found through the Name table and a two-level Packages b-tree whose
+  // headers spill onto overflow pages.
+  const std::map<std::string, std::string> installed = {{"nvidia-container-toolkit-base", "1.18.1"},
+                                                        {"nvidia-container-toolkit", "1.18.1"},
+                                                        {"libnvidia-container1", "1.18.1"},
+                                                        {"kernel-core", "5.14.0"},
+                                                        {"bash", "5.1.8"},
+                                                        {"glibc", "2.34"},
+                                                        {"containerd.io", "1.7.27"},
+                                                        {"openssl-libs", "3.2.2"},
+                                                        {"systemd", "252"},
+                                                        {"coreutils", "8.32"},
+                                                        {"python3", "3.9.21"},
+                                                        {"tzdata", "2025b"}};
+  const OneFile host(kRpmdb, rpm_fixture());
+  std::vector<std::string> names;
+  for (const auto& [name, version] : installed) names.push_back(name);
+  names.push_back("not-installed");
+  const nodereport::RpmLookup lookup = nodereport::find_rpm_packages(host, kRpmdb, names);
+  REQUIRE(lookup.error.empty());
+  std::map<std::string, std::string> found;
+  for (const auto& package : lookup.packages) {
+    found[package.name] = package.version;
+    CHECK(package.release == "1");
+  }
+  CHECK(found == installed);
+}
+
+TEST_CASE("node report: a corrupt rpm database is a finding, never a crash or a wrong version") {
+  const std::string good = rpm_fixture();
+  const std::vector<std::string> names = {"nvidia-container-toolkit-base", "nvidia-container-toolkit"};
+  for (const std::size_t size :
+       {std::size_t{0}, std::size_t{50}, std::size_t{100}, std::size_t{4096}, std::size_t{20000}, good.size() / 2}) {
+    const OneFile truncated(kRpmdb, good.substr(0, size));
+    INFO("truncated to " << size);
+    CHECK_FALSE(nodereport::find_rpm_packages(truncated, kRpmdb, names).error.empty());
+  }
+  const OneFile text(kRpmdb, "Package: nvidia-container-toolkit\nVersion: 1.18.1\n");
+  CHECK(nodereport::find_rpm_packages(text, kRpmdb, names).error == "shorter than a SQLite database's header");
+  // Every 97th byte changed in turn: each lookup ends, with the right version, none, or an error.
+  OneFile flipped(kRpmdb, good);
+  int errors = 0;
+  for (std::size_t at = 0; at < good.size(); at += 97) {
+    flipped.bytes[at] = static_cast<char>(flipped.bytes[at] ^ 0x5a);
+    const nodereport::RpmLookup lookup = nodereport::find_rpm_packages(flipped, kRpmdb, names);
+    errors += lookup.error.empty() ? 0 : 1;
+    for (const auto& package : lookup.packages) CHECK(package.name.starts_with("nvidia-container-toolkit"));
+    flipped.bytes[at] = good[at];
+  }
+  CHECK(errors > 0);
+  // Through the report: the file named, the version unknown.
+  const nodereport::Report report = nodereport::judge(OneFile(kRpmdb, good.substr(0, 8192)), "none");
+  CHECK_FALSE(report.facts.toolkit_version);
+  CHECK_THAT(codes(report), Catch::VectorContains(std::string("unreadable-package-database")));
 }
 
 TEST_CASE("node report: the facts say what was read, and drop-ins override the main file") {

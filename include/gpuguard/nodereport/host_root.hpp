@@ -12,6 +12,8 @@ class HostRoot : public HostFiles {
  public:
   explicit HostRoot(std::filesystem::path root) : root_(std::move(root)) {}
   std::optional<std::string> read(const std::string& path) const override;
+  std::optional<std::string> read_range(const std::string& path, std::uint64_t offset,
+                                        std::size_t length) const override;
   std::vector<std::string> list(const std::string& directory) const override;
   bool exists(const std::string& path) const override;
 

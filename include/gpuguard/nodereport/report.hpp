@@ -4,6 +4,7 @@
 // and by NVIDIA's runtime (its mode, version and settings, and the CDI specs it resolves names in), so it
 // is judged from the host's files alone. Pure: a HostFiles in, a Report out; nothing is executed or
 // written, and a missing or malformed file is a fact or a finding, never an error.
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -16,6 +17,10 @@ class HostFiles {
  public:
   virtual ~HostFiles() = default;
   virtual std::optional<std::string> read(const std::string& path) const = 0;
+  // Up to `length` bytes from `offset` (fewer at the end); for a file too large to read whole, such as
+  // the rpm database.
+  virtual std::optional<std::string> read_range(const std::string& path, std::uint64_t offset,
+                                                std::size_t length) const = 0;
   // The names of the regular files in a directory, sorted; empty when there is no such directory.
   virtual std::vector<std::string> list(const std::string& directory) const = 0;
   virtual bool exists(const std::string& path) const = 0;
