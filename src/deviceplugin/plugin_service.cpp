@@ -151,11 +151,11 @@ void serve(const PluginConfig& c, const std::vector<std::string>& config_warning
   policy::PolicyWatcher policy(c.policy_dir, isolation);
   std::optional<NodeConditionWriter> condition;
   if (apiserver && !c.node_name.empty()) condition.emplace(*apiserver, c.node_name, isolation);
-  const auto judge = [&] {
-    judge_node(c.host_root, policy.current()->visible_devices_value, isolation, condition ? &*condition : nullptr);
+  const auto judge = [&](NodeConditionWriter* writer) {
+    judge_node(c.host_root, policy.current()->visible_devices_value, isolation, writer);
   };
   if (!gpu_sets.empty()) {
-    judge();
+    judge(nullptr);  // the condition from the poller's thread: a slow API server must not hold up serving
   } else if (condition) {
     log::info("no GPU served: no node condition written", {{"node", c.node_name}});
   }
@@ -213,7 +213,10 @@ void serve(const PluginConfig& c, const std::vector<std::string>& config_warning
   files::Poller session(1s, [&kubelet] { kubelet.reconcile(); });
   policy.watch(1s);
   std::optional<files::Poller> node_report;
-  if (!gpu_sets.empty()) node_report.emplace(kNodeReportInterval, judge);
+  if (!gpu_sets.empty()) {
+    node_report.emplace(
+        kNodeReportInterval, [&] { judge(condition ? &*condition : nullptr); }, condition.has_value());
+  }
   status.run();  // until SIGTERM or SIGINT
   kubelet.stop();
 }

@@ -2,8 +2,9 @@
 
 namespace gpuguard::files {
 
-Poller::Poller(std::chrono::milliseconds interval, std::function<void()> check)
-    : thread_([this, interval, check = std::move(check)](const std::stop_token& stop) {
+Poller::Poller(std::chrono::milliseconds interval, std::function<void()> check, bool check_at_start)
+    : thread_([this, interval, check = std::move(check), check_at_start](const std::stop_token& stop) {
+        if (check_at_start) check();
         std::unique_lock lock(mutex_);
         while (!wake_.wait_for(lock, stop, interval, [] { return false; })) {
           if (stop.stop_requested()) return;

@@ -187,13 +187,13 @@ class Database {
     const auto type = static_cast<unsigned char>(bytes.at(header));
     const std::uint32_t cells = be(bytes, header + 3, 2);
     if (type == 0x0d) {
-      for (std::uint32_t i = 0; i < cells; ++i) {
+      for (std::size_t i = 0; i < cells; ++i) {
         if (!row(leaf_cell(bytes, be(bytes, header + 8 + 2 * i, 2)))) return false;
       }
       return true;
     }
     if (type != 0x05) throw Failure{"page " + std::to_string(number) + " is not part of a table"};
-    for (std::uint32_t i = 0; i < cells; ++i) {
+    for (std::size_t i = 0; i < cells; ++i) {
       std::size_t at = be(bytes, header + 12 + 2 * i, 2);
       const std::uint32_t child = be(bytes, at, 4);
       at += 4;
@@ -237,7 +237,7 @@ RpmPackage read_header(Database& db, const Cell& cell, const Column& column) {
   if (entries > 65536 || data + data_size > column.length) throw Failure{"a package header larger than its blob"};
   const std::string index = blob(8, std::uint64_t{entries} * 16);
   RpmPackage package;
-  for (std::uint32_t i = 0; i < entries; ++i) {
+  for (std::size_t i = 0; i < entries; ++i) {
     const std::uint32_t tag = be(index, i * 16, 4), type = be(index, i * 16 + 4, 4), offset = be(index, i * 16 + 8, 4);
     std::string* field = tag == kTagName      ? &package.name
                          : tag == kTagVersion ? &package.version

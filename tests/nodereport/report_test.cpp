@@ -134,9 +134,8 @@ TEST_CASE("node report: rpm's SQLite database, as rpm wrote it, gives every pack
                                                         {"python3", "3.9.21"},
                                                         {"tzdata", "2025b"}};
   const OneFile host(kRpmdb, rpm_fixture());
-  std::vector<std::string> names;
+  std::vector<std::string> names = {"not-installed"};
   for (const auto& [name, version] : installed) names.push_back(name);
-  names.push_back("not-installed");
   const nodereport::RpmLookup lookup = nodereport::find_rpm_packages(host, kRpmdb, names);
   REQUIRE(lookup.error.empty());
   std::map<std::string, std::string> found;

@@ -12,8 +12,9 @@ namespace gpuguard::files {
 
 class Poller {
  public:
-  // Calls `check` every `interval` until destroyed; the destructor waits for a running check to end.
-  Poller(std::chrono::milliseconds interval, std::function<void()> check);
+  // Calls `check` every `interval` until destroyed, the first time at once when `check_at_start`; the
+  // destructor waits for a running check to end.
+  Poller(std::chrono::milliseconds interval, std::function<void()> check, bool check_at_start = false);
   ~Poller();
   Poller(const Poller&) = delete;
   Poller& operator=(const Poller&) = delete;
