@@ -349,7 +349,7 @@ func nodeReportFlip(t *T, e *Env) {
 	if len(s.gpus()) != 0 {
 		t.Errorf("with the device none back: %s", s)
 	}
-	t.Logf("without the device none: breaks-pods, and the pod: %s", why)
+	t.Logf("without the device none: breaks-pods, GPUIsolation %s since %s, and the pod: %s", broken.Status, broken.LastTransitionTime.UTC().Format(time.RFC3339), why)
 }
 
 // waitForCondition waits until the device plugin has set the node's GPUIsolation condition so (it judges
@@ -799,8 +799,8 @@ var nodeScenarios = []scenario{
 	{"node/control", "before gpuguard: a pod that asked for no GPU sees both GPUs; void sees none; none fails the create", nodeControl},
 	{"node/closed", "helm install; the same pod starts and sees no GPU", nodeClosed},
 	{"node/allocated", "two pods asking for one GPU each see the one the plugin allocated, and not the other", nodeAllocated},
-	{"node/none-void", "the plugin adds nvidia.com/gpu=none; none and void both start with no GPU; its node report agrees", nodeNoneVoid},
-	{"node/report-flip", "without the device none the plugin's report says breaks-pods and a GPU-less pod fails; with it back, honoured", nodeReportFlip},
+	{"node/none-void", "the plugin adds nvidia.com/gpu=none; none and void both start with no GPU; its node report and Node condition agree", nodeNoneVoid},
+	{"node/report-flip", "without the device none the report and the Node condition say breaks-pods, audit lists the node, and a GPU-less pod fails; with it back, honoured", nodeReportFlip},
 	{"node/policy-reload", "a ConfigMap change reaches the webhook pods through the kubelet's volume, without a restart", nodePolicyReload},
 	{"node/fuse", "an unprivileged pod opens /dev/fuse when it requests it, and only then", nodeFuse},
 	{"node/image-hardened", "gpuguard's containers run as 65532 (the plugins as root) on a read-only root, probes passing", nodeImageHardened},
