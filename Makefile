@@ -16,7 +16,7 @@ E2E_DIR := $(BUILD_DIR)/e2e
 E2E_RUN ?=
 GO := $(CURDIR)/scripts/go
 K8S_COMPONENTS := k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
-  k8s.io/kubernetes/cmd/kube-scheduler sigs.k8s.io/kustomize/kustomize/v5 helm.sh/helm/v3/cmd/helm ./cmd/etcd
+  k8s.io/kubernetes/cmd/kube-scheduler sigs.k8s.io/kustomize/kustomize/v5 ./cmd/etcd
 # The real node: the kubelet, containerd v2 (no snapshotters that need C libraries), NVIDIA's runtime (cgo;
 # NVML is dlopened, so no driver is needed to build it; its bindings' deprecation warnings are not ours).
 NODE_COMPONENTS := k8s.io/kubernetes/cmd/kubelet github.com/containerd/containerd/v2/cmd/containerd \
@@ -87,6 +87,7 @@ e2e-build: deps
 	cd e2e && CGO_CFLAGS="-O2 -g -Wno-deprecated-declarations" $(GO) build -p $(JOBS) -tags "no_btrfs no_devmapper no_zfs no_aufs" \
 	  -ldflags "$$(../scripts/k8s-version-ldflags)" -o $(CURDIR)/$(E2E_DIR)/ $(NODE_COMPONENTS)
 	cd e2e && CGO_ENABLED=0 $(GO) build -o $(CURDIR)/$(E2E_DIR)/pause ./cmd/pause
+	./scripts/build-helm $(CURDIR)/$(E2E_DIR)/helm
 	cd e2e && $(GO) build -p $(JOBS) -o $(CURDIR)/$(E2E_DIR)/gpuguard-e2e .
 
 certs: deps

@@ -25,6 +25,12 @@ render() {  # render NAME [VALUES_FILE]
   "$helm" template gpuguard "$root/charts/gpuguard" --namespace gpuguard-system --kube-version "$kube_version" \
     "${values[@]}" 2> >(grep -v 'found symbolic link in path' >&2) > "$work/$name.yaml"
 }
+# The repo's helm behaves as a released one: its version, and with no cluster it assumes the Kubernetes
+# of its release, which the chart's kubeVersion accepts without --kube-version (scripts/build-helm).
+helm_version="$("$helm" version --template '{{.Version}}')"
+[[ "$helm_version" =~ ^v3\.[0-9]+\.[0-9]+$ ]] || { echo "helm version: $helm_version, want a release version"; exit 1; }
+"$helm" template gpuguard "$root/charts/gpuguard" > /dev/null 2> "$work/no-kube-version.err" \
+  || { cat "$work/no-kube-version.err"; echo "helm template without --kube-version fails: is helm stamped as released?"; exit 1; }
 render default
 for values in "$root"/charts/gpuguard/ci/*-values.yaml; do
   render "$(basename "$values" -values.yaml)" "$values"
