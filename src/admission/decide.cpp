@@ -378,6 +378,7 @@ Decision decide(const Review& review, const Policy& policy, const ClaimLookup* c
         decision.findings.push_back({&c, Finding::Kind::env_from, what});
       }
     } else {
+      decision.gpu_less.push_back(&c);
       mutation = hide_gpus(c, policy, decision);
       if (mutation == Mutation::injected) decision.findings.push_back({&c, Finding::Kind::image_default, {}});
       // The runtime takes the last of duplicate entries, so any entry other than the exact one exposes GPUs.

@@ -57,6 +57,9 @@ struct Decision {
   std::map<std::string, std::string> audit_annotations;
   std::vector<Mutation> mutations;
   std::vector<Finding> findings;
+  // The containers that request no GPU, whose isolation rests on the value injected (for the audit, which
+  // joins them with their node's GPUIsolation condition).
+  std::vector<const Container*> gpu_less;
   DoorCounts doors{};  // ReviewOutcome::doors
 };
 

@@ -121,6 +121,11 @@ Examination examine(std::string body, const policy::Policy& policy, const ClaimL
     request.pod.mirror = false;
     const Decision decision = decide(request, finding_all, claims);
     const bool exempt = policy.is_exempt(request.namespace_, request.pod.service_account);
+    examination.exempt = exempt;
+    examination.mirror = mirror;
+    for (const Container* c : decision.gpu_less) {
+      examination.gpu_less.push_back({std::string(c->name), std::string(names_of(c->list).field)});
+    }
     for (const Finding& finding : decision.findings) {
       examination.exposures.push_back({std::string(finding.container->name),
                                        std::string(names_of(finding.container->list).field),

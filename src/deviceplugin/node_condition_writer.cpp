@@ -24,7 +24,7 @@ NodeConditionWriter::NodeConditionWriter(kube::ApiServer server, std::string nod
 
 std::optional<std::string> NodeConditionWriter::patch(const std::string& body) {
   kube::Request request{"PATCH", "/api/v1/nodes/" + node_name_ + "/status", "application/strategic-merge-patch+json",
-                        body, "gpuguard-device-plugin"};
+                        body, "gpuguard-device-plugin", {}};
   kube::Reply reply;
   try {
     reply = kube::send_request(server_, request, kRequestTimeout);

@@ -270,6 +270,7 @@ asio::awaitable<Reply> ApiClient::send(const Request& r, std::chrono::millisecon
   http::request<http::string_body> request{verb, server_.path_prefix + r.path, 11};
   if (!authorize(request, reply.error)) co_return reply;
   if (!r.content_type.empty()) request.set(http::field::content_type, r.content_type);
+  if (!r.accept.empty()) request.set(http::field::accept, r.accept);
   request.body() = r.body;
   request.prepare_payload();
   if (auto [e, n] = co_await http::async_write(stream, request, kNoThrow); e) {

@@ -4,10 +4,11 @@
 
 #include <algorithm>
 #include <iostream>
+#include <map>
 
 #include <nlohmann/json.hpp>
 
-#include "gpuguard/admission/review.hpp"
+#include "gpuguard/audit/pod_audit.hpp"
 #include "gpuguard/log/log.hpp"
 #include "gpuguard/nodereport/node_condition.hpp"
 #include "gpuguard/webhook/claim_cache.hpp"
@@ -39,6 +40,7 @@ struct NodeRow {
 struct Nodes {
   std::size_t total = 0, reporting = 0;
   std::vector<NodeRow> not_holding;
+  std::map<std::string, nodereport::SeenCondition, std::less<>> conditions;  // every reporting node's
 };
 
 // "app", or "setup (initContainers)" for a container outside spec.containers.
@@ -158,9 +160,11 @@ bool read_nodes(const std::string& source, Nodes& nodes) {
     const auto condition = nodereport::seen_condition(node.dump());
     if (!condition) continue;
     ++nodes.reporting;
-    if (condition->status == "True") continue;
     const json& metadata = node.contains("metadata") ? node["metadata"] : json::object();
-    nodes.not_holding.push_back({metadata.is_object() ? text_at(metadata, "name") : "", *condition});
+    const std::string name = metadata.is_object() ? text_at(metadata, "name") : "";
+    nodes.conditions.emplace(name, *condition);
+    if (condition->status == "True") continue;
+    nodes.not_holding.push_back({name, *condition});
   }
   return true;
 }
@@ -218,17 +222,21 @@ int run_audit_command(const std::vector<std::string>& args) {
 
   std::vector<Row> rows;
   for (const json& pod : pods) {
-    const json& metadata = pod.is_object() && pod.contains("metadata") ? pod["metadata"] : json::object();
-    const std::string ns = metadata.is_object() ? text_at(metadata, "namespace") : "";
-    const std::string name = metadata.is_object() ? text_at(metadata, "name") : "";
-    const admission::Examination examination = admission::examine(create_review_for(pod), *policy, lookup);
-    if (!examination.ok) {
-      std::cerr << "gpuguard-webhook audit: pod " << ns << "/" << name << " cannot be read: " << examination.error
-                << "\n";
+    std::string error;
+    const auto audit = audit::audit_pod(pod.dump(), *policy, lookup, error);
+    if (!audit) {
+      const json& metadata = pod.is_object() && pod.contains("metadata") ? pod["metadata"] : json::object();
+      std::cerr << "gpuguard-webhook audit: pod "
+                << (metadata.is_object() ? text_at(metadata, "namespace") + "/" + text_at(metadata, "name") : "")
+                << " cannot be read: " << error << "\n";
       return 2;
     }
-    for (const admission::Exposure& e : examination.exposures) {
-      rows.push_back({ns.empty() ? "default" : ns, name, e});
+    for (const admission::Exposure& e : audit->exposures) rows.push_back({audit->namespace_, audit->name, e});
+    if (!nodes) continue;
+    const auto condition = nodes->conditions.find(audit->node);
+    for (admission::Exposure& e :
+         audit::node_exposures(*audit, condition != nodes->conditions.end() ? &condition->second : nullptr)) {
+      rows.push_back({audit->namespace_, audit->name, std::move(e)});
     }
   }
   if (output == "json") {

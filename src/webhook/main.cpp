@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "audit_command.hpp"
+#include "audit_controller_command.hpp"
 #include "gpuguard/cli/apiserver_flags.hpp"
 #include "gpuguard/cli/command_line.hpp"
 #include "gpuguard/cli/server_flags.hpp"
@@ -37,9 +38,12 @@ constexpr const char* kUsage =
     "  gpuguard-webhook --tls-cert-file FILE --tls-private-key-file FILE [options]\n"
     "  gpuguard-webhook review [--policy-dir DIR] [--claims FILE] FILE|-\n"
     "      review an AdmissionReview or a bare Pod offline and print the response and the decoded JSON Patch\n"
-    "  gpuguard-webhook audit [--policy-dir DIR] [--claims FILE] [--output table|json] FILE|-\n"
+    "  gpuguard-webhook audit [--policy-dir DIR] [--claims FILE] [--nodes FILE] [--output table|json] FILE|-\n"
     "      report every container of a PodList (kubectl get pods -A -o json) that can see GPUs it did not\n"
-    "      ask for, and what the webhook would do; exits 1 when there is any\n\n"
+    "      ask for, and what the webhook would do, and the nodes (kubectl get nodes -o json) where the injected\n"
+    "      value does not hold; exits 1 when there is any\n"
+    "  gpuguard-webhook audit-controller [options]\n"
+    "      the same audit in the cluster, continuously: PolicyReports and metrics (audit-controller --help)\n\n"
     "In a pod it looks up DRA claims with its service account; elsewhere give --apiserver-url, --token-file\n"
     "and --ca-file, or run without (claims are then unknown, and treated as requesting no GPU).\n\n"
     "Options";
@@ -144,6 +148,9 @@ int serve(const po::variables_map& flags) {
 int main(int argc, char** argv) {
   if (argc >= 2 && std::string(argv[1]) == "review") return webhook::run_review_command({argv + 2, argv + argc});
   if (argc >= 2 && std::string(argv[1]) == "audit") return webhook::run_audit_command({argv + 2, argv + argc});
+  if (argc >= 2 && std::string(argv[1]) == "audit-controller") {
+    return webhook::run_audit_controller_command(argc - 1, argv + 1);
+  }
 
   po::options_description description(kUsage);
   cli::add_server_flags(description);

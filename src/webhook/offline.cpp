@@ -51,25 +51,4 @@ bool load_claims(const std::string& command, const std::string& source, ClaimCac
   return true;
 }
 
-std::string create_review_for(nlohmann::json pod) {
-  std::string ns = "default", name;
-  if (const auto metadata = pod.find("metadata"); metadata != pod.end() && metadata->is_object()) {
-    if (const auto n = metadata->find("namespace"); n != metadata->end() && n->is_string()) ns = n->get<std::string>();
-    if (const auto n = metadata->find("name"); n != metadata->end() && n->is_string()) name = n->get<std::string>();
-  }
-  const nlohmann::json review = {{"apiVersion", "admission.k8s.io/v1"},
-                                 {"kind", "AdmissionReview"},
-                                 {"request",
-                                  {{"uid", "00000000-0000-0000-0000-000000000000"},
-                                   {"kind", {{"group", ""}, {"version", "v1"}, {"kind", "Pod"}}},
-                                   {"resource", {{"group", ""}, {"version", "v1"}, {"resource", "pods"}}},
-                                   {"namespace", ns},
-                                   {"name", name},
-                                   {"operation", "CREATE"},
-                                   {"userInfo", {{"username", "gpuguard-review"}}},
-                                   {"object", std::move(pod)},
-                                   {"dryRun", true}}}};
-  return review.dump();
-}
-
 }  // namespace gpuguard::webhook

@@ -1,6 +1,6 @@
 #pragma once
 // What the webhook's offline commands (review, audit) share: reading their input, the policy of a
-// --policy-dir, and a Pod wrapped the way the apiserver sends its creation.
+// --policy-dir, and the claims of a file.
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -24,8 +24,5 @@ std::shared_ptr<const policy::Policy> load_policy(const std::string& command,
 // The claims in a list file (`kubectl get resourceclaims,resourceclaimtemplates -A -o json`) into `cache`;
 // false after printing why to standard error.
 bool load_claims(const std::string& command, const std::string& source, webhook::ClaimCache& cache);
-
-// A CREATE AdmissionReview of `pod` (as `kubectl get pod -o json` prints it), as the apiserver sends it.
-std::string create_review_for(nlohmann::json pod);
 
 }  // namespace gpuguard::webhook

@@ -10,6 +10,7 @@
 
 #include "gpuguard/admission/base64.hpp"
 #include "gpuguard/admission/review.hpp"
+#include "gpuguard/audit/pod_audit.hpp"
 #include "gpuguard/log/log.hpp"
 #include "offline.hpp"
 
@@ -54,7 +55,9 @@ int run_review_command(const std::vector<std::string>& args) {
   }
   const auto document = nlohmann::json::parse(text, nullptr, false);
   if (document.is_object() && document.value("kind", "") == "Pod" && document.value("apiVersion", "") == "v1") {
-    text = create_review_for(document);
+    const auto& metadata = document.contains("metadata") && document["metadata"].is_object() ? document["metadata"]
+                                                                                             : nlohmann::json::object();
+    text = audit::create_review_for(text, metadata.value("namespace", ""), metadata.value("name", ""));
   }
   log::set_level(log::Level::warn);  // standard error is for problems here; standard output is the result
   std::optional<std::filesystem::path> policy_dir;

@@ -89,6 +89,10 @@ struct FakeApiserver::Impl {
   bool holding_lists = false;
   bool stopping = false;
   std::vector<Request> requests;
+  std::map<std::string, json> leases;   // "namespace/name" -> Lease
+  std::map<std::string, json> reports;  // namespace -> PolicyReport
+  std::map<std::string, unsigned> report_writes;
+  bool reports_served = true;
   std::vector<std::weak_ptr<Connection>> connections;
   std::vector<std::thread> threads;
   std::thread acceptor_thread;
@@ -182,6 +186,12 @@ void FakeApiserver::serve(std::shared_ptr<Connection> connection) {
     };
     if (seen.authorization != "Bearer " + token) {
       reply(401, status_object(401, "Unauthorized", "Unauthorized"));
+    } else if (seen.path.starts_with("/apis/coordination.k8s.io/v1/")) {
+      const auto [status, body] = answer_lease(seen);
+      reply(status, body);
+    } else if (seen.path.starts_with("/apis/wgpolicyk8s.io/")) {
+      const auto [status, body] = answer_policy_reports(seen);
+      reply(status, body);
     } else if (request.method() == http::verb::patch) {
       const auto [status, body] = patch_node_status(seen);
       reply(status, body);
@@ -195,6 +205,121 @@ void FakeApiserver::serve(std::shared_ptr<Connection> connection) {
     }
     if (ec) return;
   }
+}
+
+// /apis/coordination.k8s.io/v1/namespaces/<ns>/leases[/<name>]: GET, POST, and PUT only on the
+// resourceVersion last written (409 otherwise, 422 without one), as the API server's Lease strategy has it.
+std::pair<unsigned, json> FakeApiserver::answer_lease(const Request& seen) {
+  constexpr std::string_view kPrefix = "/apis/coordination.k8s.io/v1/namespaces/";
+  const std::string rest = seen.path.substr(kPrefix.size());
+  const std::size_t slash = rest.find('/');
+  if (!seen.path.starts_with(kPrefix) || slash == std::string::npos || !rest.substr(slash).starts_with("/leases")) {
+    return {404, status_object(404, "NotFound", "the server could not find the requested resource")};
+  }
+  const std::string ns = rest.substr(0, slash);
+  const std::string tail = rest.substr(slash + std::string("/leases").size());
+  std::lock_guard lock(impl_->mutex);
+  if (seen.method == "POST" && tail.empty()) {
+    json lease = json::parse(seen.body, nullptr, false);
+    if (!lease.is_object()) return {400, status_object(400, "BadRequest", "not a Lease")};
+    const std::string key = ns + "/" + lease["metadata"].value("name", "");
+    if (impl_->leases.count(key)) return {409, status_object(409, "AlreadyExists", "leases already exists")};
+    lease["metadata"]["resourceVersion"] = std::to_string(++impl_->version);
+    impl_->leases[key] = lease;
+    return {201, lease};
+  }
+  if (tail.size() < 2 || tail[0] != '/') return {405, status_object(405, "MethodNotAllowed", "not here")};
+  const std::string key = ns + "/" + tail.substr(1);
+  const auto it = impl_->leases.find(key);
+  if (seen.method == "GET") {
+    if (it == impl_->leases.end()) return {404, status_object(404, "NotFound", "leases not found")};
+    return {200, it->second};
+  }
+  if (seen.method != "PUT") return {405, status_object(405, "MethodNotAllowed", "not here")};
+  json lease = json::parse(seen.body, nullptr, false);
+  if (!lease.is_object()) return {400, status_object(400, "BadRequest", "not a Lease")};
+  const std::string version = lease["metadata"].value("resourceVersion", "");
+  if (version.empty()) return {422, status_object(422, "Invalid", "metadata.resourceVersion must be specified")};
+  if (it == impl_->leases.end()) return {404, status_object(404, "NotFound", "leases not found")};
+  if (it->second["metadata"].value("resourceVersion", "") != version) {
+    return {409, status_object(409, "Conflict", "the object has been modified")};
+  }
+  lease["metadata"]["resourceVersion"] = std::to_string(++impl_->version);
+  it->second = lease;
+  return {200, lease};
+}
+
+// /apis/wgpolicyk8s.io/v1alpha2: the cluster-wide list, and a namespace's report applied (server-side
+// apply, which the fake takes as "replace") or deleted. 404 for all of it while the CRD is "absent".
+std::pair<unsigned, json> FakeApiserver::answer_policy_reports(const Request& seen) {
+  constexpr std::string_view kApi = "/apis/wgpolicyk8s.io/v1alpha2";
+  std::lock_guard lock(impl_->mutex);
+  if (!impl_->reports_served || !seen.path.starts_with(kApi)) {
+    return {404, status_object(404, "NotFound", "the server could not find the requested resource")};
+  }
+  const std::string rest = seen.path.substr(kApi.size());
+  if (rest == "/policyreports" && seen.method == "GET") {
+    json list = {{"apiVersion", "meta.k8s.io/v1"},
+                 {"kind", "PartialObjectMetadataList"},
+                 {"items", json::array()},
+                 {"metadata", {{"resourceVersion", std::to_string(impl_->version)}}}};
+    for (const auto& [ns, report] : impl_->reports) {
+      list["items"].push_back({{"metadata", report["metadata"]}});
+    }
+    return {200, list};
+  }
+  constexpr std::string_view kNamespaces = "/namespaces/";
+  const std::size_t slash = rest.find('/', kNamespaces.size());
+  if (!rest.starts_with(kNamespaces) || slash == std::string::npos ||
+      !rest.substr(slash).starts_with("/policyreports/")) {
+    return {404, status_object(404, "NotFound", "the server could not find the requested resource")};
+  }
+  const std::string ns = rest.substr(kNamespaces.size(), slash - kNamespaces.size());
+  if (seen.method == "DELETE") {
+    if (impl_->reports.erase(ns) == 0) return {404, status_object(404, "NotFound", "policyreports not found")};
+    ++impl_->report_writes[ns];
+    return {200, status_object(200, "Success", "deleted")};
+  }
+  if (seen.method != "PATCH") return {405, status_object(405, "MethodNotAllowed", "not here")};
+  const auto query = parse_query(seen.query);
+  if (seen.content_type != "application/apply-patch+yaml" || !query.count("fieldManager")) {
+    return {400, status_object(400, "BadRequest", "an apply patch needs its content type and a fieldManager")};
+  }
+  json report = json::parse(seen.body, nullptr, false);
+  if (!report.is_object() || report.value("kind", "") != "PolicyReport") {
+    return {400, status_object(400, "BadRequest", "not a PolicyReport")};
+  }
+  report["metadata"]["resourceVersion"] = std::to_string(++impl_->version);
+  impl_->reports[ns] = report;
+  ++impl_->report_writes[ns];
+  return {200, report};
+}
+
+json FakeApiserver::lease(const std::string& key) const {
+  std::lock_guard lock(impl_->mutex);
+  const auto it = impl_->leases.find(key);
+  return it == impl_->leases.end() ? json(nullptr) : it->second;
+}
+
+void FakeApiserver::set_lease(const std::string& key, json lease) {
+  std::lock_guard lock(impl_->mutex);
+  lease["metadata"]["resourceVersion"] = std::to_string(++impl_->version);
+  impl_->leases[key] = std::move(lease);
+}
+
+std::map<std::string, json> FakeApiserver::policy_reports() const {
+  std::lock_guard lock(impl_->mutex);
+  return impl_->reports;
+}
+
+std::map<std::string, unsigned> FakeApiserver::report_writes() const {
+  std::lock_guard lock(impl_->mutex);
+  return impl_->report_writes;
+}
+
+void FakeApiserver::serve_policy_reports(bool served) {
+  std::lock_guard lock(impl_->mutex);
+  impl_->reports_served = served;
 }
 
 // A strategic merge patch of /api/v1/nodes/<name>/status that sets conditions: each is merged into the

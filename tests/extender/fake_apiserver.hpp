@@ -1,6 +1,8 @@
 #pragma once
-// A Kubernetes API server just big enough for list and watch of pods and nodes, and for the PATCH of a
-// Node's status conditions that the device plugin sends, over real TLS (the test CA's 127.0.0.1
+// A Kubernetes API server just big enough for list and watch of pods and nodes, for the PATCH of a
+// Node's status conditions that the device plugin sends, and for the audit loop's Leases (get, create,
+// update on the resourceVersion read, as the API server checks it) and PolicyReports (server-side apply,
+// delete, list), over real TLS (the test CA's 127.0.0.1
 // certificate) with a bearer token. It keeps a history of events, as etcd does, so that a
 // watch resumed from a resourceVersion gets what it missed, until compact() forgets it: then such a
 // watch gets 410 Gone. Tests can cut every open watch stream mid-flight.
@@ -41,6 +43,15 @@ class FakeApiserver {
   // nullptr when there is no such object.
   nlohmann::json object(const std::string& resource, const std::string& name) const;
 
+  // The Lease "namespace/name" (nullptr when none), and what the PolicyReports are: namespace -> report.
+  nlohmann::json lease(const std::string& key) const;
+  void set_lease(const std::string& key, nlohmann::json lease);
+  std::map<std::string, nlohmann::json> policy_reports() const;
+  // Applies and deletes of PolicyReports answered 2xx, by namespace.
+  std::map<std::string, unsigned> report_writes() const;
+  // Whether the wgpolicyk8s.io/v1alpha2 API is served (its CRD installed); true at first.
+  void serve_policy_reports(bool served);
+
   struct Request {
     std::string path, query, authorization;
     unsigned status = 0;
@@ -62,6 +73,8 @@ class FakeApiserver {
   void answer_list(Connection& connection, const std::string& resource, Request seen);
   void answer_watch(Connection& connection, const std::string& resource, Request seen);
   std::pair<unsigned, nlohmann::json> patch_node_status(const Request& seen);
+  std::pair<unsigned, nlohmann::json> answer_lease(const Request& seen);
+  std::pair<unsigned, nlohmann::json> answer_policy_reports(const Request& seen);
 
   struct Impl;
   std::unique_ptr<Impl> impl_;

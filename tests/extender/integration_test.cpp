@@ -17,6 +17,7 @@
 
 #include "fake_apiserver.hpp"
 #include "files.hpp"
+#include "http_client.hpp"
 #include "server_process.hpp"
 #include "tls_client.hpp"
 
@@ -25,54 +26,6 @@ using nlohmann::json;
 namespace fs = std::filesystem;
 
 namespace {
-
-struct Reply {
-  unsigned status = 0;
-  std::string body;
-};
-
-// One plain HTTP/1.1 request on a fresh connection (Connection: close), reads bounded by SO_RCVTIMEO.
-Reply http_request(unsigned short port, const std::string& method, const std::string& path,
-                   const std::string& body = "", const std::string& content_type = "application/json") {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  REQUIRE(fd >= 0);
-  timeval timeout{10, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_port = htons(port);
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0);
-  std::string request = method + " " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n";
-  if (method == "POST") {
-    request += "Content-Type: " + content_type + "\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
-  }
-  request += "\r\n" + body;
-  for (std::size_t sent = 0; sent < request.size();) {
-    const ssize_t n = send(fd, request.data() + sent, request.size() - sent, MSG_NOSIGNAL);
-    if (n <= 0) break;  // the server may answer (413) and close before reading everything
-    sent += static_cast<std::size_t>(n);
-  }
-  std::string response;
-  char chunk[8192];
-  ssize_t n;
-  while ((n = recv(fd, chunk, sizeof chunk, 0)) > 0) response.append(chunk, static_cast<std::size_t>(n));
-  close(fd);
-  Reply reply;
-  if (response.size() > 12) reply.status = static_cast<unsigned>(std::stoi(response.substr(9, 3)));
-  const std::size_t head_end = response.find("\r\n\r\n");
-  if (head_end != std::string::npos) reply.body = response.substr(head_end + 4);
-  return reply;
-}
-
-bool eventually(const std::function<bool()>& condition, int seconds = 10) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (condition()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return condition();
-}
 
 json gpu_node(const std::string& name, int gpus) {
   return {{"apiVersion", "v1"},

@@ -67,10 +67,20 @@ struct Exposure {
   std::string webhook;    // "sets none", "denies the pod", "warns", "nothing (exempt namespace)", ...
 };
 
+// A container named by the Pod spec field it is in.
+struct ContainerRef {
+  std::string container, list;
+};
+
 struct Examination {
   bool ok = false;
   std::string error;  // when !ok: as review's 400 reason
   std::vector<Exposure> exposures;
+  bool exempt = false;  // the policy exempts the pod's namespace or service account
+  bool mirror = false;  // a static pod's mirror, which the webhook never sees
+  // The containers that request no GPU: on a node whose runtime does not honour the injected value, each
+  // of them sees GPUs whatever the webhook does.
+  std::vector<ContainerRef> gpu_less;
 };
 
 // What `review` would decide for this AdmissionReview, as exposures: every container that can see GPUs

@@ -1,7 +1,8 @@
 #pragma once
 // One request to the Kubernetes API that is not a list or a watch: the device plugin's PATCH of its
-// Node's status. Blocking, on an io_context of its own, bounded by a timeout; for a caller that writes
-// rarely (a Node condition on change and every few minutes), which needs no connection kept open.
+// Node's status, the audit loop's Lease and PolicyReports. Blocking, on an io_context of its own, bounded
+// by a timeout; for a caller that writes rarely (a condition on change, a Lease every 2 s, a report when it
+// changes), which needs no connection kept open.
 #include <chrono>
 #include <string>
 
@@ -15,6 +16,7 @@ struct Request {
   std::string content_type;
   std::string body;
   std::string user_agent = "gpuguard";
+  std::string accept;  // empty: JSON, as the API serves it by default
 };
 
 struct Reply {

@@ -1,0 +1,137 @@
+// The audit loop's series in the Prometheus text format.
+#include "gpuguard/audit/audit_metrics.hpp"
+
+#include "gpuguard/metrics/text.hpp"
+
+namespace gpuguard::audit {
+namespace {
+
+constexpr std::array<std::string_view, 3> kResources = {"pods", "nodes", "claims"};
+constexpr std::array<std::string_view, 2> kWrites = {"apply", "delete"};
+
+}  // namespace
+
+std::string_view verdict_label(std::optional<std::string_view> reason) {
+  if (!reason) return "unreported";
+  if (*reason == "Honoured") return "honoured";
+  if (*reason == "NotActedOn") return "not-acted-on";
+  if (*reason == "Leaks") return "leaks";
+  if (*reason == "BreaksPods") return "breaks-pods";
+  return "unknown";
+}
+
+AuditMetrics::AuditMetrics(std::string version) : version_(std::move(version)) {}
+
+void AuditMetrics::set_leader(bool leading) {
+  const std::lock_guard lock(mutex_);
+  leading_ = leading;
+}
+
+void AuditMetrics::set_reports_available(bool available) {
+  const std::lock_guard lock(mutex_);
+  reports_available_ = available;
+}
+
+void AuditMetrics::count_write(ReportWrite write, bool succeeded) {
+  const std::lock_guard lock(mutex_);
+  ++writes_[static_cast<std::size_t>(write)][succeeded ? 0 : 1];
+}
+
+void AuditMetrics::count_unreadable_pod() {
+  const std::lock_guard lock(mutex_);
+  ++unreadable_pods_;
+}
+
+void AuditMetrics::count_informer(std::string_view resource, kube::ReflectorOutcome outcome) {
+  const std::lock_guard lock(mutex_);
+  for (std::size_t i = 0; i < kResources.size(); ++i) {
+    if (resource == kResources[i] || (i == 2 && resource.find("claim") != std::string_view::npos)) {
+      ++informer_[i][static_cast<std::size_t>(outcome)];
+      return;
+    }
+  }
+}
+
+void AuditMetrics::set_pass(PassSummary summary, std::chrono::steady_clock::time_point at) {
+  const std::lock_guard lock(mutex_);
+  pass_ = std::move(summary);
+  pass_at_ = at;
+}
+
+std::string AuditMetrics::render(bool synced) const {
+  const std::lock_guard lock(mutex_);
+  std::string out;
+  metrics::header(out, "gpuguard_audit_leader", "gauge",
+                  "1 on the replica that holds the audit Lease and writes the PolicyReports.");
+  out.append("gpuguard_audit_leader ").append(leading_ ? "1" : "0").append("\n");
+  metrics::header(out, "gpuguard_audit_synced", "gauge", "1 once pods and nodes have been listed.");
+  out.append("gpuguard_audit_synced ").append(synced ? "1" : "0").append("\n");
+  metrics::header(out, "gpuguard_audit_policy_reports_available", "gauge",
+                  "1 when the leader can write PolicyReports (the wgpolicyk8s.io/v1alpha2 API is served).");
+  out.append("gpuguard_audit_policy_reports_available ").append(reports_available_ ? "1" : "0").append("\n");
+  metrics::header(out, "gpuguard_audit_report_writes_total", "counter",
+                  "PolicyReports applied or deleted by this replica, by result.");
+  for (std::size_t w = 0; w < kWrites.size(); ++w) {
+    for (std::size_t r = 0; r < 2; ++r) {
+      out.append("gpuguard_audit_report_writes_total{operation=\"")
+          .append(kWrites[w])
+          .append("\",result=\"")
+          .append(r == 0 ? "success" : "failure")
+          .append("\"} ")
+          .append(std::to_string(writes_[w][r]))
+          .append("\n");
+    }
+  }
+  metrics::header(out, "gpuguard_audit_unreadable_pods_total", "counter",
+                  "Pods the admission core could not read (left out of the reports, logged).");
+  out.append("gpuguard_audit_unreadable_pods_total ").append(std::to_string(unreadable_pods_)).append("\n");
+  metrics::header(out, "gpuguard_kube_informer_outcomes_total", "counter",
+                  "Lists and watch ends against the Kubernetes API, by resource and outcome.");
+  for (std::size_t i = 0; i < kResources.size(); ++i) {
+    for (std::size_t o = 0; o < informer_[i].size(); ++o) {
+      out.append("gpuguard_kube_informer_outcomes_total{resource=\"")
+          .append(kResources[i])
+          .append("\",outcome=\"")
+          .append(kube::kReflectorOutcomes[o])
+          .append("\"} ")
+          .append(std::to_string(informer_[i][o]))
+          .append("\n");
+    }
+  }
+  // The leader's view of the cluster: followers leave these out, so a sum over replicas is the cluster's.
+  if (leading_ && pass_) {
+    metrics::header(out, "gpuguard_audit_exposed_pods", "gauge",
+                    "Running pods with a container that can see GPUs it did not ask for, by namespace, reason and "
+                    "PolicyReport result (fail, warn under policy mode audit, skip when exempt).");
+    for (const auto& [key, count] : pass_->exposed_pods) {
+      const auto& [ns, reason, result] = key;
+      out.append("gpuguard_audit_exposed_pods{namespace=\"")
+          .append(ns)
+          .append("\",reason=\"")
+          .append(reason)
+          .append("\",result=\"")
+          .append(result)
+          .append("\"} ")
+          .append(std::to_string(count))
+          .append("\n");
+    }
+    metrics::header(out, "gpuguard_audit_nodes", "gauge",
+                    "Nodes by the verdict of their GPUIsolation condition (unreported: no gpuguard device plugin).");
+    for (const auto& [verdict, count] : pass_->nodes) {
+      out.append("gpuguard_audit_nodes{verdict=\"").append(verdict).append("\"} ");
+      out.append(std::to_string(count)).append("\n");
+    }
+    metrics::header(out, "gpuguard_audit_pods", "gauge", "Running pods judged in the last pass.");
+    out.append("gpuguard_audit_pods ").append(std::to_string(pass_->pods)).append("\n");
+    metrics::header(out, "gpuguard_audit_last_pass_age_seconds", "gauge",
+                    "Seconds since the last full pass over every running pod ended.");
+    out.append("gpuguard_audit_last_pass_age_seconds ")
+        .append(metrics::number(std::chrono::duration<double>(std::chrono::steady_clock::now() - pass_at_).count()))
+        .append("\n");
+  }
+  render_reloads(out, false);
+  metrics::render_build_info(out, version_);
+  return out;
+}
+
+}  // namespace gpuguard::audit

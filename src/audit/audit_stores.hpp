@@ -1,0 +1,191 @@
+#pragma once
+// The audit loop's two caches, fed by kube::Informers: every running pod as its PodAudit (audit_pod, the
+// `audit` command's decision), and every node's GPUIsolation condition. Private to src/audit; the unit
+// tests feed them as the informers do.
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "gpuguard/audit/audit_loop.hpp"
+#include "gpuguard/audit/audit_metrics.hpp"
+#include "gpuguard/audit/pod_audit.hpp"
+#include "gpuguard/kube/store.hpp"
+#include "gpuguard/nodereport/node_condition.hpp"
+
+namespace gpuguard::audit {
+
+// Pods that hold a node's attention: not yet finished.
+inline constexpr std::string_view kPodSelector = "status.phase!=Succeeded,status.phase!=Failed";
+
+using NodeConditions = std::map<std::string, nodereport::SeenCondition, std::less<>>;
+
+// A pod that can see GPUs it did not ask for, as one pass found it.
+struct Offender {
+  PodAudit pod;
+  std::vector<admission::Exposure> exposures;
+};
+
+// Every running pod as its PodAudit, keyed by namespace/name. The informer's thread writes; the pass reads.
+class PodStore final : public kube::Store {
+ public:
+  PodStore(PolicySource policy, const admission::ClaimLookup* claims, AuditMetrics& metrics)
+      : policy_(std::move(policy)), claims_(claims), metrics_(metrics) {}
+
+  void list_begin() override {
+    fresh_.clear();
+    listing_ = policy_();
+  }
+  void list_item(std::string_view object) override { take(fresh_, object, *listing_); }
+  void list_end(bool complete) override {
+    if (complete) {
+      const std::lock_guard lock(mutex_);
+      pods_.swap(fresh_);
+      judged_under_ = listing_;
+      ++changes_;
+    }
+    Pods().swap(fresh_);
+  }
+  void apply(std::string_view type, std::string_view object) override {
+    std::shared_ptr<const policy::Policy> policy;
+    {
+      const std::lock_guard lock(mutex_);
+      policy = judged_under_;
+    }
+    if (!policy) policy = policy_();
+    if (type == "DELETED") {
+      std::string error;
+      if (const auto pod = audit_pod(object, *policy, claims_, error)) {
+        const std::lock_guard lock(mutex_);
+        pods_.erase(pod->namespace_ + "/" + pod->name);
+        ++changes_;
+      }
+      return;
+    }
+    Pods one;
+    take(one, object, *policy);
+    if (one.empty()) return;
+    const std::lock_guard lock(mutex_);
+    for (auto& [key, entry] : one) pods_.insert_or_assign(key, std::move(entry));
+    ++changes_;
+  }
+
+  std::uint64_t changes() const {
+    const std::lock_guard lock(mutex_);
+    return changes_;
+  }
+  // The policy the pods were judged under: that of the last complete list.
+  std::shared_ptr<const policy::Policy> judged_under() const {
+    const std::lock_guard lock(mutex_);
+    return judged_under_;
+  }
+
+  // The pods that can see GPUs, their node's verdict joined in; pods with claims judged again first.
+  std::vector<Offender> offenders(const NodeConditions& nodes, std::size_t& pods) const {
+    std::vector<Offender> found;
+    const std::lock_guard lock(mutex_);
+    pods = pods_.size();
+    for (const auto& [key, entry] : pods_) {
+      std::optional<PodAudit> again;
+      if (!entry.json.empty() && judged_under_) {
+        std::string error;
+        again = audit_pod(entry.json, *judged_under_, claims_, error);
+      }
+      const PodAudit& pod = again ? *again : entry.audit;
+      const auto node = nodes.find(pod.node);
+      std::vector<admission::Exposure> exposures = pod.exposures;
+      for (auto& e : node_exposures(pod, node != nodes.end() ? &node->second : nullptr)) {
+        exposures.push_back(std::move(e));
+      }
+      if (!exposures.empty()) found.push_back({pod, std::move(exposures)});
+    }
+    return found;
+  }
+
+ private:
+  struct Entry {
+    PodAudit audit;
+    std::string json;  // only for a pod with DRA claims, whose verdict can change with them
+  };
+  using Pods = std::unordered_map<std::string, Entry>;
+
+  void take(Pods& into, std::string_view object, const policy::Policy& policy);
+
+  PolicySource policy_;
+  const admission::ClaimLookup* claims_;
+  AuditMetrics& metrics_;
+  std::shared_ptr<const policy::Policy> listing_;  // the informer's thread's own
+  Pods fresh_;                                     // likewise
+  mutable std::mutex mutex_;
+  Pods pods_;
+  std::shared_ptr<const policy::Policy> judged_under_;
+  std::uint64_t changes_ = 0;
+};
+
+// Every node's GPUIsolation condition (nullopt: it has none). Only a change of a condition counts as a
+// change: the kubelet's heartbeats do not start passes.
+class NodeStore final : public kube::Store {
+ public:
+  using Conditions = std::map<std::string, std::optional<nodereport::SeenCondition>, std::less<>>;
+
+  void list_begin() override { fresh_.clear(); }
+  void list_item(std::string_view object) override {
+    if (auto name = name_of(object)) fresh_.insert_or_assign(std::move(*name), nodereport::seen_condition(object));
+  }
+  void list_end(bool complete) override {
+    if (complete) {
+      const std::lock_guard lock(mutex_);
+      nodes_.swap(fresh_);
+      ++changes_;
+    }
+    Conditions().swap(fresh_);
+  }
+  void apply(std::string_view type, std::string_view object) override {
+    auto name = name_of(object);
+    if (!name) return;
+    auto condition = nodereport::seen_condition(object);
+    const std::lock_guard lock(mutex_);
+    if (type == "DELETED") {
+      nodes_.erase(*name);
+      ++changes_;
+      return;
+    }
+    const auto known = nodes_.find(*name);
+    const bool same =
+        known != nodes_.end() && known->second.has_value() == condition.has_value() &&
+        (!condition || (known->second->status == condition->status && known->second->reason == condition->reason));
+    if (!same) ++changes_;
+    nodes_.insert_or_assign(std::move(*name), std::move(condition));
+  }
+
+  std::uint64_t changes() const {
+    const std::lock_guard lock(mutex_);
+    return changes_;
+  }
+  // The conditions of the nodes that report one, and every node's verdict counted into `verdicts`.
+  NodeConditions snapshot(std::map<std::string, std::size_t>& verdicts) const {
+    NodeConditions reporting;
+    const std::lock_guard lock(mutex_);
+    for (const auto& [name, condition] : nodes_) {
+      const auto reason = condition ? std::optional<std::string_view>(condition->reason) : std::nullopt;
+      ++verdicts[std::string(verdict_label(reason))];
+      if (condition) reporting.emplace(name, *condition);
+    }
+    return reporting;
+  }
+
+ private:
+  static std::optional<std::string> name_of(std::string_view object);
+
+  Conditions fresh_;
+  mutable std::mutex mutex_;
+  Conditions nodes_;
+  std::uint64_t changes_ = 0;
+};
+
+}  // namespace gpuguard::audit

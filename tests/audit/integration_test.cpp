@@ -1,0 +1,193 @@
+// The real `gpuguard-webhook audit-controller` against the fake Kubernetes API server over real TLS: its
+// PolicyReports and metrics follow the pods, a new policy, and the Lease; with two replicas one writes, the
+// other takes over when the leader dies, and what is already true is not written again.
+#include <catch2/catch.hpp>
+
+#include <signal.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+
+#include <nlohmann/json.hpp>
+
+#include "extender/fake_apiserver.hpp"
+#include "files.hpp"
+#include "http_client.hpp"
+#include "server_process.hpp"
+
+using namespace gpuguard::test;
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kLease = "gpuguard-system/gpuguard-audit";
+
+json pod(const std::string& ns, const std::string& name, bool protected_by_none) {
+  json env = json::array();
+  if (protected_by_none) env.push_back({{"name", "NVIDIA_VISIBLE_DEVICES"}, {"value", "none"}});
+  return {
+      {"apiVersion", "v1"},
+      {"kind", "Pod"},
+      {"metadata",
+       {{"namespace", ns}, {"name", name}, {"uid", "uid-" + name}, {"creationTimestamp", "2026-11-25T10:00:00Z"}}},
+      {"spec", {{"nodeName", "n1"}, {"containers", json::array({{{"name", "app"}, {"image", "cuda"}, {"env", env}}})}}},
+      {"status", {{"phase", "Running"}}}};
+}
+
+json node(const std::string& name) {
+  return {{"apiVersion", "v1"}, {"kind", "Node"}, {"metadata", {{"name", name}}}, {"status", json::object()}};
+}
+
+struct Cluster {
+  FakeApiserver apiserver{"audit-token"};
+  fs::path dir = fs::temp_directory_path() / ("gpuguard-audit-" + std::to_string(getpid()));
+  Cluster() {
+    fs::create_directories(dir / "policy");
+    std::ofstream(dir / "token") << "audit-token";
+    std::ofstream(dir / "policy" / "mode") << "enforce";
+    apiserver.put("nodes", node("n1"));
+    apiserver.put("pods", pod("team-a", "leaky", false));
+    apiserver.put("pods", pod("team-a", "fine", true));
+    apiserver.put("pods", pod("tools", "debug", false));
+  }
+  ~Cluster() { fs::remove_all(dir); }
+
+  std::unique_ptr<ServerProcess> controller(const std::string& identity) {
+    return std::make_unique<ServerProcess>(std::vector<std::string>{GPUGUARD_WEBHOOK_BIN, "audit-controller",
+                                                                    "--apiserver-url",    apiserver.url(),
+                                                                    "--token-file",       (dir / "token").string(),
+                                                                    "--ca-file",          certs_dir() + "/ca.crt",
+                                                                    "--listen-address",   "127.0.0.1:0",
+                                                                    "--lease-namespace",  "gpuguard-system",
+                                                                    "--identity",         identity,
+                                                                    "--resource-claims",  "off",
+                                                                    "--policy-dir",       (dir / "policy").string(),
+                                                                    "--lease-duration",   "4",
+                                                                    "--renew-deadline",   "3",
+                                                                    "--retry-period",     "1"});
+  }
+};
+
+// A series' value from /metrics; nullopt when absent.
+std::optional<double> series(const ServerProcess& process, const std::string& name) {
+  const Reply reply = http_request(process.port(), "GET", "/metrics");
+  if (reply.status != 200) return std::nullopt;
+  for (std::size_t at = reply.body.find(name + " "); at != std::string::npos;
+       at = reply.body.find(name + " ", at + 1)) {
+    if (at == 0 || reply.body[at - 1] == '\n') return std::stod(reply.body.substr(at + name.size() + 1));
+  }
+  return std::nullopt;
+}
+
+std::string result_of(const json& report) { return report["results"][0]["result"]; }
+
+}  // namespace
+
+TEST_CASE("reports and metrics follow the pods and the policy, and the Lease is released") {
+  Cluster cluster;
+  auto controller = cluster.controller("replica-a");
+  REQUIRE(eventually([&] { return http_request(controller->port(), "GET", "/readyz").status == 200; }));
+  REQUIRE(eventually([&] { return cluster.apiserver.policy_reports().size() == 2; }));
+  auto reports = cluster.apiserver.policy_reports();
+  REQUIRE(reports.count("team-a"));
+  const json& team_a = reports["team-a"];
+  CHECK(team_a["metadata"]["name"] == "gpuguard-gpu-exposure");
+  CHECK(team_a["summary"]["fail"] == 1);
+  REQUIRE(team_a["results"].size() == 1);
+  CHECK(team_a["results"][0]["resources"][0]["name"] == "leaky");
+  CHECK(team_a["results"][0]["properties"]["reasons"] == "image-default");
+  CHECK(cluster.apiserver.lease(kLease)["spec"]["holderIdentity"] == "replica-a");
+  CHECK(series(*controller, "gpuguard_audit_leader") == 1);
+  CHECK(series(*controller,
+               "gpuguard_audit_exposed_pods{namespace=\"team-a\",reason=\"image-default\",result=\"fail\"}") == 1);
+  CHECK(series(*controller, "gpuguard_audit_pods") == 3);
+  CHECK(series(*controller, "gpuguard_audit_nodes{verdict=\"unreported\"}") == 1);
+  CHECK(series(*controller, "gpuguard_audit_policy_reports_available") == 1);
+
+  // A pod created while the webhook was down appears; a deleted one leaves its report.
+  cluster.apiserver.put("pods", pod("late", "created-unpatched", false));
+  CHECK(eventually([&] { return cluster.apiserver.policy_reports().count("late") == 1; }));
+  cluster.apiserver.remove("pods", "debug");
+  CHECK(eventually([&] { return cluster.apiserver.policy_reports().count("tools") == 0; }));
+  CHECK(eventually([&] {
+    return !series(*controller,
+                   "gpuguard_audit_exposed_pods{namespace=\"tools\",reason=\"image-default\",result=\"fail\"}");
+  }));
+
+  // Policy mode audit: the pods are listed again, and the same exposure is a warning.
+  std::ofstream(cluster.dir / "policy" / "mode") << "audit";
+  CHECK(eventually([&] { return result_of(cluster.apiserver.policy_reports()["team-a"]) == "warn"; }));
+
+  CHECK(controller->terminate() == 0);
+  const json lease = cluster.apiserver.lease(kLease);
+  CHECK(lease["spec"]["holderIdentity"] == "");
+  CHECK(lease["spec"]["leaseDurationSeconds"] == 1);
+}
+
+TEST_CASE("two replicas, one writer, and the other takes over when the leader dies") {
+  Cluster cluster;
+  auto a = cluster.controller("replica-a");
+  REQUIRE(eventually([&] { return series(*a, "gpuguard_audit_leader") == 1; }));
+  REQUIRE(eventually([&] { return cluster.apiserver.policy_reports().size() == 2; }));
+  auto b = cluster.controller("replica-b");
+  REQUIRE(eventually([&] { return http_request(b->port(), "GET", "/readyz").status == 200; }));
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  CHECK(series(*b, "gpuguard_audit_leader") == 0);
+  // The follower exports no view of the cluster, so a sum over the replicas counts each pod once.
+  CHECK_FALSE(series(*b, "gpuguard_audit_pods"));
+  CHECK(series(*a, "gpuguard_audit_pods") == 3);
+  const auto writes = cluster.apiserver.report_writes();
+  CHECK(writes == std::map<std::string, unsigned>{{"team-a", 1}, {"tools", 1}});
+
+  // The leader dies without giving the Lease up: the other leads within the lease duration (4 s) and two
+  // retry periods, and writes nothing that is already true.
+  const auto killed = std::chrono::steady_clock::now();
+  kill(a->pid(), SIGKILL);
+  a->wait_exit(10);
+  REQUIRE(eventually([&] { return series(*b, "gpuguard_audit_leader") == 1; }, 20));
+  const auto took = std::chrono::steady_clock::now() - killed;
+  CHECK(took < std::chrono::seconds(9));
+  CHECK(cluster.apiserver.lease(kLease)["spec"]["holderIdentity"] == "replica-b");
+  CHECK(cluster.apiserver.lease(kLease)["spec"]["leaseTransitions"] == 1);
+  CHECK(eventually([&] { return series(*b, "gpuguard_audit_pods") == 3; }));
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  CHECK(cluster.apiserver.report_writes() == writes);
+  cluster.apiserver.put("pods", pod("late", "created-unpatched", false));
+  CHECK(eventually([&] { return cluster.apiserver.report_writes()["late"] == 1; }));
+  CHECK(b->terminate() == 0);
+}
+
+TEST_CASE("without the PolicyReport API the metrics go on") {
+  Cluster cluster;
+  cluster.apiserver.serve_policy_reports(false);
+  auto controller = cluster.controller("replica-a");
+  REQUIRE(eventually([&] { return series(*controller, "gpuguard_audit_leader") == 1; }));
+  CHECK(eventually([&] {
+    return series(*controller,
+                  "gpuguard_audit_exposed_pods{namespace=\"team-a\",reason=\"image-default\",result=\"fail\"}") == 1;
+  }));
+  CHECK(series(*controller, "gpuguard_audit_policy_reports_available") == 0);
+  CHECK(cluster.apiserver.policy_reports().empty());
+  CHECK(http_request(controller->port(), "GET", "/readyz").status == 200);
+  CHECK(controller->terminate() == 0);
+}
+
+TEST_CASE("bad flags are refused") {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"audit-controller --resource-claims maybe --apiserver-url https://127.0.0.1:1", "--resource-claims"},
+      {"audit-controller --lease-duration 5 --renew-deadline 5 --apiserver-url https://127.0.0.1:1",
+       "--lease-duration"},
+      {"audit-controller --retry-period 0 --apiserver-url https://127.0.0.1:1", "--retry-period"},
+      {"audit-controller --apiserver-url https://127.0.0.1:1 --lease-namespace ''", "--lease-namespace"},
+      {"audit-controller --apiserver-url ftp://x --lease-namespace n", "ftp"},
+      {"audit-controller --no-such-flag", "no-such-flag"}};
+  for (const auto& [args, named] : cases) {
+    const ExitResult result = run_webhook(args);
+    INFO(args << ": " << result.output);
+    CHECK(result.output.find(named) != std::string::npos);
+    CHECK(result.status == 2);
+  }
+}
