@@ -6,7 +6,9 @@ import base64
 import yaml
 
 CLUSTER_SCOPED = {"Namespace", "MutatingWebhookConfiguration", "ValidatingAdmissionPolicy",
-                  "ValidatingAdmissionPolicyBinding", "ClusterRole", "ClusterRoleBinding"}
+                  "ValidatingAdmissionPolicyBinding", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition"}
+# Series the alerts read that Kubernetes exports, not gpuguard: the API server's account of its webhook calls.
+KUBERNETES_SERIES = {"apiserver_admission_webhook_fail_open_count", "apiserver_admission_webhook_rejection_count"}
 POLICY_KEYS = {"mode", "visibleDevicesValue", "gpuResources", "gpuAnnotations", "gpuDeviceClasses",
                "exemptNamespaces", "exemptServiceAccounts", "privileged", "hostDeviceMounts", "cdiAnnotations",
                "nvidiaCdiAnnotations", "featureEnvVars", "runtimeClasses", "runtimeClassAction",
@@ -238,3 +240,85 @@ def check_network_policy(docs, pod_cidrs=()):
         assert all((":" in e) == (":" in b["cidr"]) for e in b.get("except", []))
     [scrapers] = [peer for peer in rule["from"] if "ipBlock" not in peer]
     assert scrapers["podSelector"] == {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}
+
+
+def series_names(expression):
+    """The series a PromQL expression selects: every name followed by a selector, and every gpuguard_ name."""
+    import re
+    named = set(re.findall(r"\b([a-zA-Z_:][a-zA-Z0-9_:]*)\s*\{", expression))
+    named |= set(re.findall(r"\b(gpuguard_[a-z0-9_]+)", expression))
+    return named
+
+
+def check_series_exist(expressions, root):
+    """Each series an alert or panel reads is one gpuguard's code exports (or Kubernetes' own, named above)."""
+    import pathlib
+    code = "".join(p.read_text() for p in pathlib.Path(root, "src").rglob("*.cpp"))
+    for expression in expressions:
+        names = series_names(expression)
+        assert names, f"no series in {expression!r}"
+        for name in names - KUBERNETES_SERIES:
+            assert name.startswith("gpuguard_"), f"{name} in {expression!r} is neither gpuguard's nor Kubernetes'"
+            assert '"' + name + '"' in code or '"' + name + '{' in code or '"' + name + ' ' in code, \
+                f"{name} (in {expression!r}) is exported nowhere in src/"
+
+
+def check_audit(docs, namespace, root):
+    """The audit controller: least privilege, hardened, its Lease named, and its rule and dashboard sound."""
+    import json
+    deployment = one(docs, "Deployment", "gpuguard-audit")["spec"]
+    pod = deployment["template"]["spec"]
+    [container] = pod["containers"]
+    check_hardened(pod, container)
+    assert deployment["replicas"] >= 2
+    assert container["args"][0] == "audit-controller" and "--lease-name=gpuguard-audit" in container["args"]
+    assert "--policy-dir=/etc/gpuguard/policy" in container["args"]
+    assert {e["name"] for e in container["env"]} == {"POD_NAME", "POD_NAMESPACE"}
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert container["resources"]["limits"]["memory"]
+    assert pod["serviceAccountName"] == "gpuguard-audit"
+    rules = one(docs, "ClusterRole", "gpuguard-audit")["rules"]
+    verbs = {(group, resource): set(r["verbs"]) for r in rules for group in r["apiGroups"] for resource in r["resources"]}
+    assert verbs == {("", "pods"): {"list", "watch"}, ("", "nodes"): {"list", "watch"},
+                     ("resource.k8s.io", "resourceclaims"): {"list", "watch"},
+                     ("resource.k8s.io", "resourceclaimtemplates"): {"list", "watch"},
+                     ("wgpolicyk8s.io", "policyreports"): {"list", "create", "patch", "delete"}}, verbs
+    lease = one(docs, "Role", "gpuguard-audit")["rules"]
+    assert {"create"} == set(lease[0]["verbs"]) and "resourceNames" not in lease[0]
+    assert lease[1]["resourceNames"] == ["gpuguard-audit"] and set(lease[1]["verbs"]) == {"get", "update"}
+    binding = one(docs, "RoleBinding", "gpuguard-audit")
+    assert binding["metadata"]["namespace"] == namespace and binding["roleRef"]["name"] == "gpuguard-audit"
+
+    crd = one(docs, "CustomResourceDefinition", "policyreports.wgpolicyk8s.io")
+    assert crd["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    [version] = crd["spec"]["versions"]
+    assert version["name"] == "v1alpha2" and version["served"] and version["storage"]
+
+    rule = one(docs, "PrometheusRule", "gpuguard-audit")
+    alerts = [r for g in rule["spec"]["groups"] for r in g["rules"]]
+    assert {a["alert"] for a in alerts} == {"GPUGuardPodsExposed", "GPUGuardWebhookUnavailable",
+                                            "GPUGuardNodeIsolationNotHolding", "GPUGuardPolicyRefused",
+                                            "GPUGuardAuditStale"}
+    for a in alerts:
+        assert a["labels"]["severity"] in ("warning", "critical") and a["annotations"]["summary"], a
+    # The webhook the API server reports on is the one the chart installs.
+    webhook_name = one(docs, "MutatingWebhookConfiguration")["webhooks"][0]["name"]
+    assert all(webhook_name in a["expr"] for a in alerts if "apiserver_" in a["expr"])
+    check_series_exist([a["expr"] for a in alerts], root)
+
+    dashboards = one(docs, "ConfigMap", "gpuguard-audit-dashboard")
+    assert dashboards["metadata"]["labels"]["grafana_dashboard"] == "1"
+    [(key, text)] = dashboards["data"].items()
+    assert key.endswith(".json")
+    dashboard = json.loads(text)
+    assert dashboard["uid"] and len(dashboard["uid"]) <= 40 and dashboard["title"]
+    assert "__inputs" not in dashboard and "${DS_" not in text, "sidecar provisioning resolves no inputs"
+    panels = dashboard["panels"]
+    assert len({p["id"] for p in panels}) == len(panels)
+    expressions = []
+    for p in panels:
+        assert p["datasource"]["uid"] == "${datasource}", p["title"]
+        for t in p["targets"]:
+            assert t["datasource"]["uid"] == "${datasource}", p["title"]
+            expressions.append(t["expr"].replace("$__rate_interval", "5m"))
+    check_series_exist(expressions, root)

@@ -101,7 +101,12 @@ open(f"{work}/device-plugin.yaml", "w").write(one(docs, "ConfigMap", "gpuguard-d
 # $(NODE_NAME) as the kubelet expands it.
 open(f"{work}/device-plugin.args", "w").write(
     "\n".join(a.replace("$(NODE_NAME)", "gpu-node-1") for a in args if not a.startswith("--config-file")))
-print("helm: the defaults, cert-manager, webhook-only and strict render and hold")
+# The audit with its CRD, rule and dashboard; none of them in the defaults.
+docs = load(f"{work}/audit.yaml")
+check_namespaces(docs, ns)
+check_audit(docs, ns, root)
+assert not [d for d in load(f"{work}/default.yaml") if "audit" in d["metadata"]["name"] or d["kind"] == "CustomResourceDefinition"]
+print("helm: the defaults, cert-manager, webhook-only, strict and audit render and hold")
 PY
 
 # What the strict values render is accepted by the binaries themselves.
