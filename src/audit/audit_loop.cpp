@@ -166,11 +166,15 @@ struct AuditLoop::Impl {
     set_leading(election.leading(Clock::now()));
   }
 
-  void set_leading(bool now_leading) {
+  // `released`: this replica gave the Lease up itself, and says so elsewhere.
+  void set_leading(bool now_leading, bool released = false) {
     if (now_leading == leading) return;
     leading = now_leading;
     metrics.set_leader(leading);
-    if (leading) {
+    if (released) {
+      reports_known = false;
+      written.clear();
+    } else if (leading) {
       log::info("leading: this replica writes the PolicyReports",
                 {{"lease", options.lease_namespace + "/" + options.lease_name}, {"identity", options.identity}});
     } else {
@@ -216,11 +220,13 @@ struct AuditLoop::Impl {
         return false;
       }
       const json list = json::parse(reply.body, nullptr, false);
-      if (!list.is_object() || !list.contains("items") || !list["items"].is_array()) {
+      // An empty list's items are null, as Go writes a nil slice.
+      const auto items = list.is_object() ? list.find("items") : list.end();
+      if (!list.is_object() || (items != list.end() && !items->is_array() && !items->is_null())) {
         failed("cannot list the PolicyReports", "the answer is not a list");
         return false;
       }
-      for (const json& item : list["items"]) {
+      for (const json& item : items != list.end() && items->is_array() ? *items : json::array()) {
         const json metadata = item.value("metadata", json::object());
         if (!metadata.is_object() || metadata.value("name", "") != kReportName) continue;
         const json annotations = metadata.value("annotations", json::object());
@@ -279,6 +285,7 @@ struct AuditLoop::Impl {
 
   // Judges the cluster as the stores hold it now: the metrics always, the reports when leading.
   void pass() {
+    const auto started = Clock::now();
     const auto policy_now = pods.judged_under();
     if (!policy_now) return;
     PassSummary summary;
@@ -286,22 +293,22 @@ struct AuditLoop::Impl {
     std::vector<Offender> offenders = pods.offenders(conditions, summary.pods);
     std::map<std::string, std::vector<PodExposures>, std::less<>> by_namespace;
     for (const Offender& o : offenders) {
-      const std::string result(result_of(o.pod, policy_now->mode));
+      const std::string result(result_of(*o.pod, policy_now->mode));
       std::vector<std::string_view> seen;
       for (const admission::Exposure& e : o.exposures) {
         const std::string_view reason = reason_of(e.door);
         if (std::find(seen.begin(), seen.end(), reason) != seen.end()) continue;
         seen.push_back(reason);
-        ++summary.exposed_pods[{o.pod.namespace_, std::string(reason), result}];
+        ++summary.exposed_pods[{o.pod->namespace_, std::string(reason), result}];
       }
-      by_namespace[o.pod.namespace_].push_back({&o.pod, o.exposures});
+      by_namespace[o.pod->namespace_].push_back({o.pod.get(), o.exposures});
     }
     std::map<std::string, NamespaceReport, std::less<>> reports;
     for (auto& [pod_namespace, entries] : by_namespace) {
       reports.emplace(pod_namespace, policy_report(pod_namespace, std::move(entries), policy_now->mode));
     }
     summary.reports = reports.size();
-    metrics.set_pass(std::move(summary), Clock::now());
+    metrics.set_pass(std::move(summary), Clock::now(), Clock::now() - started);
     if (leading) write_reports(reports);
   }
 
@@ -359,7 +366,7 @@ struct AuditLoop::Impl {
     const auto seen = read_lease();
     const auto record =
         election.release(seen ? *seen : std::nullopt, kube::micro_time(std::chrono::system_clock::now()));
-    set_leading(false);
+    set_leading(false, true);
     if (!record) return;
     const kube::Reply reply = send("PUT", lease_path(), "application/json",
                                    kube::lease_body(options.lease_namespace, options.lease_name, *record));

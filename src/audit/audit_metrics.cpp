@@ -52,10 +52,12 @@ void AuditMetrics::count_informer(std::string_view resource, kube::ReflectorOutc
   }
 }
 
-void AuditMetrics::set_pass(PassSummary summary, std::chrono::steady_clock::time_point at) {
+void AuditMetrics::set_pass(PassSummary summary, std::chrono::steady_clock::time_point at,
+                            std::chrono::nanoseconds took) {
   const std::lock_guard lock(mutex_);
   pass_ = std::move(summary);
   pass_at_ = at;
+  pass_took_ = took;
 }
 
 std::string AuditMetrics::render(bool synced) const {
@@ -97,6 +99,13 @@ std::string AuditMetrics::render(bool synced) const {
           .append(std::to_string(informer_[i][o]))
           .append("\n");
     }
+  }
+  if (pass_) {
+    metrics::header(out, "gpuguard_audit_last_pass_duration_seconds", "gauge",
+                    "How long this replica's last pass over every running pod took.");
+    out.append("gpuguard_audit_last_pass_duration_seconds ")
+        .append(metrics::number(std::chrono::duration<double>(pass_took_).count()))
+        .append("\n");
   }
   // The leader's view of the cluster: followers leave these out, so a sum over replicas is the cluster's.
   if (leading_ && pass_) {

@@ -27,7 +27,7 @@ using NodeConditions = std::map<std::string, nodereport::SeenCondition, std::les
 
 // A pod that can see GPUs it did not ask for, as one pass found it.
 struct Offender {
-  PodAudit pod;
+  std::shared_ptr<const PodAudit> pod;  // shared with the store: a pass copies no pod
   std::vector<admission::Exposure> exposures;
 };
 
@@ -51,29 +51,7 @@ class PodStore final : public kube::Store {
     }
     Pods().swap(fresh_);
   }
-  void apply(std::string_view type, std::string_view object) override {
-    std::shared_ptr<const policy::Policy> policy;
-    {
-      const std::lock_guard lock(mutex_);
-      policy = judged_under_;
-    }
-    if (!policy) policy = policy_();
-    if (type == "DELETED") {
-      std::string error;
-      if (const auto pod = audit_pod(object, *policy, claims_, error)) {
-        const std::lock_guard lock(mutex_);
-        pods_.erase(pod->namespace_ + "/" + pod->name);
-        ++changes_;
-      }
-      return;
-    }
-    Pods one;
-    take(one, object, *policy);
-    if (one.empty()) return;
-    const std::lock_guard lock(mutex_);
-    for (auto& [key, entry] : one) pods_.insert_or_assign(key, std::move(entry));
-    ++changes_;
-  }
+  void apply(std::string_view type, std::string_view object) override;
 
   std::uint64_t changes() const {
     const std::lock_guard lock(mutex_);
@@ -86,35 +64,17 @@ class PodStore final : public kube::Store {
   }
 
   // The pods that can see GPUs, their node's verdict joined in; pods with claims judged again first.
-  std::vector<Offender> offenders(const NodeConditions& nodes, std::size_t& pods) const {
-    std::vector<Offender> found;
-    const std::lock_guard lock(mutex_);
-    pods = pods_.size();
-    for (const auto& [key, entry] : pods_) {
-      std::optional<PodAudit> again;
-      if (!entry.json.empty() && judged_under_) {
-        std::string error;
-        again = audit_pod(entry.json, *judged_under_, claims_, error);
-      }
-      const PodAudit& pod = again ? *again : entry.audit;
-      const auto node = nodes.find(pod.node);
-      std::vector<admission::Exposure> exposures = pod.exposures;
-      for (auto& e : node_exposures(pod, node != nodes.end() ? &node->second : nullptr)) {
-        exposures.push_back(std::move(e));
-      }
-      if (!exposures.empty()) found.push_back({pod, std::move(exposures)});
-    }
-    return found;
-  }
+  std::vector<Offender> offenders(const NodeConditions& nodes, std::size_t& pods) const;
 
  private:
   struct Entry {
-    PodAudit audit;
+    std::shared_ptr<const PodAudit> audit;
     std::string json;  // only for a pod with DRA claims, whose verdict can change with them
   };
   using Pods = std::unordered_map<std::string, Entry>;
 
-  void take(Pods& into, std::string_view object, const policy::Policy& policy);
+  // The pod judged into `into`; false (counted and logged) when it cannot be read.
+  bool take(Pods& into, std::string_view object, const policy::Policy& policy);
 
   PolicySource policy_;
   const admission::ClaimLookup* claims_;

@@ -1,8 +1,10 @@
 #include "gpuguard/cli/apiserver_flags.hpp"
 
 #include <cstdlib>
+#include <iostream>
 
 #include "gpuguard/cli/command_line.hpp"
+#include "gpuguard/log/log.hpp"
 
 namespace gpuguard::cli {
 
@@ -30,6 +32,19 @@ kube::ApiServer api_server(const po::variables_map& flags) {
   if (auto token = path_flag(flags, "token-file")) server.token_file = *token;
   if (auto ca = path_flag(flags, "ca-file")) server.ca_file = *ca;
   return server;
+}
+
+int require_api_server(const std::string& program, const po::variables_map& flags, kube::ApiServer& out) {
+  try {
+    out = api_server(flags);
+    return 0;
+  } catch (const std::invalid_argument& e) {
+    std::cerr << program << ": " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    log::error("cannot start", {{"reason", e.what()}});
+    return 1;
+  }
 }
 
 }  // namespace gpuguard::cli

@@ -58,15 +58,7 @@ int serve(const po::variables_map& flags) {
   }
   if (insecure) options->listen_address = flags["insecure-listen-address"].as<std::string>();
   kube::ApiServer apiserver;
-  try {
-    apiserver = cli::api_server(flags);
-  } catch (const std::invalid_argument& e) {
-    std::cerr << kProgram << ": " << e.what() << "\n";
-    return 2;
-  } catch (const std::exception& e) {
-    log::error("cannot start", {{"reason", e.what()}});
-    return 1;
-  }
+  if (const int status = cli::require_api_server(kProgram, flags, apiserver); status != 0) return status;
 
   return cli::run_service([&] {
     extender::ExtenderMetrics metrics(GPUGUARD_VERSION, !insecure);

@@ -132,15 +132,7 @@ int run_audit_controller_command(int argc, char** argv) {
     std::cerr << kProgram << ": --lease-namespace (outside a pod), --lease-name and --identity must not be empty\n";
     return 2;
   }
-  try {
-    options.apiserver = cli::api_server(flags);
-  } catch (const std::invalid_argument& e) {
-    std::cerr << kProgram << ": " << e.what() << "\n";
-    return 2;
-  } catch (const std::exception& e) {
-    log::error("cannot start", {{"reason", e.what()}});
-    return 1;
-  }
+  if (const int status = cli::require_api_server(kProgram, flags, options.apiserver); status != 0) return status;
   return cli::run_service([&] {
     audit::AuditMetrics metrics(GPUGUARD_VERSION);
     policy::PolicyWatcher policy(cli::path_flag(flags, "policy-dir"), metrics);

@@ -94,7 +94,7 @@ TEST_CASE("audit loop: its decision is the audit command's on every fixture pod"
   CHECK(offenders.size() == expected["exposedPods"].get<std::size_t>());
   json seen = json::array();
   for (const auto& o : offenders) {
-    for (const auto& e : o.exposures) seen.push_back(exposure_json(o.pod.namespace_, o.pod.name, e));
+    for (const auto& e : o.exposures) seen.push_back(exposure_json(o.pod->namespace_, o.pod->name, e));
   }
   // The store keeps pods by name, the command in list order: compare as sets of whole exposures.
   std::multiset<std::string> want, got;
@@ -115,10 +115,10 @@ TEST_CASE("audit loop: watch events add, change and remove a pod's exposures") {
   auto offenders = loop.offenders(count);
   REQUIRE(offenders.size() == before + 1);
   const auto added =
-      std::find_if(offenders.begin(), offenders.end(), [](const auto& o) { return o.pod.namespace_ == "late"; });
+      std::find_if(offenders.begin(), offenders.end(), [](const auto& o) { return o.pod->namespace_ == "late"; });
   REQUIRE(added != offenders.end());
-  CHECK(added->pod.uid == "uid-created-while-webhook-down");
-  CHECK(added->pod.created == 1795600800);
+  CHECK(added->pod->uid == "uid-created-while-webhook-down");
+  CHECK(added->pod->created == 1795600800);
   REQUIRE(added->exposures.size() == 1);
   CHECK(added->exposures[0].door == "image default");
 
@@ -149,7 +149,7 @@ TEST_CASE("audit loop: a node whose GPUIsolation is not True exposes its GPU-les
   const auto offenders = pods.offenders(nodes.snapshot(verdicts), count);
   CHECK(verdicts == std::map<std::string, std::size_t>{{"honoured", 1}, {"leaks", 1}, {"unreported", 1}});
   REQUIRE(offenders.size() == 1);
-  CHECK(offenders[0].pod.name == "on-leaky");
+  CHECK(offenders[0].pod->name == "on-leaky");
   REQUIRE(offenders[0].exposures.size() == 1);  // the GPU container sees what it asked for
   CHECK(offenders[0].exposures[0].container == "app");
   CHECK(offenders[0].exposures[0].door == audit::kNodeDoor);
@@ -178,6 +178,11 @@ TEST_CASE("audit loop: a pod that cannot be read is counted and left out, never 
   CHECK(pods.offenders({}, count).size() == 1);
   CHECK(count == 1);
   CHECK(metrics.render(true).find("gpuguard_audit_unreadable_pods_total 2\n") != std::string::npos);
+  // The good pod changed into one that cannot be read is no longer reported as it was.
+  bad["metadata"]["name"] = "good";
+  test::event(pods, "MODIFIED", bad);
+  CHECK(pods.offenders({}, count).empty());
+  CHECK(count == 0);
 }
 
 TEST_CASE("audit loop: a new policy applies once the pods are listed again under it") {
@@ -189,7 +194,7 @@ TEST_CASE("audit loop: a new policy applies once the pods are listed again under
   test::list(pods, {exempt_later});
   std::size_t count = 0;
   REQUIRE(pods.offenders({}, count).size() == 1);
-  CHECK_FALSE(pods.offenders({}, count)[0].pod.exempt);
+  CHECK_FALSE(pods.offenders({}, count)[0].pod->exempt);
   const auto first = pods.judged_under();
   policy::Policy changed;
   changed.exempt_namespaces = {"tools"};
@@ -199,8 +204,8 @@ TEST_CASE("audit loop: a new policy applies once the pods are listed again under
   CHECK(pods.judged_under() == policy);
   const auto offenders = pods.offenders({}, count);
   REQUIRE(offenders.size() == 1);
-  CHECK(offenders[0].pod.exempt);  // reported as exempt, not hidden
-  CHECK(audit::result_of(offenders[0].pod, policy->mode) == "skip");
+  CHECK(offenders[0].pod->exempt);  // reported as exempt, not hidden
+  CHECK(audit::result_of(*offenders[0].pod, policy->mode) == "skip");
 }
 
 TEST_CASE("audit loop: PolicyReports are valid, complete and the same bytes for the same findings") {
@@ -208,7 +213,7 @@ TEST_CASE("audit loop: PolicyReports are valid, complete and the same bytes for 
   std::size_t count = 0;
   const auto offenders = loop.offenders(count);
   std::map<std::string, std::vector<audit::PodExposures>> by_namespace;
-  for (const auto& o : offenders) by_namespace[o.pod.namespace_].push_back({&o.pod, o.exposures});
+  for (const auto& o : offenders) by_namespace[o.pod->namespace_].push_back({o.pod.get(), o.exposures});
   REQUIRE(by_namespace.size() > 3);
   std::size_t results = 0;
   for (const auto& [ns, entries] : by_namespace) {

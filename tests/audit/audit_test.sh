@@ -46,6 +46,20 @@ PY
   "$fixture/nodes.json" > "$work/holding-nodes.json"
 audit --nodes "$work/holding-nodes.json" - < "$work/protected.json" > /dev/null
 
+# A protected pod on a node where the value does not hold is exposed all the same: each of its GPU-less
+# containers, through the node's runtime.
+/usr/bin/python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); d["items"]=d["items"][:1]; d["items"][0]["spec"]["nodeName"]="gpu-c"; print(json.dumps(d))' \
+  "$work/protected.json" > "$work/on-leaky-node.json"
+status=0
+audit --nodes "$fixture/nodes.json" --output json "$work/on-leaky-node.json" > "$work/on-leaky-node-report.json" || status=$?
+[ "$status" -eq 1 ] || { echo "audit of a pod on a leaking node exited $status, want 1"; exit 1; }
+/usr/bin/python3 - "$work/on-leaky-node-report.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["exposedPods"] == 1, r
+assert {(e["door"], e["detail"]) for e in r["exposures"]} == {("node runtime", "node gpu-c: GPUIsolation False (Leaks)")}, r
+PY
+
 # Bad input is an error, not a clean report.
 for bad in "--output yaml $fixture/pods.json" "$fixture/policy/mode" "--claims $fixture/pods.json $fixture/pods.json" "/nonexistent" \
            "--nodes $fixture/pods.json $fixture/pods.json" "--nodes /nonexistent $fixture/pods.json"; do
@@ -54,4 +68,4 @@ for bad in "--output yaml $fixture/pods.json" "$fixture/policy/mode" "--claims $
   "$webhook" audit $bad > /dev/null 2>&1 || status=$?
   [ "$status" -eq 2 ] || { echo "audit $bad exited $status, want 2"; exit 1; }
 done
-echo "audit: 54 pods, the reports match, protected pods exit 0, nodes not holding exit 1, bad input exits 2"
+echo "audit: 54 pods, the reports match, protected pods exit 0, nodes not holding exit 1 (and expose the pods on them), bad input exits 2"

@@ -259,9 +259,10 @@ std::pair<unsigned, json> FakeApiserver::answer_policy_reports(const Request& se
   }
   const std::string rest = seen.path.substr(kApi.size());
   if (rest == "/policyreports" && seen.method == "GET") {
+    // As the API server writes it: an empty list's items are null (a nil Go slice).
     json list = {{"apiVersion", "meta.k8s.io/v1"},
                  {"kind", "PartialObjectMetadataList"},
-                 {"items", json::array()},
+                 {"items", nullptr},
                  {"metadata", {{"resourceVersion", std::to_string(impl_->version)}}}};
     for (const auto& [ns, report] : impl_->reports) {
       list["items"].push_back({{"metadata", report["metadata"]}});

@@ -40,7 +40,8 @@ class AuditMetrics final : public metrics::ReloadMetrics {
   void count_write(ReportWrite write, bool succeeded);
   void count_unreadable_pod();
   void count_informer(std::string_view resource, kube::ReflectorOutcome outcome);
-  void set_pass(PassSummary summary, std::chrono::steady_clock::time_point at);
+  // A pass that ended at `at` and took `took`.
+  void set_pass(PassSummary summary, std::chrono::steady_clock::time_point at, std::chrono::nanoseconds took);
 
   std::string render(bool synced) const;
 
@@ -54,6 +55,7 @@ class AuditMetrics final : public metrics::ReloadMetrics {
   std::array<std::array<std::uint64_t, 5>, 3> informer_{};  // [pods, nodes, claims][outcome]
   std::optional<PassSummary> pass_;
   std::chrono::steady_clock::time_point pass_at_{};
+  std::chrono::nanoseconds pass_took_{};
 };
 
 }  // namespace gpuguard::audit

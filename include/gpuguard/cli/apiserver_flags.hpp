@@ -17,4 +17,10 @@ bool apiserver_known(const boost::program_options::variables_map& flags);
 // the in-cluster environment is there.
 kube::ApiServer api_server(const boost::program_options::variables_map& flags);
 
+// api_server() into `out` for a program that cannot run without the API: 0, or the status to exit with
+// after saying why (2 for a malformed --apiserver-url, on standard error prefixed by `program`; 1 when no
+// API is known, logged as "cannot start").
+int require_api_server(const std::string& program, const boost::program_options::variables_map& flags,
+                       kube::ApiServer& out);
+
 }  // namespace gpuguard::cli
