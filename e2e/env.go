@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -63,11 +64,12 @@ type Env struct {
 	work string
 	keep bool
 
-	mu        sync.Mutex
-	processes []*process
-	cluster   *Cluster
-	install   *webhookInstall
-	node      *Node
+	mu          sync.Mutex
+	processes   []*process
+	cluster     *Cluster
+	install     *webhookInstall
+	node        *Node
+	nodeFailure error // why the node did not start, for the scenarios after the first
 }
 
 func newEnv(ctx context.Context, cfg Config) (*Env, error) {
@@ -176,15 +178,41 @@ func eventually(ctx context.Context, timeout time.Duration, check func() error) 
 	}
 }
 
-// freePort asks the kernel for a free port on 127.0.0.1.
+// freePort finds a port free on every address, below the kernel's ephemeral range. A port from that
+// range (what port 0 gives) can be taken as the source port of any connection made before the server that
+// was to listen on it has started; with the audit's replicas and the control plane connecting all the
+// time, that happened (a node's apiserver: "bind: address already in use"). Each port is handed out once.
 func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+	low := 32768
+	if text, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if fields := strings.Fields(string(text)); len(fields) == 2 {
+			if n, err := strconv.Atoi(fields[0]); err == nil && n > 11000 {
+				low = n
+			}
+		}
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	portsMu.Lock()
+	defer portsMu.Unlock()
+	for tries := 0; tries < 1000; tries++ {
+		port := 10000 + rand.IntN(low-10000)
+		if portsGiven[port] {
+			continue
+		}
+		l, err := net.Listen("tcp", fmt.Sprintf("0.0.0.0:%d", port))
+		if err != nil {
+			continue
+		}
+		l.Close()
+		portsGiven[port] = true
+		return port, nil
+	}
+	return 0, errors.New("no free port below the ephemeral range after 1000 tries")
 }
+
+var (
+	portsMu    sync.Mutex
+	portsGiven = map[int]bool{}
+)
 
 func mustFreePort(t *T) int {
 	port, err := freePort()

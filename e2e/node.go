@@ -54,11 +54,22 @@ type Node struct {
 func (e *Env) nodeFor(t *T) *Node {
 	e.mu.Lock()
 	n := e.node
+	failed := e.nodeFailure
 	e.mu.Unlock()
 	if n != nil {
 		return n
 	}
+	// The host was set up once for the node (bridge, mounts): a second start would only meet that, so
+	// every later node scenario fails with the first start's reason.
+	if failed != nil {
+		t.must(failed, "starting the real node (the first attempt)")
+	}
 	n, err := e.startNode()
+	if err != nil {
+		e.mu.Lock()
+		e.nodeFailure = err
+		e.mu.Unlock()
+	}
 	t.must(err, "starting the real node")
 	e.mu.Lock()
 	e.node = n
