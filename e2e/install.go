@@ -211,7 +211,8 @@ func shippedArgs(t *T, deployment *unstructured.Unstructured, replace map[string
 }
 
 // containerEnv is the container's environment as the kubelet would set it, for what the manifests use:
-// plain values, and a resourceFieldRef to the container's own limits.memory (in bytes).
+// plain values, and a resourceFieldRef to the container's own limits.memory (in bytes); a fieldRef (the
+// pod's name or namespace) is left to whoever starts the process.
 func containerEnv(t *T, container map[string]any) map[string]string {
 	env := map[string]string{}
 	entries, _, _ := unstructured.NestedSlice(container, "env")
@@ -222,9 +223,13 @@ func containerEnv(t *T, container map[string]any) map[string]string {
 			env[name] = value
 			continue
 		}
+		// The pod's own name and namespace: whoever starts the process sets them.
+		if _, isPodField, _ := unstructured.NestedString(entry, "valueFrom", "fieldRef", "fieldPath"); isPodField {
+			continue
+		}
 		field, found, _ := unstructured.NestedString(entry, "valueFrom", "resourceFieldRef", "resource")
 		if !found || field != "limits.memory" {
-			t.Fatalf("container env %s: only values and resourceFieldRef limits.memory are expanded here", name)
+			t.Fatalf("container env %s: only values, fieldRefs and resourceFieldRef limits.memory are read here", name)
 		}
 		limit, _, _ := unstructured.NestedString(container, "resources", "limits", "memory")
 		quantity, err := resource.ParseQuantity(limit)

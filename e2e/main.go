@@ -42,6 +42,7 @@ var scenarios = []scenario{
 	{"other-doors", "hostPath device mounts, CDI annotations and listed RuntimeClasses are warned about or refused", otherDoors},
 	{"scheduler-extender", "kube-scheduler binds 1, 1, 2 GPU pods with the extender and with MostAllocated, not with the defaults", schedulerExtender},
 	{"manifests-validate", "every kustomize overlay and every Helm values file is accepted by the apiserver's strict server-side dry run", validateManifests},
+	{"audit-reports", "the audit controller's PolicyReports and series: a pod admitted unpatched, an exempt one, a deleted one; the leader killed, the other takes over", auditReports},
 	{"device-plugin", "the kubelet's device manager registers, allocates (time-sliced and MIG too) and tracks health through gpuguard-device-plugin", devicePlugin},
 }
 

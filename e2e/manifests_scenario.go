@@ -70,8 +70,11 @@ func validateManifests(t *T, e *Env) {
 			}
 			// A create, under a name of its own so that the objects the install scenarios made do not
 			// answer AlreadyExists first; nothing is stored.
+			// A CustomResourceDefinition's name is its plural and group, so it keeps it.
 			original := obj.GetName()
-			obj.SetName(original + "-dry-run")
+			if gvk.Kind != "CustomResourceDefinition" {
+				obj.SetName(original + "-dry-run")
+			}
 			_, err = client.Create(t.ctx, obj, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll},
 				FieldManager: "gpuguard-e2e-validate", FieldValidation: metav1.FieldValidationStrict})
 			if err != nil {
