@@ -11,30 +11,7 @@ set -euo pipefail
 source "$(dirname "$0")/common.sh"
 pods="${1:-${BENCH_PODS:-150000}}"
 nodes="${2:-${BENCH_NODES:-5000}}"
-pin_cache="" pin_apiserver=""
-if [ -n "$pin_server" ]; then pin_cache="taskset -c 0" pin_apiserver="taskset -c 1"; fi
-
-go_out="$build/bench-go"
-mkdir -p "$go_out"
-(cd "$root/e2e" && "$root/scripts/go" build -p "${JOBS:-2}" -o "$go_out/" ./cmd/bench-apiserver ./cmd/bench-informer)
-
-children=()
-trap 'kill "${children[@]}" 2>/dev/null || true' EXIT
-
-# start_apiserver PODS NODES: sets $apiserver_url once it serves.
-start_apiserver() {
-  rm -f "$out/apiserver.address"
-  $pin_apiserver "$go_out/bench-apiserver" -pods "$1" -nodes "$2" -cert "$out/certs/tls.crt" -key "$out/certs/tls.key" \
-    -address-file "$out/apiserver.address" 2>> "$out/bench-apiserver.log" &
-  children+=($!)
-  until [ -s "$out/apiserver.address" ]; do sleep 0.1; done
-  apiserver_url="https://$(cat "$out/apiserver.address")"
-}
-
-# rss PID: "VmRSS VmHWM" in bytes.
-rss() { awk '/^VmRSS:/ {r=$2} /^VmHWM:/ {h=$2} END {print r*1024, h*1024}' "/proc/$1/status"; }
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+build_bench_apiserver ./cmd/bench-informer
 
 # start_extender: sets $extender (pid) and $extender_url; returns once /readyz answers 200, with the
 # milliseconds it took in $sync_ms.

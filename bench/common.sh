@@ -37,3 +37,33 @@ start_go_peer() {
   server=$!
   wait_for_listening "$1"
 }
+
+# The client under test on CPU 0, bench-apiserver on CPU 1, when there are two (bench/cache.sh, bench/audit.sh).
+pin_cache="" pin_apiserver=""
+if [ -n "$pin_server" ]; then pin_cache="taskset -c 0" pin_apiserver="taskset -c 1"; fi
+
+# build_bench_apiserver [MORE_PACKAGES...]: bench-apiserver (and any other e2e/cmd tools) into $go_out.
+go_out="$build/bench-go"
+build_bench_apiserver() {
+  mkdir -p "$go_out"
+  (cd "$root/e2e" && "$root/scripts/go" build -p "${JOBS:-2}" -o "$go_out/" ./cmd/bench-apiserver "$@")
+}
+
+children=()
+trap 'kill "${children[@]}" 2>/dev/null || true' EXIT
+
+# start_apiserver PODS NODES: sets $apiserver_url once it serves.
+start_apiserver() {
+  rm -f "$out/apiserver.address"
+  $pin_apiserver "$go_out/bench-apiserver" -pods "$1" -nodes "$2" -cert "$out/certs/tls.crt" -key "$out/certs/tls.key" \
+    -address-file "$out/apiserver.address" 2>> "$out/bench-apiserver.log" &
+  children+=($!)
+  until [ -s "$out/apiserver.address" ]; do sleep 0.1; done
+  apiserver_url="https://$(cat "$out/apiserver.address")"
+}
+
+# rss PID: "VmRSS VmHWM" in bytes.
+rss() { awk '/^VmRSS:/ {r=$2} /^VmHWM:/ {h=$2} END {print r*1024, h*1024}' "/proc/$1/status"; }
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+

@@ -13,6 +13,7 @@
 #   7. the device plugin's Allocate over its unix socket
 #   8. the scheduler extender's filter and prioritize vs. a nlohmann DOM parse of the same request
 #   9. the extender's cache at 5,000 nodes and 150,000 pods vs. a client-go informer (bench/cache.sh)
+#  10. the audit controller at 5,000 nodes and 150,000 pods, every one exposed (bench/audit.sh)
 # Raw output goes to $BUILD_DIR/bench-results/.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
@@ -118,4 +119,5 @@ echo "== scheduler extender: filter and prioritize vs. parsing the same request"
 $pin_server "$build/bench/gpuguard_extender_bench" --benchmark_repetitions=3 --benchmark_report_aggregates_only=true \
   | tee "$out/extender.txt"
 "$root/bench/cache.sh"
+"$root/bench/audit.sh"
 echo "raw output in $out"

@@ -34,11 +34,28 @@ bool PodStore::take(Pods& into, std::string_view object, const policy::Policy& p
               {{"pod", pod_key(object).value_or("?")}, {"reason", error}});
     return false;
   }
+  pod->findings = shared(std::move(pod->findings));
   std::string key = pod->namespace_ + "/" + pod->name;
   const bool has_claims = pod->has_claims;
-  into.insert_or_assign(std::move(key), Entry{std::make_shared<const PodAudit>(std::move(*pod)),
+  into.insert_or_assign(std::move(key), Entry{std::make_shared<const PodAudit>(std::move(*pod)), generation_,
                                               has_claims ? std::string(object) : std::string()});
   return true;
+}
+
+std::shared_ptr<const PodFindings> PodStore::shared(std::shared_ptr<const PodFindings> findings) {
+  auto& copies = findings_[hash_of(*findings)];
+  for (const auto& copy : copies) {
+    if (auto held = copy.lock(); held && *held == *findings) return held;
+  }
+  copies.push_back(findings);
+  return findings;
+}
+
+void PodStore::forget_unshared_findings() {
+  for (auto it = findings_.begin(); it != findings_.end();) {
+    std::erase_if(it->second, [](const auto& copy) { return copy.expired(); });
+    it = it->second.empty() ? findings_.erase(it) : std::next(it);
+  }
 }
 
 void PodStore::apply(std::string_view type, std::string_view object) {
@@ -75,10 +92,9 @@ std::vector<Offender> PodStore::offenders(const NodeConditions& nodes, std::size
       }
     }
     const auto node = nodes.find(pod->node);
-    std::vector<admission::Exposure> exposures = node_exposures(*pod, node != nodes.end() ? &node->second : nullptr);
-    if (exposures.empty() && pod->exposures.empty()) continue;
-    exposures.insert(exposures.begin(), pod->exposures.begin(), pod->exposures.end());
-    found.push_back({std::move(pod), std::move(exposures)});
+    std::vector<admission::Exposure> from_node = node_exposures(*pod, node != nodes.end() ? &node->second : nullptr);
+    if (from_node.empty() && pod->exposures().empty()) continue;
+    found.push_back({std::move(pod), std::move(from_node)});
   }
   return found;
 }

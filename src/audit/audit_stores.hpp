@@ -27,8 +27,8 @@ using NodeConditions = std::map<std::string, nodereport::SeenCondition, std::les
 
 // A pod that can see GPUs it did not ask for, as one pass found it.
 struct Offender {
-  std::shared_ptr<const PodAudit> pod;  // shared with the store: a pass copies no pod
-  std::vector<admission::Exposure> exposures;
+  std::shared_ptr<const PodAudit> pod;         // shared with the store: a pass copies no pod
+  std::vector<admission::Exposure> from_node;  // what its node adds to pod->exposures
 };
 
 // Every running pod as its PodAudit, keyed by namespace/name. The informer's thread writes; the pass reads.
@@ -37,19 +37,25 @@ class PodStore final : public kube::Store {
   PodStore(PolicySource policy, const admission::ClaimLookup* claims, AuditMetrics& metrics)
       : policy_(std::move(policy)), claims_(claims), metrics_(metrics) {}
 
+  // A re-list replaces pods in place and then forgets those it did not list, rather than building the
+  // new set aside: the set is the largest thing the audit holds, and two of them would double its peak.
   void list_begin() override {
-    fresh_.clear();
+    ++generation_;
     listing_ = policy_();
   }
-  void list_item(std::string_view object) override { take(fresh_, object, *listing_); }
+  void list_item(std::string_view object) override {
+    Pods one;
+    if (!take(one, object, *listing_)) return;
+    const std::lock_guard lock(mutex_);
+    for (auto& [key, entry] : one) pods_.insert_or_assign(key, std::move(entry));
+  }
   void list_end(bool complete) override {
-    if (complete) {
-      const std::lock_guard lock(mutex_);
-      pods_.swap(fresh_);
-      judged_under_ = listing_;
-      ++changes_;
-    }
-    Pods().swap(fresh_);
+    if (!complete) return;  // what was listed is current; what was not stays until a complete list
+    const std::lock_guard lock(mutex_);
+    std::erase_if(pods_, [this](const auto& item) { return item.second.generation != generation_; });
+    forget_unshared_findings();
+    judged_under_ = listing_;
+    ++changes_;
   }
   void apply(std::string_view type, std::string_view object) override;
 
@@ -69,7 +75,8 @@ class PodStore final : public kube::Store {
  private:
   struct Entry {
     std::shared_ptr<const PodAudit> audit;
-    std::string json;  // only for a pod with DRA claims, whose verdict can change with them
+    std::uint64_t generation = 0;  // of the list (or the watch after it) that last saw the pod
+    std::string json;              // only for a pod with DRA claims, whose verdict can change with them
   };
   using Pods = std::unordered_map<std::string, Entry>;
 
@@ -80,7 +87,12 @@ class PodStore final : public kube::Store {
   const admission::ClaimLookup* claims_;
   AuditMetrics& metrics_;
   std::shared_ptr<const policy::Policy> listing_;  // the informer's thread's own
-  Pods fresh_;                                     // likewise
+  std::uint64_t generation_ = 0;                   // likewise
+  // One copy of each distinct PodFindings, which the replicas of a workload share (likewise the informer
+  // thread's own): by hash, the copies still held by some pod.
+  std::unordered_map<std::size_t, std::vector<std::weak_ptr<const PodFindings>>> findings_;
+  std::shared_ptr<const PodFindings> shared(std::shared_ptr<const PodFindings> findings);
+  void forget_unshared_findings();
   mutable std::mutex mutex_;
   Pods pods_;
   std::shared_ptr<const policy::Policy> judged_under_;

@@ -107,8 +107,10 @@ std::optional<PodAudit> audit_pod(std::string_view pod_json, const policy::Polic
   }
   audit.exempt = examination.exempt;
   audit.mirror = examination.mirror;
-  audit.exposures = std::move(examination.exposures);
-  audit.gpu_less = std::move(examination.gpu_less);
+  if (!examination.exposures.empty() || !examination.gpu_less.empty()) {
+    audit.findings = std::make_shared<const PodFindings>(
+        PodFindings{std::move(examination.exposures), std::move(examination.gpu_less)});
+  }
   return audit;
 }
 
@@ -117,10 +119,42 @@ std::vector<admission::Exposure> node_exposures(const PodAudit& pod, const noder
   if (condition == nullptr || condition->status == "True") return exposures;
   const std::string detail = "node " + pod.node + ": " + std::string(nodereport::kConditionType) + " " +
                              condition->status + (condition->reason.empty() ? "" : " (" + condition->reason + ")");
-  for (const admission::ContainerRef& c : pod.gpu_less) {
+  for (const admission::ContainerRef& c : pod.gpu_less()) {
     exposures.push_back({c.container, c.list, std::string(kNodeDoor), detail, "nothing (the node's runtime decides)"});
   }
   return exposures;
+}
+
+std::shared_ptr<const PodFindings> PodAudit::no_findings() {
+  static const auto none = std::make_shared<const PodFindings>();
+  return none;
+}
+
+bool operator==(const PodFindings& a, const PodFindings& b) {
+  const auto same_exposure = [](const admission::Exposure& x, const admission::Exposure& y) {
+    return x.container == y.container && x.list == y.list && x.door == y.door && x.detail == y.detail &&
+           x.webhook == y.webhook;
+  };
+  const auto same_ref = [](const admission::ContainerRef& x, const admission::ContainerRef& y) {
+    return x.container == y.container && x.list == y.list;
+  };
+  return std::equal(a.exposures.begin(), a.exposures.end(), b.exposures.begin(), b.exposures.end(), same_exposure) &&
+         std::equal(a.gpu_less.begin(), a.gpu_less.end(), b.gpu_less.begin(), b.gpu_less.end(), same_ref);
+}
+
+std::size_t hash_of(const PodFindings& findings) {
+  std::size_t hash = 0;
+  const auto mix = [&hash](const std::string& text) {
+    hash = (hash * 1099511628211ULL) ^ std::hash<std::string>{}(text);
+  };
+  for (const admission::Exposure& e : findings.exposures) {
+    for (const std::string* field : {&e.container, &e.list, &e.door, &e.detail, &e.webhook}) mix(*field);
+  }
+  for (const admission::ContainerRef& c : findings.gpu_less) {
+    mix(c.container);
+    mix(c.list);
+  }
+  return hash;
 }
 
 std::string_view reason_of(std::string_view door) {

@@ -45,13 +45,15 @@ json result_for(const PodExposures& entry, policy::Mode mode) {
   const PodAudit& pod = *entry.pod;
   std::vector<std::string> containers, reasons;
   std::string message;
-  for (const admission::Exposure& e : entry.exposures) {
-    add_once(containers, e.container);
-    add_once(reasons, std::string(reason_of(e.door)));
-    if (!message.empty()) message += "; ";
-    message += (e.list == "containers" ? "container \"" : e.list + " \"") + e.container + "\": " + e.door;
-    if (!e.detail.empty()) message += " (" + e.detail + ")";
-    message += ", the webhook " + e.webhook;
+  for (const auto* list : {&pod.exposures(), &entry.from_node}) {
+    for (const admission::Exposure& e : *list) {
+      add_once(containers, e.container);
+      add_once(reasons, std::string(reason_of(e.door)));
+      if (!message.empty()) message += "; ";
+      message += (e.list == "containers" ? "container \"" : e.list + " \"") + e.container + "\": " + e.door;
+      if (!e.detail.empty()) message += " (" + e.detail + ")";
+      message += ", the webhook " + e.webhook;
+    }
   }
   if (message.size() > kMaxMessage) message = message.substr(0, kMaxMessage - 3) + "...";
   json properties = {{"containers", joined(containers)}, {"reasons", joined(reasons)}};
@@ -89,10 +91,9 @@ NamespaceReport policy_report(std::string_view pod_namespace, std::vector<PodExp
   report.namespace_ = pod_namespace;
   json results = json::array();
   for (const PodExposures& entry : pods) {
-    json result = result_for(entry, mode);
-    const std::string outcome = result["result"];
+    const std::string_view outcome = result_of(*entry.pod, mode);
     (outcome == "fail" ? report.fail : outcome == "warn" ? report.warn : report.skip) += 1;
-    if (results.size() < kMaxResults) results.push_back(std::move(result));
+    if (results.size() < kMaxResults) results.push_back(result_for(entry, mode));
   }
   json document = {
       {"apiVersion", "wgpolicyk8s.io/v1alpha2"},

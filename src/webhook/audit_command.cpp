@@ -231,7 +231,7 @@ int run_audit_command(const std::vector<std::string>& args) {
                 << " cannot be read: " << error << "\n";
       return 2;
     }
-    for (const admission::Exposure& e : audit->exposures) rows.push_back({audit->namespace_, audit->name, e});
+    for (const admission::Exposure& e : audit->exposures()) rows.push_back({audit->namespace_, audit->name, e});
     if (!nodes) continue;
     const auto condition = nodes->conditions.find(audit->node);
     for (admission::Exposure& e :

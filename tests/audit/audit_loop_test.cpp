@@ -94,7 +94,8 @@ TEST_CASE("audit loop: its decision is the audit command's on every fixture pod"
   CHECK(offenders.size() == expected["exposedPods"].get<std::size_t>());
   json seen = json::array();
   for (const auto& o : offenders) {
-    for (const auto& e : o.exposures) seen.push_back(exposure_json(o.pod->namespace_, o.pod->name, e));
+    for (const auto& e : o.pod->exposures()) seen.push_back(exposure_json(o.pod->namespace_, o.pod->name, e));
+    CHECK(o.from_node.empty());  // the fixture's nodes report nothing
   }
   // The store keeps pods by name, the command in list order: compare as sets of whole exposures.
   std::multiset<std::string> want, got;
@@ -119,8 +120,21 @@ TEST_CASE("audit loop: watch events add, change and remove a pod's exposures") {
   REQUIRE(added != offenders.end());
   CHECK(added->pod->uid == "uid-created-while-webhook-down");
   CHECK(added->pod->created == 1795600800);
-  REQUIRE(added->exposures.size() == 1);
-  CHECK(added->exposures[0].door == "image default");
+  REQUIRE(added->pod->exposures().size() == 1);
+  CHECK(added->pod->exposures()[0].door == "image default");
+
+  // A second replica of the same shape shares the first one's findings: one copy for a whole workload.
+  json replica = fresh;
+  replica["metadata"]["name"] = "created-while-webhook-down-2";
+  test::event(loop.pods, "ADDED", replica);
+  offenders = loop.offenders(count);
+  std::vector<const audit::PodFindings*> late;
+  for (const auto& o : offenders) {
+    if (o.pod->namespace_ == "late") late.push_back(o.pod->findings.get());
+  }
+  REQUIRE(late.size() == 2);
+  CHECK(late[0] == late[1]);
+  test::event(loop.pods, "DELETED", replica);
 
   json patched = fresh;
   patched["spec"]["containers"][0]["env"] = json::array({{{"name", "NVIDIA_VISIBLE_DEVICES"}, {"value", "none"}}});
@@ -150,10 +164,11 @@ TEST_CASE("audit loop: a node whose GPUIsolation is not True exposes its GPU-les
   CHECK(verdicts == std::map<std::string, std::size_t>{{"honoured", 1}, {"leaks", 1}, {"unreported", 1}});
   REQUIRE(offenders.size() == 1);
   CHECK(offenders[0].pod->name == "on-leaky");
-  REQUIRE(offenders[0].exposures.size() == 1);  // the GPU container sees what it asked for
-  CHECK(offenders[0].exposures[0].container == "app");
-  CHECK(offenders[0].exposures[0].door == audit::kNodeDoor);
-  CHECK(offenders[0].exposures[0].detail == "node leaky: GPUIsolation False (Leaks)");
+  CHECK(offenders[0].pod->exposures().empty());
+  REQUIRE(offenders[0].from_node.size() == 1);  // the GPU container sees what it asked for
+  CHECK(offenders[0].from_node[0].container == "app");
+  CHECK(offenders[0].from_node[0].door == audit::kNodeDoor);
+  CHECK(offenders[0].from_node[0].detail == "node leaky: GPUIsolation False (Leaks)");
 
   // A heartbeat is not a change; a new verdict is.
   const auto changes = nodes.changes();
@@ -213,7 +228,7 @@ TEST_CASE("audit loop: PolicyReports are valid, complete and the same bytes for 
   std::size_t count = 0;
   const auto offenders = loop.offenders(count);
   std::map<std::string, std::vector<audit::PodExposures>> by_namespace;
-  for (const auto& o : offenders) by_namespace[o.pod->namespace_].push_back({o.pod.get(), o.exposures});
+  for (const auto& o : offenders) by_namespace[o.pod->namespace_].push_back({o.pod.get(), o.from_node});
   REQUIRE(by_namespace.size() > 3);
   std::size_t results = 0;
   for (const auto& [ns, entries] : by_namespace) {
@@ -258,7 +273,8 @@ TEST_CASE("audit loop: the report's result follows the policy's mode, and its si
   audit::PodAudit pod;
   pod.namespace_ = "a";
   pod.name = "p";
-  pod.exposures.push_back({"app", "containers", "image default", "", "sets none"});
+  pod.findings = std::make_shared<const audit::PodFindings>(
+      audit::PodFindings{{{"app", "containers", "image default", "", "sets none"}}, {}});
   CHECK(audit::result_of(pod, policy::Mode::enforce) == "fail");
   CHECK(audit::result_of(pod, policy::Mode::strict) == "fail");
   CHECK(audit::result_of(pod, policy::Mode::audit) == "warn");
@@ -270,8 +286,9 @@ TEST_CASE("audit loop: the report's result follows the policy's mode, and its si
   std::vector<audit::PodExposures> entries;
   for (std::size_t i = 0; i < many.size(); ++i) {
     many[i].name = std::to_string(i);  // (GCC 12 warns falsely on "p" + to_string here)
-    many[i].exposures[0].detail = std::string(5000, 'x');
-    entries.push_back({&many[i], many[i].exposures});
+    many[i].findings = std::make_shared<const audit::PodFindings>(
+        audit::PodFindings{{{"app", "containers", "image default", std::string(5000, 'x'), "sets none"}}, {}});
+    entries.push_back({&many[i], {}});
   }
   const auto report = audit::policy_report("a", entries, policy::Mode::enforce);
   const json body = json::parse(report.body);

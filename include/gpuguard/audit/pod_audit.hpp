@@ -3,6 +3,8 @@
 // the in-cluster audit loop (pods by list and watch), so that the two cannot disagree: the admission core's
 // examine over the pod as the apiserver would send its creation, plus the one door a pod spec cannot show,
 // a node whose runtime does not honour the injected value. Pure: text in, records out.
+#include <cstddef>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -14,16 +16,28 @@
 
 namespace gpuguard::audit {
 
-// What the audit keeps of one pod: who it is, where it runs, and how its containers can see GPUs they did
-// not ask for. Small on purpose: the loop keeps one per running pod of the cluster.
+// How a pod's containers can see GPUs they did not ask for, and which of them ask for none: the same for
+// every replica of a workload, so the audit loop keeps one copy for all the pods that share it.
+struct PodFindings {
+  std::vector<admission::Exposure> exposures;
+  std::vector<admission::ContainerRef> gpu_less;
+};
+bool operator==(const PodFindings& a, const PodFindings& b);
+std::size_t hash_of(const PodFindings& findings);
+
+// What the audit keeps of one pod: who it is, where it runs, and its findings. Small on purpose: the loop
+// keeps one per running pod of the cluster.
 struct PodAudit {
   std::string namespace_, name, uid, node;
   long long created = 0;    // metadata.creationTimestamp in unix seconds; 0 when absent or unreadable
   bool exempt = false;      // the policy exempts its namespace or service account
   bool mirror = false;      // a static pod's mirror: the webhook never sees it
   bool has_claims = false;  // spec.resourceClaims: its verdict depends on the claims, judged again as they change
-  std::vector<admission::Exposure> exposures;
-  std::vector<admission::ContainerRef> gpu_less;
+  std::shared_ptr<const PodFindings> findings = no_findings();
+
+  const std::vector<admission::Exposure>& exposures() const { return findings->exposures; }
+  const std::vector<admission::ContainerRef>& gpu_less() const { return findings->gpu_less; }
+  static std::shared_ptr<const PodFindings> no_findings();
 };
 
 // A Pod's JSON (as the API serves it) judged under `policy`; nullopt with `error` set when it is not a Pod

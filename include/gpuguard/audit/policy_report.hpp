@@ -23,10 +23,11 @@ inline constexpr std::string_view kManagedByLabel = "app.kubernetes.io/managed-b
 inline constexpr std::string_view kManagedByValue = "gpuguard";
 inline constexpr std::string_view kContentHashAnnotation = "gpuguard.io/content-hash";
 
-// A pod with every way its containers see GPUs they did not ask for (its own and its node's).
+// A pod with every way its containers see GPUs they did not ask for: its own (pod->exposures) and those its
+// node adds (node_exposures), kept apart so that a pass copies no pod's exposures.
 struct PodExposures {
   const PodAudit* pod = nullptr;
-  std::vector<admission::Exposure> exposures;
+  std::vector<admission::Exposure> from_node;
 };
 
 // fail: exposed; warn: exposed, and the policy's mode is audit or off (nothing is enforced); skip: exposed,
@@ -45,8 +46,8 @@ struct NamespaceReport {
   std::size_t fail = 0, warn = 0, skip = 0;
 };
 
-// The report of one namespace; `pods` in any order (results are sorted by pod name). `pods` must not be
-// empty: a namespace with nothing exposed has no report.
+// The report of one namespace; `pods` in any order (results are sorted by pod name, and only the first
+// kMaxResults are written out). `pods` must not be empty: a namespace with nothing exposed has no report.
 NamespaceReport policy_report(std::string_view pod_namespace, std::vector<PodExposures> pods, policy::Mode mode);
 
 }  // namespace gpuguard::audit
