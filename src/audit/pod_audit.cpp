@@ -126,8 +126,8 @@ std::vector<admission::Exposure> node_exposures(const PodAudit& pod, const noder
 }
 
 std::shared_ptr<const PodFindings> PodAudit::no_findings() {
-  static const auto none = std::make_shared<const PodFindings>();
-  return none;
+  static const auto kNone = std::make_shared<const PodFindings>();
+  return kNone;
 }
 
 bool operator==(const PodFindings& a, const PodFindings& b) {
@@ -160,16 +160,6 @@ std::size_t hash_of(const PodFindings& findings) {
 std::string_view reason_of(std::string_view door) {
   const auto found = std::find_if(kReasons.begin(), kReasons.end(), [&](const auto& r) { return r.first == door; });
   return found != kReasons.end() ? found->second : std::string_view("other");
-}
-
-const std::vector<std::string_view>& reasons() {
-  static const std::vector<std::string_view> all = [] {
-    std::vector<std::string_view> names;
-    for (const auto& r : kReasons) names.push_back(r.second);
-    names.emplace_back("other");
-    return names;
-  }();
-  return all;
 }
 
 std::optional<long long> unix_seconds(std::string_view text) {

@@ -23,8 +23,12 @@ NodeConditionWriter::NodeConditionWriter(kube::ApiServer server, std::string nod
     : server_(std::move(server)), node_name_(std::move(node_name)), metrics_(metrics) {}
 
 std::optional<std::string> NodeConditionWriter::patch(const std::string& body) {
-  kube::Request request{"PATCH", "/api/v1/nodes/" + node_name_ + "/status", "application/strategic-merge-patch+json",
-                        body, "gpuguard-device-plugin", {}};
+  kube::Request request{"PATCH",
+                        "/api/v1/nodes/" + node_name_ + "/status",
+                        "application/strategic-merge-patch+json",
+                        body,
+                        "gpuguard-device-plugin",
+                        {}};
   kube::Reply reply;
   try {
     reply = kube::send_request(server_, request, kRequestTimeout);

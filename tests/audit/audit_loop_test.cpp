@@ -148,7 +148,7 @@ TEST_CASE("audit loop: watch events add, change and remove a pod's exposures") {
 TEST_CASE("audit loop: a node whose GPUIsolation is not True exposes its GPU-less containers") {
   webhook::ClaimCache claims;
   audit::AuditMetrics metrics{"test"};
-  const auto policy = std::make_shared<const policy::Policy>();
+  auto policy = std::make_shared<const policy::Policy>();
   audit::PodStore pods{[&] { return policy; }, &claims, metrics};
   audit::NodeStore nodes;
   json none = json::array({{{"name", "NVIDIA_VISIBLE_DEVICES"}, {"value", "none"}}});
@@ -183,7 +183,7 @@ TEST_CASE("audit loop: a node whose GPUIsolation is not True exposes its GPU-les
 TEST_CASE("audit loop: a pod that cannot be read is counted and left out, never a crash") {
   webhook::ClaimCache claims;
   audit::AuditMetrics metrics{"test"};
-  const auto policy = std::make_shared<const policy::Policy>();
+  auto policy = std::make_shared<const policy::Policy>();
   audit::PodStore pods{[&] { return policy; }, &claims, metrics};
   json bad = pod("a", "bad", "n", json::array({container("app")}));
   bad["spec"]["containers"][0]["env"] = "not a list";

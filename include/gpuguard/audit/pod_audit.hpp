@@ -57,8 +57,6 @@ std::vector<admission::Exposure> node_exposures(const PodAudit& pod, const noder
 
 // The doors as metric labels and PolicyReport rules: "image-default", "privileged", "node-runtime", ...
 std::string_view reason_of(std::string_view door);
-// Every value reason_of gives, in a fixed order.
-const std::vector<std::string_view>& reasons();
 
 // "2026-11-25T09:40:00Z" (RFC 3339, as metav1.Time writes it; fractions and offsets read too) in unix
 // seconds; nullopt when it is not such a time.
