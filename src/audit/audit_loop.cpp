@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cctype>
 #include <condition_variable>
 #include <map>
 #include <mutex>
@@ -40,23 +39,6 @@ constexpr auto kReportsApiRetry = std::chrono::seconds(60);
 std::string report_path(std::string_view pod_namespace) {
   return std::string(kReportsApi) + "/namespaces/" + std::string(pod_namespace) + "/policyreports/" +
          std::string(kReportName);
-}
-
-// For a query parameter: every byte but the unreserved ones as %XX.
-std::string percent_encoded(std::string_view text) {
-  static constexpr char kHex[] = "0123456789ABCDEF";
-  std::string out;
-  for (const char c : text) {
-    const auto byte = static_cast<unsigned char>(c);
-    if (std::isalnum(byte) != 0 || c == '-' || c == '_' || c == '.' || c == '~') {
-      out += c;
-    } else {
-      out += '%';
-      out += kHex[byte >> 4];
-      out += kHex[byte & 0xF];
-    }
-  }
-  return out;
 }
 
 }  // namespace
@@ -234,7 +216,7 @@ struct AuditLoop::Impl {
             annotations.is_object() ? annotations.value(std::string(kContentHashAnnotation), "") : "";
       }
       const json list_metadata = list.value("metadata", json::object());
-      continue_token = percent_encoded(list_metadata.is_object() ? list_metadata.value("continue", "") : "");
+      continue_token = kube::percent_encode(list_metadata.is_object() ? list_metadata.value("continue", "") : "");
     } while (!continue_token.empty());
     succeeded("cannot list the PolicyReports");
     if (reports_api_retry_at) log::info("the PolicyReport API is served: writing reports");

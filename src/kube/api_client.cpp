@@ -48,21 +48,6 @@ constexpr std::uint64_t kListBodyLimit = 1ULL << 30;
 // A Node, as a PATCH returns it, is tens of KB.
 constexpr std::uint64_t kReplyBodyLimit = 1ULL << 20;
 
-std::string percent_encode(std::string_view text) {
-  static constexpr char kHex[] = "0123456789ABCDEF";
-  std::string out;
-  for (unsigned char c : text) {
-    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
-      out.push_back(static_cast<char>(c));
-    } else {
-      out.push_back('%');
-      out.push_back(kHex[c >> 4]);
-      out.push_back(kHex[c & 15]);
-    }
-  }
-  return out;
-}
-
 bool is_ip_address(const std::string& host) {
   boost::system::error_code ec;
   asio::ip::make_address(host, ec);
@@ -293,6 +278,21 @@ asio::awaitable<Reply> ApiClient::send(const Request& r, std::chrono::millisecon
   beast::get_lowest_layer(stream).expires_after(std::chrono::seconds(2));
   co_await stream.async_shutdown(kNoThrow);
   co_return reply;
+}
+
+std::string percent_encode(std::string_view text) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : text) {
+    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
+      out.push_back(static_cast<char>(c));
+    } else {
+      out.push_back('%');
+      out.push_back(kHex[c >> 4]);
+      out.push_back(kHex[c & 15]);
+    }
+  }
+  return out;
 }
 
 Reply send_request(const ApiServer& server, const Request& request, std::chrono::milliseconds timeout) {

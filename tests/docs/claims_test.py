@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""The docs may claim only what tests show. README.md, docs/security.md and docs/policy.md name the tests
+"""The docs may claim only what tests show. README.md, docs/security.md, docs/policy.md and docs/audit.md name the tests
 behind their guarantees as `fixture:NAME` (a case under tests/fixtures/admission), `e2e:NAME` (a scenario
 of the end-to-end harness) or `test:"NAME"` (a Catch2 test case or a ctest entry). This fails when:
 - a named test does not exist;
-- a row of docs/security.md's table of what the webhook covers names no test;
+- a row of docs/security.md's table of what the webhook covers, or of docs/audit.md's doors, names no test;
 - a policy key documented in docs/policy.md names no test in its section, or a key the code accepts is
   not documented there.
 Usage: claims_test.py SOURCE_DIR"""
@@ -44,8 +44,13 @@ def check_references(doc, text):
     return found
 
 
-for doc in ("README.md", "docs/security.md", "docs/policy.md"):
+for doc in ("README.md", "docs/security.md", "docs/policy.md", "docs/audit.md"):
     check_references(doc, read(doc))
+
+audit = read("docs", "audit.md").split("## Doors and the tests that show them", 1)[1].split("\n## ", 1)[0]
+for row in [line for line in audit.splitlines() if line.startswith("| ") and not line.startswith("| what ")]:
+    if not reference.search(row.split("|")[-2]):
+        failures.append(f"docs/audit.md: the row '{row[:70]}...' names no test in its last column")
 
 security = read("docs", "security.md")
 table = security.split("## What the webhook covers, and the tests that show it", 1)[1].split("\n## ", 1)[0]

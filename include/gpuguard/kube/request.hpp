@@ -5,6 +5,7 @@
 // changes), which needs no connection kept open.
 #include <chrono>
 #include <string>
+#include <string_view>
 
 #include "gpuguard/kube/api_server.hpp"
 
@@ -26,5 +27,8 @@ struct Reply {
 };
 
 Reply send_request(const ApiServer& server, const Request& request, std::chrono::milliseconds timeout);
+
+// For a query parameter (a field selector, a continue token): every byte but the unreserved ones as %XX.
+std::string percent_encode(std::string_view text);
 
 }  // namespace gpuguard::kube
