@@ -25,6 +25,7 @@ var policyReports = schema.GroupVersionResource{Group: "wgpolicyk8s.io", Version
 const (
 	auditName       = "gpuguard-audit"
 	auditReportName = "gpuguard-gpu-exposure"
+	backstopBinding = "gpuguard-visible-devices"
 	// What the audit promises (docs/audit.md): a change is in the reports within a pass (at most a second
 	// after the watch delivers it); a dead leader's successor leads within lease duration + 2 retry periods.
 	auditReportBound   = 15 * time.Second
@@ -158,24 +159,40 @@ func auditReports(t *T, e *Env) {
 		return nil
 	}), "the pod older than gpuguard in its namespace's PolicyReport")
 
-	// The webhook down under failurePolicy: Ignore, and no backstop (an install with backstop.enabled=false):
-	// a pod is admitted unpatched, and appears in its namespace's report and in the leader's series.
 	const ns, exempt = "e2e-audit", "e2e-audit-exempt"
 	c.namespace(t, ns, nil)
 	c.namespace(t, exempt, nil)
-	var binding *unstructured.Unstructured
-	for _, obj := range w.objects {
-		if obj.GetKind() == "ValidatingAdmissionPolicyBinding" {
-			binding = obj
+
+	// An exempt namespace's offender is reported as exempt (skip), not hidden.
+	w.setPolicy(t, map[string]*string{"exemptNamespaces": ptr(exempt)})
+	defer w.defaultPolicy(t)
+	// The backstop reads the same ConfigMap through its own informer, so its exemption follows a moment later.
+	t.must(eventually(t.ctx, time.Minute, func() error {
+		_, err := c.client.CoreV1().Pods(exempt).Create(t.ctx, podWith("exempt", container("app")), metav1.CreateOptions{})
+		return err
+	}), "creating a pod in an exempt namespace")
+	t.must(eventually(t.ctx, 30*time.Second, func() error {
+		if got := resultFor(report(t, c, exempt), "exempt"); got != "skip" {
+			return fmt.Errorf("result %q, want skip", got)
 		}
+		return nil
+	}), "the exempt namespace's pod in its report as skip")
+
+	// The webhook down under failurePolicy: Ignore, and the backstop only auditing (as an install with
+	// backstop.enabled=false has none): a pod is admitted unpatched, and appears in its namespace's report
+	// and in the leader's series.
+	setBackstopActions := func(actions string) {
+		patch := fmt.Sprintf(`{"spec":{"validationActions":%s}}`, actions)
+		_, err := c.client.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Patch(t.ctx, backstopBinding,
+			types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+		t.must(err, "setting the backstop's validationActions to "+actions)
 	}
 	setFailurePolicy := func(policy admissionregistrationv1.FailurePolicyType) {
 		patch := fmt.Sprintf(`[{"op":"replace","path":"/webhooks/0/failurePolicy","value":%q}]`, policy)
 		_, err := c.client.AdmissionregistrationV1().MutatingWebhookConfigurations().Patch(t.ctx, webhookConfig, types.JSONPatchType, []byte(patch), metav1.PatchOptions{})
 		t.must(err, "setting failurePolicy "+string(policy))
 	}
-	t.must(c.client.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Delete(t.ctx, binding.GetName(), metav1.DeleteOptions{}),
-		"removing the backstop's binding")
+	setBackstopActions(`["Audit"]`)
 	setFailurePolicy(admissionregistrationv1.Ignore)
 	w.stop()
 	var created time.Time
@@ -186,7 +203,7 @@ func auditReports(t *T, e *Env) {
 	}), "creating a pod while the webhook is down under Ignore")
 	w.start(t, e)
 	setFailurePolicy(admissionregistrationv1.Fail)
-	c.apply(t, binding)
+	setBackstopActions(`["Deny"]`)
 	t.must(eventually(t.ctx, auditReportBound, func() error {
 		if got := resultFor(report(t, c, ns), "while-webhook-down"); got != "fail" {
 			return fmt.Errorf("result %q, want fail", got)
@@ -201,21 +218,6 @@ func auditReports(t *T, e *Env) {
 		return nil
 	}), "the pod admitted unpatched in its namespace's PolicyReport and the leader's series")
 	t.Logf("a pod admitted unpatched was reported %v after its creation (bound %v)", time.Since(created).Round(100*time.Millisecond), auditReportBound)
-
-	// An exempt namespace's offender is reported as exempt (skip), not hidden.
-	w.setPolicy(t, map[string]*string{"exemptNamespaces": ptr(exempt)})
-	defer w.defaultPolicy(t)
-	// The backstop reads the same ConfigMap through its own informer, so its exemption follows a moment later.
-	t.must(eventually(t.ctx, 30*time.Second, func() error {
-		_, err := c.client.CoreV1().Pods(exempt).Create(t.ctx, podWith("exempt", container("app")), metav1.CreateOptions{})
-		return err
-	}), "creating a pod in an exempt namespace")
-	t.must(eventually(t.ctx, 30*time.Second, func() error {
-		if got := resultFor(report(t, c, exempt), "exempt"); got != "skip" {
-			return fmt.Errorf("result %q, want skip", got)
-		}
-		return nil
-	}), "the exempt namespace's pod in its report as skip")
 
 	// The leader dies without giving the Lease up: the other takes over within the bound and writes no
 	// report again that is already true.
