@@ -10,9 +10,7 @@
 #include <mutex>
 #include <optional>
 #include <thread>
-#include <unordered_map>
 
-#include <simdjson.h>
 #include <nlohmann/json.hpp>
 
 #include "audit_stores.hpp"
@@ -20,9 +18,7 @@
 #include "gpuguard/audit/policy_report.hpp"
 #include "gpuguard/kube/informer.hpp"
 #include "gpuguard/kube/request.hpp"
-#include "gpuguard/kube/store.hpp"
 #include "gpuguard/log/log.hpp"
-#include "gpuguard/nodereport/node_condition.hpp"
 #include "gpuguard/webhook/claim_cache.hpp"
 
 namespace gpuguard::audit {

@@ -25,7 +25,7 @@ std::optional<std::string> pod_key(std::string_view object) {
 
 }  // namespace
 
-bool PodStore::take(Pods& into, std::string_view object, const policy::Policy& policy) {
+bool PodStore::take(std::string_view object, const policy::Policy& policy) {
   std::string error;
   auto pod = audit_pod(object, policy, claims_, error);
   if (!pod) {
@@ -37,8 +37,10 @@ bool PodStore::take(Pods& into, std::string_view object, const policy::Policy& p
   pod->findings = shared(std::move(pod->findings));
   std::string key = pod->namespace_ + "/" + pod->name;
   const bool has_claims = pod->has_claims;
-  into.insert_or_assign(std::move(key), Entry{std::make_shared<const PodAudit>(std::move(*pod)), generation_,
-                                              has_claims ? std::string(object) : std::string()});
+  Entry entry{std::make_shared<const PodAudit>(std::move(*pod)), generation_,
+              has_claims ? std::string(object) : std::string()};
+  const std::lock_guard lock(mutex_);
+  pods_.insert_or_assign(std::move(key), std::move(entry));
   return true;
 }
 
@@ -65,9 +67,8 @@ void PodStore::apply(std::string_view type, std::string_view object) {
     policy = judged_under_;
   }
   if (!policy) policy = policy_();
-  Pods one;
   // A pod deleted, or changed into one that cannot be read, is no longer reported as it was.
-  if (type == "DELETED" || !take(one, object, *policy)) {
+  if (type == "DELETED" || !take(object, *policy)) {
     if (const auto key = pod_key(object)) {
       const std::lock_guard lock(mutex_);
       if (pods_.erase(*key) > 0) ++changes_;
@@ -75,7 +76,6 @@ void PodStore::apply(std::string_view type, std::string_view object) {
     return;
   }
   const std::lock_guard lock(mutex_);
-  for (auto& [key, entry] : one) pods_.insert_or_assign(key, std::move(entry));
   ++changes_;
 }
 

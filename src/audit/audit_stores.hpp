@@ -43,12 +43,7 @@ class PodStore final : public kube::Store {
     ++generation_;
     listing_ = policy_();
   }
-  void list_item(std::string_view object) override {
-    Pods one;
-    if (!take(one, object, *listing_)) return;
-    const std::lock_guard lock(mutex_);
-    for (auto& [key, entry] : one) pods_.insert_or_assign(key, std::move(entry));
-  }
+  void list_item(std::string_view object) override { take(object, *listing_); }
   void list_end(bool complete) override {
     if (!complete) return;  // what was listed is current; what was not stays until a complete list
     const std::lock_guard lock(mutex_);
@@ -80,8 +75,9 @@ class PodStore final : public kube::Store {
   };
   using Pods = std::unordered_map<std::string, Entry>;
 
-  // The pod judged into `into`; false (counted and logged) when it cannot be read.
-  bool take(Pods& into, std::string_view object, const policy::Policy& policy);
+  // The pod judged and kept, in place of what was kept of it; false (counted and logged) when it cannot
+  // be read.
+  bool take(std::string_view object, const policy::Policy& policy);
 
   PolicySource policy_;
   const admission::ClaimLookup* claims_;
