@@ -374,6 +374,9 @@ void AuditLoop::start() {
   }
   kube::InformerOptions informer_options;
   informer_options.user_agent = i.options.user_agent;
+  informer_options.on_discovery = [](const std::string&, const kube::GroupDiscovery& found) {
+    webhook::log_claims_discovery(found);
+  };
   i.other_informers = std::make_unique<kube::Informers>(
       i.options.apiserver, std::move(others), informer_options,
       [&i](std::string_view resource, kube::ReflectorOutcome outcome) { i.metrics.count_informer(resource, outcome); });

@@ -7,8 +7,13 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
+#include <algorithm>
 #include <atomic>
+#include <map>
+#include <mutex>
+#include <optional>
 #include <random>
+#include <stdexcept>
 #include <thread>
 
 #include "api_client.hpp"
@@ -33,11 +38,72 @@ struct Informers::Impl {
   std::atomic<std::size_t> listed{0};
   std::mt19937 random{std::random_device{}()};
   std::thread thread;
+  mutable std::mutex discovery_mutex;
+  std::map<std::string, GroupDiscovery, std::less<>> discoveries;  // group -> what its discovery found
+
+  // Asks the group's discovery document until it answers, then lists and watches the group's resources
+  // at the version it chose; while none is served, each store holds an empty list and it asks again.
+  asio::awaitable<void> discover(std::string group, std::vector<WatchedResource*> members) {
+    const std::vector<std::string>& known = members.front()->versions;
+    std::chrono::milliseconds backoff = options.reflector.backoff_initial;
+    std::string last_error;
+    std::optional<std::string> unserved_offering;  // what the server offered while it served none we read
+    GroupDiscovery found;
+    for (;;) {
+      Request request;
+      request.method = "GET";
+      request.path = "/apis/" + group;
+      request.user_agent = options.user_agent;
+      const Reply reply = co_await client.send(request, options.connect_timeout);
+      found = choose_group_version(reply.status, reply.body, known);
+      if (found.outcome == GroupDiscovery::Outcome::served) break;
+      if (found.outcome == GroupDiscovery::Outcome::not_served) {
+        if (found.served != unserved_offering) {
+          publish(group, found);
+          if (!unserved_offering) {
+            for (WatchedResource* resource : members) {
+              resource->store->list_begin();
+              resource->store->list_end(true);
+              ++listed;
+            }
+          }
+          unserved_offering = found.served;
+        }
+        last_error.clear();
+        backoff = options.reflector.backoff_initial;
+        asio::steady_timer timer(ioc, options.rediscover_interval);
+        co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
+        continue;
+      }
+      const std::string error = reply.error.empty() ? "the answer is not an APIGroup" : reply.error;
+      if (error != last_error) {
+        log::warn("cannot read an API group's versions; retrying", {{"group", group}, {"reason", error}});
+      }
+      last_error = error;
+      asio::steady_timer timer(ioc, backoff);
+      co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
+      backoff = std::min(backoff * 2, options.reflector.backoff_max);
+    }
+    publish(group, found);
+    const bool counted = unserved_offering.has_value();  // as synced, while it was not served
+    for (WatchedResource* resource : members) {
+      const std::size_t at = resource->path.find("{version}");
+      resource->path.replace(at, std::string_view("{version}").size(), found.version);
+      asio::co_spawn(ioc, run(*resource, counted), asio::detached);
+    }
+  }
+
+  void publish(const std::string& group, const GroupDiscovery& found) {
+    {
+      const std::lock_guard lock(discovery_mutex);
+      discoveries[group] = found;
+    }
+    if (options.on_discovery) options.on_discovery(group, found);
+  }
 
   // Does what the resource's reflector says, for as long as the io_context runs.
-  asio::awaitable<void> run(WatchedResource& resource) {
+  asio::awaitable<void> run(WatchedResource& resource, bool counted = false) {
     Reflector reflector(options.reflector, [this] { return std::uniform_real_distribution<double>(0, 1)(random); });
-    bool counted = false;
     for (;;) {
       const Reflector::Step step = reflector.next();
       switch (step.kind) {
@@ -85,7 +151,21 @@ Informers::~Informers() {
 }
 
 void Informers::start() {
-  for (auto& resource : impl_->resources) asio::co_spawn(impl_->ioc, impl_->run(resource), asio::detached);
+  std::map<std::string, std::vector<WatchedResource*>> groups;
+  for (auto& resource : impl_->resources) {
+    if (resource.versions.empty()) {
+      asio::co_spawn(impl_->ioc, impl_->run(resource), asio::detached);
+      continue;
+    }
+    const std::string group = group_of_versioned_path(resource.path);
+    if (group.empty()) {
+      throw std::invalid_argument("a versioned resource's path has no /apis/<group>/{version}/: " + resource.path);
+    }
+    groups[group].push_back(&resource);
+  }
+  for (auto& [group, members] : groups) {
+    asio::co_spawn(impl_->ioc, impl_->discover(group, std::move(members)), asio::detached);
+  }
   impl_->thread = std::thread([this] {
     try {
       impl_->ioc.run();
@@ -97,5 +177,11 @@ void Informers::start() {
 }
 
 bool Informers::synced() const { return impl_->listed.load() == impl_->resources.size(); }
+
+GroupDiscovery Informers::discovered(const std::string& group) const {
+  const std::lock_guard lock(impl_->discovery_mutex);
+  const auto found = impl_->discoveries.find(group);
+  return found == impl_->discoveries.end() ? GroupDiscovery{} : found->second;
+}
 
 }  // namespace gpuguard::kube

@@ -42,9 +42,12 @@ std::optional<Response> ProbeRoutes::reject_early(const RequestHead& head) {
   return method_not_allowed("GET, HEAD");
 }
 
-Response ProbeRoutes::respond(std::string_view path, bool ready, const std::function<std::string()>& scrape) {
+Response ProbeRoutes::respond(std::string_view path, bool ready, const std::function<std::string()>& scrape,
+                              const std::string& note) {
   if (path == "/healthz") return text_response(200, "ok");
-  if (path == "/readyz") return ready ? text_response(200, "ok") : text_response(503, "not ready");
+  if (path == "/readyz") {
+    return ready ? text_response(200, note.empty() ? "ok" : "ok\n" + note) : text_response(503, "not ready");
+  }
   Response response;
   response.content_type = "text/plain; version=0.0.4; charset=utf-8";
   response.body = scrape();

@@ -100,8 +100,9 @@ int run_audit_controller_command(int argc, char** argv) {
       "this replica's name in the Lease (default: $POD_NAME or the host name, "
       "and a random suffix)")(
       "resource-claims", po::value<std::string>()->default_value("auto"),
-      "auto: list and watch DRA ResourceClaims and ResourceClaimTemplates (resource.k8s.io/v1) to judge the pods "
-      "that use them; off: never (on clusters that do not serve that API)");
+      "auto: list and watch DRA ResourceClaims and ResourceClaimTemplates to judge the pods that use them, "
+      "through the newest resource.k8s.io version served of v1, v1beta2 and v1beta1 (none served: off); "
+      "off: never");
   const cli::Parsed parsed = cli::parse_command_line(kProgram, GPUGUARD_VERSION, description, argc, argv);
   if (!parsed.flags) return parsed.exit_status;
   const po::variables_map& flags = *parsed.flags;

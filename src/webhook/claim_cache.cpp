@@ -4,6 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "gpuguard/log/log.hpp"
+
 namespace gpuguard::webhook {
 namespace {
 
@@ -107,9 +109,28 @@ ClaimCache::ClaimCache()
       template_store_(std::make_unique<IndexStore>(*this, templates_, templates_listed_)) {}
 ClaimCache::~ClaimCache() = default;
 
+void log_claims_discovery(const kube::GroupDiscovery& found) {
+  if (found.outcome == kube::GroupDiscovery::Outcome::served) {
+    log::info("DRA claims are read through resource.k8s.io/" + found.version, {{"served", found.served}});
+  } else if (found.outcome == kube::GroupDiscovery::Outcome::not_served) {
+    log::warn(claims_off_note(found),
+              {{"effect", "a container's DRA claims give it no GPU; the cluster has no DRA API to give one through"}});
+  }
+}
+
+std::string claims_off_note(const kube::GroupDiscovery& found) {
+  if (found.outcome != kube::GroupDiscovery::Outcome::not_served) return {};
+  return "DRA claims off: the API server serves no resource.k8s.io version gpuguard reads (v1, v1beta2, v1beta1; "
+         "served: " +
+         (found.served.empty() ? std::string("none") : found.served) + ")";
+}
+
 std::vector<kube::WatchedResource> ClaimCache::watched_resources() {
-  return {{"resourceclaims", "/apis/resource.k8s.io/v1/resourceclaims", "", claim_store_.get()},
-          {"resourceclaimtemplates", "/apis/resource.k8s.io/v1/resourceclaimtemplates", "", template_store_.get()}};
+  // v1beta2 has v1's shape; v1beta1 names a request's class at its top (requests_of reads all three).
+  const std::vector<std::string> versions = {"v1", "v1beta2", "v1beta1"};
+  return {{"resourceclaims", "/apis/resource.k8s.io/{version}/resourceclaims", "", claim_store_.get(), versions},
+          {"resourceclaimtemplates", "/apis/resource.k8s.io/{version}/resourceclaimtemplates", "",
+           template_store_.get(), versions}};
 }
 
 std::size_t ClaimCache::load_list(const json& list) {

@@ -105,6 +105,10 @@ int serve(const po::variables_map& flags) {
       return 2;
     }
   }
+  if (const double interval = flags["api-discovery-interval"].as<double>(); !(interval >= 0.1 && interval <= 86400)) {
+    std::cerr << "gpuguard-webhook: --api-discovery-interval must be between 0.1 and 86400 seconds\n";
+    return 2;
+  }
   server::ServerOptions options = std::move(*parsed_options);
   if (!size_for_memory(flags, options)) return 2;
   return cli::run_service([&] {
@@ -118,6 +122,11 @@ int serve(const po::variables_map& flags) {
       claims = std::make_unique<webhook::ClaimCache>();
       kube::InformerOptions informer_options;
       informer_options.user_agent = std::string("gpuguard-webhook/") + GPUGUARD_VERSION;
+      informer_options.rediscover_interval =
+          std::chrono::milliseconds(static_cast<long long>(flags["api-discovery-interval"].as<double>() * 1000));
+      informer_options.on_discovery = [](const std::string&, const kube::GroupDiscovery& found) {
+        webhook::log_claims_discovery(found);
+      };
       informers = std::make_unique<kube::Informers>(*apiserver, claims->watched_resources(), informer_options);
     } else {
       log::warn(claims_mode == "off"
@@ -128,6 +137,10 @@ int serve(const po::variables_map& flags) {
     webhook::WebhookHandler handler(
         [&policy] { return policy.current(); }, metrics, claims.get(),
         claims ? std::function<bool()>([&claims] { return claims->synced(); }) : std::function<bool()>());
+    if (informers) {
+      handler.set_readiness_note(
+          [&informers] { return webhook::claims_off_note(informers->discovered(webhook::ClaimCache::kGroup)); });
+    }
     options.on_shutdown = [&handler] { handler.set_ready(false); };
     server::HttpServer server(
         options, [&certificate] { return certificate.current(); }, handler);
@@ -159,7 +172,9 @@ int main(int argc, char** argv) {
                             "mounted policy ConfigMap, re-read on change; without it the default policy applies")(
       "resource-claims", po::value<std::string>()->default_value("auto"),
       "auto: look up DRA ResourceClaims and ResourceClaimTemplates by list and watch when a Kubernetes API is "
-      "known; off: never")(
+      "known, through the newest resource.k8s.io version served (v1, v1beta2, v1beta1); off: never")(
+      "api-discovery-interval", po::value<double>()->default_value(60),
+      "seconds between looks for a resource.k8s.io version to read while the cluster serves none")(
       "memory-limit", po::value<std::string>()->default_value("128Mi"),
       "the container's memory limit (the chart passes limits.memory); threads, connections and request bytes in "
       "flight are sized to stay under it")("body-limit", po::value<std::string>()->default_value("4Mi"),

@@ -25,9 +25,10 @@ std::optional<server::Response> WebhookHandler::reject_early(const server::Reque
 
 server::Response WebhookHandler::handle(const server::RequestHead& head, std::string body) const {
   if (head.path == "/mutate") return mutate(std::move(body));
-  return server::ProbeRoutes::respond(head.path, ready_.load(), [this] {
-    return metrics_.render(claims_synced_ ? std::optional<bool>(claims_synced_()) : std::nullopt);
-  });
+  return server::ProbeRoutes::respond(
+      head.path, ready_.load(),
+      [this] { return metrics_.render(claims_synced_ ? std::optional<bool>(claims_synced_()) : std::nullopt); },
+      head.path == "/readyz" && readiness_note_ ? readiness_note_() : std::string());
 }
 
 server::Response WebhookHandler::mutate(std::string body) const {

@@ -93,6 +93,7 @@ struct FakeApiserver::Impl {
   std::map<std::string, json> reports;  // namespace -> PolicyReport
   std::map<std::string, unsigned> report_writes;
   bool reports_served = true;
+  std::vector<std::string> claim_versions;  // the resource.k8s.io versions served; none at first
   std::vector<std::weak_ptr<Connection>> connections;
   std::vector<std::thread> threads;
   std::thread acceptor_thread;
@@ -168,9 +169,16 @@ void FakeApiserver::serve(std::shared_ptr<Connection> connection) {
     if (seen.path == "/api/v1/pods") resource = "pods";
     if (seen.path == "/api/v1/nodes") resource = "nodes";
     std::string token;
+    std::vector<std::string> claim_versions;
     {
       std::lock_guard lock(impl_->mutex);
       token = impl_->token;
+      claim_versions = impl_->claim_versions;
+    }
+    for (const std::string& version : claim_versions) {
+      for (const char* kind : {"resourceclaims", "resourceclaimtemplates"}) {
+        if (seen.path == "/apis/resource.k8s.io/" + version + "/" + kind) resource = kind;
+      }
     }
     auto reply = [&](unsigned status, const json& body) {
       seen.status = status;
@@ -189,6 +197,16 @@ void FakeApiserver::serve(std::shared_ptr<Connection> connection) {
     } else if (seen.path.starts_with("/apis/coordination.k8s.io/v1/")) {
       const auto [status, body] = answer_lease(seen);
       reply(status, body);
+    } else if (seen.path == "/apis/resource.k8s.io" && !claim_versions.empty()) {
+      json versions = json::array();
+      for (const std::string& version : claim_versions) {
+        versions.push_back({{"groupVersion", "resource.k8s.io/" + version}, {"version", version}});
+      }
+      reply(200, {{"kind", "APIGroup"},
+                  {"apiVersion", "v1"},
+                  {"name", "resource.k8s.io"},
+                  {"versions", versions},
+                  {"preferredVersion", versions[0]}});
     } else if (seen.path.starts_with("/apis/wgpolicyk8s.io/")) {
       const auto [status, body] = answer_policy_reports(seen);
       reply(status, body);
@@ -316,6 +334,11 @@ std::map<std::string, json> FakeApiserver::policy_reports() const {
 std::map<std::string, unsigned> FakeApiserver::report_writes() const {
   std::lock_guard lock(impl_->mutex);
   return impl_->report_writes;
+}
+
+void FakeApiserver::serve_claims(std::vector<std::string> versions) {
+  std::lock_guard lock(impl_->mutex);
+  impl_->claim_versions = std::move(versions);
 }
 
 void FakeApiserver::serve_policy_reports(bool served) {
@@ -529,8 +552,8 @@ std::vector<FakeApiserver::Request> FakeApiserver::requests() const {
 std::size_t FakeApiserver::count(const std::string& resource, bool watch, unsigned status) const {
   std::lock_guard lock(impl_->mutex);
   return std::count_if(impl_->requests.begin(), impl_->requests.end(), [&](const Request& r) {
-    return r.path == "/api/v1/" + resource && (r.query.find("watch=1") != std::string::npos) == watch &&
-           (status == 0 || r.status == status);
+    return (r.path == "/api/v1/" + resource || (r.path.starts_with("/apis/") && r.path.ends_with("/" + resource))) &&
+           (r.query.find("watch=1") != std::string::npos) == watch && (status == 0 || r.status == status);
   });
 }
 

@@ -1,6 +1,7 @@
 #pragma once
 // A Kubernetes API server just big enough for list and watch of pods and nodes, for the PATCH of a
-// Node's status conditions that the device plugin sends, and for the audit loop's Leases (get, create,
+// Node's status conditions that the device plugin sends, for DRA claims in whichever resource.k8s.io
+// versions a test has it serve (with the group's discovery document), and for the audit loop's Leases (get, create,
 // update on the resourceVersion read, as the API server checks it) and PolicyReports (server-side apply,
 // delete, list), over real TLS (the test CA's 127.0.0.1
 // certificate) with a bearer token. It keeps a history of events, as etcd does, so that a
@@ -25,9 +26,9 @@ class FakeApiserver {
 
   std::string url() const;
 
-  // resource is "pods" or "nodes". put() is ADDED or MODIFIED, remove() DELETED, each with the next
-  // resourceVersion. With `record` false the change leaves no event: only a list shows it (what a client
-  // misses when the history it would resume from is compacted).
+  // resource is "pods", "nodes", "resourceclaims" or "resourceclaimtemplates". put() is ADDED or MODIFIED, remove()
+  // DELETED, each with the next resourceVersion. With `record` false the change leaves no event: only a list shows it
+  // (what a client misses when the history it would resume from is compacted).
   void put(const std::string& resource, nlohmann::json object, bool record = true);
   void remove(const std::string& resource, const std::string& name, bool record = true);
   // Forgets the history up to now: a watch from any version before the next one gets 410 Gone.
@@ -49,6 +50,9 @@ class FakeApiserver {
   std::map<std::string, nlohmann::json> policy_reports() const;
   // Applies and deletes of PolicyReports answered 2xx, by namespace.
   std::map<std::string, unsigned> report_writes() const;
+  // The resource.k8s.io versions served, newest first: GET /apis/resource.k8s.io answers an APIGroup
+  // listing them (404 while there are none), and claims are listed and watched at each.
+  void serve_claims(std::vector<std::string> versions);
   // Whether the wgpolicyk8s.io/v1alpha2 API is served (its CRD installed); true at first.
   void serve_policy_reports(bool served);
 
@@ -58,7 +62,8 @@ class FakeApiserver {
     std::string method, content_type, body;
   };
   std::vector<Request> requests() const;
-  // Requests for `resource` that were lists (watch=false) or watches, answered with `status` (0: any).
+  // Requests for `resource` (in any group and version) that were lists (watch=false) or watches, answered
+  // with `status` (0: any).
   std::size_t count(const std::string& resource, bool watch, unsigned status = 0) const;
 
  private:

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "gpuguard/kube/api_server.hpp"
+#include "gpuguard/kube/discovery.hpp"
 #include "gpuguard/kube/reflector.hpp"
 #include "gpuguard/kube/store.hpp"
 
@@ -17,9 +18,14 @@ namespace gpuguard::kube {
 
 struct WatchedResource {
   std::string name;            // "pods": for logs and metrics
-  std::string path;            // "/api/v1/pods"
+  std::string path;            // "/api/v1/pods", or "/apis/<group>/{version}/<resource>" with `versions`
   std::string field_selector;  // as kubectl takes it, e.g. "status.phase!=Failed"; empty for none
   Store* store = nullptr;      // the caller's, outliving the Informers
+  // Where the group's version differs between releases: the versions the store can read, newest first.
+  // The group's discovery document picks one for "{version}"; while the server serves none of them, the
+  // store holds one empty complete list (it counts as synced) and the discovery is asked again every
+  // InformerOptions::rediscover_interval, so that a cluster that gains the API is read without a restart.
+  std::vector<std::string> versions = {};
 };
 
 struct InformerOptions {
@@ -28,6 +34,10 @@ struct InformerOptions {
   std::chrono::milliseconds list_page_timeout{60'000};
   unsigned page_size = 500;
   std::string user_agent = "gpuguard";
+  std::chrono::milliseconds rediscover_interval{60'000};
+  // Called for each group of versioned resources with what its discovery came to, first and whenever it
+  // changes (never with Outcome::unreadable: that is retried with the reflector's backoff).
+  std::function<void(const std::string& group, const GroupDiscovery& found)> on_discovery = {};
 };
 
 // Called with what each list or watch came to, for metrics.
@@ -44,6 +54,8 @@ class Informers {
   void start();
   // True once every resource has been listed (it stays true through later re-lists and outages).
   bool synced() const;
+  // What discovery found for a group of versioned resources; Outcome::unreadable while it is still asking.
+  GroupDiscovery discovered(const std::string& group) const;
 
  private:
   struct Impl;

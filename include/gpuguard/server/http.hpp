@@ -31,12 +31,14 @@ Response text_response(unsigned status, std::string body);
 Response json_response(std::string body);
 
 // What every gpuguard server answers besides its own routes: GET /healthz (the process serves),
-// GET /readyz (`ready`), GET /metrics (`scrape()`, in the Prometheus text format). reject_early() gives
-// 405 for another method on them and nullopt for every other path; respond() builds the answer.
+// GET /readyz (`ready`; a non-empty `note` follows "ok" on a line of its own: what works less than it might),
+// GET /metrics (`scrape()`, in the Prometheus text format). reject_early() gives 405 for another method on
+// them and nullopt for every other path; respond() builds the answer.
 struct ProbeRoutes {
   static bool owns(std::string_view path);
   static std::optional<Response> reject_early(const RequestHead& head);
-  static Response respond(std::string_view path, bool ready, const std::function<std::string()>& scrape);
+  static Response respond(std::string_view path, bool ready, const std::function<std::string()>& scrape,
+                          const std::string& note = {});
 };
 
 // For a route that takes only POST with a JSON body: 405 or 415, or nullopt when the request may go on.

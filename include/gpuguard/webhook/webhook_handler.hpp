@@ -23,6 +23,8 @@ class WebhookHandler final : public server::Handler {
       : policy_(std::move(policy)), metrics_(metrics), claims_(claims), claims_synced_(std::move(claims_synced)) {}
 
   void set_ready(bool ready) { ready_.store(ready); }
+  // What /readyz adds below "ok" (claims that cannot be read); set before the server runs.
+  void set_readiness_note(std::function<std::string()> note) { readiness_note_ = std::move(note); }
 
   std::optional<server::Response> reject_early(const server::RequestHead& head) const override;
   server::Response handle(const server::RequestHead& head, std::string body) const override;
@@ -34,6 +36,7 @@ class WebhookHandler final : public server::Handler {
   WebhookMetrics& metrics_;
   const admission::ClaimLookup* claims_;
   std::function<bool()> claims_synced_;
+  std::function<std::string()> readiness_note_;
   std::atomic<bool> ready_{false};
   mutable std::mutex large_review_mutex_;
 };

@@ -49,8 +49,8 @@ TEST_CASE("claim cache: nothing is known until both kinds are listed, then event
   REQUIRE(resources.size() == 2);
   auto& claims = resources[0];
   auto& templates = resources[1];
-  CHECK(claims.path == "/apis/resource.k8s.io/v1/resourceclaims");
-  CHECK(templates.path == "/apis/resource.k8s.io/v1/resourceclaimtemplates");
+  CHECK(claims.path == "/apis/resource.k8s.io/{version}/resourceclaims");
+  CHECK(templates.path == "/apis/resource.k8s.io/{version}/resourceclaimtemplates");
 
   CHECK(cache.claim("ml", "gpus").status == Status::not_synced);
   gpuguard::test::list(*claims.store, {claim("ml", "gpus", json::array({exactly("gpu", "gpu.nvidia.com")}))});

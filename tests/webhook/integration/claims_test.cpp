@@ -1,0 +1,160 @@
+// The real webhook against the fake API server, for each resource.k8s.io version a cluster may serve
+// (v1 from Kubernetes 1.34, v1beta2 on 1.33, v1beta1 on 1.32, none before): it reads claims through the
+// newest served, with no flag, and a container claiming a GPU class keeps its GPUs; with none served,
+// claims are off and /readyz says so.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "extender/fake_apiserver.hpp"
+#include "gpuguard/admission/base64.hpp"
+#include "http_client.hpp"
+#include "server_process.hpp"
+#include "tls_client.hpp"
+
+using namespace gpuguard::test;
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+// A claim for one GPU in the shape of `version`: v1 and v1beta2 name the class under `exactly`, v1beta1
+// at the request's top.
+json gpu_claim(const std::string& version) {
+  json request = {{"name", "gpu"}};
+  if (version == "v1beta1") {
+    request["deviceClassName"] = "gpu.nvidia.com";
+  } else {
+    request["exactly"] = {{"deviceClassName", "gpu.nvidia.com"}, {"allocationMode", "ExactCount"}, {"count", 1}};
+  }
+  return {{"apiVersion", "resource.k8s.io/" + version},
+          {"kind", "ResourceClaim"},
+          {"metadata", {{"namespace", "team-a"}, {"name", "one-gpu"}}},
+          {"spec", {{"devices", {{"requests", json::array({request})}}}}}};
+}
+
+// A pod whose `train` container claims one-gpu and whose `sidecar` claims nothing.
+std::string review() {
+  const json pod = {
+      {"apiVersion", "v1"},
+      {"kind", "Pod"},
+      {"metadata", {{"namespace", "team-a"}, {"name", "trainer"}}},
+      {"spec",
+       {{"containers",
+         json::array({{{"name", "train"}, {"image", "cuda"}, {"resources", {{"claims", {{{"name", "gpu"}}}}}}},
+                      {{"name", "sidecar"}, {"image", "busybox"}}})},
+        {"resourceClaims", json::array({{{"name", "gpu"}, {"resourceClaimName", "one-gpu"}}})}}}};
+  return json{{"apiVersion", "admission.k8s.io/v1"},
+              {"kind", "AdmissionReview"},
+              {"request",
+               {{"uid", "claims-1"},
+                {"kind", {{"group", ""}, {"version", "v1"}, {"kind", "Pod"}}},
+                {"resource", {{"group", ""}, {"version", "v1"}, {"resource", "pods"}}},
+                {"operation", "CREATE"},
+                {"namespace", "team-a"},
+                {"object", pod}}}}
+      .dump();
+}
+
+// The containers the webhook's patch gives NVIDIA_VISIBLE_DEVICES, by index, from the base64 JSON Patch.
+std::string patched_containers(const std::string& answer) {
+  const json response = json::parse(answer)["response"];
+  if (!response.contains("patch")) return "";
+  const auto decoded = gpuguard::admission::base64_decode(response["patch"].get<std::string>());
+  REQUIRE(decoded);
+  std::string containers;
+  for (const json& op : json::parse(*decoded)) {
+    const std::string path = op["path"];
+    for (const char* index : {"0", "1"}) {
+      if (path.starts_with(std::string("/spec/containers/") + index + "/env")) {
+        if (containers.find(index) == std::string::npos) containers += index;
+      }
+    }
+  }
+  return containers;
+}
+
+struct Cluster {
+  FakeApiserver apiserver{"webhook-token"};
+  fs::path dir = fs::temp_directory_path() / ("gpuguard-claims-" + std::to_string(getpid()));
+  Cluster() {
+    fs::create_directories(dir);
+    std::ofstream(dir / "token") << "webhook-token";
+  }
+  ~Cluster() { fs::remove_all(dir); }
+  std::unique_ptr<WebhookProcess> webhook() {
+    return std::make_unique<WebhookProcess>(
+        std::vector<std::string>{"--apiserver-url", apiserver.url(), "--token-file", (dir / "token").string(),
+                                 "--ca-file", certs_dir() + "/ca.crt", "--api-discovery-interval", "0.5"});
+  }
+};
+
+}  // namespace
+
+TEST_CASE("a GPU claim is read through the newest resource.k8s.io version served, v1, v1beta2 or v1beta1") {
+  struct Row {
+    std::vector<std::string> served;
+    std::string read;
+  };
+  const Row rows[] = {
+      {{"v1", "v1beta2", "v1beta1"}, "v1"}, {{"v1beta2", "v1beta1"}, "v1beta2"}, {{"v1beta1"}, "v1beta1"}};
+  for (const Row& row : rows) {
+    INFO("read through " << row.read);
+    Cluster cluster;
+    cluster.apiserver.serve_claims(row.served);
+    cluster.apiserver.put("resourceclaims", gpu_claim(row.read));
+    auto webhook = cluster.webhook();
+    TlsClient client(webhook->port());
+    // Until the claim is listed its container gets none too; then only the sidecar does.
+    REQUIRE(eventually([&] {
+      return patched_containers(client.request("POST", "/mutate", review(), "application/json").body) == "1";
+    }));
+    CHECK(cluster.apiserver.count("resourceclaims", false, 200) >= 1);
+    for (const auto& request : cluster.apiserver.requests()) {
+      if (request.path.find("/resourceclaim") != std::string::npos) {
+        CHECK(request.path.starts_with("/apis/resource.k8s.io/" + row.read + "/"));
+      }
+    }
+    const HttpReply ready = client.request("GET", "/readyz");
+    CHECK(ready.status == 200);
+    CHECK(ready.body == "ok\n");
+  }
+}
+
+TEST_CASE("with no resource.k8s.io version served, claims are off and /readyz says so") {
+  for (const std::vector<std::string>& served : {std::vector<std::string>{}, std::vector<std::string>{"v1alpha3"}}) {
+    INFO("served: " << served.size());
+    Cluster cluster;
+    cluster.apiserver.serve_claims(served);
+    auto webhook = cluster.webhook();
+    TlsClient client(webhook->port());
+    HttpReply ready;
+    REQUIRE(eventually([&] {
+      ready = client.request("GET", "/readyz");
+      return ready.body != "ok\n";
+    }));
+    CHECK(ready.status == 200);
+    CHECK(
+        ready.body.starts_with("ok\nDRA claims off: the API server serves no resource.k8s.io version gpuguard reads"));
+    CHECK(ready.body.find(served.empty() ? "served: none)" : "served: v1alpha3)") != std::string::npos);
+    // Both containers get none: a claim cannot hand out GPUs on a cluster without the API.
+    CHECK(patched_containers(client.request("POST", "/mutate", review(), "application/json").body) == "01");
+    CHECK(cluster.apiserver.count("resourceclaims", false) == 0);
+  }
+}
+
+TEST_CASE("a cluster that starts serving resource.k8s.io is read without a restart") {
+  Cluster cluster;
+  auto webhook = cluster.webhook();
+  TlsClient client(webhook->port());
+  REQUIRE(eventually([&] { return client.request("GET", "/readyz").body.starts_with("ok\nDRA claims off"); }));
+  CHECK(patched_containers(client.request("POST", "/mutate", review(), "application/json").body) == "01");
+  cluster.apiserver.serve_claims({"v1"});
+  cluster.apiserver.put("resourceclaims", gpu_claim("v1"));
+  CHECK(eventually(
+      [&] { return patched_containers(client.request("POST", "/mutate", review(), "application/json").body) == "1"; }));
+  CHECK(client.request("GET", "/readyz").body == "ok\n");
+}
