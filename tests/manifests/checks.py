@@ -105,7 +105,7 @@ def check_webhook(docs, namespace, excluded, ca=None, cert_manager=False, failur
         assert pod["automountServiceAccountToken"] is True
         assert one(docs, "ClusterRole", "gpuguard-webhook")["rules"] == [
             {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims", "resourceclaimtemplates"],
-             "verbs": ["get", "list", "watch"]}]
+             "verbs": ["list", "watch"]}]
         binding = one(docs, "ClusterRoleBinding", "gpuguard-webhook")
         assert binding["subjects"] == [{"kind": "ServiceAccount", "name": pod["serviceAccountName"], "namespace": namespace}]
         assert binding["roleRef"]["name"] == "gpuguard-webhook"

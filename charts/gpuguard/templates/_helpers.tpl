@@ -54,3 +54,12 @@ capabilities:
 {{- $ns := .root.Release.Namespace -}}
 {{- list .service (printf "%s.%s" .service $ns) (printf "%s.%s.svc" .service $ns) (printf "%s.%s.svc.cluster.local" .service $ns) | toJson -}}
 {{- end -}}
+
+{{/* Non-empty where the cluster serves a resource.k8s.io version that gpuguard reads claims through
+(v1 from 1.34, v1beta2 or v1beta1 where enabled on 1.33 and 1.32). `helm template` assumes the versions
+of Helm's own client library, which include all three. */}}
+{{- define "gpuguard.draServed" -}}
+{{- if or (.Capabilities.APIVersions.Has "resource.k8s.io/v1") (.Capabilities.APIVersions.Has "resource.k8s.io/v1beta2") (.Capabilities.APIVersions.Has "resource.k8s.io/v1beta1") -}}
+true
+{{- end -}}
+{{- end -}}
