@@ -1,7 +1,7 @@
 # Sourced by scripts/go and scripts/install-deps.sh: which Go the project needs, and where to find it.
 # e2e/go.mod's `go` line is the minimum (the pinned Kubernetes release's own); the toolchain fetched when
 # none is installed is pinned here with its checksum from sum.golang.org.
-GPUGUARD_GO_MIN=1.26.0
+GPUGUARD_GO_MIN=1.26.7
 GPUGUARD_GO_TOOLCHAIN=go1.26.8
 GPUGUARD_GO_TOOLCHAIN_SUM="h1:ZOmGe1OnfREDMIdb1Qi4G9JSuDPBLGExZMQ4nis1RXM="
 

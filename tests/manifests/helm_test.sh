@@ -2,12 +2,13 @@
 # The Helm chart (charts/gpuguard): `helm lint --strict` and `helm template` with the defaults and with
 # each values file in charts/gpuguard/ci, every rendering held to the checks kustomize's renderings are
 # held to (checks.py), the policy and device plugin config each renders accepted by the binaries, and
-# the default rendering compared with manifests/default's so that the two cannot drift.
-#   helm_test.sh HELM KUSTOMIZE WEBHOOK DEVICE_PLUGIN
+# the default rendering compared with manifests/default's so that the two cannot drift, and the audit's
+# PrometheusRule and dashboard expressions through Prometheus's own `promtool check rules`.
+#   helm_test.sh HELM KUSTOMIZE WEBHOOK DEVICE_PLUGIN PROMTOOL
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
-helm="$1" kustomize="$2" webhook="$3" device_plugin="$4"
-for tool in "$helm" "$kustomize"; do
+helm="$1" kustomize="$2" webhook="$3" device_plugin="$4" promtool="$5"
+for tool in "$helm" "$kustomize" "$promtool"; do
   [ -x "$tool" ] || { echo "helm_test.sh: no $tool (the build makes it from e2e/go.mod)"; exit 1; }
 done
 work="$(mktemp -d)"
@@ -43,7 +44,7 @@ cp -r "$root/manifests" "$work/manifests"
 "$kustomize" build "$work/manifests/scheduler-extender" > "$work/kustomize-extender.yaml"
 
 /usr/bin/python3 - "$work" "$root" <<'PY'
-import base64, os, subprocess, sys, yaml
+import base64, json, os, subprocess, sys, yaml
 work, root = sys.argv[1:3]
 sys.path.insert(0, os.path.join(root, "tests/manifests"))
 from checks import *
@@ -106,8 +107,22 @@ docs = load(f"{work}/audit.yaml")
 check_namespaces(docs, ns)
 check_audit(docs, ns, root)
 assert not [d for d in load(f"{work}/default.yaml") if "audit" in d["metadata"]["name"] or d["kind"] == "CustomResourceDefinition"]
+# For promtool: the rule's groups as a Prometheus rule file (the operator's own fields dropped), and each
+# dashboard query as a recording rule, so that Prometheus's parser reads every expression the chart ships.
+groups = one(docs, "PrometheusRule", "gpuguard-audit")["spec"]["groups"]
+for g in groups:
+    g.pop("partial_response_strategy", None)
+yaml.safe_dump({"groups": groups}, open(f"{work}/audit-rules.yaml", "w"))
+dashboard = json.loads(next(iter(one(docs, "ConfigMap", "gpuguard-audit-dashboard")["data"].values())))
+queries = [{"record": f"gpuguard_dashboard:panel{p['id']}_{i}", "expr": t["expr"].replace("$__rate_interval", "5m")}
+           for p in dashboard["panels"] for i, t in enumerate(p["targets"])]
+assert queries
+yaml.safe_dump({"groups": [{"name": "dashboard", "rules": queries}]}, open(f"{work}/dashboard-rules.yaml", "w"))
 print("helm: the defaults, cert-manager, webhook-only, strict and audit render and hold")
 PY
+
+# Prometheus's checks: every rule and query parses, and no group repeats a rule (--lint=all).
+"$promtool" check rules --lint=all --lint-fatal "$work/audit-rules.yaml" "$work/dashboard-rules.yaml"
 
 # What the strict values render is accepted by the binaries themselves.
 "$webhook" review --policy-dir "$work/strict-policy" "$root/tests/fixtures/admission/mixed/review.json" > /dev/null
