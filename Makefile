@@ -14,9 +14,15 @@ FUZZ_SECONDS ?= 60
 # The end-to-end harness and the real Kubernetes components, built from e2e/go.mod by scripts/go.
 E2E_DIR := $(BUILD_DIR)/e2e
 E2E_RUN ?=
+# K8S=1.30 (or 1.33): the control plane of that minor, from its own wrapper module e2e/k8s-<minor>, for
+# the control-plane scenarios; empty: the release e2e/go.mod pins, for every scenario.
+K8S ?=
+E2E_K8S_DIR := $(BUILD_DIR)/e2e-k8s-$(K8S)
+CONTROL_PLANE := k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
+  k8s.io/kubernetes/cmd/kube-scheduler
 GO := $(CURDIR)/scripts/go
 K8S_COMPONENTS := k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
-  k8s.io/kubernetes/cmd/kube-scheduler sigs.k8s.io/kustomize/kustomize/v5 ./cmd/etcd
+  k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl sigs.k8s.io/kustomize/kustomize/v5 ./cmd/etcd
 # The real node: the kubelet, containerd v2 (no snapshotters that need C libraries), NVIDIA's runtime (cgo;
 # NVML is dlopened, so no driver is needed to build it; its bindings' deprecation warnings are not ours).
 NODE_COMPONENTS := k8s.io/kubernetes/cmd/kubelet github.com/containerd/containerd/v2/cmd/containerd \
@@ -77,9 +83,11 @@ fuzz: deps
 
 # Real etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kubelet from the release pinned in
 # e2e/go.mod, containerd and NVIDIA's runtime pinned there too, the pinned kustomize and Helm, and the
-# harness; then every scenario (E2E_RUN=regexp for some; ^node/ for the real node's).
+# harness; then every scenario (E2E_RUN=regexp for some; ^node/ for the real node's). With K8S=1.30, the
+# control plane of that minor instead, and the scenarios that need a newer one are skipped by name.
 e2e: build e2e-build
-	$(E2E_DIR)/gpuguard-e2e -components $(E2E_DIR) -gpuguard $(BUILD_DIR) -source $(CURDIR) $(if $(E2E_RUN),-run '$(E2E_RUN)')
+	$(E2E_DIR)/gpuguard-e2e -components $(E2E_DIR) -gpuguard $(BUILD_DIR) -source $(CURDIR) \
+	  $(if $(K8S),-control-plane $(E2E_K8S_DIR)) $(if $(E2E_RUN),-run '$(E2E_RUN)')
 
 e2e-build: deps
 	@mkdir -p $(E2E_DIR)
@@ -89,6 +97,9 @@ e2e-build: deps
 	cd e2e && CGO_ENABLED=0 $(GO) build -o $(CURDIR)/$(E2E_DIR)/pause ./cmd/pause
 	./scripts/build-helm $(CURDIR)/$(E2E_DIR)/helm
 	cd e2e && $(GO) build -p $(JOBS) -o $(CURDIR)/$(E2E_DIR)/gpuguard-e2e .
+	$(if $(K8S),@test -f e2e/k8s-$(K8S)/go.mod || { echo "make e2e: no e2e/k8s-$(K8S)/go.mod (K8S is 1.30 or 1.33)"; exit 2; })
+	$(if $(K8S),cd e2e/k8s-$(K8S) && ../../scripts/go build -p $(JOBS) -ldflags "$$(../../scripts/k8s-version-ldflags .)" \
+	  -o $(CURDIR)/$(E2E_K8S_DIR)/ $(CONTROL_PLANE))
 
 certs: deps
 	./certs/generate.sh --out $(CERT_DIR)

@@ -11,7 +11,9 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,6 +23,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/version"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -48,6 +51,39 @@ type Cluster struct {
 	dynamic  dynamic.Interface
 	mapper   *restmapper.DeferredDiscoveryRESTMapper
 	auditLog string
+	// The API server's /version, and the newest resource.k8s.io version it serves of those gpuguard
+	// reads (v1, v1beta2, v1beta1), empty when none.
+	version    *version.Info
+	minor      int
+	draVersion string
+}
+
+// The minor of the kube-apiserver binary, from its --version ("Kubernetes v1.33.13").
+func binaryMinor(path string) (int, error) {
+	out, err := exec.Command(path, "--version").Output()
+	if err != nil {
+		return 0, fmt.Errorf("%s --version: %w", path, err)
+	}
+	var major, minor int
+	if _, err := fmt.Sscanf(strings.TrimSpace(string(out)), "Kubernetes v%d.%d", &major, &minor); err != nil {
+		return 0, fmt.Errorf("%s --version said %q: %w", path, out, err)
+	}
+	return minor, nil
+}
+
+// What the API server of a minor needs besides the common flags: on 1.32 and 1.33, DRA's beta API is
+// off by default, and the admin who wants claims turns it on (with the feature gate that keeps a pod's
+// resourceClaims); the scenarios do the same, so that claims are read through v1beta1 and v1beta2. 1.33's
+// own informers (the node authorizer's) still read v1beta1, so it is served there too.
+func draFlags(minor int) []string {
+	switch minor {
+	case 32:
+		return []string{"--feature-gates=DynamicResourceAllocation=true", "--runtime-config=resource.k8s.io/v1beta1=true"}
+	case 33:
+		return []string{"--feature-gates=DynamicResourceAllocation=true",
+			"--runtime-config=resource.k8s.io/v1beta1=true,resource.k8s.io/v1beta2=true"}
+	}
+	return nil
 }
 
 // cluster starts the control plane on first use.
@@ -149,24 +185,28 @@ rules:
 	}
 
 	c.server, c.port = fmt.Sprintf("https://127.0.0.1:%d", apiPort), apiPort
-	apiserver, err := e.start(logPrefix+"kube-apiserver", e.component("kube-apiserver"),
-		"--etcd-servers="+etcdURL,
-		"--bind-address="+bindAddress, "--advertise-address="+advertiseAddress, "--secure-port="+strconv.Itoa(apiPort),
-		"--tls-cert-file="+filepath.Join(dir, "apiserver.crt"), "--tls-private-key-file="+filepath.Join(dir, "apiserver.key"),
-		"--token-auth-file="+filepath.Join(dir, "tokens.csv"),
+	minor, err := binaryMinor(e.component("kube-apiserver"))
+	if err != nil {
+		return nil, err
+	}
+	apiserver, err := e.start(logPrefix+"kube-apiserver", e.component("kube-apiserver"), append([]string{
+		"--etcd-servers=" + etcdURL,
+		"--bind-address=" + bindAddress, "--advertise-address=" + advertiseAddress, "--secure-port=" + strconv.Itoa(apiPort),
+		"--tls-cert-file=" + filepath.Join(dir, "apiserver.crt"), "--tls-private-key-file=" + filepath.Join(dir, "apiserver.key"),
+		"--token-auth-file=" + filepath.Join(dir, "tokens.csv"),
 		"--authorization-mode=Node,RBAC",
 		// Webhooks are called at their Services' endpoints: no kube-proxy runs (docs/testing.md).
 		"--enable-aggregator-routing=true",
 		"--service-account-issuer=https://kubernetes.default.svc",
-		"--service-account-key-file="+filepath.Join(dir, "sa.key"),
-		"--service-account-signing-key-file="+filepath.Join(dir, "sa.key"),
+		"--service-account-key-file=" + filepath.Join(dir, "sa.key"),
+		"--service-account-signing-key-file=" + filepath.Join(dir, "sa.key"),
 		"--service-cluster-ip-range=10.96.0.0/24",
 		"--endpoint-reconciler-type=none",
 		// Privileged containers are one of the fixture shapes.
 		"--allow-privileged=true",
-		"--audit-policy-file="+filepath.Join(dir, "audit-policy.yaml"), "--audit-log-path="+c.auditLog,
+		"--audit-policy-file=" + filepath.Join(dir, "audit-policy.yaml"), "--audit-log-path=" + c.auditLog,
 		"--audit-log-mode=blocking",
-		"--profiling=false")
+		"--profiling=false"}, draFlags(minor)...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -203,6 +243,26 @@ rules:
 		return nil, err
 	}
 	c.mapper = restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(c.client.Discovery()))
+	if c.version, err = c.client.Discovery().ServerVersion(); err != nil {
+		return nil, fmt.Errorf("reading /version: %w", err)
+	}
+	if c.minor, err = strconv.Atoi(strings.TrimSuffix(c.version.Minor, "+")); err != nil {
+		return nil, fmt.Errorf("/version's minor %q: %w", c.version.Minor, err)
+	}
+	groups, err := c.client.Discovery().ServerGroups()
+	if err != nil {
+		return nil, fmt.Errorf("reading the API groups: %w", err)
+	}
+	for _, group := range groups.Groups {
+		if group.Name != "resource.k8s.io" {
+			continue
+		}
+		for _, want := range []string{"v1", "v1beta2", "v1beta1"} {
+			if c.draVersion == "" && slices.ContainsFunc(group.Versions, func(v metav1.GroupVersionForDiscovery) bool { return v.Version == want }) {
+				c.draVersion = want
+			}
+		}
+	}
 
 	adminKubeconfig := filepath.Join(dir, "admin.kubeconfig")
 	if err := c.writeKubeconfig(adminKubeconfig, adminToken); err != nil {

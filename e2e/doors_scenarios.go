@@ -14,18 +14,23 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
-func resourceObject(kind, namespace, name string, spec map[string]any) *unstructured.Unstructured {
+// A resource.k8s.io object in `version`, the newest the API server serves (Cluster.draVersion).
+func resourceObject(version, kind, namespace, name string, spec map[string]any) *unstructured.Unstructured {
 	obj := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "resource.k8s.io/v1", "kind": kind, "metadata": map[string]any{"name": name}, "spec": spec}}
+		"apiVersion": "resource.k8s.io/" + version, "kind": kind, "metadata": map[string]any{"name": name}, "spec": spec}}
 	if namespace != "" {
 		obj.SetNamespace(namespace)
 	}
 	return obj
 }
 
-func deviceRequests(name, deviceClass string) map[string]any {
-	return map[string]any{"devices": map[string]any{"requests": []any{
-		map[string]any{"name": name, "exactly": map[string]any{"deviceClassName": deviceClass}}}}}
+// One request for a device of the class: under `exactly` from v1beta2 on, at the request's top in v1beta1.
+func deviceRequests(version, name, deviceClass string) map[string]any {
+	request := map[string]any{"name": name, "exactly": map[string]any{"deviceClassName": deviceClass}}
+	if version == "v1beta1" {
+		request = map[string]any{"name": name, "deviceClassName": deviceClass}
+	}
+	return map[string]any{"devices": map[string]any{"requests": []any{request}}}
 }
 
 func withClaim(claim string) func(*corev1.Container) {
@@ -39,11 +44,13 @@ func draClaims(t *T, e *Env) {
 	c := w.cluster
 	const ns = "e2e-dra"
 	c.namespace(t, ns, nil)
+	v := c.draVersion
+	t.Logf("DRA objects made through resource.k8s.io/%s", v)
 	for _, obj := range []*unstructured.Unstructured{
-		resourceObject("DeviceClass", "", "gpu.nvidia.com", map[string]any{}),
-		resourceObject("DeviceClass", "", "fpga.example.com", map[string]any{}),
-		resourceObject("ResourceClaimTemplate", ns, "single-gpu", map[string]any{"spec": deviceRequests("gpu", "gpu.nvidia.com")}),
-		resourceObject("ResourceClaim", ns, "fpga", deviceRequests("fpga", "fpga.example.com")),
+		resourceObject(v, "DeviceClass", "", "gpu.nvidia.com", map[string]any{}),
+		resourceObject(v, "DeviceClass", "", "fpga.example.com", map[string]any{}),
+		resourceObject(v, "ResourceClaimTemplate", ns, "single-gpu", map[string]any{"spec": deviceRequests(v, "gpu", "gpu.nvidia.com")}),
+		resourceObject(v, "ResourceClaim", ns, "fpga", deviceRequests(v, "fpga", "fpga.example.com")),
 	} {
 		c.apply(t, obj)
 	}

@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,10 +24,13 @@ import (
 
 type Config struct {
 	Components string
-	Gpuguard   string
-	Source     string
-	Work       string
-	Keep       bool
+	// ControlPlane, when set, holds another minor's kube-apiserver, kube-controller-manager and
+	// kube-scheduler (make e2e K8S=1.30), used instead of those in Components.
+	ControlPlane string
+	Gpuguard     string
+	Source       string
+	Work         string
+	Keep         bool
 }
 
 func (c *Config) validate() error {
@@ -40,10 +44,22 @@ func (c *Config) validate() error {
 		}
 		*dir = abs
 	}
+	if c.ControlPlane != "" {
+		abs, err := filepath.Abs(c.ControlPlane)
+		if err != nil {
+			return err
+		}
+		c.ControlPlane = abs
+		for _, name := range controlPlaneComponents {
+			if _, err := os.Stat(filepath.Join(c.ControlPlane, name)); err != nil {
+				return fmt.Errorf("missing %s (make e2e K8S=<minor> builds it)", filepath.Join(c.ControlPlane, name))
+			}
+		}
+	}
 	for _, path := range []string{
 		filepath.Join(c.Components, "etcd"), filepath.Join(c.Components, "kube-apiserver"),
 		filepath.Join(c.Components, "kube-controller-manager"), filepath.Join(c.Components, "kube-scheduler"),
-		filepath.Join(c.Components, "kustomize"), filepath.Join(c.Components, "helm"),
+		filepath.Join(c.Components, "kustomize"), filepath.Join(c.Components, "helm"), filepath.Join(c.Components, "kubectl"),
 		filepath.Join(c.Components, "kubelet"), filepath.Join(c.Components, "containerd"),
 		filepath.Join(c.Components, "containerd-shim-runc-v2"), filepath.Join(c.Components, "ctr"),
 		filepath.Join(c.Components, "nvidia-container-runtime"), filepath.Join(c.Components, "pause"),
@@ -107,8 +123,17 @@ func (e *Env) Close() {
 func (e *Env) path(parts ...string) string {
 	return filepath.Join(append([]string{e.work}, parts...)...)
 }
-func (e *Env) component(name string) string { return filepath.Join(e.cfg.Components, name) }
-func (e *Env) gpuguard(name string) string  { return filepath.Join(e.cfg.Gpuguard, name) }
+
+// The programs that -control-plane replaces.
+var controlPlaneComponents = []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler"}
+
+func (e *Env) component(name string) string {
+	if e.cfg.ControlPlane != "" && slices.Contains(controlPlaneComponents, name) {
+		return filepath.Join(e.cfg.ControlPlane, name)
+	}
+	return filepath.Join(e.cfg.Components, name)
+}
+func (e *Env) gpuguard(name string) string { return filepath.Join(e.cfg.Gpuguard, name) }
 func (e *Env) source(parts ...string) string {
 	return filepath.Join(append([]string{e.cfg.Source}, parts...)...)
 }

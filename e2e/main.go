@@ -6,10 +6,12 @@
 // hands a container, or on what a container sees from inside; none reads gpuguard's logs. It runs in
 // namespaces of its own (namespace.go), so it needs root; everything listens on 127.0.0.1 or in them.
 //
-//	gpuguard-e2e -components DIR -gpuguard DIR -source DIR [-run REGEXP] [-work DIR] [-keep]
+//	gpuguard-e2e -components DIR -gpuguard DIR -source DIR [-control-plane DIR] [-run REGEXP] [-work DIR] [-keep]
 //
-// It prints one line per scenario and closes with "N passed, N failed"; the exit status is 1 when any
-// scenario failed or none ran.
+// It prints the API server's version first (from /version), then one line per scenario, and closes with
+// "N passed, N failed, N skipped (why: which, ...)"; a scenario is skipped, by name and with the reason,
+// only where the API server is older than what it needs (-control-plane: another minor's). The exit
+// status is 1 when any scenario failed or none ran.
 package main
 
 import (
@@ -20,6 +22,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -28,6 +31,17 @@ type scenario struct {
 	name  string
 	about string
 	run   func(t *T, e *Env)
+}
+
+// What a scenario needs of the API server beyond 1.30, said as the reason it is skipped without it.
+var scenarioNeeds = map[string]func(c *Cluster) string{"dra-claims": needsDRA}
+
+// The control plane has a resource.k8s.io version gpuguard reads claims through.
+func needsDRA(c *Cluster) string {
+	if c.draVersion == "" {
+		return "needs 1.34"
+	}
+	return ""
 }
 
 // The order matters only for speed: the webhook scenarios share one installation, made by whichever of
@@ -54,6 +68,7 @@ func main() {
 	}
 	var cfg Config
 	flag.StringVar(&cfg.Components, "components", "", "directory with etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kustomize, helm, containerd (and its shim and ctr), nvidia-container-runtime and pause")
+	flag.StringVar(&cfg.ControlPlane, "control-plane", "", "directory with another minor's kube-apiserver, kube-controller-manager and kube-scheduler, used instead of those in -components; the node scenarios are skipped")
 	flag.StringVar(&cfg.Gpuguard, "gpuguard", "", "directory with gpuguard-webhook, gpuguard-scheduler-extender and gpuguard-device-plugin")
 	flag.StringVar(&cfg.Source, "source", "", "the gpuguard source tree (manifests/, certs/generate.sh)")
 	flag.StringVar(&cfg.Work, "work", "", "working directory for certificates, data and logs (default: a new temporary one)")
@@ -97,9 +112,43 @@ func runAll(cfg Config, filter *regexp.Regexp) int {
 	defer env.Close()
 	fmt.Printf("gpuguard-e2e: working directory %s\n", env.work)
 
+	// The shared control plane first, when a chosen scenario uses it: its version says what is skipped.
+	var cluster *Cluster
+	for _, s := range scenarios {
+		if filter.MatchString(s.name) && usesSharedControlPlane(s) {
+			t := &T{ctx: ctx, name: "control-plane"}
+			func() {
+				defer func() { _ = recover() }()
+				cluster = env.clusterFor(t)
+			}()
+			if cluster == nil {
+				fmt.Printf("gpuguard-e2e: the control plane did not start: %s\n", joinLines(t.failures))
+				return 1
+			}
+			v := cluster.version
+			dra := "none"
+			if cluster.draVersion != "" {
+				dra = "resource.k8s.io/" + cluster.draVersion
+			}
+			fmt.Printf("gpuguard-e2e: kube-apiserver %s (/version: major %s, minor %s); DRA served: %s\n",
+				v.GitVersion, v.Major, v.Minor, dra)
+			break
+		}
+	}
+
 	passed, failed := 0, 0
+	var skipOrder []string
+	skipped := map[string][]string{}
 	for _, s := range scenarios {
 		if !filter.MatchString(s.name) {
+			continue
+		}
+		if why := skipReason(env.cfg, cluster, s); why != "" {
+			if _, seen := skipped[why]; !seen {
+				skipOrder = append(skipOrder, why)
+			}
+			skipped[why] = append(skipped[why], s.name)
+			fmt.Printf("skip  %-28s %6s  %s: %s\n", s.name, "", why, skipDetail[why])
 			continue
 		}
 		started := time.Now()
@@ -124,9 +173,48 @@ func runAll(cfg Config, filter *regexp.Regexp) int {
 			}
 		}
 	}
-	fmt.Printf("%d passed, %d failed\n", passed, failed)
+	summary := fmt.Sprintf("%d passed, %d failed", passed, failed)
+	if len(skipOrder) > 0 {
+		var reasons []string
+		count := 0
+		for _, why := range skipOrder {
+			reasons = append(reasons, why+": "+strings.Join(skipped[why], ", "))
+			count += len(skipped[why])
+		}
+		summary += fmt.Sprintf(", %d skipped (%s)", count, strings.Join(reasons, "; "))
+	}
+	fmt.Println(summary)
 	if failed > 0 || passed == 0 {
 		return 1
 	}
 	return 0
+}
+
+// Whether the scenario runs against the control plane the run shares (clusterFor): all but the node's,
+// which start their own with the node, and the device plugin's, which has no API server.
+func usesSharedControlPlane(s scenario) bool {
+	return !strings.HasPrefix(s.name, "node/") && s.name != "device-plugin"
+}
+
+// What each reason a scenario is skipped for means, for its line.
+var skipDetail = map[string]string{
+	"needs 1.34":               "resource.k8s.io is not served (GA in 1.34; its beta can be enabled on 1.32 and 1.33)",
+	"needs the pinned kubelet": "the real node runs the pinned release's kubelet, which may not be newer than the API server",
+	"needs no API server":      "the device plugin meets only the kubelet's device manager, so the pinned release's run covers it",
+}
+
+// Why the scenario does not run against this control plane; "" when it does.
+func skipReason(cfg Config, cluster *Cluster, s scenario) string {
+	if cfg.ControlPlane != "" {
+		if strings.HasPrefix(s.name, "node/") {
+			return "needs the pinned kubelet"
+		}
+		if s.name == "device-plugin" {
+			return "needs no API server"
+		}
+	}
+	if needs := scenarioNeeds[s.name]; cluster != nil && needs != nil {
+		return needs(cluster)
+	}
+	return ""
 }

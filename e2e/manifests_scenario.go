@@ -1,10 +1,13 @@
 // Scenario: every rendering an admin can install, from kustomize (each overlay) and from Helm (the
 // defaults and each values file in charts/gpuguard/ci), sent to the real apiserver as a server-side
 // dry run with strict field validation, so that an unknown field, a wrong type or a missing required
-// field is refused as it would be on install, by the pinned release's own schemas and validation.
+// field is refused as it would be on install, by the pinned release's own schemas and validation. Then
+// `helm install --dry-run=server` of the chart, as an admin runs it against this API server (its version
+// and served APIs in .Capabilities), and the repo's kubectl reports the release it was built from.
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"os/exec"
 	"path/filepath"
@@ -54,13 +57,14 @@ func validateManifests(t *T, e *Env) {
 		names = append(names, name)
 	}
 	sort.Strings(names)
-	checked, unserved := 0, map[string]bool{}
+	checked, unserved, partly := 0, map[string]bool{}, map[string]bool{}
 	for _, name := range names {
 		for _, obj := range decodeObjects(t, renderings[name]) {
 			gvk := obj.GroupVersionKind()
 			mapping, err := c.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
 			if meta.IsNoMatchError(err) {
 				unserved[gvk.Kind+"."+gvk.Group] = true // cert-manager's kinds: no such API in this cluster
+				partly[name] = true
 				continue
 			}
 			t.must(err, "mapping "+gvk.String())
@@ -92,5 +96,48 @@ func validateManifests(t *T, e *Env) {
 		checked, len(names), strings.Join(skipped, ", "))
 	if checked == 0 {
 		t.Errorf("no object was checked")
+	}
+
+	// helm install as an admin runs it, for each values file whose kinds this cluster all serves; under a
+	// release name of its own, since Helm refuses to take over the objects the install scenarios made.
+	kubeconfig := filepath.Join(e.path("control-plane"), "admin.kubeconfig")
+	installed := 0
+	for _, values := range append([]string{""}, valuesFiles...) {
+		name := "helm defaults"
+		args := []string{"install", "gpuguard-dry-run", e.source("charts", "gpuguard"), "--namespace", installNamespace,
+			"--dry-run=server", "--kubeconfig", kubeconfig}
+		if values != "" {
+			name = "helm " + filepath.Base(values)
+			args = append(args, "-f", values)
+		}
+		if partly[name] {
+			continue
+		}
+		if out, err := exec.Command(e.component("helm"), args...).CombinedOutput(); err != nil {
+			t.Errorf("%s: helm install --dry-run=server on %s: %v\n%s", name, version.GitVersion, err, out)
+		}
+		installed++
+	}
+	if installed == 0 {
+		t.Errorf("no values file was installed with --dry-run=server")
+	}
+	t.Logf("helm install --dry-run=server on %s: %d of %d values files (the rest need kinds this cluster does not serve)",
+		version.GitVersion, installed, len(valuesFiles)+1)
+
+	// The repo's kubectl is stamped as its release is, and reads the server's version as users' copies do.
+	out, err := exec.Command(e.component("kubectl"), "version", "-o", "json", "--kubeconfig", kubeconfig).Output()
+	t.must(err, "kubectl version")
+	var versions struct {
+		Client struct{ GitVersion string } `json:"clientVersion"`
+		Server struct{ GitVersion string } `json:"serverVersion"`
+	}
+	t.must(json.Unmarshal(out, &versions), "reading kubectl version's JSON")
+	pinned, err := exec.Command(filepath.Join(e.cfg.Components, "kube-apiserver"), "--version").Output()
+	t.must(err, "the pinned kube-apiserver's --version")
+	if want := strings.TrimPrefix(strings.TrimSpace(string(pinned)), "Kubernetes "); versions.Client.GitVersion != want {
+		t.Errorf("kubectl's client version is %q, want the pinned release %q", versions.Client.GitVersion, want)
+	}
+	if versions.Server.GitVersion != version.GitVersion {
+		t.Errorf("kubectl reads the server's version as %q, want %q", versions.Server.GitVersion, version.GitVersion)
 	}
 }

@@ -806,5 +806,60 @@ var nodeScenarios = []scenario{
 	{"node/image-hardened", "gpuguard's containers run as 65532 (the plugins as root) on a read-only root, probes passing", nodeImageHardened},
 	{"node/cert-rotation", "the chart's certificate rotation reaches every webhook replica, no restart, no failed create", nodeCertRotation},
 	{"node/rollout", "a rollout restart fails no create; with no replica creates are refused, then admitted", nodeRollout},
+	{"node/audit", "helm upgrade with audit.enabled: the chart's audit controller, on the node as its image, reports a kube-system pod that sees every GPU in a PolicyReport, and one replica holds the Lease", nodeAudit},
 	{"node/kustomize", "helm uninstall; manifests/default with only the image set, applied: the same guarantees", nodeKustomize},
+}
+
+// nodeAudit: the in-cluster audit as the chart ships it, on the real node. A pod in kube-system (which
+// the webhook does not look at) runs with the image's NVIDIA_VISIBLE_DEVICES=all and sees both GPUs; the
+// audit Deployment, switched on by helm upgrade, puts it in kube-system's PolicyReport.
+func nodeAudit(t *T, e *Env) {
+	n := e.gpuguardFor(t)
+	c := n.cluster
+	pod := cudaPod("audit-exposed")
+	created, err := c.client.CoreV1().Pods("kube-system").Create(t.ctx, pod, metav1.CreateOptions{})
+	t.must(err, "creating a pod in kube-system")
+	defer func() {
+		err := c.client.CoreV1().Pods("kube-system").Delete(t.ctx, created.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))})
+		if err != nil && !apierrors.IsNotFound(err) {
+			t.Errorf("deleting the kube-system pod: %v", err)
+		}
+	}()
+	n.helm(t, e, "upgrade", "--reuse-values", "--set", "audit.enabled=true", "--set", "audit.policyReportCRD=true")
+	defer n.helm(t, e, "upgrade", "--reuse-values", "--set", "audit.enabled=false")
+	started := time.Now()
+	var verdict string
+	t.must(eventually(t.ctx, 2*time.Minute, func() error {
+		r, err := c.dynamic.Resource(policyReports).Namespace("kube-system").Get(t.ctx, auditReportName, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if verdict = resultFor(r, created.Name); verdict == "" {
+			return fmt.Errorf("kube-system's PolicyReport has no result for %s", created.Name)
+		}
+		return nil
+	}), "waiting for the audit's PolicyReport in kube-system")
+	if verdict != "fail" && verdict != "skip" {
+		t.Errorf("the kube-system pod's result is %q, want fail (or skip, were kube-system exempt)", verdict)
+	}
+	t.Logf("kube-system's PolicyReport has %s for the pod %s after the helm upgrade", verdict, time.Since(started).Round(100*time.Millisecond))
+	lease, err := c.client.CoordinationV1().Leases(gpuguardNamespace).Get(t.ctx, "gpuguard-audit", metav1.GetOptions{})
+	t.must(err, "reading the audit Lease")
+	holder := ""
+	if lease.Spec.HolderIdentity != nil {
+		holder = *lease.Spec.HolderIdentity
+	}
+	pods, err := c.client.CoreV1().Pods(gpuguardNamespace).List(t.ctx, metav1.ListOptions{})
+	t.must(err, "listing gpuguard's pods")
+	auditPods := 0
+	held := false
+	for _, p := range pods.Items {
+		if strings.Contains(p.Name, "-audit-") {
+			auditPods++
+			held = held || strings.HasPrefix(holder, p.Name)
+		}
+	}
+	if auditPods < 2 || !held {
+		t.Errorf("the audit Lease is held by %q; want one of the %d audit pods (the chart runs two)", holder, auditPods)
+	}
 }
