@@ -14,7 +14,7 @@ FUZZ_SECONDS ?= 60
 # The end-to-end harness and the real Kubernetes components, built from e2e/go.mod by scripts/go.
 E2E_DIR := $(BUILD_DIR)/e2e
 E2E_RUN ?=
-# K8S=1.30 (or 1.33): the control plane of that minor, from its own wrapper module e2e/k8s-<minor>, for
+# K8S=1.30 (or 1.32, 1.33): the control plane of that minor, from its own wrapper module e2e/k8s-<minor>, for
 # the control-plane scenarios; empty: the release e2e/go.mod pins, for every scenario.
 K8S ?=
 E2E_K8S_DIR := $(BUILD_DIR)/e2e-k8s-$(K8S)
@@ -97,7 +97,7 @@ e2e-build: deps
 	cd e2e && CGO_ENABLED=0 $(GO) build -o $(CURDIR)/$(E2E_DIR)/pause ./cmd/pause
 	./scripts/build-helm $(CURDIR)/$(E2E_DIR)/helm
 	cd e2e && $(GO) build -p $(JOBS) -o $(CURDIR)/$(E2E_DIR)/gpuguard-e2e .
-	$(if $(K8S),@test -f e2e/k8s-$(K8S)/go.mod || { echo "make e2e: no e2e/k8s-$(K8S)/go.mod (K8S is 1.30 or 1.33)"; exit 2; })
+	$(if $(K8S),@test -f e2e/k8s-$(K8S)/go.mod || { echo "make e2e: no e2e/k8s-$(K8S)/go.mod (K8S is 1.30, 1.32 or 1.33)"; exit 2; })
 	$(if $(K8S),cd e2e/k8s-$(K8S) && ../../scripts/go build -p $(JOBS) -ldflags "$$(../../scripts/k8s-version-ldflags .)" \
 	  -o $(CURDIR)/$(E2E_K8S_DIR)/ $(CONTROL_PLANE))
 

@@ -54,7 +54,6 @@ type Cluster struct {
 	// The API server's /version, and the newest resource.k8s.io version it serves of those gpuguard
 	// reads (v1, v1beta2, v1beta1), empty when none.
 	version    *version.Info
-	minor      int
 	draVersion string
 }
 
@@ -245,9 +244,6 @@ rules:
 	c.mapper = restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(c.client.Discovery()))
 	if c.version, err = c.client.Discovery().ServerVersion(); err != nil {
 		return nil, fmt.Errorf("reading /version: %w", err)
-	}
-	if c.minor, err = strconv.Atoi(strings.TrimSuffix(c.version.Minor, "+")); err != nil {
-		return nil, fmt.Errorf("/version's minor %q: %w", c.version.Minor, err)
 	}
 	groups, err := c.client.Discovery().ServerGroups()
 	if err != nil {
