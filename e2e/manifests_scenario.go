@@ -113,10 +113,17 @@ func validateManifests(t *T, e *Env) {
 		if partly[name] {
 			continue
 		}
-		if out, err := exec.Command(e.component("helm"), args...).CombinedOutput(); err != nil {
+		out, err := exec.Command(e.component("helm"), args...).CombinedOutput()
+		if err != nil {
 			t.Errorf("%s: helm install --dry-run=server on %s: %v\n%s", name, version.GitVersion, err, out)
 		}
 		installed++
+		// The claim RBAC follows what this API server serves (.Capabilities), not Helm's own defaults.
+		rendered, want := strings.Contains(string(out), `apiGroups: ["resource.k8s.io"]`), c.draVersion != ""
+		if values == "" && err == nil && rendered != want {
+			t.Errorf("helm defaults on %s (DRA served: %q): the claim RBAC is rendered: %v, want %v",
+				version.GitVersion, c.draVersion, rendered, want)
+		}
 	}
 	if installed == 0 {
 		t.Errorf("no values file was installed with --dry-run=server")

@@ -1,7 +1,8 @@
 // The control plane of Kubernetes 1.32 (kube-apiserver, kube-controller-manager, kube-scheduler) for
 // `make e2e K8S=1.32`: a wrapper module of its own, so that the release keeps its own dependencies and
 // GODEBUG defaults, and its builds their own cache entries beside the pinned release's (e2e/go.mod).
-// 1.32.2: the module proxy here serves every staging module this control plane needs at no later patch.
+// 1.32.2: later patches lack a staging module on the module proxy here, or do not resolve with
+// `go mod tidy` (docs/testing.md, "Older minors").
 module github.com/gpuguard/gpuguard/e2e/k8s-1.32
 
 go 1.24.0
