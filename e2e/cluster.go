@@ -57,15 +57,28 @@ type Cluster struct {
 	draVersion string
 }
 
-// The minor of the kube-apiserver binary, from its --version ("Kubernetes v1.33.13").
-func binaryMinor(path string) (int, error) {
+// The release of a Kubernetes binary, from its --version ("Kubernetes v1.33.13" -> "v1.33.13").
+func binaryVersion(path string) (string, error) {
 	out, err := exec.Command(path, "--version").Output()
 	if err != nil {
-		return 0, fmt.Errorf("%s --version: %w", path, err)
+		return "", fmt.Errorf("%s --version: %w", path, err)
+	}
+	version, ok := strings.CutPrefix(strings.TrimSpace(string(out)), "Kubernetes ")
+	if !ok {
+		return "", fmt.Errorf("%s --version said %q", path, out)
+	}
+	return version, nil
+}
+
+// The minor of a Kubernetes binary's release.
+func binaryMinor(path string) (int, error) {
+	version, err := binaryVersion(path)
+	if err != nil {
+		return 0, err
 	}
 	var major, minor int
-	if _, err := fmt.Sscanf(strings.TrimSpace(string(out)), "Kubernetes v%d.%d", &major, &minor); err != nil {
-		return 0, fmt.Errorf("%s --version said %q: %w", path, out, err)
+	if _, err := fmt.Sscanf(version, "v%d.%d", &major, &minor); err != nil {
+		return 0, fmt.Errorf("%s is release %q: %w", path, version, err)
 	}
 	return minor, nil
 }

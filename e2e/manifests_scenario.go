@@ -139,9 +139,9 @@ func validateManifests(t *T, e *Env) {
 		Server struct{ GitVersion string } `json:"serverVersion"`
 	}
 	t.must(json.Unmarshal(out, &versions), "reading kubectl version's JSON")
-	pinned, err := exec.Command(filepath.Join(e.cfg.Components, "kube-apiserver"), "--version").Output()
-	t.must(err, "the pinned kube-apiserver's --version")
-	if want := strings.TrimPrefix(strings.TrimSpace(string(pinned)), "Kubernetes "); versions.Client.GitVersion != want {
+	want, err := binaryVersion(filepath.Join(e.cfg.Components, "kube-apiserver"))
+	t.must(err, "the pinned kube-apiserver's release")
+	if versions.Client.GitVersion != want {
 		t.Errorf("kubectl's client version is %q, want the pinned release %q", versions.Client.GitVersion, want)
 	}
 	if versions.Server.GitVersion != version.GitVersion {
