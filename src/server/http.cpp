@@ -46,7 +46,8 @@ Response ProbeRoutes::respond(std::string_view path, bool ready, const std::func
                               const std::string& note) {
   if (path == "/healthz") return text_response(200, "ok");
   if (path == "/readyz") {
-    return ready ? text_response(200, note.empty() ? "ok" : "ok\n" + note) : text_response(503, "not ready");
+    const std::string status = ready ? "ok" : "not ready";
+    return text_response(ready ? 200 : 503, note.empty() ? status : status + "\n" + note);
   }
   Response response;
   response.content_type = "text/plain; version=0.0.4; charset=utf-8";

@@ -25,10 +25,20 @@ std::optional<server::Response> WebhookHandler::reject_early(const server::Reque
 
 server::Response WebhookHandler::handle(const server::RequestHead& head, std::string body) const {
   if (head.path == "/mutate") return mutate(std::move(body));
+  // Until the claims are listed, a container that claims a GPU would be read as asking for none and get
+  // the injected value: a wrong answer, so the replica is not ready (claims off count as listed).
+  const bool claims_listed = !claims_synced_ || claims_synced_();
+  std::string note;
+  if (head.path == "/readyz") {
+    if (ready_.load() && !claims_listed) {
+      note = "DRA claims not listed yet: a container that claims a GPU would be taken for one that asks for none";
+    } else if (readiness_note_) {
+      note = readiness_note_();
+    }
+  }
   return server::ProbeRoutes::respond(
-      head.path, ready_.load(),
-      [this] { return metrics_.render(claims_synced_ ? std::optional<bool>(claims_synced_()) : std::nullopt); },
-      head.path == "/readyz" && readiness_note_ ? readiness_note_() : std::string());
+      head.path, ready_.load() && claims_listed,
+      [this] { return metrics_.render(claims_synced_ ? std::optional<bool>(claims_synced_()) : std::nullopt); }, note);
 }
 
 server::Response WebhookHandler::mutate(std::string body) const {

@@ -31,7 +31,8 @@ Response text_response(unsigned status, std::string body);
 Response json_response(std::string body);
 
 // What every gpuguard server answers besides its own routes: GET /healthz (the process serves),
-// GET /readyz (`ready`; a non-empty `note` follows "ok" on a line of its own: what works less than it might),
+// GET /readyz (`ready`; a non-empty `note` follows "ok" or "not ready" on a line of its own: what works less
+// than it might, or why it is not ready),
 // GET /metrics (`scrape()`, in the Prometheus text format). reject_early() gives 405 for another method on
 // them and nullopt for every other path; respond() builds the answer.
 struct ProbeRoutes {

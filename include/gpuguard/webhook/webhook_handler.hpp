@@ -13,8 +13,9 @@ namespace gpuguard::webhook {
 
 // The webhook's routes: POST /mutate runs the admission core with the policy in force and the DRA
 // claims the webhook knows; GET /healthz says the process serves; GET /readyz says the certificate and
-// policy are loaded and it is not shutting down (the claims' cache does not hold readiness back: an
-// unknown claim is treated as no GPU); GET /metrics is the Prometheus scrape.
+// policy are loaded, the DRA claims have been listed where they are read (before that, a container that
+// claims a GPU would be taken for one that asks for none), and it is not shutting down; GET /metrics is
+// the Prometheus scrape.
 class WebhookHandler final : public server::Handler {
  public:
   // `claims` may be null (no Kubernetes API): every DRA claim is then unresolved.

@@ -132,9 +132,10 @@ TEST_CASE("with no resource.k8s.io version served, claims are off and /readyz sa
     auto webhook = cluster.webhook();
     TlsClient client(webhook->port());
     HttpReply ready;
+    // Not ready until discovery has answered; then ready, with claims off (an empty list counts as listed).
     REQUIRE(eventually([&] {
       ready = client.request("GET", "/readyz");
-      return ready.body != "ok\n";
+      return ready.status == 200;
     }));
     CHECK(ready.status == 200);
     CHECK(
@@ -157,4 +158,22 @@ TEST_CASE("a cluster that starts serving resource.k8s.io is read without a resta
   CHECK(eventually(
       [&] { return patched_containers(client.request("POST", "/mutate", review(), "application/json").body) == "1"; }));
   CHECK(client.request("GET", "/readyz").body == "ok\n");
+}
+
+TEST_CASE("with claims read, /readyz is 503 until they have been listed, and says why") {
+  Cluster cluster;
+  cluster.apiserver.serve_claims({"v1"});
+  cluster.apiserver.put("resourceclaims", gpu_claim("v1"));
+  cluster.apiserver.hold_lists(true);
+  auto webhook = cluster.webhook();
+  TlsClient client(webhook->port());
+  // Discovery is answered, the lists are held: a review now would give the claiming container none.
+  HttpReply ready = client.request("GET", "/readyz");
+  CHECK(ready.status == 503);
+  CHECK(ready.body.starts_with("not ready\nDRA claims not listed yet"));
+  CHECK(client.request("GET", "/healthz").status == 200);
+  cluster.apiserver.hold_lists(false);
+  REQUIRE(eventually([&] { return client.request("GET", "/readyz").status == 200; }));
+  CHECK(client.request("GET", "/readyz").body == "ok\n");
+  CHECK(patched_containers(client.request("POST", "/mutate", review(), "application/json").body) == "1");
 }
