@@ -3,6 +3,8 @@
 #include <cctype>
 #include <charconv>
 
+#include "gpuguard/metrics/text.hpp"
+
 namespace gpuguard::server {
 namespace {
 
@@ -20,6 +22,13 @@ std::string_view trim(std::string_view s) {
   return s;
 }
 
+std::size_t status_index(unsigned status) {
+  for (std::size_t i = 0; i < ServerCounters::kStatuses.size(); ++i) {
+    if (ServerCounters::kStatuses[i] == status) return i;
+  }
+  return ServerCounters::kStatuses.size();
+}
+
 Response method_not_allowed(std::string_view allowed) {
   Response response = text_response(405, "method not allowed");
   response.headers.emplace_back("Allow", std::string(allowed));
@@ -33,6 +42,43 @@ Response json_response(std::string body) {
   response.content_type = "application/json";
   response.body = std::move(body);
   return response;
+}
+
+void ServerCounters::count_answer(unsigned status) {
+  answers_[status_index(status)].fetch_add(1, std::memory_order_relaxed);
+}
+
+void ServerCounters::count_shed(Shed why) {
+  shed_[static_cast<std::size_t>(why)].fetch_add(1, std::memory_order_relaxed);
+}
+
+std::uint64_t ServerCounters::answers(unsigned status) const {
+  return answers_[status_index(status)].load(std::memory_order_relaxed);
+}
+
+std::uint64_t ServerCounters::shed(Shed why) const {
+  return shed_[static_cast<std::size_t>(why)].load(std::memory_order_relaxed);
+}
+
+void ServerCounters::render(std::string& out) const {
+  metrics::header(out, "gpuguard_http_responses_total", "counter",
+                  "HTTP answers sent, by status code, the server's own (413, 431, 503, malformed requests) included.");
+  for (std::size_t i = 0; i <= kStatuses.size(); ++i) {
+    out.append("gpuguard_http_responses_total{code=\"")
+        .append(i < kStatuses.size() ? std::to_string(kStatuses[i]) : std::string("other"))
+        .append("\"} ")
+        .append(std::to_string(answers_[i].load(std::memory_order_relaxed)))
+        .append("\n");
+  }
+  metrics::header(out, "gpuguard_http_connections_shed_total", "counter",
+                  "Connections closed at the connection limit: refused when accepted, or evicted while idle to "
+                  "make room.");
+  out.append("gpuguard_http_connections_shed_total{reason=\"refused\"} ")
+      .append(std::to_string(shed(Shed::refused)))
+      .append("\n");
+  out.append("gpuguard_http_connections_shed_total{reason=\"evicted\"} ")
+      .append(std::to_string(shed(Shed::evicted)))
+      .append("\n");
 }
 
 bool ProbeRoutes::owns(std::string_view path) { return path == "/healthz" || path == "/readyz" || path == "/metrics"; }

@@ -276,6 +276,7 @@ Task<> HttpServer::Impl::accept_loop() {
     }
     if (!room) {
       refusals.count(options.max_connections);
+      if (options.counters != nullptr) options.counters->count_shed(ServerCounters::Shed::refused);
       socket.close(ec);
       continue;
     }
@@ -311,6 +312,7 @@ Task<bool> HttpServer::Impl::respond(Stream& stream, Expiry& expiry, Response re
   message.body() = std::move(response.body);
   message.keep_alive(keep_alive && !draining);
   message.prepare_payload();
+  if (options.counters != nullptr) options.counters->count_answer(response.status);
   expiry.expires_after(deadline);
   auto [ec, written] = co_await http::async_write(stream, message, kNoThrow);
   co_return !ec && message.keep_alive();
@@ -460,8 +462,10 @@ bool HttpServer::Impl::make_room() {
   if (!chosen) return false;
   chosen->evicting = true;
   // On its loop, where it cannot change state meanwhile: if a request has begun since, it stays.
-  asio::post(chosen->executor, [chosen] {
-    if (chosen->expiry != nullptr && chosen->waiting_for_request) chosen->expiry->close();
+  asio::post(chosen->executor, [chosen, counters = options.counters] {
+    if (chosen->expiry == nullptr || !chosen->waiting_for_request) return;
+    chosen->expiry->close();
+    if (counters != nullptr) counters->count_shed(ServerCounters::Shed::evicted);
   });
   return true;
 }

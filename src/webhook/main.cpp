@@ -142,6 +142,7 @@ int serve(const po::variables_map& flags) {
           [&informers] { return webhook::claims_off_note(informers->discovered(webhook::ClaimCache::kGroup)); });
     }
     options.on_shutdown = [&handler] { handler.set_ready(false); };
+    options.counters = &metrics.server_counters();
     server::HttpServer server(
         options, [&certificate] { return certificate.current(); }, handler);
     const std::string address = server.bind();

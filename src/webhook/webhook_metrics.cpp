@@ -67,6 +67,7 @@ std::string WebhookMetrics::render(std::optional<bool> claims_synced) const {
                     "1 once ResourceClaims and ResourceClaimTemplates have been listed.");
     out.append("gpuguard_resource_claims_synced ").append(*claims_synced ? "1" : "0").append("\n");
   }
+  server_.render(out);
   render_reloads(out, true);
   metrics::render_build_info(out, version_);
   return out;

@@ -1,8 +1,11 @@
 #pragma once
 // The seam between the HTTPS transport and what it serves. Nothing here depends on Beast, so handlers are
 // plain functions of a request that unit tests can call directly.
+#include <array>
+#include <atomic>
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <string>
@@ -40,6 +43,27 @@ struct ProbeRoutes {
   static std::optional<Response> reject_early(const RequestHead& head);
   static Response respond(std::string_view path, bool ready, const std::function<std::string()>& scrape,
                           const std::string& note = {});
+};
+
+// What a server counts of its own for the program's /metrics: every answer by HTTP status, the handler's
+// and the transport's (400 for a malformed request, 413, 431, 503 when the byte budget is spent), and the
+// connections shed at the connection limit. Under failurePolicy: Fail every answer but 200 to a review is
+// a refused pod, so each status is its own series. Relaxed atomic increments; the label values are fixed.
+class ServerCounters {
+ public:
+  static constexpr std::array<unsigned, 9> kStatuses = {200, 400, 404, 405, 413, 415, 431, 500, 503};
+  enum class Shed { refused, evicted };  // closed at once at the limit; an idle one closed to make room
+
+  void count_answer(unsigned status);
+  void count_shed(Shed why);
+  std::uint64_t answers(unsigned status) const;  // kStatuses' own; any other status counts as "other"
+  std::uint64_t shed(Shed why) const;
+  // gpuguard_http_responses_total{code} and gpuguard_http_connections_shed_total{reason}.
+  void render(std::string& out) const;
+
+ private:
+  std::array<std::atomic<std::uint64_t>, kStatuses.size() + 1> answers_{};
+  std::array<std::atomic<std::uint64_t>, 2> shed_{};
 };
 
 // For a route that takes only POST with a JSON body: 405 or 415, or nullopt when the request may go on.

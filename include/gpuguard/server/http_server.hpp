@@ -39,6 +39,8 @@ struct ServerOptions {
   std::chrono::milliseconds shutdown_timeout{25'000};
   // Called once when the signal arrives, before the delay (the webhook fails /readyz from then on).
   std::function<void()> on_shutdown;
+  // Where the server counts its answers and shed connections; none when null. Outlives the server.
+  ServerCounters* counters = nullptr;
 };
 
 // The TLS context for the next handshake; called once per accepted connection.

@@ -11,6 +11,7 @@
 #include "gpuguard/admission/review.hpp"
 #include "gpuguard/metrics/counters.hpp"
 #include "gpuguard/metrics/reloads.hpp"
+#include "gpuguard/server/http.hpp"
 
 namespace gpuguard::webhook {
 
@@ -28,6 +29,8 @@ class WebhookMetrics final : public metrics::ReloadMetrics {
   void count_doors(const admission::DoorCounts& doors);
   // `claims_synced`: whether the DRA claims' cache has listed both kinds; absent when claims are not watched.
   std::string render(std::optional<bool> claims_synced = std::nullopt) const;
+  // For ServerOptions::counters: the answers by HTTP status and the shed connections, rendered here too.
+  server::ServerCounters& server_counters() { return server_; }
 
  private:
   std::string version_;
@@ -35,6 +38,7 @@ class WebhookMetrics final : public metrics::ReloadMetrics {
   metrics::DurationHistogram durations_;
   std::array<std::atomic<std::uint64_t>, 4> mutations_{};
   metrics::LabelledCounters<admission::kDoors.size(), admission::kActions.size()> doors_;
+  server::ServerCounters server_;
 };
 
 }  // namespace gpuguard::webhook

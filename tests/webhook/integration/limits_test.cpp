@@ -43,6 +43,13 @@ std::string fixture_review(const std::string& name) {
   return read_file(fixtures_dir() / "admission" / name / "review.json");
 }
 
+// The value of one series (`name{labels}`, exactly) on the webhook's /metrics, or -1 when absent.
+long long scraped(unsigned short port, const std::string& series) {
+  const std::string text = TlsClient(port).request("GET", "/metrics").body;
+  const std::size_t at = text.find("\n" + series + " ");
+  return at == std::string::npos ? -1 : std::stoll(text.substr(at + series.size() + 2));
+}
+
 // A plain TCP connection to 127.0.0.1:port, or -1.
 int connect_tcp(unsigned short port) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
@@ -209,6 +216,9 @@ TEST_CASE("40 connections holding large bodies: what the byte budget cannot hold
   std::string padded = fixture_review("no-env");
   padded.append(4 * kMiB - padded.size(), ' ');
   CHECK(after.request("POST", "/mutate", padded).status == 200);
+  // Each refusal is counted by its status: under failurePolicy: Fail each is a refused pod.
+  CHECK(scraped(webhook.port(), "gpuguard_http_responses_total{code=\"413\"}") == too_large);
+  CHECK(scraped(webhook.port(), "gpuguard_http_responses_total{code=\"503\"}") == busy);
 }
 
 TEST_CASE("at the connection limit a new connection replaces an idle one, and is refused when none is idle") {
@@ -234,6 +244,12 @@ TEST_CASE("at the connection limit a new connection replaces an idle one, and is
     // a newcomer is refused.
     CHECK_THROWS(TlsClient(webhook.port()));
     for (auto& client : served) CHECK(client->request("GET", "/healthz").status == 200);
+    // The scrape's own connection takes a served one's place, or is refused: read it once the four
+    // silent ones are gone and one served connection is closed to make room for it.
+    served.pop_back();
+    std::this_thread::sleep_for(100ms);
+    CHECK(scraped(webhook.port(), "gpuguard_http_connections_shed_total{reason=\"evicted\"}") == 4);
+    CHECK(scraped(webhook.port(), "gpuguard_http_connections_shed_total{reason=\"refused\"}") >= 1);
   }
   SECTION("connections in the middle of a request are never closed to make room") {
     const std::string review = fixture_review("no-env");
