@@ -148,7 +148,11 @@ void serve(const PluginConfig& c, const std::vector<std::string>& config_warning
     resources.push_back(std::move(gpu));
   }
   NodeIsolation isolation;
-  policy::PolicyWatcher policy(c.policy_dir, isolation);
+  // The plugin judges the injected value alone: a bad value of any other key (mode, say) is the
+  // webhook's to refuse, and never read here; a bad value of this one is logged and counted, and the
+  // default judged until it is fixed. Neither may stop the GPUs being served.
+  policy::PolicyWatcher policy(c.policy_dir, isolation, {"visibleDevicesValue"},
+                               policy::PolicyWatcher::AtStart::defaults);
   std::optional<NodeConditionWriter> condition;
   if (apiserver && !c.node_name.empty()) condition.emplace(*apiserver, c.node_name, isolation);
   const auto judge = [&](NodeConditionWriter* writer) {

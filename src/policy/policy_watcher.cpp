@@ -37,24 +37,40 @@ std::optional<std::map<std::string, std::string>> read_keys(const fs::path& dir)
 
 }  // namespace
 
-PolicyWatcher::PolicyWatcher(std::optional<fs::path> dir, metrics::ReloadMetrics& metrics)
-    : dir_(std::move(dir)), metrics_(metrics), policy_(std::make_shared<const policy::Policy>()) {
+PolicyWatcher::PolicyWatcher(std::optional<fs::path> dir, metrics::ReloadMetrics& metrics, std::set<std::string> keys,
+                             AtStart invalid)
+    : dir_(std::move(dir)),
+      metrics_(metrics),
+      keys_(std::move(keys)),
+      policy_(std::make_shared<const policy::Policy>()) {
   if (dir_) {
     std::error_code ec;
     if (!fs::is_directory(*dir_, ec)) {
       log::warn("policy directory does not exist; serving the default policy until it does", {{"dir", dir_->string()}});
     }
-    const auto files = read_keys(*dir_);
+    const auto files = read();
     if (!files) throw std::runtime_error("cannot read policy directory " + dir_->string());
     last_seen_ = *files;
     auto parsed = policy::parse_policy(*files);
-    if (!parsed.policy) throw std::runtime_error(parsed.error + " (in " + dir_->string() + ")");
+    if (!parsed.policy && invalid == AtStart::refuse)
+      throw std::runtime_error(parsed.error + " (in " + dir_->string() + ")");
     for (const auto& key : parsed.unknown_keys) log::warn("unknown policy key ignored", {{"key", key}});
-    policy_.store(std::make_shared<const policy::Policy>(std::move(*parsed.policy)));
+    if (parsed.policy) {
+      policy_.store(std::make_shared<const policy::Policy>(std::move(*parsed.policy)));
+    } else {
+      metrics_.count_policy_reload(false);
+      log::error("policy refused; the defaults stay in force until it is fixed", {{"reason", parsed.error}});
+    }
   }
   metrics_.set_policy_mode(policy::mode_name(current()->mode));
   log::info("policy loaded", {{"mode", policy::mode_name(current()->mode)},
                               {"source", dir_ ? dir_->string() : std::string("defaults")}});
+}
+
+std::optional<std::map<std::string, std::string>> PolicyWatcher::read() const {
+  auto files = read_keys(*dir_);
+  if (files && !keys_.empty()) std::erase_if(*files, [this](const auto& file) { return !keys_.contains(file.first); });
+  return files;
 }
 
 void PolicyWatcher::watch(std::chrono::milliseconds interval) {
@@ -63,7 +79,7 @@ void PolicyWatcher::watch(std::chrono::milliseconds interval) {
 
 bool PolicyWatcher::reload() {
   if (!dir_) return false;
-  auto files = read_keys(*dir_);
+  auto files = read();
   if (!files || files == last_seen_) return false;
   last_seen_ = *files;
   auto parsed = policy::parse_policy(*files);

@@ -1,6 +1,7 @@
 // The real gpuguard-device-plugin keeping its Node's GPUIsolation condition through a fake API server
 // over real TLS: the verdict for the policy's value, its change when the policy's value changes, a
-// restart that keeps lastTransitionTime, a failure counted and logged once, and bad flags or policy refused.
+// restart that keeps lastTransitionTime, a failure counted and logged once, bad flags refused, and a policy the
+// webhook would refuse never stopping the GPUs being served.
 #include <nlohmann/json.hpp>
 
 #include "fake_apiserver.hpp"
@@ -135,13 +136,39 @@ TEST_CASE("node condition: a refused write is counted, logged once, and tried ag
   CHECK(plugin.terminate() == 0);
 }
 
-TEST_CASE("node condition: a bad node name, no API to write to, or an invalid policy is refused at start") {
-  ConditionNode node;
+TEST_CASE("node condition: a policy the webhook would refuse never stops the GPUs being served") {
   FakeApiserver apiserver("node-token");
+  apiserver.put("nodes", node_object("gpu-1"));
+  ConditionNode node;
+  // A typo in a key the plugin does not read: not read, not refused, not even warned about.
+  node.host.write("policy/mode", "enforcing\n");
+  node.host.write("policy/privileged", "sometimes\n");
+  {
+    FakeKubelet kubelet(node.plugin_dir);
+    PluginProcess plugin(node.plugin_dir, node.host.root(), node.flags(apiserver));
+    REQUIRE(kubelet.wait_for(1).size() == 1);
+    CHECK(kubelet.wait_for(1)[0].resource_name() == "nvidia.com/gpu");
+    CHECK(condition_when(apiserver, "gpu-1", [](const json& c) { return c["reason"] == "BreaksPods"; }).is_object());
+    CHECK(plugin.log().find("enforcing") == std::string::npos);
+    CHECK(plugin.terminate() == 0);
+  }
+  // A bad value of the one key it reads: refused, logged and counted; the default (none) is judged until
+  // the value is fixed, and the GPUs are served meanwhile.
   node.host.write("policy/visibleDevicesValue", "all\n");
-  PluginProcess bad_policy(node.plugin_dir, node.host.root(), node.flags(apiserver));
-  CHECK(bad_policy.wait_exit(5s) == 1);
-  CHECK_THAT(bad_policy.log(), Catch::Contains("visibleDevicesValue"));
+  FakeKubelet kubelet(node.plugin_dir);
+  PluginProcess plugin(node.plugin_dir, node.host.root(), node.flags(apiserver));
+  REQUIRE(kubelet.wait_for(1).size() == 1);
+  CHECK(kubelet.wait_for(1)[0].resource_name() == "nvidia.com/gpu");
+  CHECK_THAT(plugin.log(), Catch::Contains("visibleDevicesValue"));
+  CHECK_THAT(http_get(plugin.status_port(), "/metrics").second,
+             Catch::Contains("gpuguard_policy_reloads_total{result=\"failure\"} 1\n"));
+  node.host.write("policy/visibleDevicesValue", "void\n");
+  CHECK(condition_when(apiserver, "gpu-1", [](const json& c) { return c["reason"] == "Honoured"; }).is_object());
+  CHECK(plugin.terminate() == 0);
+}
+
+TEST_CASE("node condition: a bad node name, or no API to write to, is refused at start") {
+  ConditionNode node;
   PluginProcess bad_name(node.plugin_dir, node.host.root(), {"--node-name", "GPU_1"});
   CHECK(bad_name.wait_exit(5s) == 2);
   // No --apiserver-url, and not in a pod.
