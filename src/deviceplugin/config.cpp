@@ -116,6 +116,17 @@ Handler only_off(std::string why) {
   };
 }
 
+// The dotted path of every key the file sets that is not itself a map of keys.
+void collect_keys(const YAML::Node& node, const std::string& path, std::vector<std::string>& keys) {
+  if (!node.IsMap()) {
+    if (!path.empty()) keys.push_back(path);
+    return;
+  }
+  for (const auto& entry : node) {
+    collect_keys(entry.second, child(path, entry.first.IsScalar() ? entry.first.Scalar() : std::string("?")), keys);
+  }
+}
+
 class Reader {
  public:
   explicit Reader(PluginConfig& config) : c_(config) {}
@@ -273,6 +284,10 @@ class Reader {
           [this](const YAML::Node& n, const std::string& key) {
             c_.discovery = one_of(n, key, parse_discovery_mode, "auto, nvml, procfs or none");
           }},
+         {"gpus",
+          [this](const YAML::Node& n, const std::string& key) {
+            c_.gpus = one_of(n, key, parse_gpu_serving, "serve, report-only or auto");
+          }},
          {"resourceName",
           [this](const YAML::Node& n, const std::string& key) {
             c_.resource_name = scalar(n, key);
@@ -333,7 +348,9 @@ ConfigFileResult apply_config_text(std::string_view text, const std::string& sou
   PluginConfig updated = config;
   Reader reader(updated);
   try {
-    reader.read(YAML::Load(std::string(text)));
+    const YAML::Node root = YAML::Load(std::string(text));
+    reader.read(root);
+    collect_keys(root, "", result.keys);
   } catch (const Problem& problem) {
     result.error = source + ": " + (problem.key.empty() ? "" : problem.key + ": ") + problem.reason;
     return result;
@@ -359,6 +376,13 @@ ConfigFileResult apply_config_file(const std::filesystem::path& file, PluginConf
     return result;
   }
   return apply_config_text(*text, file.string(), config);
+}
+
+std::optional<GpuServing> parse_gpu_serving(std::string_view name) {
+  if (name == "serve") return GpuServing::serve;
+  if (name == "report-only") return GpuServing::report_only;
+  if (name == "auto") return GpuServing::automatic;
+  return std::nullopt;
 }
 
 std::optional<std::string> check_config(const PluginConfig& config) {

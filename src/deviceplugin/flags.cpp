@@ -1,7 +1,9 @@
 #include "gpuguard/deviceplugin/flags.hpp"
 
+#include <algorithm>
 #include <iostream>
 #include <sstream>
+#include <utility>
 
 namespace gpuguard::deviceplugin {
 namespace {
@@ -27,6 +29,11 @@ std::optional<std::string> apply_flags(const po::variables_map& flags, PluginCon
     c.discovery = *mode;
   }
   if (given("fail-on-init-error")) c.fail_on_init_error = flags["fail-on-init-error"].as<bool>();
+  if (given("gpus")) {
+    const auto serving = parse_gpu_serving(text("gpus"));
+    if (!serving) return "--gpus must be serve, report-only or auto";
+    c.gpus = *serving;
+  }
   if (given("resource-name")) c.resource_name = text("resource-name");
   if (given("mig-strategy")) {
     const auto strategy = parse_mig_strategy(text("mig-strategy"));
@@ -74,6 +81,30 @@ std::optional<std::string> apply_flags(const po::variables_map& flags, PluginCon
   return check_config(c);
 }
 
+// The config file's keys that each flag sets too: a flag given wins over them, and says so.
+constexpr std::pair<const char*, const char*> kFlagKeys[] = {
+    {"device-plugin-dir", "gpuguard.devicePluginDir"},
+    {"host-root", "gpuguard.hostRoot"},
+    {"discovery", "gpuguard.discovery"},
+    {"discovery", "flags.deviceDiscoveryStrategy"},
+    {"fail-on-init-error", "flags.failOnInitError"},
+    {"gpus", "gpuguard.gpus"},
+    {"resource-name", "gpuguard.resourceName"},
+    {"mig-strategy", "flags.migStrategy"},
+    {"device-list-strategy", "flags.plugin.deviceListStrategy"},
+    {"pass-device-specs", "flags.plugin.passDeviceSpecs"},
+    {"cdi-root", "gpuguard.cdiRoot"},
+    {"cdi-annotation-prefix", "flags.plugin.cdiAnnotationPrefix"},
+    {"shared-devices-allocation-policy", "flags.plugin.sharedDevicesAllocationPolicy"},
+    {"host-device", "gpuguard.hostDevices"},
+    {"health-checks", "gpuguard.health.checks"},
+    {"health-ignored-xids", "gpuguard.health.ignoredXids"},
+    {"health-reset-xids", "gpuguard.health.resetXids"},
+    {"metrics-address", "gpuguard.metricsAddress"},
+    {"node-name", "gpuguard.nodeName"},
+    {"policy-dir", "gpuguard.policyDir"},
+};
+
 }  // namespace
 
 void add_flags(po::options_description& description) {
@@ -89,6 +120,10 @@ void add_flags(po::options_description& description) {
       "auto (NVML when it loads, else procfs; the default), nvml, procfs, or none (serve host devices only)")(
       "fail-on-init-error", po::value<bool>()->implicit_value(true),
       "exit when no GPU can be served instead of serving host devices alone (default false)")(
+      "gpus", po::value<std::string>(),
+      "serve (the default): serve the GPU resources to the kubelet; report-only: only judge the node (node report, "
+      "GPUIsolation condition), where another plugin serves them; auto: report only where NVIDIA's device plugin "
+      "answers on its socket for the resource (nvidia-gpu.sock for nvidia.com/gpu)")(
       "resource-name", po::value<std::string>(), "the GPU resource name (default nvidia.com/gpu)")(
       "mig-strategy", po::value<std::string>(), "none (the default), single or mixed")(
       "device-list-strategy", po::value<std::string>(),
@@ -128,6 +163,11 @@ std::optional<PluginConfig> config_from(const po::variables_map& flags, std::vec
       return std::nullopt;
     }
     warnings = std::move(file.warnings);
+    for (const auto& [flag, key] : kFlagKeys) {
+      if (flags.count(flag) != 0 && std::find(file.keys.begin(), file.keys.end(), key) != file.keys.end()) {
+        warnings.push_back(std::string("--") + flag + " overrides the config file's " + key);
+      }
+    }
   }
   if (auto error = apply_flags(flags, config)) {
     std::cerr << "gpuguard-device-plugin: " << *error << " (see --help)\n";

@@ -7,6 +7,11 @@
 
 namespace gpuguard::deviceplugin {
 
+bool NodeIsolation::judged() const {
+  const std::lock_guard lock(mutex_);
+  return none_.has_value();
+}
+
 bool NodeIsolation::update(const nodereport::Report& none, const nodereport::Report& void_value) {
   std::string both = nodereport::to_json(none);
   both.append(nodereport::to_json(void_value));

@@ -1,6 +1,11 @@
 #include "plugin_service.hpp"
 
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <set>
@@ -81,6 +86,35 @@ void log_gpus(const Discovery& found, const std::string& health, const std::file
   }
 }
 
+// Why the plugin should leave its GPU resource to another plugin on this node, or empty: NVIDIA's device
+// plugin (alone, or as the GPU Operator runs it) names its socket nvidia-<name>.sock for <domain>/<name>,
+// and one that accepts a connection is being served. Two plugins registering one resource would leave the
+// kubelet with whichever registered last.
+std::string other_gpu_plugin(const std::filesystem::path& plugin_dir, const std::string& resource_name) {
+  const std::filesystem::path socket_path =
+      plugin_dir / ("nvidia-" + resource_name.substr(resource_name.find('/') + 1) + ".sock");
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  const std::string path = socket_path.string();
+  if (path.size() >= sizeof address.sun_path) return "";
+  std::memcpy(address.sun_path, path.c_str(), path.size() + 1);
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return "";
+  const bool answers = ::connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address) == 0;
+  ::close(fd);
+  return answers ? "NVIDIA's device plugin serves " + resource_name + " here (" + path + " answers)" : "";
+}
+
+// Why the GPUs are only reported, not served, or empty when they are served.
+std::string report_only_reason(const PluginConfig& c) {
+  switch (c.gpus) {
+    case GpuServing::serve: return "";
+    case GpuServing::report_only: return "--gpus report-only";
+    case GpuServing::automatic: return other_gpu_plugin(c.plugin_dir, c.resource_name);
+  }
+  return "";
+}
+
 // The GPU resources the config makes of what was found; empty when there are none to serve.
 std::vector<std::unique_ptr<GpuResource>> gpu_resources(const PluginConfig& c, const Discovery& found) {
   GpuPlan plan = plan_gpu_resources(found.gpus, c.mig_strategy, c.resource_name, c.time_slicing);
@@ -143,10 +177,16 @@ void serve(const PluginConfig& c, const std::vector<std::string>& config_warning
 
   std::vector<std::unique_ptr<Resource>> resources;
   std::vector<DeviceSet*> gpu_sets;
-  for (auto& gpu : gpu_resources(c, found)) {
-    gpu_sets.push_back(&gpu->devices());
-    resources.push_back(std::move(gpu));
+  const std::string report_only = found.gpus.empty() ? "" : report_only_reason(c);
+  if (!report_only.empty()) {
+    log::info("GPUs not served: the node is judged and reported only", {{"reason", report_only}});
+  } else {
+    for (auto& gpu : gpu_resources(c, found)) {
+      gpu_sets.push_back(&gpu->devices());
+      resources.push_back(std::move(gpu));
+    }
   }
+  const bool judged = !gpu_sets.empty() || !report_only.empty();  // a GPU node
   NodeIsolation isolation;
   // The plugin judges the injected value alone: a bad value of any other key (mode, say) is the
   // webhook's to refuse, and never read here; a bad value of this one is logged and counted, and the
@@ -158,7 +198,7 @@ void serve(const PluginConfig& c, const std::vector<std::string>& config_warning
   const auto judge = [&](NodeConditionWriter* writer) {
     judge_node(c.host_root, policy.current()->visible_devices_value, isolation, writer);
   };
-  if (!gpu_sets.empty()) {
+  if (judged) {
     judge(nullptr);  // the condition from the poller's thread: a slow API server must not hold up serving
   } else if (condition) {
     log::info("no GPU served: no node condition written", {{"node", c.node_name}});
@@ -185,7 +225,8 @@ void serve(const PluginConfig& c, const std::vector<std::string>& config_warning
 
   // The status server takes SIGTERM and SIGINT from its construction on: before anything is served, so a
   // signal at any later moment still ends in the orderly stop below.
-  StatusHandler handler({GPUGUARD_VERSION, found.source, health}, resources, kubelet, isolation);
+  const char* gpus = found.gpus.empty() ? "none" : report_only.empty() ? "served" : "report-only";
+  StatusHandler handler({GPUGUARD_VERSION, found.source, health, gpus}, resources, kubelet, isolation);
   server::ServerOptions options;
   options.listen_address = c.metrics_address;
   options.threads = 1;
@@ -217,7 +258,7 @@ void serve(const PluginConfig& c, const std::vector<std::string>& config_warning
   files::Poller session(1s, [&kubelet] { kubelet.reconcile(); });
   policy.watch(1s);
   std::optional<files::Poller> node_report;
-  if (!gpu_sets.empty()) {
+  if (judged) {
     node_report.emplace(
         kNodeReportInterval, [&] { judge(condition ? &*condition : nullptr); }, condition.has_value());
   }

@@ -10,20 +10,24 @@ std::optional<server::Response> StatusHandler::reject_early(const server::Reques
 }
 
 server::Response StatusHandler::handle(const server::RequestHead& head, std::string) const {
-  return server::ProbeRoutes::respond(head.path, kubelet_.registered(), [this] { return render_metrics(); });
+  const bool ready = status_.gpus == "report-only" ? isolation_.judged() : kubelet_.registered();
+  return server::ProbeRoutes::respond(head.path, ready, [this] { return render_metrics(); });
 }
 
 std::string StatusHandler::render_metrics() const {
   std::string out;
   metrics::header(
       out, "gpuguard_device_plugin_info", "gauge",
-      "Where the GPUs were discovered (nvml, procfs, none) and where their health comes from (nvml, presence, off).");
+      "Where the GPUs were discovered (nvml, procfs, none), where their health comes from (nvml, presence, off), "
+      "and whether they are served, only reported, or none was found (served, report-only, none).");
   out.append("gpuguard_device_plugin_info{version=\"")
       .append(status_.version)
       .append("\",discovery=\"")
       .append(status_.discovery)
       .append("\",health=\"")
       .append(status_.health)
+      .append("\",gpus=\"")
+      .append(status_.gpus)
       .append("\"} 1\n");
   metrics::header(out, "gpuguard_device_plugin_devices", "gauge",
                   "Devices served to the kubelet, by resource and health.");

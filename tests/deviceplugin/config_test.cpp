@@ -195,7 +195,14 @@ TEST_CASE("flags: the ones given override the file, the others keep its values")
   CHECK(config->gpu.pass_device_specs);               // from the file
   CHECK(config->time_slicing.resources.size() == 2);  // from the file
   REQUIRE(config->host_devices.size() == 1);
-  CHECK(warnings.size() == 1);
+  // Each flag that overrides a key the file sets says so (a ported file's hardening must not vanish
+  // silently); --host-device overrides nothing the file sets.
+  CHECK(warnings == std::vector<std::string>{warnings.front(),
+                                             "--fail-on-init-error overrides the config file's flags.failOnInitError",
+                                             "--mig-strategy overrides the config file's flags.migStrategy",
+                                             "--device-list-strategy overrides the config file's "
+                                             "flags.plugin.deviceListStrategy"});
+  CHECK_THAT(warnings.front(), Catch::Contains("gfd"));
 
   const auto no_file = from_command_line({"--pass-device-specs"}, warnings);
   REQUIRE(no_file);

@@ -1,8 +1,12 @@
 // The real gpuguard-device-plugin against a fake kubelet, over a fake host tree without NVML: registration,
 // lists, allocation, health, probes and metrics, kubelet restarts, bad flags.
 #include <dlfcn.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <nlohmann/json.hpp>
 
 #include "plugin_harness.hpp"
@@ -199,6 +203,68 @@ TEST_CASE("node report: the verdict for each value in /metrics, judged again whe
   CHECK(plugin.terminate() == 0);
 }
 
+TEST_CASE("gpus auto: where NVIDIA's plugin answers for the resource, the GPUs are reported, not served") {
+  Node node;
+  nvidia_cdi_mode_by_default(node);
+  FakeKubelet kubelet(node.plugin_dir);
+  // NVIDIA's device plugin (alone or under the GPU Operator) serves nvidia.com/gpu on nvidia-gpu.sock.
+  const int listener = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  const std::string path = (node.plugin_dir / "nvidia-gpu.sock").string();
+  std::memcpy(address.sun_path, path.c_str(), path.size() + 1);
+  REQUIRE(::bind(listener, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0);
+  REQUIRE(::listen(listener, 4) == 0);
+  {
+    PluginProcess plugin(node.plugin_dir, node.host.root(),
+                         {"--gpus", "auto", "--cdi-root", "", "--host-device", "github.com/fuse=/dev/fuse"});
+    const int port = plugin.status_port();
+    // The host device is still served; the GPUs are not registered, and no CDI spec is written for them.
+    const auto registered = kubelet.wait_for(1);
+    REQUIRE(registered.size() == 1);
+    CHECK(registered[0].resource_name() == "github.com/fuse");
+    std::string metrics;
+    for (int i = 0; i < 60 && metrics.find("value_honoured") == std::string::npos; ++i) {
+      std::this_thread::sleep_for(50ms);
+      metrics = http_get(port, "/metrics").second;
+    }
+    CHECK_THAT(metrics, Catch::Contains("gpus=\"report-only\"} 1"));
+    // The node is judged all the same: on a GPU Operator node the condition exists too.
+    CHECK_THAT(metrics, Catch::Contains(R"(gpuguard_device_plugin_value_honoured{value="void",verdict="honoured"} 1)"));
+    CHECK(http_get(port, "/readyz").first == "200");
+    CHECK_THAT(plugin.log(), Catch::Contains("GPUs not served: the node is judged and reported only") &&
+                                 Catch::Contains("nvidia-gpu.sock answers"));
+    std::this_thread::sleep_for(300ms);
+    CHECK(kubelet.wait_for(1, 0ms).size() == 1);  // nothing registered since
+    CHECK(plugin.terminate() == 0);
+  }
+  // A socket file left behind by a plugin that is gone answers nothing: the GPUs are served.
+  ::close(listener);
+  REQUIRE(fs::exists(path));
+  PluginProcess plugin(node.plugin_dir, node.host.root(), {"--gpus", "auto", "--cdi-root", ""});
+  const auto registered = kubelet.wait_for(2);
+  REQUIRE(registered.size() == 2);
+  CHECK(registered[1].resource_name() == "nvidia.com/gpu");
+  CHECK(plugin.terminate() == 0);
+  fs::remove(path);
+}
+
+TEST_CASE("gpus report-only: nothing registered for the GPUs, ready once the node is judged") {
+  Node node;
+  nvidia_cdi_mode_by_default(node);
+  // No kubelet at all: the smaller DaemonSet on GPU Operator nodes mounts no device plugin directory.
+  PluginProcess plugin(node.plugin_dir, node.host.root(), {"--gpus", "report-only", "--cdi-root", ""});
+  const int port = plugin.status_port();
+  std::string status;
+  for (int i = 0; i < 60 && status != "200"; ++i, std::this_thread::sleep_for(50ms))
+    status = http_get(port, "/readyz").first;
+  CHECK(status == "200");
+  CHECK_THAT(http_get(port, "/metrics").second,
+             Catch::Contains(R"(gpuguard_device_plugin_value_honoured{value="none",verdict="breaks-pods"} 0)"));
+  CHECK_THAT(plugin.log(), Catch::Contains("--gpus report-only"));
+  CHECK(plugin.terminate() == 0);
+}
+
 TEST_CASE("cdi mode without a device none: the plugin adds one, a spec the CDI reference implementation reads") {
   Node node;
   nvidia_cdi_mode_by_default(node);
@@ -240,7 +306,7 @@ TEST_CASE("probes and metrics: ready once registered, the discovery and health s
   CHECK(status == "200");
   const std::string metrics = http_get(port, "/metrics").second;
   CHECK_THAT(metrics, Catch::Contains("gpuguard_device_plugin_info{version=\"") &&
-                          Catch::Contains("\",discovery=\"procfs\",health=\"presence\"} 1"));
+                          Catch::Contains("\",discovery=\"procfs\",health=\"presence\",gpus=\"served\"} 1"));
   CHECK_THAT(metrics,
              Catch::Contains("gpuguard_device_plugin_devices{resource=\"nvidia.com/gpu\",health=\"healthy\"} 2"));
   CHECK_THAT(metrics,
@@ -261,10 +327,10 @@ TEST_CASE("probes and metrics: ready once registered, the discovery and health s
   if (nvml == nullptr) {
     CHECK_THAT(automatic.log(),
                Catch::Contains("\"level\":\"warn\",\"msg\":\"NVML not available: GPUs discovered through procfs"));
-    CHECK_THAT(source, Catch::Contains("discovery=\"procfs\",health=\"presence\"} 1"));
+    CHECK_THAT(source, Catch::Contains("discovery=\"procfs\",health=\"presence\",gpus=\"served\"} 1"));
   } else {
     dlclose(nvml);
-    CHECK_THAT(source, Catch::Contains("discovery=\"nvml\",health=\"nvml\"} 1"));
+    CHECK_THAT(source, Catch::Contains("discovery=\"nvml\",health=\"nvml\",gpus=\"served\"} 1"));
   }
 }
 
@@ -279,7 +345,7 @@ TEST_CASE(
   REQUIRE(registrations.size() == 1);
   CHECK(registrations[0].resource_name() == "github.com/fuse");
   const std::string metrics = http_get(plugin.status_port(), "/metrics").second;
-  CHECK_THAT(metrics, Catch::Contains("discovery=\"none\",health=\"off\"} 1"));
+  CHECK_THAT(metrics, Catch::Contains("discovery=\"none\",health=\"off\",gpus=\"none\"} 1"));
   CHECK_THAT(metrics, Catch::Contains("github.com/fuse\",health=\"healthy\"} 1"));
   CHECK_FALSE(fs::exists(node.plugin_dir / "gpuguard-nvidia-com-gpu.sock"));
   CHECK(plugin.terminate() == 0);

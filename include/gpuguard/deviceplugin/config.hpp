@@ -15,6 +15,11 @@
 
 namespace gpuguard::deviceplugin {
 
+// Whether the plugin serves its GPU resources to the kubelet, or only judges the node (the node report, the
+// GPUIsolation condition) where another plugin serves them: NVIDIA's, or the GPU Operator's.
+enum class GpuServing { serve, report_only, automatic };
+std::optional<GpuServing> parse_gpu_serving(std::string_view name);  // serve, report-only, auto
+
 struct PluginConfig {
   std::filesystem::path plugin_dir = "/var/lib/kubelet/device-plugins/";
   std::filesystem::path host_root = "/";
@@ -22,6 +27,8 @@ struct PluginConfig {
   // Exit non-zero when no GPU can be served (NVML failing, no GPU found, the MIG strategy not fitting),
   // instead of serving the host devices alone.
   bool fail_on_init_error = false;
+  // automatic: report only when NVIDIA's device plugin already serves the resource on this node.
+  GpuServing gpus = GpuServing::serve;
   std::string resource_name = "nvidia.com/gpu";
   MigStrategy mig_strategy = MigStrategy::none;
   GpuOptions gpu;
@@ -43,6 +50,7 @@ struct PluginConfig {
 struct ConfigFileResult {
   std::optional<std::string> error;   // "<file>: <key>: <reason>"; the config is then unchanged
   std::vector<std::string> warnings;  // keys accepted but without effect, said at start
+  std::vector<std::string> keys;      // every key the file sets, dotted ("flags.plugin.deviceListStrategy")
 };
 
 // Applies a config file's text on top of `config`. `source` names the file in messages.

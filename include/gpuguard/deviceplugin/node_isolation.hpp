@@ -21,6 +21,8 @@ class NodeIsolation : public metrics::ReloadMetrics {
   // Keeps the reports for both values; true when they differ from the last ones (the first included).
   bool update(const nodereport::Report& none, const nodereport::Report& void_value);
   void count_condition_write(bool success);
+  // Once the first update has been kept.
+  bool judged() const;
   // gpuguard_device_plugin_value_honoured and gpuguard_device_plugin_node_findings (nothing before the
   // first update), the condition's writes, and the policy's reloads.
   void render_metrics(std::string& out) const;

@@ -1,8 +1,8 @@
 #pragma once
 // The device plugin's own HTTP routes, for probes and Prometheus: /healthz, /readyz (every resource is
-// registered with the kubelet) and /metrics (where GPUs were discovered, where their health comes from,
-// how many devices of each resource are healthy, and on a GPU node whether the injected value keeps GPUs
-// out there).
+// registered with the kubelet; reporting only, once the node is judged) and /metrics (where GPUs were discovered, where
+// their health comes from, how many devices of each resource are healthy, and on a GPU node whether the injected value
+// keeps GPUs out there).
 #include <memory>
 #include <string>
 #include <vector>
@@ -18,6 +18,7 @@ struct PluginStatus {
   std::string version;
   std::string discovery;  // nvml, procfs or none
   std::string health;     // nvml (XID events and probes), presence (device files) or off
+  std::string gpus;       // served; report-only (another plugin serves them: the node is judged only); none found
 };
 
 class StatusHandler final : public server::Handler {
