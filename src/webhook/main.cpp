@@ -10,6 +10,7 @@
 #include <string>
 #include <thread>
 
+#include "arm_command.hpp"
 #include "audit_command.hpp"
 #include "audit_controller_command.hpp"
 #include "gpuguard/cli/apiserver_flags.hpp"
@@ -43,7 +44,10 @@ constexpr const char* kUsage =
     "      ask for, and what the webhook would do, and the nodes (kubectl get nodes -o json) where the injected\n"
     "      value does not hold; exits 1 when there is any\n"
     "  gpuguard-webhook audit-controller [options]\n"
-    "      the same audit in the cluster, continuously: PolicyReports and metrics (audit-controller --help)\n\n"
+    "      the same audit in the cluster, continuously: PolicyReports and metrics (audit-controller --help)\n"
+    "  gpuguard-webhook arm [options]\n"
+    "      the chart's post-install hook: once a replica is available, the webhook configuration's failurePolicy\n"
+    "      to Fail and the backstop to Deny (arm --help)\n\n"
     "In a pod it looks up DRA claims with its service account; elsewhere give --apiserver-url, --token-file\n"
     "and --ca-file, or run without (claims are then unknown, and treated as requesting no GPU).\n\n"
     "Options";
@@ -162,6 +166,7 @@ int serve(const po::variables_map& flags) {
 int main(int argc, char** argv) {
   if (argc >= 2 && std::string(argv[1]) == "review") return webhook::run_review_command({argv + 2, argv + argc});
   if (argc >= 2 && std::string(argv[1]) == "audit") return webhook::run_audit_command({argv + 2, argv + argc});
+  if (argc >= 2 && std::string(argv[1]) == "arm") return webhook::run_arm_command(argc - 1, argv + 1);
   if (argc >= 2 && std::string(argv[1]) == "audit-controller") {
     return webhook::run_audit_controller_command(argc - 1, argv + 1);
   }

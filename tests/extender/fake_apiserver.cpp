@@ -93,6 +93,7 @@ struct FakeApiserver::Impl {
   std::map<std::string, json> reports;  // namespace -> PolicyReport
   std::map<std::string, unsigned> report_writes;
   bool reports_served = true;
+  std::map<std::string, json> by_path;      // single objects, GET and JSON Patch
   std::vector<std::string> claim_versions;  // the resource.k8s.io versions served; none at first
   std::vector<std::weak_ptr<Connection>> connections;
   std::vector<std::thread> threads;
@@ -207,6 +208,8 @@ void FakeApiserver::serve(std::shared_ptr<Connection> connection) {
                   {"name", "resource.k8s.io"},
                   {"versions", versions},
                   {"preferredVersion", versions[0]}});
+    } else if (const auto [found, status, body] = answer_by_path(seen); found) {
+      reply(status, body);
     } else if (seen.path.starts_with("/apis/wgpolicyk8s.io/")) {
       const auto [status, body] = answer_policy_reports(seen);
       reply(status, body);
@@ -344,6 +347,35 @@ void FakeApiserver::serve_claims(std::vector<std::string> versions) {
 void FakeApiserver::serve_policy_reports(bool served) {
   std::lock_guard lock(impl_->mutex);
   impl_->reports_served = served;
+}
+
+std::tuple<bool, unsigned, json> FakeApiserver::answer_by_path(const Request& seen) {
+  std::lock_guard lock(impl_->mutex);
+  const auto object = impl_->by_path.find(seen.path);
+  if (object == impl_->by_path.end()) return {false, 0, nullptr};
+  if (seen.method == "GET") return {true, 200, object->second};
+  if (seen.method != "PATCH") return {true, 405, status_object(405, "MethodNotAllowed", "GET and PATCH only")};
+  if (seen.content_type != "application/json-patch+json")
+    return {true, 415, status_object(415, "UnsupportedMediaType", "the body of the request was in an unknown format")};
+  const json patch = json::parse(seen.body, nullptr, false);
+  if (!patch.is_array()) return {true, 400, status_object(400, "BadRequest", "the patch is not a JSON array")};
+  try {
+    object->second = object->second.patch(patch);
+  } catch (const json::exception& e) {
+    return {true, 422, status_object(422, "Invalid", e.what())};
+  }
+  return {true, 200, object->second};
+}
+
+void FakeApiserver::put_at(const std::string& path, json object) {
+  std::lock_guard lock(impl_->mutex);
+  impl_->by_path[path] = std::move(object);
+}
+
+json FakeApiserver::at(const std::string& path) const {
+  std::lock_guard lock(impl_->mutex);
+  const auto object = impl_->by_path.find(path);
+  return object == impl_->by_path.end() ? json(nullptr) : object->second;
 }
 
 // A strategic merge patch of /api/v1/nodes/<name>/status that sets conditions: each is merged into the

@@ -13,6 +13,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -55,6 +56,11 @@ class FakeApiserver {
   void serve_claims(std::vector<std::string> versions);
   // Whether the wgpolicyk8s.io/v1alpha2 API is served (its CRD installed); true at first.
   void serve_policy_reports(bool served);
+  // A single object at its path ("/apis/apps/v1/namespaces/n/deployments/d"): GET answers it, and a JSON
+  // Patch (application/json-patch+json) changes it as the API server applies one (422 when an op fails, a
+  // failed test included). at() is nullptr when there is none.
+  void put_at(const std::string& path, nlohmann::json object);
+  nlohmann::json at(const std::string& path) const;
 
   struct Request {
     std::string path, query, authorization;
@@ -78,6 +84,7 @@ class FakeApiserver {
   void answer_list(Connection& connection, const std::string& resource, Request seen);
   void answer_watch(Connection& connection, const std::string& resource, Request seen);
   std::pair<unsigned, nlohmann::json> patch_node_status(const Request& seen);
+  std::tuple<bool, unsigned, nlohmann::json> answer_by_path(const Request& seen);  // found, status, body
   std::pair<unsigned, nlohmann::json> answer_lease(const Request& seen);
   std::pair<unsigned, nlohmann::json> answer_policy_reports(const Request& seen);
 
