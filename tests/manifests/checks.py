@@ -120,7 +120,7 @@ def check_policy(data):
     assert all(isinstance(v, str) for v in data.values()), data
 
 
-def check_backstop(docs, namespace):
+def check_backstop(docs, namespace, actions=("Deny",)):
     """The admission policy, parameterised by the policy ConfigMap, over the webhook's namespaces."""
     policy, binding = one(docs, "ValidatingAdmissionPolicy"), one(docs, "ValidatingAdmissionPolicyBinding")
     assert policy["apiVersion"] == binding["apiVersion"] == "admissionregistration.k8s.io/v1"
@@ -129,9 +129,53 @@ def check_backstop(docs, namespace):
     assert binding["spec"]["policyName"] == policy["metadata"]["name"]
     assert binding["spec"]["paramRef"] == {"name": "gpuguard-policy", "namespace": namespace,
                                            "parameterNotFoundAction": "Deny"}
-    assert binding["spec"]["validationActions"] == ["Deny"]
+    assert binding["spec"]["validationActions"] == list(actions), binding["spec"]["validationActions"]
     webhook = one(docs, "MutatingWebhookConfiguration")["webhooks"][0]
     assert binding["spec"]["matchResources"]["namespaceSelector"] == webhook["namespaceSelector"]  # same coverage
+
+
+def check_arming(docs, namespace, armed, webhook=True, backstop=True):
+    """What refuses pods carries the break-glass label. Armed: refusing at once, no hook. Not armed: the webhook
+    configuration at Ignore and the binding at Warn and Audit (`webhook`, `backstop`: those the hook arms), and a
+    post-install hook Job that arms them, with RBAC for those two objects by name and the webhook's Deployment,
+    and nothing else."""
+    refusing = [d for d in docs if d["metadata"].get("labels", {}).get("gpuguard.io/refuses-pods") == "true"]
+    has_backstop = bool(find(docs, "ValidatingAdmissionPolicyBinding"))
+    assert sorted(d["kind"] for d in refusing) == ["MutatingWebhookConfiguration"] + (
+        ["ValidatingAdmissionPolicyBinding"] if has_backstop else []), refusing
+    jobs = find(docs, "Job", "gpuguard-arm")
+    if armed:
+        assert not jobs and not find(docs, "ClusterRole", "gpuguard-arm")
+        return
+    if webhook:
+        assert one(docs, "MutatingWebhookConfiguration")["webhooks"][0]["failurePolicy"] == "Ignore"
+    if backstop:
+        assert one(docs, "ValidatingAdmissionPolicyBinding")["spec"]["validationActions"] == ["Warn", "Audit"]
+    [job] = jobs
+    assert job["metadata"]["annotations"]["helm.sh/hook"] == "post-install,post-upgrade"
+    assert job["spec"]["backoffLimit"] == 0
+    pod = job["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    check_hardened(pod, container)
+    assert container["command"] == ["/usr/local/bin/gpuguard-webhook", "arm"]
+    args = dict(a[2:].split("=", 1) for a in container["args"])
+    want = {"namespace": namespace, "deployment": "gpuguard-webhook", "timeout": args["timeout"]}
+    if webhook:
+        want["webhook-configuration"] = "gpuguard"
+    if backstop:
+        want["backstop-binding"] = "gpuguard-visible-devices"
+    assert args == want, args
+    assert pod["serviceAccountName"] == "gpuguard-arm" and pod["automountServiceAccountToken"] is True
+    assert one(docs, "Role", "gpuguard-arm")["rules"] == [
+        {"apiGroups": ["apps"], "resources": ["deployments"], "resourceNames": ["gpuguard-webhook"], "verbs": ["get"]}]
+    assert one(docs, "ClusterRole", "gpuguard-arm")["rules"] == [
+        {"apiGroups": ["admissionregistration.k8s.io"], "resources": ["mutatingwebhookconfigurations"],
+         "resourceNames": ["gpuguard"], "verbs": ["get", "patch"]},
+        {"apiGroups": ["admissionregistration.k8s.io"], "resources": ["validatingadmissionpolicybindings"],
+         "resourceNames": ["gpuguard-visible-devices"], "verbs": ["get", "patch"]}]
+    for kind in ("RoleBinding", "ClusterRoleBinding"):
+        assert one(docs, kind, "gpuguard-arm")["subjects"] == [
+            {"kind": "ServiceAccount", "name": "gpuguard-arm", "namespace": namespace}]
 
 
 def check_device_plugin(docs):

@@ -33,6 +33,8 @@ helm_version="$("$helm" version --template '{{.Version}}')"
 "$helm" template gpuguard "$root/charts/gpuguard" > /dev/null 2> "$work/no-kube-version.err" \
   || { cat "$work/no-kube-version.err"; echo "helm template without --kube-version fails: is helm stamped as released?"; exit 1; }
 render default
+"$helm" template gpuguard "$root/charts/gpuguard" --namespace gpuguard-system --kube-version "$kube_version" \
+  --set webhook.armAfterReady=false 2> >(grep -v 'found symbolic link in path' >&2) > "$work/armed.yaml"
 for values in "$root"/charts/gpuguard/ci/*-values.yaml; do
   render "$(basename "$values" -values.yaml)" "$values"
 done
@@ -57,9 +59,15 @@ def secret_pem(docs, name, key):
 docs = load(f"{work}/default.yaml")
 check_namespaces(docs, ns)
 ca = secret_pem(docs, "gpuguard-ca", "tls.crt")
-policy = check_webhook(docs, ns, excluded, ca=ca)
+# No cluster to look up: nothing is armed yet, and the hook is there to arm it.
+policy = check_webhook(docs, ns, excluded, ca=ca, failure_policy="Ignore")
 check_network_policy(docs)
-check_backstop(docs, ns)
+check_backstop(docs, ns, actions=("Warn", "Audit"))
+check_arming(docs, ns, armed=False)
+armed = load(f"{work}/armed.yaml")
+check_webhook(armed, ns, excluded, ca=secret_pem(armed, "gpuguard-ca", "tls.crt"))
+check_backstop(armed, ns)
+check_arming(armed, ns, armed=True)
 check_device_plugin(docs)
 assert check_host_devices(docs) == ["github.com/fuse=/dev/fuse:16"]
 check_policy(policy)
@@ -73,7 +81,8 @@ assert open(f"{work}/ca.crt").read() == ca
 # cert-manager, with the scheduler extender.
 docs = load(f"{work}/cert-manager.yaml")
 check_namespaces(docs, ns)
-check_webhook(docs, ns, excluded, cert_manager=True)
+check_webhook(docs, ns, excluded, cert_manager=True, failure_policy="Ignore")
+check_arming(docs, ns, armed=False)
 check_extender(docs, ns)
 extender = one(docs, "Certificate", "gpuguard-scheduler-extender-tls")["spec"]
 assert "gpuguard-scheduler-extender.gpuguard-system.svc" in extender["dnsNames"]
@@ -81,7 +90,8 @@ assert not find(docs, "Secret"), "cert-manager makes every Secret"
 
 # The webhook alone.
 docs = load(f"{work}/webhook-only.yaml")
-check_webhook(docs, ns, excluded, ca=secret_pem(docs, "gpuguard-ca", "tls.crt"))
+check_webhook(docs, ns, excluded, ca=secret_pem(docs, "gpuguard-ca", "tls.crt"), failure_policy="Ignore")
+check_arming(docs, ns, armed=False, backstop=False)
 assert not find(docs, "DaemonSet") and not find(docs, "ValidatingAdmissionPolicy"), sorted(d["kind"] for d in docs)
 
 # Strict, Ignore, no DRA lookups, and a device plugin config file.
@@ -91,7 +101,9 @@ policy = check_webhook(docs, ns, excluded, ca=secret_pem(docs, "gpuguard-ca", "t
 check_policy(policy)
 assert policy["mode"] == "strict" and policy["exemptNamespaces"] == "monitoring"
 check_network_policy(docs, pod_cidrs=["10.244.0.0/16", "fd00:10:244::/56"])
-check_backstop(docs, ns)
+# failurePolicy Ignore by choice: only the backstop is armed by the hook.
+check_backstop(docs, ns, actions=("Warn", "Audit"))
+check_arming(docs, ns, armed=False, webhook=False)
 args = check_device_plugin(docs)
 assert "--mig-strategy=mixed" in args and "--config-file=/etc/gpuguard/device-plugin/config.yaml" in args
 assert check_host_devices(docs) == ["github.com/fuse=/dev/fuse:16", "example.com/serial=/dev/ttyUSB*"]
@@ -135,7 +147,9 @@ import copy, re, sys, yaml
 work = sys.argv[1]
 def objects(path):
     return {(d["kind"], d["metadata"]["name"]): d for d in yaml.safe_load_all(open(path)) if d}
-helm, kustomize = objects(f"{work}/default.yaml"), objects(f"{work}/kustomize.yaml")
+# The chart armed at once (what an upgrade renders once the hook has armed it) against kustomize, whose
+# README applies what refuses pods only after the rollout.
+helm, kustomize = objects(f"{work}/armed.yaml"), objects(f"{work}/kustomize.yaml")
 # Only in one of them: kustomize makes the namespace and publishes the CA in a Secret of its own; Helm
 # keeps its CA (with its key, to sign certificates on upgrade) in gpuguard-ca.
 only = {("Namespace", "gpuguard-system"), ("Secret", "gpuguard-webhook-ca"), ("Secret", "gpuguard-ca")}

@@ -85,6 +85,7 @@ check_namespaces(docs, "gpuguard-system")
 policy = check_webhook(docs, "gpuguard-system", ["kube-system", "kube-node-lease"], ca=open(sys.argv[2]).read())
 check_network_policy(docs)
 check_backstop(docs, "gpuguard-system")
+check_arming(docs, "gpuguard-system", armed=True)  # the README applies these two after the rollout
 assert "--discovery=auto" in check_device_plugin(docs)
 assert check_host_devices(docs) == ["github.com/fuse=/dev/fuse:16"]
 check_policy(policy)

@@ -63,3 +63,43 @@ of Helm's own client library, which include all three. */}}
 true
 {{- end -}}
 {{- end -}}
+
+{{/* Arming (docs/operations.md#install): what refuses pods is made so only once a replica can answer.
+"true" when the webhook configuration should be rendered at failurePolicy Fail now: Fail is asked for,
+and either arming after readiness is off or the live configuration is armed already (lookup, so that
+`helm upgrade` keeps it armed; `helm template` has no cluster and renders it unarmed). */}}
+{{- define "gpuguard.webhookArmed" -}}
+{{- if eq .Values.webhook.failurePolicy "Fail" -}}
+{{- if not .Values.webhook.armAfterReady -}}
+true
+{{- else -}}
+{{- $live := lookup "admissionregistration.k8s.io/v1" "MutatingWebhookConfiguration" "" (include "gpuguard.fullname" .) -}}
+{{- range ($live.webhooks | default list) -}}
+{{- if and (eq .name "visible-devices.gpuguard.io") (eq (.failurePolicy | default "") "Fail") -}}
+true
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* "true" when the backstop binding should be rendered denying now, as for the webhook configuration. */}}
+{{- define "gpuguard.backstopArmed" -}}
+{{- if not .Values.webhook.armAfterReady -}}
+true
+{{- else -}}
+{{- $live := lookup "admissionregistration.k8s.io/v1" "ValidatingAdmissionPolicyBinding" "" (printf "%s-visible-devices" (include "gpuguard.fullname" .)) -}}
+{{- if and $live (has "Deny" ($live.spec.validationActions | default list)) -}}
+true
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* "true" when the post-install hook must arm something: the webhook configuration, or the backstop. */}}
+{{- define "gpuguard.armingNeeded" -}}
+{{- if .Values.webhook.armAfterReady -}}
+{{- if or (and (eq .Values.webhook.failurePolicy "Fail") (not (include "gpuguard.webhookArmed" .))) (and .Values.backstop.enabled (not (include "gpuguard.backstopArmed" .))) -}}
+true
+{{- end -}}
+{{- end -}}
+{{- end -}}
