@@ -16,8 +16,8 @@ std::optional<ino_t> socket_inode(const std::filesystem::path& path) {
 }  // namespace
 
 KubeletSession::KubeletSession(std::vector<std::unique_ptr<PluginServer>>& servers,
-                               std::filesystem::path kubelet_socket)
-    : servers_(servers), kubelet_socket_(std::move(kubelet_socket)) {}
+                               std::filesystem::path kubelet_socket, Yield yield)
+    : servers_(servers), kubelet_socket_(std::move(kubelet_socket)), yield_(std::move(yield)) {}
 
 void KubeletSession::reconcile() {
   std::lock_guard lock(mutex_);
@@ -32,7 +32,18 @@ void KubeletSession::reconcile() {
   if (!kubelet || kubelet != registered_with_) registered_.store(false);
   if (!kubelet || kubelet == registered_with_) return;
   try {
-    for (auto& server : servers_) server->register_with_kubelet(kubelet_socket_);
+    for (auto& server : servers_) {
+      const std::string why = yield_ ? yield_(server->resource_name()) : std::string();
+      if (!why.empty()) {
+        if (yielded_.insert(server->resource_name()).second) {
+          log::warn("not registered: another plugin serves the resource",
+                    {{"resource", server->resource_name()}, {"reason", why}});
+        }
+        continue;
+      }
+      yielded_.erase(server->resource_name());
+      server->register_with_kubelet(kubelet_socket_);
+    }
     registered_with_ = kubelet;
     registered_.store(true);
     last_error_.clear();

@@ -12,12 +12,13 @@ bool NodeIsolation::judged() const {
   return none_.has_value();
 }
 
-bool NodeIsolation::update(const nodereport::Report& none, const nodereport::Report& void_value) {
+bool NodeIsolation::update(const nodereport::Report& none, const nodereport::Report& void_value, std::string injected) {
   std::string both = nodereport::to_json(none);
   both.append(nodereport::to_json(void_value));
   const std::lock_guard lock(mutex_);
   none_ = none;
   void_ = void_value;
+  injected_ = std::move(injected);
   if (both == last_) return false;
   last_ = std::move(both);
   return true;
@@ -29,7 +30,7 @@ void NodeIsolation::count_condition_write(bool success) {
 }
 
 void NodeIsolation::render_metrics(std::string& out) const {
-  render_reloads(out, false);
+  render_reloads(out, false, false);
   const std::lock_guard lock(mutex_);
   metrics::header(out, "gpuguard_device_plugin_node_condition_writes_total", "counter",
                   "Writes of this node's GPUIsolation condition to its Node object, by result.");
@@ -51,6 +52,17 @@ void NodeIsolation::render_metrics(std::string& out) const {
         .append(report->value_honoured() ? "1" : "0")
         .append("\n");
   }
+  const nodereport::Report& injected = injected_ == "void" ? *void_ : *none_;
+  metrics::header(out, "gpuguard_device_plugin_injected_value_honoured", "gauge",
+                  "1 when the value the policy injects (label) keeps GPUs out of a container without one on this "
+                  "node, as the GPUIsolation condition says.");
+  out.append("gpuguard_device_plugin_injected_value_honoured{value=\"")
+      .append(injected.value)
+      .append("\",verdict=\"")
+      .append(nodereport::verdict_name(injected.verdict))
+      .append("\"} ")
+      .append(injected.value_honoured() ? "1" : "0")
+      .append("\n");
   metrics::header(out, "gpuguard_device_plugin_node_findings", "gauge",
                   "The node report's findings under NVIDIA_VISIBLE_DEVICES=none, by severity.");
   std::array<std::size_t, 3> counts{};

@@ -117,6 +117,8 @@ PluginServer::PluginServer(Resource& resource, const std::filesystem::path& plug
 
 PluginServer::~PluginServer() { stop(); }
 
+const std::string& PluginServer::resource_name() const { return resource_.name(); }
+
 void PluginServer::serve() {
   stop();
   service_ = std::make_unique<Service>(resource_);

@@ -41,7 +41,7 @@ void judge_node(const std::filesystem::path& host_root, const std::string& value
   const nodereport::Report none = nodereport::judge(host, "none");
   const nodereport::Report void_value = nodereport::judge(host, "void");
   if (condition != nullptr) condition->update(value == "void" ? void_value : none, std::chrono::system_clock::now());
-  if (!isolation.update(none, void_value)) return;
+  if (!isolation.update(none, void_value, value)) return;
   log::info("node report", {{"none", nodereport::verdict_name(none.verdict)},
                             {"void", nodereport::verdict_name(void_value.verdict)},
                             {"none_reason", none.reason},
@@ -103,6 +103,12 @@ std::string other_gpu_plugin(const std::filesystem::path& plugin_dir, const std:
   const bool answers = ::connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address) == 0;
   ::close(fd);
   return answers ? "NVIDIA's device plugin serves " + resource_name + " here (" + path + " answers)" : "";
+}
+
+std::set<std::string> host_device_names(const PluginConfig& c) {
+  std::set<std::string> names;
+  for (const HostDevice& device : c.host_devices) names.insert(device.resource);
+  return names;
 }
 
 // Why the GPUs are only reported, not served, or empty when they are served.
@@ -221,7 +227,15 @@ void serve(const PluginConfig& c, const std::vector<std::string>& config_warning
   std::vector<std::unique_ptr<PluginServer>> servers;
   servers.reserve(resources.size());
   for (auto& resource : resources) servers.push_back(std::make_unique<PluginServer>(*resource, c.plugin_dir));
-  KubeletSession kubelet(servers, c.plugin_dir / "kubelet.sock");
+  // With --gpus auto, each registration first asks whether NVIDIA's plugin serves the GPU resource now:
+  // after a kubelet restart both register again, and the kubelet keeps whichever registered last.
+  KubeletSession::Yield yield;
+  if (c.gpus == GpuServing::automatic) {
+    yield = [&c, host = host_device_names(c)](const std::string& resource) {
+      return host.contains(resource) ? std::string() : other_gpu_plugin(c.plugin_dir, resource);
+    };
+  }
+  KubeletSession kubelet(servers, c.plugin_dir / "kubelet.sock", yield);
 
   // The status server takes SIGTERM and SIGINT from its construction on: before anything is served, so a
   // signal at any later moment still ends in the orderly stop below.

@@ -24,12 +24,14 @@ void ReloadMetrics::set_certificate_expiry(double unix_seconds) {
   certificate_expiry_ = unix_seconds;
 }
 
-void ReloadMetrics::render_reloads(std::string& out, bool with_certificate) const {
+void ReloadMetrics::render_reloads(std::string& out, bool with_certificate, bool with_policy_mode) const {
   std::lock_guard lock(mutex_);
   header(out, "gpuguard_policy_reloads_total", "counter", "Policy loads from --policy-dir, by result.");
   two_results(out, "gpuguard_policy_reloads_total", policy_reloads_);
-  header(out, "gpuguard_policy_info", "gauge", "The policy mode in force.");
-  out.append("gpuguard_policy_info{mode=\"").append(policy_mode_).append("\"} 1\n");
+  if (with_policy_mode) {
+    header(out, "gpuguard_policy_info", "gauge", "The policy mode in force.");
+    out.append("gpuguard_policy_info{mode=\"").append(policy_mode_).append("\"} 1\n");
+  }
   if (!with_certificate) return;
   header(out, "gpuguard_tls_certificate_expiry_timestamp_seconds", "gauge", "notAfter of the serving certificate.");
   out.append("gpuguard_tls_certificate_expiry_timestamp_seconds ").append(number(certificate_expiry_)).append("\n");

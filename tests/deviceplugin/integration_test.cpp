@@ -203,18 +203,38 @@ TEST_CASE("node report: the verdict for each value in /metrics, judged again whe
   CHECK(plugin.terminate() == 0);
 }
 
+namespace {
+
+// NVIDIA's device plugin (alone or under the GPU Operator) serving nvidia.com/gpu on nvidia-gpu.sock; its
+// socket file stays when it is gone.
+class NvidiaPluginSocket {
+ public:
+  explicit NvidiaPluginSocket(const fs::path& plugin_dir) : path_((plugin_dir / "nvidia-gpu.sock").string()) {
+    fs::remove(path_);
+    fd_ = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    sockaddr_un address{};
+    address.sun_family = AF_UNIX;
+    std::memcpy(address.sun_path, path_.c_str(), path_.size() + 1);
+    REQUIRE(::bind(fd_, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0);
+    REQUIRE(::listen(fd_, 4) == 0);
+  }
+  ~NvidiaPluginSocket() { ::close(fd_); }
+  NvidiaPluginSocket(const NvidiaPluginSocket&) = delete;
+  NvidiaPluginSocket& operator=(const NvidiaPluginSocket&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+};
+
+}  // namespace
+
 TEST_CASE("gpus auto: where NVIDIA's plugin answers for the resource, the GPUs are reported, not served") {
   Node node;
   nvidia_cdi_mode_by_default(node);
   FakeKubelet kubelet(node.plugin_dir);
-  // NVIDIA's device plugin (alone or under the GPU Operator) serves nvidia.com/gpu on nvidia-gpu.sock.
-  const int listener = ::socket(AF_UNIX, SOCK_STREAM, 0);
-  sockaddr_un address{};
-  address.sun_family = AF_UNIX;
-  const std::string path = (node.plugin_dir / "nvidia-gpu.sock").string();
-  std::memcpy(address.sun_path, path.c_str(), path.size() + 1);
-  REQUIRE(::bind(listener, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0);
-  REQUIRE(::listen(listener, 4) == 0);
+  auto nvidia = std::make_unique<NvidiaPluginSocket>(node.plugin_dir);
   {
     PluginProcess plugin(node.plugin_dir, node.host.root(),
                          {"--gpus", "auto", "--cdi-root", "", "--host-device", "github.com/fuse=/dev/fuse"});
@@ -238,15 +258,33 @@ TEST_CASE("gpus auto: where NVIDIA's plugin answers for the resource, the GPUs a
     CHECK(kubelet.wait_for(1, 0ms).size() == 1);  // nothing registered since
     CHECK(plugin.terminate() == 0);
   }
-  // A socket file left behind by a plugin that is gone answers nothing: the GPUs are served.
-  ::close(listener);
+}
+
+TEST_CASE("gpus auto: served while NVIDIA's plugin is gone, and left to it after a kubelet restart once it is back") {
+  Node node;
+  auto kubelet = std::make_unique<FakeKubelet>(node.plugin_dir);
+  auto nvidia = std::make_unique<NvidiaPluginSocket>(node.plugin_dir);
+  const std::string path = nvidia->path();
+  nvidia.reset();  // a socket file left behind by a plugin that is gone answers nothing: the GPUs are served
   REQUIRE(fs::exists(path));
-  PluginProcess plugin(node.plugin_dir, node.host.root(), {"--gpus", "auto", "--cdi-root", ""});
-  const auto registered = kubelet.wait_for(2);
-  REQUIRE(registered.size() == 2);
-  CHECK(registered[1].resource_name() == "nvidia.com/gpu");
+  PluginProcess plugin(node.plugin_dir, node.host.root(),
+                       {"--gpus", "auto", "--cdi-root", "", "--host-device", "github.com/fuse=/dev/fuse"});
+  REQUIRE(kubelet->wait_for(2).size() == 2);
+  // NVIDIA's plugin comes back, and the kubelet restarts: both plugins register again, and the kubelet
+  // would keep whichever came last; gpuguard's leaves the GPUs to it and registers the host device only.
+  nvidia = std::make_unique<NvidiaPluginSocket>(node.plugin_dir);
+  kubelet.reset();
+  for (const auto& entry : fs::directory_iterator(node.plugin_dir)) {
+    if (entry.is_socket() && entry.path() != path) fs::remove(entry.path());
+  }
+  kubelet = std::make_unique<FakeKubelet>(node.plugin_dir);
+  const auto again = kubelet->wait_for(1);
+  REQUIRE(again.size() == 1);
+  CHECK(again[0].resource_name() == "github.com/fuse");
+  std::this_thread::sleep_for(1500ms);
+  CHECK(kubelet->wait_for(2, 0ms).size() == 1);
+  CHECK_THAT(plugin.log(), Catch::Contains("not registered: another plugin serves the resource"));
   CHECK(plugin.terminate() == 0);
-  fs::remove(path);
 }
 
 TEST_CASE("gpus report-only: nothing registered for the GPUs, ready once the node is judged") {

@@ -162,8 +162,17 @@ TEST_CASE("node condition: a policy the webhook would refuse never stops the GPU
   CHECK_THAT(plugin.log(), Catch::Contains("visibleDevicesValue"));
   CHECK_THAT(http_get(plugin.status_port(), "/metrics").second,
              Catch::Contains("gpuguard_policy_reloads_total{result=\"failure\"} 1\n"));
+  const std::string judged_default = http_get(plugin.status_port(), "/metrics").second;
+  CHECK_THAT(
+      judged_default,
+      Catch::Contains("gpuguard_device_plugin_injected_value_honoured{value=\"none\",verdict=\"breaks-pods\"} 0\n"));
+  // The plugin reads no mode, so it says none.
+  CHECK(judged_default.find("gpuguard_policy_info") == std::string::npos);
   node.host.write("policy/visibleDevicesValue", "void\n");
   CHECK(condition_when(apiserver, "gpu-1", [](const json& c) { return c["reason"] == "Honoured"; }).is_object());
+  CHECK_THAT(
+      http_get(plugin.status_port(), "/metrics").second,
+      Catch::Contains("gpuguard_device_plugin_injected_value_honoured{value=\"void\",verdict=\"honoured\"} 1\n"));
   CHECK(plugin.terminate() == 0);
 }
 

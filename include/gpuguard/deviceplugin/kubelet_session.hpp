@@ -3,9 +3,11 @@
 // every socket in its directory when it restarts, then creates a new kubelet.sock.
 #include <atomic>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -17,7 +19,13 @@ namespace gpuguard::deviceplugin {
 
 class KubeletSession {
  public:
-  KubeletSession(std::vector<std::unique_ptr<PluginServer>>& servers, std::filesystem::path kubelet_socket);
+  // Why a resource is not to be registered now (another plugin serves it), or empty; asked at every
+  // registration, so that after a kubelet restart the plugin that registers last is never gpuguard's
+  // against another that already serves the resource.
+  using Yield = std::function<std::string(const std::string& resource)>;
+
+  KubeletSession(std::vector<std::unique_ptr<PluginServer>>& servers, std::filesystem::path kubelet_socket,
+                 Yield yield = {});
 
   // Serves again where a socket of ours is gone, and registers every resource again with a new
   // kubelet.sock (a different inode). Called every second; logs each new registration error once.
@@ -30,6 +38,8 @@ class KubeletSession {
  private:
   std::vector<std::unique_ptr<PluginServer>>& servers_;
   std::filesystem::path kubelet_socket_;
+  Yield yield_;
+  std::set<std::string> yielded_;  // resources left to another plugin, said once each
   std::mutex mutex_;
   std::optional<ino_t> registered_with_;
   std::string last_error_;

@@ -24,6 +24,7 @@ class PluginServer {
   // Ends the ListAndWatch streams, stops the server and removes the socket.
   void stop();
   bool socket_exists() const;
+  const std::string& resource_name() const;
   // Registration.Register on the kubelet's socket, with this server's socket as the endpoint.
   void register_with_kubelet(const std::filesystem::path& kubelet_socket) const;
 

@@ -20,7 +20,8 @@ class ReloadMetrics {
 
  protected:
   // Appends the series in the Prometheus text format. `with_certificate` is false for a server without TLS.
-  void render_reloads(std::string& out, bool with_certificate) const;
+  // `with_policy_mode`: gpuguard_policy_info, for a program that reads the policy's mode.
+  void render_reloads(std::string& out, bool with_certificate, bool with_policy_mode = true) const;
 
  private:
   mutable std::mutex mutex_;
