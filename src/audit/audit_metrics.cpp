@@ -125,7 +125,8 @@ std::string AuditMetrics::render(bool synced) const {
           .append("\n");
     }
     metrics::header(out, "gpuguard_audit_nodes", "gauge",
-                    "Nodes by the verdict of their GPUIsolation condition (unreported: no gpuguard device plugin).");
+                    "Nodes by the verdict of their GPUIsolation condition (unreported: a GPU node no gpuguard plugin "
+                    "judges; no-gpu: a node without GPUs or the condition).");
     for (const auto& [verdict, count] : pass_->nodes) {
       out.append("gpuguard_audit_nodes{verdict=\"").append(verdict).append("\"} ");
       out.append(std::to_string(count)).append("\n");

@@ -7,6 +7,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -101,27 +102,45 @@ class NodeStore final : public kube::Store {
  public:
   using Conditions = std::map<std::string, std::optional<nodereport::SeenCondition>, std::less<>>;
 
-  void list_begin() override { fresh_.clear(); }
+  void list_begin() override {
+    fresh_.clear();
+    fresh_gpu_nodes_.clear();
+  }
   void list_item(std::string_view object) override {
-    if (auto name = name_of(object)) fresh_.insert_or_assign(std::move(*name), nodereport::seen_condition(object));
+    auto name = name_of(object);
+    if (!name) return;
+    if (nodereport::is_gpu_node(object)) fresh_gpu_nodes_.insert(*name);
+    fresh_.insert_or_assign(std::move(*name), nodereport::seen_condition(object));
   }
   void list_end(bool complete) override {
     if (complete) {
       const std::lock_guard lock(mutex_);
       nodes_.swap(fresh_);
+      gpu_nodes_.swap(fresh_gpu_nodes_);
       ++changes_;
     }
     Conditions().swap(fresh_);
+    std::set<std::string, std::less<>>().swap(fresh_gpu_nodes_);
   }
   void apply(std::string_view type, std::string_view object) override {
     auto name = name_of(object);
     if (!name) return;
     auto condition = nodereport::seen_condition(object);
+    const bool gpu = nodereport::is_gpu_node(object);
     const std::lock_guard lock(mutex_);
     if (type == "DELETED") {
       nodes_.erase(*name);
+      gpu_nodes_.erase(*name);
       ++changes_;
       return;
+    }
+    if (gpu != gpu_nodes_.contains(*name)) {
+      ++changes_;
+      if (gpu) {
+        gpu_nodes_.insert(*name);
+      } else {
+        gpu_nodes_.erase(*name);
+      }
     }
     const auto known = nodes_.find(*name);
     const bool same =
@@ -135,11 +154,16 @@ class NodeStore final : public kube::Store {
     const std::lock_guard lock(mutex_);
     return changes_;
   }
-  // The conditions of the nodes that report one, and every node's verdict counted into `verdicts`.
+  // The conditions of the nodes that report one, and every node's verdict counted into `verdicts`: a
+  // node without the condition is "unreported" when it has GPUs, "no-gpu" when it has none.
   NodeConditions snapshot(std::map<std::string, std::size_t>& verdicts) const {
     NodeConditions reporting;
     const std::lock_guard lock(mutex_);
     for (const auto& [name, condition] : nodes_) {
+      if (!condition && !gpu_nodes_.contains(name)) {
+        ++verdicts["no-gpu"];
+        continue;
+      }
       const auto reason = condition ? std::optional<std::string_view>(condition->reason) : std::nullopt;
       ++verdicts[std::string(verdict_label(reason))];
       if (condition) reporting.emplace(name, *condition);
@@ -151,8 +175,10 @@ class NodeStore final : public kube::Store {
   static std::optional<std::string> name_of(std::string_view object);
 
   Conditions fresh_;
+  std::set<std::string, std::less<>> fresh_gpu_nodes_;
   mutable std::mutex mutex_;
   Conditions nodes_;
+  std::set<std::string, std::less<>> gpu_nodes_;  // the nodes with GPUs, with or without the condition
   std::uint64_t changes_ = 0;
 };
 

@@ -54,6 +54,28 @@ std::optional<SeenCondition> seen_condition(std::string_view node_json) {
   return std::nullopt;
 }
 
+bool is_gpu_node(std::string_view node_json) {
+  const auto node = nlohmann::json::parse(node_json, nullptr, false);
+  if (!node.is_object()) return false;
+  const nlohmann::json labels =
+      node.value("metadata", nlohmann::json::object()).value("labels", nlohmann::json::object());
+  if (labels.is_object()) {
+    for (const auto& [key, value] : {std::pair{"feature.node.kubernetes.io/pci-10de.present", "true"},
+                                     std::pair{"feature.node.kubernetes.io/cpu-model.vendor_id", "NVIDIA"},
+                                     std::pair{"nvidia.com/gpu.present", "true"}}) {
+      const auto label = labels.find(key);
+      if (label != labels.end() && *label == value) return true;
+    }
+  }
+  const nlohmann::json capacity =
+      node.value("status", nlohmann::json::object()).value("capacity", nlohmann::json::object());
+  if (!capacity.is_object()) return false;
+  for (const auto& [resource, quantity] : capacity.items()) {
+    if (resource.starts_with("nvidia.com/") && quantity.is_string() && quantity != "0") return true;
+  }
+  return false;
+}
+
 std::string rfc3339(long long unix_seconds) {
   const std::time_t time = static_cast<std::time_t>(unix_seconds);
   std::tm utc{};

@@ -157,11 +157,17 @@ TEST_CASE("audit loop: a node whose GPUIsolation is not True exposes its GPU-les
   test::list(pods, {pod("a", "on-leaky", "leaky", json::array({container("app", none), gpu})),
                     pod("a", "on-good", "good", json::array({container("app", none)})),
                     pod("a", "on-cpu", "cpu", json::array({container("app", none)}))});
-  test::list(nodes, {node("leaky", "False", "Leaks"), node("good", "True", "Honoured"), node("cpu", "", "")});
+  json unjudged = node("unjudged", "", "");  // GPUs (Node Feature Discovery says so), and no gpuguard plugin
+  unjudged["metadata"]["labels"] = {{"feature.node.kubernetes.io/pci-10de.present", "true"}};
+  json operator_node = node("operator", "", "");  // GPUs in its capacity, served by another plugin
+  operator_node["status"]["capacity"] = {{"cpu", "8"}, {"nvidia.com/gpu", "2"}};
+  test::list(nodes, {node("leaky", "False", "Leaks"), node("good", "True", "Honoured"), node("cpu", "", ""), unjudged,
+                     operator_node});
   std::map<std::string, std::size_t> verdicts;
   std::size_t count = 0;
   const auto offenders = pods.offenders(nodes.snapshot(verdicts), count);
-  CHECK(verdicts == std::map<std::string, std::size_t>{{"honoured", 1}, {"leaks", 1}, {"unreported", 1}});
+  CHECK(verdicts ==
+        std::map<std::string, std::size_t>{{"honoured", 1}, {"leaks", 1}, {"no-gpu", 1}, {"unreported", 2}});
   REQUIRE(offenders.size() == 1);
   CHECK(offenders[0].pod->name == "on-leaky");
   CHECK(offenders[0].pod->exposures().empty());

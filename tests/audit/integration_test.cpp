@@ -104,7 +104,7 @@ TEST_CASE("reports and metrics follow the pods and the policy, and the Lease is 
   CHECK(series(*controller,
                "gpuguard_audit_exposed_pods{namespace=\"team-a\",reason=\"image-default\",result=\"fail\"}") == 1);
   CHECK(series(*controller, "gpuguard_audit_pods") == 3);
-  CHECK(series(*controller, "gpuguard_audit_nodes{verdict=\"unreported\"}") == 1);
+  CHECK(series(*controller, "gpuguard_audit_nodes{verdict=\"no-gpu\"}") == 1);  // n1 has no GPU, nor the condition
   CHECK(series(*controller, "gpuguard_audit_policy_reports_available") == 1);
 
   // A pod created while the webhook was down appears; a deleted one leaves its report.

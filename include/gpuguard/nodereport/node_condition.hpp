@@ -33,6 +33,12 @@ struct SeenCondition {
 // nullopt when the text is not a Node's JSON or carries no such condition.
 std::optional<SeenCondition> seen_condition(std::string_view node_json);
 
+// Whether a Node's JSON says it has NVIDIA GPUs, as the chart's DaemonSets find GPU nodes: the labels of
+// Node Feature Discovery (NVIDIA's PCI vendor, its CPU vendor on Tegra) or GPU Feature Discovery
+// (nvidia.com/gpu.present), or an nvidia.com/ resource in its capacity. So that a GPU node without the
+// GPUIsolation condition (no gpuguard plugin judges it) is told from a node without GPUs.
+bool is_gpu_node(std::string_view node_json);
+
 std::string rfc3339(long long unix_seconds);
 
 }  // namespace gpuguard::nodereport
