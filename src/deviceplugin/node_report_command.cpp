@@ -16,9 +16,11 @@ int run_node_report_command(const std::vector<std::string>& args) {
       "out of containers on this node? Judged from the host's files: NVIDIA's toolkit config and version, the\n"
       "container runtime's default runtime, the CDI specs. Exits 0 when honoured or not acted on, 3 when\n"
       "it leaks or breaks pods, 2 on bad flags.\n\nOptions");
-  description.add_options()("help,h", "this text")("host-root", po::value<std::string>()->default_value("/"),
-                                                   "the host's / (the chart mounts it read-only at /host)")(
-      "value", po::value<std::string>()->default_value("none"), "the value the webhook injects: none or void")(
+  description.add_options()("help,h", "this text")(
+      "host-root", po::value<std::string>()->default_value("/"),
+      "a directory holding the host's files at their paths (the chart mounts the ones the report reads, "
+      "read-only, under /host)")("value", po::value<std::string>()->default_value("none"),
+                                 "the value the webhook injects: none or void")(
       "format", po::value<std::string>()->default_value("text"), "text or json");
   po::variables_map flags;
   try {

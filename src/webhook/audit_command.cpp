@@ -24,7 +24,9 @@ constexpr const char* kUsage =
     "usage: gpuguard-webhook audit [--policy-dir DIR] [--claims FILE] [--nodes FILE] [--output table|json] FILE|-\n"
     "  FILE: a PodList, as `kubectl get pods -A -o json` prints it (- for standard input)\n"
     "  --claims FILE: `kubectl get resourceclaims,resourceclaimtemplates -A -o json`, to resolve DRA claims\n"
-    "  --nodes FILE: `kubectl get nodes -o json`, to list the nodes whose GPUIsolation condition is not True\n";
+    "  --nodes FILE: `kubectl get nodes -o json`, to list the nodes whose GPUIsolation condition is not True\n"
+    "  --policy-dir DIR: a policy as the mounted ConfigMap holds it, one file per key (default: the defaults)\n"
+    "  --output table|json: how the exposures are printed (default table); exit 1 when there is any\n";
 
 struct Row {
   std::string namespace_, pod;
@@ -173,7 +175,7 @@ bool read_nodes(const std::string& source, Nodes& nodes) {
 
 int run_audit_command(const std::vector<std::string>& args) {
   po::options_description options;
-  options.add_options()("policy-dir", po::value<std::string>())("claims", po::value<std::string>())(
+  options.add_options()("help", "")("policy-dir", po::value<std::string>())("claims", po::value<std::string>())(
       "output", po::value<std::string>()->default_value("table"))("nodes", po::value<std::string>())(
       "pods", po::value<std::string>());
   po::positional_options_description positional;
@@ -185,6 +187,10 @@ int run_audit_command(const std::vector<std::string>& args) {
   } catch (const po::error& e) {
     std::cerr << "gpuguard-webhook audit: " << e.what() << "\n" << kUsage;
     return 2;
+  }
+  if (flags.count("help")) {
+    std::cout << kUsage;
+    return 0;
   }
   const std::string output = flags["output"].as<std::string>();
   if (!flags.count("pods") || (output != "table" && output != "json")) {

@@ -29,9 +29,14 @@ nlohmann::json patch_of(const nlohmann::json& response) {
 }  // namespace
 
 int run_review_command(const std::vector<std::string>& args) {
-  constexpr const char* kUsage = "usage: gpuguard-webhook review [--policy-dir DIR] [--claims FILE] FILE|-\n";
+  constexpr const char* kUsage =
+      "usage: gpuguard-webhook review [--policy-dir DIR] [--claims FILE] FILE|-\n"
+      "  FILE: an AdmissionReview, or a bare Pod (`kubectl get pod NAME -o json`; - for standard input); prints\n"
+      "  the response and its JSON Patch decoded, through the same code path as the server\n"
+      "  --policy-dir DIR: a policy as the mounted ConfigMap holds it, one file per key (default: the defaults)\n"
+      "  --claims FILE: `kubectl get resourceclaims,resourceclaimtemplates -A -o json`, to resolve DRA claims\n";
   po::options_description options;
-  options.add_options()("policy-dir", po::value<std::string>())("claims", po::value<std::string>())(
+  options.add_options()("help", "")("policy-dir", po::value<std::string>())("claims", po::value<std::string>())(
       "review", po::value<std::string>());
   po::positional_options_description positional;
   positional.add("review", 1);
@@ -42,6 +47,10 @@ int run_review_command(const std::vector<std::string>& args) {
   } catch (const po::error& e) {
     std::cerr << "gpuguard-webhook review: " << e.what() << "\n" << kUsage;
     return 2;
+  }
+  if (flags.count("help")) {
+    std::cout << kUsage;
+    return 0;
   }
   if (!flags.count("review")) {
     std::cerr << kUsage;

@@ -230,3 +230,14 @@ TEST_CASE("review subcommand: a bare Pod goes through the same path as the serve
   const json pod = json::parse(fixture_review("user-all"))["request"]["object"];
   CHECK(pod.patch(printed["patch"]) == read_json(fixtures_dir() / "admission" / "user-all" / "expected-object.json"));
 }
+
+TEST_CASE("every command and subcommand answers --help with its usage and exit 0, and a bad flag with exit 2") {
+  for (const std::string command : {"", "review", "audit", "audit-controller", "arm"}) {
+    const std::string program = command.empty() ? "gpuguard-webhook" : "gpuguard-webhook " + command;
+    INFO(program);
+    const ExitResult help = run_webhook(command + " --help");
+    CHECK(help.status == 0);
+    CHECK_THAT(help.output, Catch::Contains(program));
+    CHECK(run_webhook(command + " --no-such-flag").status == 2);
+  }
+}
