@@ -166,8 +166,12 @@ def check_arming(docs, namespace, armed, webhook=True, backstop=True):
         want["backstop-binding"] = "gpuguard-visible-devices"
     assert args == want, args
     assert pod["serviceAccountName"] == "gpuguard-arm" and pod["automountServiceAccountToken"] is True
+    # The policy ConfigMap too, where a binding is armed: the API server lets only a user who may read a binding's
+    # parameter change the binding.
     assert one(docs, "Role", "gpuguard-arm")["rules"] == [
-        {"apiGroups": ["apps"], "resources": ["deployments"], "resourceNames": ["gpuguard-webhook"], "verbs": ["get"]}]
+        {"apiGroups": ["apps"], "resources": ["deployments"], "resourceNames": ["gpuguard-webhook"], "verbs": ["get"]}] + (
+        [{"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["gpuguard-policy"], "verbs": ["get"]}]
+        if find(docs, "ValidatingAdmissionPolicyBinding") else [])
     assert one(docs, "ClusterRole", "gpuguard-arm")["rules"] == [
         {"apiGroups": ["admissionregistration.k8s.io"], "resources": ["mutatingwebhookconfigurations"],
          "resourceNames": ["gpuguard"], "verbs": ["get", "patch"]},
@@ -178,18 +182,27 @@ def check_arming(docs, namespace, armed, webhook=True, backstop=True):
             {"kind": "ServiceAccount", "name": "gpuguard-arm", "namespace": namespace}]
 
 
+def gpu_node_terms(operator):
+    """GPU nodes as NVIDIA's chart finds them, each term asking whether the GPU Operator deploys its own plugin."""
+    operator_plugin = {"key": "nvidia.com/gpu.deploy.device-plugin", "operator": operator, "values": ["true"]}
+    return [[{"key": "feature.node.kubernetes.io/pci-10de.present", "operator": "In", "values": ["true"]}, operator_plugin],
+            [{"key": "feature.node.kubernetes.io/cpu-model.vendor_id", "operator": "In", "values": ["NVIDIA"]}, operator_plugin],
+            [{"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]}, operator_plugin]]
+
+
 def check_device_plugin(docs):
-    """The GPU plugin: on GPU nodes as NVIDIA's chart finds them, GPUs only, NVML also on a hardened node."""
+    """The GPU plugin: on GPU nodes as NVIDIA's chart finds them but for the GPU Operator's, GPUs only, left to
+    NVIDIA's plugin where it answers (--gpus=auto), NVML also on a hardened node; and the node report alone on
+    the GPU Operator's nodes."""
     daemonset = one(docs, "DaemonSet", "gpuguard-device-plugin")["spec"]["template"]["spec"]
     [plugin] = daemonset["containers"]
     assert daemonset["priorityClassName"] == "system-node-critical"
     terms = daemonset["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
-    assert [t["matchExpressions"] for t in terms] == [
-        [{"key": "feature.node.kubernetes.io/pci-10de.present", "operator": "In", "values": ["true"]}],
-        [{"key": "feature.node.kubernetes.io/cpu-model.vendor_id", "operator": "In", "values": ["NVIDIA"]}],
-        [{"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]}]], terms
+    assert [t["matchExpressions"] for t in terms] == gpu_node_terms("NotIn"), terms
     assert any(t["key"] == "nvidia.com/gpu" for t in daemonset["tolerations"])
     assert "--host-root=/host" in plugin["args"] and not any(a.startswith("--host-device") for a in plugin["args"])
+    assert "--gpus=auto" in plugin["args"]
+    check_node_report(docs, daemonset)
     mounts = {m["mountPath"]: m.get("readOnly", False) for m in plugin["volumeMounts"]}
     assert mounts["/var/lib/kubelet/device-plugins"] is False
     assert mounts["/host/dev"] is True and mounts["/host/proc/driver/nvidia"] is True
@@ -224,6 +237,24 @@ def check_device_plugin(docs):
                                     "namespace": "gpuguard-system"}]
     check_plugin_container(daemonset)
     return plugin["args"]
+
+
+def check_node_report(docs, gpu_plugin):
+    """On the GPU Operator's nodes: the report alone, as the image's non-root user, every host path read-only,
+    no kubelet directory, the GPU plugin's service account, policy and tolerations."""
+    spec = one(docs, "DaemonSet", "gpuguard-node-report")["spec"]["template"]["spec"]
+    [report] = spec["containers"]
+    terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert [t["matchExpressions"] for t in terms] == gpu_node_terms("In"), terms
+    assert spec["tolerations"] == gpu_plugin["tolerations"]
+    assert spec["serviceAccountName"] == gpu_plugin["serviceAccountName"]
+    check_hardened(spec, report)
+    assert report["args"][:3] == ["--gpus=report-only", "--discovery=procfs", "--host-root=/host"], report["args"]
+    assert "--node-name=$(NODE_NAME)" in report["args"] and "--policy-dir=/etc/gpuguard/policy" in report["args"]
+    assert all(m.get("readOnly") is True for m in report["volumeMounts"]), report["volumeMounts"]
+    paths = {v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v}
+    assert "/var/lib/kubelet/device-plugins" not in paths and "/proc/driver/nvidia" in paths and "/etc/containerd" in paths
+    assert report["readinessProbe"]["httpGet"]["path"] == "/readyz"
 
 
 def check_host_devices(docs):
@@ -366,3 +397,38 @@ def check_audit(docs, namespace, root):
             assert t["datasource"]["uid"] == "${datasource}", p["title"]
             expressions.append(t["expr"].replace("$__rate_interval", "5m"))
     check_series_exist(expressions, root)
+
+
+def check_monitoring(docs, namespace, root):
+    """The ServiceMonitors find the Services that carry gpuguard.io/metrics, the HTTPS ones with the release's CA and
+    the name on its certificate; the operations rule reads only series gpuguard exports."""
+    services = {d["metadata"]["labels"]["gpuguard.io/metrics"]: d for d in find(docs, "Service")
+                if "gpuguard.io/metrics" in d["metadata"].get("labels", {})}
+    monitors = find(docs, "ServiceMonitor")
+    assert {m["spec"]["selector"]["matchLabels"]["gpuguard.io/metrics"] for m in monitors} == set(services), services
+    for monitor in monitors:
+        component = monitor["spec"]["selector"]["matchLabels"]["gpuguard.io/metrics"]
+        service = services[component]
+        [endpoint] = monitor["spec"]["endpoints"]
+        assert endpoint["port"] in {p["name"] for p in service["spec"]["ports"]}, (component, endpoint)
+        assert monitor["spec"]["namespaceSelector"] == {"matchNames": [namespace]}
+        if endpoint["scheme"] == "https":
+            tls = endpoint["tlsConfig"]
+            assert tls["serverName"] == f"{service['metadata']['name']}.{namespace}.svc"
+            assert tls["ca"] == {"secret": {"name": service["metadata"]["name"] + "-tls", "key": "ca.crt"}}
+            assert "insecureSkipVerify" not in tls
+    # The device plugins' Service is headless and finds every node's plugin.
+    plugins = services["device-plugin"]["spec"]
+    assert plugins["clusterIP"] == "None" and plugins["selector"] == {"gpuguard.io/metrics": "device-plugin"}
+    for name in ("gpuguard-device-plugin", "gpuguard-node-report", "gpuguard-host-devices"):
+        labels = one(docs, "DaemonSet", name)["spec"]["template"]["metadata"]["labels"]
+        assert labels["gpuguard.io/metrics"] == "device-plugin", (name, labels)
+    rule = one(docs, "PrometheusRule", "gpuguard")
+    alerts = [r for g in rule["spec"]["groups"] for r in g["rules"]]
+    assert {a["alert"] for a in alerts} == {"GPUGuardCertificateExpiresSoon", "GPUGuardPolicyNotEnforcing",
+                                            "GPUGuardInjectedValueNotHonoured", "GPUGuardWebhookErrors",
+                                            "GPUGuardConnectionsShed"}
+    for a in alerts:
+        assert a["labels"]["severity"] in ("warning", "critical") and a["annotations"]["summary"], a
+        assert "absent(" not in a["expr"], f"{a['alert']} fires on missing data"
+    check_series_exist([a["expr"] for a in alerts], root)

@@ -20,11 +20,12 @@ render() {  # render NAME [VALUES_FILE]
   local name="$1"; shift
   local values=()
   [ $# -gt 0 ] && values=(-f "$1")
-  "$helm" lint --strict --kube-version "$kube_version" "${values[@]}" "$root/charts/gpuguard" 2>&1 \
-    | grep -v 'found symbolic link in path' > "$work/$name.lint" \
+  "$helm" lint --strict --kube-version "$kube_version" "${values[@]}" "$root/charts/gpuguard" > "$work/$name.lint" 2>&1 \
     || { cat "$work/$name.lint"; echo "helm lint failed for $name"; exit 1; }
   "$helm" template gpuguard "$root/charts/gpuguard" --namespace gpuguard-system --kube-version "$kube_version" \
-    "${values[@]}" 2> >(grep -v 'found symbolic link in path' >&2) > "$work/$name.yaml"
+    "${values[@]}" > "$work/$name.yaml" 2> "$work/$name.stderr"
+  # Helm says nothing on a clean chart (it warned on every command while the backstop was a link).
+  [ ! -s "$work/$name.stderr" ] || { cat "$work/$name.stderr"; echo "helm template $name wrote to stderr"; exit 1; }
 }
 # The repo's helm behaves as a released one: its version, and with no cluster it assumes the Kubernetes
 # of its release, which the chart's kubeVersion accepts without --kube-version (scripts/build-helm).
@@ -32,9 +33,13 @@ helm_version="$("$helm" version --template '{{.Version}}')"
 [[ "$helm_version" =~ ^v3\.[0-9]+\.[0-9]+$ ]] || { echo "helm version: $helm_version, want a release version"; exit 1; }
 "$helm" template gpuguard "$root/charts/gpuguard" > /dev/null 2> "$work/no-kube-version.err" \
   || { cat "$work/no-kube-version.err"; echo "helm template without --kube-version fails: is helm stamped as released?"; exit 1; }
+# The backstop's CEL is written once for both installs: the chart's copy must be manifests/base's, byte for
+# byte (a copy, not a link, so that helm does not warn on every command).
+cmp "$root/manifests/base/backstop.yaml" "$root/charts/gpuguard/files/backstop.yaml" \
+  || { echo "charts/gpuguard/files/backstop.yaml differs from manifests/base/backstop.yaml: cp the one you changed over the other"; exit 1; }
 render default
 "$helm" template gpuguard "$root/charts/gpuguard" --namespace gpuguard-system --kube-version "$kube_version" \
-  --set webhook.armAfterReady=false 2> >(grep -v 'found symbolic link in path' >&2) > "$work/armed.yaml"
+  --set webhook.armAfterReady=false > "$work/armed.yaml"
 for values in "$root"/charts/gpuguard/ci/*-values.yaml; do
   render "$(basename "$values" -values.yaml)" "$values"
 done
@@ -68,7 +73,9 @@ armed = load(f"{work}/armed.yaml")
 check_webhook(armed, ns, excluded, ca=secret_pem(armed, "gpuguard-ca", "tls.crt"))
 check_backstop(armed, ns)
 check_arming(armed, ns, armed=True)
-check_device_plugin(docs)
+# Only the flags an admin set reach the plugin: by default none of those a config file also sets.
+args = check_device_plugin(docs)
+assert not [a for a in args if a.split("=")[0] in ("--discovery", "--resource-name", "--device-list-strategy", "--mig-strategy")], args
 assert check_host_devices(docs) == ["github.com/fuse=/dev/fuse:16"]
 check_policy(policy)
 assert policy == yaml.safe_load(open(f"{root}/manifests/base/policy.yaml"))["data"], "values.yaml's policy is not the shipped one"
@@ -118,6 +125,10 @@ open(f"{work}/device-plugin.args", "w").write(
 docs = load(f"{work}/audit.yaml")
 check_namespaces(docs, ns)
 check_audit(docs, ns, root)
+check_monitoring(docs, ns, root)
+operations = one(docs, "PrometheusRule", "gpuguard")["spec"]["groups"]
+yaml.safe_dump({"groups": operations}, open(f"{work}/operations-rules.yaml", "w"))
+assert not find(load(f"{work}/default.yaml"), "ServiceMonitor") and not find(load(f"{work}/default.yaml"), "PrometheusRule")
 assert not [d for d in load(f"{work}/default.yaml") if "audit" in d["metadata"]["name"] or d["kind"] == "CustomResourceDefinition"]
 # For promtool: the rule's groups as a Prometheus rule file (the operator's own fields dropped), and each
 # dashboard query as a recording rule, so that Prometheus's parser reads every expression the chart ships.
@@ -134,7 +145,49 @@ print("helm: the defaults, cert-manager, webhook-only, strict and audit render a
 PY
 
 # Prometheus's checks: every rule and query parses, and no group repeats a rule (--lint=all).
-"$promtool" check rules --lint=all --lint-fatal "$work/audit-rules.yaml" "$work/dashboard-rules.yaml"
+"$promtool" check rules --lint=all --lint-fatal "$work/audit-rules.yaml" "$work/dashboard-rules.yaml" \
+  "$work/operations-rules.yaml"
+# And what every alert does, with its series present and absent (tests/manifests/alerts_test.yaml).
+cp "$root/tests/manifests/alerts_test.yaml" "$work/"
+"$promtool" test rules "$work/alerts_test.yaml"
+
+# values.schema.json: a typo in a key, or a policy value the webhook would refuse, fails before anything is
+# rendered; every value it allows for a policy key is one the webhook takes, and a value outside it one the
+# webhook refuses too (the webhook's own parser is the independent judge).
+/usr/bin/python3 - "$root" > "$work/schema-cases" <<'PY'
+import json, sys
+sys.path.insert(0, sys.argv[1] + "/tests/manifests")
+from checks import POLICY_KEYS
+schema = json.load(open(sys.argv[1] + "/charts/gpuguard/values.schema.json"))
+policy = schema["properties"]["policy"]
+assert set(policy["properties"]) == POLICY_KEYS and policy["additionalProperties"] is False, set(policy["properties"]) ^ POLICY_KEYS
+for key, rule in sorted(policy["properties"].items()):
+    for value in rule.get("enum", []):
+        print(key, str(value).lower() if isinstance(value, bool) else value, "accepted")
+    if "enum" in rule:
+        print(key, "bogus", "refused")
+PY
+while read -r key value outcome; do
+  mkdir -p "$work/case" && rm -f "$work/case/"* && printf '%s' "$value" > "$work/case/$key"
+  if "$webhook" review --policy-dir "$work/case" "$root/tests/fixtures/admission/mixed/review.json" > /dev/null 2>&1; then
+    webhook_says=accepted
+  else
+    webhook_says=refused
+  fi
+  if "$helm" template gpuguard "$root/charts/gpuguard" --set-string "policy.$key=$value" > /dev/null 2>&1; then
+    schema_says=accepted
+  else
+    schema_says=refused
+  fi
+  [ "$webhook_says" = "$outcome" ] && [ "$schema_says" = "$outcome" ] \
+    || { echo "policy.$key=$value: the schema says $schema_says, the webhook $webhook_says; want $outcome"; exit 1; }
+done < "$work/schema-cases"
+for bad in "policy.mode=enforcing" "policy.privilegd=deny" "webhook.failurePolicy=Fial" "devicePlugin.gpus=maybe" "imageTag=x"; do
+  if "$helm" lint --strict "$root/charts/gpuguard" --set "$bad" > "$work/bad.lint" 2>&1; then
+    echo "helm lint --set $bad passed: values.schema.json should refuse it"; exit 1
+  fi
+done
+echo "values.schema.json: $(wc -l < "$work/schema-cases") policy values judged as the webhook judges them; typos refused"
 
 # What the strict values render is accepted by the binaries themselves.
 "$webhook" review --policy-dir "$work/strict-policy" "$root/tests/fixtures/admission/mixed/review.json" > /dev/null

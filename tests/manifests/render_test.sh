@@ -77,8 +77,8 @@ sys.path.insert(0, sys.argv[4])
 from checks import *
 docs = load(sys.argv[1])
 kinds = sorted(d["kind"] for d in docs)
-assert kinds == sorted(["Namespace", "ServiceAccount", "ServiceAccount", "Secret", "Secret", "Service", "Deployment", "NetworkPolicy",
-                        "ConfigMap", "PodDisruptionBudget", "MutatingWebhookConfiguration", "DaemonSet", "DaemonSet",
+assert kinds == sorted(["Namespace", "ServiceAccount", "ServiceAccount", "Secret", "Secret", "Service", "Service", "Deployment", "NetworkPolicy",
+                        "ConfigMap", "PodDisruptionBudget", "MutatingWebhookConfiguration", "DaemonSet", "DaemonSet", "DaemonSet",
                         "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "ClusterRole",
                         "ClusterRoleBinding", "ClusterRole", "ClusterRoleBinding"]), kinds
 check_namespaces(docs, "gpuguard-system")
@@ -86,7 +86,7 @@ policy = check_webhook(docs, "gpuguard-system", ["kube-system", "kube-node-lease
 check_network_policy(docs)
 check_backstop(docs, "gpuguard-system")
 check_arming(docs, "gpuguard-system", armed=True)  # the README applies these two after the rollout
-assert "--discovery=auto" in check_device_plugin(docs)
+assert "--gpus=auto" in check_device_plugin(docs)
 assert check_host_devices(docs) == ["github.com/fuse=/dev/fuse:16"]
 check_policy(policy)
 # The ConfigMap's data as the kubelet would mount it: one file per key.

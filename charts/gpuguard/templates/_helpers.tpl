@@ -103,3 +103,31 @@ true
 {{- end -}}
 {{- end -}}
 {{- end -}}
+
+{{/* GPU nodes as NVIDIA's chart finds them, each term also asking whether the GPU Operator deploys its own
+device plugin there: (dict "operator" "NotIn") for gpuguard's plugin, "In" for the node report alone. */}}
+{{- define "gpuguard.gpuNodeTerms" -}}
+{{- range list (list "feature.node.kubernetes.io/pci-10de.present" "true") (list "feature.node.kubernetes.io/cpu-model.vendor_id" "NVIDIA") (list "nvidia.com/gpu.present" "true") }}
+- matchExpressions:
+    - key: {{ index . 0 }}
+      operator: In
+      values: [{{ index . 1 | quote }}]
+    - key: nvidia.com/gpu.deploy.device-plugin
+      operator: {{ $.operator }}
+      values: ["true"]
+{{- end }}
+{{- end -}}
+
+{{/* What the node report reads on the host (docs/device-plugin.md, "The node report"), by volume name. */}}
+{{- define "gpuguard.nodeReportPaths" -}}
+dev: /dev
+driver: /proc/driver/nvidia
+toolkit-config: /etc/nvidia-container-runtime
+containerd-config: /etc/containerd
+crio-config: /etc/crio
+cdi-specs: /etc/cdi
+cdi-specs-run: /var/run/cdi
+dpkg: /var/lib/dpkg
+rpm: /var/lib/rpm
+operator-toolkit: /usr/local/nvidia/toolkit
+{{- end -}}
