@@ -126,7 +126,8 @@ func (e *Env) startCluster(name, nodeAddress string) (*Cluster, error) {
 		// What a real node's pods need. Not on the other control plane: the node lifecycle controller
 		// would taint and update the scheduler scenario's kubelet-less nodes under it.
 		controllers += ",daemonset-controller,endpoints-controller,endpointslice-controller," +
-			"root-ca-certificate-publisher-controller,node-lifecycle-controller,garbage-collector-controller"
+			"root-ca-certificate-publisher-controller,node-lifecycle-controller,garbage-collector-controller," +
+			"job-controller,namespace-controller" // the chart's arm hook is a Job; break-glass deletes namespaces
 	}
 	os.RemoveAll(dir) // a -work directory kept from an earlier run starts with a fresh etcd
 	if err := os.MkdirAll(dir, 0o700); err != nil {

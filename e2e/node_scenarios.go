@@ -734,8 +734,9 @@ func nodeCertRotation(t *T, e *Env) {
 }
 
 // nodeKustomize: the kustomize default installs the same way: the Helm release uninstalled, an overlay
-// of manifests/default that sets only the image, rendered with the pinned kustomize and applied; the
-// webhook patches, a GPU-less pod sees no GPU, and a GPU pod gets one from the kustomize device plugin.
+// of manifests/default that sets only the image, applied with the repo's kubectl as the README says:
+// everything but what refuses pods, the rollout, then the rest; the webhook patches, a GPU-less pod sees
+// no GPU, and a GPU pod gets one from the kustomize device plugin.
 func nodeKustomize(t *T, e *Env) {
 	n := e.gpuguardFor(t)
 	n.helm(t, e, "uninstall")
@@ -759,9 +760,16 @@ resources: [../default]
 images:
   - {name: gpuguard, newName: %s, newTag: %s}
 `, gpuguardRepo, gpuguardTag)), 0o644), "writing the image overlay")
-	for _, obj := range decodeObjects(t, e.render(t, "node-image")) {
-		n.cluster.apply(t, obj)
+	e.render(t, "node-image") // the pinned kustomize renders it, as the manifest tests do
+	out, err := n.kubectl(t, e, "apply", "-k", overlay, "-l", "gpuguard.io/refuses-pods!=true")
+	t.must(err, "kubectl apply -k of everything but what refuses pods: "+out)
+	if left := n.refusing(t, e); len(left) != 0 {
+		t.Errorf("the first apply, which leaves out what refuses pods, applied %v", left)
 	}
+	out, err = n.kubectl(t, e, "-n", gpuguardNamespace, "rollout", "status", "deployment/"+webhookDeploy, "--timeout=5m")
+	t.must(err, "kubectl rollout status: "+out)
+	out, err = n.kubectl(t, e, "apply", "-k", overlay)
+	t.must(err, "kubectl apply -k: "+out)
 	n.installed = true
 	t.must(eventually(t.ctx, 3*time.Minute, func() error {
 		d, err := n.cluster.client.AppsV1().Deployments(gpuguardNamespace).Get(t.ctx, webhookDeploy, metav1.GetOptions{})
@@ -776,8 +784,13 @@ images:
 			return err
 		}
 		for _, ds := range plugins.Items {
-			if ds.Status.NumberReady != 1 {
-				return fmt.Errorf("DaemonSet %s: %d ready", ds.Name, ds.Status.NumberReady)
+			// gpuguard-node-report runs only on the GPU Operator's nodes: none here.
+			want := int32(1)
+			if ds.Name == "gpuguard-node-report" {
+				want = 0
+			}
+			if ds.Status.DesiredNumberScheduled != want || ds.Status.NumberReady != want {
+				return fmt.Errorf("DaemonSet %s: %d of %d ready, want %d", ds.Name, ds.Status.NumberReady, ds.Status.DesiredNumberScheduled, want)
 			}
 		}
 		return nil
@@ -794,9 +807,12 @@ images:
 	}
 }
 
-// nodeScenarios run last, in this order: control needs the node without gpuguard.
+// nodeScenarios run last, in this order: control, install-unpullable and break-glass need the node without
+// gpuguard.
 var nodeScenarios = []scenario{
 	{"node/control", "before gpuguard: a pod that asked for no GPU sees both GPUs; void sees none; none fails the create", nodeControl},
+	{"node/install-unpullable", "helm install with an image no node can pull refuses no pod while it fails (armed at once, the control, refuses every one); uninstalled, nothing is left", nodeInstallUnpullable},
+	{"node/break-glass", "a release armed by its hook; its namespace deleted: pods refused until operations.md's break-glass; uninstalled, then the namespace deleted: pods admitted, nothing left", nodeBreakGlass},
 	{"node/closed", "helm install; the same pod starts and sees no GPU", nodeClosed},
 	{"node/allocated", "two pods asking for one GPU each see the one the plugin allocated, and not the other", nodeAllocated},
 	{"node/none-void", "the plugin adds nvidia.com/gpu=none; none and void both start with no GPU; its node report and Node condition agree", nodeNoneVoid},

@@ -1,0 +1,253 @@
+// The admin's first day and worst day on the real node (issue 36): an install whose image cannot be pulled
+// refuses no pod anywhere, measured against the same install armed at once; and a cluster whose gpuguard
+// namespace was deleted without an uninstall, refusing pods until the break-glass steps of
+// docs/operations.md are taken, and one uninstalled as documented, which refuses nothing. Each uses a
+// release of its own, without the device plugins, before the node's own install.
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// refusingLabel marks what refuses pods: the webhook configuration and the backstop's binding.
+const refusingLabel = "gpuguard.io/refuses-pods=true"
+
+// helmOther runs helm for a release other than the node's own (command, release, then flags), and
+// returns its output and error; the output is kept in the run's logs.
+func (n *Node) helmOther(t *T, e *Env, command, release string, args ...string) (string, error) {
+	all := []string{command, release}
+	if command != "uninstall" {
+		all = append(all, e.source("charts", "gpuguard"))
+	}
+	all = append(append(all, "--kubeconfig", e.path("node-control-plane", "admin.kubeconfig")), args...)
+	out, err := exec.CommandContext(t.ctx, e.component("helm"), all...).CombinedOutput()
+	os.WriteFile(e.path("logs", "helm-"+release+"-"+command+".log"), out, 0o644)
+	return string(out), err
+}
+
+// kubectl runs the repo's kubectl against the node's cluster.
+func (n *Node) kubectl(t *T, e *Env, args ...string) (string, error) {
+	args = append([]string{"--kubeconfig", e.path("node-control-plane", "admin.kubeconfig")}, args...)
+	out, err := exec.CommandContext(t.ctx, e.component("kubectl"), args...).CombinedOutput()
+	return string(out), err
+}
+
+// withoutPlugins: a second release must not serve nvidia.com/gpu beside the node's own.
+var withoutPlugins = []string{"--set", "devicePlugin.enabled=false", "--set", "hostDevices.enabled=false"}
+
+// dryRunCreate asks the API server to admit a GPU-less pod in the node's namespace, and says why not.
+func (n *Node) dryRunCreate(t *T, name string) error {
+	_, err := n.cluster.client.CoreV1().Pods(nodeNamespace).Create(t.ctx, cudaPod(name), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	return err
+}
+
+// admissions counts the dry-run creates admitted and refused, every 200 ms from the moment the release's
+// webhook configuration exists (helm makes it a moment after it starts) until stopped.
+type admissions struct {
+	admitted, refused atomic.Int64
+	first             atomic.Value
+	done              chan struct{}
+	wg                sync.WaitGroup
+}
+
+func (n *Node) countAdmissions(t *T, release string) *admissions {
+	a := &admissions{done: make(chan struct{})}
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		for {
+			_, made := n.cluster.client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(t.ctx, release, metav1.GetOptions{})
+			if made == nil {
+				if err := n.dryRunCreate(t, "first-day"); err != nil {
+					a.refused.Add(1)
+					a.first.CompareAndSwap(nil, err.Error())
+				} else {
+					a.admitted.Add(1)
+				}
+			}
+			select {
+			case <-a.done:
+				return
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+	}()
+	return a
+}
+
+func (a *admissions) stop() (admitted, refused int64, first string) {
+	close(a.done)
+	a.wg.Wait()
+	if f := a.first.Load(); f != nil {
+		first = f.(string)
+	}
+	return a.admitted.Load(), a.refused.Load(), first
+}
+
+// waitNamespaceGone deletes a namespace and waits until the API server has removed it.
+func (n *Node) waitNamespaceGone(t *T, name string) {
+	err := n.cluster.client.CoreV1().Namespaces().Delete(t.ctx, name, metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		t.must(err, "deleting namespace "+name)
+	}
+	t.must(eventually(t.ctx, 3*time.Minute, func() error {
+		_, err := n.cluster.client.CoreV1().Namespaces().Get(t.ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("namespace %s is still there (%v)", name, err)
+	}), "waiting for namespace "+name+" to be removed")
+}
+
+// removeRelease takes away whatever a scenario's release left, whichever step failed: the release without
+// its hooks, its namespace, and its cluster-wide objects by the release's label; so that the node's own
+// install after it is not reviewed by a leftover webhook.
+func (n *Node) removeRelease(t *T, e *Env, release string) {
+	n.helmOther(t, e, "uninstall", release, "--namespace", release, "--no-hooks", "--wait", "--timeout", "1m")
+	n.kubectl(t, e, "delete", "mutatingwebhookconfigurations,validatingadmissionpolicybindings,validatingadmissionpolicies,"+
+		"clusterroles,clusterrolebindings", "-l", "app.kubernetes.io/instance="+release, "--ignore-not-found")
+	n.waitNamespaceGone(t, release)
+}
+
+// refusing lists the objects labelled as refusing pods, as kind/name.
+func (n *Node) refusing(t *T, e *Env) []string {
+	out, err := n.kubectl(t, e, "get", "mutatingwebhookconfigurations,validatingadmissionpolicybindings", "-l", refusingLabel, "-o", "name")
+	t.must(err, "listing what refuses pods: "+out)
+	return strings.Fields(out)
+}
+
+// nodeInstallUnpullable: the README's helm install, with an image no node can pull. Armed after readiness
+// (the default), no pod anywhere is refused while it fails; armed at once (armAfterReady=false, the
+// control), every GPU-less pod in a covered namespace is refused for as long as it is installed.
+func nodeInstallUnpullable(t *T, e *Env) {
+	n := e.nodeWithoutGpuguard(t)
+	const release = "gpuguard-unpullable"
+	defer n.removeRelease(t, e, release)
+	for _, arm := range []bool{false, true} {
+		values := append([]string{"--namespace", release, "--create-namespace", "--wait", "--timeout", "40s",
+			"--set", "image.repository=registry.invalid/gpuguard", "--set", "image.tag=absent",
+			"--set", fmt.Sprintf("webhook.armAfterReady=%t", arm)}, withoutPlugins...)
+		counting := n.countAdmissions(t, release)
+		started := time.Now()
+		out, err := n.helmOther(t, e, "install", release, values...)
+		took := time.Since(started)
+		admitted, refused, first := counting.stop()
+		if err == nil {
+			t.Errorf("armAfterReady=%t: helm install with an image that cannot be pulled succeeded: %s", arm, out)
+		}
+		configuration, getErr := n.cluster.client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(t.ctx, release, metav1.GetOptions{})
+		t.must(getErr, "reading the release's webhook configuration")
+		policy := string(*configuration.Webhooks[0].FailurePolicy)
+		t.Logf("armAfterReady=%t: helm install failed after %s (%s); meanwhile %d dry-run creates admitted, %d refused; failurePolicy %s",
+			arm, took.Round(time.Second), strings.TrimSpace(lastLine(out)), admitted, refused, policy)
+		if admitted+refused < 50 {
+			t.Errorf("armAfterReady=%t: only %d creates while the release was installed", arm, admitted+refused)
+		}
+		if arm {
+			if refused != 0 || policy != "Ignore" {
+				t.Errorf("armed after readiness, an install that never became ready refused %d of %d creates (first: %s), failurePolicy %s",
+					refused, admitted+refused, first, policy)
+			}
+			// And after it failed, still nothing refuses.
+			if err := n.dryRunCreate(t, "after-failed-install"); err != nil {
+				t.Errorf("after the failed install, a GPU-less pod is refused: %v", err)
+			}
+		} else if admitted != 0 || !strings.Contains(first, "failed calling webhook") {
+			t.Errorf("armed at once (the control), %d of %d creates were admitted while no replica could answer; first refusal: %s",
+				admitted, admitted+refused, first)
+		}
+		out, err = n.helmOther(t, e, "uninstall", release, "--namespace", release, "--wait", "--timeout", "2m")
+		t.must(err, "helm uninstall of the failed release: "+out)
+		n.waitNamespaceGone(t, release)
+		if left := n.refusing(t, e); len(left) != 0 {
+			t.Errorf("after helm uninstall, still refusing pods: %v", left)
+		}
+	}
+}
+
+// nodeBreakGlass: the worst day. A working install, armed by its hook; its namespace deleted without an
+// uninstall, so that no replica can answer and the backstop's parameter is gone: pods are refused. The
+// break-glass command of docs/operations.md (delete what carries the label) lets them in again, and what
+// else is left is named by the release's label. Then the orderly way: helm uninstall, delete the namespace,
+// create a pod: admitted, and nothing is left that refuses.
+func nodeBreakGlass(t *T, e *Env) {
+	n := e.nodeWithoutGpuguard(t)
+	const release = "gpuguard-glass"
+	defer n.removeRelease(t, e, release)
+	install := append([]string{"--namespace", release, "--create-namespace", "--wait", "--timeout", "5m",
+		"--set", "image.repository=" + gpuguardRepo, "--set", "image.tag=" + gpuguardTag}, withoutPlugins...)
+	started := time.Now()
+	out, err := n.helmOther(t, e, "install", release, install...)
+	t.must(err, "helm install: "+out)
+	configuration, err := n.cluster.client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(t.ctx, release, metav1.GetOptions{})
+	t.must(err, "reading the webhook configuration")
+	binding, err := n.cluster.client.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Get(t.ctx, release+"-visible-devices", metav1.GetOptions{})
+	t.must(err, "reading the backstop binding")
+	actions := fmt.Sprint(binding.Spec.ValidationActions)
+	if policy := string(*configuration.Webhooks[0].FailurePolicy); policy != "Fail" || actions != "[Deny]" {
+		t.Errorf("after helm install --wait, the hook left failurePolicy %s and the backstop %s; want Fail and [Deny]", policy, actions)
+	}
+	t.Logf("helm install --wait, armed by its hook: %s", time.Since(started).Round(time.Second))
+	if err := n.dryRunCreate(t, "glass-armed"); err != nil {
+		t.Errorf("with the release installed and armed, a GPU-less pod is refused: %v", err)
+	}
+
+	// The worst day: the namespace is deleted, the release's cluster-wide objects stay.
+	n.waitNamespaceGone(t, release)
+	refused := n.dryRunCreate(t, "glass-locked")
+	if refused == nil {
+		t.Errorf("with the namespace gone and the webhook configuration left at Fail, a pod was admitted")
+	} else {
+		t.Logf("namespace deleted without an uninstall: a GPU-less pod is refused: %v", refused)
+	}
+	// Break glass, as docs/operations.md says.
+	out, err = n.kubectl(t, e, "delete", "validatingadmissionpolicybinding,mutatingwebhookconfiguration", "-l", refusingLabel)
+	t.must(err, "breaking glass: "+out)
+	t.must(eventually(t.ctx, 30*time.Second, func() error { return n.dryRunCreate(t, "glass-broken") }),
+		"waiting for pods to be admitted after breaking glass")
+	out, err = n.kubectl(t, e, "get", "clusterroles,clusterrolebindings,validatingadmissionpolicies", "-l",
+		"app.kubernetes.io/instance="+release, "-o", "name")
+	t.must(err, "listing the release's leftovers: "+out)
+	t.Logf("left after breaking glass, none of which refuses a pod: %s", strings.Join(strings.Fields(out), ", "))
+	out, err = n.kubectl(t, e, "delete", "clusterroles,clusterrolebindings,validatingadmissionpolicies", "-l",
+		"app.kubernetes.io/instance="+release)
+	t.must(err, "deleting the release's leftovers: "+out)
+
+	// The orderly way: uninstall, then the namespace, then a pod.
+	out, err = n.helmOther(t, e, "install", release, install...)
+	t.must(err, "helm install again: "+out)
+	out, err = n.helmOther(t, e, "uninstall", release, "--namespace", release, "--wait", "--timeout", "2m")
+	t.must(err, "helm uninstall: "+out)
+	n.waitNamespaceGone(t, release)
+	if err := n.dryRunCreate(t, "glass-uninstalled"); err != nil {
+		t.Errorf("after helm uninstall and the namespace deleted, a GPU-less pod is refused: %v", err)
+	}
+	if left := n.refusing(t, e); len(left) != 0 {
+		t.Errorf("after helm uninstall, still refusing pods: %v", left)
+	}
+	out, err = n.kubectl(t, e, "get", "clusterroles,clusterrolebindings,validatingadmissionpolicies,mutatingwebhookconfigurations", "-l",
+		"app.kubernetes.io/instance="+release, "-o", "name")
+	t.must(err, "listing what the uninstall left: "+out)
+	if left := strings.Fields(out); len(left) != 0 {
+		t.Errorf("helm uninstall left %v", left)
+	}
+}
+
+// lastLine is the last non-empty line of a command's output.
+func lastLine(out string) string {
+	lines := slices.DeleteFunc(strings.Split(out, "\n"), func(l string) bool { return strings.TrimSpace(l) == "" })
+	if len(lines) == 0 {
+		return ""
+	}
+	return lines[len(lines)-1]
+}
