@@ -314,6 +314,9 @@ void GpuResource::fill(const std::vector<Device>& allocated, Allocation& allocat
   // With CDI alone, an image's NVIDIA_VISIBLE_DEVICES=all would still reach the toolkit's legacy hook
   // and widen the container to every GPU: "void" makes the hook add none.
   if (!visible_devices_set) allocation.envs[kVisibleDevices] = "void";
+  // What gpuguard-node-enforcer reads where the kubelet's pod-resources API does not list the container
+  // (an init container): the kubelet puts it on the container, never the pod.
+  allocation.annotations[kAllocatedGpusAnnotation] = uuids;
   if (options_.pass_device_specs) {
     std::set<std::string> passed;
     for (const GpuUnit* unit : units) {

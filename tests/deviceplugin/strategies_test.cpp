@@ -138,6 +138,8 @@ TEST_CASE("every MIG strategy, device list strategy and time-slicing, through th
               joined.append(uuid);
               cdi_names.append("k8s.gpuguard.io/gpu=").append(uuid);
             }
+            // Every strategy: the allocated GPUs, for gpuguard-node-enforcer, on the container.
+            CHECK(container.annotations().at("gpuguard.io/allocated-gpus") == joined);
             if (list_strategy == "envvar") {
               CHECK(container.envs().at("NVIDIA_VISIBLE_DEVICES") == joined);
             } else if (list_strategy == "volume-mounts") {

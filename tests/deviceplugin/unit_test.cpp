@@ -187,7 +187,8 @@ TEST_CASE("allocate: envvar, volume-mounts and the CDI strategies, with and with
   CHECK(both.envs.at("NVIDIA_VISIBLE_DEVICES") == kGpu0 + "," + kGpu2);
   CHECK(both.annotations ==
         std::map<std::string, std::string>{
-            {"cdi.k8s.io/gpuguard_nvidia.com_gpu", "k8s.gpuguard.io/gpu=" + kGpu0 + ",k8s.gpuguard.io/gpu=" + kGpu2}});
+            {"cdi.k8s.io/gpuguard_nvidia.com_gpu", "k8s.gpuguard.io/gpu=" + kGpu0 + ",k8s.gpuguard.io/gpu=" + kGpu2},
+            {"gpuguard.io/allocated-gpus", kGpu0 + "," + kGpu2}});
   CHECK(both.cdi_devices.empty());
 }
 

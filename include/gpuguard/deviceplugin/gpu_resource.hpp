@@ -60,6 +60,10 @@ GpuPlan plan_gpu_resources(const std::vector<Gpu>& gpus, MigStrategy strategy, c
 // How Allocate names the devices (NVIDIA's deviceListStrategy). envvar and volume-mounts are read by the
 // NVIDIA container toolkit; the CDI ones by a CDI-enabled runtime, from the spec the plugin writes.
 enum class Strategy { envvar, volume_mounts, cdi_cri, cdi_annotations };
+
+// The container annotation every GPU allocation carries, the allocated GPUs' UUIDs comma-separated, for
+// gpuguard-node-enforcer (its src/enforcer/allocation.cpp reads the same key).
+inline constexpr const char* kAllocatedGpusAnnotation = "gpuguard.io/allocated-gpus";
 // "envvar", "volume-mounts", "cdi-cri" (also "cdi"), "cdi-annotations"
 std::optional<Strategy> parse_strategy(std::string_view name);
 std::string_view strategy_name(Strategy strategy);
