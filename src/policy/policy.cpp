@@ -100,6 +100,26 @@ Action action(std::string_view value) {
   return one_of(value, kActions);
 }
 
+std::vector<std::string> namespaces(std::string_view value) {
+  auto names = split_list(value);
+  for (const auto& name : names) {
+    if (!is_dns_label(name)) throw InvalidValue("\"" + name + "\" is not a namespace name");
+  }
+  return names;
+}
+
+std::vector<std::string> service_accounts(std::string_view value) {
+  auto entries = split_list(value);
+  for (const auto& entry : entries) {
+    const std::size_t slash = entry.find('/');
+    if (slash == std::string::npos || !is_dns_label(std::string_view(entry).substr(0, slash)) ||
+        !is_dns_subdomain(std::string_view(entry).substr(slash + 1))) {
+      throw InvalidValue("\"" + entry + "\" is not namespace/name");
+    }
+  }
+  return entries;
+}
+
 void apply(Policy& policy, std::string_view key, std::string_view raw) {
   const std::string_view value = trim(raw);
   if (key == "mode") {
@@ -130,21 +150,22 @@ void apply(Policy& policy, std::string_view key, std::string_view raw) {
     }
     policy.gpu_annotations = std::move(keys);
   } else if (key == "exemptNamespaces") {
-    auto names = split_list(value);
-    for (const auto& name : names) {
-      if (!is_dns_label(name)) throw InvalidValue("\"" + name + "\" is not a namespace name");
-    }
-    policy.exempt_namespaces = std::move(names);
+    policy.exempt_namespaces = namespaces(value);
   } else if (key == "exemptServiceAccounts") {
-    auto entries = split_list(value);
-    for (const auto& entry : entries) {
-      const std::size_t slash = entry.find('/');
-      if (slash == std::string::npos || !is_dns_label(std::string_view(entry).substr(0, slash)) ||
-          !is_dns_subdomain(std::string_view(entry).substr(slash + 1))) {
-        throw InvalidValue("\"" + entry + "\" is not namespace/name");
-      }
+    policy.exempt_service_accounts = service_accounts(value);
+  } else if (key == "nodeEnforcement") {
+    static constexpr std::pair<std::string_view, NodeEnforcement> kModes[] = {
+        {"enforce", NodeEnforcement::enforce}, {"audit", NodeEnforcement::audit}, {"off", NodeEnforcement::off}};
+    policy.node_enforcement = one_of(value, kModes);
+  } else if (key == "nodeEnforcementExemptNamespaces") {
+    policy.node_enforcement_exempt_namespaces = namespaces(value);
+  } else if (key == "nodeEnforcementExemptServiceAccounts") {
+    policy.node_enforcement_exempt_service_accounts = service_accounts(value);
+  } else if (key == "nriTolerationAnnotation") {
+    if (!value.empty() && !is_annotation_key(value)) {
+      throw InvalidValue("\"" + std::string(value) + "\" is not an annotation key");
     }
-    policy.exempt_service_accounts = std::move(entries);
+    policy.nri_toleration_annotation = std::string(value);
   } else if (key == "privileged") {
     policy.privileged = action(value);
   } else if (key == "hostDeviceMounts") {
@@ -183,9 +204,22 @@ constexpr std::string_view kKeys[] = {"mode",
                                       "featureEnvVars",
                                       "runtimeClasses",
                                       "runtimeClassAction",
-                                      "stripUserValueFromGpuContainers"};
+                                      "stripUserValueFromGpuContainers",
+                                      "nodeEnforcement",
+                                      "nodeEnforcementExemptNamespaces",
+                                      "nodeEnforcementExemptServiceAccounts",
+                                      "nriTolerationAnnotation"};
 
 }  // namespace
+
+std::string_view node_enforcement_name(NodeEnforcement mode) {
+  switch (mode) {
+    case NodeEnforcement::enforce: return "enforce";
+    case NodeEnforcement::audit: return "audit";
+    case NodeEnforcement::off: break;
+  }
+  return "off";
+}
 
 std::string_view mode_name(Mode mode) {
   switch (mode) {
@@ -212,6 +246,25 @@ bool Policy::is_exempt(std::string_view pod_namespace, std::string_view service_
     const std::size_t slash = entry.find('/');
     return std::string_view(entry).substr(0, slash) == pod_namespace &&
            std::string_view(entry).substr(slash + 1) == service_account;
+  });
+}
+
+bool Policy::is_node_enforcement_exempt(std::string_view pod_namespace, std::string_view service_account) const {
+  const auto& namespaces = node_enforcement_exempt_namespaces;
+  if (std::find(namespaces.begin(), namespaces.end(), pod_namespace) != namespaces.end()) return true;
+  if (service_account.empty()) return false;
+  const auto& accounts = node_enforcement_exempt_service_accounts;
+  return std::any_of(accounts.begin(), accounts.end(), [&](const std::string& entry) {
+    const std::size_t slash = entry.find('/');
+    return std::string_view(entry).substr(0, slash) == pod_namespace &&
+           std::string_view(entry).substr(slash + 1) == service_account;
+  });
+}
+
+bool Policy::names_service_accounts_in(std::string_view pod_namespace) const {
+  const auto& accounts = node_enforcement_exempt_service_accounts;
+  return std::any_of(accounts.begin(), accounts.end(), [&](const std::string& entry) {
+    return std::string_view(entry).substr(0, entry.find('/')) == pod_namespace;
   });
 }
 

@@ -23,6 +23,11 @@ enum class Mode {
 // audit log), or refuse the pod.
 enum class Action { allow, warn, deny };
 
+// What gpuguard-node-enforcer does at each container's creation: give it exactly the GPUs the kubelet
+// allocated it (changing NVIDIA_VISIBLE_DEVICES, refusing device nodes beyond them), only count and
+// report what it would do, or nothing.
+enum class NodeEnforcement { enforce, audit, off };
+
 struct Policy {
   Mode mode = Mode::enforce;
   // The value injected into every container that does not ask for a GPU: "none" or "void".
@@ -58,18 +63,34 @@ struct Policy {
   Action runtime_class_action = Action::warn;
   // A user-set NVIDIA_VISIBLE_DEVICES in a GPU container would override the device plugin's choice.
   bool strip_user_value_from_gpu_containers = true;
+  // gpuguard-node-enforcer's mode, and the GPU infrastructure it leaves alone: namespaces, and
+  // namespace/serviceaccount pairs (the driver, the toolkit, dcgm-exporter, the device plugins).
+  NodeEnforcement node_enforcement = NodeEnforcement::enforce;
+  std::vector<std::string> node_enforcement_exempt_namespaces;
+  std::vector<std::string> node_enforcement_exempt_service_accounts;  // "namespace/name"
+  // The pod annotation with which the runtime's NRI validator lets a pod start while a required plugin
+  // (gpuguard-node-enforcer, under fail-closed) is missing: the webhook refuses it on every pod it
+  // covers. Empty: not checked.
+  std::string nri_toleration_annotation = "tolerate-missing-nri-plugins.noderesource.dev";
 
   bool is_gpu_resource(std::string_view resource_name) const;
   bool is_gpu_device_class(std::string_view device_class) const;
   // `service_account` empty means the pod names none, i.e. "default".
   bool is_exempt(std::string_view pod_namespace, std::string_view service_account) const;
+  // For gpuguard-node-enforcer; `service_account` empty: unknown, so only the namespace can exempt.
+  bool is_node_enforcement_exempt(std::string_view pod_namespace, std::string_view service_account) const;
+  // Whether some namespace/serviceaccount entry names this namespace (its pods' accounts are worth a look).
+  bool names_service_accounts_in(std::string_view pod_namespace) const;
 };
 
 std::string_view mode_name(Mode mode);
+std::string_view node_enforcement_name(NodeEnforcement mode);
 
 // The ConfigMap keys, one file each: mode, visibleDevicesValue, gpuResources, gpuAnnotations,
 // gpuDeviceClasses, exemptNamespaces, exemptServiceAccounts, privileged, hostDeviceMounts, cdiAnnotations,
-// nvidiaCdiAnnotations, featureEnvVars, runtimeClasses, runtimeClassAction, stripUserValueFromGpuContainers.
+// nvidiaCdiAnnotations, featureEnvVars, runtimeClasses, runtimeClassAction, stripUserValueFromGpuContainers,
+// nodeEnforcement, nodeEnforcementExemptNamespaces, nodeEnforcementExemptServiceAccounts,
+// nriTolerationAnnotation.
 struct PolicyParse {
   std::optional<Policy> policy;           // empty when any value is invalid: the whole policy is refused
   std::string error;                      // names the key and what is wrong with it
