@@ -12,7 +12,8 @@ cmake --preset fuzz -S "$root" >/dev/null
 cmake --build "$out" -j"${JOBS:-2}"
 
 # Seeds: every admission fixture and invalid body; for HTTP, the same bodies in requests of each kind.
-mkdir -p "$out/corpus/admission" "$out/corpus/http" "$out/corpus/extender" "$out/corpus/nodereport" "$out/findings"
+mkdir -p "$out/corpus/admission" "$out/corpus/http" "$out/corpus/extender" "$out/corpus/nodereport" "$out/corpus/nri" \
+  "$out/findings"
 for f in "$root"/tests/fixtures/admission/*/review.json; do cp "$f" "$out/corpus/admission/$(basename "$(dirname "$f")").json"; done
 for f in "$root"/tests/fixtures/invalid/*.json; do cp "$f" "$out/corpus/admission/invalid-$(basename "$f")"; done
 request() {  # METHOD TARGET CONTENT-TYPE BODY-FILE NAME
@@ -63,8 +64,29 @@ for case in sorted(glob.glob(f"{sys.argv[1]}/*/root")):
     open(f"{sys.argv[2]}/{os.path.basename(os.path.dirname(case))}", "wb").write(b"\n=====\n".join(parts))
 PY
 
+# For NRI: what a runtime sends a plugin (Configure and CreateContainer requests on connection 1, a
+# registration answer on connection 2, some split across frames), then a container's env and devices.
+/usr/bin/python3 - "$out/corpus/nri" <<'PY'
+import struct, sys
+def frame(conn, payload): return struct.pack(">II", conn, len(payload)) + payload
+def message(stream, kind, payload): return struct.pack(">IIBB", len(payload), stream, kind, 0) + payload
+def request(service, method, payload):  # ttrpc Request: service = 1, method = 2, payload = 3
+    field = lambda number, value: bytes([number << 3 | 2, len(value)]) + value
+    return field(1, service) + field(2, method) + field(3, payload)
+configure = message(1, 1, request(b"nri.pkg.api.v1alpha1.Plugin", b"Configure", b"\x12\x0acontainerd"))
+create = message(3, 1, request(b"nri.pkg.api.v1alpha1.Plugin", b"CreateContainer", b"\x12\x05\x1a\x03app"))
+answer = message(1, 2, b"")
+env = b"\nNVIDIA_VISIBLE_DEVICES=all\nNVIDIA_VISIBLE_DEVICES=0,GPU-b,1:0\n--\n/dev/nvidia0\n/dev/nvidia-caps/nvidia-cap7\n/dev\n"
+seeds = {"configure": frame(1, configure) + frame(2, answer),
+         "split": frame(1, create[:7]) + frame(1, create[7:]) + frame(2, answer),
+         "joined": frame(1, configure + create),
+         "empty-frame": frame(2, b"") + frame(1, configure)}
+for name, data in seeds.items():
+    open(f"{sys.argv[1]}/{name}", "wb").write(bytes([13]) + data + env)
+PY
+
 status=0
-for target in admission http extender nodereport; do
+for target in admission http extender nodereport nri; do
   echo "fuzz: ${target}_fuzz for ${seconds}s"
   "$out/fuzz/${target}_fuzz" -max_total_time="$seconds" -max_len=131072 -timeout=10 -rss_limit_mb=2048 \
     -artifact_prefix="$out/findings/${target}-" -print_final_stats=1 "$out/corpus/$target" 2>"$out/$target.log" || status=1

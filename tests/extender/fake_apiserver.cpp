@@ -93,8 +93,9 @@ struct FakeApiserver::Impl {
   std::map<std::string, json> reports;  // namespace -> PolicyReport
   std::map<std::string, unsigned> report_writes;
   bool reports_served = true;
-  std::map<std::string, json> by_path;      // single objects, GET and JSON Patch
-  std::vector<std::string> claim_versions;  // the resource.k8s.io versions served; none at first
+  std::map<std::string, json> by_path;              // single objects, GET and JSON Patch
+  std::map<std::string, std::vector<json>> posted;  // paths that take POSTs, and what was posted
+  std::vector<std::string> claim_versions;          // the resource.k8s.io versions served; none at first
   std::vector<std::weak_ptr<Connection>> connections;
   std::vector<std::thread> threads;
   std::thread acceptor_thread;
@@ -351,6 +352,12 @@ void FakeApiserver::serve_policy_reports(bool served) {
 
 std::tuple<bool, unsigned, json> FakeApiserver::answer_by_path(const Request& seen) {
   std::lock_guard lock(impl_->mutex);
+  if (const auto collected = impl_->posted.find(seen.path); collected != impl_->posted.end() && seen.method == "POST") {
+    const json body = json::parse(seen.body, nullptr, false);
+    if (!body.is_object()) return {true, 400, status_object(400, "BadRequest", "the body is not a JSON object")};
+    collected->second.push_back(body);
+    return {true, 201, body};
+  }
   const auto object = impl_->by_path.find(seen.path);
   if (object == impl_->by_path.end()) return {false, 0, nullptr};
   if (seen.method == "GET") return {true, 200, object->second};
@@ -365,6 +372,17 @@ std::tuple<bool, unsigned, json> FakeApiserver::answer_by_path(const Request& se
     return {true, 422, status_object(422, "Invalid", e.what())};
   }
   return {true, 200, object->second};
+}
+
+void FakeApiserver::collect_posts(const std::string& path) {
+  std::lock_guard lock(impl_->mutex);
+  impl_->posted[path];
+}
+
+std::vector<json> FakeApiserver::posts(const std::string& path) const {
+  std::lock_guard lock(impl_->mutex);
+  const auto collected = impl_->posted.find(path);
+  return collected == impl_->posted.end() ? std::vector<json>{} : collected->second;
 }
 
 void FakeApiserver::put_at(const std::string& path, json object) {

@@ -61,6 +61,9 @@ class FakeApiserver {
   // failed test included). at() is nullptr when there is none.
   void put_at(const std::string& path, nlohmann::json object);
   nlohmann::json at(const std::string& path) const;
+  // A path that takes POSTs (Events, say): each is answered 201 with its body and kept, in order.
+  void collect_posts(const std::string& path);
+  std::vector<nlohmann::json> posts(const std::string& path) const;
 
   struct Request {
     std::string path, query, authorization;

@@ -1,0 +1,161 @@
+// nri-runtime is the runtime's side of NRI as containerd and CRI-O run it: NRI's own adaptation library
+// (github.com/containerd/nri/pkg/adaptation, the version containerd v2.4.2 builds with), listening on a
+// socket, synchronizing each plugin that registers with the containers a script says exist, then sending
+// the script's CreateContainer and RemoveContainer events and printing, one JSON line each, what came back.
+// gpuguard-node-enforcer's integration tests drive it: an implementation of the protocol that is not
+// gpuguard's, and the decision's fixtures sent through it.
+//
+//	nri-runtime --socket PATH --script FILE [--required-plugins gpuguard] [--request-timeout 2s]
+//
+// The script: {"existing": {"pods": [PodSandbox], "containers": [Container]}, "steps": [step...]}, each
+// step one of {"wait_plugin": seconds}, {"create": {"pod": PodSandbox, "container": Container}},
+// {"remove": {...}}, {"sleep": seconds}; the messages in NRI's protojson.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	nri "github.com/containerd/nri/pkg/adaptation"
+	"github.com/containerd/nri/pkg/api"
+	validator "github.com/containerd/nri/plugins/default-validator/builtin"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+)
+
+type event struct {
+	Pod       json.RawMessage `json:"pod"`
+	Container json.RawMessage `json:"container"`
+}
+
+type step struct {
+	WaitPlugin *float64 `json:"wait_plugin"`
+	Create     *event   `json:"create"`
+	Remove     *event   `json:"remove"`
+	Sleep      *float64 `json:"sleep"`
+}
+
+type script struct {
+	Existing struct {
+		Pods       []json.RawMessage `json:"pods"`
+		Containers []json.RawMessage `json:"containers"`
+	} `json:"existing"`
+	Steps []step `json:"steps"`
+}
+
+func fail(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "nri-runtime: "+format+"\n", args...)
+	os.Exit(2)
+}
+
+func decode[M proto.Message](raw json.RawMessage, message M) M {
+	if err := protojson.Unmarshal(raw, message); err != nil {
+		fail("%v in %s", err, raw)
+	}
+	return message
+}
+
+func main() {
+	socket := flag.String("socket", "", "the socket plugins connect to")
+	scriptFile := flag.String("script", "", "the script (JSON)")
+	required := flag.String("required-plugins", "", "comma-separated: NRI's default validator refuses every create while one of them is not registered")
+	requestTimeout := flag.Duration("request-timeout", 2*time.Second, "how long a plugin has to answer a request")
+	flag.Parse()
+	text, err := os.ReadFile(*scriptFile)
+	if err != nil {
+		fail("%v", err)
+	}
+	var run script
+	if err := json.Unmarshal(text, &run); err != nil {
+		fail("%s: %v", *scriptFile, err)
+	}
+	var pods []*api.PodSandbox
+	for _, raw := range run.Existing.Pods {
+		pods = append(pods, decode(raw, &api.PodSandbox{}))
+	}
+	var containers []*api.Container
+	for _, raw := range run.Existing.Containers {
+		containers = append(containers, decode(raw, &api.Container{}))
+	}
+
+	nri.SetPluginRequestTimeout(*requestTimeout)
+	// Start synchronizes the plugins NRI launches itself (none here) once; every later call is a plugin
+	// that connected and registered.
+	var started atomic.Bool
+	var synced atomic.Int64
+	sync := func(ctx context.Context, cb nri.SyncCB) error {
+		_, err := cb(ctx, pods, containers)
+		if err == nil && started.Load() {
+			synced.Add(1)
+		}
+		return err
+	}
+	update := func(context.Context, []*nri.ContainerUpdate) ([]*nri.ContainerUpdate, error) { return nil, nil }
+	empty, err := os.MkdirTemp("", "nri-runtime-")
+	if err != nil {
+		fail("%v", err)
+	}
+	defer os.RemoveAll(empty)
+	options := []nri.Option{nri.WithSocketPath(*socket), nri.WithPluginPath(empty), nri.WithPluginConfigPath(empty)}
+	if *required != "" {
+		options = append(options, nri.WithDefaultValidator(&validator.DefaultValidatorConfig{
+			Enable: true, RequiredPlugins: strings.Split(*required, ","),
+		}))
+	}
+	runtime, err := nri.New("nri-runtime", "v0.0.0", sync, update, options...)
+	if err != nil {
+		fail("%v", err)
+	}
+	if err := runtime.Start(); err != nil {
+		fail("%v", err)
+	}
+	started.Store(true)
+	defer runtime.Stop()
+	out := json.NewEncoder(os.Stdout)
+	for i, s := range run.Steps {
+		result := map[string]any{"step": i}
+		switch {
+		case s.WaitPlugin != nil:
+			deadline := time.Now().Add(time.Duration(*s.WaitPlugin * float64(time.Second)))
+			for synced.Load() == 0 && time.Now().Before(deadline) {
+				time.Sleep(10 * time.Millisecond)
+			}
+			result["synced"] = synced.Load()
+		case s.Create != nil:
+			started := time.Now()
+			response, err := runtime.CreateContainer(context.Background(), &api.CreateContainerRequest{
+				Pod: decode(s.Create.Pod, &api.PodSandbox{}), Container: decode(s.Create.Container, &api.Container{}),
+			})
+			result["micros"] = time.Since(started).Microseconds()
+			if err != nil {
+				result["error"] = err.Error()
+			} else {
+				env := []string{}
+				for _, kv := range response.GetAdjust().GetEnv() {
+					env = append(env, kv.GetKey()+"="+kv.GetValue())
+				}
+				result["env"] = env
+			}
+		case s.Remove != nil:
+			err := runtime.RemoveContainer(context.Background(), &api.RemoveContainerRequest{
+				Pod: decode(s.Remove.Pod, &api.PodSandbox{}), Container: decode(s.Remove.Container, &api.Container{}),
+			})
+			if err != nil {
+				result["error"] = err.Error()
+			}
+		case s.Sleep != nil:
+			time.Sleep(time.Duration(*s.Sleep * float64(time.Second)))
+		default:
+			fail("step %d: nothing to do", i)
+		}
+		if err := out.Encode(result); err != nil {
+			fail("%v", err)
+		}
+	}
+}

@@ -1,0 +1,95 @@
+#pragma once
+// An NRI plugin's side of the runtime's socket (containerd >= 2.0, CRI-O >= 1.30), written from NRI's
+// protocol rather than its Go stub: connect to the socket, register (the plugin calls Runtime.RegisterPlugin
+// on connection 2), then serve the runtime's calls on connection 1 (Configure, Synchronize, the events
+// subscribed to) until the runtime goes away, and connect again with backoff. One thread; the runtime
+// calls one event at a time and holds a lock meanwhile, so a handler must answer well inside the
+// runtime's request timeout (2 s by default).
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <stop_token>
+#include <string>
+
+namespace nri::pkg::api::v1alpha1 {
+class ConfigureRequest;
+class SynchronizeRequest;
+class CreateContainerRequest;
+class CreateContainerResponse;
+class Container;
+class PodSandbox;
+}  // namespace nri::pkg::api::v1alpha1
+
+namespace gpuguard::nri {
+
+namespace api = ::nri::pkg::api::v1alpha1;
+
+// NRI's event numbers (api.proto's Event) and the subscription bit of each: 1 << (event - 1). A
+// Configure answer of 0 would subscribe to every event, validation included, which makes the plugin a
+// validator that every create waits on: the plugin always names its events.
+inline constexpr std::int32_t kCreateContainerEvent = 4;
+inline constexpr std::int32_t kRemoveContainerEvent = 11;
+constexpr std::int32_t event_bit(std::int32_t event) { return 1 << (event - 1); }
+
+// A refusal's gRPC code, which the runtime keeps and the kubelet shows: rpc error: code = PermissionDenied
+// desc = <message>.
+inline constexpr std::int32_t kPermissionDenied = 7;
+
+struct CreateResult {
+  std::unique_ptr<api::CreateContainerResponse> response;  // null: nothing to change
+  std::optional<std::string> refusal;                      // set: the create fails with this message
+};
+
+class Handler {
+ public:
+  virtual ~Handler() = default;
+  // Connected and configured (registered), or disconnected, and why.
+  virtual void connection(bool registered, const std::string& detail) = 0;
+  // Each chunk of the runtime's state; `last` on the final one.
+  virtual void synchronize(const api::SynchronizeRequest& request, bool last) = 0;
+  virtual CreateResult create_container(const api::PodSandbox& pod, const api::Container& container) = 0;
+  virtual void remove_container(const api::PodSandbox& pod, const api::Container& container) = 0;
+};
+
+struct PluginOptions {
+  std::filesystem::path socket = "/var/run/nri/nri.sock";
+  std::string name = "gpuguard";
+  std::string index = "50";  // plugins run in ascending index: after those that add devices
+  // Events subscribed to (event_bit of each).
+  std::int32_t events = event_bit(kCreateContainerEvent) | event_bit(kRemoveContainerEvent);
+  std::chrono::milliseconds backoff_first{250};
+  std::chrono::milliseconds backoff_max{10'000};
+  // A runtime that neither configures the plugin nor closes the connection within this is given up on.
+  std::chrono::milliseconds configure_timeout{10'000};
+  // Writing one answer; a runtime that does not read it is given up on.
+  std::chrono::milliseconds write_timeout{2'000};
+};
+
+// What the connection counts, for the program's /metrics.
+struct PluginStats {
+  std::uint64_t connections = 0;     // registered and configured
+  std::uint64_t disconnections = 0;  // of those, ended
+  std::uint64_t protocol_errors = 0;
+  bool registered = false;
+};
+
+class Plugin {
+ public:
+  Plugin(PluginOptions options, Handler& handler);
+  ~Plugin();
+  Plugin(const Plugin&) = delete;
+  Plugin& operator=(const Plugin&) = delete;
+
+  // Connects, serves and reconnects until `stop` is requested (it wakes a wait at once).
+  void run(const std::stop_token& stop);
+  PluginStats stats() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace gpuguard::nri

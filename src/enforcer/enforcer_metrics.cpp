@@ -1,0 +1,74 @@
+#include "enforcer_metrics.hpp"
+
+#include "gpuguard/metrics/text.hpp"
+
+namespace gpuguard::enforcer {
+namespace {
+
+constexpr std::array<std::string_view, 3> kActions = {"allow", "adjust", "refuse"};
+constexpr std::array<std::string_view, 7> kWhys = {"within", "enforced",           "audited",   "off",
+                                                   "exempt", "allocation-unknown", "privileged"};
+
+std::size_t why_index(Decision::Why why) {
+  const std::string_view name = why_name(why);
+  for (std::size_t i = 0; i < kWhys.size(); ++i) {
+    if (kWhys[i] == name) return i;
+  }
+  return 0;
+}
+
+}  // namespace
+
+EnforcerMetrics::EnforcerMetrics(std::string version)
+    : version_(std::move(version)), decisions_("action", kActions, "why", kWhys) {}
+
+void EnforcerMetrics::count_decision(const Decision& decision, double seconds) {
+  decisions_.add(static_cast<std::size_t>(decision.action), why_index(decision.why));
+  durations_.observe(seconds);
+}
+
+std::string EnforcerMetrics::render(const nri::PluginStats& connection, std::string_view mode) const {
+  std::string out;
+  metrics::header(out, "gpuguard_node_enforcer_mode", "gauge",
+                  "1, labelled with the policy's nodeEnforcement in force.");
+  out.append("gpuguard_node_enforcer_mode{mode=\"").append(mode).append("\"} 1\n");
+  metrics::header(out, "gpuguard_node_enforcer_decisions_total", "counter",
+                  "Containers decided at creation, by what was done (allow, adjust, refuse) and why.");
+  decisions_.render(out, "gpuguard_node_enforcer_decisions_total");
+  metrics::header(out, "gpuguard_node_enforcer_create_duration_seconds", "histogram",
+                  "Time to answer the runtime's CreateContainer, the kubelet's pod-resources call included.");
+  durations_.render(out, "gpuguard_node_enforcer_create_duration_seconds", "");
+  metrics::header(out, "gpuguard_node_enforcer_registered", "gauge",
+                  "1 while the enforcer is registered with the container runtime over NRI.");
+  out.append("gpuguard_node_enforcer_registered ").append(connection.registered ? "1" : "0").append("\n");
+  metrics::header(out, "gpuguard_node_enforcer_connections_total", "counter",
+                  "NRI connections registered with the runtime, and those that ended.");
+  out.append("gpuguard_node_enforcer_connections_total{event=\"registered\"} ")
+      .append(std::to_string(connection.connections))
+      .append("\ngpuguard_node_enforcer_connections_total{event=\"ended\"} ")
+      .append(std::to_string(connection.disconnections))
+      .append("\n");
+  metrics::header(out, "gpuguard_node_enforcer_protocol_errors_total", "counter",
+                  "NRI connections dropped for bytes that are not NRI's protocol.");
+  out.append("gpuguard_node_enforcer_protocol_errors_total ")
+      .append(std::to_string(connection.protocol_errors))
+      .append("\n");
+  metrics::header(out, "gpuguard_node_enforcer_kubelet_errors_total", "counter",
+                  "Calls to the kubelet's pod-resources API that failed.");
+  out.append("gpuguard_node_enforcer_kubelet_errors_total ")
+      .append(std::to_string(kubelet_errors_.load(std::memory_order_relaxed)))
+      .append("\n");
+  metrics::header(out, "gpuguard_node_enforcer_running_containers", "gauge",
+                  "Running containers that see GPUs beyond what the kubelet allocated them (beyond), and privileged "
+                  "ones, which nothing at creation confines (privileged); running containers cannot be changed.");
+  out.append("gpuguard_node_enforcer_running_containers{state=\"beyond\"} ")
+      .append(std::to_string(running_beyond_.load(std::memory_order_relaxed)))
+      .append("\ngpuguard_node_enforcer_running_containers{state=\"privileged\"} ")
+      .append(std::to_string(running_privileged_.load(std::memory_order_relaxed)))
+      .append("\n");
+  render_reloads(out, false, false);
+  metrics::render_build_info(out, version_);
+  return out;
+}
+
+}  // namespace gpuguard::enforcer

@@ -1,0 +1,37 @@
+#pragma once
+// gpuguard-node-enforcer's series for /metrics: every decision by action and why, how long answering
+// CreateContainer took, the NRI connection, and the running containers that see GPUs beyond their
+// allocation. Label values come from fixed sets.
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+#include "gpuguard/enforcer/decision.hpp"
+#include "gpuguard/metrics/counters.hpp"
+#include "gpuguard/metrics/reloads.hpp"
+#include "gpuguard/nri/plugin.hpp"
+
+namespace gpuguard::enforcer {
+
+class EnforcerMetrics final : public metrics::ReloadMetrics {
+ public:
+  explicit EnforcerMetrics(std::string version);
+  void count_decision(const Decision& decision, double seconds);
+  void count_kubelet_error() { kubelet_errors_.fetch_add(1, std::memory_order_relaxed); }
+  void set_running(std::size_t beyond, std::size_t privileged) {
+    running_beyond_.store(beyond, std::memory_order_relaxed);
+    running_privileged_.store(privileged, std::memory_order_relaxed);
+  }
+  // `mode`: the nodeEnforcement mode in force.
+  std::string render(const nri::PluginStats& connection, std::string_view mode) const;
+
+ private:
+  std::string version_;
+  metrics::LabelledCounters<3, 7> decisions_;
+  metrics::DurationHistogram durations_;
+  std::atomic<std::uint64_t> kubelet_errors_{0};
+  std::atomic<std::size_t> running_beyond_{0}, running_privileged_{0};
+};
+
+}  // namespace gpuguard::enforcer

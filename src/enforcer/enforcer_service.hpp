@@ -1,0 +1,31 @@
+#pragma once
+// gpuguard-node-enforcer put together: the NRI plugin (src/nri), the decision (decision.hpp) with the
+// kubelet's allocation (kubelet_client.hpp), the node's GPUs and CDI devices, the policy ConfigMap, the
+// report of running containers, and /healthz, /readyz and /metrics.
+#include <filesystem>
+#include <optional>
+#include <string>
+
+#include "gpuguard/kube/api_server.hpp"
+
+namespace gpuguard::enforcer {
+
+struct EnforcerConfig {
+  std::filesystem::path nri_socket = "/var/run/nri/nri.sock";
+  std::string plugin_name = "gpuguard";
+  std::string plugin_index = "50";
+  std::filesystem::path pod_resources_socket = "/var/lib/kubelet/pod-resources/kubelet.sock";
+  // Where the host's /proc/driver/nvidia, /dev, /etc/cdi and /var/run/cdi are.
+  std::filesystem::path host_root = "/";
+  std::optional<std::filesystem::path> policy_dir;
+  std::string metrics_address = "0.0.0.0:8080";
+  // This node's name, for the Node events of the report; empty: no events.
+  std::string node_name;
+  // For the events, and for the service accounts an exemption names; none: neither.
+  std::optional<kube::ApiServer> apiserver;
+};
+
+// Serves until SIGTERM or SIGINT. Throws std::runtime_error when it cannot start.
+void serve(const EnforcerConfig& config);
+
+}  // namespace gpuguard::enforcer

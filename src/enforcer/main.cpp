@@ -1,0 +1,90 @@
+// gpuguard-node-enforcer: gives every container exactly the GPUs the kubelet allocated it, when the
+// container runtime creates it (NRI), whichever way the pod got past admission.
+#include <boost/program_options.hpp>
+
+#include <iostream>
+
+#include "enforcer_service.hpp"
+#include "gpuguard/cli/apiserver_flags.hpp"
+#include "gpuguard/cli/command_line.hpp"
+#include "gpuguard/log/log.hpp"
+
+namespace po = boost::program_options;
+using namespace gpuguard;
+
+namespace {
+
+constexpr const char* kProgram = "gpuguard-node-enforcer";
+constexpr const char* kUsage =
+    "gpuguard-node-enforcer: an NRI plugin of the node's container runtime (containerd 2.0 and later, CRI-O 1.30\n"
+    "and later). At each container's creation it compares what the container would see of the node's GPUs (its\n"
+    "NVIDIA_VISIBLE_DEVICES, device nodes, mounts and CDI devices) with what the kubelet allocated it (the\n"
+    "pod-resources API), and sets NVIDIA_VISIBLE_DEVICES to exactly those GPUs, or refuses the create, as the\n"
+    "policy's nodeEnforcement says; at registration it reports the running containers that see more.\n\n"
+    "Usage:\n"
+    "  gpuguard-node-enforcer [options]\n\n"
+    "Options";
+
+bool valid_index(const std::string& index) {
+  return index.size() == 2 && std::isdigit(static_cast<unsigned char>(index[0])) &&
+         std::isdigit(static_cast<unsigned char>(index[1]));
+}
+
+bool valid_name(const std::string& name) {
+  return !name.empty() && std::all_of(name.begin(), name.end(), [](unsigned char c) {
+    return std::isalnum(c) || c == '_' || c == '.' || c == '+' || c == '-';
+  });
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  po::options_description description(kUsage);
+  cli::add_apiserver_flags(description);
+  description.add_options()("nri-socket", po::value<std::string>()->default_value("/var/run/nri/nri.sock"),
+                            "the runtime's NRI socket")(
+      "plugin-name", po::value<std::string>()->default_value("gpuguard"),
+      "the plugin's name, as the runtime's required_plugins names it")(
+      "plugin-index", po::value<std::string>()->default_value("50"),
+      "two digits: the runtime calls plugins in ascending index, so after those that add devices")(
+      "pod-resources-socket", po::value<std::string>()->default_value("/var/lib/kubelet/pod-resources/kubelet.sock"),
+      "the kubelet's pod-resources API")("host-root", po::value<std::string>()->default_value("/"),
+                                         "where the host's /proc/driver/nvidia, /etc/cdi and /var/run/cdi are")(
+      "policy-dir", po::value<std::string>(),
+      "the mounted gpuguard-policy ConfigMap: nodeEnforcement, its exemptions and gpuResources are read, re-read on "
+      "change (default: enforce, no exemption)")("metrics-address",
+                                                 po::value<std::string>()->default_value("0.0.0.0:8080"),
+                                                 "IP:port of /healthz, /readyz and /metrics, plain HTTP")(
+      "node-name", po::value<std::string>(),
+      "this node's name: the report of running containers is also a Node event (needs the API; default: none)");
+  const cli::Parsed parsed = cli::parse_command_line(kProgram, GPUGUARD_VERSION, description, argc, argv);
+  if (!parsed.flags) return parsed.exit_status;
+  const po::variables_map& flags = *parsed.flags;
+
+  enforcer::EnforcerConfig config;
+  config.nri_socket = flags["nri-socket"].as<std::string>();
+  config.plugin_name = flags["plugin-name"].as<std::string>();
+  config.plugin_index = flags["plugin-index"].as<std::string>();
+  config.pod_resources_socket = flags["pod-resources-socket"].as<std::string>();
+  config.host_root = flags["host-root"].as<std::string>();
+  config.policy_dir = cli::path_flag(flags, "policy-dir");
+  config.metrics_address = flags["metrics-address"].as<std::string>();
+  if (flags.count("node-name")) config.node_name = flags["node-name"].as<std::string>();
+  if (!valid_index(config.plugin_index)) {
+    std::cerr << kProgram << ": --plugin-index must be two digits, such as 50\n";
+    return 2;
+  }
+  if (!valid_name(config.plugin_name)) {
+    std::cerr << kProgram << ": --plugin-name may hold only letters, digits and _ . + -\n";
+    return 2;
+  }
+  if (cli::apiserver_known(flags)) {
+    try {
+      config.apiserver = cli::api_server(flags);
+    } catch (const std::exception& e) {
+      std::cerr << kProgram << ": " << e.what() << "\n";
+      return 2;
+    }
+  }
+  return cli::run_service([&] { enforcer::serve(config); });
+}

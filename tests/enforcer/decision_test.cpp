@@ -1,0 +1,118 @@
+// gpuguard-node-enforcer's decision over tests/fixtures/enforcer/: each container, as NRI's protobuf
+// carries it (the fixture's protojson parsed by protobuf's own JSON reader, then view_of), with the
+// kubelet's answer and the node's GPUs, gets the action, the new NVIDIA_VISIBLE_DEVICES, the list of what
+// it would see beyond its allocation and the allocation's source the fixture says.
+#include <catch2/catch.hpp>
+
+#include <fstream>
+
+#include <google/protobuf/util/json_util.h>
+
+#include "fixture.hpp"
+#include "gpuguard/enforcer/nri_view.hpp"
+#include "nri/v1alpha1/api.pb.h"
+
+using namespace gpuguard;
+using nlohmann::json;
+
+namespace {
+
+const std::filesystem::path kFixtures = std::filesystem::path(GPUGUARD_SOURCE_DIR) / "tests/fixtures/enforcer";
+
+template <typename Message>
+Message from_json(const json& value) {
+  Message message;
+  const auto status = google::protobuf::util::JsonStringToMessage(value.dump(), &message);
+  INFO(value.dump());
+  REQUIRE(status.ok());
+  return message;
+}
+
+std::string action_name(enforcer::Decision::Action action) {
+  switch (action) {
+    case enforcer::Decision::Action::allow: return "allow";
+    case enforcer::Decision::Action::adjust: return "adjust";
+    case enforcer::Decision::Action::refuse: break;
+  }
+  return "refuse";
+}
+
+std::string source_name(enforcer::Allocation::Source source) {
+  switch (source) {
+    case enforcer::Allocation::Source::pod_resources: return "pod_resources";
+    case enforcer::Allocation::Source::pod_union: return "pod_union";
+    case enforcer::Allocation::Source::plugin_annotation: return "plugin_annotation";
+    case enforcer::Allocation::Source::unknown: break;
+  }
+  return "unknown";
+}
+
+}  // namespace
+
+TEST_CASE("enforcer: every fixture container gets the decision its fixture says") {
+  const auto fixtures = test::enforcer_fixtures(kFixtures);
+  REQUIRE(fixtures.size() >= 30);
+  for (const auto& f : fixtures) {
+    INFO(f.name << ": " << f.raw["why"].get<std::string>());
+    const auto parsed = policy::parse_policy(f.policy_files);
+    REQUIRE(parsed.policy);
+    const auto pod = from_json<nri::pkg::api::v1alpha1::PodSandbox>(f.raw["pod"]);
+    const auto container = from_json<nri::pkg::api::v1alpha1::Container>(f.raw["container"]);
+    enforcer::ContainerView view = enforcer::view_of(pod, container);
+    view.service_account = f.raw.value("service_account", "");
+    enforcer::Allocation allocation = enforcer::allocation_for(
+        f.kubelet, view.container,
+        enforcer::trusted_annotation(enforcer::annotations_of(container), enforcer::annotations_of(pod)),
+        *parsed.policy);
+    for (const auto& name : allocation.cdi_devices) {
+      if (const auto nodes = f.cdi_nodes.find(name); nodes != f.cdi_nodes.end()) {
+        allocation.device_paths.insert(nodes->second.begin(), nodes->second.end());
+      }
+    }
+    const enforcer::Decision decision = enforcer::decide(view, allocation, f.node, *parsed.policy);
+    const json& expect = f.raw["expect"];
+    CHECK(action_name(decision.action) == expect["action"].get<std::string>());
+    CHECK(std::string(enforcer::why_name(decision.why)) == expect["why"].get<std::string>());
+    if (expect.contains("visible_devices")) {
+      CHECK(decision.visible_devices.value_or("(unchanged)") == expect["visible_devices"].get<std::string>());
+    } else {
+      CHECK_FALSE(decision.visible_devices);
+    }
+    if (expect.contains("beyond")) CHECK(decision.beyond == expect["beyond"].get<std::vector<std::string>>());
+    if (expect.contains("message"))
+      CHECK_THAT(decision.message, Catch::StartsWith(expect["message"].get<std::string>()));
+    if (expect.contains("source")) CHECK(source_name(allocation.source) == expect["source"].get<std::string>());
+  }
+}
+
+TEST_CASE("enforcer: the adjustment removes NVIDIA_VISIBLE_DEVICES, then sets it") {
+  const auto response = enforcer::visible_devices_adjustment("void");
+  REQUIRE(response->adjust().env_size() == 2);
+  CHECK(response->adjust().env(0).key() == "-NVIDIA_VISIBLE_DEVICES");
+  CHECK(response->adjust().env(1).key() == "NVIDIA_VISIBLE_DEVICES");
+  CHECK(response->adjust().env(1).value() == "void");
+}
+
+TEST_CASE("enforcer: the node policy keys are parsed and refused as the others") {
+  auto parsed = policy::parse_policy({{"nodeEnforcement", "audit"},
+                                      {"nodeEnforcementExemptNamespaces", "gpu-operator, kube-system"},
+                                      {"nodeEnforcementExemptServiceAccounts", "monitoring/dcgm-exporter"},
+                                      {"nriTolerationAnnotation", "tolerate.example.com/nri"}});
+  REQUIRE(parsed.policy);
+  CHECK(parsed.policy->node_enforcement == policy::NodeEnforcement::audit);
+  CHECK(parsed.policy->is_node_enforcement_exempt("kube-system", ""));
+  CHECK(parsed.policy->is_node_enforcement_exempt("monitoring", "dcgm-exporter"));
+  CHECK_FALSE(parsed.policy->is_node_enforcement_exempt("monitoring", ""));
+  CHECK(parsed.policy->names_service_accounts_in("monitoring"));
+  CHECK_FALSE(parsed.policy->names_service_accounts_in("kube-system"));
+  CHECK(parsed.policy->nri_toleration_annotation == "tolerate.example.com/nri");
+  for (const auto& [key, value] : std::map<std::string, std::string>{{"nodeEnforcement", "enforcing"},
+                                                                     {"nodeEnforcementExemptNamespaces", "Not_A_Name"},
+                                                                     {"nodeEnforcementExemptServiceAccounts", "nosa"},
+                                                                     {"nriTolerationAnnotation", "a b"}}) {
+    INFO(key);
+    parsed = policy::parse_policy({{key, value}});
+    CHECK_FALSE(parsed.policy);
+    CHECK_THAT(parsed.error, Catch::Contains(key));
+  }
+}

@@ -1,0 +1,80 @@
+#pragma once
+// A case of tests/fixtures/enforcer/: a container as NRI shows it (its pod and container in NRI's
+// protojson), what the kubelet's pod-resources answers, the node's GPUs, the policy, and what the enforcer
+// must do. The unit test decides each in process; the integration test sends each through NRI's own
+// runtime library to the real binary, with a fake kubelet giving the same answer.
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "gpuguard/enforcer/allocation.hpp"
+#include "gpuguard/enforcer/decision.hpp"
+
+namespace gpuguard::test {
+
+struct EnforcerFixture {
+  std::string name;
+  nlohmann::json raw;
+  std::map<std::string, std::string> policy_files;
+  std::vector<enforcer::NodeGpu> node;
+  enforcer::KubeletAnswer kubelet;
+  std::map<std::string, std::vector<std::string>> cdi_nodes;
+};
+
+inline std::vector<enforcer::NodeGpu> default_node() {
+  return {{"GPU-11111111-1111-4111-8111-111111111111", 0, "0000:10:00.0", {}},
+          {"GPU-22222222-2222-4222-8222-222222222222", 1, "0000:20:00.0", {}}};
+}
+
+inline std::vector<EnforcerFixture> enforcer_fixtures(const std::filesystem::path& dir) {
+  std::vector<EnforcerFixture> fixtures;
+  std::vector<std::filesystem::path> files;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) files.push_back(entry.path());
+  std::sort(files.begin(), files.end());
+  for (const auto& file : files) {
+    std::ifstream in(file);
+    EnforcerFixture f;
+    f.name = file.stem().string();
+    f.raw = nlohmann::json::parse(in);
+    const nlohmann::json policy = f.raw.value("policy", nlohmann::json::object());
+    for (const auto& [key, value] : policy.items()) f.policy_files[key] = value;
+    if (f.raw.contains("node")) {
+      for (const auto& gpu : f.raw["node"]) {
+        enforcer::NodeGpu node{gpu["uuid"], gpu["minor"], gpu["pci"], {}};
+        const nlohmann::json migs = gpu.value("mig", nlohmann::json::object());
+        for (const auto& [mig, caps] : migs.items()) {
+          node.mig_cap_minors[mig] = caps.get<std::vector<unsigned>>();
+        }
+        f.node.push_back(std::move(node));
+      }
+    } else {
+      f.node = default_node();
+    }
+    const auto& kubelet = f.raw["kubelet"];
+    f.kubelet.answered = kubelet.value("answered", false);
+    f.kubelet.error = kubelet.value("error", "");
+    if (kubelet.contains("pod") && kubelet["pod"].is_object()) {
+      enforcer::PodResources pod;
+      for (const auto& c : kubelet["pod"]["containers"]) {
+        enforcer::PodResources::Container container{c["name"], {}, c.value("cdi_devices", std::vector<std::string>{})};
+        for (const auto& d : c["devices"]) container.devices.push_back({d["resource"], d["ids"]});
+        pod.containers.push_back(std::move(container));
+      }
+      f.kubelet.pod = std::move(pod);
+    }
+    const nlohmann::json cdi_nodes = f.raw.value("cdi_nodes", nlohmann::json::object());
+    for (const auto& [name, paths] : cdi_nodes.items()) {
+      f.cdi_nodes[name] = paths.get<std::vector<std::string>>();
+    }
+    fixtures.push_back(std::move(f));
+  }
+  return fixtures;
+}
+
+}  // namespace gpuguard::test

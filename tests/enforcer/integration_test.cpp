@@ -1,0 +1,436 @@
+// The real gpuguard-node-enforcer against the runtime's side of NRI as containerd and CRI-O run it
+// (e2e/cmd/nri-runtime: NRI's own adaptation library, v0.12.3) over a real unix socket, with a fake
+// kubelet serving the pod-resources API over real unix-socket gRPC: every fixture of
+// tests/fixtures/enforcer sent through it, registration and reconnection, fail-closed with NRI's default
+// validator, garbage and half frames from the runtime, a slow kubelet, and the report of running
+// containers.
+#include <catch2/catch.hpp>
+
+#include <fcntl.h>
+#include <grpcpp/grpcpp.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <future>
+#include <mutex>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "../deviceplugin/fake_host.hpp"
+#include "extender/fake_apiserver.hpp"
+#include "fixture.hpp"
+#include "http_client.hpp"
+#include "podresources/v1/api.grpc.pb.h"
+#include "server_process.hpp"
+
+extern char** environ;
+
+using namespace gpuguard;
+using namespace gpuguard::test;
+using nlohmann::json;
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+namespace {
+
+const fs::path kFixtures = fs::path(GPUGUARD_SOURCE_DIR) / "tests/fixtures/enforcer";
+
+// The kubelet's pod-resources API: List answers the pods set, after `delay`.
+class FakeKubelet final : public v1::PodResourcesLister::Service {
+ public:
+  explicit FakeKubelet(const fs::path& socket) {
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("unix://" + socket.string(), grpc::InsecureServerCredentials());
+    builder.RegisterService(this);
+    server_ = builder.BuildAndStart();
+  }
+  ~FakeKubelet() override { server_->Shutdown(std::chrono::system_clock::now() + 1s); }
+  void set(const std::string& pod_namespace, const std::string& name, const enforcer::PodResources& pod) {
+    v1::PodResources converted;
+    converted.set_namespace_(pod_namespace);
+    converted.set_name(name);
+    for (const auto& container : pod.containers) {
+      auto* c = converted.add_containers();
+      c->set_name(container.name);
+      for (const auto& devices : container.devices) {
+        for (const auto& id : devices.ids) {  // one entry per device, as the kubelet sends them
+          auto* d = c->add_devices();
+          d->set_resource_name(devices.resource);
+          d->add_device_ids(id);
+        }
+      }
+      if (!container.cdi_devices.empty()) {
+        auto* claim = c->add_dynamic_resources()->add_claim_resources();
+        for (const auto& name : container.cdi_devices) claim->add_cdi_devices()->set_name(name);
+      }
+    }
+    const std::lock_guard lock(mutex_);
+    pods_.push_back(std::move(converted));
+  }
+  void set_delay(std::chrono::milliseconds delay) { delay_ = delay; }
+  grpc::Status List(grpc::ServerContext*, const v1::ListPodResourcesRequest*,
+                    v1::ListPodResourcesResponse* out) override {
+    std::this_thread::sleep_for(delay_.load());
+    const std::lock_guard lock(mutex_);
+    for (const auto& pod : pods_) *out->add_pod_resources() = pod;
+    ++calls_;
+    return grpc::Status::OK;
+  }
+  grpc::Status Get(grpc::ServerContext*, const v1::GetPodResourcesRequest*, v1::GetPodResourcesResponse*) override {
+    return {grpc::StatusCode::UNIMPLEMENTED, "the enforcer lists"};
+  }
+  int calls() {
+    const std::lock_guard lock(mutex_);
+    return calls_;
+  }
+
+ private:
+  std::unique_ptr<grpc::Server> server_;
+  std::mutex mutex_;
+  std::vector<v1::PodResources> pods_;
+  std::atomic<std::chrono::milliseconds> delay_{0ms};
+  int calls_ = 0;
+};
+
+// A node: its host root (GPUs in procfs, CDI specs), its NRI and pod-resources sockets, a policy.
+struct Node {
+  FakeHost host{"enforcer"};
+  fs::path dir = host.root() / "run";
+  fs::path nri_socket = dir / "nri.sock";
+  fs::path kubelet_socket = dir / "kubelet.sock";
+  fs::path policy = dir / "policy";
+  Node() {
+    fs::create_directories(policy);
+    for (const auto& gpu : default_node()) host.add_gpu(gpu.pci_address, gpu.uuid, gpu.minor, 0);
+  }
+};
+
+class EnforcerProcess {
+ public:
+  EnforcerProcess(const Node& node, std::vector<std::string> extra = {}) : log_(node.dir / "enforcer.log") {
+    std::vector<std::string> args = {GPUGUARD_NODE_ENFORCER_BIN,
+                                     "--nri-socket",
+                                     node.nri_socket.string(),
+                                     "--pod-resources-socket",
+                                     node.kubelet_socket.string(),
+                                     "--host-root",
+                                     node.host.root().string(),
+                                     "--policy-dir",
+                                     node.policy.string(),
+                                     "--metrics-address",
+                                     "127.0.0.1:0"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    REQUIRE(posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ) == 0);
+    posix_spawn_file_actions_destroy(&actions);
+  }
+  ~EnforcerProcess() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+  int terminate() {
+    kill(pid_, SIGTERM);
+    int status = 0;
+    for (int i = 0; i < 100 && waitpid(pid_, &status, WNOHANG) != pid_; ++i) std::this_thread::sleep_for(50ms);
+    pid_ = -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
+  std::string log() const {
+    std::ifstream in(log_);
+    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  }
+  int port() const {
+    const std::string marker = "\"address\":\"127.0.0.1:";
+    for (int i = 0; i < 100; ++i) {
+      const std::string text = log();
+      const auto at = text.find(marker);
+      if (at != std::string::npos) return std::stoi(text.substr(at + marker.size()));
+      std::this_thread::sleep_for(50ms);
+    }
+    FAIL("the enforcer never said where it serves: " << log());
+    return 0;
+  }
+  // The value of one series on /metrics, or -1.
+  long long series(const std::string& name) const {
+    const std::string text = http_request(port(), "GET", "/metrics").body;
+    const auto at = text.find("\n" + name + " ");
+    return at == std::string::npos ? -1 : std::stoll(text.substr(at + name.size() + 2));
+  }
+
+ private:
+  fs::path log_;
+  pid_t pid_ = -1;
+};
+
+// Runs nri-runtime with `script` and returns its output, one JSON object per step.
+std::vector<json> run_runtime(const Node& node, const json& script, const std::string& flags = "") {
+  const fs::path file = node.dir / "script.json";
+  std::ofstream(file) << script.dump();
+  const ExitResult result = run_binary(GPUGUARD_NRI_RUNTIME_BIN, "--socket " + node.nri_socket.string() + " --script " +
+                                                                     file.string() + " " + flags + " 2>/dev/null");
+  INFO(result.output);
+  REQUIRE(result.status == 0);
+  std::vector<json> steps;
+  std::istringstream lines(result.output);
+  for (std::string line; std::getline(lines, line);) {
+    if (!line.empty()) steps.push_back(json::parse(line));
+  }
+  REQUIRE(steps.size() == script["steps"].size());
+  return steps;
+}
+
+json create_step(const json& pod, const json& container) {
+  return {{"create", {{"pod", pod}, {"container", container}}}};
+}
+
+json gpu_less_pod(const std::string& name) {
+  return {{"id", "sandbox-" + name}, {"name", name}, {"namespace", "team-a"}, {"uid", "uid-" + name}};
+}
+json cuda_container(const std::string& id) {
+  return {{"id", id}, {"name", "app"}, {"env", json::array({"NVIDIA_VISIBLE_DEVICES=all"})}};
+}
+
+}  // namespace
+
+TEST_CASE("every fixture, sent through NRI's own runtime to the real enforcer, gets its decision") {
+  // Grouped by what the node needs to be: the policy, whether the kubelet answers, whether an API
+  // server tells service accounts. Fixtures with a node of their own (MIG devices, which only NVML
+  // lists) are decided by the unit test alone: this node's GPUs come from procfs.
+  std::map<std::string, std::vector<EnforcerFixture>> groups;
+  std::size_t sent = 0;
+  for (auto& f : enforcer_fixtures(kFixtures)) {
+    if (f.raw.contains("node")) continue;
+    const std::string key = json(f.policy_files).dump() + (f.kubelet.answered ? "+kubelet" : "-kubelet") +
+                            (f.raw.contains("service_account") ? "+api" : "");
+    groups[key].push_back(std::move(f));
+  }
+  for (auto& [key, fixtures] : groups) {
+    INFO("group " << key);
+    Node node;
+    for (const auto& [name, value] : fixtures.front().policy_files) std::ofstream(node.policy / name) << value;
+    std::unique_ptr<FakeKubelet> kubelet;
+    if (fixtures.front().kubelet.answered) kubelet = std::make_unique<FakeKubelet>(node.kubelet_socket);
+    FakeApiserver apiserver("enforcer-token");
+    std::vector<std::string> flags;
+    if (key.ends_with("+api")) {
+      std::ofstream(node.dir / "token") << "enforcer-token";
+      flags = {"--apiserver-url", apiserver.url(),        "--token-file", (node.dir / "token").string(),
+               "--ca-file",       certs_dir() + "/ca.crt"};
+    }
+    json steps = json::array({{{"wait_plugin", 10}}});
+    for (const auto& f : fixtures) {
+      const json& pod = f.raw["pod"];
+      if (kubelet && f.kubelet.pod) kubelet->set(pod["namespace"], pod["name"], *f.kubelet.pod);
+      if (f.raw.contains("service_account")) {
+        apiserver.put_at(
+            "/api/v1/namespaces/" + pod["namespace"].get<std::string>() + "/pods/" + pod["name"].get<std::string>(),
+            {{"spec", {{"serviceAccountName", f.raw["service_account"]}}}});
+      }
+      for (const auto& [name, paths] : f.cdi_nodes) {
+        const auto equals = name.find('=');
+        json nodes = json::array();
+        for (const auto& path : paths) nodes.push_back({{"path", path}});
+        node.host.write(
+            "etc/cdi/" + f.name + ".json",
+            json{{"cdiVersion", "0.6.0"},
+                 {"kind", name.substr(0, equals)},
+                 {"devices",
+                  json::array({{{"name", name.substr(equals + 1)}, {"containerEdits", {{"deviceNodes", nodes}}}}})}}
+                .dump());
+      }
+      steps.push_back(create_step(pod, f.raw["container"]));
+    }
+    EnforcerProcess enforcer(node, flags);
+    const auto out = run_runtime(node, {{"steps", steps}});
+    REQUIRE(out[0]["synced"] == 1);
+    for (std::size_t i = 0; i < fixtures.size(); ++i) {
+      const auto& f = fixtures[i];
+      const json& expect = f.raw["expect"];
+      const json& got = out[i + 1];
+      INFO(f.name << ": " << got.dump() << "\n" << enforcer.log());
+      const std::string action = expect["action"];
+      if (action == "refuse") {
+        REQUIRE(got.contains("error"));
+        // What the kubelet shows: the runtime keeps gpuguard's status code and message.
+        CHECK_THAT(got["error"].get<std::string>(),
+                   Catch::Contains("code = PermissionDenied desc = gpuguard: container"));
+        if (expect.contains("message"))
+          CHECK_THAT(got["error"].get<std::string>(), Catch::Contains(expect["message"].get<std::string>()));
+      } else {
+        REQUIRE_FALSE(got.contains("error"));
+        const json want = action == "adjust"
+                              ? json::array({"NVIDIA_VISIBLE_DEVICES=" + expect["visible_devices"].get<std::string>()})
+                              : json::array();
+        CHECK(got["env"] == want);
+      }
+      // Each answered well inside the runtime's 2 s.
+      CHECK(got["micros"].get<long long>() < 1'000'000);
+      ++sent;
+    }
+    CHECK(enforcer.terminate() == 0);
+  }
+  CHECK(sent >= 30);
+}
+
+TEST_CASE("registration and reconnection: a runtime that restarts finds the enforcer registered again") {
+  Node node;
+  FakeKubelet kubelet(node.kubelet_socket);
+  EnforcerProcess enforcer(node);
+  const json first = {
+      {"steps", json::array({{{"wait_plugin", 10}}, create_step(gpu_less_pod("one"), cuda_container("c1"))})}};
+  auto out = run_runtime(node, first);
+  CHECK(out[0]["synced"] == 1);
+  CHECK(out[1]["env"] == json::array({"NVIDIA_VISIBLE_DEVICES=void"}));
+  // The runtime goes away and comes back (containerd restarted): the enforcer connects again with backoff.
+  const auto restarted = std::chrono::steady_clock::now();
+  const json second = {
+      {"steps", json::array({{{"wait_plugin", 10}}, create_step(gpu_less_pod("two"), cuda_container("c2"))})}};
+  out = run_runtime(node, second);
+  CHECK(out[0]["synced"] == 1);
+  CHECK(std::chrono::steady_clock::now() - restarted < 5s);
+  CHECK(out[1]["env"] == json::array({"NVIDIA_VISIBLE_DEVICES=void"}));
+  CHECK(enforcer.series("gpuguard_node_enforcer_connections_total{event=\"registered\"}") == 2);
+  CHECK(enforcer.series("gpuguard_node_enforcer_decisions_total{action=\"adjust\",why=\"enforced\"}") == 2);
+  CHECK(enforcer.terminate() == 0);
+}
+
+TEST_CASE("fail-closed: with NRI's validator requiring gpuguard, creates fail until the enforcer is back") {
+  Node node;
+  FakeKubelet kubelet(node.kubelet_socket);
+  const json script = {{"steps", json::array({create_step(gpu_less_pod("early"), cuda_container("c1"))})}};
+  auto out = run_runtime(node, script, "--required-plugins gpuguard");
+  REQUIRE(out[0].contains("error"));
+  CHECK_THAT(out[0]["error"].get<std::string>(), Catch::Contains("required plugin \"gpuguard\" not present"));
+  // Fail-open without the validator: the same create goes ahead unadjusted.
+  out = run_runtime(node, script);
+  CHECK(out[0]["env"] == json::array());
+  EnforcerProcess enforcer(node);
+  const json with_enforcer = {
+      {"steps", json::array({{{"wait_plugin", 10}}, create_step(gpu_less_pod("later"), cuda_container("c2"))})}};
+  out = run_runtime(node, with_enforcer, "--required-plugins gpuguard");
+  CHECK(out[1]["env"] == json::array({"NVIDIA_VISIBLE_DEVICES=void"}));
+  CHECK(enforcer.terminate() == 0);
+}
+
+TEST_CASE("a slow kubelet: the create is answered within the runtime's timeout, the container left as it is") {
+  Node node;
+  FakeKubelet kubelet(node.kubelet_socket);
+  kubelet.set_delay(3s);
+  EnforcerProcess enforcer(node);
+  const json script = {
+      {"steps", json::array({{{"wait_plugin", 10}}, create_step(gpu_less_pod("slow"), cuda_container("c1"))})}};
+  const auto started = std::chrono::steady_clock::now();
+  const auto out = run_runtime(node, script);
+  INFO(enforcer.log());
+  REQUIRE_FALSE(out[1].contains("error"));
+  CHECK(out[1]["env"] == json::array());
+  CHECK(out[1]["micros"].get<long long>() < 1'500'000);
+  CHECK(std::chrono::steady_clock::now() - started < 10s);
+  CHECK(enforcer.series("gpuguard_node_enforcer_kubelet_errors_total") >= 1);
+  CHECK(enforcer.series("gpuguard_node_enforcer_decisions_total{action=\"allow\",why=\"allocation-unknown\"}") == 1);
+  CHECK(enforcer.terminate() == 0);
+}
+
+TEST_CASE("garbage, or a frame cut off, from the runtime: the enforcer drops the connection and connects again") {
+  Node node;
+  const int listener = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  std::memcpy(address.sun_path, node.nri_socket.c_str(), node.nri_socket.string().size() + 1);
+  REQUIRE(::bind(listener, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0);
+  REQUIRE(::listen(listener, 8) == 0);
+  EnforcerProcess enforcer(node);
+  const std::string payloads[] = {
+      std::string("\xff\xff\xff\xff\xff\xff\xff\xff garbage", 16),  // connection ~0: not the multiplexer
+      std::string("\x00\x00\x00\x01\x00\x50\x00\x00", 8),           // a 5 MiB frame: over the limit
+      std::string("\x00\x00\x00\x01\x00\x00\x00\x20"
+                  "abc",
+                  11),  // half a frame, then the runtime closes
+  };
+  for (const std::string& bytes : payloads) {
+    const int connection = ::accept(listener, nullptr, nullptr);
+    REQUIRE(connection >= 0);
+    char registration[4096];
+    CHECK(::read(connection, registration, sizeof registration) > 0);  // it registers first
+    CHECK(::write(connection, bytes.data(), bytes.size()) == static_cast<ssize_t>(bytes.size()));
+    if (&bytes == &payloads[2]) ::shutdown(connection, SHUT_WR);
+    // It drops this connection (EOF on our side) and comes back.
+    pollfd readable{connection, POLLIN, 0};
+    REQUIRE(::poll(&readable, 1, 5000) == 1);
+    CHECK(::read(connection, registration, sizeof registration) == 0);
+    ::close(connection);
+  }
+  const int again = ::accept(listener, nullptr, nullptr);  // a fourth time: never stuck
+  CHECK(again >= 0);
+  ::close(again);
+  ::close(listener);
+  CHECK(http_request(enforcer.port(), "GET", "/healthz").status == 200);
+  CHECK(enforcer.series("gpuguard_node_enforcer_protocol_errors_total") == 2);
+  CHECK(enforcer.terminate() == 0);
+}
+
+TEST_CASE("running containers beyond their allocation are reported at registration, and no longer once removed") {
+  Node node;
+  FakeKubelet kubelet(node.kubelet_socket);
+  kubelet.set("team-a", "old", {{{"app", {}, {}}}});
+  FakeApiserver apiserver("enforcer-token");
+  apiserver.collect_posts("/api/v1/namespaces/default/events");
+  std::ofstream(node.dir / "token") << "enforcer-token";
+  EnforcerProcess enforcer(node, {"--node-name", "gpu-node-1", "--apiserver-url", apiserver.url(), "--token-file",
+                                  (node.dir / "token").string(), "--ca-file", certs_dir() + "/ca.crt"});
+  const json old_pod = gpu_less_pod("old");
+  json running = cuda_container("c-old");
+  running["podSandboxId"] = "sandbox-old";
+  running["state"] = "CONTAINER_RUNNING";
+  json privileged = running;
+  privileged["id"] = "c-priv";
+  privileged["name"] = "agent";
+  privileged["linux"] = {{"resources", {{"devices", json::array({{{"allow", true}, {"access", "rwm"}}})}}}};
+  const json script = {
+      {"existing", {{"pods", json::array({old_pod})}, {"containers", json::array({running, privileged})}}},
+      {"steps", json::array({{{"wait_plugin", 10}},
+                             {{"sleep", 0.3}},
+                             {{"remove", {{"pod", old_pod}, {"container", running}}}},
+                             {{"sleep", 0.3}}})}};
+  std::future<std::vector<json>> out = std::async(std::launch::async, [&] { return run_runtime(node, script); });
+  // Read while the runtime is still connected: after its first sleep, before the removal.
+  std::this_thread::sleep_for(150ms);
+  for (int i = 0; i < 50 && enforcer.series("gpuguard_node_enforcer_running_containers{state=\"beyond\"}") != 1; ++i) {
+    std::this_thread::sleep_for(20ms);
+  }
+  CHECK(enforcer.series("gpuguard_node_enforcer_running_containers{state=\"beyond\"}") == 1);
+  CHECK(enforcer.series("gpuguard_node_enforcer_running_containers{state=\"privileged\"}") == 1);
+  out.get();
+  CHECK(enforcer.series("gpuguard_node_enforcer_running_containers{state=\"beyond\"}") == 0);
+  const auto events = apiserver.posts("/api/v1/namespaces/default/events");
+  REQUIRE(events.size() == 1);
+  CHECK(events[0]["involvedObject"]["name"] == "gpu-node-1");
+  CHECK(events[0]["reason"] == "GPUsBeyondAllocation");
+  CHECK_THAT(events[0]["message"].get<std::string>(), Catch::Contains("team-a/old/app"));
+  CHECK_THAT(enforcer.log(), Catch::Contains("running container sees GPUs beyond its allocation"));
+  CHECK(enforcer.terminate() == 0);
+}
+
+TEST_CASE("bad flags are refused with a reason, before anything is served") {
+  for (const std::string flags : {"--plugin-index 5", "--plugin-index ab", "--plugin-name 'a b'", "--no-such-flag"}) {
+    INFO(flags);
+    const ExitResult result = run_binary(GPUGUARD_NODE_ENFORCER_BIN, flags);
+    CHECK(result.status == 2);
+  }
+  CHECK(run_binary(GPUGUARD_NODE_ENFORCER_BIN, "--help").status == 0);
+}
