@@ -124,6 +124,32 @@ const Annotation* nvidia_cdi_annotation(const Pod& pod, const Container& c) {
   return found;
 }
 
+// The annotation with which the runtime's NRI validator lets the pod start while a required plugin
+// (gpuguard-node-enforcer, under fail-closed) is missing. NRI reads it from the pod, under the key itself,
+// "<key>/pod" or "<key>/container.<name>", whatever its value (an unparsable one is refused there, not
+// here). Nothing when the node enforcer is off or leaves the pod alone anyway.
+const Annotation* nri_toleration(const Review& review, const Policy& policy) {
+  const std::string_view key = policy.nri_toleration_annotation;
+  if (key.empty() || policy.node_enforcement == policy::NodeEnforcement::off ||
+      policy.is_node_enforcement_exempt(review.namespace_, review.pod.service_account.empty()
+                                                               ? std::string_view("default")
+                                                               : review.pod.service_account)) {
+    return nullptr;
+  }
+  const auto it = std::find_if(review.pod.annotations.begin(), review.pod.annotations.end(), [&](const Annotation& a) {
+    if (!a.key.starts_with(key)) return false;
+    const std::string_view rest = a.key.substr(key.size());
+    return rest.empty() || rest == "/pod" || rest.starts_with("/container.");
+  });
+  return it == review.pod.annotations.end() ? nullptr : &*it;
+}
+
+std::string nri_toleration_denial(const Annotation& annotation) {
+  return "the annotation " + std::string(annotation.key) +
+         " would let the pod's containers start without gpuguard-node-enforcer where the node requires it; "
+         "only namespaces and service accounts in the policy's nodeEnforcementExempt keys may skip it";
+}
+
 // Does this entry make the NVIDIA runtime add the variable's devices? The feature gates take exactly
 // "enabled", as the toolkit compares it. IMEX channels take a list of channel numbers; the toolkit ignores
 // empty, none and void (and "all" since 1.18, but earlier versions pass it on), so anything else counts. A
@@ -307,6 +333,8 @@ Decision decide(const Review& review, const Policy& policy, const ClaimLookup* c
       policy.is_exempt(review.namespace_, review.pod.service_account)) {
     return decision;
   }
+  // What the webhook exempts, the node enforcer exempts too: a pod that gets here may not opt out of it.
+  const Annotation* toleration = nri_toleration(review, policy);
 
   // At most one patch operation, mutation and finding per container in the common case: one allocation each.
   const std::size_t containers = review.pod.containers.size();
@@ -320,6 +348,7 @@ Decision decide(const Review& review, const Policy& policy, const ClaimLookup* c
     if (decision.allowed) decision.denial = std::move(reason);
     decision.allowed = false;
   };
+  if (toleration != nullptr) deny(nri_toleration_denial(*toleration));
   // A door a policy key governs: warn says so (and annotates the audit log), deny refuses the pod.
   auto door = [&](Door which, Action action, const Container& c, Finding::Kind kind, std::string detail,
                   const std::string& warning, const std::string& denial, const std::string& annotation,

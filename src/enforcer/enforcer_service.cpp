@@ -43,7 +43,11 @@ constexpr std::size_t kCdiSpecMax = std::size_t{1} << 20;
 constexpr std::size_t kReportedMax = 20;  // containers named in one Node event
 
 // The policy keys the enforcer reads; a bad value of any other is the webhook's to refuse.
-const std::set<std::string> kPolicyKeys = {"gpuResources", "nodeEnforcement", "nodeEnforcementExemptNamespaces",
+const std::set<std::string> kPolicyKeys = {"gpuResources",
+                                           "exemptNamespaces",
+                                           "exemptServiceAccounts",
+                                           "nodeEnforcement",
+                                           "nodeEnforcementExemptNamespaces",
                                            "nodeEnforcementExemptServiceAccounts"};
 
 std::vector<NodeGpu> node_gpus(const fs::path& host_root) {
@@ -200,7 +204,7 @@ class EnforcerHandler final : public nri::Handler {
 
   nri::CreateResult create_container(const api::PodSandbox& pod, const api::Container& container) override {
     const auto started = Clock::now();
-    const std::shared_ptr<const policy::Policy> policy = policy_.current();
+    const std::shared_ptr<const policy::Policy> policy = effective_policy();
     ContainerView view = view_of(pod, container);
     Decision decision;
     try {
@@ -250,6 +254,21 @@ class EnforcerHandler final : public nri::Handler {
     bool privileged = false;
   };
 
+  // The policy with the flag's exemptions added, made again only when the ConfigMap changes.
+  std::shared_ptr<const policy::Policy> effective_policy() {
+    std::shared_ptr<const policy::Policy> current = policy_.current();
+    if (config_.exempt_service_accounts.empty()) return current;
+    const std::lock_guard lock(mutex_);
+    if (current != merged_from_) {
+      auto merged = std::make_shared<policy::Policy>(*current);
+      auto& accounts = merged->node_enforcement_exempt_service_accounts;
+      accounts.insert(accounts.end(), config_.exempt_service_accounts.begin(), config_.exempt_service_accounts.end());
+      merged_from_ = current;
+      merged_ = std::move(merged);
+    }
+    return merged_;
+  }
+
   // The decision for one container; `listed` (from one List for all) saves the kubelet a call per container.
   Decision decide_for(ContainerView& view, const api::PodSandbox& pod, const api::Container& container,
                       const policy::Policy& policy, const std::map<std::string, PodResources>* listed) {
@@ -280,7 +299,7 @@ class EnforcerHandler final : public nri::Handler {
   // containers cannot be changed; they are counted, logged and named in a Node event.
   void report_running() {
     rediscover();
-    auto policy = std::make_shared<policy::Policy>(*policy_.current());
+    auto policy = std::make_shared<policy::Policy>(*effective_policy());
     if (policy->node_enforcement == policy::NodeEnforcement::off) return;
     policy->node_enforcement = policy::NodeEnforcement::audit;  // judge, never act
     std::string error;
@@ -341,7 +360,8 @@ class EnforcerHandler final : public nri::Handler {
   KubeletClient kubelet_;
   ServiceAccounts accounts_;
   std::atomic<std::shared_ptr<const std::vector<NodeGpu>>> gpus_;
-  std::map<std::string, api::PodSandbox> sync_pods_;  // Synchronize's chunks, until the last
+  std::shared_ptr<const policy::Policy> merged_from_, merged_;  // effective_policy's, under mutex_
+  std::map<std::string, api::PodSandbox> sync_pods_;            // Synchronize's chunks, until the last
   std::vector<api::Container> sync_containers_;
   std::mutex mutex_;
   std::map<std::string, Running> running_;  // by container id

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "gpuguard/kube/api_server.hpp"
 
@@ -19,6 +20,9 @@ struct EnforcerConfig {
   std::filesystem::path host_root = "/";
   std::optional<std::filesystem::path> policy_dir;
   std::string metrics_address = "0.0.0.0:8080";
+  // namespace/name pairs exempt besides the policy's: gpuguard's own device plugin, which needs every GPU
+  // for NVML and is not the pod author's to name.
+  std::vector<std::string> exempt_service_accounts;
   // This node's name, for the Node events of the report; empty: no events.
   std::string node_name;
   // For the events, and for the service accounts an exemption names; none: neither.

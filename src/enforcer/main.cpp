@@ -8,6 +8,7 @@
 #include "gpuguard/cli/apiserver_flags.hpp"
 #include "gpuguard/cli/command_line.hpp"
 #include "gpuguard/log/log.hpp"
+#include "gpuguard/policy/policy.hpp"
 
 namespace po = boost::program_options;
 using namespace gpuguard;
@@ -55,6 +56,9 @@ int main(int argc, char** argv) {
       "change (default: enforce, no exemption)")("metrics-address",
                                                  po::value<std::string>()->default_value("0.0.0.0:8080"),
                                                  "IP:port of /healthz, /readyz and /metrics, plain HTTP")(
+      "exempt-service-accounts", po::value<std::string>(),
+      "namespace/name pairs, comma-separated, exempt besides the policy's exemptions (the chart names its own device "
+      "plugin's)")(
       "node-name", po::value<std::string>(),
       "this node's name: the report of running containers is also a Node event (needs the API; default: none)");
   const cli::Parsed parsed = cli::parse_command_line(kProgram, GPUGUARD_VERSION, description, argc, argv);
@@ -70,6 +74,16 @@ int main(int argc, char** argv) {
   config.policy_dir = cli::path_flag(flags, "policy-dir");
   config.metrics_address = flags["metrics-address"].as<std::string>();
   if (flags.count("node-name")) config.node_name = flags["node-name"].as<std::string>();
+  if (flags.count("exempt-service-accounts")) {
+    const std::string accounts = flags["exempt-service-accounts"].as<std::string>();
+    const policy::PolicyParse parsed_accounts =
+        policy::parse_policy({{"nodeEnforcementExemptServiceAccounts", accounts}});
+    if (!parsed_accounts.policy) {
+      std::cerr << kProgram << ": --exempt-service-accounts: " << parsed_accounts.error << "\n";
+      return 2;
+    }
+    config.exempt_service_accounts = parsed_accounts.policy->node_enforcement_exempt_service_accounts;
+  }
   if (!valid_index(config.plugin_index)) {
     std::cerr << kProgram << ": --plugin-index must be two digits, such as 50\n";
     return 2;

@@ -237,35 +237,43 @@ bool Policy::is_gpu_device_class(std::string_view device_class) const {
   return matches_any(gpu_device_classes, device_class);
 }
 
+namespace {
+
+bool names_pair(const std::vector<std::string>& entries, std::string_view pod_namespace, std::string_view name) {
+  return std::any_of(entries.begin(), entries.end(), [&](const std::string& entry) {
+    const std::size_t slash = entry.find('/');
+    return std::string_view(entry).substr(0, slash) == pod_namespace &&
+           std::string_view(entry).substr(slash + 1) == name;
+  });
+}
+
+bool names_namespace(const std::vector<std::string>& entries, std::string_view pod_namespace) {
+  return std::any_of(entries.begin(), entries.end(), [&](const std::string& entry) {
+    return std::string_view(entry).substr(0, entry.find('/')) == pod_namespace;
+  });
+}
+
+}  // namespace
+
 bool Policy::is_exempt(std::string_view pod_namespace, std::string_view service_account) const {
   if (std::find(exempt_namespaces.begin(), exempt_namespaces.end(), pod_namespace) != exempt_namespaces.end()) {
     return true;
   }
-  if (service_account.empty()) service_account = "default";
-  return std::any_of(exempt_service_accounts.begin(), exempt_service_accounts.end(), [&](const std::string& entry) {
-    const std::size_t slash = entry.find('/');
-    return std::string_view(entry).substr(0, slash) == pod_namespace &&
-           std::string_view(entry).substr(slash + 1) == service_account;
-  });
+  return names_pair(exempt_service_accounts, pod_namespace, service_account.empty() ? "default" : service_account);
 }
 
 bool Policy::is_node_enforcement_exempt(std::string_view pod_namespace, std::string_view service_account) const {
-  const auto& namespaces = node_enforcement_exempt_namespaces;
-  if (std::find(namespaces.begin(), namespaces.end(), pod_namespace) != namespaces.end()) return true;
+  for (const auto* namespaces : {&exempt_namespaces, &node_enforcement_exempt_namespaces}) {
+    if (std::find(namespaces->begin(), namespaces->end(), pod_namespace) != namespaces->end()) return true;
+  }
   if (service_account.empty()) return false;
-  const auto& accounts = node_enforcement_exempt_service_accounts;
-  return std::any_of(accounts.begin(), accounts.end(), [&](const std::string& entry) {
-    const std::size_t slash = entry.find('/');
-    return std::string_view(entry).substr(0, slash) == pod_namespace &&
-           std::string_view(entry).substr(slash + 1) == service_account;
-  });
+  return names_pair(exempt_service_accounts, pod_namespace, service_account) ||
+         names_pair(node_enforcement_exempt_service_accounts, pod_namespace, service_account);
 }
 
 bool Policy::names_service_accounts_in(std::string_view pod_namespace) const {
-  const auto& accounts = node_enforcement_exempt_service_accounts;
-  return std::any_of(accounts.begin(), accounts.end(), [&](const std::string& entry) {
-    return std::string_view(entry).substr(0, entry.find('/')) == pod_namespace;
-  });
+  return names_namespace(exempt_service_accounts, pod_namespace) ||
+         names_namespace(node_enforcement_exempt_service_accounts, pod_namespace);
 }
 
 PolicyParse parse_policy(const std::map<std::string, std::string>& files) {

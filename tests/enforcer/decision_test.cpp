@@ -82,6 +82,16 @@ TEST_CASE("enforcer: every fixture container gets the decision its fixture says"
     if (expect.contains("message"))
       CHECK_THAT(decision.message, Catch::StartsWith(expect["message"].get<std::string>()));
     if (expect.contains("source")) CHECK(source_name(allocation.source) == expect["source"].get<std::string>());
+    // A fixed point: the container as the runtime makes it after the adjustment (every entry of the name
+    // removed, the new one set) is within its allocation, and left as it is.
+    if (decision.action == enforcer::Decision::Action::adjust) {
+      REQUIRE(decision.visible_devices);
+      std::erase_if(view.env, [](const std::string& entry) { return entry.starts_with("NVIDIA_VISIBLE_DEVICES="); });
+      view.env.push_back("NVIDIA_VISIBLE_DEVICES=" + *decision.visible_devices);
+      const enforcer::Decision again = enforcer::decide(view, allocation, f.node, *parsed.policy);
+      CHECK(action_name(again.action) == "allow");
+      CHECK(std::string(enforcer::why_name(again.why)) == "within");
+    }
   }
 }
 

@@ -427,10 +427,12 @@ TEST_CASE("running containers beyond their allocation are reported at registrati
 }
 
 TEST_CASE("bad flags are refused with a reason, before anything is served") {
-  for (const std::string flags : {"--plugin-index 5", "--plugin-index ab", "--plugin-name 'a b'", "--no-such-flag"}) {
+  for (const std::string flags : {"--plugin-index 5", "--plugin-index ab", "--plugin-name 'a b'", "--no-such-flag",
+                                  "--exempt-service-accounts=no-slash", "--exempt-service-accounts=Bad_NS/x"}) {
     INFO(flags);
     const ExitResult result = run_binary(GPUGUARD_NODE_ENFORCER_BIN, flags);
     CHECK(result.status == 2);
+    CHECK_FALSE(result.output.empty());
   }
   CHECK(run_binary(GPUGUARD_NODE_ENFORCER_BIN, "--help").status == 0);
 }

@@ -63,8 +63,9 @@ struct Policy {
   Action runtime_class_action = Action::warn;
   // A user-set NVIDIA_VISIBLE_DEVICES in a GPU container would override the device plugin's choice.
   bool strip_user_value_from_gpu_containers = true;
-  // gpuguard-node-enforcer's mode, and the GPU infrastructure it leaves alone: namespaces, and
-  // namespace/serviceaccount pairs (the driver, the toolkit, dcgm-exporter, the device plugins).
+  // gpuguard-node-enforcer's mode, and the GPU infrastructure it leaves alone besides what the webhook
+  // exempts: namespaces, and namespace/serviceaccount pairs (the driver, the toolkit, dcgm-exporter, the
+  // device plugins), such as those of namespaces the webhook never sees.
   NodeEnforcement node_enforcement = NodeEnforcement::enforce;
   std::vector<std::string> node_enforcement_exempt_namespaces;
   std::vector<std::string> node_enforcement_exempt_service_accounts;  // "namespace/name"
@@ -77,7 +78,8 @@ struct Policy {
   bool is_gpu_device_class(std::string_view device_class) const;
   // `service_account` empty means the pod names none, i.e. "default".
   bool is_exempt(std::string_view pod_namespace, std::string_view service_account) const;
-  // For gpuguard-node-enforcer; `service_account` empty: unknown, so only the namespace can exempt.
+  // For gpuguard-node-enforcer: what the webhook exempts, and the nodeEnforcementExempt keys.
+  // `service_account` empty: unknown, so only the namespace can exempt.
   bool is_node_enforcement_exempt(std::string_view pod_namespace, std::string_view service_account) const;
   // Whether some namespace/serviceaccount entry names this namespace (its pods' accounts are worth a look).
   bool names_service_accounts_in(std::string_view pod_namespace) const;
