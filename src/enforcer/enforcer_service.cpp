@@ -129,6 +129,17 @@ class ServiceAccounts {
       return "";
     }
     const auto pod = nlohmann::json::parse(reply.body, nullptr, false);
+    // Another pod of the same name (this one deleted meanwhile) says nothing about this one; a static
+    // pod's mirror has a UID of its own, and no service account but default.
+    const auto metadata = pod.is_object() ? pod.value("metadata", nlohmann::json::object()) : nlohmann::json::object();
+    const auto annotations =
+        metadata.is_object() ? metadata.value("annotations", nlohmann::json::object()) : nlohmann::json::object();
+    const bool mirror = annotations.is_object() && annotations.contains("kubernetes.io/config.mirror");
+    if (!mirror && (!metadata.is_object() || metadata.value("uid", std::string()) != uid)) {
+      log::warn("the API server's pod of that name is another pod: its exemption is not applied",
+                {{"pod", pod_namespace + "/" + pod_name}});
+      return "";
+    }
     std::string account = "default";
     if (pod.is_object() && pod.contains("spec") && pod["spec"].is_object()) {
       const auto named = pod["spec"].find("serviceAccountName");

@@ -239,7 +239,8 @@ TEST_CASE("every fixture, sent through NRI's own runtime to the real enforcer, g
       if (f.raw.contains("service_account")) {
         apiserver.put_at(
             "/api/v1/namespaces/" + pod["namespace"].get<std::string>() + "/pods/" + pod["name"].get<std::string>(),
-            {{"spec", {{"serviceAccountName", f.raw["service_account"]}}}});
+            {{"metadata", {{"uid", f.raw.value("api_uid", pod["uid"].get<std::string>())}}},
+             {"spec", {{"serviceAccountName", f.raw["service_account"]}}}});
       }
       for (const auto& [name, paths] : f.cdi_nodes) {
         const auto equals = name.find('=');
