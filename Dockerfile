@@ -11,9 +11,9 @@ COPY . .
 # the same tree, read-only, as UID 65532.
 RUN make test JOBS=2 && scripts/image-rootfs.sh build /out
 
-# Runtime: distroless "cc" (glibc, libstdc++, no shell, no package manager), user 65532. All three
-# binaries; the webhook is the default entry point, the device plugin DaemonSet and the scheduler
-# extender Deployment name their own command.
+# Runtime: distroless "cc" (glibc, libstdc++, no shell, no package manager), user 65532. All four
+# binaries; the webhook is the default entry point, the device plugin and node enforcer DaemonSets and
+# the scheduler extender Deployment name their own command.
 FROM gcr.io/distroless/cc-debian12:nonroot
 COPY --from=build /out/ /
 USER 65532:65532

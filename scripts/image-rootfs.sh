@@ -2,14 +2,14 @@
 # What gpuguard's image adds to its distroless base, laid out in one place: the Dockerfile's final stage
 # copies the tree this script makes, and `make test-image` runs the binaries inside the same tree.
 #   image-rootfs.sh BUILD_DIR OUT_DIR [--base]
-# The three programs go to /usr/local/bin, and every shared library they load that the base image does
+# The four programs go to /usr/local/bin, and every shared library they load that the base image does
 # not provide to /usr/lib/x86_64-linux-gnu. --base also lays out what gcr.io/distroless/cc-debian12
 # provides (its glibc, libgcc, libstdc++ and libssl packages, CA certificates, the nonroot user), from
 # this machine's Debian packages of the same names, for a test where no image can be pulled.
 set -euo pipefail
 build="$1"
 out="$2"
-programs=(gpuguard-webhook gpuguard-device-plugin gpuguard-scheduler-extender)
+programs=(gpuguard-webhook gpuguard-device-plugin gpuguard-scheduler-extender gpuguard-node-enforcer)
 # The distroless cc base's own libraries: not copied, the image has them.
 base_libraries='/(libc|libm|libstdc\+\+|libgcc_s|ld-linux-x86-64)\.so'
 

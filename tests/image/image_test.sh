@@ -85,7 +85,7 @@ until_ok() {
   done
 }
 
-for program in gpuguard-webhook gpuguard-device-plugin gpuguard-scheduler-extender; do
+for program in gpuguard-webhook gpuguard-device-plugin gpuguard-scheduler-extender gpuguard-node-enforcer; do
   version="$(in_image 65532:65532 "/usr/local/bin/$program" --version)" \
     || { echo "$program --version failed inside the image"; exit 1; }
   echo "$program --version in the image, as 65532: $version"

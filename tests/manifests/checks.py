@@ -12,7 +12,8 @@ KUBERNETES_SERIES = {"apiserver_admission_webhook_fail_open_count", "apiserver_a
 POLICY_KEYS = {"mode", "visibleDevicesValue", "gpuResources", "gpuAnnotations", "gpuDeviceClasses",
                "exemptNamespaces", "exemptServiceAccounts", "privileged", "hostDeviceMounts", "cdiAnnotations",
                "nvidiaCdiAnnotations", "featureEnvVars", "runtimeClasses", "runtimeClassAction",
-               "stripUserValueFromGpuContainers"}
+               "stripUserValueFromGpuContainers", "nodeEnforcement", "nodeEnforcementExemptNamespaces",
+               "nodeEnforcementExemptServiceAccounts", "nriTolerationAnnotation"}
 
 
 def load(path):
@@ -183,11 +184,42 @@ def check_arming(docs, namespace, armed, webhook=True, backstop=True):
 
 
 def gpu_node_terms(operator):
-    """GPU nodes as NVIDIA's chart finds them, each term asking whether the GPU Operator deploys its own plugin."""
-    operator_plugin = {"key": "nvidia.com/gpu.deploy.device-plugin", "operator": operator, "values": ["true"]}
-    return [[{"key": "feature.node.kubernetes.io/pci-10de.present", "operator": "In", "values": ["true"]}, operator_plugin],
-            [{"key": "feature.node.kubernetes.io/cpu-model.vendor_id", "operator": "In", "values": ["NVIDIA"]}, operator_plugin],
-            [{"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]}, operator_plugin]]
+    """GPU nodes as NVIDIA's chart finds them, each term asking whether the GPU Operator deploys its own plugin
+    (operator None: every GPU node)."""
+    operator_plugin = [{"key": "nvidia.com/gpu.deploy.device-plugin", "operator": operator, "values": ["true"]}] if operator else []
+    return [[{"key": "feature.node.kubernetes.io/pci-10de.present", "operator": "In", "values": ["true"]}] + operator_plugin,
+            [{"key": "feature.node.kubernetes.io/cpu-model.vendor_id", "operator": "In", "values": ["NVIDIA"]}] + operator_plugin,
+            [{"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]}] + operator_plugin]
+
+
+def check_node_enforcer(docs, policy, namespace="gpuguard-system"):
+    """The node enforcer: on every GPU node, the GPU Operator's included; root for the two sockets, but no
+    capability, no privilege and a read-only root; only the NRI and pod-resources directories and the driver's
+    and CDI's files mounted, all read-only; no host network; RBAC to get pods and create events, nothing else;
+    gpuguard's own GPU plugin exempt; the enforcer's pods carry the toleration the webhook refuses elsewhere."""
+    template = one(docs, "DaemonSet", "gpuguard-node-enforcer")["spec"]["template"]
+    spec = template["spec"]
+    [enforcer] = spec["containers"]
+    terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert [t["matchExpressions"] for t in terms] == gpu_node_terms(None), terms
+    assert spec["priorityClassName"] == "system-node-critical"
+    assert any(t["key"] == "nvidia.com/gpu" for t in spec["tolerations"])
+    assert not spec.get("hostNetwork") and not spec.get("hostPID") and not spec.get("hostIPC")
+    assert spec["securityContext"]["runAsUser"] == 0 and spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert enforcer["securityContext"] == {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                                           "capabilities": {"drop": ["ALL"]}}, enforcer["securityContext"]
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    host = {volumes[m["name"]]["hostPath"]["path"]: m for m in enforcer["volumeMounts"] if "hostPath" in volumes[m["name"]]}
+    assert set(host) == {"/var/run/nri", "/var/lib/kubelet/pod-resources", "/proc/driver/nvidia", "/etc/cdi", "/var/run/cdi"}, set(host)
+    assert all(m.get("readOnly") is True for m in enforcer["volumeMounts"]), enforcer["volumeMounts"]
+    assert [p["containerPort"] for p in enforcer["ports"]] == [8080]
+    assert f"--exempt-service-accounts={namespace}/gpuguard-device-plugin" in enforcer["args"], enforcer["args"]
+    assert "--policy-dir=/etc/gpuguard/policy" in enforcer["args"] and "--nri-socket=/var/run/nri/nri.sock" in enforcer["args"]
+    assert template["metadata"]["annotations"] == {policy["nriTolerationAnnotation"]: "true"}
+    assert one(docs, "ClusterRole", "gpuguard-node-enforcer")["rules"] == [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]},
+        {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]
+    assert one(docs, "Service", "gpuguard-node-enforcer-metrics")["spec"]["selector"] == {"gpuguard.io/metrics": "node-enforcer"}
 
 
 def check_device_plugin(docs):
@@ -423,11 +455,14 @@ def check_monitoring(docs, namespace, root):
     for name in ("gpuguard-device-plugin", "gpuguard-node-report", "gpuguard-host-devices"):
         labels = one(docs, "DaemonSet", name)["spec"]["template"]["metadata"]["labels"]
         assert labels["gpuguard.io/metrics"] == "device-plugin", (name, labels)
+    enforcers = services["node-enforcer"]["spec"]
+    assert enforcers["clusterIP"] == "None" and enforcers["selector"] == {"gpuguard.io/metrics": "node-enforcer"}
     rule = one(docs, "PrometheusRule", "gpuguard")
     alerts = [r for g in rule["spec"]["groups"] for r in g["rules"]]
     assert {a["alert"] for a in alerts} == {"GPUGuardCertificateExpiresSoon", "GPUGuardPolicyNotEnforcing",
                                             "GPUGuardInjectedValueNotHonoured", "GPUGuardWebhookErrors",
-                                            "GPUGuardConnectionsShed"}
+                                            "GPUGuardConnectionsShed", "GPUGuardNodeEnforcerNotRegistered",
+                                            "GPUGuardContainersBeyondAllocation"}
     for a in alerts:
         assert a["labels"]["severity"] in ("warning", "critical") and a["annotations"]["summary"], a
         assert "absent(" not in a["expr"], f"{a['alert']} fires on missing data"

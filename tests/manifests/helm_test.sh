@@ -77,6 +77,7 @@ check_arming(armed, ns, armed=True)
 args = check_device_plugin(docs)
 assert not [a for a in args if a.split("=")[0] in ("--discovery", "--resource-name", "--device-list-strategy", "--mig-strategy")], args
 assert check_host_devices(docs) == ["github.com/fuse=/dev/fuse:16"]
+check_node_enforcer(docs, policy)
 check_policy(policy)
 assert policy == yaml.safe_load(open(f"{root}/manifests/base/policy.yaml"))["data"], "values.yaml's policy is not the shipped one"
 for name in ("ca.crt", "tls.crt"):

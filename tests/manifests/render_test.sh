@@ -80,7 +80,9 @@ kinds = sorted(d["kind"] for d in docs)
 assert kinds == sorted(["Namespace", "ServiceAccount", "ServiceAccount", "Secret", "Secret", "Service", "Service", "Deployment", "NetworkPolicy",
                         "ConfigMap", "PodDisruptionBudget", "MutatingWebhookConfiguration", "DaemonSet", "DaemonSet", "DaemonSet",
                         "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "ClusterRole",
-                        "ClusterRoleBinding", "ClusterRole", "ClusterRoleBinding"]), kinds
+                        "ClusterRoleBinding", "ClusterRole", "ClusterRoleBinding",
+                        # the node enforcer's
+                        "ServiceAccount", "Service", "DaemonSet", "ClusterRole", "ClusterRoleBinding"]), kinds
 check_namespaces(docs, "gpuguard-system")
 policy = check_webhook(docs, "gpuguard-system", ["kube-system", "kube-node-lease"], ca=open(sys.argv[2]).read())
 check_network_policy(docs)
@@ -88,6 +90,7 @@ check_backstop(docs, "gpuguard-system")
 check_arming(docs, "gpuguard-system", armed=True)  # the README applies these two after the rollout
 assert "--gpus=auto" in check_device_plugin(docs)
 assert check_host_devices(docs) == ["github.com/fuse=/dev/fuse:16"]
+check_node_enforcer(docs, policy)
 check_policy(policy)
 # The ConfigMap's data as the kubelet would mount it: one file per key.
 os.makedirs(sys.argv[3])

@@ -105,16 +105,19 @@ true
 {{- end -}}
 
 {{/* GPU nodes as NVIDIA's chart finds them, each term also asking whether the GPU Operator deploys its own
-device plugin there: (dict "operator" "NotIn") for gpuguard's plugin, "In" for the node report alone. */}}
+device plugin there: (dict "operator" "NotIn") for gpuguard's plugin, "In" for the node report alone, ""
+for every GPU node (the node enforcer). */}}
 {{- define "gpuguard.gpuNodeTerms" -}}
 {{- range list (list "feature.node.kubernetes.io/pci-10de.present" "true") (list "feature.node.kubernetes.io/cpu-model.vendor_id" "NVIDIA") (list "nvidia.com/gpu.present" "true") }}
 - matchExpressions:
     - key: {{ index . 0 }}
       operator: In
       values: [{{ index . 1 | quote }}]
+    {{- if $.operator }}
     - key: nvidia.com/gpu.deploy.device-plugin
       operator: {{ $.operator }}
       values: ["true"]
+    {{- end }}
 {{- end }}
 {{- end -}}
 
