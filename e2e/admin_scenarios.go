@@ -42,8 +42,10 @@ func (n *Node) kubectl(t *T, e *Env, args ...string) (string, error) {
 	return string(out), err
 }
 
-// withoutPlugins: a second release must not serve nvidia.com/gpu beside the node's own.
-var withoutPlugins = []string{"--set", "devicePlugin.enabled=false", "--set", "hostDevices.enabled=false"}
+// withoutPlugins: a second release must not serve nvidia.com/gpu beside the node's own, nor register a
+// second NRI plugin named gpuguard.
+var withoutPlugins = []string{"--set", "devicePlugin.enabled=false", "--set", "hostDevices.enabled=false",
+	"--set", "nodeEnforcer.enabled=false"}
 
 // dryRunCreate asks the API server to admit a GPU-less pod in the node's namespace, and says why not.
 func (n *Node) dryRunCreate(t *T, name string) error {

@@ -65,6 +65,7 @@ func (c *Config) validate() error {
 		filepath.Join(c.Components, "nvidia-container-runtime"), filepath.Join(c.Components, "pause"),
 		filepath.Join(c.Gpuguard, "gpuguard-webhook"),
 		filepath.Join(c.Gpuguard, "gpuguard-scheduler-extender"), filepath.Join(c.Gpuguard, "gpuguard-device-plugin"),
+		filepath.Join(c.Gpuguard, "gpuguard-node-enforcer"),
 		filepath.Join(c.Source, "manifests", "default", "kustomization.yaml"),
 	} {
 		if _, err := os.Stat(path); err != nil {

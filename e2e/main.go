@@ -69,7 +69,7 @@ func main() {
 	var cfg Config
 	flag.StringVar(&cfg.Components, "components", "", "directory with etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kustomize, helm, containerd (and its shim and ctr), nvidia-container-runtime and pause")
 	flag.StringVar(&cfg.ControlPlane, "control-plane", "", "directory with another minor's kube-apiserver, kube-controller-manager and kube-scheduler, used instead of those in -components; the node scenarios are skipped")
-	flag.StringVar(&cfg.Gpuguard, "gpuguard", "", "directory with gpuguard-webhook, gpuguard-scheduler-extender and gpuguard-device-plugin")
+	flag.StringVar(&cfg.Gpuguard, "gpuguard", "", "directory with gpuguard-webhook, gpuguard-scheduler-extender, gpuguard-device-plugin and gpuguard-node-enforcer")
 	flag.StringVar(&cfg.Source, "source", "", "the gpuguard source tree (manifests/, certs/generate.sh)")
 	flag.StringVar(&cfg.Work, "work", "", "working directory for certificates, data and logs (default: a new temporary one)")
 	flag.BoolVar(&cfg.Keep, "keep", false, "keep the working directory (logs of every component) after the run")

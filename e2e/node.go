@@ -44,10 +44,11 @@ func fakeGPUUUID(minor int) string {
 }
 
 type Node struct {
-	cluster   *Cluster
-	dir       string
-	kubelet   *process
-	installed bool // gpuguard, by helm install (gpuguardFor)
+	cluster    *Cluster
+	dir        string
+	kubelet    *process
+	containerd *process
+	installed  bool // gpuguard, by helm install (gpuguardFor)
 }
 
 // nodeFor starts the node and its control plane on first use.
@@ -99,20 +100,8 @@ func (e *Env) startNode() (*Node, error) {
 	if err := e.writeNodeConfigs(n); err != nil {
 		return nil, err
 	}
-	// containerd finds its shim, and NVIDIA's runtime finds runc, on PATH.
-	path := "PATH=" + e.cfg.Components + ":/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-	containerd, err := e.startWithEnv("containerd", e.component("containerd"), []string{path}, "--config=/etc/containerd/config.toml")
-	if err != nil {
+	if err := e.startContainerd(n); err != nil {
 		return nil, err
-	}
-	if err := eventually(e.ctx, time.Minute, func() error {
-		if err := containerd.alive(); err != nil {
-			return err
-		}
-		_, err := e.ctr("version")
-		return err
-	}); err != nil {
-		return nil, fmt.Errorf("containerd did not answer: %w", err)
 	}
 	if err := e.importImages(n); err != nil {
 		return nil, err
@@ -124,6 +113,37 @@ func (e *Env) startNode() (*Node, error) {
 		return nil, err
 	}
 	return n, nil
+}
+
+// startContainerd starts the node's containerd with /etc/containerd/config.toml and waits until it answers.
+func (e *Env) startContainerd(n *Node) error {
+	// containerd finds its shim, and NVIDIA's runtime finds runc, on PATH.
+	path := "PATH=" + e.cfg.Components + ":/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+	containerd, err := e.startWithEnv("containerd", e.component("containerd"), []string{path}, "--config=/etc/containerd/config.toml")
+	if err != nil {
+		return err
+	}
+	n.containerd = containerd
+	if err := eventually(e.ctx, time.Minute, func() error {
+		if err := containerd.alive(); err != nil {
+			return err
+		}
+		_, err := e.ctr("version")
+		return err
+	}); err != nil {
+		return fmt.Errorf("containerd did not answer: %w", err)
+	}
+	return nil
+}
+
+// restartContainerd restarts containerd with its config plus `extra` (TOML appended; "" for none), as an
+// admin does after editing it: the running containers stay, their shims keep them.
+func (e *Env) restartContainerd(n *Node, extra string) error {
+	if err := os.WriteFile("/etc/containerd/config.toml", []byte(e.containerdConfig(n)+extra), 0o644); err != nil {
+		return err
+	}
+	n.containerd.stop()
+	return e.startContainerd(n)
 }
 
 // prepareNodeHost gives the node what a node owns, in the run's mount and network namespaces.
@@ -225,7 +245,49 @@ func makeFakeDriver() error {
 // writeNodeConfigs writes containerd's, NVIDIA's runtime's and the CNI's configs where a node has them
 // (in the /etc overlay), so that the device plugin's node report reads this node as it is.
 func (e *Env) writeNodeConfigs(n *Node) error {
-	containerdConfig := fmt.Sprintf(`version = 3
+	// cdi mode, the toolkit's defaults otherwise: NVIDIA_VISIBLE_DEVICES=X is the CDI device
+	// nvidia.com/gpu=X.
+	runtimeConfig := fmt.Sprintf(`[nvidia-container-runtime]
+mode = "cdi"
+log-level = "info"
+debug = %q
+runtimes = ["runc"]
+`, e.path("logs", runtimeLogName))
+
+	cni := fmt.Sprintf(`{
+  "cniVersion": "1.0.0",
+  "name": "gpuguard-e2e",
+  "plugins": [{
+    "type": "bridge", "bridge": %q, "isGateway": true, "ipMasq": false, "hairpinMode": true,
+    "ipam": {"type": "host-local", "ranges": [[{"subnet": %q, "gateway": %q}]], "routes": [{"dst": "0.0.0.0/0"}]}
+  }]
+}
+`, nodeBridge, podSubnet, nodeAddress)
+
+	if err := os.MkdirAll(filepath.Join(n.dir, "static-pods"), 0o755); err != nil {
+		return err
+	}
+	for path, content := range map[string]string{
+		"/etc/cdi/nvidia.yaml":                         nvidiaCtkSpec(),
+		"/etc/containerd/config.toml":                  e.containerdConfig(n),
+		"/etc/nvidia-container-runtime/config.toml":    runtimeConfig,
+		"/etc/cni/net.d/10-gpuguard-e2e.conflist":      cni,
+		filepath.Join(n.dir, "kubelet", "config.yaml"): e.kubeletConfig(n),
+	} {
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// containerdConfig is the node's containerd config as shipped: NRI at its defaults (on, its socket at
+// /var/run/nri/nri.sock, no plugin required).
+func (e *Env) containerdConfig(n *Node) string {
+	return fmt.Sprintf(`version = 3
 root = %q
 state = "/run/containerd"
 
@@ -252,41 +314,6 @@ state = "/run/containerd"
     bin_dirs = ["/usr/lib/cni"]
     conf_dir = "/etc/cni/net.d"
 `, filepath.Join(n.dir, "containerd"), containerdSocket, pauseImage, e.component("nvidia-container-runtime"))
-
-	// cdi mode, the toolkit's defaults otherwise: NVIDIA_VISIBLE_DEVICES=X is the CDI device
-	// nvidia.com/gpu=X.
-	runtimeConfig := fmt.Sprintf(`[nvidia-container-runtime]
-mode = "cdi"
-log-level = "info"
-debug = %q
-runtimes = ["runc"]
-`, e.path("logs", runtimeLogName))
-
-	cni := fmt.Sprintf(`{
-  "cniVersion": "1.0.0",
-  "name": "gpuguard-e2e",
-  "plugins": [{
-    "type": "bridge", "bridge": %q, "isGateway": true, "ipMasq": false, "hairpinMode": true,
-    "ipam": {"type": "host-local", "ranges": [[{"subnet": %q, "gateway": %q}]], "routes": [{"dst": "0.0.0.0/0"}]}
-  }]
-}
-`, nodeBridge, podSubnet, nodeAddress)
-
-	for path, content := range map[string]string{
-		"/etc/cdi/nvidia.yaml":                         nvidiaCtkSpec(),
-		"/etc/containerd/config.toml":                  containerdConfig,
-		"/etc/nvidia-container-runtime/config.toml":    runtimeConfig,
-		"/etc/cni/net.d/10-gpuguard-e2e.conflist":      cni,
-		filepath.Join(n.dir, "kubelet", "config.yaml"): e.kubeletConfig(),
-	} {
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			return err
-		}
-		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // nvidiaCtkSpec is the node's spec of NVIDIA's kind in the shape `nvidia-ctk cdi generate` writes it
@@ -312,7 +339,7 @@ containerEdits:
 `, devices.String(), strings.Join(all, ", "))
 }
 
-func (e *Env) kubeletConfig() string {
+func (e *Env) kubeletConfig(n *Node) string {
 	return fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 # This machine has cgroup v1 only.
@@ -336,7 +363,10 @@ imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 serializeImagePulls: false
 resolvConf: /etc/resolv.conf
-`, os.Getenv(cgroupRootEnv), containerdSocket)
+# Static pods, which the kubelet runs whatever admission says.
+staticPodPath: %s
+fileCheckFrequency: 2s
+`, os.Getenv(cgroupRootEnv), containerdSocket, filepath.Join(n.dir, "static-pods"))
 }
 
 func (e *Env) startNodeScheduler(n *Node) error {

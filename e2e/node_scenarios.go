@@ -73,11 +73,15 @@ func withRequest(name string, quantity string) func(*corev1.Container) {
 // runPod creates the pod and waits until its container runs; a container that cannot be created ends
 // the wait with the runtime's message.
 func (n *Node) runPod(t *T, pod *corev1.Pod) *corev1.Pod {
-	created, err := n.cluster.client.CoreV1().Pods(nodeNamespace).Create(t.ctx, pod, metav1.CreateOptions{})
-	t.must(err, "creating pod "+pod.Name)
+	return n.runPodIn(t, nodeNamespace, pod)
+}
+
+// waitRunning waits until the pod's container runs; one that cannot be created ends the wait with the
+// runtime's message.
+func (n *Node) waitRunning(t *T, namespace, name string) *corev1.Pod {
 	var running *corev1.Pod
 	t.must(eventually(t.ctx, 2*time.Minute, func() error {
-		p, err := n.cluster.client.CoreV1().Pods(nodeNamespace).Get(t.ctx, created.Name, metav1.GetOptions{})
+		p, err := n.cluster.client.CoreV1().Pods(namespace).Get(t.ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
@@ -91,7 +95,7 @@ func (n *Node) runPod(t *T, pod *corev1.Pod) *corev1.Pod {
 			}
 		}
 		return fmt.Errorf("pod %s is %s", p.Name, p.Status.Phase)
-	}), "waiting for pod "+pod.Name+" to run")
+	}), "waiting for pod "+name+" to run")
 	return running
 }
 
@@ -154,8 +158,12 @@ func (e *Env) execIn(t *T, pod *corev1.Pod, execID string, command ...string) (s
 	return e.ctr(append([]string{"task", "exec", "--exec-id", execID, containerID(t, pod)}, command...)...)
 }
 
-// look lists /dev and reads PID 1's environment inside the pod's container.
+// look lists /dev and reads PID 1's environment inside the pod's container; from the host, through
+// /proc, for an image without ls and cat (gpuguard's own, distroless).
 func (n *Node) look(t *T, e *Env, pod *corev1.Pod) sight {
+	if strings.HasPrefix(pod.Spec.Containers[0].Image, gpuguardRepo) {
+		return lookFromHost(t, e, pod)
+	}
 	listing, err := e.execIn(t, pod, "look-dev-"+pod.Name, "ls", "/dev")
 	t.must(err, "listing /dev in "+pod.Name)
 	environ, err := e.execIn(t, pod, "look-env-"+pod.Name, "cat", "/proc/1/environ")
@@ -172,6 +180,42 @@ func (n *Node) look(t *T, e *Env, pod *corev1.Pod) sight {
 		}
 	}
 	return s
+}
+
+func lookFromHost(t *T, e *Env, pod *corev1.Pod) sight {
+	pid := taskPIDs(t, e)[containerID(t, pod)]
+	if pid == "" {
+		t.Fatalf("pod %s: no process for its container", pod.Name)
+	}
+	environ, err := os.ReadFile("/proc/" + pid + "/environ")
+	t.must(err, "reading PID 1's environment in "+pod.Name)
+	entries, err := os.ReadDir("/proc/" + pid + "/root/dev")
+	t.must(err, "listing /dev in "+pod.Name)
+	s := sight{value: "(unset)"}
+	for _, entry := range entries {
+		if strings.HasPrefix(entry.Name(), "nvidia") {
+			s.devices = append(s.devices, entry.Name())
+		}
+	}
+	for _, entry := range strings.Split(string(environ), "\x00") {
+		if value, ok := strings.CutPrefix(entry, "NVIDIA_VISIBLE_DEVICES="); ok {
+			s.value = value
+		}
+	}
+	return s
+}
+
+// taskPIDs is containerd's PID of each running container, by container ID.
+func taskPIDs(t *T, e *Env) map[string]string {
+	tasks, err := e.ctr("task", "ls")
+	t.must(err, "listing containerd's tasks")
+	pids := map[string]string{}
+	for _, line := range strings.Split(tasks, "\n")[1:] {
+		if fields := strings.Fields(line); len(fields) >= 2 {
+			pids[fields[0]] = fields[1]
+		}
+	}
+	return pids
 }
 
 // nodeWithoutGpuguard is the node before anything of gpuguard is installed on it.
@@ -202,6 +246,10 @@ func nodeControl(t *T, e *Env) {
 		t.Errorf("none, before gpuguard: %q; want the create to fail on the CDI device nvidia.com/gpu=none", why)
 	}
 	t.Logf("before gpuguard, none fails the create: %s", why)
+	expectBothGPUs(t, "before gpuguard, a static pod", n.look(t, e, n.runStaticPod(t, staticPodName)))
+	n.removeStaticPod(t, staticPodName)
+	// Left running: node/enforcer-running and node/audit report it.
+	expectBothGPUs(t, "before gpuguard, the pod left running", n.look(t, e, n.runPod(t, cudaPod(beforeEnforcerPod))))
 }
 
 // gpuguardFor installs gpuguard on the node on first use: helm install of charts/gpuguard, with the
@@ -539,14 +587,7 @@ func nodeImageHardened(t *T, e *Env) {
 	n := e.gpuguardFor(t)
 	pods, err := n.cluster.client.CoreV1().Pods(gpuguardNamespace).List(t.ctx, metav1.ListOptions{})
 	t.must(err, "listing gpuguard's pods")
-	tasks, err := e.ctr("task", "ls")
-	t.must(err, "listing containerd's tasks")
-	pids := map[string]string{}
-	for _, line := range strings.Split(tasks, "\n")[1:] {
-		if fields := strings.Fields(line); len(fields) >= 2 {
-			pids[fields[0]] = fields[1]
-		}
-	}
+	pids := taskPIDs(t, e)
 	if len(pods.Items) == 0 {
 		t.Fatalf("no gpuguard pod")
 	}
@@ -572,8 +613,9 @@ func nodeImageHardened(t *T, e *Env) {
 				}
 			}
 			wantUID := "65532"
-			if strings.Contains(pod.Name, "device-plugin") || strings.Contains(pod.Name, "host-devices") {
-				wantUID = "0" // the chart runs the plugins as root, for the kubelet's socket directory
+			if strings.Contains(pod.Name, "device-plugin") || strings.Contains(pod.Name, "host-devices") ||
+				strings.Contains(pod.Name, "node-enforcer") {
+				wantUID = "0" // the chart runs these as root, for the kubelet's and the runtime's sockets
 			}
 			if uid != wantUID {
 				t.Errorf("pod %s: %s runs as UID %s, want %s", pod.Name, status.Name, uid, wantUID)
@@ -810,16 +852,21 @@ images:
 // nodeScenarios run last, in this order: control, install-unpullable and break-glass need the node without
 // gpuguard.
 var nodeScenarios = []scenario{
-	{"node/control", "before gpuguard: a pod that asked for no GPU sees both GPUs; void sees none; none fails the create", nodeControl},
+	{"node/control", "before gpuguard: a pod that asked for no GPU sees both GPUs, and so does a static pod; void sees none; none fails the create", nodeControl},
 	{"node/install-unpullable", "helm install with an image no node can pull refuses no pod while it fails (armed at once, the control, refuses every one); uninstalled, nothing is left", nodeInstallUnpullable},
 	{"node/break-glass", "a release armed by its hook; its namespace deleted: pods refused until operations.md's break-glass; uninstalled, then the namespace deleted: pods admitted, nothing left", nodeBreakGlass},
 	{"node/closed", "helm install; the same pod starts and sees no GPU", nodeClosed},
+	{"node/enforcer-static-pod", "a static pod of the CUDA-like image sees no GPU: the node enforcer set void", nodeEnforcerStaticPod},
+	{"node/enforcer-running", "a pod started before the enforcer is reported (a series and a Node event) and left running, seeing both GPUs", nodeEnforcerRunning},
+	{"node/enforcer-bypassed", "the webhook configuration and the backstop binding deleted: a GPU-less pod sees no GPU, a GPU pod its own GPU (one that sets all itself is refused), a forged annotation nothing; an allowlisted namespace and gpuguard's device plugin keep both; audit changes nothing and counts", nodeEnforcerBypassed},
+	{"node/enforcer-refuses", "a GPU-less pod mounting /dev/nvidia1 by hostPath is refused at its creation with gpuguard's message", nodeEnforcerRefuses},
+	{"node/enforcer-failure", "the enforcer gone: fail-open starts pods (the webhook still covers them); fail-closed refuses them clearly until it is back; after a containerd restart it registers again and the next pod is enforced", nodeEnforcerFailure},
 	{"node/allocated", "two pods asking for one GPU each see the one the plugin allocated, and not the other", nodeAllocated},
 	{"node/none-void", "the plugin adds nvidia.com/gpu=none; none and void both start with no GPU; its node report and Node condition agree", nodeNoneVoid},
 	{"node/report-flip", "without the device none the report and the Node condition say breaks-pods, audit lists the node, and a GPU-less pod fails; with it back, honoured", nodeReportFlip},
 	{"node/policy-reload", "a ConfigMap change reaches the webhook pods through the kubelet's volume, without a restart", nodePolicyReload},
 	{"node/fuse", "an unprivileged pod opens /dev/fuse when it requests it, and only then", nodeFuse},
-	{"node/image-hardened", "gpuguard's containers run as 65532 (the plugins as root) on a read-only root, probes passing", nodeImageHardened},
+	{"node/image-hardened", "gpuguard's containers run as 65532 (the plugins and the node enforcer as root) on a read-only root, probes passing", nodeImageHardened},
 	{"node/cert-rotation", "the chart's certificate rotation reaches every webhook replica, no restart, no failed create", nodeCertRotation},
 	{"node/rollout", "a rollout restart fails no create; with no replica creates are refused, then admitted", nodeRollout},
 	{"node/audit", "helm upgrade with audit.enabled: the chart's audit controller, on the node as its image, reports a kube-system pod that sees every GPU in a PolicyReport, and one replica holds the Lease", nodeAudit},
@@ -827,8 +874,10 @@ var nodeScenarios = []scenario{
 }
 
 // nodeAudit: the in-cluster audit as the chart ships it, on the real node. A pod in kube-system (which
-// the webhook does not look at) runs with the image's NVIDIA_VISIBLE_DEVICES=all and sees both GPUs; the
-// audit Deployment, switched on by helm upgrade, puts it in kube-system's PolicyReport.
+// the webhook does not look at) keeps the image's NVIDIA_VISIBLE_DEVICES=all in its spec (the node
+// enforcer sets void in its container, which the API does not show); the audit Deployment, switched on by
+// helm upgrade, puts it in kube-system's PolicyReport, and the pod node/control left running before any
+// enforcer, which does see both GPUs, in its namespace's.
 func nodeAudit(t *T, e *Env) {
 	n := e.gpuguardFor(t)
 	c := n.cluster
@@ -857,6 +906,24 @@ func nodeAudit(t *T, e *Env) {
 	}), "waiting for the audit's PolicyReport in kube-system")
 	if verdict != "fail" && verdict != "skip" {
 		t.Errorf("the kube-system pod's result is %q, want fail (or skip, were kube-system exempt)", verdict)
+	}
+	if _, err := c.client.CoreV1().Pods(nodeNamespace).Get(t.ctx, beforeEnforcerPod, metav1.GetOptions{}); err == nil {
+		defer n.deletePods(t, beforeEnforcerPod)
+		t.must(eventually(t.ctx, 2*time.Minute, func() error {
+			r, err := c.dynamic.Resource(policyReports).Namespace(nodeNamespace).Get(t.ctx, auditReportName, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if verdict = resultFor(r, beforeEnforcerPod); verdict != "fail" {
+				return fmt.Errorf("%s's PolicyReport gives %s %q, want fail", nodeNamespace, beforeEnforcerPod, verdict)
+			}
+			return nil
+		}), "waiting for the PolicyReport of the pod started before the enforcer")
+		t.Logf("%s's PolicyReport: %s for %s, the pod started before the enforcer", nodeNamespace, verdict, beforeEnforcerPod)
+	} else if !apierrors.IsNotFound(err) {
+		t.Errorf("reading %s: %v", beforeEnforcerPod, err)
+	} else {
+		t.Fatalf("no pod %s: node/control starts it before gpuguard, run it first", beforeEnforcerPod)
 	}
 	t.Logf("kube-system's PolicyReport has %s for the pod %s after the helm upgrade", verdict, time.Since(started).Round(100*time.Millisecond))
 	lease, err := c.client.CoordinationV1().Leases(gpuguardNamespace).Get(t.ctx, "gpuguard-audit", metav1.GetOptions{})

@@ -147,7 +147,7 @@ const Annotation* nri_toleration(const Review& review, const Policy& policy) {
 std::string nri_toleration_denial(const Annotation& annotation) {
   return "the annotation " + std::string(annotation.key) +
          " would let the pod's containers start without gpuguard-node-enforcer where the node requires it; "
-         "only namespaces and service accounts in the policy's nodeEnforcementExempt keys may skip it";
+         "only pods the node enforcer exempts (the policy's exempt and nodeEnforcementExempt keys) may carry it";
 }
 
 // Does this entry make the NVIDIA runtime add the variable's devices? The feature gates take exactly

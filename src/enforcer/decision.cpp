@@ -236,10 +236,12 @@ Decision decide(const ContainerView& container, const Allocation& allocation, co
 
   // The environment, as NVIDIA's runtime reads it: the last NVIDIA_VISIBLE_DEVICES.
   std::optional<std::string> visible;
+  std::size_t entries = 0;
   for (const std::string& entry : container.env) {
     if (entry.starts_with(kVisibleDevices) &&
         (entry.size() == kVisibleDevices.size() || entry[kVisibleDevices.size()] == '=')) {
       visible = entry.size() > kVisibleDevices.size() ? entry.substr(kVisibleDevices.size() + 1) : std::string();
+      if (entry.size() > kVisibleDevices.size()) ++entries;  // NRI drops a bare name when it adjusts
     }
   }
   std::set<std::string> excess;
@@ -250,8 +252,17 @@ Decision decide(const ContainerView& container, const Allocation& allocation, co
       }
     }
   }
-  if (!excess.empty())
-    decision.beyond.push_back(std::string(kVisibleDevices) + "=" + *visible + " names " + join(excess, ", "));
+  // NRI changes a variable where it first appears and then copies the later entries over it (containerd
+  // lists the image's, the device plugin's and the pod's values one after the other), so a variable set
+  // more than once cannot be narrowed: such a container is refused instead.
+  const bool adjustable = entries == 1;
+  if (!excess.empty()) {
+    decision.beyond.push_back(std::string(kVisibleDevices) + "=" + *visible + " names " + join(excess, ", ") +
+                              (adjustable ? ""
+                                          : " (set " + std::to_string(entries) +
+                                                " times, which NRI cannot override: remove the container's own " +
+                                                std::string(kVisibleDevices) + ")"));
+  }
 
   if (decision.beyond.empty()) return decision;
   const std::string allocated =
@@ -266,7 +277,7 @@ Decision decide(const ContainerView& container, const Allocation& allocation, co
     return decision;
   }
   decision.why = Decision::Why::enforced;
-  const bool only_environment = excess.size() > 0 && decision.beyond.size() == 1;
+  const bool only_environment = excess.size() > 0 && decision.beyond.size() == 1 && adjustable;
   if (only_environment) {
     decision.action = Decision::Action::adjust;
     decision.visible_devices = allocation.gpus.empty() ? "void" : join(allocation.gpus, ",");

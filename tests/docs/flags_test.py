@@ -2,13 +2,13 @@
 """Each program's flag table in the docs says what its --help says: the same flags, none missing and none
 extra, and for a row that names one flag, the default --help prints. So that docs/webhook.md cannot lose
 --memory-limit again.
-Usage: flags_test.py SOURCE_DIR WEBHOOK DEVICE_PLUGIN SCHEDULER_EXTENDER"""
+Usage: flags_test.py SOURCE_DIR WEBHOOK DEVICE_PLUGIN SCHEDULER_EXTENDER NODE_ENFORCER"""
 import os
 import re
 import subprocess
 import sys
 
-root, webhook, device_plugin, extender = sys.argv[1:5]
+root, webhook, device_plugin, extender, enforcer = sys.argv[1:6]
 failures = []
 
 
@@ -52,6 +52,7 @@ for name, command, doc, heading in [
         ("gpuguard-webhook", [webhook], "webhook.md", "## Flags"),
         ("gpuguard-device-plugin", [device_plugin], "device-plugin.md", "## Flags"),
         ("gpuguard-scheduler-extender", [extender], "scheduler.md", "### Flags"),
+        ("gpuguard-node-enforcer", [enforcer], "node-enforcer.md", "## Flags"),
         ("gpuguard-webhook audit-controller", [webhook, "audit-controller"], "audit.md", "### Flags"),
         ("gpuguard-webhook arm", [webhook, "arm"], "operations.md", "### The arm hook's flags")]:
     try:
@@ -60,5 +61,5 @@ for name, command, doc, heading in [
         failures.append(f"{name}: {doc} has no section '{heading}'")
 for failure in failures:
     print("FAIL", failure)
-print(f"{checked} flags of five commands checked against their docs; {len(failures)} problems")
+print(f"{checked} flags of six commands checked against their docs; {len(failures)} problems")
 sys.exit(1 if failures else 0)

@@ -278,6 +278,15 @@ TEST_CASE("every fixture, sent through NRI's own runtime to the real enforcer, g
                               ? json::array({"NVIDIA_VISIBLE_DEVICES=" + expect["visible_devices"].get<std::string>()})
                               : json::array();
         CHECK(got["env"] == want);
+        // What the container gets once NRI's own generator applied the adjustment as containerd does: the
+        // last NVIDIA_VISIBLE_DEVICES, which NVIDIA's runtime reads, is the decision's, or the container's
+        // own where it was left alone.
+        std::optional<std::string> before, after;
+        for (const auto& entry : f.raw["container"].value("env", json::array()))
+          if (entry.get<std::string>().starts_with("NVIDIA_VISIBLE_DEVICES=")) before = entry.get<std::string>();
+        for (const auto& entry : got["final_env"])
+          if (entry.get<std::string>().starts_with("NVIDIA_VISIBLE_DEVICES=")) after = entry.get<std::string>();
+        CHECK(after == (action == "adjust" ? std::optional<std::string>(want[0].get<std::string>()) : before));
       }
       // Each answered well inside the runtime's 2 s.
       CHECK(got["micros"].get<long long>() < 1'000'000);

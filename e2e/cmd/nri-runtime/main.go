@@ -9,7 +9,9 @@
 //
 // The script: {"existing": {"pods": [PodSandbox], "containers": [Container]}, "steps": [step...]}, each
 // step one of {"wait_plugin": seconds}, {"create": {"pod": PodSandbox, "container": Container}},
-// {"remove": {...}}, {"sleep": seconds}; the messages in NRI's protojson.
+// {"remove": {...}}, {"sleep": seconds}; the messages in NRI's protojson. A create prints the adjustment's
+// env ("env") and the container's environment after NRI's own generator applied it as containerd does
+// ("final_env").
 package main
 
 import (
@@ -24,9 +26,12 @@ import (
 
 	nri "github.com/containerd/nri/pkg/adaptation"
 	"github.com/containerd/nri/pkg/api"
+	"github.com/containerd/nri/pkg/runtime-tools/generate"
 	validator "github.com/containerd/nri/plugins/default-validator/builtin"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+
+	rspec "github.com/opencontainers/runtime-spec/specs-go"
 )
 
 type event struct {
@@ -47,6 +52,34 @@ type script struct {
 		Containers []json.RawMessage `json:"containers"`
 	} `json:"existing"`
 	Steps []step `json:"steps"`
+}
+
+// envSpec is the environment part of containerd v2.4.2's spec generator for NRI
+// (internal/cri/nri/spec_generator_linux.go): a variable already in the spec has its first entry replaced
+// in place. NRI's generate.Generator.AdjustEnv calls nothing else.
+type envSpec struct {
+	generate.UnderlyingGenerator
+	spec *rspec.Spec
+}
+
+func (g *envSpec) Spec() *rspec.Spec { return g.spec }
+func (g *envSpec) ClearProcessEnv()  { g.spec.Process.Env = []string{} }
+func (g *envSpec) AddProcessEnv(name, value string) {
+	prefix := name + "="
+	for i, e := range g.spec.Process.Env {
+		if strings.HasPrefix(e, prefix) {
+			g.spec.Process.Env[i] = prefix + value
+			return
+		}
+	}
+	g.spec.Process.Env = append(g.spec.Process.Env, prefix+value)
+}
+
+// finalEnv is the container's environment once the adjustment's env is applied.
+func finalEnv(container *api.Container, adjust *api.ContainerAdjustment) []string {
+	spec := &envSpec{spec: &rspec.Spec{Process: &rspec.Process{Env: append([]string{}, container.GetEnv()...)}}}
+	generate.SpecGenerator(spec).AdjustEnv(adjust.GetEnv())
+	return spec.spec.Process.Env
 }
 
 func fail(format string, args ...any) {
@@ -129,8 +162,9 @@ func main() {
 			result["synced"] = synced.Load()
 		case s.Create != nil:
 			started := time.Now()
+			container := decode(s.Create.Container, &api.Container{})
 			response, err := runtime.CreateContainer(context.Background(), &api.CreateContainerRequest{
-				Pod: decode(s.Create.Pod, &api.PodSandbox{}), Container: decode(s.Create.Container, &api.Container{}),
+				Pod: decode(s.Create.Pod, &api.PodSandbox{}), Container: container,
 			})
 			result["micros"] = time.Since(started).Microseconds()
 			if err != nil {
@@ -141,6 +175,7 @@ func main() {
 					env = append(env, kv.GetKey()+"="+kv.GetValue())
 				}
 				result["env"] = env
+				result["final_env"] = finalEnv(container, response.GetAdjust())
 			}
 		case s.Remove != nil:
 			err := runtime.RemoveContainer(context.Background(), &api.RemoveContainerRequest{

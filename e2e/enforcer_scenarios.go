@@ -1,0 +1,406 @@
+// The node/enforcer-* scenarios: gpuguard-node-enforcer, installed by the chart, as containerd v2.4.2's NRI
+// plugin on the real node, looked at from inside the containers, with admission bypassed each way a cluster
+// meets: a static pod, the webhook configuration and the backstop binding deleted, a namespace the webhook
+// does not cover, and the enforcer gone under fail-open and under fail-closed.
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+const (
+	enforcerSelector = "app.kubernetes.io/name=gpuguard-node-enforcer"
+	// A pod node/control starts before any enforcer, and leaves running for node/enforcer-running and
+	// node/audit.
+	beforeEnforcerPod = "before-enforcer"
+	staticPodName     = "static-cuda"
+	// The chart's nriTolerationAnnotation, which the fail-closed config names too.
+	tolerationAnnotation = "tolerate-missing-nri-plugins.noderesource.dev"
+	allocatedAnnotation  = "gpuguard.io/allocated-gpus"
+	infraNamespace       = "e2e-gpu-infra"
+)
+
+// failClosed is what docs/node-enforcer.md tells an admin to add to containerd's config: NRI's default
+// validator, with gpuguard required and the chart's toleration key.
+const failClosed = `
+[plugins.'io.containerd.nri.v1.nri']
+  [plugins.'io.containerd.nri.v1.nri'.default_validator]
+    enable = true
+    required_plugins = ["gpuguard"]
+    tolerate_missing_plugins_annotation = "` + tolerationAnnotation + `"
+`
+
+// runPodIn creates the pod in a namespace and waits until its container runs.
+func (n *Node) runPodIn(t *T, namespace string, pod *corev1.Pod) *corev1.Pod {
+	_, err := n.cluster.client.CoreV1().Pods(namespace).Create(t.ctx, pod, metav1.CreateOptions{})
+	t.must(err, "creating pod "+namespace+"/"+pod.Name)
+	return n.waitRunning(t, namespace, pod.Name)
+}
+
+func (n *Node) deletePodsIn(t *T, namespace string, names ...string) {
+	for _, name := range names {
+		err := n.cluster.client.CoreV1().Pods(namespace).Delete(t.ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))})
+		if err != nil && !apierrors.IsNotFound(err) {
+			t.Errorf("deleting pod %s/%s: %v", namespace, name, err)
+		}
+	}
+}
+
+// runStaticPod writes a pod of the CUDA-like image into the kubelet's staticPodPath and waits until its
+// mirror pod says it runs.
+func (n *Node) runStaticPod(t *T, name string) *corev1.Pod {
+	pod := cudaPod(name)
+	pod.TypeMeta = metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"}
+	pod.Namespace = nodeNamespace
+	manifest, err := json.Marshal(pod)
+	t.must(err, "encoding the static pod")
+	t.must(os.WriteFile(filepath.Join(n.dir, "static-pods", name+".json"), manifest, 0o644), "writing the static pod")
+	return n.waitRunning(t, nodeNamespace, name+"-"+nodeName)
+}
+
+// removeStaticPod removes the manifest and waits until the kubelet has removed the pod and its mirror.
+func (n *Node) removeStaticPod(t *T, name string) {
+	if err := os.Remove(filepath.Join(n.dir, "static-pods", name+".json")); err != nil && !os.IsNotExist(err) {
+		t.Errorf("removing the static pod: %v", err)
+	}
+	t.must(eventually(t.ctx, 2*time.Minute, func() error {
+		_, err := n.cluster.client.CoreV1().Pods(nodeNamespace).Get(t.ctx, name+"-"+nodeName, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("the mirror pod is still there (%v)", err)
+	}), "waiting for the static pod to go")
+}
+
+// enforcerMetrics reads the node's enforcer's /metrics at its pod IP.
+func (n *Node) enforcerMetrics(t *T) (string, error) {
+	pods, err := n.cluster.client.CoreV1().Pods(gpuguardNamespace).List(t.ctx, metav1.ListOptions{LabelSelector: enforcerSelector})
+	if err != nil {
+		return "", err
+	}
+	var running []corev1.Pod
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp == nil && p.Status.PodIP != "" && p.Status.Phase == corev1.PodRunning {
+			running = append(running, p)
+		}
+	}
+	if len(running) != 1 {
+		return "", fmt.Errorf("%d running enforcer pods, want 1", len(running))
+	}
+	client := &http.Client{Timeout: 5 * time.Second}
+	resp, err := client.Get("http://" + running[0].Status.PodIP + ":8080/metrics")
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	return string(body), err
+}
+
+// series is one sample's value in a Prometheus text page (the exact name and labels); -1 when absent.
+func series(page, name string) float64 {
+	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + ` ([0-9.e+-]+)$`).FindStringSubmatch(page)
+	if m == nil {
+		return -1
+	}
+	v, _ := strconv.ParseFloat(m[1], 64)
+	return v
+}
+
+// waitForEnforcer waits until the enforcer's metrics hold what `ok` wants, and returns them.
+func (n *Node) waitForEnforcer(t *T, what string, ok func(page string) error) string {
+	var page string
+	t.must(eventually(t.ctx, 2*time.Minute, func() error {
+		var err error
+		if page, err = n.enforcerMetrics(t); err != nil {
+			return err
+		}
+		return ok(page)
+	}), "waiting for the node enforcer: "+what)
+	return page
+}
+
+func (n *Node) waitForEnforcerRegistered(t *T) string {
+	return n.waitForEnforcer(t, "registered with containerd", func(page string) error {
+		if series(page, "gpuguard_node_enforcer_registered") != 1 {
+			return fmt.Errorf("not registered")
+		}
+		return nil
+	})
+}
+
+// setEnforcerPolicy patches one policy key and waits until the enforcer has reloaded it (its count of
+// successful reloads grows); the webhook does not read these keys for patching.
+func (n *Node) setEnforcerPolicy(t *T, key, value string) {
+	before := series(n.waitForEnforcerRegistered(t), policyReloadsSeries)
+	body, _ := json.Marshal(map[string]any{"data": map[string]string{key: value}})
+	_, err := n.cluster.client.CoreV1().ConfigMaps(gpuguardNamespace).Patch(t.ctx, helmRelease+"-policy", types.MergePatchType, body, metav1.PatchOptions{})
+	t.must(err, "patching the policy ConfigMap")
+	n.waitForEnforcer(t, "reloading the policy with "+key+"="+value, func(page string) error {
+		if series(page, policyReloadsSeries) <= before {
+			return fmt.Errorf("no reload yet")
+		}
+		return nil
+	})
+}
+
+// bypassAdmission deletes the webhook configuration and the backstop's binding, as a failed upgrade or a
+// mistaken kubectl delete does, and returns what puts them back.
+func (n *Node) bypassAdmission(t *T) func() {
+	admission := n.cluster.client.AdmissionregistrationV1()
+	webhook, err := admission.MutatingWebhookConfigurations().Get(t.ctx, helmRelease, metav1.GetOptions{})
+	t.must(err, "reading the webhook configuration")
+	binding, err := admission.ValidatingAdmissionPolicyBindings().Get(t.ctx, helmRelease+"-visible-devices", metav1.GetOptions{})
+	t.must(err, "reading the backstop binding")
+	t.must(admission.MutatingWebhookConfigurations().Delete(t.ctx, webhook.Name, metav1.DeleteOptions{}), "deleting the webhook configuration")
+	t.must(admission.ValidatingAdmissionPolicyBindings().Delete(t.ctx, binding.Name, metav1.DeleteOptions{}), "deleting the backstop binding")
+	n.waitUntilValue(t, "unset", time.Minute)
+	return func() {
+		for _, meta := range []*metav1.ObjectMeta{&webhook.ObjectMeta, &binding.ObjectMeta} {
+			meta.ResourceVersion, meta.UID, meta.ManagedFields, meta.CreationTimestamp = "", "", nil, metav1.Time{}
+		}
+		_, err := admission.MutatingWebhookConfigurations().Create(t.ctx, webhook, metav1.CreateOptions{})
+		t.must(err, "restoring the webhook configuration")
+		_, err = admission.ValidatingAdmissionPolicyBindings().Create(t.ctx, binding, metav1.CreateOptions{})
+		t.must(err, "restoring the backstop binding")
+		n.waitUntilPatching(t)
+	}
+}
+
+// withoutEnforcer keeps the enforcer's DaemonSet off the node (a node selector no node matches), waits
+// until its pod is gone, and returns what brings it back.
+func (n *Node) withoutEnforcer(t *T) func() {
+	daemonSets := n.cluster.client.AppsV1().DaemonSets(gpuguardNamespace)
+	patch := `{"spec":{"template":{"spec":{"nodeSelector":{"gpuguard.io/e2e-nowhere":"true"}}}}}`
+	_, err := daemonSets.Patch(t.ctx, helmRelease+"-node-enforcer", types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{})
+	t.must(err, "keeping the enforcer off the node")
+	t.must(eventually(t.ctx, 2*time.Minute, func() error {
+		pods, err := n.cluster.client.CoreV1().Pods(gpuguardNamespace).List(t.ctx, metav1.ListOptions{LabelSelector: enforcerSelector})
+		if err != nil {
+			return err
+		}
+		if len(pods.Items) != 0 {
+			return fmt.Errorf("%d enforcer pods left", len(pods.Items))
+		}
+		return nil
+	}), "waiting for the enforcer to go")
+	return func() {
+		_, err := daemonSets.Patch(t.ctx, helmRelease+"-node-enforcer", types.MergePatchType,
+			[]byte(`{"spec":{"template":{"spec":{"nodeSelector":null}}}}`), metav1.PatchOptions{})
+		t.must(err, "bringing the enforcer back")
+		n.waitForEnforcerRegistered(t)
+	}
+}
+
+// expectNoGPU fails unless the container sees no GPU and the value the enforcer sets.
+func expectNoGPU(t *T, what string, s sight, value string) {
+	if len(s.gpus()) != 0 || s.value != value {
+		t.Errorf("%s: %s; want no GPU and NVIDIA_VISIBLE_DEVICES=%s", what, s, value)
+		return
+	}
+	t.Logf("%s: %s", what, s)
+}
+
+func expectBothGPUs(t *T, what string, s sight) {
+	if !slices.Equal(s.gpus(), []string{"nvidia0", "nvidia1"}) || s.value != "all" {
+		t.Errorf("%s: %s; want both GPUs under all", what, s)
+		return
+	}
+	t.Logf("%s: %s", what, s)
+}
+
+// nodeEnforcerStaticPod: the kubelet runs a static pod whatever admission says; the enforcer still gives
+// it no GPU (node/control showed the same manifest seeing both before gpuguard).
+func nodeEnforcerStaticPod(t *T, e *Env) {
+	n := e.gpuguardFor(t)
+	n.waitForEnforcerRegistered(t)
+	defer n.removeStaticPod(t, staticPodName)
+	expectNoGPU(t, "a static pod, with the enforcer", n.look(t, e, n.runStaticPod(t, staticPodName)), "void")
+}
+
+// nodeEnforcerRunning: a pod that started before any enforcer is reported at registration (a series and
+// a Node event) and left running as it is.
+func nodeEnforcerRunning(t *T, e *Env) {
+	n := e.gpuguardFor(t)
+	before, err := n.cluster.client.CoreV1().Pods(nodeNamespace).Get(t.ctx, beforeEnforcerPod, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		t.Fatalf("no pod %s: node/control starts it before gpuguard, run it first", beforeEnforcerPod)
+	}
+	t.must(err, "reading "+beforeEnforcerPod)
+	page := n.waitForEnforcer(t, "reporting the running container", func(page string) error {
+		if v := series(page, `gpuguard_node_enforcer_running_containers{state="beyond"}`); v < 1 {
+			return fmt.Errorf("running containers beyond their allocation: %v", v)
+		}
+		return nil
+	})
+	t.Logf("the enforcer reports %v running container(s) beyond their allocation", series(page, `gpuguard_node_enforcer_running_containers{state="beyond"}`))
+	want := nodeNamespace + "/" + beforeEnforcerPod + "/app"
+	t.must(eventually(t.ctx, time.Minute, func() error {
+		events, err := n.cluster.client.CoreV1().Events("default").List(t.ctx, metav1.ListOptions{
+			FieldSelector: "involvedObject.kind=Node,involvedObject.name=" + nodeName + ",reason=GPUsBeyondAllocation"})
+		if err != nil {
+			return err
+		}
+		for _, event := range events.Items {
+			if strings.Contains(event.Message, want) {
+				t.Logf("Node event %s: %s", event.Reason, event.Message)
+				return nil
+			}
+		}
+		return fmt.Errorf("no GPUsBeyondAllocation event of node %s names %s (%d events)", nodeName, want, len(events.Items))
+	}), "waiting for the Node event")
+	expectBothGPUs(t, "the pod started before the enforcer, still running", n.look(t, e, before))
+}
+
+// nodeEnforcerBypassed: with the webhook configuration and the backstop binding deleted, the node alone
+// holds: a GPU-less pod sees no GPU, a GPU pod its own GPU (and one that sets all itself is refused), a
+// forged allocation annotation counts for nothing, an allowlisted infrastructure namespace (and gpuguard's own device
+// plugin) keeps every GPU, and under nodeEnforcement audit nothing is changed but the count.
+func nodeEnforcerBypassed(t *T, e *Env) {
+	n := e.gpuguardFor(t)
+	n.waitForEnforcerRegistered(t)
+	n.cluster.namespace(t, infraNamespace, nil)
+	defer n.bypassAdmission(t)()
+	defer n.deletePods(t, "bypass-gpu-less", "bypass-gpu", "bypass-gpu-all", "bypass-forged", "bypass-audit")
+	defer n.deletePodsIn(t, infraNamespace, "infra")
+
+	expectNoGPU(t, "admission bypassed, a GPU-less pod", n.look(t, e, n.runPod(t, cudaPod("bypass-gpu-less"))), "void")
+
+	gpu := n.look(t, e, n.runPod(t, cudaPod("bypass-gpu", withRequest(gpuResource, "1"))))
+	minor := slices.IndexFunc([]int{0, 1}, func(m int) bool { return gpu.value == fakeGPUUUID(m) })
+	if minor < 0 || !slices.Equal(gpu.gpus(), []string{fmt.Sprintf("nvidia%d", minor)}) {
+		t.Errorf("admission bypassed, a pod with one GPU: %s; want its own GPU alone", gpu)
+	} else {
+		t.Logf("admission bypassed, a pod with one GPU: %s", gpu)
+	}
+	// containerd lists the image's, the device plugin's and the pod's values one after the other, and NRI
+	// cannot override a variable set more than once: the create is refused rather than let all through.
+	why := n.failedCreate(t, cudaPod("bypass-gpu-all", withRequest(gpuResource, "1"), withEnv(envVariable, "all")))
+	if !strings.Contains(why, `gpuguard: container "app" of pod `+nodeNamespace+`/bypass-gpu-all`) || !strings.Contains(why, "NRI cannot override") {
+		t.Errorf("admission bypassed, a pod with one GPU that sets NVIDIA_VISIBLE_DEVICES=all: %q; want gpuguard's refusal", why)
+	} else {
+		t.Logf("admission bypassed, a pod with one GPU that sets all: %s", why)
+	}
+
+	forged := cudaPod("bypass-forged")
+	forged.Annotations = map[string]string{allocatedAnnotation: fakeGPUUUID(1)}
+	expectNoGPU(t, "admission bypassed, a pod forging the allocation annotation", n.look(t, e, n.runPod(t, forged)), "void")
+
+	n.setEnforcerPolicy(t, "nodeEnforcementExemptNamespaces", infraNamespace)
+	defer n.setEnforcerPolicy(t, "nodeEnforcementExemptNamespaces", "")
+	expectBothGPUs(t, "a pod of the allowlisted namespace "+infraNamespace, n.look(t, e, n.runPodIn(t, infraNamespace, cudaPod("infra"))))
+	plugins, err := n.cluster.client.CoreV1().Pods(gpuguardNamespace).List(t.ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=gpuguard-device-plugin"})
+	t.must(err, "listing the device plugin's pods")
+	if len(plugins.Items) != 1 {
+		t.Fatalf("%d device plugin pods, want 1", len(plugins.Items))
+	}
+	expectBothGPUs(t, "gpuguard's own device plugin (--exempt-service-accounts)", n.look(t, e, &plugins.Items[0]))
+
+	audited := `gpuguard_node_enforcer_decisions_total{action="allow",why="audited"}`
+	before := series(n.waitForEnforcerRegistered(t), audited)
+	n.setEnforcerPolicy(t, "nodeEnforcement", "audit")
+	defer n.setEnforcerPolicy(t, "nodeEnforcement", "enforce")
+	expectBothGPUs(t, "nodeEnforcement audit, a GPU-less pod", n.look(t, e, n.runPod(t, cudaPod("bypass-audit"))))
+	n.waitForEnforcer(t, "counting the audited create", func(page string) error {
+		if after := series(page, audited); after <= before {
+			return fmt.Errorf("%s went from %v to %v", audited, before, after)
+		}
+		return nil
+	})
+}
+
+// nodeEnforcerRefuses: a GPU-less container that mounts /dev/nvidia1 by hostPath, which the webhook only
+// warns about by default, is refused at its creation, with gpuguard's message in its status.
+func nodeEnforcerRefuses(t *T, e *Env) {
+	n := e.gpuguardFor(t)
+	n.waitForEnforcerRegistered(t)
+	defer n.deletePods(t, "refused-hostpath")
+	pod := cudaPod("refused-hostpath", func(c *corev1.Container) {
+		c.VolumeMounts = []corev1.VolumeMount{{Name: "gpu", MountPath: "/dev/nvidia1"}}
+	})
+	pod.Spec.Volumes = []corev1.Volume{{Name: "gpu", VolumeSource: corev1.VolumeSource{
+		HostPath: &corev1.HostPathVolumeSource{Path: "/dev/nvidia1", Type: ptr(corev1.HostPathCharDev)}}}}
+	why := n.failedCreate(t, pod)
+	want := `gpuguard: container "app" of pod ` + nodeNamespace + `/refused-hostpath would get GPUs the kubelet did not allocate it`
+	if !strings.Contains(why, want) || !strings.Contains(why, "/dev/nvidia1") {
+		t.Errorf("a GPU-less pod mounting /dev/nvidia1: %q; want gpuguard's refusal naming the container and the device", why)
+	}
+	t.Logf("a GPU-less pod mounting /dev/nvidia1 by hostPath: %s", why)
+}
+
+// nodeEnforcerFailure: the enforcer gone, fail-open (the default) starts a pod unenforced, which the
+// webhook still covers where it looks; containerd configured fail-closed refuses a GPU-less pod's create
+// clearly until the enforcer is back (and the webhook refuses the toleration that would skip it); a
+// containerd restart finds the enforcer registered again, and the next pod enforced.
+func nodeEnforcerFailure(t *T, e *Env) {
+	n := e.gpuguardFor(t)
+	n.waitForEnforcerRegistered(t)
+	defer n.deletePods(t, "open-covered", "closed-refused")
+	defer n.deletePodsIn(t, "kube-system", "open-uncovered", "after-restart")
+	back := n.withoutEnforcer(t)
+	restored := false
+	defer func() {
+		if !restored {
+			back()
+		}
+	}()
+
+	expectNoGPU(t, "fail-open, the enforcer gone: a pod the webhook covers", n.look(t, e, n.runPod(t, cudaPod("open-covered"))), "none")
+	expectBothGPUs(t, "fail-open, the enforcer gone: a kube-system pod, which the webhook does not cover",
+		n.look(t, e, n.runPodIn(t, "kube-system", cudaPod("open-uncovered"))))
+
+	t.must(e.restartContainerd(n, failClosed), "restarting containerd fail-closed")
+	closed := true
+	defer func() {
+		if closed {
+			t.must(e.restartContainerd(n, ""), "restarting containerd as shipped")
+		}
+	}()
+	why := n.failedCreate(t, cudaPod("closed-refused"))
+	if !strings.Contains(why, `required plugin "gpuguard" not present`) {
+		t.Errorf("fail-closed, the enforcer gone: %q; want NRI's validator naming the missing plugin gpuguard", why)
+	}
+	t.Logf("fail-closed, the enforcer gone, a GPU-less pod: %s", why)
+	tolerating := cudaPod("closed-tolerating")
+	tolerating.Annotations = map[string]string{tolerationAnnotation: "true"}
+	_, err := n.cluster.client.CoreV1().Pods(nodeNamespace).Create(t.ctx, tolerating, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	if err == nil || !strings.Contains(err.Error(), tolerationAnnotation) {
+		t.Errorf("a pod carrying %s: %v; want the webhook to refuse it", tolerationAnnotation, err)
+	} else {
+		t.Logf("the webhook refuses the toleration: %v", err)
+	}
+
+	back()
+	restored = true
+	expectNoGPU(t, "fail-closed, the enforcer back: the refused pod", n.look(t, e, n.waitRunning(t, nodeNamespace, "closed-refused")), "none")
+
+	registered := `gpuguard_node_enforcer_connections_total{event="registered"}`
+	before := series(n.waitForEnforcerRegistered(t), registered)
+	// Back to the config as shipped: fail-open again, and the restart this part is about.
+	t.must(e.restartContainerd(n, ""), "restarting containerd")
+	closed = false
+	started := time.Now()
+	n.waitForEnforcer(t, "registering again after containerd's restart", func(page string) error {
+		if series(page, registered) <= before || series(page, "gpuguard_node_enforcer_registered") != 1 {
+			return fmt.Errorf("not registered again")
+		}
+		return nil
+	})
+	t.Logf("containerd restarted: the enforcer registered again within %s", time.Since(started).Round(100*time.Millisecond))
+	expectNoGPU(t, "after containerd's restart, a kube-system pod", n.look(t, e, n.runPodIn(t, "kube-system", cudaPod("after-restart"))), "void")
+}
