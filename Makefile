@@ -33,7 +33,7 @@ NODE_COMPONENTS := k8s.io/kubernetes/cmd/kubelet github.com/containerd/container
 WERROR ?= $(if $(filter true,$(CI)),ON,OFF)
 CXX_SOURCES = $(shell git ls-files '*.cpp' '*.hpp')
 
-.PHONY: deps build run test test-sanitize test-image e2e e2e-build fuzz bench certs clean format lint
+.PHONY: deps build run test test-sanitize test-image e2e e2e-build fuzz bench bench-node certs clean format lint
 
 deps:
 	./scripts/install-deps.sh
@@ -76,6 +76,11 @@ lint: build
 # Micro-benchmarks, TLS load with wrk, large pods, RSS, start-up, Allocate: see docs/benchmarks.md.
 bench: build
 	BUILD_DIR=$(BUILD_DIR) ./bench/run.sh
+
+# The node enforcer's cost to a container's creation through containerd on the real node, and its memory
+# (e2e/enforcer_bench.go; docs/benchmarks.md). Not part of make e2e: it stops the node's kubelet.
+bench-node: build e2e-build
+	$(E2E_DIR)/gpuguard-e2e -components $(E2E_DIR) -gpuguard $(BUILD_DIR) -source $(CURDIR) -bench '^node/enforcer-create$$'
 
 # libFuzzer targets for the admission path, the HTTP request path and the extender, FUZZ_SECONDS each.
 fuzz: deps

@@ -22,6 +22,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -74,14 +75,19 @@ func main() {
 	flag.StringVar(&cfg.Work, "work", "", "working directory for certificates, data and logs (default: a new temporary one)")
 	flag.BoolVar(&cfg.Keep, "keep", false, "keep the working directory (logs of every component) after the run")
 	run := flag.String("run", "", "run only the scenarios whose name matches this regular expression")
+	bench := flag.String("bench", "", "run the benchmarks whose name matches this regular expression (enforcer_bench.go) instead of the scenarios")
 	list := flag.Bool("list", false, "list the scenarios and exit")
 	flag.Parse()
 
 	if *list {
-		for _, s := range scenarios {
+		for _, s := range append(slices.Clone(scenarios), benchmarks...) {
 			fmt.Printf("%-28s %s\n", s.name, s.about)
 		}
 		return
+	}
+	chosen := scenarios
+	if *bench != "" {
+		chosen, *run = benchmarks, *bench
 	}
 	filter, err := regexp.Compile(*run)
 	if err != nil {
@@ -98,10 +104,10 @@ func main() {
 	if os.Getpid() == 1 {
 		os.Exit(reapAsInit())
 	}
-	os.Exit(runAll(cfg, filter))
+	os.Exit(runAll(cfg, filter, chosen))
 }
 
-func runAll(cfg Config, filter *regexp.Regexp) int {
+func runAll(cfg Config, filter *regexp.Regexp, scenarios []scenario) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	env, err := newEnv(ctx, cfg)

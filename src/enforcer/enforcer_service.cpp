@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "allocation_cache.hpp"
 #include "enforcer_metrics.hpp"
 #include "gpuguard/deviceplugin/discovery.hpp"
 #include "gpuguard/enforcer/allocation.hpp"
@@ -36,8 +37,10 @@ using Clock = std::chrono::steady_clock;
 
 // Each CreateContainer is answered within the runtime's 2 s: at most this for the kubelet's answer...
 constexpr auto kKubeletDeadline = 800ms;
-// ...and this for the pod's service account, where an exemption names one of its namespace.
+// ...and this for the pod's service account, where an exemption names one of its namespace...
 constexpr auto kApiDeadline = 300ms;
+// ...after waiting at most this for the answer fetched when the pod's sandbox was made.
+constexpr auto kFetchedWait = 400ms;
 constexpr std::size_t kServiceAccountCache = 1024;
 constexpr std::size_t kCdiSpecMax = std::size_t{1} << 20;
 constexpr std::size_t kReportedMax = 20;  // containers named in one Node event
@@ -193,6 +196,7 @@ class EnforcerHandler final : public nri::Handler {
         policy_(policy),
         metrics_(metrics),
         kubelet_(config.pod_resources_socket),
+        fetched_(kubelet_, kKubeletDeadline),
         accounts_(config.apiserver),
         gpus_(std::make_shared<const std::vector<NodeGpu>>(node_gpus(config.host_root))) {
     log::info("GPUs found", {{"count", gpus_.load()->size()}, {"host_root", config.host_root.string()}});
@@ -254,6 +258,9 @@ class EnforcerHandler final : public nri::Handler {
     return result;
   }
 
+  void run_pod_sandbox(const api::PodSandbox& pod) override { fetched_.fetch(pod.id(), pod.namespace_(), pod.name()); }
+  void remove_pod_sandbox(const api::PodSandbox& pod) override { fetched_.forget(pod.id()); }
+
   void remove_container(const api::PodSandbox&, const api::Container& container) override {
     const std::lock_guard lock(mutex_);
     if (running_.erase(container.id()) != 0) publish_counts();
@@ -296,6 +303,8 @@ class EnforcerHandler final : public nri::Handler {
       if (const auto found = listed->find(view.pod_namespace + "/" + view.pod_name); found != listed->end()) {
         answer.pod = found->second;
       }
+    } else if (auto fetched = fetched_.answer(pod.id(), kFetchedWait)) {
+      answer = std::move(*fetched);
     } else {
       answer = kubelet_.pod(view.pod_namespace, view.pod_name, kKubeletDeadline);
       if (!answer.answered) metrics_.count_kubelet_error();
@@ -369,6 +378,7 @@ class EnforcerHandler final : public nri::Handler {
   policy::PolicyWatcher& policy_;
   EnforcerMetrics& metrics_;
   KubeletClient kubelet_;
+  AllocationCache fetched_;
   ServiceAccounts accounts_;
   std::atomic<std::shared_ptr<const std::vector<NodeGpu>>> gpus_;
   std::shared_ptr<const policy::Policy> merged_from_, merged_;  // effective_policy's, under mutex_

@@ -247,14 +247,22 @@ bool Plugin::Impl::serve(int fd, const Message& message, bool& configured, bool&
       response.set_more(synchronize.more());
       answer = response_with_payload(response);
     }
-  } else if (request.method() == "CreateContainer" || request.method() == "RemoveContainer") {
-    // RemoveContainerRequest has CreateContainerRequest's fields: pod = 1, container = 2.
+  } else if (request.method() == "CreateContainer" || request.method() == "RemoveContainer" ||
+             request.method() == "RunPodSandbox" || request.method() == "RemovePodSandbox") {
+    // RemoveContainerRequest has CreateContainerRequest's fields (pod = 1, container = 2), and the pod
+    // sandbox requests its pod = 1.
     ::nri::pkg::api::v1alpha1::CreateContainerRequest event;
     if (!event.ParseFromString(request.payload())) {
       answer =
           response_with_status(kInvalidArgument, "gpuguard: a " + request.method() + " request that does not parse");
     } else if (request.method() == "RemoveContainer") {
       handler.remove_container(event.pod(), event.container());
+      answer = response_with_payload(::nri::pkg::api::v1alpha1::Empty());
+    } else if (request.method() == "RunPodSandbox") {
+      handler.run_pod_sandbox(event.pod());
+      answer = response_with_payload(::nri::pkg::api::v1alpha1::Empty());
+    } else if (request.method() == "RemovePodSandbox") {
+      handler.remove_pod_sandbox(event.pod());
       answer = response_with_payload(::nri::pkg::api::v1alpha1::Empty());
     } else {
       CreateResult result = handler.create_container(event.pod(), event.container());
@@ -265,6 +273,17 @@ bool Plugin::Impl::serve(int fd, const Message& message, bool& configured, bool&
       } else {
         answer = response_with_payload(::nri::pkg::api::v1alpha1::CreateContainerResponse());
       }
+    }
+  } else if (request.method() == "StateChange") {
+    // How older NRI versions relay the events that have no method of their own.
+    ::nri::pkg::api::v1alpha1::StateChangeEvent event;
+    if (!event.ParseFromString(request.payload())) {
+      answer = response_with_status(kInvalidArgument, "gpuguard: a StateChange request that does not parse");
+    } else {
+      if (event.event() == kRunPodSandboxEvent) handler.run_pod_sandbox(event.pod());
+      if (event.event() == kRemovePodSandboxEvent) handler.remove_pod_sandbox(event.pod());
+      if (event.event() == kRemoveContainerEvent) handler.remove_container(event.pod(), event.container());
+      answer = response_with_payload(::nri::pkg::api::v1alpha1::Empty());
     }
   } else if (request.method() == "Shutdown") {
     answer = response_with_payload(::nri::pkg::api::v1alpha1::Empty());

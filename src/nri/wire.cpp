@@ -58,7 +58,7 @@ std::string encode_message(std::uint32_t stream, MessageType type, std::uint8_t 
   return out;
 }
 
-void FrameDecoder::feed(std::string_view bytes) {
+void BufferedDecoder::feed(std::string_view bytes) {
   if (!error_.empty()) return;
   compact(buffer_, offset_);
   buffer_.append(bytes);
@@ -66,38 +66,31 @@ void FrameDecoder::feed(std::string_view bytes) {
 
 std::optional<Frame> FrameDecoder::next() {
   while (error_.empty() && buffered() >= kMuxHeaderSize) {
-    const std::string_view rest(buffer_.data() + offset_, buffered());
-    const std::uint32_t conn = get_u32(rest, 0);
-    const std::uint32_t size = get_u32(rest, 4);
+    const std::string_view bytes = rest();
+    const std::uint32_t conn = get_u32(bytes, 0);
+    const std::uint32_t size = get_u32(bytes, 4);
     if (conn == 0) {
       error_ = "multiplexer frame on connection 0, which is reserved";
     } else if (size > kMuxFrameMax) {
       error_ =
           "multiplexer frame of " + std::to_string(size) + " bytes, over the limit of " + std::to_string(kMuxFrameMax);
-    } else if (rest.size() < kMuxHeaderSize + size) {
-      // Room for the rest of this frame at once, never for more than the limit.
-      buffer_.reserve(offset_ + kMuxHeaderSize + size);
+    } else if (bytes.size() < kMuxHeaderSize + size) {
+      expect(kMuxHeaderSize + size);
       return std::nullopt;
     } else {
-      offset_ += kMuxHeaderSize + size;
+      consume(kMuxHeaderSize + size);
       if (size == 0) continue;
-      return Frame{conn, std::string(rest.substr(kMuxHeaderSize, size))};
+      return Frame{conn, std::string(bytes.substr(kMuxHeaderSize, size))};
     }
   }
   return std::nullopt;
 }
 
-void MessageDecoder::feed(std::string_view bytes) {
-  if (!error_.empty()) return;
-  compact(buffer_, offset_);
-  buffer_.append(bytes);
-}
-
 std::optional<Message> MessageDecoder::next() {
   if (!error_.empty() || buffered() < kTtrpcHeaderSize) return std::nullopt;
-  const std::string_view rest(buffer_.data() + offset_, buffered());
-  const std::uint32_t size = get_u32(rest, 0);
-  const auto type = static_cast<std::uint8_t>(rest[8]);
+  const std::string_view bytes = rest();
+  const std::uint32_t size = get_u32(bytes, 0);
+  const auto type = static_cast<std::uint8_t>(bytes[8]);
   if (size > kTtrpcMessageMax) {
     error_ =
         "ttrpc message of " + std::to_string(size) + " bytes, over the limit of " + std::to_string(kTtrpcMessageMax);
@@ -107,13 +100,13 @@ std::optional<Message> MessageDecoder::next() {
     error_ = "ttrpc message of unknown type " + std::to_string(type);
     return std::nullopt;
   }
-  if (rest.size() < kTtrpcHeaderSize + size) {
-    buffer_.reserve(offset_ + kTtrpcHeaderSize + size);
+  if (bytes.size() < kTtrpcHeaderSize + size) {
+    expect(kTtrpcHeaderSize + size);
     return std::nullopt;
   }
-  Message message{get_u32(rest, 4), static_cast<MessageType>(type), static_cast<std::uint8_t>(rest[9]),
-                  std::string(rest.substr(kTtrpcHeaderSize, size))};
-  offset_ += kTtrpcHeaderSize + size;
+  Message message{get_u32(bytes, 4), static_cast<MessageType>(type), static_cast<std::uint8_t>(bytes[9]),
+                  std::string(bytes.substr(kTtrpcHeaderSize, size))};
+  consume(kTtrpcHeaderSize + size);
   return message;
 }
 

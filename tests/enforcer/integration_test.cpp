@@ -233,8 +233,12 @@ TEST_CASE("every fixture, sent through NRI's own runtime to the real enforcer, g
                "--ca-file",       certs_dir() + "/ca.crt"};
     }
     json steps = json::array({{{"wait_plugin", 10}}});
+    // Every other fixture has its sandbox made first, as a runtime does: its container is decided on the
+    // kubelet's answer fetched then; the others, on the answer asked for at the create.
+    std::vector<std::size_t> create_steps;
     for (const auto& f : fixtures) {
       const json& pod = f.raw["pod"];
+      const bool sandbox_first = create_steps.size() % 2 == 1;
       if (kubelet && f.kubelet.pod) kubelet->set(pod["namespace"], pod["name"], *f.kubelet.pod);
       if (f.raw.contains("service_account")) {
         apiserver.put_at(
@@ -254,6 +258,8 @@ TEST_CASE("every fixture, sent through NRI's own runtime to the real enforcer, g
                   json::array({{{"name", name.substr(equals + 1)}, {"containerEdits", {{"deviceNodes", nodes}}}}})}}
                 .dump());
       }
+      if (sandbox_first) steps.push_back({{"run_pod", pod}});
+      create_steps.push_back(steps.size());
       steps.push_back(create_step(pod, f.raw["container"]));
     }
     EnforcerProcess enforcer(node, flags);
@@ -262,7 +268,7 @@ TEST_CASE("every fixture, sent through NRI's own runtime to the real enforcer, g
     for (std::size_t i = 0; i < fixtures.size(); ++i) {
       const auto& f = fixtures[i];
       const json& expect = f.raw["expect"];
-      const json& got = out[i + 1];
+      const json& got = out[create_steps[i]];
       INFO(f.name << ": " << got.dump() << "\n" << enforcer.log());
       const std::string action = expect["action"];
       if (action == "refuse") {
@@ -316,6 +322,35 @@ TEST_CASE("registration and reconnection: a runtime that restarts finds the enfo
   CHECK(out[1]["env"] == json::array({"NVIDIA_VISIBLE_DEVICES=void"}));
   CHECK(enforcer.series("gpuguard_node_enforcer_connections_total{event=\"registered\"}") == 2);
   CHECK(enforcer.series("gpuguard_node_enforcer_decisions_total{action=\"adjust\",why=\"enforced\"}") == 2);
+  CHECK(enforcer.terminate() == 0);
+}
+
+TEST_CASE("sandboxes made at once are fetched in one List, and their containers created without asking again") {
+  const std::string first_gpu = default_node()[0].uuid;
+  Node node;
+  FakeKubelet kubelet(node.kubelet_socket);
+  for (const std::string name : {"a", "b", "c"}) {
+    enforcer::PodResources pod;
+    pod.containers.push_back({"app", {{"nvidia.com/gpu", {first_gpu}}}, {}});
+    kubelet.set("team-a", name, pod);
+  }
+  EnforcerProcess enforcer(node);
+  json steps = json::array({{{"wait_plugin", 10}}});
+  for (const std::string name : {"a", "b", "c"}) steps.push_back({{"run_pod", gpu_less_pod(name)}});
+  for (const std::string name : {"a", "b", "c"}) {
+    steps.push_back(create_step(gpu_less_pod(name), cuda_container("app")));
+    steps.push_back(create_step(gpu_less_pod(name), cuda_container("app")));  // a restart of the same container
+  }
+  const auto out = run_runtime(node, {{"steps", steps}});
+  INFO(enforcer.log());
+  for (std::size_t i = 4; i < 10; ++i) {
+    INFO(out[i].dump());
+    CHECK(out[i]["env"] == json::array({"NVIDIA_VISIBLE_DEVICES=" + first_gpu}));
+  }
+  // Three sandboxes, six creates: one List or, where the first ended before the later sandboxes came,
+  // a few; never one per create.
+  CHECK(kubelet.calls() >= 1);
+  CHECK(kubelet.calls() <= 3);
   CHECK(enforcer.terminate() == 0);
 }
 

@@ -8,7 +8,7 @@
 //	nri-runtime --socket PATH --script FILE [--required-plugins gpuguard] [--request-timeout 2s]
 //
 // The script: {"existing": {"pods": [PodSandbox], "containers": [Container]}, "steps": [step...]}, each
-// step one of {"wait_plugin": seconds}, {"create": {"pod": PodSandbox, "container": Container}},
+// step one of {"wait_plugin": seconds}, {"run_pod": PodSandbox}, {"create": {"pod": PodSandbox, "container": Container}},
 // {"remove": {...}}, {"sleep": seconds}; the messages in NRI's protojson. A create prints the adjustment's
 // env ("env") and the container's environment after NRI's own generator applied it as containerd does
 // ("final_env").
@@ -40,10 +40,11 @@ type event struct {
 }
 
 type step struct {
-	WaitPlugin *float64 `json:"wait_plugin"`
-	Create     *event   `json:"create"`
-	Remove     *event   `json:"remove"`
-	Sleep      *float64 `json:"sleep"`
+	WaitPlugin *float64        `json:"wait_plugin"`
+	RunPod     json.RawMessage `json:"run_pod"`
+	Create     *event          `json:"create"`
+	Remove     *event          `json:"remove"`
+	Sleep      *float64        `json:"sleep"`
 }
 
 type script struct {
@@ -160,6 +161,10 @@ func main() {
 				time.Sleep(10 * time.Millisecond)
 			}
 			result["synced"] = synced.Load()
+		case s.RunPod != nil:
+			if err := runtime.RunPodSandbox(context.Background(), &api.RunPodSandboxRequest{Pod: decode(s.RunPod, &api.PodSandbox{})}); err != nil {
+				result["error"] = err.Error()
+			}
 		case s.Create != nil:
 			started := time.Now()
 			container := decode(s.Create.Container, &api.Container{})

@@ -30,6 +30,8 @@ namespace api = ::nri::pkg::api::v1alpha1;
 // NRI's event numbers (api.proto's Event) and the subscription bit of each: 1 << (event - 1). A
 // Configure answer of 0 would subscribe to every event, validation included, which makes the plugin a
 // validator that every create waits on: the plugin always names its events.
+inline constexpr std::int32_t kRunPodSandboxEvent = 1;
+inline constexpr std::int32_t kRemovePodSandboxEvent = 3;
 inline constexpr std::int32_t kCreateContainerEvent = 4;
 inline constexpr std::int32_t kRemoveContainerEvent = 11;
 constexpr std::int32_t event_bit(std::int32_t event) { return 1 << (event - 1); }
@@ -52,6 +54,9 @@ class Handler {
   virtual void synchronize(const api::SynchronizeRequest& request, bool last) = 0;
   virtual CreateResult create_container(const api::PodSandbox& pod, const api::Container& container) = 0;
   virtual void remove_container(const api::PodSandbox& pod, const api::Container& container) = 0;
+  // A sandbox made or removed; answered at once, whatever the handler does.
+  virtual void run_pod_sandbox(const api::PodSandbox& /*pod*/) {}
+  virtual void remove_pod_sandbox(const api::PodSandbox& /*pod*/) {}
 };
 
 struct PluginOptions {
@@ -59,7 +64,8 @@ struct PluginOptions {
   std::string name = "gpuguard";
   std::string index = "50";  // plugins run in ascending index: after those that add devices
   // Events subscribed to (event_bit of each).
-  std::int32_t events = event_bit(kCreateContainerEvent) | event_bit(kRemoveContainerEvent);
+  std::int32_t events = event_bit(kRunPodSandboxEvent) | event_bit(kRemovePodSandboxEvent) |
+                        event_bit(kCreateContainerEvent) | event_bit(kRemoveContainerEvent);
   std::chrono::milliseconds backoff_first{250};
   std::chrono::milliseconds backoff_max{10'000};
   // A runtime that neither configures the plugin nor closes the connection within this is given up on.

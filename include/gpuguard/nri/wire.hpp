@@ -44,35 +44,38 @@ std::string encode_frames(std::uint32_t conn, std::string_view payload);
 // One ttrpc message: its header, then `payload` (at most kTtrpcMessageMax bytes).
 std::string encode_message(std::uint32_t stream, MessageType type, std::uint8_t flags, std::string_view payload);
 
-// Frames out of the socket's bytes. A frame that claims more than kMuxFrameMax, or connection 0, is an
-// error (error() says which), after which nothing more is decoded: the connection is to be dropped.
-class FrameDecoder {
+// The bytes a decoder holds until a whole frame or message is there, and the error that stopped it.
+class BufferedDecoder {
  public:
   void feed(std::string_view bytes);
-  // The next whole frame (empty frames are skipped), or nullopt when more bytes are needed or on error.
-  std::optional<Frame> next();
   const std::string& error() const { return error_; }
   std::size_t buffered() const { return buffer_.size() - offset_; }
+
+ protected:
+  std::string_view rest() const { return {buffer_.data() + offset_, buffered()}; }
+  // Room for `size` more bytes from the current position at once, never more.
+  void expect(std::size_t size) { buffer_.reserve(offset_ + size); }
+  void consume(std::size_t size) { offset_ += size; }
+  std::string error_;
 
  private:
   std::string buffer_;
   std::size_t offset_ = 0;
-  std::string error_;
+};
+
+// Frames out of the socket's bytes. A frame that claims more than kMuxFrameMax, or connection 0, is an
+// error (error() says which), after which nothing more is decoded: the connection is to be dropped.
+class FrameDecoder : public BufferedDecoder {
+ public:
+  // The next whole frame (empty frames are skipped), or nullopt when more bytes are needed or on error.
+  std::optional<Frame> next();
 };
 
 // Messages out of one logical connection's byte stream (frames may split or join messages). A message
 // longer than kTtrpcMessageMax, or of an unknown type, is an error, as for FrameDecoder.
-class MessageDecoder {
+class MessageDecoder : public BufferedDecoder {
  public:
-  void feed(std::string_view bytes);
   std::optional<Message> next();
-  const std::string& error() const { return error_; }
-  std::size_t buffered() const { return buffer_.size() - offset_; }
-
- private:
-  std::string buffer_;
-  std::size_t offset_ = 0;
-  std::string error_;
 };
 
 }  // namespace gpuguard::nri
