@@ -9,7 +9,7 @@ AllocationCache::AllocationCache(KubeletClient& kubelet, std::chrono::millisecon
     : kubelet_(kubelet),
       deadline_(deadline),
       capacity_(capacity),
-      worker_([this](std::stop_token stop) { run(stop); }) {}
+      worker_([this](const std::stop_token& stop) { run(stop); }) {}
 
 AllocationCache::~AllocationCache() {
   worker_.request_stop();

@@ -59,7 +59,7 @@ struct KubeletClient::Impl {
       grpc::ClientContext context;
       context.set_deadline(std::chrono::system_clock::now() +
                            std::chrono::duration_cast<std::chrono::system_clock::duration>(until - Clock::now()));
-      const grpc::Status status = stub->List(&context, ::v1::ListPodResourcesRequest(), &response);
+      grpc::Status status = stub->List(&context, ::v1::ListPodResourcesRequest(), &response);
       if (status.error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED || Clock::now() + kRateLimitPause >= until) {
         return status;
       }

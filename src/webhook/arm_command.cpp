@@ -103,6 +103,9 @@ int run_arm_command(int argc, char** argv) {
   const std::string ns = flags["namespace"].as<std::string>();
   const std::string deployment = flags["deployment"].as<std::string>();
   const std::string deployment_path = "/apis/apps/v1/namespaces/" + ns + "/deployments/" + deployment;
+  const std::string deployment_name = ns + "/" + deployment;
+  std::string next_step = "fix the Deployment (kubectl -n ";
+  next_step.append(ns).append(" describe deployment ").append(deployment).append("), then run helm upgrade again");
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(flags["timeout"].as<unsigned>());
   std::string last;
   for (;;) {
@@ -111,23 +114,25 @@ int run_arm_command(int argc, char** argv) {
     if (reply.status == 200) {
       availability = arming::deployment_availability(reply.body);
     } else {
-      availability.waiting = reply.status == 404 ? "the Deployment is not there yet"
-                                                 : "cannot read the Deployment: " + std::to_string(reply.status) +
-                                                       (reply.error.empty() ? "" : " " + reply.error);
+      if (reply.status == 404) {
+        availability.waiting = "the Deployment is not there yet";
+      } else {
+        availability.waiting = "cannot read the Deployment: " + std::to_string(reply.status);
+        if (!reply.error.empty()) availability.waiting.append(" ").append(reply.error);
+      }
     }
     if (availability.available) break;
     if (availability.waiting != last) {
       log::info("waiting for a replica of the webhook",
-                {{"deployment", ns + "/" + deployment}, {"waiting", availability.waiting}});
+                {{"deployment", deployment_name}, {"waiting", availability.waiting}});
       last = availability.waiting;
     }
     if (std::chrono::steady_clock::now() + kPoll > deadline) {
       log::error("no replica of the webhook became available: nothing was armed, so nothing refuses pods for it",
-                 {{"deployment", ns + "/" + deployment},
+                 {{"deployment", deployment_name},
                   {"waiting", availability.waiting},
                   {"timeout_s", flags["timeout"].as<unsigned>()},
-                  {"next", "fix the Deployment (kubectl -n " + ns + " describe deployment " + deployment +
-                               "), then run helm upgrade again"}});
+                  {"next", next_step}});
       return 1;
     }
     std::this_thread::sleep_for(kPoll);

@@ -37,7 +37,7 @@ TEST_CASE("wire: a message over 4096 bytes leaves as frames of at most 4096, and
   CHECK(framed.size() == 10010 + 3 * kMuxHeaderSize);
   CHECK(framed.substr(0, 8) == bytes({0, 0, 0, 1, 0, 0, 0x10, 0}));
   CHECK(framed.substr(8 + 4096, 8) == bytes({0, 0, 0, 1, 0, 0, 0x10, 0}));
-  CHECK(framed.substr(2 * (8 + 4096), 8) == bytes({0, 0, 0, 1, 0, 0, 0x07, 0x1a}));
+  CHECK(framed.substr(std::size_t{2} * (8 + 4096), 8) == bytes({0, 0, 0, 1, 0, 0, 0x07, 0x1a}));
   // Fed a byte at a time, as a slow socket might give it.
   FrameDecoder frames;
   MessageDecoder messages;
