@@ -105,9 +105,12 @@ key = lambda d: (d["kind"], d["metadata"]["name"])
 default = {key(d): d for d in yaml.safe_load_all(open(sys.argv[1])) if d}
 alone = {key(d): d for d in yaml.safe_load_all(open(sys.argv[2])) if d}
 plugin = {("DaemonSet", "gpuguard-device-plugin"), ("DaemonSet", "gpuguard-host-devices"), ("ServiceAccount", "gpuguard-device-plugin")}
-assert set(default) - set(alone) == plugin and set(alone) <= set(default), sorted(set(default) ^ set(alone))
+enforcer = {("DaemonSet", "gpuguard-node-enforcer"), ("ServiceAccount", "gpuguard-node-enforcer"),
+            ("Service", "gpuguard-node-enforcer-metrics"), ("ClusterRole", "gpuguard-node-enforcer"),
+            ("ClusterRoleBinding", "gpuguard-node-enforcer")}
+assert set(default) - set(alone) == plugin | enforcer and set(alone) <= set(default), sorted(set(default) ^ set(alone))
 assert all(alone[k] == default[k] for k in alone)  # the webhook itself exactly as in the default install
-print("manifests/webhook-only renders manifests/default without the device plugin")
+print("manifests/webhook-only renders manifests/default without the device plugin and the node enforcer")
 PY
 
 "$webhook" review --policy-dir "$work/policy" "$root/tests/fixtures/admission/mixed/review.json" > "$work/review.json"
