@@ -54,7 +54,9 @@ func (e *Env) installAudit(t *T, w *webhookInstall) []string {
 	for _, obj := range decodeObjects(t, out) {
 		isAudit := strings.HasPrefix(obj.GetName(), auditName) || obj.GetKind() == "CustomResourceDefinition"
 		switch {
-		case !isAudit || obj.GetKind() == "PrometheusRule" || obj.GetKind() == "ConfigMap" || obj.GetKind() == "Service":
+		// prometheus-operator's kinds are not served here; the Service is the Deployment's, which does not run.
+		case !isAudit || obj.GetKind() == "PrometheusRule" || obj.GetKind() == "ServiceMonitor" || obj.GetKind() == "ConfigMap" ||
+			obj.GetKind() == "Service":
 		case obj.GetKind() == "Deployment":
 			args = shippedArgs(t, obj, map[string]string{"listen-address": "127.0.0.1:PORT", "policy-dir": w.policyDir})
 		default:
