@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <future>
 #include <map>
 #include <mutex>
 #include <set>
@@ -354,11 +355,19 @@ class EnforcerHandler final : public nri::Handler {
       publish_counts();
     }
     if (named > 0) {
-      post_event(config_.apiserver, config_.node_name,
-                 std::to_string(named) +
-                     " running containers see GPUs the kubelet did not allocate them, and cannot be "
-                     "changed while they run: " +
-                     message + (named > kReportedMax ? ", …" : ""));
+      std::string text = std::to_string(named) +
+                         " running containers see GPUs the kubelet did not allocate them, and cannot be changed "
+                         "while they run: ";
+      text.append(message).append(named > kReportedMax ? ", …" : "");
+      // Written beside the connection: Synchronize is answered within the runtime's registration timeout
+      // whatever the API server does. One at a time; a report while the last is still being written
+      // is only logged.
+      if (event_.valid() && event_.wait_for(0s) != std::future_status::ready) {
+        log::warn("the last Node event is still being written: this report is only logged");
+      } else {
+        event_ = std::async(std::launch::async, [api = config_.apiserver, node = config_.node_name,
+                                                 text = std::move(text)] { post_event(api, node, text); });
+      }
     }
   }
 
@@ -382,7 +391,8 @@ class EnforcerHandler final : public nri::Handler {
   ServiceAccounts accounts_;
   std::atomic<std::shared_ptr<const std::vector<NodeGpu>>> gpus_;
   std::shared_ptr<const policy::Policy> merged_from_, merged_;  // effective_policy's, under mutex_
-  std::map<std::string, api::PodSandbox> sync_pods_;            // Synchronize's chunks, until the last
+  std::future<void> event_;                           // the Node event being written; its destructor waits for it
+  std::map<std::string, api::PodSandbox> sync_pods_;  // Synchronize's chunks, until the last
   std::vector<api::Container> sync_containers_;
   std::mutex mutex_;
   std::map<std::string, Running> running_;  // by container id
