@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <sstream>
 
 namespace gpuguard::enforcer {
@@ -74,8 +75,11 @@ class Scope {
     } else if (id == "none" || id == "void" || id.empty() || id.front() == '/') {
       // A path (the volume-mounts strategy's /var/run/nvidia-container-devices): the mounts name the GPUs.
     } else if (all_digits(id) || (id.find(':') != std::string_view::npos && all_digits(id.substr(0, id.find(':'))))) {
-      const std::size_t index = std::stoul(std::string(id.substr(0, id.find(':'))));
-      if (index < gpus_.size()) named.insert(gpus_[index].uuid);
+      // An index past any integer names no GPU of this node (the runtime fails on it), never a crash.
+      const std::string_view digits = id.substr(0, id.find(':'));
+      std::size_t index = 0;
+      const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), index);
+      if (error == std::errc() && index < gpus_.size()) named.insert(gpus_[index].uuid);
     } else {
       named.insert(without_replica(std::string(id)));
     }
