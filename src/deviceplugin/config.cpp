@@ -3,6 +3,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <functional>
 #include <map>
@@ -125,6 +126,69 @@ void collect_keys(const YAML::Node& node, const std::string& path, std::vector<s
   for (const auto& entry : node) {
     collect_keys(entry.second, child(path, entry.first.IsScalar() ? entry.first.Scalar() : std::string("?")), keys);
   }
+}
+
+// A UUID as NVML writes it after GPU- or MIG-: 8-4-4-4-12 hexadecimal digits.
+bool is_uuid(std::string_view text) {
+  if (text.size() != 36) return false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const bool dash = i == 8 || i == 13 || i == 18 || i == 23;
+    const char c = text[i];
+    if (dash ? c != '-' : !std::isxdigit(static_cast<unsigned char>(c))) return false;
+  }
+  return true;
+}
+
+bool is_index(std::string_view text) {
+  return !text.empty() && text.size() <= 4 &&
+         std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+// NVIDIA's device references: a GPU index, a MIG device's "g:m", a GPU-/MIG- UUID, or the older MIG
+// form MIG-GPU-<uuid>/<gi>/<ci>.
+bool is_device_ref(std::string_view ref) {
+  if (is_index(ref)) return true;
+  if (const std::size_t colon = ref.find(':'); colon != std::string_view::npos) {
+    return is_index(ref.substr(0, colon)) && is_index(ref.substr(colon + 1));
+  }
+  if (ref.starts_with("GPU-")) return is_uuid(ref.substr(4));
+  if (!ref.starts_with("MIG-")) return false;
+  if (is_uuid(ref.substr(4))) return true;
+  if (!ref.starts_with("MIG-GPU-") || ref.size() < 8 + 36 || !is_uuid(ref.substr(8, 36))) return false;
+  const std::string_view rest = ref.substr(8 + 36);  // /<gi>/<ci>
+  const std::size_t second = rest.find('/', 1);
+  return rest.starts_with('/') && second != std::string_view::npos && is_index(rest.substr(1, second - 1)) &&
+         is_index(rest.substr(second + 1));
+}
+
+// sharing.*.resources[].devices: "all", a count of devices, or a list of device references.
+SharedDevices shared_devices(const YAML::Node& node, const std::string& key) {
+  SharedDevices devices;
+  if (node.IsScalar()) {
+    const std::string& value = node.Scalar();
+    if (value == "all") return devices;
+    // A count is a number, as NVIDIA reads it; "2" in quotes is a string, and the only string is all.
+    if (node.Tag() != "!" && is_index(value)) {
+      devices.kind = SharedDevices::Kind::count;
+      devices.count = static_cast<unsigned>(std::stoul(value));
+      if (devices.count == 0) throw Problem{key, "a count of devices must be more than 0"};
+      return devices;
+    }
+    throw Problem{key, "must be all, a count of devices, or a list of them, not \"" + value + "\""};
+  }
+  if (!node.IsSequence() || node.size() == 0) {
+    throw Problem{key, "must be all, a count of devices, or a list of GPU indices, g:m MIG indices or UUIDs"};
+  }
+  devices.kind = SharedDevices::Kind::list;
+  for (std::size_t i = 0; i < node.size(); ++i) {
+    const std::string at = key + "[" + std::to_string(i) + "]";
+    const std::string ref = scalar(node[i], at);
+    if (!is_device_ref(ref)) {
+      throw Problem{at, "\"" + ref + "\" is not a GPU index, a g:m MIG index, or a GPU- or MIG- UUID"};
+    }
+    devices.refs.push_back(ref);
+  }
+  return devices;
 }
 
 class Reader {
@@ -252,19 +316,17 @@ class Reader {
       const std::string at = path + "[" + std::to_string(i) + "]";
       TimeSlicing::Resource r;
       r.replicas = 0;
-      each_key(node[i], at,
-               {{"name", [&r](const YAML::Node& n, const std::string& key) { r.name = resource_name(n, key); }},
-                {"rename", [&r](const YAML::Node& n, const std::string& key) { r.rename = resource_name(n, key); }},
-                {"replicas",
-                 [&r](const YAML::Node& n, const std::string& key) {
-                   r.replicas = whole_number(n, key);
-                   if (r.replicas < 2 || r.replicas > 1000) throw Problem{key, "must be from 2 to 1000"};
-                 }},
-                {"devices", [](const YAML::Node& n, const std::string& key) {
-                   if (!n.IsScalar() || n.Scalar() != "all") {
-                     throw Problem{key, "only \"all\" is supported: every device of the resource is shared"};
-                   }
-                 }}});
+      r.key = at;
+      each_key(
+          node[i], at,
+          {{"name", [&r](const YAML::Node& n, const std::string& key) { r.name = resource_name(n, key); }},
+           {"rename", [&r](const YAML::Node& n, const std::string& key) { r.rename = resource_name(n, key); }},
+           {"replicas",
+            [&r](const YAML::Node& n, const std::string& key) {
+              r.replicas = whole_number(n, key);
+              if (r.replicas < 2 || r.replicas > 1000) throw Problem{key, "must be from 2 to 1000"};
+            }},
+           {"devices", [&r](const YAML::Node& n, const std::string& key) { r.devices = shared_devices(n, key); }}});
       if (r.name.empty()) throw Problem{at, "needs a name"};
       if (r.replicas == 0) throw Problem{at, "needs replicas"};
       for (const auto& other : resources) {

@@ -1,6 +1,7 @@
 #include "gpuguard/deviceplugin/gpu_resource.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <map>
 #include <set>
 
@@ -98,7 +99,68 @@ std::optional<std::string> plan_mig(const std::vector<Gpu>& gpus, MigStrategy st
   return std::nullopt;
 }
 
-std::optional<std::string> share(const TimeSlicing& time_slicing, GpuPlan& plan) {
+bool all_digits(std::string_view s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+std::optional<std::size_t> index_of(std::string_view digits) {
+  std::size_t index = 0;
+  const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), index);
+  if (!all_digits(digits) || error != std::errc() || end != digits.data() + digits.size()) return std::nullopt;
+  return index;
+}
+
+// The UUID a device reference names on this node: itself for a UUID, the GPU at an index, the MIG device
+// at "g:m"; nullopt when this node has no such index.
+std::optional<std::string> referenced_uuid(const std::string& ref, const std::vector<Gpu>& gpus) {
+  if (ref.starts_with("GPU-") || ref.starts_with("MIG-")) return ref;
+  const std::size_t colon = ref.find(':');
+  const auto gpu = index_of(std::string_view(ref).substr(0, colon));
+  if (!gpu || *gpu >= gpus.size()) return std::nullopt;
+  if (colon == std::string::npos) return gpus[*gpu].uuid;
+  const auto mig = index_of(std::string_view(ref).substr(colon + 1));
+  if (!mig || *mig >= gpus[*gpu].mig_devices.size()) return std::nullopt;
+  return gpus[*gpu].mig_devices[*mig].uuid;
+}
+
+// The units of `resource` that `devices` chooses, in the resource's order, or why it cannot.
+std::vector<GpuUnit> chosen_units(const TimeSlicing::Resource& shared, const GpuResourcePlan& resource,
+                                  const std::vector<Gpu>& gpus, std::string& error) {
+  const SharedDevices& devices = shared.devices;
+  const std::string at = shared.key.empty() ? "sharing.timeSlicing" : shared.key;
+  if (devices.kind == SharedDevices::Kind::all) return resource.units;
+  if (devices.kind == SharedDevices::Kind::count) {
+    if (devices.count > resource.units.size()) {
+      error = at + ".devices: shares " + std::to_string(devices.count) + " devices of " + resource.name +
+              ", but this node has " + std::to_string(resource.units.size());
+      return {};
+    }
+    return {resource.units.begin(), resource.units.begin() + devices.count};
+  }
+  std::set<std::string> named;
+  for (std::size_t i = 0; i < devices.refs.size(); ++i) {
+    const std::string& ref = devices.refs[i];
+    const std::string field = at + ".devices[" + std::to_string(i) + "]";
+    const auto uuid = referenced_uuid(ref, gpus);
+    const bool listed = uuid && std::any_of(resource.units.begin(), resource.units.end(),
+                                            [&](const GpuUnit& unit) { return unit.uuid == *uuid; });
+    if (!listed) {
+      error = field + ": " + resource.name + " has no device \"" + ref + "\" on this node";
+      return {};
+    }
+    if (!named.insert(*uuid).second) {
+      error = field + ": \"" + ref + "\" names " + *uuid + ", which an earlier entry names too";
+      return {};
+    }
+  }
+  std::vector<GpuUnit> chosen;
+  for (const GpuUnit& unit : resource.units) {
+    if (named.contains(unit.uuid)) chosen.push_back(unit);
+  }
+  return chosen;
+}
+
+std::optional<std::string> share(const TimeSlicing& time_slicing, const std::vector<Gpu>& gpus, GpuPlan& plan) {
   for (const TimeSlicing::Resource& shared : time_slicing.resources) {
     const auto resource = std::find_if(plan.resources.begin(), plan.resources.end(),
                                        [&](const GpuResourcePlan& r) { return r.name == shared.name; });
@@ -106,12 +168,30 @@ std::optional<std::string> share(const TimeSlicing& time_slicing, GpuPlan& plan)
       plan.warnings.push_back("sharing.timeSlicing: this node has no " + shared.name + " to share");
       continue;
     }
-    resource->replicas = shared.replicas;
-    resource->fail_requests_greater_than_one = time_slicing.fail_requests_greater_than_one;
+    std::string error;
+    std::vector<GpuUnit> chosen = chosen_units(shared, *resource, gpus, error);
+    if (!error.empty()) return error;
+    std::string name = shared.name;
     if (!shared.rename.empty()) {
-      resource->name = shared.rename;
+      name = shared.rename;
     } else if (time_slicing.rename_by_default) {
-      resource->name += ".shared";
+      name += ".shared";
+    }
+    const bool some = chosen.size() < resource->units.size();
+    if (some && name == shared.name) {
+      return (shared.key.empty() ? "sharing.timeSlicing" : shared.key) + ": shares " + std::to_string(chosen.size()) +
+             " of the " + std::to_string(resource->units.size()) + " devices of " + shared.name +
+             ", so it needs a rename (or renameByDefault): whole devices and replicas never stand under one name";
+    }
+    GpuResourcePlan replicas{name, std::move(chosen), shared.replicas, time_slicing.fail_requests_greater_than_one};
+    if (some) {
+      std::erase_if(resource->units, [&](const GpuUnit& unit) {
+        return std::any_of(replicas.units.begin(), replicas.units.end(),
+                           [&](const GpuUnit& c) { return c.uuid == unit.uuid; });
+      });
+      plan.resources.push_back(std::move(replicas));
+    } else {
+      *resource = std::move(replicas);
     }
   }
   std::set<std::string> names;
@@ -146,7 +226,10 @@ GpuPlan plan_gpu_resources(const std::vector<Gpu>& gpus, MigStrategy strategy, c
   GpuPlan plan;
   if (gpus.empty()) return plan;
   plan.error = plan_mig(gpus, strategy, resource_name, plan);
-  if (!plan.error) plan.error = share(time_slicing, plan);
+  if (!plan.error) {
+    plan.error = share(time_slicing, gpus, plan);
+    plan.sharing_error = plan.error.has_value();
+  }
   if (plan.error) plan.resources.clear();
   return plan;
 }

@@ -24,7 +24,14 @@ void print_config(const gpuguard::deviceplugin::PluginConfig& config, const std:
   std::cout << "resource " << config.resource_name << ", MIG strategy " << mig_strategy_name(config.mig_strategy)
             << ", device list strategy " << strategies << "\n";
   for (const auto& shared : config.time_slicing.resources) {
-    std::cout << "time-slicing " << shared.name << " x" << shared.replicas
+    std::string devices = "all devices";
+    if (shared.devices.kind == SharedDevices::Kind::count) {
+      devices = "the first " + std::to_string(shared.devices.count) + " device(s)";
+    } else if (shared.devices.kind == SharedDevices::Kind::list) {
+      devices.clear();
+      for (const std::string& ref : shared.devices.refs) devices += (devices.empty() ? "devices " : ",") + ref;
+    }
+    std::cout << "time-slicing " << shared.name << " x" << shared.replicas << ", " << devices
               << (shared.rename.empty() ? "" : " as " + shared.rename) << "\n";
   }
   for (const HostDevice& device : config.host_devices) {

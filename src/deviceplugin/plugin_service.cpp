@@ -126,7 +126,7 @@ std::vector<std::unique_ptr<GpuResource>> gpu_resources(const PluginConfig& c, c
   GpuPlan plan = plan_gpu_resources(found.gpus, c.mig_strategy, c.resource_name, c.time_slicing);
   for (const std::string& warning : plan.warnings) log::warn("GPU resources", {{"reason", warning}});
   if (plan.error) {
-    if (c.fail_on_init_error) throw std::runtime_error(*plan.error);
+    if (c.fail_on_init_error || plan.sharing_error) throw std::runtime_error(*plan.error);
     log::error("no GPU is served", {{"reason", *plan.error}});
   } else if (plan.resources.empty() && c.discovery != DiscoveryMode::none) {
     if (c.fail_on_init_error) throw std::runtime_error("no NVIDIA GPU found (--fail-on-init-error)");

@@ -438,3 +438,41 @@ TEST_CASE("bad flags are refused with a reason, before anything is served") {
   CHECK(WEXITSTATUS(std::system((bin + " --discovery nvml --device-plugin-dir /nonexistent 2>/dev/null").c_str())) ==
         1);
 }
+
+TEST_CASE("time-slicing some GPUs: the rest stay whole, and a device not on the node stops the plugin") {
+  Node node;
+  node.host.write("plugin.yaml",
+                  "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n"
+                  "      rename: nvidia.com/gpu.shared\n      devices: [1]\n      replicas: 3\n");
+  FakeKubelet kubelet(node.plugin_dir);
+  {
+    PluginProcess plugin(node.plugin_dir, node.host.root(),
+                         {"--config-file", (node.host.root() / "plugin.yaml").string()});
+    const auto registrations = kubelet.wait_for(2);
+    REQUIRE(registrations.size() == 2);
+    std::map<std::string, std::string> endpoints;
+    for (const auto& r : registrations) endpoints[r.resource_name()] = r.endpoint();
+    REQUIRE(endpoints.size() == 2);
+    const auto ids = [&](const std::string& resource) {
+      const auto client = plugin_client(node.plugin_dir, endpoints.at(resource));
+      DeviceWatch watch(*client);
+      const auto first = watch.next();
+      REQUIRE(first);
+      std::vector<std::string> found;
+      for (const auto& device : first->devices()) found.push_back(device.id());
+      std::sort(found.begin(), found.end());
+      return found;
+    };
+    CHECK(ids("nvidia.com/gpu") == std::vector<std::string>{kGpu0});
+    CHECK(ids("nvidia.com/gpu.shared") == std::vector<std::string>{kGpu1 + "::0", kGpu1 + "::1", kGpu1 + "::2"});
+    CHECK(plugin.terminate() == 0);
+  }
+  node.host.write("plugin.yaml",
+                  "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n"
+                  "      rename: nvidia.com/gpu.shared\n      devices: [0, 5]\n      replicas: 3\n");
+  PluginProcess wrong(node.plugin_dir, node.host.root(),
+                      {"--config-file", (node.host.root() / "plugin.yaml").string()});
+  CHECK(wrong.wait_exit(5s) == 1);
+  CHECK_THAT(wrong.log(),
+             Catch::Contains("sharing.timeSlicing.resources[0].devices[1]: nvidia.com/gpu has no device \\\"5\\\""));
+}

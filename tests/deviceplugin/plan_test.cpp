@@ -1,11 +1,13 @@
 // The GPU resources a node advertises under each MIG strategy and with time-slicing, as NVIDIA's plugin
 // defines them, and what the kubelet is offered and given for replicas and MIG devices.
+#include <yaml-cpp/yaml.h>
 #include <catch2/catch.hpp>
 
 #include <set>
 
 #include "fake_host.hpp"
 #include "gpuguard/deviceplugin/cdi_spec.hpp"
+#include "gpuguard/deviceplugin/config.hpp"
 #include "gpuguard/deviceplugin/gpu_resource.hpp"
 
 using namespace gpuguard::deviceplugin;
@@ -146,6 +148,54 @@ TEST_CASE("time-slicing: replicas as <uuid>::<n>, renamed on request, and what i
                                            MigStrategy::mixed, "nvidia.com/gpu", sharing);
   REQUIRE(clash.error);
   CHECK_THAT(*clash.error, Catch::Contains("nvidia.com/gpu would name two resources"));
+}
+
+TEST_CASE("time-slicing: every case of tests/fixtures/device-plugin/sharing.yaml, read as a config file and planned") {
+  const std::vector<Gpu> two_gpus = {gpu("GPU-00000000-0000-4000-8000-000000000000", 0),
+                                     gpu("GPU-11111111-1111-4111-8111-111111111111", 1)};
+  const std::vector<Gpu> mig_mixed = {gpu("GPU-00000000-0000-4000-8000-000000000000", 0,
+                                          {mig("MIG-aaaaaaaa-aaaa-4aaa-8aaa-aaaaaaaaaaaa", 1, "1g.10gb"),
+                                           mig("MIG-bbbbbbbb-bbbb-4bbb-8bbb-bbbbbbbbbbbb", 2, "1g.10gb")}),
+                                      gpu("GPU-11111111-1111-4111-8111-111111111111", 1)};
+  const YAML::Node cases = YAML::LoadFile(GPUGUARD_SOURCE_DIR "/tests/fixtures/device-plugin/sharing.yaml");
+  REQUIRE(cases.size() >= 30);
+  std::size_t advertised_cases = 0, refused_cases = 0;
+  for (const YAML::Node& c : cases) {
+    const std::string why = c["why"].as<std::string>();
+    INFO(why);
+    PluginConfig config;
+    const ConfigFileResult read = apply_config_text(c["config"].as<std::string>(), "sharing.yaml", config);
+    std::optional<std::string> error = read.error;
+    GpuPlan plan;
+    if (!error) {
+      const std::string node = c["node"].as<std::string>();
+      REQUIRE((node == "two-gpus" || node == "mig-mixed"));
+      plan = plan_gpu_resources(node == "two-gpus" ? two_gpus : mig_mixed, config.mig_strategy, config.resource_name,
+                                config.time_slicing);
+      error = plan.error;
+    }
+    if (c["error"]) {
+      ++refused_cases;
+      REQUIRE(error);
+      CHECK_THAT(*error, Catch::Contains(c["error"].as<std::string>()));
+      continue;
+    }
+    ++advertised_cases;
+    REQUIRE_FALSE(error);
+    std::map<std::string, std::pair<std::size_t, std::vector<std::string>>> expected, got;
+    for (const auto& entry : c["advertised"]) {
+      expected[entry.first.as<std::string>()] = {entry.second["ids"].as<std::size_t>(),
+                                                 entry.second["devices"].as<std::vector<std::string>>()};
+    }
+    for (const GpuResourcePlan& resource : plan.resources) {
+      std::vector<std::string> devices;
+      for (const GpuUnit& unit : resource.units) devices.push_back(unit.uuid);
+      got[resource.name] = {GpuResource(resource, {}).devices().snapshot().size(), devices};
+    }
+    CHECK(got == expected);
+  }
+  CHECK(advertised_cases >= 10);
+  CHECK(refused_cases >= 20);
 }
 
 TEST_CASE("time-slicing: Allocate names each GPU once, and failRequestsGreaterThanOne refuses more than one") {

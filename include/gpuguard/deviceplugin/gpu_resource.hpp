@@ -19,12 +19,24 @@ enum class MigStrategy { none, single, mixed };
 std::optional<MigStrategy> parse_mig_strategy(std::string_view name);
 std::string_view mig_strategy_name(MigStrategy strategy);
 
-// NVIDIA's sharing.timeSlicing: each device of a resource advertised `replicas` times as <id>::<n>.
+// Which devices of a resource a sharing entry shares (NVIDIA's `devices`): all of them, the first `count`
+// in index order, or those the references name: a GPU index ("0"), a MIG device's index on its GPU
+// ("0:1"), or a GPU-/MIG- UUID. NVIDIA's plugin parses this and then shares every device anyway.
+struct SharedDevices {
+  enum class Kind { all, count, list };
+  Kind kind = Kind::all;
+  unsigned count = 0;
+  std::vector<std::string> refs;
+};
+
+// NVIDIA's sharing.timeSlicing: each chosen device of a resource advertised `replicas` times as <id>::<n>.
 struct TimeSlicing {
   struct Resource {
     std::string name;    // the resource to share: nvidia.com/gpu, nvidia.com/mig-1g.10gb, ...
     std::string rename;  // the name to advertise the replicas under; empty: see rename_by_default
     unsigned replicas = 2;
+    SharedDevices devices{};
+    std::string key{};  // where the config file set it ("sharing.timeSlicing.resources[0]"), for messages
   };
   bool rename_by_default = false;  // a resource without a rename is advertised as <name>.shared
   bool fail_requests_greater_than_one = false;
@@ -50,10 +62,16 @@ struct GpuPlan {
   std::vector<GpuResourcePlan> resources;
   std::vector<std::string> warnings;  // logged at start
   std::optional<std::string> error;   // the GPUs do not fit the strategy: the plugin does not start
+  // The error is the sharing config's (a device it names is not on this node): the plugin stops even
+  // without --fail-on-init-error, since serving the GPUs unshared is not what the file asks for.
+  bool sharing_error = false;
 };
 
 // `resource_name` names whole GPUs, and every MIG device under single; under mixed each MIG profile is
-// <domain of resource_name>/mig-<profile>, '+' written '.' (nvidia.com/mig-1g.10gb.me).
+// <domain of resource_name>/mig-<profile>, '+' written '.' (nvidia.com/mig-1g.10gb.me). A time-slicing
+// entry that shares only some devices of a resource must rename them: the others keep the resource's
+// name, so whole devices and replicas never stand under one name. A GPU's index is its place in `gpus`
+// (the discovery's order, by minor number); a MIG device's, its place in its GPU's list.
 GpuPlan plan_gpu_resources(const std::vector<Gpu>& gpus, MigStrategy strategy, const std::string& resource_name,
                            const TimeSlicing& time_slicing);
 
