@@ -145,11 +145,13 @@ std::vector<GpuUnit> chosen_units(const TimeSlicing::Resource& shared, const Gpu
     const bool listed = uuid && std::any_of(resource.units.begin(), resource.units.end(),
                                             [&](const GpuUnit& unit) { return unit.uuid == *uuid; });
     if (!listed) {
-      error = field + ": " + resource.name + " has no device \"" + ref + "\" on this node";
+      error = field;
+      error.append(": ").append(resource.name).append(" has no device \"").append(ref).append("\" on this node");
       return {};
     }
     if (!named.insert(*uuid).second) {
-      error = field + ": \"" + ref + "\" names " + *uuid + ", which an earlier entry names too";
+      error = field;
+      error.append(": \"").append(ref).append("\" names ").append(*uuid).append(", which an earlier entry names too");
       return {};
     }
   }
