@@ -8,6 +8,7 @@ namespace {
 
 using policy::Action;
 using policy::Mode;
+using policy::SharingEnv;
 
 std::string describe(const Container& c, std::string_view what) {
   return bounded_warning(named(c) + std::string(what));
@@ -16,6 +17,14 @@ std::string describe(const Container& c, std::string_view what) {
 bool asks_for_gpu(const Container& c, const Policy& policy) {
   return std::any_of(c.resources.begin(), c.resources.end(),
                      [&](const ResourceAmount& r) { return r.nonzero && policy.is_gpu_resource(r.name); });
+}
+
+// The first share of a GPU the container holds (sharedGpuResources), or nullptr.
+const ResourceAmount* shared_gpu_of(const Container& c, const Policy& policy) {
+  const auto share = std::find_if(c.resources.begin(), c.resources.end(), [&](const ResourceAmount& r) {
+    return r.nonzero && policy.is_shared_gpu_resource(r.name);
+  });
+  return share == c.resources.end() ? nullptr : &*share;
 }
 
 // The annotation that names the container a fractional GPU goes to; without it, the first container.
@@ -287,7 +296,7 @@ void turn_into_audit(const Policy& policy, Decision& decision,
   std::string would_patch;
   for (const auto& [container, mutation] : changed) {
     const std::string action = mutation == Mutation::stripped
-                                   ? " would lose its NVIDIA_VISIBLE_DEVICES"
+                                   ? " would lose the GPU variables it sets itself"
                                    : " would get NVIDIA_VISIBLE_DEVICES=" + policy.visible_devices_value;
     warnings.push_back(bounded_warning("audit: " + named(*container) + action));
     would_patch += would_patch.empty() ? "" : ", ";
@@ -378,6 +387,7 @@ Decision decide(const Review& review, const Policy& policy, const ClaimLookup* c
     }
     std::optional<Mutation> mutation;
     if (gpu) {
+      const std::size_t first_operation = decision.patch.size();
       const auto delivered = [&](const VisibleDevicesEntry& entry) { return delivered_by_scheduler(entry, annotated); };
       if (policy.strip_user_value_from_gpu_containers &&
           remove_entries(c, c.visible_devices.begin(),
@@ -388,6 +398,30 @@ Decision decide(const Review& review, const Policy& policy, const ClaimLookup* c
       if (std::any_of(c.visible_devices.begin(), c.visible_devices.end(),
                       [&](const VisibleDevicesEntry& entry) { return !delivered(entry); })) {
         decision.findings.push_back({&c, Finding::Kind::gpu_user_value, {}});
+      }
+      // A share of a GPU is what the device plugin's variables say (the MPS pipe, the limits, the one
+      // GPU): the pod's own come after them in the container's environment, and would win.
+      const ResourceAmount* share = shared_gpu_of(c, policy);
+      if (share != nullptr && !c.sharing_variables.empty()) {
+        const std::string set_itself = named(c) + " holds " + std::string(share->name) +
+                                       ", a share of a GPU, and sets " + std::string(c.sharing_variables.front().name) +
+                                       " itself";
+        if (policy.sharing_env_vars == SharingEnv::deny) {
+          deny(set_itself + ", which would override the share's; policy sharingEnvVars deny does not allow that");
+        } else if (policy.sharing_env_vars == SharingEnv::strip) {
+          for (auto entry = c.sharing_variables.rbegin(); entry != c.sharing_variables.rend(); ++entry) {
+            decision.patch.push_back(
+                {PatchOperation::Op::remove, &c, PatchOperation::Target::env_entry, entry->env_index});
+            decision.warnings.push_back(
+                describe(c, ": " + std::string(entry->name) +
+                                " set in the pod was removed; a GPU share's are the device plugin's"));
+          }
+          mutation = Mutation::stripped;
+          // This container's removals, of NVIDIA_VISIBLE_DEVICES and of these, last index first: each
+          // removal then still names the entry it was meant for.
+          std::sort(decision.patch.begin() + static_cast<std::ptrdiff_t>(first_operation), decision.patch.end(),
+                    [](const PatchOperation& a, const PatchOperation& b) { return a.entry > b.entry; });
+        }
       }
       // The container's own variables come after the device plugin's, so an envFrom that defines the
       // name overrides the allocation; an explicit entry that stays would override the envFrom.

@@ -105,8 +105,8 @@ bool quantity_is_nonzero(dom::element value) {
 }
 
 // An env entry's name (its last "name", as everywhere) when the decision reads the entry:
-// NVIDIA_VISIBLE_DEVICES or a feature variable; empty otherwise. The one question asked of every variable
-// of every container, so it reads the keys directly and builds nothing.
+// NVIDIA_VISIBLE_DEVICES, a feature variable or a variable of GPU sharing; empty otherwise. The one question asked of
+// every variable of every container, so it reads the keys directly and builds nothing.
 std::string_view watched_name(dom::element entry, std::string_view list) {
   std::string_view watched;
   const dom::object fields = object_of(entry, Path(list, ".env[]"));
@@ -114,9 +114,10 @@ std::string_view watched_name(dom::element entry, std::string_view list) {
     if (field.key() != "name") continue;
     const dom::element name = field.value();
     const std::string_view text = name.is_null() ? std::string_view{} : string_of(name, Path(list, ".env[].name"));
-    const bool is_watched = text.starts_with("NVIDIA_") &&
-                            (text == kVisibleDevices || std::find(kFeatureVariables.begin(), kFeatureVariables.end(),
-                                                                  text) != kFeatureVariables.end());
+    const bool is_watched = (text.starts_with("NVIDIA_") &&
+                             (text == kVisibleDevices || std::find(kFeatureVariables.begin(), kFeatureVariables.end(),
+                                                                   text) != kFeatureVariables.end())) ||
+                            (text.starts_with("CUDA_") && is_sharing_variable(text));
     watched = is_watched ? text : std::string_view{};
   }
   return watched;
@@ -125,6 +126,10 @@ std::string_view watched_name(dom::element entry, std::string_view list) {
 void decode_env_entry(std::size_t index, dom::element entry, std::string_view list, Container& container) {
   const std::string_view name = watched_name(entry, list);
   if (name.empty()) return;
+  if (name.starts_with("CUDA_")) {
+    container.sharing_variables.push_back({.env_index = index, .name = name});
+    return;
+  }
   const auto [value, value_from] = fields_of<"value", "valueFrom">(entry, Path(list, ".env[]"));
   if (name != kVisibleDevices) {
     container.feature_variables.push_back({.name = name,

@@ -56,6 +56,17 @@ struct FeatureEntry {
   bool has_value_from = false;
 };
 
+// An env entry that sets a variable of GPU sharing: CUDA_VISIBLE_DEVICES, CUDA_DISABLE_CONTROL or
+// CUDA_MPS_* (is_sharing_variable).
+struct SharingEntry {
+  std::size_t env_index = 0;
+  std::string_view name;
+};
+
+inline bool is_sharing_variable(std::string_view name) {
+  return name == "CUDA_VISIBLE_DEVICES" || name == "CUDA_DISABLE_CONTROL" || name.starts_with("CUDA_MPS_");
+}
+
 // An envFrom source: every key of the ConfigMap or Secret, with the prefix in front, becomes a variable.
 struct EnvFromSource {
   std::string_view kind;  // "configMap" or "secret"
@@ -84,6 +95,7 @@ struct Container {
   std::size_t env_size = 0;
   std::vector<VisibleDevicesEntry> visible_devices;  // every env entry named NVIDIA_VISIBLE_DEVICES
   std::vector<FeatureEntry> feature_variables;       // every env entry named one of kFeatureVariables, in order
+  std::vector<SharingEntry> sharing_variables;       // every env entry that is_sharing_variable, in order
   std::vector<EnvFromSource> env_from;
   std::vector<ResourceAmount> resources;  // limits and requests together
   std::vector<ClaimUse> claims;

@@ -137,6 +137,16 @@ void apply(Policy& policy, std::string_view key, std::string_view raw) {
       if (!is_resource_pattern(name)) throw InvalidValue("\"" + name + "\" is not a resource name or name prefix*");
     }
     policy.gpu_resources = std::move(names);
+  } else if (key == "sharedGpuResources") {
+    auto names = split_list(value);
+    for (const auto& name : names) {
+      if (!is_resource_pattern(name)) throw InvalidValue("\"" + name + "\" is not a resource name or name prefix*");
+    }
+    policy.shared_gpu_resources = std::move(names);
+  } else if (key == "sharingEnvVars") {
+    static constexpr std::pair<std::string_view, SharingEnv> kActions[] = {
+        {"strip", SharingEnv::strip}, {"deny", SharingEnv::deny}, {"allow", SharingEnv::allow}};
+    policy.sharing_env_vars = one_of(value, kActions);
   } else if (key == "gpuDeviceClasses") {
     auto names = split_list(value);
     for (const auto& name : names) {
@@ -205,6 +215,8 @@ constexpr std::string_view kKeys[] = {"mode",
                                       "runtimeClasses",
                                       "runtimeClassAction",
                                       "stripUserValueFromGpuContainers",
+                                      "sharedGpuResources",
+                                      "sharingEnvVars",
                                       "nodeEnforcement",
                                       "nodeEnforcementExemptNamespaces",
                                       "nodeEnforcementExemptServiceAccounts",
@@ -232,6 +244,10 @@ std::string_view mode_name(Mode mode) {
 }
 
 bool Policy::is_gpu_resource(std::string_view resource_name) const { return matches_any(gpu_resources, resource_name); }
+
+bool Policy::is_shared_gpu_resource(std::string_view resource_name) const {
+  return matches_any(shared_gpu_resources, resource_name);
+}
 
 bool Policy::is_gpu_device_class(std::string_view device_class) const {
   return matches_any(gpu_device_classes, device_class);

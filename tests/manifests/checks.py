@@ -12,7 +12,7 @@ KUBERNETES_SERIES = {"apiserver_admission_webhook_fail_open_count", "apiserver_a
 POLICY_KEYS = {"mode", "visibleDevicesValue", "gpuResources", "gpuAnnotations", "gpuDeviceClasses",
                "exemptNamespaces", "exemptServiceAccounts", "privileged", "hostDeviceMounts", "cdiAnnotations",
                "nvidiaCdiAnnotations", "featureEnvVars", "runtimeClasses", "runtimeClassAction",
-               "stripUserValueFromGpuContainers", "nodeEnforcement", "nodeEnforcementExemptNamespaces",
+               "stripUserValueFromGpuContainers", "sharedGpuResources", "sharingEnvVars", "nodeEnforcement", "nodeEnforcementExemptNamespaces",
                "nodeEnforcementExemptServiceAccounts", "nriTolerationAnnotation"}
 
 

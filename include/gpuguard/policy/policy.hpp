@@ -28,6 +28,10 @@ enum class Action { allow, warn, deny };
 // report what it would do, or nothing.
 enum class NodeEnforcement { enforce, audit, off };
 
+// What the webhook does with a variable by which a container holding a share of a GPU could undo what
+// the device plugin chose for the share: remove it, refuse the pod, or leave it.
+enum class SharingEnv { strip, deny, allow };
+
 struct Policy {
   Mode mode = Mode::enforce;
   // The value injected into every container that does not ask for a GPU: "none" or "void".
@@ -63,6 +67,11 @@ struct Policy {
   Action runtime_class_action = Action::warn;
   // A user-set NVIDIA_VISIBLE_DEVICES in a GPU container would override the device plugin's choice.
   bool strip_user_value_from_gpu_containers = true;
+  // Resource names (exact, or a prefix with '*') that are shares of a GPU: time-sliced or MPS replicas.
+  std::vector<std::string> shared_gpu_resources = {"nvidia.com/gpu.shared"};
+  // A container holding one that sets CUDA_VISIBLE_DEVICES, CUDA_DISABLE_CONTROL or a CUDA_MPS_* variable
+  // itself: the pod's env comes after the device plugin's, so its value would win.
+  SharingEnv sharing_env_vars = SharingEnv::strip;
   // gpuguard-node-enforcer's mode, and the GPU infrastructure it leaves alone besides what the webhook
   // exempts: namespaces, and namespace/serviceaccount pairs (the driver, the toolkit, dcgm-exporter, the
   // device plugins), such as those of namespaces the webhook never sees.
@@ -75,6 +84,7 @@ struct Policy {
   std::string nri_toleration_annotation = "tolerate-missing-nri-plugins.noderesource.dev";
 
   bool is_gpu_resource(std::string_view resource_name) const;
+  bool is_shared_gpu_resource(std::string_view resource_name) const;
   bool is_gpu_device_class(std::string_view device_class) const;
   // `service_account` empty means the pod names none, i.e. "default".
   bool is_exempt(std::string_view pod_namespace, std::string_view service_account) const;
@@ -91,8 +101,8 @@ std::string_view node_enforcement_name(NodeEnforcement mode);
 // The ConfigMap keys, one file each: mode, visibleDevicesValue, gpuResources, gpuAnnotations,
 // gpuDeviceClasses, exemptNamespaces, exemptServiceAccounts, privileged, hostDeviceMounts, cdiAnnotations,
 // nvidiaCdiAnnotations, featureEnvVars, runtimeClasses, runtimeClassAction, stripUserValueFromGpuContainers,
-// nodeEnforcement, nodeEnforcementExemptNamespaces, nodeEnforcementExemptServiceAccounts,
-// nriTolerationAnnotation.
+// sharedGpuResources, sharingEnvVars, nodeEnforcement, nodeEnforcementExemptNamespaces,
+// nodeEnforcementExemptServiceAccounts, nriTolerationAnnotation.
 struct PolicyParse {
   std::optional<Policy> policy;           // empty when any value is invalid: the whole policy is refused
   std::string error;                      // names the key and what is wrong with it
