@@ -5,7 +5,8 @@ of the end-to-end harness) or `test:"NAME"` (a Catch2 test case or a ctest entry
 - a named test does not exist;
 - a row of docs/security.md's table of what the webhook covers, or of docs/audit.md's doors, names no test;
 - a policy key documented in docs/policy.md names no test in its section, or a key the code accepts is
-  not documented there.
+  not documented there;
+- an alert of the chart has no runbook entry in docs/operations.md, or an entry names no alert.
 Usage: claims_test.py SOURCE_DIR"""
 import os
 import re
@@ -72,7 +73,27 @@ for key, text in sections.items():
     if not reference.search(text):
         failures.append(f"docs/policy.md: the section on {key} names no test")
 
+# Every alert the chart ships has a runbook entry in docs/operations.md (what it means, the first command,
+# the fix), and every entry is an alert the chart ships.
+templates = os.path.join(root, "charts", "gpuguard", "templates")
+alerts = set()
+for name in os.listdir(templates):
+    alerts.update(re.findall(r"^\s*- alert: (\w+)$", read("charts", "gpuguard", "templates", name), re.M))
+runbook = read("docs", "operations.md").split("\n## Runbook\n", 1)
+entries = dict(re.findall(r"^### (\w+)\n(.*?)(?=^### |^## |\Z)", runbook[1], re.M | re.S)) if len(runbook) == 2 else {}
+if len(alerts) < 10:
+    failures.append(f"charts/gpuguard/templates: only {len(alerts)} alerts found; the pattern no longer matches")
+for alert in sorted(alerts - set(entries)):
+    failures.append(f"docs/operations.md: the alert {alert} has no runbook entry")
+for alert in sorted(set(entries) - alerts):
+    failures.append(f"docs/operations.md: a runbook entry for {alert}, which the chart does not ship")
+for alert, text in entries.items():
+    for part in ("*Means:*", "*First:*", "*Fix:*"):
+        if part not in text:
+            failures.append(f"docs/operations.md: the runbook entry for {alert} has no {part}")
+
 for failure in failures:
     print("FAIL", failure)
-print(f"{len(rows)} coverage rows, {len(sections)} policy keys checked; {len(failures)} problems")
+print(f"{len(rows)} coverage rows, {len(sections)} policy keys, {len(entries)} runbook entries checked; "
+      f"{len(failures)} problems")
 sys.exit(1 if failures else 0)
