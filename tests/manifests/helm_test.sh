@@ -2,7 +2,8 @@
 # The Helm chart (charts/gpuguard): `helm lint --strict` and `helm template` with the defaults and with
 # each values file in charts/gpuguard/ci, every rendering held to the checks kustomize's renderings are
 # held to (checks.py), the policy and device plugin config each renders accepted by the binaries, and
-# the default rendering compared with manifests/default's so that the two cannot drift, and the audit's
+# the default rendering compared with manifests/default's (and the audit's with manifests/audit's) so that
+# the two cannot drift, and the audit's
 # PrometheusRule and dashboard expressions through Prometheus's own `promtool check rules`.
 #   helm_test.sh HELM KUSTOMIZE WEBHOOK DEVICE_PLUGIN PROMTOOL
 set -euo pipefail
@@ -49,6 +50,9 @@ cp -r "$root/manifests" "$work/manifests"
 "$kustomize" build "$work/manifests/default" > "$work/kustomize.yaml"
 "$root/certs/generate.sh" --service gpuguard-scheduler-extender --out "$work/manifests/scheduler-extender/certs" >/dev/null
 "$kustomize" build "$work/manifests/scheduler-extender" > "$work/kustomize-extender.yaml"
+"$kustomize" build "$work/manifests/audit" > "$work/kustomize-audit.yaml"
+"$helm" template gpuguard "$root/charts/gpuguard" --namespace gpuguard-system --kube-version "$kube_version" \
+  --set audit.enabled=true > "$work/audit-enabled.yaml"
 
 /usr/bin/python3 - "$work" "$root" <<'PY'
 import base64, json, os, subprocess, sys, yaml
@@ -244,4 +248,14 @@ assert set(helm) - {("Certificate", "gpuguard-scheduler-extender-tls")} == set(k
 drift = [key for key in kustomize if comparable(helm[key]) != comparable(kustomize[key])]
 assert not drift, drift
 print(f"helm and kustomize agree on the {len(kustomize)} objects of the scheduler extender")
+
+# The audit controller, from audit.enabled=true and from manifests/audit.
+helm = {k: v for k, v in objects(f"{work}/audit-enabled.yaml").items() if k[1] == "gpuguard-audit"}
+kustomize = objects(f"{work}/kustomize-audit.yaml")
+assert len(kustomize) == 7 and set(helm) == set(kustomize), sorted(set(helm) ^ set(kustomize))
+drift = [key for key in kustomize if comparable(helm[key]) != comparable(kustomize[key])]
+for key in drift:
+    print("drift:", key, yaml.safe_dump(comparable(helm[key]))[:2000], yaml.safe_dump(comparable(kustomize[key]))[:2000])
+assert not drift, drift
+print(f"helm and kustomize agree on the {len(kustomize)} objects of the audit controller")
 PY
