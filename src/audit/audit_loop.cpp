@@ -73,13 +73,16 @@ struct AuditLoop::Impl {
   Clock::time_point next_lease{};
   std::map<std::string, std::string, std::less<>> last_errors;  // what -> the error last logged
 
+  // The Lease every 2 s and the reports: one connection kept open, not a TLS handshake per request.
+  kube::RequestSession session{options.apiserver};
+
   // A request to the API, bounded by the request timeout; transport failures come back in `error`.
   kube::Reply send(std::string method, std::string path, std::string content_type = {}, std::string body = {},
                    std::string accept = {}) {
     kube::Request request{std::move(method), std::move(path),    std::move(content_type),
                           std::move(body),   options.user_agent, std::move(accept)};
     try {
-      return kube::send_request(options.apiserver, request, options.request_timeout);
+      return session.send(request, options.request_timeout);
     } catch (const std::exception& e) {
       kube::Reply reply;
       reply.error = e.what();

@@ -241,33 +241,38 @@ asio::awaitable<bool> ApiClient::send_get(Stream& stream, const std::string& tar
   co_return true;
 }
 
-asio::awaitable<Reply> ApiClient::send(const Request& r, std::chrono::milliseconds timeout) {
+// What one request on a connection came to: the reply, whether any of an answer arrived, and whether
+// the connection can carry another request.
+struct ApiClient::Exchange {
   Reply reply;
-  const http::verb verb = http::string_to_verb(r.method);
-  if (verb == http::verb::unknown) {
-    reply.error = "unknown HTTP method " + r.method;
-    co_return reply;
-  }
-  auto connection = co_await connect(reply.error);
-  if (!connection) co_return reply;
-  Stream& stream = connection->stream;
+  bool answered = false;
+  bool reusable = false;
+};
+
+asio::awaitable<ApiClient::Exchange> ApiClient::exchange(Connection& connection, const Request& r,
+                                                         std::chrono::milliseconds timeout) {
+  Exchange out;
+  Reply& reply = out.reply;
+  Stream& stream = connection.stream;
   beast::get_lowest_layer(stream).expires_after(timeout);
-  http::request<http::string_body> request{verb, server_.path_prefix + r.path, 11};
-  if (!authorize(request, reply.error)) co_return reply;
+  http::request<http::string_body> request{http::string_to_verb(r.method), server_.path_prefix + r.path, 11};
+  if (!authorize(request, reply.error)) co_return out;
   if (!r.content_type.empty()) request.set(http::field::content_type, r.content_type);
   if (!r.accept.empty()) request.set(http::field::accept, r.accept);
   request.body() = r.body;
   request.prepare_payload();
   if (auto [e, n] = co_await http::async_write(stream, request, kNoThrow); e) {
     reply.error = "sending the request failed: " + e.message();
-    co_return reply;
+    co_return out;
   }
   beast::flat_buffer buffer;
   http::response_parser<http::string_body> parser;
   parser.body_limit(kReplyBodyLimit);
-  if (auto [e, n] = co_await http::async_read(stream, buffer, parser, kNoThrow); e) {
+  auto [e, n] = co_await http::async_read(stream, buffer, parser, kNoThrow);
+  out.answered = parser.got_some();
+  if (e) {
     reply.error = "reading the answer failed: " + e.message();
-    co_return reply;
+    co_return out;
   }
   reply.status = parser.get().result_int();
   reply.body = std::move(parser.get().body());
@@ -275,10 +280,81 @@ asio::awaitable<Reply> ApiClient::send(const Request& r, std::chrono::millisecon
     std::string copy = reply.body;
     reply.error = "HTTP " + std::to_string(reply.status) + ": " + status_message(json_, copy);
   }
+  // Whatever came after the answer is not an answer to anything: such a connection is not used again.
+  out.reusable = parser.get().keep_alive() && buffer.size() == 0;
+  // An idle kept connection must not time out: the next request sets its own time.
+  beast::get_lowest_layer(stream).expires_never();
+  co_return out;
+}
+
+asio::awaitable<Reply> ApiClient::send(const Request& r, std::chrono::milliseconds timeout) {
+  Reply reply;
+  if (http::string_to_verb(r.method) == http::verb::unknown) {
+    reply.error = "unknown HTTP method " + r.method;
+    co_return reply;
+  }
+  auto connection = co_await connect(reply.error);
+  if (!connection) co_return reply;
+  Exchange done = co_await exchange(*connection, r, timeout);
+  Stream& stream = connection->stream;
   beast::get_lowest_layer(stream).expires_after(std::chrono::seconds(2));
   co_await stream.async_shutdown(kNoThrow);
-  co_return reply;
+  co_return std::move(done.reply);
 }
+
+asio::awaitable<Reply> ApiClient::send_kept(const Request& r, std::chrono::milliseconds timeout,
+                                            std::unique_ptr<Connection>& kept, std::size_t& connects) {
+  if (http::string_to_verb(r.method) == http::verb::unknown) {
+    Reply reply;
+    reply.error = "unknown HTTP method " + r.method;
+    co_return reply;
+  }
+  for (bool retried = false;; retried = true) {
+    const bool reused = kept != nullptr;
+    if (!reused) {
+      Reply reply;
+      kept = co_await connect(reply.error);
+      if (!kept) co_return reply;
+      ++connects;
+    }
+    Exchange done = co_await exchange(*kept, r, timeout);
+    if (done.reply.status == 0 || !done.reusable) kept.reset();
+    // The server closed a kept connection while it was idle: nothing of the request was acted on.
+    if (done.reply.status == 0 && reused && !done.answered && !retried) continue;
+    co_return std::move(done.reply);
+  }
+}
+
+struct RequestSession::Impl {
+  explicit Impl(ApiServer server) : client(ioc, std::move(server), options) {}
+  asio::io_context ioc;
+  InformerOptions options;
+  ApiClient client;
+  std::unique_ptr<Connection> kept;
+  std::size_t connects = 0;
+};
+
+RequestSession::RequestSession(ApiServer server) : impl_(std::make_unique<Impl>(std::move(server))) {}
+
+RequestSession::~RequestSession() = default;
+
+Reply RequestSession::send(const Request& request, std::chrono::milliseconds timeout) {
+  Impl& i = *impl_;
+  i.options.connect_timeout = timeout;
+  i.options.user_agent = request.user_agent;
+  Reply reply;
+  asio::co_spawn(
+      i.ioc,
+      [&]() -> asio::awaitable<void> { reply = co_await i.client.send_kept(request, timeout, i.kept, i.connects); },
+      [](const std::exception_ptr& e) {
+        if (e) std::rethrow_exception(e);
+      });
+  i.ioc.restart();
+  i.ioc.run();
+  return reply;
+}
+
+std::size_t RequestSession::connections() const { return impl_->connects; }
 
 std::string percent_encode(std::string_view text) {
   static constexpr char kHex[] = "0123456789ABCDEF";

@@ -32,10 +32,18 @@ class ApiClient {
   // `timeout` is what the apiserver is asked to end the watch after.
   boost::asio::awaitable<WatchEnd> watch(WatchedResource& resource, std::string& version,
                                          std::chrono::milliseconds timeout);
-  // One request with a body (a PATCH of a status), answered whole within `timeout`.
+  // One request with a body (a PATCH of a status), answered whole within `timeout`, on a connection of
+  // its own.
   boost::asio::awaitable<Reply> send(const Request& request, std::chrono::milliseconds timeout);
+  // The same on `kept`, connected first when empty (counted in `connects`) and emptied when it cannot
+  // carry another request; once more on a new connection when a kept one failed before any answer.
+  boost::asio::awaitable<Reply> send_kept(const Request& request, std::chrono::milliseconds timeout,
+                                          std::unique_ptr<Connection>& kept, std::size_t& connects);
 
  private:
+  struct Exchange;
+  boost::asio::awaitable<Exchange> exchange(Connection& connection, const Request& request,
+                                            std::chrono::milliseconds timeout);
   boost::asio::awaitable<std::unique_ptr<Connection>> connect(std::string& error);
   template <typename Stream>
   boost::asio::awaitable<bool> send_get(Stream& stream, const std::string& target, std::string& error);

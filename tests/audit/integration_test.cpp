@@ -5,10 +5,12 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <regex>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -125,6 +127,43 @@ TEST_CASE("reports and metrics follow the pods and the policy, and the Lease is 
   const json lease = cluster.apiserver.lease(kLease);
   CHECK(lease["spec"]["holderIdentity"] == "");
   CHECK(lease["spec"]["leaseDurationSeconds"] == 1);
+}
+
+TEST_CASE("a pass over 1,000 pods in 100 namespaces: its Lease and 100 reports over kept connections") {
+  Cluster cluster;
+  for (int n = 0; n < 100; ++n) {
+    for (int p = 0; p < 10; ++p) {
+      // Unique names: the fake keeps pods by name alone.
+      cluster.apiserver.put("pods", pod("ns-" + std::to_string(n), "pod-" + std::to_string(n * 10 + p), p != 0));
+    }
+  }
+  auto controller = cluster.controller("replica-a");
+  const bool all_written = eventually([&] { return cluster.apiserver.policy_reports().size() == 102; }, 30);
+  INFO(cluster.apiserver.policy_reports().size() << " reports");
+  REQUIRE(all_written);
+  std::this_thread::sleep_for(std::chrono::seconds(3));  // three more rounds of the Lease
+  const auto lease_requests = [&] {
+    const auto requests = cluster.apiserver.requests();
+    return std::count_if(requests.begin(), requests.end(), [](const FakeApiserver::Request& r) {
+      return r.path.starts_with("/apis/coordination.k8s.io/");
+    });
+  };
+  const auto requests = cluster.apiserver.requests().size();
+  INFO(requests << " requests, " << lease_requests() << " of them for the Lease");
+  CHECK(lease_requests() >= 4);
+  // The pod and node informers (a list and a watch each) and the one kept connection of the Lease and
+  // the reports: a handshake per request would be more than 100.
+  CHECK(cluster.apiserver.handshakes() <= 6);
+
+  // The API server closes every connection (a restart): the next request goes out on a new one, and a
+  // new namespace's report is written as before.
+  const std::size_t before = cluster.apiserver.handshakes();
+  cluster.apiserver.cut_connections();
+  cluster.apiserver.put("pods", pod("after-cut", "leaky", false));
+  CHECK(eventually([&] { return cluster.apiserver.policy_reports().count("after-cut") == 1; }));
+  CHECK(cluster.apiserver.handshakes() > before);
+  CHECK(cluster.apiserver.lease(kLease)["spec"]["holderIdentity"] == "replica-a");
+  CHECK(controller->terminate() == 0);
 }
 
 TEST_CASE("two replicas, one writer, and the other takes over when the leader dies") {

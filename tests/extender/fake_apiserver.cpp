@@ -97,6 +97,7 @@ struct FakeApiserver::Impl {
   std::map<std::string, std::vector<json>> posted;  // paths that take POSTs, and what was posted
   std::vector<std::string> claim_versions;          // the resource.k8s.io versions served; none at first
   std::vector<std::weak_ptr<Connection>> connections;
+  std::size_t handshakes = 0;
   std::vector<std::thread> threads;
   std::thread acceptor_thread;
 };
@@ -152,6 +153,10 @@ void FakeApiserver::serve(std::shared_ptr<Connection> connection) {
   boost::system::error_code ec;
   connection->stream.handshake(ssl::stream_base::server, ec);
   if (ec) return;
+  {
+    std::lock_guard lock(impl_->mutex);
+    ++impl_->handshakes;
+  }
   boost::beast::flat_buffer buffer;
   for (;;) {
     http::request<http::string_body> request;
@@ -574,6 +579,18 @@ void FakeApiserver::drop_watches() {
     ++impl_->drop_epoch;
   }
   impl_->changed.notify_all();
+}
+
+void FakeApiserver::cut_connections() {
+  std::lock_guard lock(impl_->mutex);
+  for (auto& weak : impl_->connections) {
+    if (auto connection = weak.lock()) connection->cut();
+  }
+}
+
+std::size_t FakeApiserver::handshakes() const {
+  std::lock_guard lock(impl_->mutex);
+  return impl_->handshakes;
 }
 
 void FakeApiserver::set_token(std::string token) {

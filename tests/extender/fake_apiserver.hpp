@@ -37,6 +37,10 @@ class FakeApiserver {
   void compact(bool as_http_status = false);
   // Closes every open watch connection without ending its chunked body.
   void drop_watches();
+  // Closes every connection open now, idle keep-alive ones included (what an API server restart does).
+  void cut_connections();
+  // TLS handshakes completed so far: one per connection a client made.
+  std::size_t handshakes() const;
   void set_token(std::string token);
   // While held, list requests wait (to observe an extender that has not synced).
   void hold_lists(bool hold);

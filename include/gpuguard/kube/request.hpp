@@ -1,9 +1,11 @@
 #pragma once
-// One request to the Kubernetes API that is not a list or a watch: the device plugin's PATCH of its
-// Node's status, the audit loop's Lease and PolicyReports. Blocking, on an io_context of its own, bounded
-// by a timeout; for a caller that writes rarely (a condition on change, a Lease every 2 s, a report when it
-// changes), which needs no connection kept open.
+// A request to the Kubernetes API that is not a list or a watch: the device plugin's PATCH of its Node's
+// status, the node enforcer's Events, the audit loop's Lease and PolicyReports. Blocking, on an io_context
+// of its own, bounded by a timeout. send_request connects for the one request, for a caller that writes
+// rarely (a condition on change); RequestSession keeps its connection between requests, for one that
+// writes often (a Lease every 2 s and a report per namespace).
 #include <chrono>
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -27,6 +29,26 @@ struct Reply {
 };
 
 Reply send_request(const ApiServer& server, const Request& request, std::chrono::milliseconds timeout);
+
+// Requests over one connection, kept open while the API server keeps it: one TLS handshake for many
+// requests, as client-go's transport does. A request that fails on a kept connection before any of an
+// answer came (the server closed it while idle) is sent once more on a new one. The token is read for
+// every request, the CA file for every connection. For one thread at a time.
+class RequestSession {
+ public:
+  explicit RequestSession(ApiServer server);
+  ~RequestSession();
+  RequestSession(const RequestSession&) = delete;
+  RequestSession& operator=(const RequestSession&) = delete;
+
+  Reply send(const Request& request, std::chrono::milliseconds timeout);
+  // Connections made so far (each a TLS handshake).
+  std::size_t connections() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 // For a query parameter (a field selector, a continue token): every byte but the unreserved ones as %XX.
 std::string percent_encode(std::string_view text);
