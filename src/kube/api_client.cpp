@@ -9,6 +9,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ssl/context.hpp>
+#include <boost/asio/ssl/error.hpp>
 #include <boost/asio/ssl/host_name_verification.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
@@ -241,13 +242,23 @@ asio::awaitable<bool> ApiClient::send_get(Stream& stream, const std::string& tar
   co_return true;
 }
 
-// What one request on a connection came to: the reply, whether any of an answer arrived, and whether
-// the connection can carry another request.
+// What one request on a connection came to: the reply, whether the connection turned out closed before
+// any of an answer came (the server closed it while it was idle), and whether it can carry another.
 struct ApiClient::Exchange {
   Reply reply;
-  bool answered = false;
+  bool found_closed = false;
   bool reusable = false;
 };
+
+namespace {
+
+// The errors of a connection the peer has closed, as a write or a read meets them.
+bool is_closed(const boost::system::error_code& e) {
+  return e == asio::error::eof || e == asio::error::connection_reset || e == asio::error::broken_pipe ||
+         e == http::error::end_of_stream || e == ssl::error::stream_truncated;
+}
+
+}  // namespace
 
 asio::awaitable<ApiClient::Exchange> ApiClient::exchange(Connection& connection, const Request& r,
                                                          std::chrono::milliseconds timeout) {
@@ -263,14 +274,15 @@ asio::awaitable<ApiClient::Exchange> ApiClient::exchange(Connection& connection,
   request.prepare_payload();
   if (auto [e, n] = co_await http::async_write(stream, request, kNoThrow); e) {
     reply.error = "sending the request failed: " + e.message();
+    out.found_closed = is_closed(e);
     co_return out;
   }
   beast::flat_buffer buffer;
   http::response_parser<http::string_body> parser;
   parser.body_limit(kReplyBodyLimit);
   auto [e, n] = co_await http::async_read(stream, buffer, parser, kNoThrow);
-  out.answered = parser.got_some();
   if (e) {
+    out.found_closed = !parser.got_some() && is_closed(e);
     reply.error = "reading the answer failed: " + e.message();
     co_return out;
   }
@@ -303,7 +315,7 @@ asio::awaitable<Reply> ApiClient::send(const Request& r, std::chrono::millisecon
 }
 
 asio::awaitable<Reply> ApiClient::send_kept(const Request& r, std::chrono::milliseconds timeout,
-                                            std::unique_ptr<Connection>& kept, std::size_t& connects) {
+                                            std::unique_ptr<Connection>& kept) {
   if (http::string_to_verb(r.method) == http::verb::unknown) {
     Reply reply;
     reply.error = "unknown HTTP method " + r.method;
@@ -315,12 +327,11 @@ asio::awaitable<Reply> ApiClient::send_kept(const Request& r, std::chrono::milli
       Reply reply;
       kept = co_await connect(reply.error);
       if (!kept) co_return reply;
-      ++connects;
     }
     Exchange done = co_await exchange(*kept, r, timeout);
     if (done.reply.status == 0 || !done.reusable) kept.reset();
-    // The server closed a kept connection while it was idle: nothing of the request was acted on.
-    if (done.reply.status == 0 && reused && !done.answered && !retried) continue;
+    // The server closed a kept connection while it was idle: the request was never read.
+    if (done.found_closed && reused && !retried) continue;
     co_return std::move(done.reply);
   }
 }
@@ -331,7 +342,6 @@ struct RequestSession::Impl {
   InformerOptions options;
   ApiClient client;
   std::unique_ptr<Connection> kept;
-  std::size_t connects = 0;
 };
 
 RequestSession::RequestSession(ApiServer server) : impl_(std::make_unique<Impl>(std::move(server))) {}
@@ -344,8 +354,7 @@ Reply RequestSession::send(const Request& request, std::chrono::milliseconds tim
   i.options.user_agent = request.user_agent;
   Reply reply;
   asio::co_spawn(
-      i.ioc,
-      [&]() -> asio::awaitable<void> { reply = co_await i.client.send_kept(request, timeout, i.kept, i.connects); },
+      i.ioc, [&]() -> asio::awaitable<void> { reply = co_await i.client.send_kept(request, timeout, i.kept); },
       [](const std::exception_ptr& e) {
         if (e) std::rethrow_exception(e);
       });
@@ -353,8 +362,6 @@ Reply RequestSession::send(const Request& request, std::chrono::milliseconds tim
   i.ioc.run();
   return reply;
 }
-
-std::size_t RequestSession::connections() const { return impl_->connects; }
 
 std::string percent_encode(std::string_view text) {
   static constexpr char kHex[] = "0123456789ABCDEF";

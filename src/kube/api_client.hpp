@@ -35,10 +35,10 @@ class ApiClient {
   // One request with a body (a PATCH of a status), answered whole within `timeout`, on a connection of
   // its own.
   boost::asio::awaitable<Reply> send(const Request& request, std::chrono::milliseconds timeout);
-  // The same on `kept`, connected first when empty (counted in `connects`) and emptied when it cannot
-  // carry another request; once more on a new connection when a kept one failed before any answer.
+  // The same on `kept`, connected first when empty and emptied when it cannot carry another request;
+  // once more on a new connection when a kept one failed before any of an answer came.
   boost::asio::awaitable<Reply> send_kept(const Request& request, std::chrono::milliseconds timeout,
-                                          std::unique_ptr<Connection>& kept, std::size_t& connects);
+                                          std::unique_ptr<Connection>& kept);
 
  private:
   struct Exchange;

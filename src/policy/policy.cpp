@@ -100,6 +100,17 @@ Action action(std::string_view value) {
   return one_of(value, kActions);
 }
 
+// A list of names, each exact or a prefix ending in '*'; `what` names one in the error.
+std::vector<std::string> patterns(std::string_view value, std::string_view what) {
+  auto names = split_list(value);
+  for (const auto& name : names) {
+    if (!is_resource_pattern(name)) {
+      throw InvalidValue("\"" + name + "\" is not " + std::string(what) + " or name prefix*");
+    }
+  }
+  return names;
+}
+
 std::vector<std::string> namespaces(std::string_view value) {
   auto names = split_list(value);
   for (const auto& name : names) {
@@ -131,28 +142,17 @@ void apply(Policy& policy, std::string_view key, std::string_view raw) {
     one_of(value, kValues);
     policy.visible_devices_value = std::string(value);
   } else if (key == "gpuResources") {
-    auto names = split_list(value);
+    auto names = patterns(value, "a resource name");
     if (names.empty()) throw InvalidValue("must name at least one resource");
-    for (const auto& name : names) {
-      if (!is_resource_pattern(name)) throw InvalidValue("\"" + name + "\" is not a resource name or name prefix*");
-    }
     policy.gpu_resources = std::move(names);
   } else if (key == "sharedGpuResources") {
-    auto names = split_list(value);
-    for (const auto& name : names) {
-      if (!is_resource_pattern(name)) throw InvalidValue("\"" + name + "\" is not a resource name or name prefix*");
-    }
-    policy.shared_gpu_resources = std::move(names);
+    policy.shared_gpu_resources = patterns(value, "a resource name");
   } else if (key == "sharingEnvVars") {
     static constexpr std::pair<std::string_view, SharingEnv> kActions[] = {
         {"strip", SharingEnv::strip}, {"deny", SharingEnv::deny}, {"allow", SharingEnv::allow}};
     policy.sharing_env_vars = one_of(value, kActions);
   } else if (key == "gpuDeviceClasses") {
-    auto names = split_list(value);
-    for (const auto& name : names) {
-      if (!is_resource_pattern(name)) throw InvalidValue("\"" + name + "\" is not a device class name or name prefix*");
-    }
-    policy.gpu_device_classes = std::move(names);
+    policy.gpu_device_classes = patterns(value, "a device class name");
   } else if (key == "gpuAnnotations") {
     auto keys = split_list(value);
     for (const auto& annotation : keys) {

@@ -31,9 +31,9 @@ struct Reply {
 Reply send_request(const ApiServer& server, const Request& request, std::chrono::milliseconds timeout);
 
 // Requests over one connection, kept open while the API server keeps it: one TLS handshake for many
-// requests, as client-go's transport does. A request that fails on a kept connection before any of an
-// answer came (the server closed it while idle) is sent once more on a new one. The token is read for
-// every request, the CA file for every connection. For one thread at a time.
+// requests, as client-go's transport does. A request that finds its kept connection closed by the server
+// (while it was idle) before any of an answer came is sent once more on a new one; a timeout is not. The token is read
+// for every request, the CA file for every connection. For one thread at a time.
 class RequestSession {
  public:
   explicit RequestSession(ApiServer server);
@@ -42,8 +42,6 @@ class RequestSession {
   RequestSession& operator=(const RequestSession&) = delete;
 
   Reply send(const Request& request, std::chrono::milliseconds timeout);
-  // Connections made so far (each a TLS handshake).
-  std::size_t connections() const;
 
  private:
   struct Impl;
