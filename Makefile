@@ -33,7 +33,7 @@ NODE_COMPONENTS := k8s.io/kubernetes/cmd/kubelet github.com/containerd/container
 WERROR ?= $(if $(filter true,$(CI)),ON,OFF)
 CXX_SOURCES = $(shell git ls-files '*.cpp' '*.hpp')
 
-.PHONY: deps build run test test-sanitize test-image e2e e2e-build fuzz bench bench-node certs clean format lint
+.PHONY: deps build run test test-sanitize test-image e2e e2e-build fuzz bench bench-node bench-backstop certs clean format lint
 
 deps:
 	./scripts/install-deps.sh
@@ -81,6 +81,11 @@ bench: build
 # (e2e/enforcer_bench.go; docs/benchmarks.md). Not part of make e2e: it stops the node's kubelet.
 bench-node: build e2e-build
 	$(E2E_DIR)/gpuguard-e2e -components $(E2E_DIR) -gpuguard $(BUILD_DIR) -source $(CURDIR) -bench '^node/enforcer-create$$'
+
+# The backstop's cost to a pod's creation through the real API server, with gpuguard installed
+# (e2e/backstop_bench.go; docs/benchmarks.md). Not part of make e2e.
+bench-backstop: build e2e-build
+	$(E2E_DIR)/gpuguard-e2e -components $(E2E_DIR) -gpuguard $(BUILD_DIR) -source $(CURDIR) -bench '^backstop/create$$'
 
 # libFuzzer targets for the admission path, the HTTP request path and the extender, FUZZ_SECONDS each.
 fuzz: deps
