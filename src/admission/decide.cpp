@@ -403,11 +403,10 @@ Decision decide(const Review& review, const Policy& policy, const ClaimLookup* c
       // GPU): the pod's own come after them in the container's environment, and would win.
       const ResourceAmount* share = shared_gpu_of(c, policy);
       if (share != nullptr && !c.sharing_variables.empty()) {
-        const std::string set_itself = named(c) + " holds " + std::string(share->name) +
-                                       ", a share of a GPU, and sets " + std::string(c.sharing_variables.front().name) +
-                                       " itself";
         if (policy.sharing_env_vars == SharingEnv::deny) {
-          deny(set_itself + ", which would override the share's; policy sharingEnvVars deny does not allow that");
+          deny(named(c) + " holds " + std::string(share->name) + ", a share of a GPU, and sets " +
+               std::string(c.sharing_variables.front().name) +
+               " itself, which would override the share's; policy sharingEnvVars deny does not allow that");
         } else if (policy.sharing_env_vars == SharingEnv::strip) {
           for (auto entry = c.sharing_variables.rbegin(); entry != c.sharing_variables.rend(); ++entry) {
             decision.patch.push_back(

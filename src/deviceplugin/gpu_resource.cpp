@@ -99,15 +99,17 @@ std::optional<std::string> plan_mig(const std::vector<Gpu>& gpus, MigStrategy st
   return std::nullopt;
 }
 
-bool all_digits(std::string_view s) {
-  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
-}
-
+// A whole number and nothing else (from_chars takes no sign for an unsigned type).
 std::optional<std::size_t> index_of(std::string_view digits) {
   std::size_t index = 0;
   const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), index);
-  if (!all_digits(digits) || error != std::errc() || end != digits.data() + digits.size()) return std::nullopt;
+  if (error != std::errc() || end != digits.data() + digits.size()) return std::nullopt;
   return index;
+}
+
+// Where the config file set a sharing entry, for messages; a TimeSlicing made in code has no key.
+std::string key_of(const TimeSlicing::Resource& shared) {
+  return shared.key.empty() ? "sharing.timeSlicing" : shared.key;
 }
 
 // The UUID a device reference names on this node: itself for a UUID, the GPU at an index, the MIG device
@@ -127,7 +129,7 @@ std::optional<std::string> referenced_uuid(const std::string& ref, const std::ve
 std::vector<GpuUnit> chosen_units(const TimeSlicing::Resource& shared, const GpuResourcePlan& resource,
                                   const std::vector<Gpu>& gpus, std::string& error) {
   const SharedDevices& devices = shared.devices;
-  const std::string at = shared.key.empty() ? "sharing.timeSlicing" : shared.key;
+  const std::string at = key_of(shared);
   if (devices.kind == SharedDevices::Kind::all) return resource.units;
   if (devices.kind == SharedDevices::Kind::count) {
     if (devices.count > resource.units.size()) {
@@ -181,8 +183,8 @@ std::optional<std::string> share(const TimeSlicing& time_slicing, const std::vec
     }
     const bool some = chosen.size() < resource->units.size();
     if (some && name == shared.name) {
-      return (shared.key.empty() ? "sharing.timeSlicing" : shared.key) + ": shares " + std::to_string(chosen.size()) +
-             " of the " + std::to_string(resource->units.size()) + " devices of " + shared.name +
+      return key_of(shared) + ": shares " + std::to_string(chosen.size()) + " of the " +
+             std::to_string(resource->units.size()) + " devices of " + shared.name +
              ", so it needs a rename (or renameByDefault): whole devices and replicas never stand under one name";
     }
     GpuResourcePlan replicas{name, std::move(chosen), shared.replicas, time_slicing.fail_requests_greater_than_one};
