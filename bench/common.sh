@@ -18,12 +18,13 @@ wait_for_listening() {
 }
 
 # start_webhook LOG [FLAGS...]: one server thread on 127.0.0.1, a kernel-chosen port. Sets $server (pid)
-# and $port once it has logged "listening".
+# and $port once it has logged "listening". $webhook names another binary; $wrap (strace, valgrind) runs it
+# under a tool, in which case $server is the tool's pid.
 start_webhook() {
   local log="$1"
   shift
   : > "$log"  # now, not in the background child: a stale "listening" line must never be read
-  $pin_server "$build/gpuguard-webhook" --tls-cert-file "$out/certs/tls.crt" --tls-private-key-file "$out/certs/tls.key" \
+  $pin_server ${wrap:-} "${webhook:-$build/gpuguard-webhook}" --tls-cert-file "$out/certs/tls.crt" --tls-private-key-file "$out/certs/tls.key" \
     --listen-address 127.0.0.1:0 --threads 1 --shutdown-delay 0 "$@" 2> "$log" &
   server=$!
   wait_for_listening "$log"

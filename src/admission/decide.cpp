@@ -345,11 +345,13 @@ Decision decide(const Review& review, const Policy& policy, const ClaimLookup* c
   // What the webhook exempts, the node enforcer exempts too: a pod that gets here may not opt out of it.
   const Annotation* toleration = nri_toleration(review, policy);
 
-  // At most one patch operation, mutation and finding per container in the common case: one allocation each.
+  // At most one patch operation, mutation, finding and GPU-less entry per container in the common case: one
+  // allocation each.
   const std::size_t containers = review.pod.containers.size();
   decision.patch.reserve(containers);
   decision.mutations.reserve(containers);
   decision.findings.reserve(containers);
+  decision.gpu_less.reserve(containers);
   std::vector<std::pair<const Container*, Mutation>> changed;
   changed.reserve(containers);
   std::vector<std::string> facts;

@@ -235,6 +235,7 @@ struct HttpServer::Impl {
   Task<> session(Socket socket);
   template <class Stream>
   Task<> serve_requests(Stream& stream, Expiry& expiry, SessionControl& control);
+  void prepare_answer(http::response<http::string_body>& message, Response response, unsigned version, bool keep_alive);
   template <class Stream>
   Task<bool> respond(Stream& stream, Expiry& expiry, Response response, unsigned version, bool keep_alive,
                      std::chrono::milliseconds deadline);
@@ -303,16 +304,27 @@ Response HttpServer::Impl::call_handler(const RequestHead& head, std::string bod
   }
 }
 
-template <class Stream>
-Task<bool> HttpServer::Impl::respond(Stream& stream, Expiry& expiry, Response response, unsigned version,
-                                     bool keep_alive, std::chrono::milliseconds deadline) {
-  http::response<http::string_body> message{static_cast<http::status>(response.status), version};
+// Makes `message` the answer to send: headers, body, and keep-alive unless the server is draining.
+void HttpServer::Impl::prepare_answer(http::response<http::string_body>& message, Response response, unsigned version,
+                                      bool keep_alive) {
+  message.result(static_cast<http::status>(response.status));
+  message.version(version);
   message.set(http::field::content_type, response.content_type);
   for (auto& [name, value] : response.headers) message.set(name, value);
   message.body() = std::move(response.body);
   message.keep_alive(keep_alive && !draining);
   message.prepare_payload();
   if (options.counters != nullptr) options.counters->count_answer(response.status);
+}
+
+// The answers that end a connection or are sent early. The ordinary answer is written by serve_requests
+// itself: a coroutine frame of this size (over 1,020 bytes) is never one that Asio recycles, so calling
+// this for every request cost a memalign and a free each.
+template <class Stream>
+Task<bool> HttpServer::Impl::respond(Stream& stream, Expiry& expiry, Response response, unsigned version,
+                                     bool keep_alive, std::chrono::milliseconds deadline) {
+  http::response<http::string_body> message;
+  prepare_answer(message, std::move(response), version, keep_alive);
   expiry.expires_after(deadline);
   auto [ec, written] = co_await http::async_write(stream, message, kNoThrow);
   co_return !ec && message.keep_alive();
@@ -427,7 +439,11 @@ Task<> HttpServer::Impl::serve_requests(Stream& stream, Expiry& expiry, SessionC
     }
     Response response = call_handler(head, std::move(request.body()));
     if (response.body.size() > kUncountedAnswer && !share.grow(response.body.size())) response = server_busy();
-    keep_alive = co_await respond(stream, expiry, std::move(response), request.version(), keep_alive, deadline);
+    http::response<http::string_body> answer;
+    prepare_answer(answer, std::move(response), request.version(), keep_alive);
+    expiry.expires_after(deadline);
+    auto [write_error, written] = co_await http::async_write(stream, answer, kNoThrow);
+    keep_alive = !write_error && answer.keep_alive();
     if (buffer.size() == 0) buffer.shrink_to_fit();  // nothing of a next request read yet: free it all
   }
 }

@@ -2,6 +2,10 @@
 // connections at once, as many apiservers restarting together would, sends one review on each and reads
 // the answer, and prints how many failed and the latency percentiles from dial to answer, as one JSON
 // line. wrk cannot do this: it keeps its connections alive.
+//
+// With --requests N above 1, each connection instead stays alive and sends N reviews one after another:
+// a fixed count of requests, which wrk cannot give either, for per-request figures under callgrind and
+// strace (bench/webhook_ab.sh).
 package main
 
 import (
@@ -22,6 +26,7 @@ import (
 
 type result struct {
 	Connections int     `json:"connections"`
+	Requests    int     `json:"requests"`
 	Errors      int     `json:"errors"`
 	FirstError  string  `json:"first_error,omitempty"`
 	WallMs      float64 `json:"wall_ms"`
@@ -43,9 +48,10 @@ func main() {
 	caFile := flag.String("ca", "", "CA certificate that signed the server's")
 	bodyFile := flag.String("body", "", "the AdmissionReview to send")
 	connections := flag.Int("connections", 2000, "fresh connections, all opened at once")
+	requests := flag.Int("requests", 1, "reviews sent on each connection, one after another; above 1 the connection is kept alive")
 	flag.Parse()
-	if *url == "" || *caFile == "" || *bodyFile == "" {
-		log.Fatal("usage: bench-burst --url URL --ca CA --body REVIEW [--connections N]")
+	if *url == "" || *caFile == "" || *bodyFile == "" || *connections < 1 || *requests < 1 {
+		log.Fatal("usage: bench-burst --url URL --ca CA --body REVIEW [--connections N] [--requests N]")
 	}
 	caPEM, err := os.ReadFile(*caFile)
 	if err != nil {
@@ -59,12 +65,26 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	// One transport per request, keep-alives off: every request pays for its own TCP and TLS handshake.
+	// One transport per connection. With one request each, keep-alives off: every request pays for its own
+	// TCP and TLS handshake. With more, the transport keeps its one connection for all of them.
 	newClient := func() *http.Client {
 		return &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
-			TLSClientConfig:   &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12},
-			DisableKeepAlives: true,
+			TLSClientConfig:     &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12},
+			DisableKeepAlives:   *requests == 1,
+			MaxIdleConnsPerHost: 1,
 		}}
+	}
+	post := func(client *http.Client) error {
+		response, err := client.Post(*url, "application/json", bytes.NewReader(body))
+		if err != nil {
+			return err
+		}
+		_, err = io.Copy(io.Discard, response.Body)
+		response.Body.Close()
+		if err == nil && response.StatusCode != http.StatusOK {
+			err = fmt.Errorf("status %d", response.StatusCode)
+		}
+		return err
 	}
 
 	latencies := make([]time.Duration, *connections)
@@ -78,13 +98,9 @@ func main() {
 			client := newClient()
 			<-start
 			began := time.Now()
-			response, err := client.Post(*url, "application/json", bytes.NewReader(body))
-			if err == nil {
-				_, err = io.Copy(io.Discard, response.Body)
-				response.Body.Close()
-				if err == nil && response.StatusCode != http.StatusOK {
-					err = fmt.Errorf("status %d", response.StatusCode)
-				}
+			var err error
+			for r := 0; r < *requests && err == nil; r++ {
+				err = post(client)
 			}
 			latencies[i] = time.Since(began)
 			failures[i] = err
@@ -93,7 +109,7 @@ func main() {
 	began := time.Now()
 	close(start)
 	wg.Wait()
-	out := result{Connections: *connections, WallMs: float64(time.Since(began).Microseconds()) / 1000}
+	out := result{Connections: *connections, Requests: *connections * *requests, WallMs: float64(time.Since(began).Microseconds()) / 1000}
 	var ok []time.Duration
 	for i, err := range failures {
 		if err != nil {

@@ -86,6 +86,27 @@ class RawTls {
     return SSL_key_update(ssl_.get(), SSL_KEY_UPDATE_NOT_REQUESTED) == 1 && SSL_do_handshake(ssl_.get()) == 1;
   }
 
+  // Sends a KeyUpdate record and a record holding `request` with one send(2), so that they reach the server
+  // together, and returns the answer ("" when none came within 3 s).
+  std::string key_update_with(const std::string& request) {
+    BIO* pending = BIO_new(BIO_s_mem());
+    REQUIRE(pending != nullptr);
+    SSL_set0_wbio(ssl_.get(), pending);  // the SSL owns it; written to the socket below
+    REQUIRE(SSL_key_update(ssl_.get(), SSL_KEY_UPDATE_NOT_REQUESTED) == 1);
+    REQUIRE(SSL_write(ssl_.get(), request.data(), static_cast<int>(request.size())) > 0);
+    char* bytes = nullptr;
+    const long size = BIO_get_mem_data(pending, &bytes);
+    REQUIRE(::send(fd_, bytes, static_cast<std::size_t>(size), MSG_NOSIGNAL) == size);
+    BIO* socket = BIO_new_socket(fd_, BIO_NOCLOSE);
+    SSL_set0_wbio(ssl_.get(), socket);
+    const timeval timeout{3, 0};
+    setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
+    std::string answer(4096, '\0');  // the whole answer: one record
+    const int got = SSL_read(ssl_.get(), answer.data(), static_cast<int>(answer.size()));
+    answer.resize(got > 0 ? static_cast<std::size_t>(got) : 0);
+    return answer;
+  }
+
  private:
   struct CtxFree {
     void operator()(SSL_CTX* c) const { SSL_CTX_free(c); }
@@ -152,6 +173,17 @@ TEST_CASE("a KeyUpdate flood closes the flooding connection, and the loop it sha
   CHECK(closed);
   CHECK(sent > 8);
   CHECK(slowest < 50ms);
+}
+
+// The server reads ahead of OpenSSL, which handles one record per step: after a record that carries no data,
+// what was read with it must be handled without waiting for the socket, which has nothing more to say.
+TEST_CASE("a KeyUpdate and a request that arrive together are both handled at once, request after request") {
+  WebhookProcess webhook({"--threads", "1"});
+  RawTls client(webhook.port());
+  for (int i = 0; i < 20; ++i) {
+    INFO("request " << i);
+    CHECK(client.key_update_with("GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").starts_with("HTTP/1.1 200"));
+  }
 }
 
 TEST_CASE("a chunk size, chunk extension or trailer that never ends is answered 4xx with memory bounded") {
