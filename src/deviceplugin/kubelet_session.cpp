@@ -23,7 +23,7 @@ void KubeletSession::reconcile() {
   std::lock_guard lock(mutex_);
   if (stopped_) return;
   for (auto& server : servers_) {
-    if (server->socket_exists()) continue;
+    if (server->serving()) continue;
     server->serve();
     // A new kubelet.sock may get the old one's inode number back: only a registration after this counts.
     registered_with_.reset();

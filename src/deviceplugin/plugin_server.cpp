@@ -1,5 +1,7 @@
 #include "gpuguard/deviceplugin/plugin_server.hpp"
 
+#include <sys/stat.h>
+
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
@@ -13,6 +15,13 @@ namespace gpuguard::deviceplugin {
 namespace {
 
 using namespace std::chrono_literals;
+
+// The inode of the socket file at `path`, or none when there is no socket there.
+std::optional<std::uint64_t> inode_of(const std::filesystem::path& path) {
+  struct stat info {};
+  if (::stat(path.c_str(), &info) != 0 || !S_ISSOCK(info.st_mode)) return std::nullopt;
+  return info.st_ino;
+}
 
 v1beta1::ListAndWatchResponse device_list(const std::vector<Device>& devices) {
   v1beta1::ListAndWatchResponse response;
@@ -127,10 +136,12 @@ void PluginServer::serve() {
   builder.RegisterService(service_.get());
   server_ = builder.BuildAndStart();
   if (!server_) throw std::runtime_error("cannot serve " + resource_.name() + " on " + socket_path_.string());
+  socket_inode_ = inode_of(socket_path_);
   log::info("serving", {{"resource", resource_.name()}, {"socket", socket_path_.string()}});
 }
 
 void PluginServer::stop() {
+  socket_inode_.reset();
   if (server_) {
     service_->stop();
     server_->Shutdown(std::chrono::system_clock::now() + 2s);
@@ -141,10 +152,7 @@ void PluginServer::stop() {
   std::filesystem::remove(socket_path_, ignored);
 }
 
-bool PluginServer::socket_exists() const {
-  std::error_code ec;
-  return std::filesystem::is_socket(socket_path_, ec);
-}
+bool PluginServer::serving() const { return server_ && socket_inode_ && inode_of(socket_path_) == socket_inode_; }
 
 void PluginServer::register_with_kubelet(const std::filesystem::path& kubelet_socket) const {
   auto channel = grpc::CreateChannel("unix://" + kubelet_socket.string(), grpc::InsecureChannelCredentials());

@@ -412,6 +412,25 @@ TEST_CASE("kubelet restart: sockets deleted and kubelet.sock re-created, every r
   CHECK(plugin.terminate() == 0);
 }
 
+// The kubelet restarts a crashed plugin's container: the new process finds the socket the killed one left
+// in the plugin directory, which nothing answers. Taking it for its own, it registered an endpoint that
+// the kubelet could not reach, again and again, until the kubelet itself restarted (found on the real
+// node, node/plugin-killed).
+TEST_CASE("a plugin killed with SIGKILL and started again serves a new socket and registers it") {
+  Node node;
+  FakeKubelet kubelet(node.plugin_dir);
+  {
+    PluginProcess killed(node.plugin_dir, node.host.root(), {"--host-device", "github.com/fuse=/dev/fuse"});
+    REQUIRE(kubelet.wait_for(2).size() == 2);
+  }  // SIGKILL: its sockets stay
+  REQUIRE(fs::is_socket(node.plugin_dir / "gpuguard-nvidia-com-gpu.sock"));
+  PluginProcess plugin(node.plugin_dir, node.host.root(), {"--host-device", "github.com/fuse=/dev/fuse"});
+  CHECK(kubelet.wait_for(4).size() == 4);  // each taken only once its endpoint answered
+  v1beta1::AllocateResponse response;
+  CHECK(allocate(*plugin_client(node.plugin_dir, "gpuguard-nvidia-com-gpu.sock"), {kGpu0}, response).ok());
+  CHECK(plugin.terminate() == 0);
+}
+
 TEST_CASE("a node without GPUs serves its host devices and keeps running") {
   FakeHost host("no-gpu");
   host.add_device("/dev/fuse");

@@ -52,7 +52,20 @@ class FakeKubelet final : public v1beta1::Registration::Service {
     server_.reset();
   }
 
+  // As the kubelet does since 1.3x, a registration is taken only once the plugin's endpoint answers,
+  // within the registration's own call: a plugin that registers before it serves, or names a socket
+  // nothing answers on, is refused.
   grpc::Status Register(grpc::ServerContext*, const v1beta1::RegisterRequest* request, v1beta1::Empty*) override {
+    auto endpoint = v1beta1::DevicePlugin::NewStub(
+        grpc::CreateChannel("unix://" + (dir_ / request->endpoint()).string(), grpc::InsecureChannelCredentials()));
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + 2s);
+    v1beta1::DevicePluginOptions options;
+    if (const grpc::Status answered = endpoint->GetDevicePluginOptions(&context, v1beta1::Empty{}, &options);
+        !answered.ok()) {
+      return {grpc::StatusCode::UNAVAILABLE,
+              "the endpoint " + request->endpoint() + " does not answer: " + answered.error_message()};
+    }
     std::lock_guard lock(mutex_);
     registrations_.push_back(*request);
     changed_.notify_all();

@@ -1,6 +1,8 @@
 #pragma once
+#include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "gpuguard/deviceplugin/resource.hpp"
@@ -23,7 +25,10 @@ class PluginServer {
   void serve();
   // Ends the ListAndWatch streams, stops the server and removes the socket.
   void stop();
-  bool socket_exists() const;
+  // Whether this server's own socket is at its path: false before serve(), and once the file is gone or
+  // is another's (the kubelet removes every socket when it restarts; a killed plugin leaves its socket,
+  // which nothing answers, for the next run to find).
+  bool serving() const;
   const std::string& resource_name() const;
   // Registration.Register on the kubelet's socket, with this server's socket as the endpoint.
   void register_with_kubelet(const std::filesystem::path& kubelet_socket) const;
@@ -34,6 +39,7 @@ class PluginServer {
   std::filesystem::path socket_path_;
   std::unique_ptr<Service> service_;
   std::unique_ptr<grpc::Server> server_;
+  std::optional<std::uint64_t> socket_inode_;  // the file serve() bound, while served
 };
 
 }  // namespace gpuguard::deviceplugin
