@@ -127,7 +127,8 @@ func (e *Env) startCluster(name, nodeAddress string) (*Cluster, error) {
 		// would taint and update the scheduler scenario's kubelet-less nodes under it.
 		controllers += ",daemonset-controller,endpoints-controller,endpointslice-controller," +
 			"root-ca-certificate-publisher-controller,node-lifecycle-controller,garbage-collector-controller," +
-			"job-controller,namespace-controller" // the chart's arm hook is a Job; break-glass deletes namespaces
+			"job-controller,namespace-controller," + // the chart's arm hook is a Job; break-glass deletes namespaces
+			"disruption-controller" // node/webhook-killed evicts a replica under the chart's PodDisruptionBudget
 	}
 	os.RemoveAll(dir) // a -work directory kept from an earlier run starts with a fresh etcd
 	if err := os.MkdirAll(dir, 0o700); err != nil {

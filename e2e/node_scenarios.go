@@ -691,6 +691,14 @@ type creates struct {
 	first           atomic.Value
 	done            chan struct{}
 	wg              sync.WaitGroup
+	mu              sync.Mutex
+	failures        []failedCreate
+}
+
+// failedCreate is a create that failed, when it was sent, and why.
+type failedCreate struct {
+	at  time.Time
+	why string
 }
 
 func (n *Node) startCreates(t *T) *creates {
@@ -704,6 +712,7 @@ func (n *Node) startCreates(t *T) *creates {
 				return
 			case <-time.After(50 * time.Millisecond):
 			}
+			sent := time.Now()
 			pod, err := n.cluster.client.CoreV1().Pods(nodeNamespace).Create(t.ctx, cudaPod("create"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 			if err == nil && visibleDevices(pod.Spec.Containers[0]) != "none" {
 				err = fmt.Errorf("stored with NVIDIA_VISIBLE_DEVICES %s", visibleDevices(pod.Spec.Containers[0]))
@@ -711,6 +720,9 @@ func (n *Node) startCreates(t *T) *creates {
 			if err != nil {
 				c.failed.Add(1)
 				c.first.CompareAndSwap(nil, err.Error())
+				c.mu.Lock()
+				c.failures = append(c.failures, failedCreate{at: sent, why: err.Error()})
+				c.mu.Unlock()
 			}
 			c.created.Add(1)
 		}
@@ -718,10 +730,16 @@ func (n *Node) startCreates(t *T) *creates {
 	return c
 }
 
-// stop ends the creates and fails the scenario if any failed during what.
-func (c *creates) stop(t *T, what string) {
+// end ends the creates and returns those that failed.
+func (c *creates) end() []failedCreate {
 	close(c.done)
 	c.wg.Wait()
+	return c.failures
+}
+
+// stop ends the creates and fails the scenario if any failed during what.
+func (c *creates) stop(t *T, what string) {
+	c.end()
 	if c.failed.Load() != 0 {
 		t.Errorf("%d of %d creates failed during %s; first: %v", c.failed.Load(), c.created.Load(), what, c.first.Load())
 	}
@@ -850,7 +868,8 @@ images:
 }
 
 // nodeScenarios run last, in this order: control, install-unpullable and break-glass need the node without
-// gpuguard.
+// gpuguard; image-hardened counts container restarts, and audit needs the pod control left running, so
+// the scenarios that kill and restart things come after both.
 var nodeScenarios = []scenario{
 	{"node/control", "before gpuguard: a pod that asked for no GPU sees both GPUs, and so does a static pod; void sees none; none fails the create", nodeControl},
 	{"node/install-unpullable", "helm install with an image no node can pull refuses no pod while it fails (armed at once, the control, refuses every one); uninstalled, nothing is left", nodeInstallUnpullable},
@@ -870,6 +889,11 @@ var nodeScenarios = []scenario{
 	{"node/cert-rotation", "the chart's certificate rotation reaches every webhook replica, no restart, no failed create", nodeCertRotation},
 	{"node/rollout", "a rollout restart fails no create; with no replica creates are refused, then admitted", nodeRollout},
 	{"node/audit", "helm upgrade with audit.enabled: the chart's audit controller, on the node as its image, reports a kube-system pod that sees every GPU in a PolicyReport, and one replica holds the Lease", nodeAudit},
+	{"node/kubelet-restart", "two pods hold both GPUs; the kubelet restarts: the plugin registers again, each pod still sees its own GPU alone, a third GPU pod waits and then gets the GPU one of them frees", leftoverChecked(nodeKubeletRestart)},
+	{"node/plugin-killed", "the device plugin killed with SIGKILL while pods are created 50 ms apart: it comes back, every pod runs, the two GPU pods on distinct GPUs, the rest with none", leftoverChecked(nodePluginKilled)},
+	{"node/containerd-restart", "containerd restarted under a GPU pod and a GPU-less one: same containers, same sights; new pods patched; the node report stays honoured", leftoverChecked(nodeContainerdRestart)},
+	{"node/webhook-killed", "creates every 50 ms: a webhook replica evicted under the PodDisruptionBudget fails none; one killed with SIGKILL fails only those sent to it, within seconds, and none once it is back", leftoverChecked(nodeWebhookKilled)},
+	{"node/restart", "the whole node as after a reboot (kubelet and containerd stopped, every container killed, runtime state gone): a GPU-less pod comes back seeing what it saw; a bare GPU pod is refused by the kubelet before the plugin registers, a Deployment's comes back on a GPU of its own; the kubelet's checkpoint agrees", leftoverChecked(nodeRestart)},
 	{"node/kustomize", "helm uninstall; manifests/default with only the image set, applied: the same guarantees", nodeKustomize},
 }
 
