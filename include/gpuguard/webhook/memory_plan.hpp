@@ -18,8 +18,8 @@ struct MemoryCosts {
   // numbers: simdjson's index and tape take 12 bytes per byte); one review over the reusable limit is
   // decoded at a time.
   std::size_t per_review_byte = 14;
-  // A connection at its largest: its TLS state and record buffers, its bounded read buffer (headers and
-  // one record of body) and a one-record answer.
+  // A connection at its largest: its TLS state and record buffers, the TLS stream's read-ahead (one record),
+  // its bounded read buffer (headers and one record of body) and a one-record answer.
   std::size_t per_connection = std::size_t{112} << 10;
 };
 
