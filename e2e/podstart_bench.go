@@ -117,17 +117,7 @@ func benchPodStart(t *T, e *Env) {
 		for err := range failed {
 			t.Fatalf("starting pods %d at once: %v", podStartConcurrent, err)
 		}
-		// The next phase starts on an empty node.
-		t.must(eventually(t.ctx, 2*time.Minute, func() error {
-			list, err := pods.List(t.ctx, metav1.ListOptions{})
-			if err != nil {
-				return err
-			}
-			if len(list.Items) != 0 {
-				return fmt.Errorf("%d of the bench's pods are still there", len(list.Items))
-			}
-			return nil
-		}), "waiting for the bench's pods to go")
+		waitForNoPods(t, client, podStartNamespace) // the next phase starts on an empty node
 	}
 	install := func() {
 		e.gpuguardFor(t)
@@ -136,16 +126,7 @@ func benchPodStart(t *T, e *Env) {
 	uninstall := func() {
 		n.helm(t, e, "uninstall")
 		n.installed = false
-		t.must(eventually(t.ctx, 2*time.Minute, func() error {
-			left, err := c.client.CoreV1().Pods(gpuguardNamespace).List(t.ctx, metav1.ListOptions{})
-			if err != nil {
-				return err
-			}
-			if len(left.Items) != 0 {
-				return fmt.Errorf("%d of gpuguard's pods remain", len(left.Items))
-			}
-			return nil
-		}), "waiting for gpuguard's pods to go")
+		waitForNoPods(t, c.client, gpuguardNamespace)
 		n.waitUntilValue(t, "unset", time.Minute) // no webhook patches creates any more
 	}
 
@@ -174,6 +155,20 @@ func benchPodStart(t *T, e *Env) {
 		t.Logf("%s: p50 with/without %.3f, p99 with/without %.3f", mode.name,
 			ratio(mode.with, mode.without, 0.5), ratio(mode.with, mode.without, 0.99))
 	}
+}
+
+// waitForNoPods waits until the namespace holds no pod.
+func waitForNoPods(t *T, client kubernetes.Interface, namespace string) {
+	t.must(eventually(t.ctx, 2*time.Minute, func() error {
+		left, err := client.CoreV1().Pods(namespace).List(t.ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		if len(left.Items) != 0 {
+			return fmt.Errorf("%d pods remain in %s", len(left.Items), namespace)
+		}
+		return nil
+	}), "waiting for the pods of "+namespace+" to go")
 }
 
 // ratio is the p-th percentile of a over that of b.
