@@ -33,7 +33,7 @@ NODE_COMPONENTS := k8s.io/kubernetes/cmd/kubelet github.com/containerd/container
 WERROR ?= $(if $(filter true,$(CI)),ON,OFF)
 CXX_SOURCES = $(shell git ls-files '*.cpp' '*.hpp')
 
-.PHONY: deps build run test test-sanitize test-image e2e e2e-build fuzz bench bench-node bench-backstop bench-pod-start bench-webhook-ab certs clean format lint
+.PHONY: deps build run test test-sanitize test-image e2e e2e-build fuzz bench bench-node bench-backstop bench-pod-start bench-pod-start-parts bench-webhook-ab certs clean format lint
 
 deps:
 	./scripts/install-deps.sh
@@ -91,6 +91,11 @@ bench-backstop: build e2e-build
 # (e2e/podstart_bench.go; docs/benchmarks.md). Not part of make e2e.
 bench-pod-start: build e2e-build
 	$(E2E_DIR)/gpuguard-e2e -components $(E2E_DIR) -gpuguard $(BUILD_DIR) -source $(CURDIR) -bench '^node/pod-start$$'
+
+# Where gpuguard's cost to a pod's start lies: installed, without its enforcer, and with nothing of it on
+# a create's path, against uninstalled (e2e/podstart_bench.go; docs/benchmarks.md). Not part of make e2e.
+bench-pod-start-parts: build e2e-build
+	$(E2E_DIR)/gpuguard-e2e -components $(E2E_DIR) -gpuguard $(BUILD_DIR) -source $(CURDIR) -bench '^node/pod-start-parts$$'
 
 # This tree's webhook beside commit BASE's (default 36e283f) in one run: requests/s with wrk, system calls
 # and callgrind instructions per request (bench/webhook_ab.sh; docs/benchmarks.md).

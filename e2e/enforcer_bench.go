@@ -39,6 +39,7 @@ var benchmarks = []scenario{
 	{"node/enforcer-create", "CRI CreateContainer through containerd with and without gpuguard-node-enforcer, sequential and 16 at once; its memory", benchEnforcerCreate},
 	{"backstop/create", "pod creates through the API server with gpuguard installed, with and without the backstop's binding, one at a time and 8 at once", benchBackstopCreate},
 	{"node/pod-start", "pod create to container running on the real node, with gpuguard installed and without, in turn; one at a time and 8 at once", benchPodStart},
+	{"node/pod-start-parts", "pod create to container running, one at a time, with gpuguard uninstalled, installed, without its enforcer, and with nothing of it on the path: where its cost lies", benchPodStartParts},
 }
 
 // fakePodResources answers List as a kubelet with a full node would: the bench's pod and 109 others.
