@@ -240,7 +240,11 @@ class Reader {
                }},
               {"nvidiaDriverRoot", only("/", "only / is accepted: " + roots)},
               {"nvidiaDevRoot", only("/", "only / is accepted: " + roots)},
-              {"mpsRoot", only_off("MPS is not supported by gpuguard-device-plugin")},
+              {"mpsRoot",
+               [this](const YAML::Node& n, const std::string& key) {
+                 c_.gpu.mps_root = scalar(n, key);
+                 if (!c_.gpu.mps_root.starts_with('/')) throw Problem{key, "must be an absolute path on the host"};
+               }},
               {"gdrcopyEnabled", only_off("GDRCopy devices are not supported by gpuguard-device-plugin")},
               {"gdsEnabled", only_off("GPUDirect Storage is not supported by gpuguard-device-plugin")},
               {"mofedEnabled", only_off("MOFED devices are not supported by gpuguard-device-plugin")},
@@ -292,29 +296,50 @@ class Reader {
   }
 
   void sharing(const YAML::Node& node, const std::string& path) {
+    bool time_slicing = false, mps = false;
     each_key(node, path,
-             {{"timeSlicing", [this](const YAML::Node& n, const std::string& key) { time_slicing(n, key); }},
-              {"mps", unsupported("MPS sharing is not supported by gpuguard-device-plugin; use timeSlicing")}});
+             {{"timeSlicing",
+               [&](const YAML::Node& n, const std::string& key) {
+                 time_slicing = true;
+                 shared(n, key, SharingStrategy::time_slicing);
+               }},
+              {"mps", [&](const YAML::Node& n, const std::string& key) {
+                 mps = true;
+                 shared(n, key, SharingStrategy::mps);
+               }}});
+    if (time_slicing && mps) {
+      throw Problem{path,
+                    "timeSlicing and mps are both set; a node shares its GPUs one way (NVIDIA's plugin "
+                    "silently uses mps)"};
+    }
   }
 
-  void time_slicing(const YAML::Node& node, const std::string& path) {
-    TimeSlicing& t = c_.time_slicing;
-    each_key(
-        node, path,
-        {{"renameByDefault",
-          [&t](const YAML::Node& n, const std::string& key) { t.rename_by_default = boolean(n, key); }},
-         {"failRequestsGreaterThanOne",
-          [&t](const YAML::Node& n, const std::string& key) { t.fail_requests_greater_than_one = boolean(n, key); }},
-         {"resources", [this](const YAML::Node& n, const std::string& key) { shared_resources(n, key); }}});
+  void shared(const YAML::Node& node, const std::string& path, SharingStrategy strategy) {
+    Sharing& t = c_.sharing;
+    t.strategy = strategy;
+    bool fail_requests_set = false;
+    each_key(node, path,
+             {{"renameByDefault",
+               [&t](const YAML::Node& n, const std::string& key) { t.rename_by_default = boolean(n, key); }},
+              {"failRequestsGreaterThanOne",
+               [&](const YAML::Node& n, const std::string& key) {
+                 t.fail_requests_greater_than_one = boolean(n, key);
+                 fail_requests_set = true;
+               }},
+              {"resources",
+               [this, strategy](const YAML::Node& n, const std::string& key) { shared_resources(n, key, strategy); }}});
     if (t.resources.empty()) throw Problem{child(path, "resources"), "no resources to share"};
+    // NVIDIA's default under MPS (v0.20): a container holds one replica unless the file says otherwise.
+    if (strategy == SharingStrategy::mps && !fail_requests_set) t.fail_requests_greater_than_one = true;
   }
 
-  void shared_resources(const YAML::Node& node, const std::string& path) {
+  void shared_resources(const YAML::Node& node, const std::string& path, SharingStrategy strategy) {
     if (!node.IsSequence()) throw Problem{path, "must be a list of {name, replicas}"};
-    std::vector<TimeSlicing::Resource> resources;
+    const unsigned most = strategy == SharingStrategy::mps ? kMpsMaxClients : 1000;
+    std::vector<Sharing::Resource> resources;
     for (std::size_t i = 0; i < node.size(); ++i) {
       const std::string at = path + "[" + std::to_string(i) + "]";
-      TimeSlicing::Resource r;
+      Sharing::Resource r;
       r.replicas = 0;
       r.key = at;
       each_key(
@@ -322,9 +347,13 @@ class Reader {
           {{"name", [&r](const YAML::Node& n, const std::string& key) { r.name = resource_name(n, key); }},
            {"rename", [&r](const YAML::Node& n, const std::string& key) { r.rename = resource_name(n, key); }},
            {"replicas",
-            [&r](const YAML::Node& n, const std::string& key) {
+            [&r, most, strategy](const YAML::Node& n, const std::string& key) {
               r.replicas = whole_number(n, key);
-              if (r.replicas < 2 || r.replicas > 1000) throw Problem{key, "must be from 2 to 1000"};
+              if (r.replicas < 2 || r.replicas > most) {
+                throw Problem{key,
+                              "must be from 2 to " + std::to_string(most) +
+                                  (strategy == SharingStrategy::mps ? " (MPS serves at most 48 clients a GPU)" : "")};
+              }
             }},
            {"devices", [&r](const YAML::Node& n, const std::string& key) { r.devices = shared_devices(n, key); }}});
       if (r.name.empty()) throw Problem{at, "needs a name"};
@@ -334,7 +363,7 @@ class Reader {
       }
       resources.push_back(std::move(r));
     }
-    c_.time_slicing.resources = std::move(resources);
+    c_.sharing.resources = std::move(resources);
   }
 
   void gpuguard(const YAML::Node& node, const std::string& path) {
@@ -457,6 +486,11 @@ std::optional<std::string> check_config(const PluginConfig& config) {
   if (!config.node_name.empty() && !is_node_name(config.node_name)) {
     return "the node name \"" + config.node_name +
            "\" is not a Kubernetes object name (lower case letters, digits, '-' and '.')";
+  }
+  if (config.sharing.strategy == SharingStrategy::mps && !config.sharing.resources.empty() &&
+      config.mig_strategy == MigStrategy::mixed) {
+    return "sharing.mps: MPS does not share MIG devices, and the MIG strategy mixed is not supported with it (use "
+           "none, or timeSlicing)";
   }
   std::set<std::string> names = {config.resource_name};
   for (const HostDevice& device : config.host_devices) {

@@ -148,6 +148,7 @@ std::vector<Gpu> discover_nvml(Nvml& nvml, const fs::path& host_root) {
     gpu.mig_enabled = device.mig_enabled;
     gpu.mig_listed = true;
     gpu.mig_devices = device.mig_devices;
+    gpu.memory_bytes = device.memory_bytes;
     if (!gpu.mig_devices.empty()) {
       const auto capabilities = mig_capabilities(host_root, gpu.minor);
       for (MigDevice& mig : gpu.mig_devices) {

@@ -51,6 +51,10 @@ std::optional<std::string> apply_flags(const po::variables_map& flags, PluginCon
   }
   if (given("pass-device-specs")) c.gpu.pass_device_specs = flags["pass-device-specs"].as<bool>();
   if (given("cdi-root")) c.cdi_root = text("cdi-root");
+  if (given("mps-root")) {
+    c.gpu.mps_root = text("mps-root");
+    if (!c.gpu.mps_root.starts_with('/')) return "--mps-root must be an absolute path on the host";
+  }
   if (given("cdi-annotation-prefix")) c.gpu.cdi_annotation_prefix = text("cdi-annotation-prefix");
   if (given("shared-devices-allocation-policy")) {
     const auto policy = parse_shared_allocation(text("shared-devices-allocation-policy"));
@@ -94,6 +98,7 @@ constexpr std::pair<const char*, const char*> kFlagKeys[] = {
     {"device-list-strategy", "flags.plugin.deviceListStrategy"},
     {"pass-device-specs", "flags.plugin.passDeviceSpecs"},
     {"cdi-root", "gpuguard.cdiRoot"},
+    {"mps-root", "flags.mpsRoot"},
     {"cdi-annotation-prefix", "flags.plugin.cdiAnnotationPrefix"},
     {"shared-devices-allocation-policy", "flags.plugin.sharedDevicesAllocationPolicy"},
     {"host-device", "gpuguard.hostDevices"},
@@ -135,6 +140,9 @@ void add_flags(po::options_description& description) {
       "for NVIDIA's runtime in cdi mode (default /var/run/cdi); empty: write none, and the cdi strategies "
       "name nvidia-ctk's nvidia.com/gpu devices")("cdi-annotation-prefix", po::value<std::string>(),
                                                   "for cdi-annotations (default cdi.k8s.io/)")(
+      "mps-root", po::value<std::string>(),
+      "the host's directory (under --host-root) of the MPS daemons, a directory per GPU shared by sharing.mps "
+      "(default /run/gpuguard/mps)")(
       "shared-devices-allocation-policy", po::value<std::string>(),
       "time-sliced replicas preferred from the least used GPUs (distributed, the default) or the most used (packed)")(
       "host-device", po::value<std::vector<std::string>>()->composing(),

@@ -5,6 +5,8 @@
 #include <map>
 #include <set>
 
+#include "gpuguard/deviceplugin/mps.hpp"
+
 namespace gpuguard::deviceplugin {
 namespace {
 
@@ -13,11 +15,11 @@ constexpr const char* kVolumeMountsRoot = "/var/run/nvidia-container-devices";
 constexpr std::string_view kReplicaSeparator = "::";
 
 GpuUnit whole(const Gpu& gpu) {
-  return {gpu.uuid, gpu.uuid, gpu.numa_node, {"/dev/nvidia" + std::to_string(gpu.minor)}};
+  return {gpu.uuid, gpu.uuid, gpu.numa_node, {"/dev/nvidia" + std::to_string(gpu.minor)}, gpu.memory_bytes};
 }
 
 GpuUnit part(const Gpu& gpu, const MigDevice& mig) {
-  GpuUnit unit{mig.uuid, gpu.uuid, gpu.numa_node, {"/dev/nvidia" + std::to_string(gpu.minor)}};
+  GpuUnit unit{mig.uuid, gpu.uuid, gpu.numa_node, {"/dev/nvidia" + std::to_string(gpu.minor)}, {}};
   for (const auto& minor : {mig.gi_cap_minor, mig.ci_cap_minor}) {
     if (minor) unit.device_nodes.push_back("/dev/nvidia-caps/nvidia-cap" + std::to_string(*minor));
   }
@@ -107,9 +109,9 @@ std::optional<std::size_t> index_of(std::string_view digits) {
   return index;
 }
 
-// Where the config file set a sharing entry, for messages; a TimeSlicing made in code has no key.
-std::string key_of(const TimeSlicing::Resource& shared) {
-  return shared.key.empty() ? "sharing.timeSlicing" : shared.key;
+// Where the config file set a sharing entry, for messages; a Sharing made in code has no key.
+std::string key_of(const Sharing& sharing, const Sharing::Resource& shared) {
+  return shared.key.empty() ? std::string(sharing_key(sharing.strategy)) : shared.key;
 }
 
 // The UUID a device reference names on this node: itself for a UUID, the GPU at an index, the MIG device
@@ -126,10 +128,10 @@ std::optional<std::string> referenced_uuid(const std::string& ref, const std::ve
 }
 
 // The units of `resource` that `devices` chooses, in the resource's order, or why it cannot.
-std::vector<GpuUnit> chosen_units(const TimeSlicing::Resource& shared, const GpuResourcePlan& resource,
-                                  const std::vector<Gpu>& gpus, std::string& error) {
+std::vector<GpuUnit> chosen_units(const Sharing& sharing, const Sharing::Resource& shared,
+                                  const GpuResourcePlan& resource, const std::vector<Gpu>& gpus, std::string& error) {
   const SharedDevices& devices = shared.devices;
-  const std::string at = key_of(shared);
+  const std::string at = key_of(sharing, shared);
   if (devices.kind == SharedDevices::Kind::all) return resource.units;
   if (devices.kind == SharedDevices::Kind::count) {
     if (devices.count > resource.units.size()) {
@@ -164,30 +166,40 @@ std::vector<GpuUnit> chosen_units(const TimeSlicing::Resource& shared, const Gpu
   return chosen;
 }
 
-std::optional<std::string> share(const TimeSlicing& time_slicing, const std::vector<Gpu>& gpus, GpuPlan& plan) {
-  for (const TimeSlicing::Resource& shared : time_slicing.resources) {
+std::optional<std::string> share(const Sharing& sharing, const std::vector<Gpu>& gpus, GpuPlan& plan) {
+  const std::string_view section = sharing_key(sharing.strategy);
+  const bool mps = sharing.strategy == SharingStrategy::mps;
+  for (const Sharing::Resource& shared : sharing.resources) {
     const auto resource = std::find_if(plan.resources.begin(), plan.resources.end(),
                                        [&](const GpuResourcePlan& r) { return r.name == shared.name; });
     if (resource == plan.resources.end()) {
-      plan.warnings.push_back("sharing.timeSlicing: this node has no " + shared.name + " to share");
+      plan.warnings.push_back(std::string(section) + ": this node has no " + shared.name + " to share");
       continue;
     }
     std::string error;
-    std::vector<GpuUnit> chosen = chosen_units(shared, *resource, gpus, error);
+    std::vector<GpuUnit> chosen = chosen_units(sharing, shared, *resource, gpus, error);
     if (!error.empty()) return error;
+    if (mps) {
+      // One MPS daemon serves a whole GPU; NVIDIA's MPS does not run on MIG devices.
+      const auto mig =
+          std::find_if(chosen.begin(), chosen.end(), [](const GpuUnit& unit) { return unit.uuid != unit.gpu_uuid; });
+      if (mig != chosen.end()) {
+        return key_of(sharing, shared) + ": MPS does not share MIG devices, and " + shared.name + " has " + mig->uuid;
+      }
+    }
     std::string name = shared.name;
     if (!shared.rename.empty()) {
       name = shared.rename;
-    } else if (time_slicing.rename_by_default) {
+    } else if (sharing.rename_by_default) {
       name += ".shared";
     }
     const bool some = chosen.size() < resource->units.size();
     if (some && name == shared.name) {
-      return key_of(shared) + ": shares " + std::to_string(chosen.size()) + " of the " +
+      return key_of(sharing, shared) + ": shares " + std::to_string(chosen.size()) + " of the " +
              std::to_string(resource->units.size()) + " devices of " + shared.name +
              ", so it needs a rename (or renameByDefault): whole devices and replicas never stand under one name";
     }
-    GpuResourcePlan replicas{name, std::move(chosen), shared.replicas, time_slicing.fail_requests_greater_than_one};
+    GpuResourcePlan replicas{name, std::move(chosen), shared.replicas, sharing.fail_requests_greater_than_one, mps};
     if (some) {
       std::erase_if(resource->units, [&](const GpuUnit& unit) {
         return std::any_of(replicas.units.begin(), replicas.units.end(),
@@ -201,13 +213,17 @@ std::optional<std::string> share(const TimeSlicing& time_slicing, const std::vec
   std::set<std::string> names;
   for (const GpuResourcePlan& resource : plan.resources) {
     if (!names.insert(resource.name).second) {
-      return "sharing.timeSlicing: " + resource.name + " would name two resources on this node";
+      return std::string(section) + ": " + resource.name + " would name two resources on this node";
     }
   }
   return std::nullopt;
 }
 
 }  // namespace
+
+std::string_view sharing_key(SharingStrategy strategy) {
+  return strategy == SharingStrategy::mps ? "sharing.mps" : "sharing.timeSlicing";
+}
 
 std::optional<MigStrategy> parse_mig_strategy(std::string_view name) {
   if (name == "none") return MigStrategy::none;
@@ -226,12 +242,12 @@ std::string_view mig_strategy_name(MigStrategy strategy) {
 }
 
 GpuPlan plan_gpu_resources(const std::vector<Gpu>& gpus, MigStrategy strategy, const std::string& resource_name,
-                           const TimeSlicing& time_slicing) {
+                           const Sharing& sharing) {
   GpuPlan plan;
   if (gpus.empty()) return plan;
   plan.error = plan_mig(gpus, strategy, resource_name, plan);
   if (!plan.error) {
-    plan.error = share(time_slicing, gpus, plan);
+    plan.error = share(sharing, gpus, plan);
     plan.sharing_error = plan.error.has_value();
   }
   if (plan.error) plan.resources.clear();
@@ -308,6 +324,7 @@ GpuResource::GpuResource(const GpuResourcePlan& plan, GpuOptions options)
       units_(plan.units),
       replicas_(plan.replicas),
       fail_requests_greater_than_one_(plan.fail_requests_greater_than_one),
+      mps_(plan.mps && plan.replicas > 1),
       options_(std::move(options)) {}
 
 const GpuUnit& GpuResource::unit_of(const std::string& id) const {
@@ -333,6 +350,28 @@ std::vector<std::string> GpuResource::preferred(const std::vector<std::string>& 
     std::sort(unit.free.begin(), unit.free.end(), [](const Device& a, const Device& b) { return a.order < b.order; });
   }
   const bool spread = options_.shared_allocation == SharedAllocation::distributed;
+  if (mps_ && chosen.size() < size) {
+    // The whole request from one GPU, since an MPS client reaches one daemon: the one must_include holds,
+    // or the least (distributed) or most (packed) used GPU with room for all of it.
+    const std::size_t needed = size - chosen.size();
+    std::optional<std::size_t> held;
+    if (!must_include.empty()) {
+      if (const auto device = devices().find(must_include.front())) held = device->order / replicas_;
+    }
+    Candidates* best = nullptr;
+    for (std::size_t u = 0; u < by_unit.size(); ++u) {
+      Candidates& unit = by_unit[u];
+      if (unit.free.size() < needed || (held && u != *held)) continue;
+      const std::size_t used = replicas_ - unit.free.size();
+      if (best == nullptr || (spread ? used < replicas_ - best->free.size() : used > replicas_ - best->free.size())) {
+        best = &unit;
+      }
+    }
+    if (best != nullptr) {
+      for (std::size_t i = 0; i < needed; ++i) chosen.push_back(best->free[i].id);
+      return chosen;
+    }
+  }
   while (chosen.size() < size) {
     Candidates* best = nullptr;
     for (Candidates& unit : by_unit) {
@@ -354,9 +393,22 @@ std::vector<std::string> GpuResource::preferred(const std::vector<std::string>& 
 }
 
 std::optional<std::string> GpuResource::refuse(const std::vector<Device>& allocated) const {
-  if (!fail_requests_greater_than_one_ || replicas_ <= 1 || allocated.size() <= 1) return std::nullopt;
-  return "maximum request size for shared resources is 1; found " + std::to_string(allocated.size()) +
-         " (sharing.timeSlicing.failRequestsGreaterThanOne)";
+  if (replicas_ <= 1 || allocated.size() <= 1) return std::nullopt;
+  if (fail_requests_greater_than_one_) {
+    return "maximum request size for shared resources is 1; found " + std::to_string(allocated.size()) + " (" +
+           std::string(sharing_key(mps_ ? SharingStrategy::mps : SharingStrategy::time_slicing)) +
+           ".failRequestsGreaterThanOne)";
+  }
+  if (mps_) {
+    // A client connects to one daemon, through the one pipe directory its container is given.
+    const auto other = std::find_if(allocated.begin(), allocated.end(),
+                                    [&](const Device& d) { return d.health_key != allocated.front().health_key; });
+    if (other != allocated.end()) {
+      return "MPS replicas of one container must be of one GPU: " + allocated.front().id + " and " + other->id +
+             " are of two, and a client reaches one GPU's MPS daemon";
+    }
+  }
+  return std::nullopt;
 }
 
 void GpuResource::fill(const std::vector<Device>& allocated, Allocation& allocation) const {
@@ -401,6 +453,7 @@ void GpuResource::fill(const std::vector<Device>& allocated, Allocation& allocat
   // With CDI alone, an image's NVIDIA_VISIBLE_DEVICES=all would still reach the toolkit's legacy hook
   // and widen the container to every GPU: "void" makes the hook add none.
   if (!visible_devices_set) allocation.envs[kVisibleDevices] = "void";
+  if (mps_) fill_mps(allocated, *units.front(), allocation);
   // What gpuguard-node-enforcer reads where the kubelet's pod-resources API does not list the container
   // (an init container): the kubelet puts it on the container, never the pod.
   allocation.annotations[kAllocatedGpusAnnotation] = uuids;
@@ -412,6 +465,20 @@ void GpuResource::fill(const std::vector<Device>& allocated, Allocation& allocat
       }
     }
     for (const std::string& node : options_.control_nodes) allocation.devices.push_back({node, node, "rw"});
+  }
+}
+
+// The container reaches its GPU's daemon through that GPU's pipe directory and shm alone, and carries
+// its limits for the replicas it holds in its environment, which every process it starts inherits.
+void GpuResource::fill_mps(const std::vector<Device>& allocated, const GpuUnit& unit, Allocation& allocation) const {
+  const MpsPaths paths = mps_paths(options_.mps_root, unit.gpu_uuid);
+  const auto held = static_cast<unsigned>(allocated.size());
+  allocation.mounts.push_back({kMpsClientPipe, paths.pipe.string(), false});
+  allocation.mounts.push_back({"/dev/shm", paths.shm.string(), false});
+  allocation.envs["CUDA_MPS_PIPE_DIRECTORY"] = kMpsClientPipe;
+  allocation.envs["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = std::to_string(mps_thread_percentage(held, replicas_));
+  if (const auto mib = mps_memory_limit_mib(unit.memory_bytes, held, replicas_)) {
+    allocation.envs["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = "0=" + std::to_string(*mib) + "M";
   }
 }
 

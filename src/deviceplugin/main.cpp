@@ -1,4 +1,4 @@
-// gpuguard-device-plugin: serves NVIDIA GPUs (by UUID, whole, as MIG devices or as time-sliced replicas)
+// gpuguard-device-plugin: serves NVIDIA GPUs (by UUID, whole, as MIG devices, time-sliced or MPS replicas)
 // and host devices such as /dev/fuse to the kubelet.
 #include <boost/program_options.hpp>
 
@@ -7,6 +7,7 @@
 #include "gpuguard/cli/apiserver_flags.hpp"
 #include "gpuguard/cli/command_line.hpp"
 #include "gpuguard/deviceplugin/flags.hpp"
+#include "mps_control.hpp"
 #include "node_report_command.hpp"
 #include "plugin_service.hpp"
 
@@ -23,7 +24,7 @@ void print_config(const gpuguard::deviceplugin::PluginConfig& config, const std:
   }
   std::cout << "resource " << config.resource_name << ", MIG strategy " << mig_strategy_name(config.mig_strategy)
             << ", device list strategy " << strategies << "\n";
-  for (const auto& shared : config.time_slicing.resources) {
+  for (const auto& shared : config.sharing.resources) {
     std::string devices = "all devices";
     if (shared.devices.kind == SharedDevices::Kind::count) {
       devices = "the first " + std::to_string(shared.devices.count) + " device(s)";
@@ -31,8 +32,11 @@ void print_config(const gpuguard::deviceplugin::PluginConfig& config, const std:
       devices.clear();
       for (const std::string& ref : shared.devices.refs) devices += (devices.empty() ? "devices " : ",") + ref;
     }
-    std::cout << "time-slicing " << shared.name << " x" << shared.replicas << ", " << devices
-              << (shared.rename.empty() ? "" : " as " + shared.rename) << "\n";
+    std::cout << (config.sharing.strategy == SharingStrategy::mps ? "mps " : "time-slicing ") << shared.name << " x"
+              << shared.replicas << ", " << devices << (shared.rename.empty() ? "" : " as " + shared.rename) << "\n";
+  }
+  if (config.sharing.strategy == SharingStrategy::mps && !config.sharing.resources.empty()) {
+    std::cout << "mps root " << config.gpu.mps_root << " (a daemon per GPU: gpuguard-device-plugin mps-control)\n";
   }
   for (const HostDevice& device : config.host_devices) {
     std::cout << "host device " << device.resource << ": " << device.patterns.size() << " path(s), " << device.slots
@@ -48,11 +52,15 @@ int main(int argc, char** argv) {
   using namespace gpuguard;
   if (argc >= 2 && std::string(argv[1]) == "node-report")
     return deviceplugin::run_node_report_command({argv + 2, argv + argc});
+  if (argc >= 2 && std::string(argv[1]) == "mps-control")
+    return deviceplugin::run_mps_control_command({argv + 2, argv + argc});
   po::options_description description(
       "gpuguard-device-plugin: a kubelet device plugin (v1beta1) for NVIDIA GPUs by UUID, MIG devices,\n"
       "time-sliced GPUs, and host devices such as /dev/fuse.\n\n"
       "  gpuguard-device-plugin node-report [--host-root DIR] [--value none|void] [--format text|json]\n"
-      "      does the value the webhook injects keep GPUs out on this node? (node-report --help)\n\nOptions");
+      "      does the value the webhook injects keep GPUs out on this node? (node-report --help)\n"
+      "  gpuguard-device-plugin mps-control [the same flags]\n"
+      "      an NVIDIA MPS control daemon per GPU that sharing.mps shares (mps-control --help)\n\nOptions");
   deviceplugin::add_flags(description);
   cli::add_apiserver_flags(description);
   description.add_options()("check-config", po::bool_switch(),

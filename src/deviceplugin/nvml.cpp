@@ -85,6 +85,7 @@ class DlNvml final : public Nvml {
            resolve_optional(ci_id_, "nvmlDeviceGetComputeInstanceId") &&
            resolve_optional(attributes_, "nvmlDeviceGetAttributes_v2") &&
            resolve_optional(memory_, "nvmlDeviceGetMemoryInfo");
+    if (memory_ == nullptr) resolve_optional(memory_, "nvmlDeviceGetMemoryInfo");  // MPS's memory limits
     // For the profile's +me, +gfx, -me suffixes; without them the name has slices and memory only.
     profiles_ = resolve_optional(gi_by_id_, "nvmlDeviceGetGpuInstanceById") &&
                 resolve_optional(gi_info_, "nvmlGpuInstanceGetInfo") &&
@@ -101,7 +102,10 @@ class DlNvml final : public Nvml {
     for (unsigned i = 0; i < count; ++i) {
       nvmlDevice_t handle = nullptr;
       check(by_index_(i, &handle), "nvmlDeviceGetHandleByIndex_v2");
-      Device device{uuid_of(handle), minor_of(handle), false, {}};
+      Device device{uuid_of(handle), minor_of(handle), false, {}, {}};
+      if (nvmlMemory_t memory{}; memory_ != nullptr && memory_(handle, &memory) == kSuccess) {
+        device.memory_bytes = memory.total;
+      }
       unsigned current = 0, pending = 0;
       if (mig_ && mig_mode_(handle, &current, &pending) == kSuccess && current == kMigEnabled) {
         device.mig_enabled = true;

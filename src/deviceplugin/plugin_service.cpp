@@ -18,6 +18,7 @@
 #include "gpuguard/deviceplugin/health.hpp"
 #include "gpuguard/deviceplugin/host_device.hpp"
 #include "gpuguard/deviceplugin/kubelet_session.hpp"
+#include "gpuguard/deviceplugin/mps.hpp"
 #include "gpuguard/deviceplugin/node_condition_writer.hpp"
 #include "gpuguard/deviceplugin/plugin_server.hpp"
 #include "gpuguard/deviceplugin/status_handler.hpp"
@@ -121,9 +122,35 @@ std::string report_only_reason(const PluginConfig& c) {
   return "";
 }
 
+// An MPS GPU's replicas are served Unhealthy until its daemon's readiness file exists
+// (gpuguard-device-plugin mps-control writes it once the daemon answers with its limits set, and removes
+// it when the daemon stops answering or is stopped), so no pod is given a replica nothing serves.
+struct MpsReadiness {
+  DeviceSet* devices;
+  std::string gpu_uuid;
+  std::filesystem::path ready;
+  bool seen_ready;
+};
+
+void check_mps_daemons(std::vector<MpsReadiness>& daemons) {
+  for (MpsReadiness& daemon : daemons) {
+    std::error_code ec;
+    const bool ready = std::filesystem::exists(daemon.ready, ec);
+    if (ready == daemon.seen_ready) continue;
+    daemon.seen_ready = ready;
+    daemon.devices->withhold(daemon.gpu_uuid, !ready);
+    if (ready) {
+      log::info("MPS daemon ready: the GPU's replicas are served", {{"gpu", daemon.gpu_uuid}});
+    } else {
+      log::warn("MPS daemon not ready: the GPU's replicas are Unhealthy until it is",
+                {{"gpu", daemon.gpu_uuid}, {"missing", daemon.ready.string()}});
+    }
+  }
+}
+
 // The GPU resources the config makes of what was found; empty when there are none to serve.
 std::vector<std::unique_ptr<GpuResource>> gpu_resources(const PluginConfig& c, const Discovery& found) {
-  GpuPlan plan = plan_gpu_resources(found.gpus, c.mig_strategy, c.resource_name, c.time_slicing);
+  GpuPlan plan = plan_gpu_resources(found.gpus, c.mig_strategy, c.resource_name, c.sharing);
   for (const std::string& warning : plan.warnings) log::warn("GPU resources", {{"reason", warning}});
   if (plan.error) {
     if (c.fail_on_init_error || plan.sharing_error) throw std::runtime_error(*plan.error);
@@ -183,12 +210,21 @@ void serve(const PluginConfig& c, const std::vector<std::string>& config_warning
 
   std::vector<std::unique_ptr<Resource>> resources;
   std::vector<DeviceSet*> gpu_sets;
+  std::vector<MpsReadiness> mps_daemons;
   const std::string report_only = found.gpus.empty() ? "" : report_only_reason(c);
   if (!report_only.empty()) {
     log::info("GPUs not served: the node is judged and reported only", {{"reason", report_only}});
   } else {
     for (auto& gpu : gpu_resources(c, found)) {
       gpu_sets.push_back(&gpu->devices());
+      if (gpu->mps()) {
+        for (const GpuUnit& unit : gpu->units()) {
+          const auto ready = host_path(c.host_root, mps_paths(c.gpu.mps_root, unit.gpu_uuid).ready.string());
+          gpu->devices().withhold(unit.gpu_uuid, true);  // until its daemon is seen ready
+          log::info("MPS GPU: its replicas wait for its daemon", {{"gpu", unit.gpu_uuid}, {"ready", ready.string()}});
+          mps_daemons.push_back({&gpu->devices(), unit.gpu_uuid, ready, false});
+        }
+      }
       resources.push_back(std::move(gpu));
     }
   }
@@ -253,6 +289,7 @@ void serve(const PluginConfig& c, const std::vector<std::string>& config_warning
   if (!found.nvml && c.health_checks) checks = presence_checks(c.host_root, gpu_sets, found.gpus);
   const auto check_presence = [&] {
     run_presence_checks(checks);
+    check_mps_daemons(mps_daemons);
     // The devices of a pattern follow its matches always; a group's health only with health checks on.
     for (HostDeviceResource* device : host_devices) {
       if (c.health_checks || device->one_per_match()) device->rescan();

@@ -7,17 +7,36 @@ namespace gpuguard::deviceplugin {
 
 DeviceSet::DeviceSet(std::vector<Device> devices) : devices_(std::move(devices)) {}
 
+Device DeviceSet::as_served(Device device) const {
+  if (withheld_.contains(device.health_key)) device.healthy = false;
+  return device;
+}
+
 std::vector<Device> DeviceSet::snapshot(std::uint64_t* version) const {
   std::lock_guard lock(mutex_);
   if (version != nullptr) *version = version_;
-  return devices_;
+  if (withheld_.empty()) return devices_;
+  std::vector<Device> devices;
+  devices.reserve(devices_.size());
+  for (const Device& device : devices_) devices.push_back(as_served(device));
+  return devices;
 }
 
 std::optional<Device> DeviceSet::find(const std::string& id) const {
   std::lock_guard lock(mutex_);
   const auto it = std::find_if(devices_.begin(), devices_.end(), [&](const Device& d) { return d.id == id; });
   if (it == devices_.end()) return std::nullopt;
-  return *it;
+  return as_served(*it);
+}
+
+bool DeviceSet::withhold(const std::string& health_key, bool withheld) {
+  std::lock_guard lock(mutex_);
+  const bool changed = withheld ? withheld_.insert(health_key).second : withheld_.erase(health_key) > 0;
+  if (changed) {
+    ++version_;
+    changed_.notify_all();
+  }
+  return changed;
 }
 
 bool DeviceSet::set_health(const std::string& health_key, bool healthy) {

@@ -46,15 +46,44 @@ TEST_CASE("config file: NVIDIA's time-slicing example is taken as it is") {
   CHECK(config.gpu.pass_device_specs);
   CHECK(config.gpu.strategies == std::vector<Strategy>{Strategy::envvar, Strategy::cdi_annotations});
   CHECK(config.gpu.shared_allocation == SharedAllocation::packed);
-  CHECK_FALSE(config.time_slicing.rename_by_default);
-  CHECK(config.time_slicing.fail_requests_greater_than_one);
-  REQUIRE(config.time_slicing.resources.size() == 2);
-  CHECK(config.time_slicing.resources[0].name == "nvidia.com/gpu");
-  CHECK(config.time_slicing.resources[0].replicas == 10);
-  CHECK(config.time_slicing.resources[1].name == "nvidia.com/mig-1g.10gb");  // NVIDIA's implied domain
-  CHECK(config.time_slicing.resources[1].rename == "nvidia.com/mig-1g.10gb.shared");
+  CHECK_FALSE(config.sharing.rename_by_default);
+  CHECK(config.sharing.fail_requests_greater_than_one);
+  REQUIRE(config.sharing.resources.size() == 2);
+  CHECK(config.sharing.resources[0].name == "nvidia.com/gpu");
+  CHECK(config.sharing.resources[0].replicas == 10);
+  CHECK(config.sharing.resources[1].name == "nvidia.com/mig-1g.10gb");  // NVIDIA's implied domain
+  CHECK(config.sharing.resources[1].rename == "nvidia.com/mig-1g.10gb.shared");
   REQUIRE(result.warnings.size() == 1);
   CHECK_THAT(result.warnings[0], Catch::Contains("flags.gfd is GPU Feature Discovery's"));
+}
+
+TEST_CASE("config file: MPS, as NVIDIA's README writes it, holds a container to one replica unless told otherwise") {
+  PluginConfig config;
+  ConfigFileResult result = apply_config_text(
+      "version: v1\nflags: {mpsRoot: /run/nvidia/mps}\nsharing:\n  mps:\n    resources:\n"
+      "    - name: nvidia.com/gpu\n      replicas: 10\n",
+      "mps.yaml", config);
+  REQUIRE_FALSE(result.error);
+  CHECK(config.sharing.strategy == SharingStrategy::mps);
+  CHECK(config.sharing.fail_requests_greater_than_one);  // NVIDIA's default under MPS
+  REQUIRE(config.sharing.resources.size() == 1);
+  CHECK(config.sharing.resources[0].replicas == 10);
+  CHECK(config.gpu.mps_root == "/run/nvidia/mps");
+
+  PluginConfig explicit_false;
+  result =
+      apply_config_text("sharing: {mps: {failRequestsGreaterThanOne: false, resources: [{name: gpu, replicas: 4}]}}\n",
+                        "mps.yaml", explicit_false);
+  REQUIRE_FALSE(result.error);
+  CHECK_FALSE(explicit_false.sharing.fail_requests_greater_than_one);
+
+  PluginConfig time_slicing;
+  REQUIRE_FALSE(
+      apply_config_text("sharing: {timeSlicing: {resources: [{name: gpu, replicas: 4}]}}\n", "ts.yaml", time_slicing)
+          .error);
+  CHECK(time_slicing.sharing.strategy == SharingStrategy::time_slicing);
+  CHECK_FALSE(time_slicing.sharing.fail_requests_greater_than_one);
+  CHECK(time_slicing.gpu.mps_root == "/run/gpuguard/mps");  // the default
 }
 
 TEST_CASE("config file: every key of the gpuguard section") {
@@ -107,7 +136,7 @@ TEST_CASE("config file: every bad key and value is refused with the file, the ke
        "flags.deviceDiscoveryStrategy: must be auto or nvml (Tegra is not supported)"},
       {"flags: {nvidiaDriverRoot: /run/nvidia/driver}\n", "flags.nvidiaDriverRoot: only / is accepted"},
       {"flags: {nvidiaDevRoot: /dev2}\n", "flags.nvidiaDevRoot: only / is accepted"},
-      {"flags: {mpsRoot: /run/nvidia/mps}\n", "flags.mpsRoot: MPS is not supported"},
+      {"flags: {mpsRoot: run/mps}\n", "flags.mpsRoot: must be an absolute path on the host"},
       {"flags: {gdsEnabled: true}\n", "flags.gdsEnabled: GPUDirect Storage is not supported"},
       {"flags: {gdrcopyEnabled: true}\n", "flags.gdrcopyEnabled: GDRCopy devices are not supported"},
       {"flags: {mofedEnabled: true}\n", "flags.mofedEnabled: MOFED devices are not supported"},
@@ -126,7 +155,14 @@ TEST_CASE("config file: every bad key and value is refused with the file, the ke
        "flags.plugin.containerDriverRoot: gpuguard's CDI spec mounts no driver files"},
       {"flags: {plugin: {bogus: 1}}\n", "flags.plugin.bogus: unknown key"},
       {"imex: {channelIDs: [0]}\n", "imex: IMEX channels are not supported"},
-      {"sharing: {mps: {resources: []}}\n", "sharing.mps: MPS sharing is not supported"},
+      {"sharing: {mps: {resources: []}}\n", "sharing.mps.resources: no resources to share"},
+      {"sharing: {mps: {resources: [{name: gpu, replicas: 49}]}}\n",
+       "sharing.mps.resources[0].replicas: must be from 2 to 48 (MPS serves at most 48 clients a GPU)"},
+      {"sharing: {mps: {resources: [{name: gpu, replicas: 2}]}, timeSlicing: {resources: [{name: gpu, replicas: "
+       "2}]}}\n",
+       "sharing: timeSlicing and mps are both set"},
+      {"flags: {migStrategy: mixed}\nsharing: {mps: {resources: [{name: gpu, replicas: 2}]}}\n",
+       "sharing.mps: MPS does not share MIG devices, and the MIG strategy mixed is not supported with it"},
       {"sharing: {timeslicing: {}}\n", "sharing.timeslicing: unknown key"},
       {"sharing: {timeSlicing: {}}\n", "sharing.timeSlicing.resources: no resources to share"},
       {"sharing: {timeSlicing: {resources: {name: gpu}}}\n", "sharing.timeSlicing.resources: must be a list"},
@@ -192,8 +228,8 @@ TEST_CASE("flags: the ones given override the file, the others keep its values")
   CHECK(config->mig_strategy == MigStrategy::single);
   CHECK(config->gpu.strategies == std::vector<Strategy>{Strategy::volume_mounts, Strategy::cdi_cri});
   CHECK_FALSE(config->fail_on_init_error);
-  CHECK(config->gpu.pass_device_specs);               // from the file
-  CHECK(config->time_slicing.resources.size() == 2);  // from the file
+  CHECK(config->gpu.pass_device_specs);          // from the file
+  CHECK(config->sharing.resources.size() == 2);  // from the file
   REQUIRE(config->host_devices.size() == 1);
   // Each flag that overrides a key the file sets says so (a ported file's hardening must not vanish
   // silently); --host-device overrides nothing the file sets.

@@ -1,4 +1,4 @@
-// The GPU resources a node advertises under each MIG strategy and with time-slicing, as NVIDIA's plugin
+// The GPU resources a node advertises under each MIG strategy and with time-slicing or MPS, as NVIDIA's plugin
 // defines them, and what the kubelet is offered and given for replicas and MIG devices.
 #include <yaml-cpp/yaml.h>
 #include <catch2/catch.hpp>
@@ -9,6 +9,7 @@
 #include "gpuguard/deviceplugin/cdi_spec.hpp"
 #include "gpuguard/deviceplugin/config.hpp"
 #include "gpuguard/deviceplugin/gpu_resource.hpp"
+#include "gpuguard/deviceplugin/mps.hpp"
 
 using namespace gpuguard::deviceplugin;
 
@@ -122,7 +123,7 @@ TEST_CASE("MIG strategies need NVML where procfs shows MIG instances") {
 }
 
 TEST_CASE("time-slicing: replicas as <uuid>::<n>, renamed on request, and what is not on the node is said") {
-  TimeSlicing sharing;
+  Sharing sharing;
   sharing.resources = {
       {"nvidia.com/gpu", "", 4}, {"nvidia.com/mig-1g.10gb", "nvidia.com/small", 2}, {"nvidia.com/mig-7g.80gb", "", 2}};
   const GpuPlan plan = plan_gpu_resources({gpu("GPU-0", 0, {mig("MIG-a", 1, "1g.10gb")}), gpu("GPU-1", 1)},
@@ -150,13 +151,15 @@ TEST_CASE("time-slicing: replicas as <uuid>::<n>, renamed on request, and what i
   CHECK_THAT(*clash.error, Catch::Contains("nvidia.com/gpu would name two resources"));
 }
 
-TEST_CASE("time-slicing: every case of tests/fixtures/device-plugin/sharing.yaml, read as a config file and planned") {
+TEST_CASE("sharing: every case of tests/fixtures/device-plugin/sharing.yaml, read as a config file and planned") {
   const std::vector<Gpu> two_gpus = {gpu("GPU-00000000-0000-4000-8000-000000000000", 0),
                                      gpu("GPU-11111111-1111-4111-8111-111111111111", 1)};
   const std::vector<Gpu> mig_mixed = {gpu("GPU-00000000-0000-4000-8000-000000000000", 0,
                                           {mig("MIG-aaaaaaaa-aaaa-4aaa-8aaa-aaaaaaaaaaaa", 1, "1g.10gb"),
                                            mig("MIG-bbbbbbbb-bbbb-4bbb-8bbb-bbbbbbbbbbbb", 2, "1g.10gb")}),
                                       gpu("GPU-11111111-1111-4111-8111-111111111111", 1)};
+  const std::vector<Gpu> all_mig = {mig_mixed[0], gpu("GPU-11111111-1111-4111-8111-111111111111", 1,
+                                                      {mig("MIG-cccccccc-cccc-4ccc-8ccc-cccccccccccc", 1, "1g.10gb")})};
   const YAML::Node cases = YAML::LoadFile(GPUGUARD_SOURCE_DIR "/tests/fixtures/device-plugin/sharing.yaml");
   REQUIRE(cases.size() >= 30);
   std::size_t advertised_cases = 0, refused_cases = 0;
@@ -169,9 +172,11 @@ TEST_CASE("time-slicing: every case of tests/fixtures/device-plugin/sharing.yaml
     GpuPlan plan;
     if (!error) {
       const std::string node = c["node"].as<std::string>();
-      REQUIRE((node == "two-gpus" || node == "mig-mixed"));
-      plan = plan_gpu_resources(node == "two-gpus" ? two_gpus : mig_mixed, config.mig_strategy, config.resource_name,
-                                config.time_slicing);
+      REQUIRE((node == "two-gpus" || node == "mig-mixed" || node == "all-mig"));
+      plan = plan_gpu_resources(node == "two-gpus"    ? two_gpus
+                                : node == "mig-mixed" ? mig_mixed
+                                                      : all_mig,
+                                config.mig_strategy, config.resource_name, config.sharing);
       error = plan.error;
     }
     if (c["error"]) {
@@ -199,7 +204,7 @@ TEST_CASE("time-slicing: every case of tests/fixtures/device-plugin/sharing.yaml
 }
 
 TEST_CASE("time-slicing: Allocate names each GPU once, and failRequestsGreaterThanOne refuses more than one") {
-  TimeSlicing sharing;
+  Sharing sharing;
   sharing.resources = {{"nvidia.com/gpu", "", 3}};
   const GpuPlan plan =
       plan_gpu_resources({gpu("GPU-0", 0), gpu("GPU-1", 1)}, MigStrategy::none, "nvidia.com/gpu", sharing);
@@ -223,7 +228,7 @@ TEST_CASE("time-slicing: Allocate names each GPU once, and failRequestsGreaterTh
 }
 
 TEST_CASE("time-slicing: preferred allocation spreads replicas over GPUs, or packs them") {
-  TimeSlicing sharing;
+  Sharing sharing;
   sharing.resources = {{"nvidia.com/gpu", "", 4}};
   const GpuPlan plan = plan_gpu_resources({gpu("GPU-0", 0), gpu("GPU-1", 1), gpu("GPU-2", 2)}, MigStrategy::none,
                                           "nvidia.com/gpu", sharing);
@@ -284,4 +289,153 @@ TEST_CASE("CDI spec: one device per GPU and MIG device, all and none, control no
   CHECK(nlohmann::json::parse(in) == spec);
   CHECK(std::distance(std::filesystem::directory_iterator(root), std::filesystem::directory_iterator()) == 1);
   CHECK_THROWS_WITH(write_cdi_spec(path / "not-a-directory", spec), Catch::Contains("cannot create the CDI directory"));
+}
+
+TEST_CASE("MPS: Allocate mounts the GPU's own pipe directory and shm, and the limits of the replicas held") {
+  Sharing sharing;
+  sharing.strategy = SharingStrategy::mps;
+  sharing.resources = {{"nvidia.com/gpu", "", 4}};
+  Gpu gpu0 = gpu("GPU-0", 0), gpu1 = gpu("GPU-1", 1);
+  gpu0.memory_bytes = 80ULL * 1024 * 1024 * 1024;  // 81,920 MiB
+  const GpuPlan plan = plan_gpu_resources({gpu0, gpu1}, MigStrategy::none, "nvidia.com/gpu", sharing);
+  REQUIRE_FALSE(plan.error);
+  REQUIRE(plan.resources.size() == 1);
+  CHECK(plan.resources[0].mps);
+  GpuOptions options;
+  options.mps_root = "/run/gpuguard/mps";
+  GpuResource shared(plan.resources[0], options);
+  CHECK(shared.mps());
+
+  Allocation one;
+  REQUIRE_FALSE(shared.allocate({"GPU-0::3"}, one));
+  CHECK(one.envs.at("NVIDIA_VISIBLE_DEVICES") == "GPU-0");
+  CHECK(one.envs.at("CUDA_MPS_PIPE_DIRECTORY") == "/run/gpuguard/mps/pipe");
+  CHECK(one.envs.at("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE") == "25");
+  CHECK(one.envs.at("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT") == "0=20480M");
+  REQUIRE(one.mounts.size() == 2);
+  CHECK(one.mounts[0].container_path == "/run/gpuguard/mps/pipe");
+  CHECK(one.mounts[0].host_path == "/run/gpuguard/mps/GPU-0/pipe");
+  CHECK_FALSE(one.mounts[0].read_only);  // a client writes to the control pipe
+  CHECK(one.mounts[1].container_path == "/dev/shm");
+  CHECK(one.mounts[1].host_path == "/run/gpuguard/mps/GPU-0/shm");
+
+  // Three of GPU 0's four replicas: three quarters, in the container's environment.
+  Allocation three;
+  REQUIRE_FALSE(shared.allocate({"GPU-0::0", "GPU-0::1", "GPU-0::2"}, three));
+  CHECK(three.envs.at("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE") == "75");
+  CHECK(three.envs.at("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT") == "0=61440M");
+  CHECK(three.envs.at("NVIDIA_VISIBLE_DEVICES") == "GPU-0");
+
+  // GPU 1's memory is not known (procfs): its threads are limited, its memory is not.
+  Allocation unknown_memory;
+  REQUIRE_FALSE(shared.allocate({"GPU-1::0"}, unknown_memory));
+  CHECK(unknown_memory.envs.at("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE") == "25");
+  CHECK_FALSE(unknown_memory.envs.contains("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"));
+  CHECK(unknown_memory.mounts[0].host_path == "/run/gpuguard/mps/GPU-1/pipe");
+
+  // Replicas of two GPUs: a client reaches one daemon.
+  Allocation two_gpus;
+  const auto error = shared.allocate({"GPU-0::0", "GPU-1::0"}, two_gpus);
+  REQUIRE(error);
+  CHECK_THAT(*error, Catch::Contains("MPS replicas of one container must be of one GPU"));
+
+  // With failRequestsGreaterThanOne (MPS's default in the config file), one replica at most.
+  GpuResourcePlan strict_plan = plan.resources[0];
+  strict_plan.fail_requests_greater_than_one = true;
+  GpuResource strict(strict_plan, options);
+  Allocation refused;
+  const auto strict_error = strict.allocate({"GPU-0::0", "GPU-0::1"}, refused);
+  REQUIRE(strict_error);
+  CHECK_THAT(*strict_error, Catch::Contains("(sharing.mps.failRequestsGreaterThanOne)"));
+}
+
+TEST_CASE("MPS: a preferred allocation takes every replica from one GPU, and time-slicing's spreads") {
+  Sharing sharing;
+  sharing.strategy = SharingStrategy::mps;
+  sharing.resources = {{"nvidia.com/gpu", "", 4}};
+  const GpuPlan plan = plan_gpu_resources({gpu("GPU-0", 0), gpu("GPU-1", 1), gpu("GPU-2", 2)}, MigStrategy::none,
+                                          "nvidia.com/gpu", sharing);
+  GpuResource mps(plan.resources[0], {});
+  // GPU-0 has three replicas in use, GPU-1 one, GPU-2 none.
+  const std::vector<std::string> available = {"GPU-0::3", "GPU-1::1", "GPU-1::2", "GPU-1::3",
+                                              "GPU-2::0", "GPU-2::1", "GPU-2::2", "GPU-2::3"};
+  CHECK(mps.preferred(available, {}, 2) == std::vector<std::string>{"GPU-2::0", "GPU-2::1"});
+  CHECK(mps.preferred(available, {"GPU-1::1"}, 3) == std::vector<std::string>{"GPU-1::1", "GPU-1::2", "GPU-1::3"});
+  GpuOptions packed;
+  packed.shared_allocation = SharedAllocation::packed;
+  GpuResource mps_packed(plan.resources[0], packed);
+  CHECK(mps_packed.preferred(available, {}, 2) == std::vector<std::string>{"GPU-1::1", "GPU-1::2"});
+
+  sharing.strategy = SharingStrategy::time_slicing;
+  const GpuPlan sliced = plan_gpu_resources({gpu("GPU-0", 0), gpu("GPU-1", 1), gpu("GPU-2", 2)}, MigStrategy::none,
+                                            "nvidia.com/gpu", sharing);
+  GpuResource time_sliced(sliced.resources[0], {});
+  CHECK(time_sliced.preferred(available, {}, 2) == std::vector<std::string>{"GPU-2::0", "GPU-1::1"});
+}
+
+TEST_CASE("MPS: each daemon's directory, its defaults of one replica, and the limits of a holder of some") {
+  const MpsPaths paths = mps_paths("/host/run/gpuguard/mps", "GPU-0");
+  CHECK(paths.pipe == "/host/run/gpuguard/mps/GPU-0/pipe");
+  CHECK(paths.log == "/host/run/gpuguard/mps/GPU-0/log");
+  CHECK(paths.shm == "/host/run/gpuguard/mps/GPU-0/shm");
+  CHECK(paths.ready == "/host/run/gpuguard/mps/GPU-0/ready");
+
+  // An independent reckoning: percent = floor(100 * held / replicas), at least 1; MiB likewise of memory.
+  for (unsigned replicas = 2; replicas <= kMpsMaxClients; ++replicas) {
+    for (unsigned held = 1; held <= replicas; ++held) {
+      INFO(held << " of " << replicas);
+      const double share = static_cast<double>(held) / replicas;
+      CHECK(mps_thread_percentage(held, replicas) == std::max(1U, static_cast<unsigned>(share * 100 + 1e-9)));
+      CHECK(*mps_memory_limit_mib(std::uint64_t{40} << 30, held, replicas) ==
+            static_cast<std::uint64_t>(40960 * share + 1e-9));
+    }
+  }
+  CHECK_FALSE(mps_memory_limit_mib(std::nullopt, 1, 4));
+  CHECK_FALSE(mps_memory_limit_mib(0, 1, 4));
+
+  CHECK(mps_default_commands({"GPU-0", 4, std::uint64_t{80} << 30}) ==
+        std::vector<std::string>{"set_default_device_pinned_mem_limit 0 20480M",
+                                 "set_default_active_thread_percentage 25"});
+  CHECK(mps_default_commands({"GPU-0", 3, std::nullopt}) ==
+        std::vector<std::string>{"set_default_active_thread_percentage 33"});
+
+  Sharing sharing;
+  sharing.strategy = SharingStrategy::mps;
+  sharing.resources = {{"nvidia.com/gpu", "nvidia.com/gpu.shared", 4, {SharedDevices::Kind::count, 1, {}}}};
+  Gpu gpu0 = gpu("GPU-0", 0);
+  gpu0.memory_bytes = 1ULL << 30;
+  const GpuPlan plan = plan_gpu_resources({gpu0, gpu("GPU-1", 1)}, MigStrategy::none, "nvidia.com/gpu", sharing);
+  REQUIRE_FALSE(plan.error);
+  const std::vector<MpsGpu> daemons = mps_gpus(plan);
+  REQUIRE(daemons.size() == 1);  // GPU-1 stays whole, with no daemon
+  CHECK(daemons[0].uuid == "GPU-0");
+  CHECK(daemons[0].replicas == 4);
+  CHECK(daemons[0].memory_bytes == (1ULL << 30));
+}
+
+TEST_CASE("a withheld device is served Unhealthy whatever its health, and healthy again once released") {
+  DeviceSet set(
+      {{"GPU-0::0", "GPU-0", true, 0, 0}, {"GPU-0::1", "GPU-0", true, 0, 1}, {"GPU-1::0", "GPU-1", true, 0, 2}});
+  std::uint64_t version = 0;
+  set.snapshot(&version);
+  CHECK(set.withhold("GPU-0", true));
+  CHECK_FALSE(set.withhold("GPU-0", true));
+  std::uint64_t withheld_version = 0;
+  const auto withheld = set.snapshot(&withheld_version);
+  CHECK(withheld_version != version);
+  CHECK_FALSE(withheld[0].healthy);
+  CHECK_FALSE(withheld[1].healthy);
+  CHECK(withheld[2].healthy);
+  CHECK_FALSE(set.find("GPU-0::1")->healthy);
+  // NVML's health going and coming back does not release it.
+  set.set_health("GPU-0", false);
+  set.set_health("GPU-0", true);
+  CHECK_FALSE(set.find("GPU-0::0")->healthy);
+  CHECK(set.withhold("GPU-0", false));
+  CHECK(set.find("GPU-0::0")->healthy);
+  // Released while NVML says unhealthy: still unhealthy.
+  set.set_health("GPU-1", false);
+  set.withhold("GPU-1", true);
+  set.withhold("GPU-1", false);
+  CHECK_FALSE(set.find("GPU-1::0")->healthy);
 }

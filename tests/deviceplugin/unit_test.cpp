@@ -57,7 +57,7 @@ GpuOptions with(std::vector<Strategy> strategies, bool pass_device_specs = false
 // responsiveness is set per GPU.
 class FakeNvml final : public Nvml {
  public:
-  std::vector<Device> listed = {{kGpu0, 0, false, {}}, {kGpu1, 1, false, {}}};
+  std::vector<Device> listed = {{kGpu0, 0, false, {}, {}}, {kGpu1, 1, false, {}, {}}};
   std::vector<Device> devices() override { return listed; }
   std::optional<XidEvent> wait_for_xid(std::chrono::milliseconds) override {
     std::lock_guard lock(mutex);
@@ -498,8 +498,8 @@ TEST_CASE("NVML discovery: MIG devices with their capability minors from procfs"
   host.add_gpu("0000:18:00.0", kGpu0, 0, 1);
   host.add_mig(0, 1, 0, 12, 13);
   FakeNvml nvml;
-  nvml.listed = {{kGpu0, 0, true, {{"MIG-a", 1, 0, "1g.10gb", {}, {}}, {"MIG-b", 5, 0, "1g.10gb", {}, {}}}},
-                 {kGpu1, 1, true, {}}};
+  nvml.listed = {{kGpu0, 0, true, {{"MIG-a", 1, 0, "1g.10gb", {}, {}}, {"MIG-b", 5, 0, "1g.10gb", {}, {}}}, {}},
+                 {kGpu1, 1, true, {}, {}}};
   const auto gpus = discover_nvml(nvml, host.root());
   REQUIRE(gpus.size() == 2);
   CHECK(gpus[0].mig_enabled);
@@ -532,7 +532,7 @@ TEST_CASE("NVML health: an XID on a GPU reaches its MIG devices and its replicas
   std::vector<Gpu> gpus = {make_gpu(kGpu0, 0, "", "", 0), make_gpu(kGpu1, 1, "", "", 0)};
   gpus[0].mig_enabled = gpus[0].mig_listed = true;
   gpus[0].mig_devices = {{"MIG-a", 1, 0, "3g.40gb", {}, {}}, {"MIG-b", 2, 0, "3g.40gb", {}, {}}};
-  TimeSlicing sharing;
+  Sharing sharing;
   sharing.resources = {{"nvidia.com/gpu", "", 3}};
   const GpuPlan plan = plan_gpu_resources(gpus, MigStrategy::mixed, "nvidia.com/gpu", sharing);
   REQUIRE_FALSE(plan.error);

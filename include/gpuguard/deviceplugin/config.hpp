@@ -35,7 +35,7 @@ struct PluginConfig {
   // Where the CDI spec is written for the cdi strategies; empty: write none, and name nvidia-ctk's
   // nvidia.com/gpu devices instead.
   std::filesystem::path cdi_root = "/var/run/cdi";  // on the host: written under host_root
-  TimeSlicing time_slicing;
+  Sharing sharing;                                  // time-slicing or MPS
   std::vector<HostDevice> host_devices;
   bool health_checks = true;
   NvmlHealthOptions health;

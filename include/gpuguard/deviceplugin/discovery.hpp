@@ -33,6 +33,7 @@ struct Gpu {
   std::string pci_address;  // "0000:3b:00.0", the directory name under /proc/driver/nvidia/gpus
   std::string model;
   std::optional<std::int64_t> numa_node;
+  std::optional<std::uint64_t> memory_bytes;  // NVML's total; procfs does not say
   // NVML: MIG mode is on. procfs: the driver lists MIG instances under capabilities/gpu<minor>/mig.
   bool mig_enabled = false;
   // Only NVML lists MIG devices (procfs knows neither their UUIDs nor their profiles): mig_listed says
@@ -72,6 +73,7 @@ class Nvml {
     unsigned minor = 0;
     bool mig_enabled = false;
     std::vector<MigDevice> mig_devices;  // uuid, gi, ci and profile; cap minors come from procfs
+    std::optional<std::uint64_t> memory_bytes;
   };
   struct XidEvent {
     std::string uuid;

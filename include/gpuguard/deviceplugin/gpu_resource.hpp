@@ -1,8 +1,9 @@
 #pragma once
 // The GPU resources a node advertises: the discovered GPUs cut by the MIG strategy into whole GPUs and
-// MIG devices, multiplied into replicas by time-slicing, and what a container gets for the ones it was
+// MIG devices, multiplied into replicas by time-slicing or MPS, and what a container gets for the ones it was
 // given. NVIDIA's k8s-device-plugin defines the strategies and the config this follows
 // (docs/device-plugin.md says where gpuguard differs).
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -29,8 +30,11 @@ struct SharedDevices {
   std::vector<std::string> refs;
 };
 
-// NVIDIA's sharing.timeSlicing: each chosen device of a resource advertised `replicas` times as <id>::<n>.
-struct TimeSlicing {
+// NVIDIA's sharing.timeSlicing or sharing.mps (a file sets one of them): each chosen device of a resource
+// advertised `replicas` times as <id>::<n>. Under MPS a GPU's replicas are the clients of one MPS control
+// daemon, started for that GPU alone by `gpuguard-device-plugin mps-control`.
+enum class SharingStrategy { time_slicing, mps };
+struct Sharing {
   struct Resource {
     std::string name;    // the resource to share: nvidia.com/gpu, nvidia.com/mig-1g.10gb, ...
     std::string rename;  // the name to advertise the replicas under; empty: see rename_by_default
@@ -38,17 +42,23 @@ struct TimeSlicing {
     SharedDevices devices{};
     std::string key{};  // where the config file set it ("sharing.timeSlicing.resources[0]"), for messages
   };
+  SharingStrategy strategy = SharingStrategy::time_slicing;
   bool rename_by_default = false;  // a resource without a rename is advertised as <name>.shared
   bool fail_requests_greater_than_one = false;
   std::vector<Resource> resources;
 };
+// "sharing.timeSlicing" or "sharing.mps": the config file's key, for messages.
+std::string_view sharing_key(SharingStrategy strategy);
+// MPS serves at most 48 clients per GPU (16 before Volta); a GPU's replicas are its clients.
+inline constexpr unsigned kMpsMaxClients = 48;
 
 // What a container can be given: a whole GPU, or one MIG device.
 struct GpuUnit {
   std::string uuid;      // GPU-… or MIG-…: what NVIDIA_VISIBLE_DEVICES and the CDI spec name
   std::string gpu_uuid;  // the physical GPU, whose health it shares
   std::optional<std::int64_t> numa_node;
-  std::vector<std::string> device_nodes;  // /dev/nvidia<minor>; a MIG device adds its two nvidia-cap nodes
+  std::vector<std::string> device_nodes;      // /dev/nvidia<minor>; a MIG device adds its two nvidia-cap nodes
+  std::optional<std::uint64_t> memory_bytes;  // the GPU's memory, where NVML says (MPS's memory limits)
 };
 
 struct GpuResourcePlan {
@@ -56,6 +66,7 @@ struct GpuResourcePlan {
   std::vector<GpuUnit> units;
   unsigned replicas = 1;
   bool fail_requests_greater_than_one = false;
+  bool mps = false;  // the replicas are MPS clients
 };
 
 struct GpuPlan {
@@ -69,11 +80,11 @@ struct GpuPlan {
 
 // `resource_name` names whole GPUs, and every MIG device under single; under mixed each MIG profile is
 // <domain of resource_name>/mig-<profile>, '+' written '.' (nvidia.com/mig-1g.10gb.me). A time-slicing
-// entry that shares only some devices of a resource must rename them: the others keep the resource's
-// name, so whole devices and replicas never stand under one name. A GPU's index is its place in `gpus`
-// (the discovery's order, by minor number); a MIG device's, its place in its GPU's list.
+// entry (time-slicing or MPS) that shares only some devices of a resource must rename them: the others keep the
+// resource's name, so whole devices and replicas never stand under one name. A GPU's index is its place in `gpus` (the
+// discovery's order, by minor number); a MIG device's, its place in its GPU's list.
 GpuPlan plan_gpu_resources(const std::vector<Gpu>& gpus, MigStrategy strategy, const std::string& resource_name,
-                           const TimeSlicing& time_slicing);
+                           const Sharing& sharing);
 
 // How Allocate names the devices (NVIDIA's deviceListStrategy). envvar and volume-mounts are read by the
 // NVIDIA container toolkit; the CDI ones by a CDI-enabled runtime, from the spec the plugin writes.
@@ -101,6 +112,9 @@ struct GpuOptions {
   std::string cdi_kind = "k8s.gpuguard.io/gpu";
   std::string cdi_annotation_prefix = "cdi.k8s.io/";
   SharedAllocation shared_allocation = SharedAllocation::distributed;
+  // On the host: each MPS GPU's directory, <mps_root>/<uuid>/, holds its daemon's pipe, log and shm
+  // directories and its readiness file (mps.hpp).
+  std::string mps_root = "/run/gpuguard/mps";
 };
 
 class GpuResource final : public Resource {
@@ -108,6 +122,7 @@ class GpuResource final : public Resource {
   GpuResource(const GpuResourcePlan& plan, GpuOptions options);
   const std::vector<GpuUnit>& units() const { return units_; }
   unsigned replicas() const { return replicas_; }
+  bool mps() const { return mps_; }
 
   // Replicas: spread over the GPUs or packed (GpuOptions::shared_allocation); whole devices: by NUMA node.
   std::vector<std::string> preferred(const std::vector<std::string>& available,
@@ -116,11 +131,13 @@ class GpuResource final : public Resource {
  private:
   std::optional<std::string> refuse(const std::vector<Device>& allocated) const override;
   void fill(const std::vector<Device>& allocated, Allocation& allocation) const override;
+  void fill_mps(const std::vector<Device>& allocated, const GpuUnit& unit, Allocation& allocation) const;
   const GpuUnit& unit_of(const std::string& id) const;
 
   std::vector<GpuUnit> units_;
   unsigned replicas_;
   bool fail_requests_greater_than_one_;
+  bool mps_;
   GpuOptions options_;
 };
 

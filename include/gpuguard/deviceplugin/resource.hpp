@@ -8,6 +8,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -32,15 +33,22 @@ class DeviceSet {
   std::optional<Device> find(const std::string& id) const;
   // Sets the health of every device with this key; true when any changed.
   bool set_health(const std::string& health_key, bool healthy);
+  // Withholds every device with this key, healthy or not: served as Unhealthy until released. For what a
+  // device needs besides its own health (an MPS replica, its GPU's daemon), kept apart so that neither
+  // check undoes the other. True when it changed.
+  bool withhold(const std::string& health_key, bool withheld);
   // A new list, for devices that come and go; true when it differs from the current one.
   bool replace(std::vector<Device> devices);
   // Returns when the list changed since `seen`, or after `timeout`.
   void wait_for_change(std::uint64_t seen, std::chrono::milliseconds timeout) const;
 
  private:
+  Device as_served(Device device) const;  // unhealthy while withheld
+
   mutable std::mutex mutex_;
   mutable std::condition_variable changed_;
   std::vector<Device> devices_;
+  std::set<std::string> withheld_;  // health keys
   std::uint64_t version_ = 1;
 };
 
