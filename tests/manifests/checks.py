@@ -271,6 +271,42 @@ def check_device_plugin(docs):
     return plugin["args"]
 
 
+def check_mps(docs, namespace="gpuguard-system", root="/run/gpuguard/mps"):
+    """MPS: the control DaemonSet where the device plugin's config sets sharing.mps, on the GPU plugin's nodes,
+    from the plugin's own config; privileged and in the host's PID namespace (compute modes, each GPU's shm
+    mount, MPS's PID-keyed clients) and nothing else of the host but the MPS root (Bidirectional, so its
+    tmpfs mounts reach the kubelet) and discovery's read-only files; every GPU through NVIDIA's runtime with
+    nvidia-smi and MPS; no token. The GPU plugin reads the readiness files read-only; the enforcer exempts
+    the daemons."""
+    daemonset = one(docs, "DaemonSet", "gpuguard-mps-control")["spec"]["template"]
+    spec = daemonset["spec"]
+    [control] = spec["containers"]
+    plugin = one(docs, "DaemonSet", "gpuguard-device-plugin")["spec"]["template"]["spec"]
+    assert spec["affinity"] == plugin["affinity"] and spec["tolerations"] == plugin["tolerations"]
+    assert spec["hostPID"] is True and not spec.get("hostNetwork") and not spec.get("hostIPC")
+    assert spec["automountServiceAccountToken"] is False and spec["serviceAccountName"] == "gpuguard-mps-control"
+    assert control["securityContext"] == {"privileged": True, "readOnlyRootFilesystem": True}, control["securityContext"]
+    assert control["args"][0] == "mps-control" and f"--mps-root={root}" in control["args"]
+    assert "--config-file=/etc/gpuguard/device-plugin/config.yaml" in control["args"]
+    assert {e["name"]: e["value"] for e in control["env"]} == {"NVIDIA_VISIBLE_DEVICES": "all",
+                                                               "NVIDIA_DRIVER_CAPABILITIES": "compute,utility"}
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    host = {volumes[m["name"]]["hostPath"]["path"]: m for m in control["volumeMounts"] if "hostPath" in volumes[m["name"]]}
+    assert set(host) == {root, "/dev", "/proc/driver/nvidia", "/sys"}, set(host)
+    assert host[root]["mountPath"] == "/host" + root and host[root]["mountPropagation"] == "Bidirectional"
+    assert all(m.get("readOnly") is True for path, m in host.items() if path != root), host
+    config = next(m["name"] for m in control["volumeMounts"] if m["mountPath"] == "/etc/gpuguard/device-plugin")
+    assert volumes[config]["configMap"]["name"] == "gpuguard-device-plugin"
+    assert "sharing" in yaml.safe_load(one(docs, "ConfigMap", "gpuguard-device-plugin")["data"]["config.yaml"])
+    [gpu_plugin] = plugin["containers"]
+    assert f"--mps-root={root}" in gpu_plugin["args"]
+    [ready] = [m for m in gpu_plugin["volumeMounts"] if m["mountPath"] == "/host" + root]
+    assert ready.get("readOnly") is True
+    assert {v["name"]: v for v in plugin["volumes"]}[ready["name"]]["hostPath"]["path"] == root
+    [enforcer] = one(docs, "DaemonSet", "gpuguard-node-enforcer")["spec"]["template"]["spec"]["containers"]
+    assert f"--exempt-service-accounts={namespace}/gpuguard-device-plugin,{namespace}/gpuguard-mps-control" in enforcer["args"], enforcer["args"]
+
+
 def check_node_report(docs, gpu_plugin):
     """On the GPU Operator's nodes: the report alone, as the image's non-root user, every host path read-only,
     no kubelet directory, the GPU plugin's service account, policy and tolerations."""

@@ -126,6 +126,12 @@ open(f"{work}/device-plugin.yaml", "w").write(one(docs, "ConfigMap", "gpuguard-d
 # $(NODE_NAME) as the kubelet expands it.
 open(f"{work}/device-plugin.args", "w").write(
     "\n".join(a.replace("$(NODE_NAME)", "gpu-node-1") for a in args if not a.startswith("--config-file")))
+# MPS: its control DaemonSet, the plugin's readiness mount, the enforcer's exemption; none in the defaults,
+# nor where the config time-slices.
+check_mps(load(f"{work}/mps.yaml"), root="/run/gpuguard/mps")
+assert "--shm-size=2g" in one(load(f"{work}/mps.yaml"), "DaemonSet", "gpuguard-mps-control")["spec"]["template"]["spec"]["containers"][0]["args"]
+assert not find(load(f"{work}/default.yaml"), "DaemonSet", "gpuguard-mps-control")
+assert not find(load(f"{work}/strict.yaml"), "DaemonSet", "gpuguard-mps-control")
 # The audit with its CRD, rule and dashboard; none of them in the defaults.
 docs = load(f"{work}/audit.yaml")
 check_namespaces(docs, ns)

@@ -134,3 +134,8 @@ dpkg: /var/lib/dpkg
 rpm: /var/lib/rpm
 operator-toolkit: /usr/local/nvidia/toolkit
 {{- end -}}
+
+{{/* "true" when the device plugin's config shares GPUs with MPS (devicePlugin.config.sharing.mps), else "". */}}
+{{- define "gpuguard.mps" -}}
+{{- if and .Values.devicePlugin.enabled (dig "sharing" "mps" "" .Values.devicePlugin.config) -}}true{{- end -}}
+{{- end -}}
