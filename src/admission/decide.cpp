@@ -96,12 +96,15 @@ bool is_or_under(std::string_view path, std::string_view dir) {
 // NVIDIA toolkit reads devices from? The paths themselves, what lies under them, and the directories
 // above them, whose mount contains them. And /dev/null: a toolkit that accepts device lists as volume
 // mounts reads the host's /dev/null mounted at /var/run/nvidia-container-devices/<id> as a request for
-// that device, `all` included (its internal/config/image requestsFromMounts).
+// that device, `all` included (its internal/config/image requestsFromMounts). And the MPS daemons' pipe
+// and shm directories: gpuguard's under /run/gpuguard (its chart keeps the MPS root there), NVIDIA's under
+// /run/nvidia: through them a container reaches a shared GPU's MPS server.
 bool reaches_gpu_devices(std::string_view host_path) {
   const std::string path = normal_path(host_path);
   if (path == "/dev" || path == "/dev/null" || path.starts_with("/dev/nvidia") || is_or_under(path, "/dev/dri"))
     return true;
-  for (std::string_view dir : {"/var/run/nvidia-container-devices", "/run/nvidia-container-devices", "/run/nvidia"}) {
+  for (std::string_view dir : {"/var/run/nvidia-container-devices", "/run/nvidia-container-devices", "/run/nvidia",
+                               "/run/gpuguard", "/var/run/gpuguard"}) {
     if (is_or_under(path, dir)) return true;
   }
   return path == "/" || path == "/var" || path == "/var/run" || path == "/run";
