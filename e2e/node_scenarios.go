@@ -881,6 +881,7 @@ var nodeScenarios = []scenario{
 	{"node/enforcer-refuses", "a GPU-less pod mounting /dev/nvidia1 by hostPath is refused at its creation with gpuguard's message", nodeEnforcerRefuses},
 	{"node/enforcer-failure", "the enforcer gone: fail-open starts pods (the webhook still covers them); fail-closed refuses them clearly until it is back; after a containerd restart it registers again and the next pod is enforced", nodeEnforcerFailure},
 	{"node/allocated", "two pods asking for one GPU each see the one the plugin allocated, and not the other", nodeAllocated},
+	{"node/time-slicing", "the plugin's config time-slices GPU 0 alone as nvidia.com/gpu.shared: two pods holding its replicas see GPU 0 alone by its UUID, a whole-GPU pod GPU 1, a GPU-less pod none; both whole again once the config goes", nodeTimeSlicing},
 	{"node/none-void", "the plugin adds nvidia.com/gpu=none; none and void both start with no GPU; its node report and Node condition agree", nodeNoneVoid},
 	{"node/report-flip", "without the device none the report and the Node condition say breaks-pods, audit lists the node, and a GPU-less pod fails; with it back, honoured", nodeReportFlip},
 	{"node/policy-reload", "a ConfigMap change reaches the webhook pods through the kubelet's volume, without a restart", nodePolicyReload},
