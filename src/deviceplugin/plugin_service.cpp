@@ -41,8 +41,10 @@ void judge_node(const std::filesystem::path& host_root, const std::string& value
   const nodereport::HostRoot host(host_root);
   const nodereport::Report none = nodereport::judge(host, "none");
   const nodereport::Report void_value = nodereport::judge(host, "void");
+  // The metrics first: whoever reads the condition then finds /metrics saying the same.
+  const bool changed = isolation.update(none, void_value, value);
   if (condition != nullptr) condition->update(value == "void" ? void_value : none, std::chrono::system_clock::now());
-  if (!isolation.update(none, void_value, value)) return;
+  if (!changed) return;
   log::info("node report", {{"none", nodereport::verdict_name(none.verdict)},
                             {"void", nodereport::verdict_name(void_value.verdict)},
                             {"none_reason", none.reason},
