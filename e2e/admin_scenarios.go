@@ -136,7 +136,7 @@ func nodeInstallUnpullable(t *T, e *Env) {
 	const release = "gpuguard-unpullable"
 	defer n.removeRelease(t, e, release)
 	for _, arm := range []bool{false, true} {
-		values := append([]string{"--namespace", release, "--create-namespace", "--wait", "--timeout", "40s",
+		values := append([]string{"--namespace", release, "--create-namespace", "--wait", "--timeout", "20s",
 			"--set", "image.repository=registry.invalid/gpuguard", "--set", "image.tag=absent",
 			"--set", fmt.Sprintf("webhook.armAfterReady=%t", arm)}, withoutPlugins...)
 		counting := n.countAdmissions(t, release)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer targets with clang and runs each for SECONDS (default 60), seeded from
+# Builds the libFuzzer targets with clang and runs each for SECONDS (default 60), JOBS at a time, seeded from
 # tests/fixtures. A finding stops the run, exits non-zero and leaves its input under build-fuzz/findings/;
 # turn it into a fixture under tests/fixtures/ so that it is tested from then on.
 #   scripts/fuzz.sh [SECONDS]
@@ -85,12 +85,26 @@ for name, data in seeds.items():
     open(f"{sys.argv[1]}/{name}", "wb").write(bytes([13]) + data + env)
 PY
 
-status=0
-for target in admission http extender nodereport nri; do
+# Each target is one process on one core: JOBS of them run side by side.
+run_target() {  # TARGET: its last lines go to $out/TARGET.log, its exit status to $out/TARGET.status
+  local status=0
+  "$out/fuzz/${1}_fuzz" -max_total_time="$seconds" -max_len=131072 -timeout=10 -rss_limit_mb=2048 \
+    -artifact_prefix="$out/findings/${1}-" -print_final_stats=1 "$out/corpus/$1" 2>"$out/$1.log" || status=$?
+  echo "$status" > "$out/$1.status"
+}
+targets=(admission http extender nodereport nri)
+rm -f "$out"/*.status
+for target in "${targets[@]}"; do
+  while [ "$(jobs -rp | wc -l)" -ge "${JOBS:-2}" ]; do wait -n || true; done
   echo "fuzz: ${target}_fuzz for ${seconds}s"
-  "$out/fuzz/${target}_fuzz" -max_total_time="$seconds" -max_len=131072 -timeout=10 -rss_limit_mb=2048 \
-    -artifact_prefix="$out/findings/${target}-" -print_final_stats=1 "$out/corpus/$target" 2>"$out/$target.log" || status=1
+  run_target "$target" &
+done
+wait
+status=0
+for target in "${targets[@]}"; do
+  echo "fuzz: ${target}_fuzz, exit $(cat "$out/$target.status")"
   tail -n 12 "$out/$target.log"
+  [ "$(cat "$out/$target.status")" = 0 ] || status=1
 done
 if [ "$status" -ne 0 ]; then
   echo "fuzz: FINDINGS under $out/findings:"; ls -l "$out/findings"
