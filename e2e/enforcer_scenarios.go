@@ -310,6 +310,13 @@ func nodeEnforcerBypassed(t *T, e *Env) {
 		t.Fatalf("%d device plugin pods, want 1", len(plugins.Items))
 	}
 	expectBothGPUs(t, "gpuguard's own device plugin (--exempt-service-accounts)", n.look(t, e, &plugins.Items[0]))
+	// The exemption is the namespace, the service account and the plugin's label together: a pod of the
+	// plugin's account in its namespace, without the label, is enforced.
+	lookAlike := cudaPod("look-alike")
+	lookAlike.Spec.ServiceAccountName = plugins.Items[0].Spec.ServiceAccountName
+	defer n.deletePodsIn(t, gpuguardNamespace, "look-alike")
+	expectNoGPU(t, "a pod of the device plugin's namespace and account without its label",
+		n.look(t, e, n.runPodIn(t, gpuguardNamespace, lookAlike)), "void")
 
 	audited := `gpuguard_node_enforcer_decisions_total{action="allow",why="audited"}`
 	before := series(n.waitForEnforcerRegistered(t), audited)
@@ -341,6 +348,19 @@ func nodeEnforcerRefuses(t *T, e *Env) {
 		t.Errorf("a GPU-less pod mounting /dev/nvidia1: %q; want gpuguard's refusal naming the container and the device", why)
 	}
 	t.Logf("a GPU-less pod mounting /dev/nvidia1 by hostPath: %s", why)
+
+	// The MPS root (under /run/gpuguard, the run's own /run): every shared GPU's MPS server.
+	defer n.deletePods(t, "refused-mps-root")
+	pod = cudaPod("refused-mps-root", func(c *corev1.Container) {
+		c.VolumeMounts = []corev1.VolumeMount{{Name: "mps", MountPath: "/mps"}}
+	})
+	pod.Spec.Volumes = []corev1.Volume{{Name: "mps", VolumeSource: corev1.VolumeSource{
+		HostPath: &corev1.HostPathVolumeSource{Path: "/run/gpuguard/mps", Type: ptr(corev1.HostPathDirectoryOrCreate)}}}}
+	why = n.failedCreate(t, pod)
+	if !strings.Contains(why, "gpuguard: container") || !strings.Contains(why, "the MPS directories of every shared GPU") {
+		t.Errorf("a GPU-less pod mounting the MPS root: %q; want gpuguard's refusal naming the MPS directories", why)
+	}
+	t.Logf("a GPU-less pod mounting /run/gpuguard/mps by hostPath: %s", why)
 }
 
 // nodeEnforcerFailure: the enforcer gone, fail-open (the default) starts a pod unenforced, which the

@@ -15,6 +15,9 @@ constexpr std::int64_t kControlMinor = 255;
 // Where NVIDIA's device plugin (volume-mounts strategy) and gpuguard's mount the GPUs a container gets,
 // one empty file per device id, which the toolkit reads instead of the environment.
 constexpr std::string_view kDeviceListDirs[] = {"/var/run/nvidia-container-devices", "/run/nvidia-container-devices"};
+// gpuguard's MPS directories live under here (the chart's devicePlugin.mps.root, docs/device-plugin.md#mps):
+// <root>/<uuid>/pipe and shm reach that GPU's MPS server, whatever the container's devices and environment.
+constexpr std::string_view kMpsHomes[] = {"/run/gpuguard", "/var/run/gpuguard"};
 // CDI vendors whose devices are NVIDIA GPUs: NVIDIA's (nvidia-ctk, the DRA driver) and gpuguard's plugin's.
 constexpr std::string_view kGpuCdiVendors[] = {"nvidia.com/", "k8s.gpu.nvidia.com/", "k8s.gpuguard.io/"};
 
@@ -138,6 +141,49 @@ bool is_bind(const Mount& mount) {
                                              [](const std::string& o) { return o == "bind" || o == "rbind"; });
 }
 
+// A host path as the kernel resolves it without symlinks: "." and ".." and repeated slashes gone.
+std::string lexically_resolved(std::string_view path) {
+  std::vector<std::string_view> parts;
+  std::size_t start = 0;
+  while (start <= path.size()) {
+    const std::size_t end = std::min(path.find('/', start), path.size());
+    const std::string_view part = path.substr(start, end - start);
+    if (part == "..") {
+      if (!parts.empty()) parts.pop_back();
+    } else if (!part.empty() && part != ".") {
+      parts.push_back(part);
+    }
+    start = end + 1;
+  }
+  std::string resolved;
+  for (const std::string_view part : parts) resolved.append("/").append(part);
+  return resolved.empty() ? "/" : resolved;
+}
+
+// What a bind mount from under gpuguard's MPS home reaches: the MPS server of the GPU whose UUID the path
+// names, or, for the home or the root itself, every shared GPU's.
+void mps_beyond(const Mount& mount, const Scope& scope, std::vector<std::string>& beyond) {
+  const std::string source = lexically_resolved(mount.source);
+  for (const std::string_view home : kMpsHomes) {
+    if (source != home && !(source.starts_with(home) && source[home.size()] == '/')) continue;
+    for (const std::string& part : split(std::string_view(source).substr(home.size()), '/')) {
+      if (!part.starts_with("GPU-") && !part.starts_with("MIG-")) continue;
+      if (!scope.allowed(part)) {
+        beyond.push_back(std::string("the host's ")
+                             .append(source)
+                             .append(" (the MPS server of ")
+                             .append(part)
+                             .append(") mounted at ")
+                             .append(mount.destination));
+      }
+      return;
+    }
+    beyond.push_back("the host's " + source + " (the MPS directories of every shared GPU) mounted at " +
+                     mount.destination);
+    return;
+  }
+}
+
 std::string join(const std::set<std::string>& items, std::string_view separator) {
   std::string out;
   for (const std::string& item : items) out.append(out.empty() ? "" : separator).append(item);
@@ -169,6 +215,7 @@ void devices_beyond(const ContainerView& container, const Allocation& allocation
       }
     }
     if (!is_bind(mount)) continue;
+    mps_beyond(mount, scope, beyond);
     if (mount.source == "/dev" || mount.source == "/dev/") {
       beyond.push_back("the host's /dev mounted at " + mount.destination);
     } else if (mount.source == "/dev/nvidia-caps" || mount.source.starts_with("/dev/nvidia-caps/")) {
@@ -220,7 +267,7 @@ Decision decide(const ContainerView& container, const Allocation& allocation, co
     decision.why = Decision::Why::off;
     return decision;
   }
-  if (policy.is_node_enforcement_exempt(container.pod_namespace, container.service_account)) {
+  if (policy.is_node_enforcement_exempt(container.pod_namespace, container.service_account, &container.pod_labels)) {
     decision.why = Decision::Why::exempt;
     return decision;
   }

@@ -57,8 +57,9 @@ int main(int argc, char** argv) {
                                                  po::value<std::string>()->default_value("0.0.0.0:8080"),
                                                  "IP:port of /healthz, /readyz and /metrics, plain HTTP")(
       "exempt-service-accounts", po::value<std::string>(),
-      "namespace/name pairs, comma-separated, exempt besides the policy's exemptions (the chart names its own device "
-      "plugin's)")(
+      "namespace/name pairs, comma-separated, exempt besides the policy's exemptions; namespace/name:key=value "
+      "exempts only that account's pods carrying that label (the chart names its own device plugin's and MPS "
+      "daemons')")(
       "node-name", po::value<std::string>(),
       "this node's name: the report of running containers is also a Node event (needs the API; default: none)");
   const cli::Parsed parsed = cli::parse_command_line(kProgram, GPUGUARD_VERSION, description, argc, argv);

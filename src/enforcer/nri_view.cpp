@@ -13,6 +13,7 @@ ContainerView view_of(const api::PodSandbox& pod, const api::Container& containe
   view.pod_name = pod.name();
   view.pod_uid = pod.uid();
   view.container = container.name();
+  view.pod_labels.insert(pod.labels().begin(), pod.labels().end());
   view.env.assign(container.env().begin(), container.env().end());
   for (const api::Mount& mount : container.mounts()) {
     view.mounts.push_back(

@@ -131,6 +131,31 @@ std::vector<std::string> service_accounts(std::string_view value) {
   return entries;
 }
 
+// A label value: at most 63 characters, alphanumeric at both ends, '-', '_' and '.' between; or empty.
+bool is_label_value(std::string_view s) {
+  if (s.empty()) return true;
+  auto alphanumeric = [](char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'); };
+  if (s.size() > 63 || !alphanumeric(s.front()) || !alphanumeric(s.back())) return false;
+  return std::all_of(s.begin(), s.end(), [&](char c) { return alphanumeric(c) || c == '-' || c == '_' || c == '.'; });
+}
+
+// namespace/name, each optionally with ":key=value", a label the pod must carry too.
+std::vector<std::string> labelled_service_accounts(std::string_view value) {
+  auto entries = split_list(value);
+  for (const auto& entry : entries) {
+    const std::size_t colon = entry.find(':');
+    service_accounts(std::string_view(entry).substr(0, colon));
+    if (colon == std::string::npos) continue;
+    const std::string_view label = std::string_view(entry).substr(colon + 1);
+    const std::size_t equals = label.find('=');
+    if (equals == std::string_view::npos || !is_annotation_key(label.substr(0, equals)) ||
+        !is_label_value(label.substr(equals + 1))) {
+      throw InvalidValue("\"" + entry + "\": what follows ':' is not a label key=value");
+    }
+  }
+  return entries;
+}
+
 void apply(Policy& policy, std::string_view key, std::string_view raw) {
   const std::string_view value = trim(raw);
   if (key == "mode") {
@@ -170,7 +195,7 @@ void apply(Policy& policy, std::string_view key, std::string_view raw) {
   } else if (key == "nodeEnforcementExemptNamespaces") {
     policy.node_enforcement_exempt_namespaces = namespaces(value);
   } else if (key == "nodeEnforcementExemptServiceAccounts") {
-    policy.node_enforcement_exempt_service_accounts = service_accounts(value);
+    policy.node_enforcement_exempt_service_accounts = labelled_service_accounts(value);
   } else if (key == "nriTolerationAnnotation") {
     if (!value.empty() && !is_annotation_key(value)) {
       throw InvalidValue("\"" + std::string(value) + "\" is not an annotation key");
@@ -255,11 +280,28 @@ bool Policy::is_gpu_device_class(std::string_view device_class) const {
 
 namespace {
 
+bool is_pair(std::string_view entry, std::string_view pod_namespace, std::string_view name) {
+  const std::size_t slash = entry.find('/');
+  return entry.substr(0, slash) == pod_namespace && entry.substr(slash + 1) == name;
+}
+
 bool names_pair(const std::vector<std::string>& entries, std::string_view pod_namespace, std::string_view name) {
+  return std::any_of(entries.begin(), entries.end(),
+                     [&](const std::string& entry) { return is_pair(entry, pod_namespace, name); });
+}
+
+// The same, for entries that may require a label ("namespace/name:key=value"): without the pod's labels
+// (nullptr) such an entry names nobody.
+bool names_labelled_pair(const std::vector<std::string>& entries, std::string_view pod_namespace, std::string_view name,
+                         const std::map<std::string, std::string>* labels) {
   return std::any_of(entries.begin(), entries.end(), [&](const std::string& entry) {
-    const std::size_t slash = entry.find('/');
-    return std::string_view(entry).substr(0, slash) == pod_namespace &&
-           std::string_view(entry).substr(slash + 1) == name;
+    const std::size_t colon = entry.find(':');
+    if (!is_pair(std::string_view(entry).substr(0, colon), pod_namespace, name)) return false;
+    if (colon == std::string::npos) return true;
+    if (labels == nullptr) return false;
+    const std::size_t equals = entry.find('=', colon);
+    const auto found = labels->find(entry.substr(colon + 1, equals - colon - 1));
+    return found != labels->end() && found->second == std::string_view(entry).substr(equals + 1);
   });
 }
 
@@ -278,13 +320,14 @@ bool Policy::is_exempt(std::string_view pod_namespace, std::string_view service_
   return names_pair(exempt_service_accounts, pod_namespace, service_account.empty() ? "default" : service_account);
 }
 
-bool Policy::is_node_enforcement_exempt(std::string_view pod_namespace, std::string_view service_account) const {
+bool Policy::is_node_enforcement_exempt(std::string_view pod_namespace, std::string_view service_account,
+                                        const std::map<std::string, std::string>* pod_labels) const {
   for (const auto* namespaces : {&exempt_namespaces, &node_enforcement_exempt_namespaces}) {
     if (std::find(namespaces->begin(), namespaces->end(), pod_namespace) != namespaces->end()) return true;
   }
   if (service_account.empty()) return false;
   return names_pair(exempt_service_accounts, pod_namespace, service_account) ||
-         names_pair(node_enforcement_exempt_service_accounts, pod_namespace, service_account);
+         names_labelled_pair(node_enforcement_exempt_service_accounts, pod_namespace, service_account, pod_labels);
 }
 
 bool Policy::names_service_accounts_in(std::string_view pod_namespace) const {

@@ -118,10 +118,23 @@ TEST_CASE("enforcer: the node policy keys are parsed and refused as the others")
   CHECK(parsed.policy->names_service_accounts_in("monitoring"));
   CHECK_FALSE(parsed.policy->names_service_accounts_in("kube-system"));
   CHECK(parsed.policy->nri_toleration_annotation == "tolerate.example.com/nri");
-  for (const auto& [key, value] : std::map<std::string, std::string>{{"nodeEnforcement", "enforcing"},
-                                                                     {"nodeEnforcementExemptNamespaces", "Not_A_Name"},
-                                                                     {"nodeEnforcementExemptServiceAccounts", "nosa"},
-                                                                     {"nriTolerationAnnotation", "a b"}}) {
+  // An entry may require a label too: then the account alone, or unknown labels, exempt nothing.
+  parsed = policy::parse_policy({{"nodeEnforcementExemptServiceAccounts", "gpuguard/mps:app.kubernetes.io/name=mps"}});
+  REQUIRE(parsed.policy);
+  const std::map<std::string, std::string> labelled = {{"app.kubernetes.io/name", "mps"}};
+  const std::map<std::string, std::string> other = {{"app.kubernetes.io/name", "mps-look-alike"}};
+  CHECK(parsed.policy->is_node_enforcement_exempt("gpuguard", "mps", &labelled));
+  CHECK_FALSE(parsed.policy->is_node_enforcement_exempt("gpuguard", "mps", &other));
+  CHECK_FALSE(parsed.policy->is_node_enforcement_exempt("gpuguard", "mps"));
+  CHECK_FALSE(parsed.policy->is_node_enforcement_exempt("elsewhere", "mps", &labelled));
+  CHECK(parsed.policy->names_service_accounts_in("gpuguard"));
+  for (const auto& [key, value] :
+       std::vector<std::pair<std::string, std::string>>{{"nodeEnforcement", "enforcing"},
+                                                        {"nodeEnforcementExemptNamespaces", "Not_A_Name"},
+                                                        {"nodeEnforcementExemptServiceAccounts", "nosa"},
+                                                        {"nodeEnforcementExemptServiceAccounts", "a/b:no-equals"},
+                                                        {"nodeEnforcementExemptServiceAccounts", "a/b:key=not a value"},
+                                                        {"nriTolerationAnnotation", "a b"}}) {
     INFO(key);
     parsed = policy::parse_policy({{key, value}});
     CHECK_FALSE(parsed.policy);

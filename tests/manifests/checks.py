@@ -213,7 +213,8 @@ def check_node_enforcer(docs, policy, namespace="gpuguard-system"):
     assert set(host) == {"/var/run/nri", "/var/lib/kubelet/pod-resources", "/proc/driver/nvidia", "/etc/cdi", "/var/run/cdi"}, set(host)
     assert all(m.get("readOnly") is True for m in enforcer["volumeMounts"]), enforcer["volumeMounts"]
     assert [p["containerPort"] for p in enforcer["ports"]] == [8080]
-    assert f"--exempt-service-accounts={namespace}/gpuguard-device-plugin" in enforcer["args"], enforcer["args"]
+    assert (f"--exempt-service-accounts={namespace}/gpuguard-device-plugin:app.kubernetes.io/name=gpuguard-device-plugin"
+            in enforcer["args"]), enforcer["args"]
     assert "--policy-dir=/etc/gpuguard/policy" in enforcer["args"] and "--nri-socket=/var/run/nri/nri.sock" in enforcer["args"]
     assert template["metadata"]["annotations"] == {policy["nriTolerationAnnotation"]: "true"}
     assert one(docs, "ClusterRole", "gpuguard-node-enforcer")["rules"] == [
@@ -304,7 +305,11 @@ def check_mps(docs, namespace="gpuguard-system", root="/run/gpuguard/mps"):
     assert ready.get("readOnly") is True
     assert {v["name"]: v for v in plugin["volumes"]}[ready["name"]]["hostPath"]["path"] == root
     [enforcer] = one(docs, "DaemonSet", "gpuguard-node-enforcer")["spec"]["template"]["spec"]["containers"]
-    assert f"--exempt-service-accounts={namespace}/gpuguard-device-plugin,{namespace}/gpuguard-mps-control" in enforcer["args"], enforcer["args"]
+    # Exempt by namespace, service account and the daemons' label together.
+    label = daemonset["metadata"]["labels"]["app.kubernetes.io/name"]
+    assert (f"--exempt-service-accounts={namespace}/gpuguard-device-plugin:app.kubernetes.io/name=gpuguard-device-plugin,"
+            f"{namespace}/gpuguard-mps-control:app.kubernetes.io/name={label}" in enforcer["args"]), enforcer["args"]
+    assert label == "gpuguard-mps-control"
 
 
 def check_node_report(docs, gpu_plugin):

@@ -32,7 +32,8 @@ struct ContainerView {
   std::string pod_namespace, pod_name, pod_uid, container;
   // The pod's service account where known (the enforcer looks it up only where an exemption names it).
   std::string service_account;
-  std::vector<std::string> env;  // "KEY=value", in order, CDI's edits included
+  std::map<std::string, std::string> pod_labels;  // the pod's labels, as the kubelet gave them to its sandbox
+  std::vector<std::string> env;                   // "KEY=value", in order, CDI's edits included
   std::vector<Device> devices;
   std::vector<Mount> mounts;
   std::vector<std::string> cdi_devices;  // fully qualified names; containerd >= 2.3 fills them, CRI-O never

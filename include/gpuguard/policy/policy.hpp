@@ -77,7 +77,8 @@ struct Policy {
   // device plugins), such as those of namespaces the webhook never sees.
   NodeEnforcement node_enforcement = NodeEnforcement::enforce;
   std::vector<std::string> node_enforcement_exempt_namespaces;
-  std::vector<std::string> node_enforcement_exempt_service_accounts;  // "namespace/name"
+  // "namespace/name", or "namespace/name:key=value": that account's pods carrying that label.
+  std::vector<std::string> node_enforcement_exempt_service_accounts;
   // The pod annotation with which the runtime's NRI validator lets a pod start while a required plugin
   // (gpuguard-node-enforcer, under fail-closed) is missing: the webhook refuses it on every pod it
   // covers. Empty: not checked.
@@ -89,8 +90,10 @@ struct Policy {
   // `service_account` empty means the pod names none, i.e. "default".
   bool is_exempt(std::string_view pod_namespace, std::string_view service_account) const;
   // For gpuguard-node-enforcer: what the webhook exempts, and the nodeEnforcementExempt keys.
-  // `service_account` empty: unknown, so only the namespace can exempt.
-  bool is_node_enforcement_exempt(std::string_view pod_namespace, std::string_view service_account) const;
+  // `service_account` empty: unknown, so only the namespace can exempt; `pod_labels` nullptr: unknown, so
+  // an entry that requires a label does not.
+  bool is_node_enforcement_exempt(std::string_view pod_namespace, std::string_view service_account,
+                                  const std::map<std::string, std::string>* pod_labels = nullptr) const;
   // Whether some namespace/serviceaccount entry names this namespace (its pods' accounts are worth a look).
   bool names_service_accounts_in(std::string_view pod_namespace) const;
 };
