@@ -83,9 +83,15 @@ TEST_CASE("node condition: GPUIsolation follows the policy's value, keeps its tr
       CHECK(r.content_type == "application/strategic-merge-patch+json");
       CHECK(r.authorization == "Bearer node-token");
     }
+    // The write is counted once its answer is read, which may come after the API server stored it.
     const int port = plugin.status_port();
-    CHECK_THAT(http_get(port, "/metrics").second,
-               Catch::Contains("gpuguard_device_plugin_node_condition_writes_total{result=\"success\"} 1\n"));
+    const std::string counted = "gpuguard_device_plugin_node_condition_writes_total{result=\"success\"} 1\n";
+    std::string metrics = http_get(port, "/metrics").second;
+    for (int i = 0; i < 100 && metrics.find(counted) == std::string::npos; ++i) {
+      std::this_thread::sleep_for(50ms);
+      metrics = http_get(port, "/metrics").second;
+    }
+    CHECK_THAT(metrics, Catch::Contains(counted));
 
     // The admin sets visibleDevicesValue: void in the ConfigMap: the condition judges void from the next
     // re-read on (the policy within 1 s, the node every 10 s).
