@@ -1,11 +1,9 @@
 #include "gpuguard/deviceplugin/cdi_spec.hpp"
 
-#include <unistd.h>
-
 #include <algorithm>
-#include <fstream>
 #include <stdexcept>
-#include <system_error>
+
+#include "gpuguard/files/write_file.hpp"
 
 namespace gpuguard::deviceplugin {
 namespace {
@@ -58,21 +56,10 @@ std::filesystem::path write_cdi_spec(const std::filesystem::path& root, const nl
   name[name.find('/')] = '-';
   name.insert(0, prefix);
   std::filesystem::path path = root / (name + ".json");
-  const std::filesystem::path temporary = root / ("." + name + ".json." + std::to_string(::getpid()));
-  std::error_code ec;
-  std::filesystem::create_directories(root, ec);
-  if (ec) throw std::runtime_error("cannot create the CDI directory " + root.string() + ": " + ec.message());
-  {
-    std::ofstream out(temporary, std::ios::trunc);
-    out << spec.dump(2) << "\n";
-    out.close();
-    if (!out) throw std::runtime_error("cannot write " + temporary.string());
-  }
-  std::filesystem::rename(temporary, path, ec);
-  if (ec) {
-    const std::string why = ec.message();
-    std::filesystem::remove(temporary, ec);
-    throw std::runtime_error("cannot move the CDI spec to " + path.string() + ": " + why);
+  try {
+    files::write_file_atomically(path, spec.dump(2) + "\n");
+  } catch (const std::runtime_error& e) {
+    throw std::runtime_error(std::string("the CDI spec: ") + e.what());
   }
   return path;
 }

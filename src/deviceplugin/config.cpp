@@ -385,6 +385,13 @@ class Reader {
             if (!is_resource_name(c_.resource_name)) throw Problem{key, "must look like nvidia.com/gpu"};
           }},
          {"cdiRoot", [this](const YAML::Node& n, const std::string& key) { c_.cdi_root = scalar(n, key); }},
+         {"nfdFeatureFile",
+          [this](const YAML::Node& n, const std::string& key) {
+            c_.nfd_feature_file = scalar(n, key);
+            if (!c_.nfd_feature_file.empty() && !c_.nfd_feature_file.is_absolute()) {
+              throw Problem{key, "must be an absolute path on the host, or empty"};
+            }
+          }},
          {"metricsAddress",
           [this](const YAML::Node& n, const std::string& key) { c_.metrics_address = scalar(n, key); }},
          {"nodeName", [this](const YAML::Node& n, const std::string& key) { c_.node_name = scalar(n, key); }},

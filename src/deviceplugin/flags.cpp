@@ -51,6 +51,12 @@ std::optional<std::string> apply_flags(const po::variables_map& flags, PluginCon
   }
   if (given("pass-device-specs")) c.gpu.pass_device_specs = flags["pass-device-specs"].as<bool>();
   if (given("cdi-root")) c.cdi_root = text("cdi-root");
+  if (given("nfd-feature-file")) {
+    c.nfd_feature_file = text("nfd-feature-file");
+    if (!c.nfd_feature_file.empty() && !c.nfd_feature_file.is_absolute()) {
+      return "--nfd-feature-file must be an absolute path on the host, or empty";
+    }
+  }
   if (given("mps-root")) {
     c.gpu.mps_root = text("mps-root");
     if (!c.gpu.mps_root.starts_with('/')) return "--mps-root must be an absolute path on the host";
@@ -98,6 +104,7 @@ constexpr std::pair<const char*, const char*> kFlagKeys[] = {
     {"device-list-strategy", "flags.plugin.deviceListStrategy"},
     {"pass-device-specs", "flags.plugin.passDeviceSpecs"},
     {"cdi-root", "gpuguard.cdiRoot"},
+    {"nfd-feature-file", "gpuguard.nfdFeatureFile"},
     {"mps-root", "flags.mpsRoot"},
     {"cdi-annotation-prefix", "flags.plugin.cdiAnnotationPrefix"},
     {"shared-devices-allocation-policy", "flags.plugin.sharedDevicesAllocationPolicy"},
@@ -140,6 +147,10 @@ void add_flags(po::options_description& description) {
       "for NVIDIA's runtime in cdi mode (default /var/run/cdi); empty: write none, and the cdi strategies "
       "name nvidia-ctk's nvidia.com/gpu devices")("cdi-annotation-prefix", po::value<std::string>(),
                                                   "for cdi-annotations (default cdi.k8s.io/)")(
+      "nfd-feature-file", po::value<std::string>(),
+      "the host's file (under --host-root) that gets the labels NVIDIA's GPU feature discovery sets for the GPU "
+      "resources (<resource>.replicas, .sharing-strategy, .product), for NFD's local feature source, such as "
+      "/etc/kubernetes/node-feature-discovery/features.d/gpuguard (default: none)")(
       "mps-root", po::value<std::string>(),
       "the host's directory (under --host-root) of the MPS daemons, a directory per GPU shared by sharing.mps "
       "(default /run/gpuguard/mps)")(

@@ -1,6 +1,7 @@
 #include "gpuguard/deviceplugin/gpu_resource.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <map>
 #include <set>
@@ -101,6 +102,46 @@ std::optional<std::string> plan_mig(const std::vector<Gpu>& gpus, MigStrategy st
   return std::nullopt;
 }
 
+// GPU feature discovery's product label: what is not a letter, digit, '-', '_', '.' or space dropped,
+// blanks joined by '-'; cut to a label value's 63 characters (room left for "-SHARED") ending alphanumeric.
+std::string product_label(const std::string& product) {
+  std::string words;
+  for (const char c : product) {
+    if (std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '-' || c == '_' || c == '.' || c == ' ') words += c;
+  }
+  std::string label;
+  std::size_t start = 0;
+  while (start < words.size()) {
+    const std::size_t end = std::min(words.find(' ', start), words.size());
+    if (end > start) label.append(label.empty() ? "" : "-").append(words, start, end - start);
+    start = end + 1;
+  }
+  constexpr std::size_t kRoom = 63 - std::string_view("-SHARED").size();
+  if (label.size() > kRoom) label.resize(kRoom);
+  while (!label.empty() && std::isalnum(static_cast<unsigned char>(label.back())) == 0) label.pop_back();
+  return label;
+}
+
+// The labels of each resource as planned before sharing: one replica, no strategy, the product of its first
+// device (a MIG resource's devices share a profile, and GFD too labels by one device).
+void label_unshared(const std::vector<Gpu>& gpus, GpuPlan& plan) {
+  for (const GpuResourcePlan& resource : plan.resources) {
+    if (resource.units.empty()) continue;
+    const GpuUnit& unit = resource.units.front();
+    std::string product;
+    for (const Gpu& gpu : gpus) {
+      if (gpu.uuid != unit.gpu_uuid) continue;
+      product = gpu.model;
+      for (const MigDevice& mig : gpu.mig_devices) {
+        if (mig.uuid == unit.uuid) product.append("-MIG-").append(mig.profile);
+      }
+    }
+    plan.labels[resource.name + ".replicas"] = "1";
+    plan.labels[resource.name + ".sharing-strategy"] = "none";
+    plan.labels[resource.name + ".product"] = product_label(product);
+  }
+}
+
 // A whole number and nothing else (from_chars takes no sign for an unsigned type).
 std::optional<std::size_t> index_of(std::string_view digits) {
   std::size_t index = 0;
@@ -199,6 +240,10 @@ std::optional<std::string> share(const Sharing& sharing, const std::vector<Gpu>&
              std::to_string(resource->units.size()) + " devices of " + shared.name +
              ", so it needs a rename (or renameByDefault): whole devices and replicas never stand under one name";
     }
+    // GFD's labels stay under the name the resource had; "-SHARED" only where its replicas keep that name.
+    plan.labels[shared.name + ".replicas"] = std::to_string(shared.replicas);
+    plan.labels[shared.name + ".sharing-strategy"] = mps ? "mps" : "time-slicing";
+    if (name == shared.name) plan.labels[shared.name + ".product"].append("-SHARED");
     GpuResourcePlan replicas{name, std::move(chosen), shared.replicas, sharing.fail_requests_greater_than_one, mps};
     if (some) {
       std::erase_if(resource->units, [&](const GpuUnit& unit) {
@@ -247,10 +292,14 @@ GpuPlan plan_gpu_resources(const std::vector<Gpu>& gpus, MigStrategy strategy, c
   if (gpus.empty()) return plan;
   plan.error = plan_mig(gpus, strategy, resource_name, plan);
   if (!plan.error) {
+    label_unshared(gpus, plan);
     plan.error = share(sharing, gpus, plan);
     plan.sharing_error = plan.error.has_value();
   }
-  if (plan.error) plan.resources.clear();
+  if (plan.error) {
+    plan.resources.clear();
+    plan.labels.clear();
+  }
   return plan;
 }
 

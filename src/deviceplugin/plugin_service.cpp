@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -23,6 +24,7 @@
 #include "gpuguard/deviceplugin/plugin_server.hpp"
 #include "gpuguard/deviceplugin/status_handler.hpp"
 #include "gpuguard/files/poller.hpp"
+#include "gpuguard/files/write_file.hpp"
 #include "gpuguard/log/log.hpp"
 #include "gpuguard/nodereport/host_root.hpp"
 #include "gpuguard/policy/policy_watcher.hpp"
@@ -150,8 +152,32 @@ void check_mps_daemons(std::vector<MpsReadiness>& daemons) {
   }
 }
 
-// The GPU resources the config makes of what was found; empty when there are none to serve.
-std::vector<std::unique_ptr<GpuResource>> gpu_resources(const PluginConfig& c, const Discovery& found) {
+// GPU feature discovery's labels for what is served, as NFD's local feature source reads them: a line
+// <key>=<value> each. No labels (no GPU served): the file is removed, so that NFD drops labels that no
+// longer hold. A file that cannot be written is logged, and serving goes on.
+void publish_feature_labels(const PluginConfig& c, const std::map<std::string, std::string>& labels) {
+  if (c.nfd_feature_file.empty()) return;
+  const std::filesystem::path path = host_path(c.host_root, c.nfd_feature_file.string());
+  if (labels.empty()) {
+    std::error_code ec;
+    if (std::filesystem::remove(path, ec))
+      log::info("NFD feature file removed: no GPU served", {{"path", path.string()}});
+    return;
+  }
+  std::string lines = "# Written by gpuguard-device-plugin: the labels GPU feature discovery sets for its resources.\n";
+  for (const auto& [key, value] : labels) lines.append(key).append("=").append(value).append("\n");
+  try {
+    files::write_file_atomically(path, lines);
+    log::info("NFD feature file written", {{"path", path.string()}, {"labels", labels.size()}});
+  } catch (const std::runtime_error& e) {
+    log::warn("NFD feature file not written: the node keeps the labels it had", {{"reason", e.what()}});
+  }
+}
+
+// The GPU resources the config makes of what was found, and GPU feature discovery's labels for them;
+// empty when there are none to serve.
+std::vector<std::unique_ptr<GpuResource>> gpu_resources(const PluginConfig& c, const Discovery& found,
+                                                        std::map<std::string, std::string>& labels) {
   GpuPlan plan = plan_gpu_resources(found.gpus, c.mig_strategy, c.resource_name, c.sharing);
   for (const std::string& warning : plan.warnings) log::warn("GPU resources", {{"reason", warning}});
   if (plan.error) {
@@ -162,6 +188,7 @@ std::vector<std::unique_ptr<GpuResource>> gpu_resources(const PluginConfig& c, c
     log::warn("no NVIDIA GPU found; serving host devices only", {{"host_root", c.host_root.string()}});
   }
   if (plan.resources.empty()) return {};
+  labels = plan.labels;
 
   GpuOptions options = c.gpu;
   options.control_nodes = control_device_nodes(c.host_root);
@@ -213,11 +240,12 @@ void serve(const PluginConfig& c, const std::vector<std::string>& config_warning
   std::vector<std::unique_ptr<Resource>> resources;
   std::vector<DeviceSet*> gpu_sets;
   std::vector<MpsReadiness> mps_daemons;
+  std::map<std::string, std::string> feature_labels;
   const std::string report_only = found.gpus.empty() ? "" : report_only_reason(c);
   if (!report_only.empty()) {
     log::info("GPUs not served: the node is judged and reported only", {{"reason", report_only}});
   } else {
-    for (auto& gpu : gpu_resources(c, found)) {
+    for (auto& gpu : gpu_resources(c, found, feature_labels)) {
       gpu_sets.push_back(&gpu->devices());
       if (gpu->mps()) {
         for (const GpuUnit& unit : gpu->units()) {
@@ -230,6 +258,7 @@ void serve(const PluginConfig& c, const std::vector<std::string>& config_warning
       resources.push_back(std::move(gpu));
     }
   }
+  publish_feature_labels(c, feature_labels);
   const bool judged = !gpu_sets.empty() || !report_only.empty();  // a GPU node
   NodeIsolation isolation;
   // The plugin judges the injected value alone: a bad value of any other key (mode, say) is the

@@ -94,6 +94,7 @@ TEST_CASE("config file: every key of the gpuguard section") {
   CHECK(config.discovery == DiscoveryMode::procfs);
   CHECK(config.resource_name == "example.com/gpu");
   CHECK(config.cdi_root == "/var/run/cdi");
+  CHECK(config.nfd_feature_file == "/etc/kubernetes/node-feature-discovery/features.d/gpuguard");
   CHECK(config.metrics_address == "127.0.0.1:9400");
   CHECK(config.node_name == "gpu-node-1");
   CHECK(config.policy_dir == std::filesystem::path("/etc/gpuguard/policy"));
@@ -137,6 +138,8 @@ TEST_CASE("config file: every bad key and value is refused with the file, the ke
       {"flags: {nvidiaDriverRoot: /run/nvidia/driver}\n", "flags.nvidiaDriverRoot: only / is accepted"},
       {"flags: {nvidiaDevRoot: /dev2}\n", "flags.nvidiaDevRoot: only / is accepted"},
       {"flags: {mpsRoot: run/mps}\n", "flags.mpsRoot: must be an absolute path on the host"},
+      {"gpuguard: {nfdFeatureFile: features.d/gpuguard}\n",
+       "gpuguard.nfdFeatureFile: must be an absolute path on the host, or empty"},
       {"flags: {gdsEnabled: true}\n", "flags.gdsEnabled: GPUDirect Storage is not supported"},
       {"flags: {gdrcopyEnabled: true}\n", "flags.gdrcopyEnabled: GDRCopy devices are not supported"},
       {"flags: {mofedEnabled: true}\n", "flags.mofedEnabled: MOFED devices are not supported"},

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "files.hpp"
 #include "plugin_harness.hpp"
 
 using namespace gpuguard::test;
@@ -458,15 +459,19 @@ TEST_CASE("bad flags are refused with a reason, before anything is served") {
         1);
 }
 
-TEST_CASE("time-slicing some GPUs: the rest stay whole, and a device not on the node stops the plugin") {
+TEST_CASE(
+    "time-slicing some GPUs: the rest stay whole, GPU feature discovery's labels for NFD, and a device not on the node "
+    "stops the plugin") {
   Node node;
   node.host.write("plugin.yaml",
                   "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n"
                   "      rename: nvidia.com/gpu.shared\n      devices: [1]\n      replicas: 3\n");
+  const std::string features = "/etc/kubernetes/node-feature-discovery/features.d/gpuguard";
   FakeKubelet kubelet(node.plugin_dir);
   {
-    PluginProcess plugin(node.plugin_dir, node.host.root(),
-                         {"--config-file", (node.host.root() / "plugin.yaml").string()});
+    PluginProcess plugin(
+        node.plugin_dir, node.host.root(),
+        {"--config-file", (node.host.root() / "plugin.yaml").string(), "--nfd-feature-file", features});
     const auto registrations = kubelet.wait_for(2);
     REQUIRE(registrations.size() == 2);
     std::map<std::string, std::string> endpoints;
@@ -484,7 +489,22 @@ TEST_CASE("time-slicing some GPUs: the rest stay whole, and a device not on the 
     };
     CHECK(ids("nvidia.com/gpu") == std::vector<std::string>{kGpu0});
     CHECK(ids("nvidia.com/gpu.shared") == std::vector<std::string>{kGpu1 + "::0", kGpu1 + "::1", kGpu1 + "::2"});
+    // Written before registering: keyed by the name before the rename, as GFD keys them.
+    CHECK(read_file(node.host.root() / features.substr(1)) ==
+          "# Written by gpuguard-device-plugin: the labels GPU feature discovery sets for its resources.\n"
+          "nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3\n"
+          "nvidia.com/gpu.replicas=3\n"
+          "nvidia.com/gpu.sharing-strategy=time-slicing\n");
     CHECK(plugin.terminate() == 0);
+  }
+  {
+    // Serving no GPU, it takes the labels away.
+    PluginProcess report_only(node.plugin_dir, node.host.root(),
+                              {"--gpus", "report-only", "--cdi-root", "", "--nfd-feature-file", features});
+    for (int i = 0; i < 100 && std::filesystem::exists(node.host.root() / features.substr(1)); ++i)
+      std::this_thread::sleep_for(50ms);
+    CHECK_FALSE(std::filesystem::exists(node.host.root() / features.substr(1)));
+    CHECK(report_only.terminate() == 0);
   }
   node.host.write("plugin.yaml",
                   "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n"

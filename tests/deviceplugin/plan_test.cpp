@@ -19,7 +19,7 @@ Gpu gpu(const std::string& uuid, unsigned minor, std::vector<MigDevice> migs = {
   Gpu g;
   g.uuid = uuid;
   g.minor = minor;
-  g.model = "H100";
+  g.model = "NVIDIA H100 80GB HBM3";
   g.numa_node = 0;
   g.mig_enabled = mig_enabled || !migs.empty();
   g.mig_listed = true;
@@ -162,7 +162,7 @@ TEST_CASE("sharing: every case of tests/fixtures/device-plugin/sharing.yaml, rea
                                                       {mig("MIG-cccccccc-cccc-4ccc-8ccc-cccccccccccc", 1, "1g.10gb")})};
   const YAML::Node cases = YAML::LoadFile(GPUGUARD_SOURCE_DIR "/tests/fixtures/device-plugin/sharing.yaml");
   REQUIRE(cases.size() >= 30);
-  std::size_t advertised_cases = 0, refused_cases = 0;
+  std::size_t advertised_cases = 0, refused_cases = 0, labelled_cases = 0;
   for (const YAML::Node& c : cases) {
     const std::string why = c["why"].as<std::string>();
     INFO(why);
@@ -198,8 +198,13 @@ TEST_CASE("sharing: every case of tests/fixtures/device-plugin/sharing.yaml, rea
       got[resource.name] = {GpuResource(resource, {}).devices().snapshot().size(), devices};
     }
     CHECK(got == expected);
+    if (c["labels"]) {
+      ++labelled_cases;
+      CHECK(plan.labels == c["labels"].as<std::map<std::string, std::string>>());
+    }
   }
   CHECK(advertised_cases >= 10);
+  CHECK(labelled_cases >= 6);
   CHECK(refused_cases >= 20);
 }
 
@@ -288,7 +293,8 @@ TEST_CASE("CDI spec: one device per GPU and MIG device, all and none, control no
   std::ifstream in(path);
   CHECK(nlohmann::json::parse(in) == spec);
   CHECK(std::distance(std::filesystem::directory_iterator(root), std::filesystem::directory_iterator()) == 1);
-  CHECK_THROWS_WITH(write_cdi_spec(path / "not-a-directory", spec), Catch::Contains("cannot create the CDI directory"));
+  CHECK_THROWS_WITH(write_cdi_spec(path / "not-a-directory", spec),
+                    Catch::Contains("the CDI spec: cannot create the directory"));
 }
 
 TEST_CASE("MPS: Allocate mounts the GPU's own pipe directory and shm, and the limits of the replicas held") {

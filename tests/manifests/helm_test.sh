@@ -118,6 +118,14 @@ check_backstop(docs, ns, actions=("Warn", "Audit"))
 check_arming(docs, ns, armed=False, webhook=False)
 args = check_device_plugin(docs)
 assert "--mig-strategy=mixed" in args and "--config-file=/etc/gpuguard/device-plugin/config.yaml" in args
+# NFD's local feature source: the plugin's file there, written through a read-write mount of its directory.
+features = "/etc/kubernetes/node-feature-discovery/features.d"
+assert f"--nfd-feature-file={features}/gpuguard" in args, args
+plugin_spec = one(docs, "DaemonSet", "gpuguard-device-plugin")["spec"]["template"]["spec"]
+[nfd] = [m for m in plugin_spec["containers"][0]["volumeMounts"] if m["mountPath"] == "/host" + features]
+assert not nfd.get("readOnly") and {v["name"]: v for v in plugin_spec["volumes"]}[nfd["name"]]["hostPath"]["path"] == features
+assert not any(a.startswith("--nfd-feature-file") for a in one(load(f"{work}/default.yaml"), "DaemonSet",
+               "gpuguard-device-plugin")["spec"]["template"]["spec"]["containers"][0]["args"])
 assert check_host_devices(docs) == ["github.com/fuse=/dev/fuse:16", "example.com/serial=/dev/ttyUSB*"]
 os.makedirs(f"{work}/strict-policy")
 for key, value in policy.items():

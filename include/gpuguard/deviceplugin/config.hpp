@@ -36,6 +36,9 @@ struct PluginConfig {
   // nvidia.com/gpu devices instead.
   std::filesystem::path cdi_root = "/var/run/cdi";  // on the host: written under host_root
   Sharing sharing;                                  // time-slicing or MPS
+  // On the host (under host_root): the file, read by NFD's local feature source, that gets the labels
+  // NVIDIA's GPU feature discovery would set for the GPU resources (GpuPlan::labels); empty: none written.
+  std::filesystem::path nfd_feature_file;
   std::vector<HostDevice> host_devices;
   bool health_checks = true;
   NvmlHealthOptions health;

@@ -4,6 +4,7 @@
 // given. NVIDIA's k8s-device-plugin defines the strategies and the config this follows
 // (docs/device-plugin.md says where gpuguard differs).
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -71,6 +72,11 @@ struct GpuResourcePlan {
 
 struct GpuPlan {
   std::vector<GpuResourcePlan> resources;
+  // The labels NVIDIA's GPU feature discovery gives the node for them, keyed as GFD keys them, by each
+  // resource's name before a rename: <name>.replicas (1 unshared), <name>.sharing-strategy (time-slicing,
+  // mps or none) and <name>.product (the model, "-MIG-<profile>" for MIG devices, "-SHARED" where replicas
+  // keep the resource's own name), characters GFD drops dropped.
+  std::map<std::string, std::string> labels;
   std::vector<std::string> warnings;  // logged at start
   std::optional<std::string> error;   // the GPUs do not fit the strategy: the plugin does not start
   // The error is the sharing config's (a device it names is not on this node): the plugin stops even

@@ -1,0 +1,13 @@
+#pragma once
+// Writing a file that another program reads at any moment (a CDI spec, NFD's feature file): whole or not
+// at all, never half.
+#include <filesystem>
+#include <string_view>
+
+namespace gpuguard::files {
+
+// Writes `content` to a temporary file beside `path`, then renames it over `path`, creating the directory
+// first. Throws std::runtime_error naming the path and the reason; no temporary file is left behind.
+void write_file_atomically(const std::filesystem::path& path, std::string_view content);
+
+}  // namespace gpuguard::files

@@ -1,0 +1,36 @@
+// Atomic file writes (include/gpuguard/files/write_file.hpp).
+#include "gpuguard/files/write_file.hpp"
+
+#include <unistd.h>
+
+#include <fstream>
+#include <stdexcept>
+#include <string>
+
+namespace gpuguard::files {
+
+void write_file_atomically(const std::filesystem::path& path, std::string_view content) {
+  const std::filesystem::path directory = path.parent_path();
+  const std::filesystem::path temporary =
+      directory / ("." + path.filename().string() + "." + std::to_string(::getpid()));
+  std::error_code ec;
+  std::filesystem::create_directories(directory, ec);
+  if (ec) throw std::runtime_error("cannot create the directory " + directory.string() + ": " + ec.message());
+  {
+    std::ofstream out(temporary, std::ios::trunc);
+    out << content;
+    out.close();
+    if (!out) {
+      std::filesystem::remove(temporary, ec);
+      throw std::runtime_error("cannot write " + temporary.string());
+    }
+  }
+  std::filesystem::rename(temporary, path, ec);
+  if (ec) {
+    const std::string why = ec.message();
+    std::filesystem::remove(temporary, ec);
+    throw std::runtime_error("cannot move " + temporary.string() + " to " + path.string() + ": " + why);
+  }
+}
+
+}  // namespace gpuguard::files
