@@ -287,6 +287,8 @@ def check_mps(docs, namespace="gpuguard-system", root="/run/gpuguard/mps"):
     assert spec["hostPID"] is True and not spec.get("hostNetwork") and not spec.get("hostIPC")
     assert spec["automountServiceAccountToken"] is False and spec["serviceAccountName"] == "gpuguard-mps-control"
     assert control["securityContext"] == {"privileged": True, "readOnlyRootFilesystem": True}, control["securityContext"]
+    # Root, or the image's user keeps none of privileged's capabilities past exec (found on the real node).
+    assert spec["securityContext"] == {"runAsUser": 0, "runAsGroup": 0}, spec["securityContext"]
     assert control["args"][0] == "mps-control" and f"--mps-root={root}" in control["args"]
     assert "--config-file=/etc/gpuguard/device-plugin/config.yaml" in control["args"]
     assert {e["name"]: e["value"] for e in control["env"]} == {"NVIDIA_VISIBLE_DEVICES": "all",
