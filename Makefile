@@ -120,6 +120,7 @@ e2e-build: deps
 	cd e2e && CGO_CFLAGS="-O2 -g -Wno-deprecated-declarations" $(GO) build -p $(JOBS) -tags "no_btrfs no_devmapper no_zfs no_aufs" \
 	  -ldflags "$$(../scripts/k8s-version-ldflags)" -o $(CURDIR)/$(E2E_DIR)/ $(NODE_COMPONENTS)
 	cd e2e && CGO_ENABLED=0 $(GO) build -o $(CURDIR)/$(E2E_DIR)/pause ./cmd/pause
+	cd e2e && CGO_ENABLED=0 $(GO) build -o $(CURDIR)/$(E2E_DIR)/mps-stand-in ./cmd/mps-stand-in
 	./scripts/build-helm $(CURDIR)/$(E2E_DIR)/helm
 	cd e2e && $(GO) build -p $(JOBS) -o $(CURDIR)/$(E2E_DIR)/gpuguard-e2e .
 	$(if $(K8S),@test -f e2e/k8s-$(K8S)/go.mod || { echo "make e2e: no e2e/k8s-$(K8S)/go.mod (K8S is 1.30, 1.32 or 1.33)"; exit 2; })

@@ -63,6 +63,7 @@ func (c *Config) validate() error {
 		filepath.Join(c.Components, "kubelet"), filepath.Join(c.Components, "containerd"),
 		filepath.Join(c.Components, "containerd-shim-runc-v2"), filepath.Join(c.Components, "ctr"),
 		filepath.Join(c.Components, "nvidia-container-runtime"), filepath.Join(c.Components, "pause"),
+		filepath.Join(c.Components, "mps-stand-in"),
 		filepath.Join(c.Gpuguard, "gpuguard-webhook"),
 		filepath.Join(c.Gpuguard, "gpuguard-scheduler-extender"), filepath.Join(c.Gpuguard, "gpuguard-device-plugin"),
 		filepath.Join(c.Gpuguard, "gpuguard-node-enforcer"),

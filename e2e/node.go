@@ -164,6 +164,18 @@ func prepareNodeHost(dir string) error {
 	if err := syscall.Mount("tmpfs", "/run", "tmpfs", syscall.MS_NOSUID|syscall.MS_NODEV, "mode=0755"); err != nil {
 		return fmt.Errorf("tmpfs on /run: %w", err)
 	}
+	// The MPS daemons' home as a shared mount, as every mount is on a systemd node: their pod mounts it
+	// Bidirectional (containerd refuses that on a private mount), so that each GPU's shm tmpfs reaches its
+	// clients. Only within the run's own mount namespace.
+	if err := os.MkdirAll("/run/gpuguard", 0o755); err != nil {
+		return err
+	}
+	if err := syscall.Mount("/run/gpuguard", "/run/gpuguard", "", syscall.MS_BIND, ""); err != nil {
+		return fmt.Errorf("binding /run/gpuguard: %w", err)
+	}
+	if err := syscall.Mount("", "/run/gpuguard", "", syscall.MS_SHARED, ""); err != nil {
+		return fmt.Errorf("making /run/gpuguard shared: %w", err)
+	}
 	if err := makeNodeDev(); err != nil {
 		return err
 	}
@@ -267,8 +279,18 @@ runtimes = ["runc"]
 	if err := os.MkdirAll(filepath.Join(n.dir, "static-pods"), 0o755); err != nil {
 		return err
 	}
+	// The driver's programs, as nvidia-ctk's spec mounts them: stand-ins (e2e/cmd/mps-stand-in).
+	standIns := filepath.Join(n.dir, "driver-stand-ins")
+	if err := os.MkdirAll(standIns, 0o755); err != nil {
+		return err
+	}
+	for _, name := range []string{"nvidia-smi", "nvidia-cuda-mps-control"} {
+		if err := copyFile(e.component("mps-stand-in"), filepath.Join(standIns, name), 0o755); err != nil {
+			return err
+		}
+	}
 	for path, content := range map[string]string{
-		"/etc/cdi/nvidia.yaml":                         nvidiaCtkSpec(),
+		"/etc/cdi/nvidia.yaml":                         nvidiaCtkSpec(standIns),
 		"/etc/containerd/config.toml":                  e.containerdConfig(n),
 		"/etc/nvidia-container-runtime/config.toml":    runtimeConfig,
 		"/etc/cni/net.d/10-gpuguard-e2e.conflist":      cni,
@@ -317,9 +339,9 @@ state = "/run/containerd"
 }
 
 // nvidiaCtkSpec is the node's spec of NVIDIA's kind in the shape `nvidia-ctk cdi generate` writes it
-// (which needs a driver): each GPU by index and by UUID, all, the control device for every container, and
-// no device named none.
-func nvidiaCtkSpec() string {
+// (which needs a driver): each GPU by index and by UUID, all, the control device and the driver's
+// programs (here the stand-ins in standIns) for every container, and no device named none.
+func nvidiaCtkSpec(standIns string) string {
 	var devices strings.Builder
 	var all []string
 	for minor := 0; minor < nodeGPUs; minor++ {
@@ -336,7 +358,10 @@ devices:
     containerEdits: {deviceNodes: [%s]}
 containerEdits:
   deviceNodes: [{path: /dev/nvidiactl}]
-`, devices.String(), strings.Join(all, ", "))
+  mounts:
+  - {hostPath: %s/nvidia-smi, containerPath: /usr/bin/nvidia-smi, options: [ro, nosuid, nodev, bind]}
+  - {hostPath: %s/nvidia-cuda-mps-control, containerPath: /usr/bin/nvidia-cuda-mps-control, options: [ro, nosuid, nodev, bind]}
+`, devices.String(), strings.Join(all, ", "), standIns, standIns)
 }
 
 func (e *Env) kubeletConfig(n *Node) string {

@@ -882,6 +882,7 @@ var nodeScenarios = []scenario{
 	{"node/enforcer-failure", "the enforcer gone: fail-open starts pods (the webhook still covers them); fail-closed refuses them clearly until it is back; after a containerd restart it registers again and the next pod is enforced", nodeEnforcerFailure},
 	{"node/allocated", "two pods asking for one GPU each see the one the plugin allocated, and not the other", nodeAllocated},
 	{"node/time-slicing", "the plugin's config time-slices GPU 0 alone as nvidia.com/gpu.shared: two pods holding its replicas see GPU 0 alone by its UUID, a whole-GPU pod GPU 1, a GPU-less pod none; both whole again once the config goes", nodeTimeSlicing},
+	{"node/mps", "the plugin's config shares GPU 0 through MPS: the chart's daemon for GPU 0 alone; a client sees GPU 0's pipe and shm alone and its limit, also one that set the CUDA variables itself; a GPU-less pod no MPS directory; a config change registers again and the client keeps its mounts", nodeMPS},
 	{"node/none-void", "the plugin adds nvidia.com/gpu=none; none and void both start with no GPU; its node report and Node condition agree", nodeNoneVoid},
 	{"node/report-flip", "without the device none the report and the Node condition say breaks-pods, audit lists the node, and a GPU-less pod fails; with it back, honoured", nodeReportFlip},
 	{"node/policy-reload", "a ConfigMap change reaches the webhook pods through the kubelet's volume, without a restart", nodePolicyReload},

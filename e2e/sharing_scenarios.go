@@ -1,11 +1,14 @@
 // GPU sharing on the real node (issue 35), observed inside the containers: the device plugin's config
-// time-slices GPU 0 alone under its own name, through the chart, and pods holding its replicas, a whole
-// GPU and none see what they should.
+// time-slices GPU 0 alone under its own name, or shares it through MPS, through the chart, and pods holding
+// its replicas, a whole GPU and none see what they should.
 package main
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -45,6 +48,213 @@ func nodeTimeSlicing(t *T, e *Env) {
 		t.Errorf("a whole-GPU pod beside the shared GPU: %s; want nvidia1 alone", whole)
 	}
 	expectNoGPU(t, "a GPU-less pod on the sharing node", n.look(t, e, n.runPod(t, cudaPod("no-gpu"))), "none")
+}
+
+// mpsView is what a container shows of MPS: its mounts (mount point -> root, from /proc/self/mountinfo),
+// the whole mountinfo, its CUDA and NVIDIA variables, and what its pipe directory and /dev/shm hold.
+type mpsView struct {
+	mounts    map[string]string
+	mountinfo string
+	env       map[string]string
+	pipe, shm []string
+}
+
+func (e *Env) lookMPS(t *T, pod *corev1.Pod, step string) mpsView {
+	v := mpsView{mounts: map[string]string{}, env: map[string]string{}}
+	mountinfo, err := e.execIn(t, pod, "mps-mounts-"+step, "cat", "/proc/self/mountinfo")
+	t.must(err, "reading /proc/self/mountinfo in "+pod.Name)
+	v.mountinfo = mountinfo
+	for _, line := range strings.Split(mountinfo, "\n") {
+		if fields := strings.Fields(line); len(fields) > 4 {
+			v.mounts[fields[4]] = fields[3]
+		}
+	}
+	environ, err := e.execIn(t, pod, "mps-env-"+step, "cat", "/proc/1/environ")
+	t.must(err, "reading PID 1's environment in "+pod.Name)
+	for _, entry := range strings.Split(environ, "\x00") {
+		if name, value, ok := strings.Cut(entry, "="); ok && (strings.HasPrefix(name, "CUDA_") || strings.HasPrefix(name, "NVIDIA_VISIBLE")) {
+			v.env[name] = value
+		}
+	}
+	if listing, err := e.execIn(t, pod, "mps-pipe-"+step, "ls", mpsClientPipe); err == nil {
+		v.pipe = names(listing)
+	}
+	if listing, err := e.execIn(t, pod, "mps-shm-"+step, "ls", "/dev/shm"); err == nil {
+		v.shm = names(listing)
+	}
+	return v
+}
+
+// names are the entries ls printed, without what ctr logs beside them (its cgroup v1 warning).
+func names(listing string) []string {
+	var entries []string
+	for _, line := range strings.Split(listing, "\n") {
+		if !strings.Contains(line, "level=") {
+			entries = append(entries, strings.Fields(line)...)
+		}
+	}
+	return entries
+}
+
+// mpsMounts are the container's mounts of anything under the MPS root, by mount point.
+func (v mpsView) mpsMounts() []string {
+	var found []string
+	for point, root := range v.mounts {
+		if strings.HasPrefix(point, "/run/gpuguard") || strings.Contains(root, "/gpuguard/mps") {
+			found = append(found, point+" from "+root)
+		}
+	}
+	return found
+}
+
+// mpsClientPipe is where the plugin mounts a client's GPU's pipe directory; mpsRoot the chart's default
+// root on the host.
+const (
+	mpsClientPipe = "/run/gpuguard/mps/pipe"
+	mpsRoot       = "/run/gpuguard/mps"
+)
+
+// expectMPSClient: the pipe directory of GPU 0's daemon (its control file in it) and GPU 0's shm (the
+// daemon's mark in it) mounted, nothing of GPU 1, and the plugin's variables for one replica of two.
+func expectMPSClient(t *T, what string, v mpsView) {
+	gpu0, gpu1 := fakeGPUUUID(0), fakeGPUUUID(1)
+	var wrong []string
+	if root := v.mounts[mpsClientPipe]; !strings.HasSuffix(root, "/"+gpu0+"/pipe") {
+		wrong = append(wrong, fmt.Sprintf("%s mounted from %q, not GPU 0's pipe directory", mpsClientPipe, root))
+	}
+	if !slices.Contains(v.pipe, "control") {
+		wrong = append(wrong, fmt.Sprintf("its pipe directory holds %v, not the daemon's control", v.pipe))
+	}
+	if !slices.Contains(v.shm, "stand-in-"+gpu0) {
+		wrong = append(wrong, fmt.Sprintf("/dev/shm holds %v, not GPU 0's daemon's mark", v.shm))
+	}
+	if strings.Contains(v.mountinfo, gpu1) {
+		wrong = append(wrong, "its mountinfo names GPU 1")
+	}
+	want := map[string]string{"CUDA_MPS_PIPE_DIRECTORY": mpsClientPipe, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "50",
+		"NVIDIA_VISIBLE_DEVICES": gpu0}
+	for name, value := range want {
+		if v.env[name] != value {
+			wrong = append(wrong, fmt.Sprintf("%s=%q, want %q", name, v.env[name], value))
+		}
+	}
+	if _, set := v.env["CUDA_VISIBLE_DEVICES"]; set {
+		wrong = append(wrong, "CUDA_VISIBLE_DEVICES="+v.env["CUDA_VISIBLE_DEVICES"])
+	}
+	if len(wrong) > 0 {
+		t.Errorf("%s: %s", what, strings.Join(wrong, "; "))
+		return
+	}
+	t.Logf("%s: %s from %s (holding %v), /dev/shm %v, %v", what, mpsClientPipe, v.mounts[mpsClientPipe], v.pipe, v.shm, v.env)
+}
+
+// nodeMPS: GPU 0 shared through MPS as nvidia.com/gpu.shared (two replicas), GPU 1 whole, through the
+// chart: its MPS control DaemonSet starts GPU 0's daemon over the driver's programs as the node's CDI spec
+// mounts them (stand-ins here), and the plugin serves the replicas once it is ready. A client sees its
+// GPU's pipe and shm alone and its own limit; one that sets CUDA_MPS_PIPE_DIRECTORY and
+// CUDA_VISIBLE_DEVICES itself ends up with the plugin's values (the webhook strips its own); a GPU-less
+// pod sees no MPS directory. A config change rolls the plugin and the daemons: the resources register
+// again and the running client keeps its mounts.
+func nodeMPS(t *T, e *Env) {
+	n := e.gpuguardFor(t)
+	mpsConfig := func(replicas int) string {
+		return fmt.Sprintf(`{"version":"v1","sharing":{"mps":{"resources":[{"name":"nvidia.com/gpu","rename":"%s","devices":[0],"replicas":%d}]}}}`,
+			sharedGpuResource, replicas)
+	}
+	n.helm(t, e, "upgrade", "--reuse-values", "--set-json", "devicePlugin.config="+mpsConfig(2))
+	defer func() {
+		n.helm(t, e, "upgrade", "--reset-values", "--set", "image.repository="+gpuguardRepo, "--set", "image.tag="+gpuguardTag)
+		n.waitForGPUs(t)
+	}()
+	// Allocatable counts Healthy devices: the replicas are Unhealthy until GPU 0's daemon is ready.
+	defer func() {
+		if t.failed() {
+			t.Logf("the MPS control containers' logs: %s", mpsControlLogs())
+		}
+	}()
+	n.waitForAllocatable(t, map[string]int64{gpuResource: 1, sharedGpuResource: 2})
+
+	daemons, err := n.cluster.client.CoreV1().Pods(gpuguardNamespace).List(t.ctx,
+		metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=gpuguard-mps-control"})
+	t.must(err, "listing the MPS control pods")
+	if len(daemons.Items) != 1 {
+		t.Fatalf("%d MPS control pods, want 1", len(daemons.Items))
+	}
+	expectBothGPUs(t, "the MPS control pod (exempt by namespace, service account and label)", n.look(t, e, &daemons.Items[0]))
+
+	gpu0, gpu1 := fakeGPUUUID(0), fakeGPUUUID(1)
+	transcript, err := os.ReadFile(mpsRoot + "/" + gpu0 + "/log/stand-in.log")
+	t.must(err, "reading GPU 0's daemon's transcript")
+	for _, want := range []string{"-d CUDA_VISIBLE_DEVICES=" + gpu0 + " ", "[" + gpu0 + "] set_default_active_thread_percentage 50"} {
+		if !strings.Contains(string(transcript), want) {
+			t.Errorf("GPU 0's daemon's transcript lacks %q: %s", want, transcript)
+		}
+	}
+	if _, err := os.Stat(mpsRoot + "/" + gpu1); err == nil {
+		t.Errorf("GPU 1, which is not shared, has an MPS directory")
+	}
+	t.Logf("GPU 0's MPS daemon, as started by the chart's DaemonSet: %s", strings.ReplaceAll(strings.TrimSpace(string(transcript)), "\n", " | "))
+
+	pods := []string{"mps-client", "mps-own-env", "mps-no-gpu"}
+	defer n.deletePods(t, pods...)
+	client := n.runPod(t, cudaPod("mps-client", withRequest(sharedGpuResource, "1")))
+	before := e.lookMPS(t, client, "client")
+	expectMPSClient(t, "an MPS client of GPU 0", before)
+	ownEnv := n.runPod(t, cudaPod("mps-own-env", withRequest(sharedGpuResource, "1"),
+		withEnv("CUDA_MPS_PIPE_DIRECTORY", "/tmp/elsewhere"), withEnv("CUDA_VISIBLE_DEVICES", "1")))
+	expectMPSClient(t, "an MPS client that set CUDA_MPS_PIPE_DIRECTORY and CUDA_VISIBLE_DEVICES itself", e.lookMPS(t, ownEnv, "own-env"))
+
+	noGPU := e.lookMPS(t, n.runPod(t, cudaPod("mps-no-gpu")), "no-gpu")
+	if len(noGPU.mpsMounts()) > 0 || len(noGPU.pipe) > 0 || len(noGPU.env) != 1 || noGPU.env["NVIDIA_VISIBLE_DEVICES"] != "none" {
+		t.Errorf("a GPU-less pod on the MPS node: MPS mounts %v, pipe %v, env %v; want no MPS directory and NVIDIA_VISIBLE_DEVICES=none alone",
+			noGPU.mpsMounts(), noGPU.pipe, noGPU.env)
+	} else {
+		t.Logf("a GPU-less pod on the MPS node: no MPS mount, %v", noGPU.env)
+	}
+
+	// A config change: the plugin and the daemons roll, the resources register again, the client runs on.
+	n.helm(t, e, "upgrade", "--reuse-values", "--set-json", "devicePlugin.config="+mpsConfig(3))
+	n.waitForAllocatable(t, map[string]int64{gpuResource: 1, sharedGpuResource: 3})
+	// The daemons roll with the plugin: GPU 0's is started again with a third's share.
+	var after mpsView
+	attempt := 0
+	t.must(eventually(t.ctx, time.Minute, func() error {
+		transcript, err := os.ReadFile(mpsRoot + "/" + gpu0 + "/log/stand-in.log")
+		if err != nil || !strings.Contains(string(transcript), "["+gpu0+"] set_default_active_thread_percentage 33") {
+			return fmt.Errorf("GPU 0's daemon not yet started again with three replicas (%v)", err)
+		}
+		attempt++
+		after = e.lookMPS(t, client, fmt.Sprintf("client-after-%d", attempt))
+		if !slices.Contains(after.pipe, "control") {
+			return fmt.Errorf("the client's pipe directory holds %v, not the new daemon's control", after.pipe)
+		}
+		return nil
+	}), "waiting for GPU 0's daemon to start again with three replicas")
+	running, err := n.cluster.client.CoreV1().Pods(nodeNamespace).Get(t.ctx, "mps-client", metav1.GetOptions{})
+	t.must(err, "reading the MPS client")
+	if running.Status.ContainerStatuses[0].RestartCount != 0 || after.mounts[mpsClientPipe] != before.mounts[mpsClientPipe] ||
+		after.mounts["/dev/shm"] != before.mounts["/dev/shm"] {
+		t.Errorf("after the config change, the MPS client: restarts %d, mounts %v (were %v)",
+			running.Status.ContainerStatuses[0].RestartCount, after.mounts, before.mounts)
+	} else {
+		t.Logf("replicas 2 -> 3: the plugin registered again, GPU 0's daemon started again, the client kept %s from %s and sees %v",
+			mpsClientPipe, after.mounts[mpsClientPipe], after.pipe)
+	}
+}
+
+// mpsControlLogs is the tail of each MPS control container's log, as the kubelet keeps them on the node.
+func mpsControlLogs() string {
+	files, _ := filepath.Glob("/var/log/pods/" + gpuguardNamespace + "_gpuguard-mps-control-*/mps-control/*.log")
+	var out strings.Builder
+	for _, file := range files {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			continue
+		}
+		lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+		fmt.Fprintf(&out, "\n%s:\n%s", file, strings.Join(lines[max(0, len(lines)-8):], "\n"))
+	}
+	return out.String()
 }
 
 // waitForAllocatable waits until the Node offers exactly these quantities.
