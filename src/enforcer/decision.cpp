@@ -245,6 +245,39 @@ void devices_beyond(const ContainerView& container, const Allocation& allocation
   }
 }
 
+// What becomes of a container that would see `decision.beyond`: under audit, said; under enforce, an
+// environment alone beyond its allocation (`narrowed_from`, the value it had) narrowed, anything else refused.
+Decision conclude(Decision decision, const ContainerView& container, const Allocation& allocation,
+                  const policy::Policy& policy, const std::optional<std::string>& narrowed_from) {
+  const std::string allocated =
+      allocation.gpus.empty() && allocation.cdi_devices.empty()
+          ? "none"
+          : join(allocation.gpus, ", ") + (allocation.cdi_devices.empty() ? ""
+                                                                          : (allocation.gpus.empty() ? "" : ", ") +
+                                                                                join(allocation.cdi_devices, ", "));
+  if (policy.node_enforcement == policy::NodeEnforcement::audit) {
+    decision.why = Decision::Why::audited;
+    decision.message = "would be changed under nodeEnforcement: enforce; allocated " + allocated;
+    return decision;
+  }
+  decision.why = Decision::Why::enforced;
+  if (narrowed_from) {
+    decision.action = Decision::Action::adjust;
+    decision.visible_devices = allocation.gpus.empty() ? "void" : join(allocation.gpus, ",");
+    decision.message = "NVIDIA_VISIBLE_DEVICES set to " + *decision.visible_devices + " (was " + *narrowed_from + ")";
+    return decision;
+  }
+  decision.action = Decision::Action::refuse;
+  std::ostringstream message;
+  message << "gpuguard: container \"" << container.container << "\" of pod " << container.pod_namespace << "/"
+          << container.pod_name << " would get GPUs the kubelet did not allocate it: ";
+  for (std::size_t i = 0; i < decision.beyond.size(); ++i) message << (i == 0 ? "" : "; ") << decision.beyond[i];
+  message << ". It was allocated " << allocated << " (" << allocation.detail
+          << "); request the GPUs it needs, or ask the cluster admin (gpuguard's nodeEnforcement policy)";
+  decision.message = message.str();
+  return decision;
+}
+
 }  // namespace
 
 std::string_view why_name(Decision::Why why) {
@@ -273,9 +306,25 @@ Decision decide(const ContainerView& container, const Allocation& allocation, co
   }
   if (container.all_devices_allowed) {
     // It can make and open any device node, whatever it is given now: counted and reported, not confined.
-    decision.why = Decision::Why::privileged;
-    decision.beyond.push_back("every device (its device cgroup allows all: privileged)");
-    return decision;
+    // A GPU's MPS server, though, it reaches only through that GPU's directory: a bind mount of another
+    // GPU's, or of the MPS root, is held against it as against any container (a look-alike of gpuguard's
+    // own MPS daemons, which are exempt).
+    std::vector<std::string> mps;
+    if (allocation.source != Allocation::Source::unknown) {
+      const Scope scope(node_gpus, allocation);
+      for (const Mount& mount : container.mounts) {
+        if (is_bind(mount)) mps_beyond(mount, scope, mps);
+      }
+    }
+    const std::string every = "every device (its device cgroup allows all: privileged)";
+    if (mps.empty()) {
+      decision.why = Decision::Why::privileged;
+      decision.beyond.push_back(every);
+      return decision;
+    }
+    decision.beyond = std::move(mps);
+    decision.beyond.push_back(every);
+    return conclude(std::move(decision), container, allocation, policy, std::nullopt);
   }
   if (allocation.source == Allocation::Source::unknown) {
     decision.why = Decision::Why::allocation_unknown;
@@ -316,34 +365,8 @@ Decision decide(const ContainerView& container, const Allocation& allocation, co
   }
 
   if (decision.beyond.empty()) return decision;
-  const std::string allocated =
-      allocation.gpus.empty() && allocation.cdi_devices.empty()
-          ? "none"
-          : join(allocation.gpus, ", ") + (allocation.cdi_devices.empty() ? ""
-                                                                          : (allocation.gpus.empty() ? "" : ", ") +
-                                                                                join(allocation.cdi_devices, ", "));
-  if (policy.node_enforcement == policy::NodeEnforcement::audit) {
-    decision.why = Decision::Why::audited;
-    decision.message = "would be changed under nodeEnforcement: enforce; allocated " + allocated;
-    return decision;
-  }
-  decision.why = Decision::Why::enforced;
-  const bool only_environment = excess.size() > 0 && decision.beyond.size() == 1 && adjustable;
-  if (only_environment) {
-    decision.action = Decision::Action::adjust;
-    decision.visible_devices = allocation.gpus.empty() ? "void" : join(allocation.gpus, ",");
-    decision.message = "NVIDIA_VISIBLE_DEVICES set to " + *decision.visible_devices + " (was " + *visible + ")";
-    return decision;
-  }
-  decision.action = Decision::Action::refuse;
-  std::ostringstream message;
-  message << "gpuguard: container \"" << container.container << "\" of pod " << container.pod_namespace << "/"
-          << container.pod_name << " would get GPUs the kubelet did not allocate it: ";
-  for (std::size_t i = 0; i < decision.beyond.size(); ++i) message << (i == 0 ? "" : "; ") << decision.beyond[i];
-  message << ". It was allocated " << allocated << " (" << allocation.detail
-          << "); request the GPUs it needs, or ask the cluster admin (gpuguard's nodeEnforcement policy)";
-  decision.message = message.str();
-  return decision;
+  const bool only_environment = !excess.empty() && decision.beyond.size() == 1 && adjustable;
+  return conclude(std::move(decision), container, allocation, policy, only_environment ? visible : std::nullopt);
 }
 
 }  // namespace gpuguard::enforcer
