@@ -11,8 +11,10 @@ namespace gpuguard::files {
 
 void write_file_atomically(const std::filesystem::path& path, std::string_view content) {
   const std::filesystem::path directory = path.parent_path();
-  const std::filesystem::path temporary =
-      directory / ("." + path.filename().string() + "." + std::to_string(::getpid()));
+  // Built by appending: GCC 12 warns falsely (-Wrestrict) on a chain of operator+ here.
+  std::string name = ".";
+  name.append(path.filename().string()).append(".").append(std::to_string(::getpid()));
+  const std::filesystem::path temporary = directory / name;
   std::error_code ec;
   std::filesystem::create_directories(directory, ec);
   if (ec) throw std::runtime_error("cannot create the directory " + directory.string() + ": " + ec.message());
