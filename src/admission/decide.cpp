@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <optional>
 
+#include "gpuguard/k8s/host_path.hpp"
+
 namespace gpuguard::admission {
 namespace {
 
@@ -69,29 +71,6 @@ const EnvFromSource* env_from_that_could_set_visible_devices(const Container& c)
   return it == c.env_from.end() ? nullptr : &*it;
 }
 
-// A path as the kernel resolves it lexically: no empty, "." or ".." components, no trailing slash.
-std::string normal_path(std::string_view path) {
-  std::vector<std::string_view> parts;
-  while (!path.empty()) {
-    const std::size_t slash = path.find('/');
-    const std::string_view part = path.substr(0, slash);
-    path = slash == std::string_view::npos ? std::string_view{} : path.substr(slash + 1);
-    if (part.empty() || part == ".") continue;
-    if (part == "..") {
-      if (!parts.empty()) parts.pop_back();
-      continue;
-    }
-    parts.push_back(part);
-  }
-  std::string normal;
-  for (const std::string_view part : parts) normal.append("/").append(part);
-  return normal.empty() ? "/" : normal;
-}
-
-bool is_or_under(std::string_view path, std::string_view dir) {
-  return path == dir || (path.starts_with(dir) && path.size() > dir.size() && path[dir.size()] == '/');
-}
-
 // Does a hostPath volume of this path give a container the host's GPU device nodes, or the lists the
 // NVIDIA toolkit reads devices from? The paths themselves, what lies under them, and the directories
 // above them, whose mount contains them. And /dev/null: a toolkit that accepts device lists as volume
@@ -100,12 +79,12 @@ bool is_or_under(std::string_view path, std::string_view dir) {
 // and shm directories: gpuguard's under /run/gpuguard (its chart keeps the MPS root there), NVIDIA's under
 // /run/nvidia: through them a container reaches a shared GPU's MPS server.
 bool reaches_gpu_devices(std::string_view host_path) {
-  const std::string path = normal_path(host_path);
-  if (path == "/dev" || path == "/dev/null" || path.starts_with("/dev/nvidia") || is_or_under(path, "/dev/dri"))
+  const std::string path = k8s::lexical_path(host_path);
+  if (path == "/dev" || path == "/dev/null" || path.starts_with("/dev/nvidia") || k8s::is_or_under(path, "/dev/dri"))
     return true;
   for (std::string_view dir : {"/var/run/nvidia-container-devices", "/run/nvidia-container-devices", "/run/nvidia",
                                "/run/gpuguard", "/var/run/gpuguard"}) {
-    if (is_or_under(path, dir)) return true;
+    if (k8s::is_or_under(path, dir)) return true;
   }
   return path == "/" || path == "/var" || path == "/var/run" || path == "/run";
 }

@@ -6,6 +6,8 @@
 #include <charconv>
 #include <sstream>
 
+#include "gpuguard/k8s/host_path.hpp"
+
 namespace gpuguard::enforcer {
 namespace {
 
@@ -141,31 +143,12 @@ bool is_bind(const Mount& mount) {
                                              [](const std::string& o) { return o == "bind" || o == "rbind"; });
 }
 
-// A host path as the kernel resolves it without symlinks: "." and ".." and repeated slashes gone.
-std::string lexically_resolved(std::string_view path) {
-  std::vector<std::string_view> parts;
-  std::size_t start = 0;
-  while (start <= path.size()) {
-    const std::size_t end = std::min(path.find('/', start), path.size());
-    const std::string_view part = path.substr(start, end - start);
-    if (part == "..") {
-      if (!parts.empty()) parts.pop_back();
-    } else if (!part.empty() && part != ".") {
-      parts.push_back(part);
-    }
-    start = end + 1;
-  }
-  std::string resolved;
-  for (const std::string_view part : parts) resolved.append("/").append(part);
-  return resolved.empty() ? "/" : resolved;
-}
-
 // What a bind mount from under gpuguard's MPS home reaches: the MPS server of the GPU whose UUID the path
 // names, or, for the home or the root itself, every shared GPU's.
 void mps_beyond(const Mount& mount, const Scope& scope, std::vector<std::string>& beyond) {
-  const std::string source = lexically_resolved(mount.source);
+  const std::string source = k8s::lexical_path(mount.source);
   for (const std::string_view home : kMpsHomes) {
-    if (source != home && !(source.starts_with(home) && source[home.size()] == '/')) continue;
+    if (!k8s::is_or_under(source, home)) continue;
     for (const std::string& part : split(std::string_view(source).substr(home.size()), '/')) {
       if (!part.starts_with("GPU-") && !part.starts_with("MIG-")) continue;
       if (!scope.allowed(part)) {

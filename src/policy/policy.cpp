@@ -69,17 +69,23 @@ bool is_resource_pattern(std::string_view s) {
   });
 }
 
-// A Kubernetes annotation key: an optional DNS-subdomain prefix and '/', then a name of at most 63
-// characters, alphanumeric at both ends, with '-', '_' and '.' inside.
+// A label value: at most 63 characters, alphanumeric at both ends, '-', '_' and '.' between; or empty.
+bool is_label_value(std::string_view s) {
+  if (s.empty()) return true;
+  auto alphanumeric = [](char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'); };
+  if (s.size() > 63 || !alphanumeric(s.front()) || !alphanumeric(s.back())) return false;
+  return std::all_of(s.begin(), s.end(), [&](char c) { return alphanumeric(c) || c == '-' || c == '_' || c == '.'; });
+}
+
+// A Kubernetes annotation or label key: an optional DNS-subdomain prefix and '/', then a name, which has
+// a non-empty label value's form.
 bool is_annotation_key(std::string_view s) {
   const std::size_t slash = s.find('/');
   if (slash != std::string_view::npos) {
     if (!is_dns_subdomain(s.substr(0, slash))) return false;
     s.remove_prefix(slash + 1);
   }
-  auto alphanumeric = [](char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'); };
-  if (s.empty() || s.size() > 63 || !alphanumeric(s.front()) || !alphanumeric(s.back())) return false;
-  return std::all_of(s.begin(), s.end(), [&](char c) { return alphanumeric(c) || c == '-' || c == '_' || c == '.'; });
+  return !s.empty() && is_label_value(s);
 }
 
 // An exact name, or a prefix when the pattern ends in '*'.
@@ -129,14 +135,6 @@ std::vector<std::string> service_accounts(std::string_view value) {
     }
   }
   return entries;
-}
-
-// A label value: at most 63 characters, alphanumeric at both ends, '-', '_' and '.' between; or empty.
-bool is_label_value(std::string_view s) {
-  if (s.empty()) return true;
-  auto alphanumeric = [](char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'); };
-  if (s.size() > 63 || !alphanumeric(s.front()) || !alphanumeric(s.back())) return false;
-  return std::all_of(s.begin(), s.end(), [&](char c) { return alphanumeric(c) || c == '-' || c == '_' || c == '.'; });
 }
 
 // namespace/name, each optionally with ":key=value", a label the pod must carry too.
