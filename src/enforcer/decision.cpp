@@ -1,56 +1,98 @@
-// gpuguard-node-enforcer's decision (include/gpuguard/enforcer/decision.hpp).
+// gpuguard-node-enforcer's decision (include/gpuguard/enforcer/decision.hpp). Each door below is read as
+// NVIDIA's container toolkit reads it; the rules and their sources are in docs/node-enforcer.md ("How
+// NVIDIA's runtime reads a container"), and tests/enforcer/toolkit_model.cpp is an implementation of the
+// same rules written apart from this one, mode by mode, against which a property test holds this file.
 #include "gpuguard/enforcer/decision.hpp"
 
 #include <algorithm>
 #include <cctype>
 #include <charconv>
-#include <sstream>
 
 #include "gpuguard/k8s/host_path.hpp"
 
 namespace gpuguard::enforcer {
 namespace {
 
-constexpr std::string_view kVisibleDevices = "NVIDIA_VISIBLE_DEVICES";
-constexpr std::int64_t kNvidiaMajor = 195;  // the driver's character devices; minor 255 is nvidiactl
-constexpr std::int64_t kControlMinor = 255;
-// Where NVIDIA's device plugin (volume-mounts strategy) and gpuguard's mount the GPUs a container gets,
-// one empty file per device id, which the toolkit reads instead of the environment.
-constexpr std::string_view kDeviceListDirs[] = {"/var/run/nvidia-container-devices", "/run/nvidia-container-devices"};
-// gpuguard's MPS directories live under here (the chart's devicePlugin.mps.root, docs/device-plugin.md#mps):
-// <root>/<uuid>/pipe and shm reach that GPU's MPS server, whatever the container's devices and environment.
-constexpr std::string_view kMpsHomes[] = {"/run/gpuguard", "/var/run/gpuguard"};
+constexpr std::int64_t kNvidiaMajor = 195;  // the driver's character devices; 254 is nvidia-modeset, 255 nvidiactl
+constexpr std::int64_t kFirstControlMinor = 254;
+constexpr std::string_view kGpuNode = "/dev/nvidia";
+constexpr std::string_view kCapNode = "/dev/nvidia-caps/nvidia-cap";
+constexpr std::string_view kImexNode = "/dev/nvidia-caps-imex-channels/channel";
+// Where device lists are mounted, one entry per device: NVIDIA's runtime takes the part of a mount's cleaned
+// destination after /var/run/nvidia-container-devices, by string prefix, as a device's name
+// (internal/config/image/cuda_image.go). /run/nvidia-container-devices is not read, and is held all the same.
+constexpr std::string_view kDeviceListRoots[] = {"/var/run/nvidia-container-devices", "/run/nvidia-container-devices"};
 // CDI vendors whose devices are NVIDIA GPUs: NVIDIA's (nvidia-ctk, the DRA driver) and gpuguard's plugin's.
 constexpr std::string_view kGpuCdiVendors[] = {"nvidia.com/", "k8s.gpu.nvidia.com/", "k8s.gpuguard.io/"};
+// NVIDIA's runtime makes these CDI kinds itself, from NVML, whatever the node's specs say
+// (internal/modifier/cdi.go; pkg/nvcdi/management.go).
+constexpr std::string_view kJitKind = "runtime.nvidia.com/gpu";
+constexpr std::string_view kManagementKind = "management.nvidia.com/gpu";
+constexpr std::string_view kCudaVersion = "CUDA_VERSION";
+constexpr std::string_view kRequireCuda = "NVIDIA_REQUIRE_CUDA";
+constexpr std::string_view kEveryImexChannel = "every IMEX channel";
+constexpr std::size_t kPathMax = 4096;
+constexpr unsigned kUnknownCap = 0xffffffffU;  // under /dev/nvidia-caps, and not nvidia-cap<minor>
 
 bool all_digits(std::string_view s) {
   return !s.empty() && std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isdigit(c) != 0; });
 }
 
-std::string without_replica(std::string id) {
-  const std::size_t replica = id.find("::");
-  if (replica != std::string::npos) id.erase(replica);
-  return id;
-}
+std::string without_replica(std::string_view id) { return std::string(id.substr(0, id.find("::"))); }
 
-std::vector<std::string> split(std::string_view text, char separator) {
+// Comma-separated, each part trimmed, empty parts dropped: how the toolkit splits a device variable
+// (cuda_image.go, NewVisibleDevices).
+std::vector<std::string> tokens(std::string_view text) {
   std::vector<std::string> parts;
-  std::size_t start = 0;
-  while (start <= text.size()) {
-    const std::size_t end = std::min(text.find(separator, start), text.size());
-    std::string_view part = text.substr(start, end - start);
+  while (true) {
+    const std::size_t comma = text.find(',');
+    std::string_view part = text.substr(0, comma);
     while (!part.empty() && std::isspace(static_cast<unsigned char>(part.front()))) part.remove_prefix(1);
     while (!part.empty() && std::isspace(static_cast<unsigned char>(part.back()))) part.remove_suffix(1);
     if (!part.empty()) parts.emplace_back(part);
-    start = end + 1;
+    if (comma == std::string_view::npos) break;
+    text.remove_prefix(comma + 1);
   }
   return parts;
 }
 
-// What the node's GPUs are, by UUID, minor and index, and what the allocation lets the container have.
+// A CDI device's fully qualified name: "vendor/class=name", the vendor with a dot or not (CDI's
+// parser.IsQualifiedName, loosely: whatever holds '/' before '=').
+bool is_qualified(std::string_view name) {
+  const std::size_t equals = name.find('=');
+  return equals != std::string_view::npos && name.substr(0, equals).find('/') != std::string_view::npos;
+}
+
+template <typename Set>
+std::string join(const Set& items, std::string_view separator) {
+  std::string out;
+  for (const auto& item : items) out.append(out.empty() ? "" : separator).append(item);
+  return out;
+}
+
+std::string cut(std::string text, std::size_t max) {
+  if (text.size() <= max) return text;
+  std::size_t at = max - 3;
+  while (at > 0 && (static_cast<unsigned char>(text[at]) & 0xC0) == 0x80) --at;  // a UTF-8 continuation
+  text.resize(at);
+  return text + "...";
+}
+
+// What one door gives the container.
+struct Reach {
+  std::string door;             // what it is, for the report: "/dev/nvidia1", "NVIDIA_VISIBLE_DEVICES=all"
+  std::set<std::string> names;  // the GPU and MIG UUIDs it names, and "IMEX channel N"
+  std::string unknown;          // not empty: it reaches what cannot be named, and why
+  std::string fix;              // the variable whose new value takes it away, where one does
+  std::string_view verb = "reaches";  // how the report joins the two: a request "names" what it asks for
+  bool none_meant = false;      // NVIDIA_VISIBLE_DEVICES=none: no GPU was asked for, whatever the node reads
+};
+
+// The node's GPUs by UUID, minor and index, what CDI names bring, and what the allocation allows.
 class Scope {
  public:
-  Scope(const std::vector<NodeGpu>& gpus, const Allocation& allocation) : gpus_(gpus), allocation_(allocation) {
+  Scope(const NodeView& node, const Allocation& allocation) : node_(node), allocation_(allocation) {
+    gpus_ = node.gpus;
     std::sort(gpus_.begin(), gpus_.end(),
               [](const NodeGpu& a, const NodeGpu& b) { return a.pci_address < b.pci_address; });
     for (const NodeGpu& gpu : gpus_) {
@@ -61,81 +103,337 @@ class Scope {
         allowed_caps_.insert(caps.begin(), caps.end());
       }
     }
-    // A MIG device the node's list does not know (no NVML to read MIG devices from): which parent and caps
-    // it needs is not known, so those nodes are not held against it.
     for (const std::string& id : allocation.gpus) {
-      if (id.starts_with("MIG-") && std::none_of(gpus_.begin(), gpus_.end(),
-                                                 [&](const NodeGpu& gpu) { return gpu.mig_cap_minors.contains(id); })) {
-        unmapped_mig_ = true;
+      if (id.starts_with("MIG-") && std::none_of(gpus_.begin(), gpus_.end(), [&](const NodeGpu& gpu) {
+            return gpu.mig_cap_minors.contains(id);
+          })) {
+        unmapped_mig_ = id;
       }
     }
-  }
-
-  // The GPUs an entry of NVIDIA_VISIBLE_DEVICES, a device list file or a CDI device names: UUIDs as they
-  // are, indices by PCI order, all; an index of a MIG device ("1:0") as its parent GPU.
-  std::set<std::string> named_by(std::string_view id) const {
-    std::set<std::string> named;
-    if (id == "all") {
-      for (const NodeGpu& gpu : gpus_) named.insert(gpu.uuid);
-    } else if (id == "none" || id == "void" || id.empty() || id.front() == '/') {
-      // A path (the volume-mounts strategy's /var/run/nvidia-container-devices): the mounts name the GPUs.
-    } else if (all_digits(id) || (id.find(':') != std::string_view::npos && all_digits(id.substr(0, id.find(':'))))) {
-      // An index past any integer names no GPU of this node (the runtime fails on it), never a crash.
-      const std::string_view digits = id.substr(0, id.find(':'));
-      std::size_t index = 0;
-      const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), index);
-      if (error == std::errc() && index < gpus_.size()) named.insert(gpus_[index].uuid);
-    } else {
-      named.insert(without_replica(std::string(id)));
+    for (const std::string& path : allocation.device_paths) {
+      if (path.starts_with(kImexNode)) allowed_imex_.insert("IMEX channel " + path.substr(kImexNode.size()));
     }
-    return named;
   }
 
-  // Whether the container may have what `id` names: every GPU of it allocated, or a MIG device of it.
-  bool allowed(const std::string& uuid) const {
-    if (allocation_.gpus.contains(uuid)) return true;
-    // A GPU named by index whose MIG device is allocated ("1:0" resolves to the parent).
-    const auto gpu = std::find_if(gpus_.begin(), gpus_.end(), [&](const NodeGpu& g) { return g.uuid == uuid; });
+  const NodeView& node() const { return node_; }
+  const Allocation& allocation() const { return allocation_; }
+
+  // The GPUs a device id names: a UUID as it is, an index by PCI order, "i:j" as GPU i's, all. An id that
+  // is none of these is kept as it is: it names no GPU of this node the enforcer knows, and is beyond.
+  void named_by(std::string_view id, Reach& reach) const {
+    if (id == "all") {
+      every_gpu(reach);
+      return;
+    }
+    // A path (the volume-mounts strategy points the variable at its directory): no device of that name
+    // exists in any mode, and the runtime fails on it.
+    if (id.starts_with('/')) return;
+    const std::string_view index = id.substr(0, id.find(':'));
+    if (all_digits(index)) {
+      std::size_t number = 0;
+      const auto [end, error] = std::from_chars(index.data(), index.data() + index.size(), number);
+      if (error == std::errc() && number < gpus_.size()) {
+        reach.names.insert(gpus_[number].uuid);
+      } else if (!node_.gpus_unknown.empty()) {
+        reach.unknown = "GPU " + std::string(index) + " cannot be named: " + node_.gpus_unknown;
+      }
+      return;  // an index past the node's GPUs names none (the runtime fails on it)
+    }
+    reach.names.insert(without_replica(id));
+  }
+
+  void every_gpu(Reach& reach) const {
+    for (const NodeGpu& gpu : gpus_) reach.names.insert(gpu.uuid);
+    if (!node_.gpus_unknown.empty()) reach.unknown = "the node's GPUs cannot be named: " + node_.gpus_unknown;
+  }
+
+  // What a fully qualified CDI name brings: the device nodes of its spec on the node, read as device nodes
+  // are (GPUs, MIG capabilities, IMEX channels); for NVIDIA's kinds, also what its name names.
+  void cdi(std::string_view name, Reach& reach) const {
+    const std::size_t equals = name.find('=');
+    const std::string_view kind = name.substr(0, equals);
+    const std::string_view device = equals == std::string_view::npos ? std::string_view{} : name.substr(equals + 1);
+    if (kind == kManagementKind) {
+      every_gpu(reach);
+      reach.names.insert(std::string(kEveryImexChannel));
+      return;
+    }
+    if (kind == kJitKind) {
+      if (device != "none") named_by(device, reach);
+      return;
+    }
+    if (const auto spec = node_.cdi_devices.find(std::string(name)); spec != node_.cdi_devices.end()) {
+      for (const std::string& path : spec->second) node_path(path, reach);
+    }
+    if (std::any_of(std::begin(kGpuCdiVendors), std::end(kGpuCdiVendors),
+                    [&](std::string_view vendor) { return name.starts_with(vendor); }) &&
+        device != "none") {
+      named_by(device, reach);
+    }
+  }
+
+  // What a device node at `path` (as the container gets it, or a CDI spec names it) reaches.
+  void node_path(std::string_view path, Reach& reach) const {
+    if (path.starts_with(kImexNode)) {
+      reach.names.insert("IMEX channel " + std::string(path.substr(kImexNode.size())));
+    } else if (const auto cap = cap_minor(path)) {
+      cap_reach(*cap, reach);
+    } else if (const auto minor = gpu_minor(Device{std::string(path), "c", 0, 0})) {
+      minor_reach(*minor, reach);
+    }
+  }
+
+  void minor_reach(unsigned minor, Reach& reach) const {
+    if (allowed_minors_.contains(minor)) return;  // its own GPU, or the parent of its MIG device
+    for (const NodeGpu& gpu : gpus_) {
+      if (gpu.minor != minor) continue;
+      if (unmapped_mig_.empty()) {
+        reach.names.insert(gpu.uuid);
+      } else {
+        reach.unknown = gpu.uuid + " may be the parent of " + unmapped_mig_ + ", which cannot be mapped to its GPU";
+      }
+      return;
+    }
+    if (node_.gpus_unknown.empty() && unmapped_mig_.empty()) {
+      reach.names.insert("GPU minor " + std::to_string(minor) + ", which the driver does not list");
+      return;
+    }
+    reach.unknown = "GPU minor " + std::to_string(minor) + " cannot be named" +
+                    (node_.gpus_unknown.empty() ? "" : ": " + node_.gpus_unknown) +
+                    (unmapped_mig_.empty() ? "" : "; " + unmapped_mig_ + " cannot be mapped to its GPU");
+  }
+
+  void cap_reach(unsigned cap, Reach& reach) const {
+    if (allowed_caps_.contains(cap)) return;
+    if (cap == kUnknownCap) {
+      reach.names.insert("a capability the enforcer does not know");
+      return;
+    }
+    for (const NodeGpu& gpu : gpus_) {
+      for (const auto& [mig, caps] : gpu.mig_cap_minors) {
+        if (std::find(caps.begin(), caps.end(), cap) != caps.end()) reach.names.insert(mig);
+      }
+    }
+    if (!reach.names.empty()) return;
+    if (node_.gpus_unknown.empty() && unmapped_mig_.empty()) {
+      reach.names.insert("MIG capability " + std::to_string(cap) + ", of no MIG device the node lists");
+      return;
+    }
+    reach.unknown = "MIG capability " + std::to_string(cap) + " cannot be named" +
+                    (node_.gpus_unknown.empty() ? "" : ": " + node_.gpus_unknown) +
+                    (unmapped_mig_.empty() ? "" : "; " + unmapped_mig_ + " cannot be mapped to its capabilities");
+  }
+
+  // Whether the container may have what a name names: its GPU or MIG device, a MIG device's parent GPU
+  // named by index, an IMEX channel its claims bring.
+  bool allowed(const std::string& name) const {
+    if (allocation_.gpus.contains(name) || allowed_imex_.contains(name)) return true;
+    const auto gpu = std::find_if(gpus_.begin(), gpus_.end(), [&](const NodeGpu& g) { return g.uuid == name; });
     return gpu != gpus_.end() && std::any_of(gpu->mig_cap_minors.begin(), gpu->mig_cap_minors.end(),
                                              [&](const auto& mig) { return allocation_.gpus.contains(mig.first); });
   }
 
-  std::string describe_minor(unsigned minor) const {
-    for (const NodeGpu& gpu : gpus_) {
-      if (gpu.minor == minor) return gpu.uuid;
+  std::string allowed_imex() const {
+    std::string channels;
+    for (const std::string& name : allowed_imex_) {
+      channels.append(channels.empty() ? "" : ",").append(name.substr(std::string_view("IMEX channel ").size()));
     }
-    return "a GPU the driver does not list";
+    return channels.empty() ? "void" : channels;
   }
 
-  bool minor_allowed(unsigned minor) const { return unmapped_mig_ || allowed_minors_.contains(minor); }
-  bool cap_allowed(unsigned minor) const { return unmapped_mig_ || allowed_caps_.contains(minor); }
+  static std::optional<unsigned> gpu_minor(const Device& device) {
+    if (device.major == kNvidiaMajor && device.minor >= 0 && device.minor < kFirstControlMinor) {
+      return static_cast<unsigned>(device.minor);
+    }
+    const std::string_view path = device.path;
+    if (path.starts_with(kGpuNode) && all_digits(path.substr(kGpuNode.size())) &&
+        path.size() - kGpuNode.size() <= 4) {
+      const auto minor = static_cast<unsigned>(std::stoul(std::string(path.substr(kGpuNode.size()))));
+      if (minor < kFirstControlMinor) return minor;
+    }
+    return std::nullopt;
+  }
+
+  static std::optional<unsigned> cap_minor(std::string_view path) {
+    if (!path.starts_with(kCapNode)) {
+      // Anything else under /dev/nvidia-caps is a capability the enforcer does not know.
+      return path.starts_with("/dev/nvidia-caps/") ? std::optional<unsigned>(kUnknownCap) : std::nullopt;
+    }
+    const std::string_view number = path.substr(kCapNode.size());
+    if (!all_digits(number) || number.size() > 6) return kUnknownCap;
+    return static_cast<unsigned>(std::stoul(std::string(number)));
+  }
 
  private:
-  std::vector<NodeGpu> gpus_;
+  const NodeView& node_;
   const Allocation& allocation_;
+  std::vector<NodeGpu> gpus_;
   std::set<unsigned> allowed_minors_;
   std::set<unsigned> allowed_caps_;
-  bool unmapped_mig_ = false;
+  std::set<std::string> allowed_imex_;
+  std::string unmapped_mig_;  // an allocated MIG device whose capabilities and parent the node does not say
 };
 
-std::optional<unsigned> gpu_minor(const Device& device) {
-  constexpr std::string_view kPrefix = "/dev/nvidia";
-  if (device.major == kNvidiaMajor && device.minor >= 0 && device.minor < kControlMinor) {
-    return static_cast<unsigned>(device.minor);
-  }
-  if (device.path.starts_with(kPrefix) && all_digits(std::string_view(device.path).substr(kPrefix.size())) &&
-      device.path.size() - kPrefix.size() <= 4) {
-    return static_cast<unsigned>(std::stoul(device.path.substr(kPrefix.size())));
-  }
-  return std::nullopt;
+const EnvVariable* variable(const ContainerView& container, std::string_view name) {
+  const auto found = container.env.find(name);
+  return found == container.env.end() || found->second.entries == 0 ? nullptr : &found->second;
 }
 
-std::optional<unsigned> cap_minor(std::string_view path) {
-  constexpr std::string_view kCaps = "/dev/nvidia-caps/nvidia-cap";
-  if (!path.starts_with(kCaps)) return std::nullopt;
-  const std::string_view number = path.substr(kCaps.size());
-  if (!all_digits(number) || number.size() > 6) return 0xffffffffU;  // under nvidia-caps, not a cap we know
-  return static_cast<unsigned>(std::stoul(std::string(number)));
+// Reads a device variable's value as NVIDIA's runtime does (internal/config/image/devices.go): no token, or
+// a void anywhere, is nothing; otherwise the first of all and none decides; otherwise each id.
+void device_request(std::string_view value, const Scope& scope, Reach& reach) {
+  const std::vector<std::string> ids = tokens(value);
+  if (ids.empty() || std::find(ids.begin(), ids.end(), "void") != ids.end()) return;
+  const auto special = std::find_if(ids.begin(), ids.end(), [](const std::string& id) { return id == "all" || id == "none"; });
+  const Toolkit& toolkit = scope.node().toolkit;
+  if (special != ids.end() && *special == "all") {
+    scope.every_gpu(reach);
+    return;
+  }
+  if (special != ids.end()) {
+    // none: no GPU in legacy mode, and in jit-cdi from 1.18.2; the CDI device <default-kind>=none in cdi
+    // mode; every GPU in jit-cdi on 1.18.0 and 1.18.1 (NVIDIA/nvidia-container-toolkit#1555) and in csv
+    // mode. Where the node does not say which, every GPU.
+    const auto& mode = toolkit.mode;
+    if (mode == "legacy" || (mode == "jit-cdi" && toolkit.version >= ToolkitVersion{1, 18, 2})) return;
+    if (mode == "cdi") {
+      scope.cdi(toolkit.default_kind + "=none", reach);
+      return;
+    }
+    scope.every_gpu(reach);
+    return;
+  }
+  for (const std::string& id : ids) {
+    if (is_qualified(id)) {
+      scope.cdi(id, reach);  // a fully qualified name is used as it is, in every CDI mode
+    } else {
+      scope.named_by(id, reach);                            // legacy and jit-cdi: an index, UUID or i:j
+      scope.cdi(toolkit.default_kind + "=" + id, reach);  // cdi: the default kind's device of that name
+    }
+  }
+}
+
+// NVIDIA_VISIBLE_DEVICES, or the swarm-resource variables where the node's toolkit reads them instead; with
+// neither, a legacy CUDA image's default of all (cuda_image.go, VisibleDevicesFromEnvVar).
+void environment_door(const ContainerView& container, const Scope& scope, std::vector<Reach>& reaches) {
+  const Toolkit& toolkit = scope.node().toolkit;
+  for (const std::string& swarm : toolkit.swarm_variables) {
+    if (const EnvVariable* value = variable(container, swarm)) {
+      Reach reach{swarm + "=" + cut(value->last, kBeyondLineMax / 2), {}, {}, {}, "names"};
+      device_request(value->last, scope, reach);
+      reaches.push_back(std::move(reach));
+    }
+  }
+  const EnvVariable* visible = variable(container, kVisibleDevices);
+  if (visible == nullptr) {
+    const EnvVariable* cuda = variable(container, kCudaVersion);
+    const EnvVariable* require = variable(container, kRequireCuda);
+    if (cuda != nullptr && !cuda->last.empty() && (require == nullptr || require->last.empty())) {
+      Reach reach{"no NVIDIA_VISIBLE_DEVICES in a legacy CUDA image (CUDA_VERSION without NVIDIA_REQUIRE_CUDA), "
+                  "which NVIDIA's runtime reads as all",
+                  {},
+                  {},
+                  std::string(kVisibleDevices),
+                  "names"};
+      scope.every_gpu(reach);
+      reaches.push_back(std::move(reach));
+    }
+    return;
+  }
+  Reach reach{std::string(kVisibleDevices) + "=" + cut(visible->last, kBeyondLineMax / 2), {}, {},
+              std::string(kVisibleDevices), "names"};
+  if (visible->entries > 1) {
+    reach.door += " (set " + std::to_string(visible->entries) +
+                  " times, which NRI cannot override: remove the container's own " + std::string(kVisibleDevices) + ")";
+  }
+  if (visible->last_cut) {
+    reach.unknown = "a value longer than the enforcer reads";
+  } else {
+    device_request(visible->last, scope, reach);
+    const std::vector<std::string> ids = tokens(visible->last);
+    const auto special =
+        std::find_if(ids.begin(), ids.end(), [](const std::string& id) { return id == "all" || id == "none"; });
+    reach.none_meant = special != ids.end() && *special == "none";
+  }
+  reaches.push_back(std::move(reach));
+}
+
+// NVIDIA_IMEX_CHANNELS, read like NVIDIA_VISIBLE_DEVICES; all and none as every channel (none is every
+// channel on the jit-cdi path, cuda_image.go ImexChannelsFromEnvVar and pkg/nvcdi/lib-imex.go).
+void imex_door(const ContainerView& container, std::vector<Reach>& reaches) {
+  const EnvVariable* channels = variable(container, kImexChannels);
+  if (channels == nullptr) return;
+  Reach reach{std::string(kImexChannels) + "=" + cut(channels->last, kBeyondLineMax / 2), {}, {},
+              std::string(kImexChannels), "names"};
+  const std::vector<std::string> ids = tokens(channels->last);
+  if (channels->last_cut) {
+    reach.unknown = "a value longer than the enforcer reads";
+  } else if (!ids.empty() && std::find(ids.begin(), ids.end(), "void") == ids.end()) {
+    for (const std::string& id : ids) {
+      if (id == "all" || id == "none") {
+        reach.names.insert(std::string(kEveryImexChannel));
+      } else {
+        reach.names.insert("IMEX channel " + std::string(std::string_view(id).substr(id.starts_with("channel") ? 7 : 0)));
+      }
+    }
+  }
+  reaches.push_back(std::move(reach));
+}
+
+// A mount under the device-list root: a device request named by its destination (cuda_image.go,
+// requestsFromMounts), "imex/<id>" an IMEX channel's, "cdi/<vendor>/<class>/<name>" a CDI name's.
+void device_list_door(const Mount& mount, const Scope& scope, std::vector<Reach>& reaches) {
+  const std::string destination = k8s::lexical_path(mount.destination);
+  for (const std::string_view root : kDeviceListRoots) {
+    if (!destination.starts_with(root)) continue;
+    std::string_view name = std::string_view(destination).substr(root.size());
+    while (name.starts_with('/')) name.remove_prefix(1);
+    Reach reach{"a device list entry mounted at " + cut(mount.destination, kBeyondLineMax / 2), {}, {}, {}, "names"};
+    if (name.empty()) {
+      reach.door = "a directory mounted at " + cut(mount.destination, kBeyondLineMax / 2) +
+                   ", where NVIDIA's runtime reads device lists";
+      scope.every_gpu(reach);
+    } else if (name.starts_with("imex/")) {
+      for (const std::string& id : tokens(name.substr(5))) {
+        reach.names.insert(id == "all" || id == "none" ? std::string(kEveryImexChannel) : "IMEX channel " + id);
+      }
+    } else if (name.starts_with("cdi/")) {
+      std::string qualified(name.substr(4));
+      if (!is_qualified(qualified)) {
+        const std::size_t last = qualified.rfind('/');
+        if (last != std::string::npos) qualified[last] = '=';
+      }
+      scope.cdi(qualified, reach);
+    } else {
+      device_request(name, scope, reach);
+    }
+    reaches.push_back(std::move(reach));
+    return;
+  }
+}
+
+// The toolkit's CDI annotations, which it reads in cdi mode (and which push auto to cdi): comma-separated
+// names, each qualified with the default kind where it is not, an empty one as none (cuda_image.go,
+// internal/modifier/cdi.go).
+void annotation_door(const ContainerView& container, const Scope& scope, std::vector<Reach>& reaches) {
+  const Toolkit& toolkit = scope.node().toolkit;
+  for (const auto& [key, value] : container.annotations) {
+    if (!judged_annotation(key, toolkit) || key == "gpuguard.io/allocated-gpus" ||
+        key == "io.kubernetes.cri-o.Annotations") {
+      continue;
+    }
+    Reach reach{"the annotation " + cut(key + "=" + value, kBeyondLineMax / 2), {}, {}, {}, "names"};
+    std::string_view rest = value;
+    while (true) {
+      const std::size_t comma = rest.find(',');
+      const std::string_view name = rest.substr(0, comma);
+      const std::string request = name.empty() ? "none" : std::string(name);
+      scope.cdi(is_qualified(request) ? request : toolkit.default_kind + "=" + request, reach);
+      if (comma == std::string_view::npos) break;
+      rest.remove_prefix(comma + 1);
+    }
+    reaches.push_back(std::move(reach));
+  }
 }
 
 bool is_bind(const Mount& mount) {
@@ -143,125 +441,214 @@ bool is_bind(const Mount& mount) {
                                              [](const std::string& o) { return o == "bind" || o == "rbind"; });
 }
 
-// What a bind mount from under gpuguard's MPS home reaches: the MPS server of the GPU whose UUID the path
-// names, or, for the home or the root itself, every shared GPU's.
-void mps_beyond(const Mount& mount, const Scope& scope, std::vector<std::string>& beyond) {
-  const std::string source = k8s::lexical_path(mount.source);
-  for (const std::string_view home : kMpsHomes) {
-    if (!k8s::is_or_under(source, home)) continue;
-    for (const std::string& part : split(std::string_view(source).substr(home.size()), '/')) {
-      if (!part.starts_with("GPU-") && !part.starts_with("MIG-")) continue;
-      if (!scope.allowed(part)) {
-        beyond.push_back(std::string("the host's ")
-                             .append(source)
-                             .append(" (the MPS server of ")
-                             .append(part)
-                             .append(") mounted at ")
-                             .append(mount.destination));
+// The host's /var/run is /run: a path under one is under the other.
+std::string host_path(std::string_view source) {
+  std::string path = k8s::lexical_path(source);
+  if (k8s::is_or_under(path, "/var/run")) path.replace(0, std::string_view("/var/run").size(), "/run");
+  return path;
+}
+
+// What a bind mount reaches of the MPS servers: a GPU's directory under an MPS root reaches that GPU's; the
+// root itself, or a directory above it, every shared GPU's.
+void mps_door(const Mount& mount, const Scope& scope, std::vector<Reach>& reaches) {
+  if (!is_bind(mount)) return;
+  const std::string source = host_path(mount.source);
+  for (const std::string& configured : scope.node().mps_roots) {
+    const std::string root = host_path(configured);
+    Reach reach{"the host's " + cut(k8s::lexical_path(mount.source), kBeyondLineMax / 4) + " mounted at " +
+                    cut(mount.destination, kBeyondLineMax / 4),
+                {},
+                {},
+                {}};
+    if (k8s::is_or_under(root, source) && root != source) {
+      reach.names.insert("every shared GPU's MPS server (" + root + " lies under it)");
+    } else if (k8s::is_or_under(source, root)) {
+      std::string_view rest = std::string_view(source).substr(root.size());
+      std::string gpu;
+      while (!rest.empty() && gpu.empty()) {
+        while (rest.starts_with('/')) rest.remove_prefix(1);
+        const std::string_view part = rest.substr(0, rest.find('/'));
+        if (part.starts_with("GPU-") || part.starts_with("MIG-")) gpu = std::string(part);
+        rest.remove_prefix(part.size());
       }
-      return;
+      // A GPU's directory reaches that GPU's server; the root, every shared GPU's.
+      reach.names.insert(gpu.empty() ? "every shared GPU's MPS server" : gpu);
+      if (!gpu.empty()) reach.verb = "reaches the MPS server of";
+    } else {
+      continue;
     }
-    beyond.push_back("the host's " + source + " (the MPS directories of every shared GPU) mounted at " +
-                     mount.destination);
+    reaches.push_back(std::move(reach));
     return;
   }
 }
 
-std::string join(const std::set<std::string>& items, std::string_view separator) {
-  std::string out;
-  for (const std::string& item : items) out.append(out.empty() ? "" : separator).append(item);
-  return out;
-}
-
-// Everything the container would see of the node's GPUs beyond its allocation, but its environment.
-void devices_beyond(const ContainerView& container, const Allocation& allocation, const Scope& scope,
-                    std::vector<std::string>& beyond) {
+// Device nodes, and bind mounts of them, of /dev or of /dev/nvidia-caps.
+void device_doors(const ContainerView& container, const Scope& scope, std::vector<Reach>& reaches) {
+  const Allocation& allocation = scope.allocation();
   for (const Device& device : container.devices) {
     if (allocation.device_paths.contains(device.path)) continue;
-    if (const auto minor = gpu_minor(device)) {
-      if (!scope.minor_allowed(*minor)) beyond.push_back(device.path + " (" + scope.describe_minor(*minor) + ")");
-    } else if (const auto cap = cap_minor(device.path)) {
-      if (!scope.cap_allowed(*cap)) beyond.push_back(device.path + " (a MIG capability)");
+    Reach reach{cut(device.path, kBeyondLineMax / 2), {}, {}, {}};
+    if (const auto minor = Scope::gpu_minor(device)) {
+      scope.minor_reach(*minor, reach);
+    } else {
+      scope.node_path(device.path, reach);
     }
+    if (!reach.names.empty() || !reach.unknown.empty()) reaches.push_back(std::move(reach));
   }
   for (const Mount& mount : container.mounts) {
-    for (const std::string_view dir : kDeviceListDirs) {
-      if (!mount.destination.starts_with(dir)) continue;
-      const std::string_view rest = std::string_view(mount.destination).substr(dir.size());
-      if (rest.empty() || rest == "/") {
-        beyond.push_back("a directory mounted at " + mount.destination + ", which NVIDIA's runtime reads GPUs from");
-        continue;
-      }
-      if (rest.front() != '/') continue;
-      for (const std::string& uuid : scope.named_by(rest.substr(1))) {
-        if (!scope.allowed(uuid)) beyond.push_back(mount.destination + " (" + uuid + ")");
-      }
-    }
+    device_list_door(mount, scope, reaches);
+    mps_door(mount, scope, reaches);
     if (!is_bind(mount)) continue;
-    mps_beyond(mount, scope, beyond);
-    if (mount.source == "/dev" || mount.source == "/dev/") {
-      beyond.push_back("the host's /dev mounted at " + mount.destination);
-    } else if (mount.source == "/dev/nvidia-caps" || mount.source.starts_with("/dev/nvidia-caps/")) {
-      const auto cap = cap_minor(mount.source);
-      if (!cap || !scope.cap_allowed(*cap))
-        beyond.push_back("the host's " + mount.source + " mounted at " + mount.destination);
-    } else if (const auto minor = gpu_minor(Device{mount.source, "", 0, 0})) {
-      if (!scope.minor_allowed(*minor) && !allocation.device_paths.contains(mount.source)) {
-        beyond.push_back("the host's " + mount.source + " (" + scope.describe_minor(*minor) + ") mounted at " +
-                         mount.destination);
-      }
+    const std::string source = k8s::lexical_path(mount.source);
+    if (allocation.device_paths.contains(source)) continue;
+    Reach reach{"the host's " + cut(source, kBeyondLineMax / 4) + " mounted at " +
+                    cut(mount.destination, kBeyondLineMax / 4),
+                {},
+                {},
+                {}};
+    if (source == "/dev") {
+      scope.every_gpu(reach);
+      reach.names.insert(std::string(kEveryImexChannel));
+    } else if (source == "/dev/nvidia-caps" || source == "/dev/nvidia-caps-imex-channels") {
+      reach.names.insert(source == "/dev/nvidia-caps" ? "every MIG capability" : std::string(kEveryImexChannel));
+    } else {
+      scope.node_path(source, reach);
     }
+    if (!reach.names.empty() || !reach.unknown.empty()) reaches.push_back(std::move(reach));
   }
   for (const std::string& name : container.cdi_devices) {
     if (allocation.cdi_devices.contains(name)) continue;
-    if (std::none_of(std::begin(kGpuCdiVendors), std::end(kGpuCdiVendors),
-                     [&](std::string_view vendor) { return name.starts_with(vendor); })) {
-      continue;
-    }
-    const std::size_t equals = name.find('=');
-    const std::set<std::string> named = equals == std::string::npos
-                                            ? std::set<std::string>{name}
-                                            : scope.named_by(std::string_view(name).substr(equals + 1));
-    if (std::any_of(named.begin(), named.end(), [&](const std::string& uuid) { return !scope.allowed(uuid); })) {
-      beyond.push_back("CDI device " + name);
-    }
+    Reach reach{"CDI device " + cut(name, kBeyondLineMax / 2), {}, {}, {}, "names"};
+    scope.cdi(name, reach);
+    if (!reach.names.empty() || !reach.unknown.empty()) reaches.push_back(std::move(reach));
   }
 }
 
-// What becomes of a container that would see `decision.beyond`: under audit, said; under enforce, an
-// environment alone beyond its allocation (`narrowed_from`, the value it had) narrowed, anything else refused.
-Decision conclude(Decision decision, const ContainerView& container, const Allocation& allocation,
-                  const policy::Policy& policy, const std::optional<std::string>& narrowed_from) {
-  const std::string allocated =
-      allocation.gpus.empty() && allocation.cdi_devices.empty()
-          ? "none"
-          : join(allocation.gpus, ", ") + (allocation.cdi_devices.empty() ? ""
-                                                                          : (allocation.gpus.empty() ? "" : ", ") +
-                                                                                join(allocation.cdi_devices, ", "));
-  if (policy.node_enforcement == policy::NodeEnforcement::audit) {
-    decision.why = Decision::Why::audited;
-    decision.message = "would be changed under nodeEnforcement: enforce; allocated " + allocated;
-    return decision;
+std::vector<Reach> reaches_of(const ContainerView& container, const Scope& scope) {
+  std::vector<Reach> reaches;
+  environment_door(container, scope, reaches);
+  imex_door(container, reaches);
+  annotation_door(container, scope, reaches);
+  device_doors(container, scope, reaches);
+  if (container.unkept > 0) {
+    reaches.push_back({"more device nodes, mounts, CDI devices or annotations than the enforcer reads (" +
+                           std::to_string(container.unkept) + " not read)",
+                       {},
+                       "they are not read",
+                       {}});
   }
-  decision.why = Decision::Why::enforced;
-  if (narrowed_from) {
-    decision.action = Decision::Action::adjust;
-    decision.visible_devices = allocation.gpus.empty() ? "void" : join(allocation.gpus, ",");
-    decision.message = "NVIDIA_VISIBLE_DEVICES set to " + *decision.visible_devices + " (was " + *narrowed_from + ")";
-    return decision;
+  return reaches;
+}
+
+// What of a reach is beyond the allocation: its names not allowed, then what cannot be named.
+std::string beyond_of(const Reach& reach, const Scope& scope) {
+  std::set<std::string> excess;
+  for (const std::string& name : reach.names) {
+    if (!scope.allowed(name)) excess.insert(name);
   }
-  decision.action = Decision::Action::refuse;
-  std::ostringstream message;
-  message << "gpuguard: container \"" << container.container << "\" of pod " << container.pod_namespace << "/"
-          << container.pod_name << " would get GPUs the kubelet did not allocate it: ";
-  for (std::size_t i = 0; i < decision.beyond.size(); ++i) message << (i == 0 ? "" : "; ") << decision.beyond[i];
-  message << ". It was allocated " << allocated << " (" << allocation.detail
-          << "); request the GPUs it needs, or ask the cluster admin (gpuguard's nodeEnforcement policy)";
-  decision.message = message.str();
-  return decision;
+  std::string line;
+  if (!excess.empty()) line = reach.door + " " + std::string(reach.verb) + " " + join(excess, ", ");
+  if (!reach.unknown.empty()) line += (line.empty() ? reach.door + ": " : "; ") + reach.unknown;
+  return cut(line, kBeyondLineMax);
+}
+
+bool names_beyond(const Reach& reach, const Scope& scope) {
+  return std::any_of(reach.names.begin(), reach.names.end(), [&](const std::string& n) { return !scope.allowed(n); });
+}
+
+std::string allocated_text(const Allocation& allocation) {
+  if (allocation.gpus.empty() && allocation.cdi_devices.empty()) return "none";
+  std::string text = join(allocation.gpus, ", ");
+  if (!allocation.cdi_devices.empty()) text.append(text.empty() ? "" : ", ").append(join(allocation.cdi_devices, ", "));
+  return cut(text, kBeyondLineMax);
+}
+
+void keep_beyond(Decision& decision, std::string line) {
+  ++decision.beyond_count;
+  if (decision.beyond.size() < kBeyondKept) decision.beyond.push_back(std::move(line));
+}
+
+std::string refusal(const ContainerView& container, const Decision& decision, std::string_view what,
+                    std::string_view after) {
+  std::string message = "gpuguard: container \"" + cut(container.container, 128) + "\" of pod " +
+                        cut(container.pod_namespace, 64) + "/" + cut(container.pod_name, 256) + " " +
+                        std::string(what) + ": ";
+  for (std::size_t i = 0; i < decision.beyond.size(); ++i) message.append(i == 0 ? "" : "; ").append(decision.beyond[i]);
+  if (decision.beyond_count > decision.beyond.size()) {
+    message.append("; and " + std::to_string(decision.beyond_count - decision.beyond.size()) + " more");
+  }
+  message.append(". ").append(after);
+  return cut(message, kMessageMax);
 }
 
 }  // namespace
+
+void add_mig_devices_from_cdi(NodeView& node) {
+  for (const auto& [name, paths] : node.cdi_devices) {
+    const std::size_t equals = name.find('=');
+    if (equals == std::string::npos || name.compare(equals + 1, 4, "MIG-") != 0) continue;
+    const std::string uuid = name.substr(equals + 1);
+    std::optional<unsigned> parent;
+    std::vector<unsigned> caps;
+    for (const std::string& path : paths) {
+      if (const auto cap = Scope::cap_minor(path); cap && *cap != kUnknownCap) {
+        caps.push_back(*cap);
+      } else if (const auto minor = Scope::gpu_minor(Device{path, "c", 0, 0})) {
+        parent = *minor;
+      }
+    }
+    if (!parent) continue;
+    for (NodeGpu& gpu : node.gpus) {
+      if (gpu.minor == *parent && !gpu.mig_cap_minors.contains(uuid)) gpu.mig_cap_minors[uuid] = caps;
+    }
+  }
+}
+
+bool judged_variable(std::string_view name, const Toolkit& toolkit) {
+  return name == kVisibleDevices || name == kImexChannels || name == kCudaVersion || name == kRequireCuda ||
+         std::find(toolkit.swarm_variables.begin(), toolkit.swarm_variables.end(), name) !=
+             toolkit.swarm_variables.end();
+}
+
+bool judged_annotation(std::string_view key, const Toolkit& toolkit) {
+  return key == "gpuguard.io/allocated-gpus" || key == "io.kubernetes.cri-o.Annotations" ||
+         std::any_of(toolkit.annotation_prefixes.begin(), toolkit.annotation_prefixes.end(),
+                     [&](const std::string& prefix) { return key.starts_with(prefix); });
+}
+
+bool judged_device(const Device& device) {
+  return device.major == kNvidiaMajor || device.path.starts_with(kGpuNode);
+}
+
+bool judged_mount(const Mount& mount, const NodeView& node) {
+  if (mount.destination.size() > kPathMax || mount.source.size() > kPathMax) return true;  // counted unread
+  const std::string destination = k8s::lexical_path(mount.destination);
+  for (const std::string_view root : kDeviceListRoots) {
+    if (destination.starts_with(root)) return true;
+  }
+  if (!is_bind(mount)) return false;
+  const std::string source = host_path(mount.source);
+  if (source == "/dev" || source.starts_with(kGpuNode)) return true;
+  return std::any_of(node.mps_roots.begin(), node.mps_roots.end(), [&](const std::string& root) {
+    const std::string home = host_path(root);
+    return k8s::is_or_under(source, home) || k8s::is_or_under(home, source);
+  });
+}
+
+ContainerView with_env_set(ContainerView container, const std::map<std::string, std::string>& set_env) {
+  if (set_env.empty()) return container;
+  for (auto& [name, variable] : container.env) variable.bare = false;  // the generator drops such entries
+  for (const auto& [name, value] : set_env) {
+    EnvVariable& variable = container.env[name];
+    // The first entry is replaced, a missing one appended; a later entry stays, and stays the last.
+    if (variable.entries <= 1) {
+      variable.last = value;
+      variable.last_cut = false;
+    }
+    variable.entries = std::max<std::size_t>(variable.entries, 1);
+  }
+  return container;
+}
 
 std::string_view why_name(Decision::Why why) {
   switch (why) {
@@ -270,13 +657,13 @@ std::string_view why_name(Decision::Why why) {
     case Decision::Why::off: return "off";
     case Decision::Why::exempt: return "exempt";
     case Decision::Why::privileged: return "privileged";
-    case Decision::Why::allocation_unknown: return "allocation-unknown";
+    case Decision::Why::cannot_judge: return "cannot-judge";
     case Decision::Why::within: break;
   }
   return "within";
 }
 
-Decision decide(const ContainerView& container, const Allocation& allocation, const std::vector<NodeGpu>& node_gpus,
+Decision decide(const ContainerView& container, const Allocation& allocation, const NodeView& node,
                 const policy::Policy& policy) {
   Decision decision;
   if (policy.node_enforcement == policy::NodeEnforcement::off) {
@@ -287,69 +674,125 @@ Decision decide(const ContainerView& container, const Allocation& allocation, co
     decision.why = Decision::Why::exempt;
     return decision;
   }
+  const bool audit = policy.node_enforcement == policy::NodeEnforcement::audit;
+  const bool allow_unknown = policy.node_enforcement_unknown == policy::NodeEnforcementUnknown::allow;
+  const std::string allocated = allocated_text(allocation);
+  const std::string ask = "It was allocated " + allocated + " (" + cut(allocation.detail, kBeyondLineMax) +
+                          "); request the GPUs it needs, or ask the cluster admin (gpuguard's nodeEnforcement policy)";
+  const Scope scope(node, allocation);
+
   if (container.all_devices_allowed) {
     // It can make and open any device node, whatever it is given now: counted and reported, not confined.
     // A GPU's MPS server, though, it reaches only through that GPU's directory: a bind mount of another
     // GPU's, or of the MPS root, is held against it as against any container (a look-alike of gpuguard's
     // own MPS daemons, which are exempt).
-    std::vector<std::string> mps;
-    if (allocation.source != Allocation::Source::unknown) {
-      const Scope scope(node_gpus, allocation);
-      for (const Mount& mount : container.mounts) {
-        if (is_bind(mount)) mps_beyond(mount, scope, mps);
+    std::vector<Reach> mps;
+    for (const Mount& mount : container.mounts) mps_door(mount, scope, mps);
+    for (const Reach& reach : mps) {
+      if (allocation.source == Allocation::Source::unknown || names_beyond(reach, scope)) {
+        keep_beyond(decision, beyond_of(reach, scope).empty() ? reach.door : beyond_of(reach, scope));
       }
     }
-    const std::string every = "every device (its device cgroup allows all: privileged)";
-    if (mps.empty()) {
-      decision.why = Decision::Why::privileged;
-      decision.beyond.push_back(every);
+    const bool mps_beyond = decision.beyond_count > 0;
+    keep_beyond(decision, "every device (its device cgroup allows all: privileged)");
+    decision.why = Decision::Why::privileged;
+    if (!mps_beyond) return decision;
+    if (audit) {
+      decision.why = Decision::Why::audited;
       return decision;
     }
-    decision.beyond = std::move(mps);
-    decision.beyond.push_back(every);
-    return conclude(std::move(decision), container, allocation, policy, std::nullopt);
-  }
-  if (allocation.source == Allocation::Source::unknown) {
-    decision.why = Decision::Why::allocation_unknown;
-    decision.message = "the kubelet's allocation could not be read: " + allocation.detail;
+    decision.why = Decision::Why::enforced;
+    decision.action = Decision::Action::refuse;
+    decision.message = refusal(container, decision, "would reach MPS servers of GPUs the kubelet did not allocate it", ask);
     return decision;
   }
-  const Scope scope(node_gpus, allocation);
-  devices_beyond(container, allocation, scope, decision.beyond);
 
-  // The environment, as NVIDIA's runtime reads it: the last NVIDIA_VISIBLE_DEVICES.
-  std::optional<std::string> visible;
-  std::size_t entries = 0;
-  for (const std::string& entry : container.env) {
-    if (entry.starts_with(kVisibleDevices) &&
-        (entry.size() == kVisibleDevices.size() || entry[kVisibleDevices.size()] == '=')) {
-      visible = entry.size() > kVisibleDevices.size() ? entry.substr(kVisibleDevices.size() + 1) : std::string();
-      if (entry.size() > kVisibleDevices.size()) ++entries;  // NRI drops a bare name when it adjusts
+  std::vector<Reach> reaches = reaches_of(container, scope);
+  if (allocation.source == Allocation::Source::unknown) {
+    // Nothing can be proven its own: everything it would reach is what the enforcer cannot judge. A none
+    // that the node might read as all is made void, which no node reads as a GPU: none asked for none.
+    std::map<std::string, std::string> fixes;
+    for (const Reach& reach : reaches) {
+      if (reach.none_meant && (!reach.names.empty() || !reach.unknown.empty())) fixes[reach.fix] = "void";
     }
-  }
-  std::set<std::string> excess;
-  if (visible) {
-    for (const std::string& id : split(*visible, ',')) {
-      for (const std::string& uuid : scope.named_by(id)) {
-        if (!scope.allowed(uuid)) excess.insert(uuid);
+    for (const Reach& reach : reaches_of(with_env_set(container, fixes), scope)) {
+      if (!reach.names.empty() || !reach.unknown.empty()) keep_beyond(decision, cut(reach.door, kBeyondLineMax));
+    }
+    if (decision.beyond_count == 0) {  // it reaches no GPU: there is nothing to judge
+      if (!fixes.empty() && !audit) {
+        decision.action = Decision::Action::adjust;
+        decision.why = Decision::Why::enforced;
+        decision.set_env = std::move(fixes);
+        decision.message = "NVIDIA_VISIBLE_DEVICES set to void (was none, which this node's toolkit may read as all)";
       }
+      return decision;
     }
-  }
-  // NRI changes a variable where it first appears and then copies the later entries over it (containerd
-  // lists the image's, the device plugin's and the pod's values one after the other), so a variable set
-  // more than once cannot be narrowed: such a container is refused instead.
-  const bool adjustable = entries == 1;
-  if (!excess.empty()) {
-    decision.beyond.push_back(std::string(kVisibleDevices) + "=" + *visible + " names " + join(excess, ", ") +
-                              (adjustable ? ""
-                                          : " (set " + std::to_string(entries) +
-                                                " times, which NRI cannot override: remove the container's own " +
-                                                std::string(kVisibleDevices) + ")"));
+    decision.why = Decision::Why::cannot_judge;
+    if (audit || allow_unknown) {
+      decision.message = "the kubelet's allocation could not be read (" + cut(allocation.detail, kBeyondLineMax) +
+                         "): left as it is";
+      return decision;
+    }
+    decision.action = Decision::Action::refuse;
+    decision.message =
+        refusal(container, decision, "would reach GPUs while its allocation cannot be read",
+                "The kubelet's allocation could not be read: " + cut(allocation.detail, kBeyondLineMax) +
+                    ". The kubelet tries the create again; gpuguard's nodeEnforcementUnknown policy decides this");
+    return decision;
   }
 
-  if (decision.beyond.empty()) return decision;
-  const bool only_environment = !excess.empty() && decision.beyond.size() == 1 && adjustable;
-  return conclude(std::move(decision), container, allocation, policy, only_environment ? visible : std::nullopt);
+  // What is beyond, and which variables set to the allocation take it away.
+  std::map<std::string, std::string> fixes;
+  for (const Reach& reach : reaches) {
+    if (beyond_of(reach, scope).empty()) continue;
+    keep_beyond(decision, beyond_of(reach, scope));
+    if (reach.fix == kVisibleDevices) fixes[reach.fix] = allocation.gpus.empty() ? "void" : join(allocation.gpus, ",");
+    if (reach.fix == kImexChannels) fixes[reach.fix] = scope.allowed_imex();
+  }
+  if (decision.beyond_count == 0) return decision;
+  if (audit) {
+    decision.why = Decision::Why::audited;
+    decision.message = "would be changed under nodeEnforcement: enforce; allocated " + allocated;
+    return decision;
+  }
+  decision.why = Decision::Why::enforced;
+  // The container as the runtime would make it with those variables set: what is still beyond (a variable
+  // set more than once keeps its last entry; doors other than variables stay) is refused.
+  Decision remaining;
+  bool only_unknown = true;
+  for (const Reach& reach : reaches_of(with_env_set(container, fixes), scope)) {
+    const std::string line = beyond_of(reach, scope);
+    if (line.empty()) continue;
+    keep_beyond(remaining, line);
+    only_unknown = only_unknown && !names_beyond(reach, scope);
+  }
+  if (remaining.beyond_count == 0) {
+    decision.action = Decision::Action::adjust;
+    decision.set_env = std::move(fixes);
+    std::string change;
+    for (const auto& [name, value] : decision.set_env) {
+      change.append(change.empty() ? "" : "; ").append(name + " set to " + cut(value, kBeyondLineMax));
+    }
+    decision.message = change + " (was: " + join(decision.beyond, "; ") + ")";
+    return decision;
+  }
+  if (only_unknown && allow_unknown) {
+    // What is left cannot be named, and the policy lets such a container be: the variables are still set.
+    decision.why = Decision::Why::cannot_judge;
+    decision.action = fixes.empty() ? Decision::Action::allow : Decision::Action::adjust;
+    decision.set_env = std::move(fixes);
+    decision.message = "cannot be judged (" + join(remaining.beyond, "; ") + "): left so under nodeEnforcementUnknown: allow";
+    return decision;
+  }
+  decision.beyond = std::move(remaining.beyond);
+  decision.beyond_count = remaining.beyond_count;
+  decision.action = Decision::Action::refuse;
+  if (only_unknown) decision.why = Decision::Why::cannot_judge;
+  decision.message = refusal(container, decision,
+                             only_unknown ? "would reach GPUs the enforcer cannot prove are its own"
+                                          : "would get GPUs the kubelet did not allocate it",
+                             ask);
+  return decision;
 }
 
 }  // namespace gpuguard::enforcer

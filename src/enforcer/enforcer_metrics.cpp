@@ -6,8 +6,8 @@ namespace gpuguard::enforcer {
 namespace {
 
 constexpr std::array<std::string_view, 3> kActions = {"allow", "adjust", "refuse"};
-constexpr std::array<std::string_view, 7> kWhys = {"within", "enforced",           "audited",   "off",
-                                                   "exempt", "allocation-unknown", "privileged"};
+constexpr std::array<std::string_view, 7> kWhys = {"within", "enforced",     "audited",   "off",
+                                                   "exempt", "cannot-judge", "privileged"};
 
 std::size_t why_index(Decision::Why why) {
   const std::string_view name = why_name(why);
@@ -47,6 +47,30 @@ std::string EnforcerMetrics::render(const nri::PluginStats& connection, std::str
       .append(std::to_string(connection.connections))
       .append("\ngpuguard_node_enforcer_connections_total{event=\"ended\"} ")
       .append(std::to_string(connection.disconnections))
+      .append("\n");
+  metrics::header(out, "gpuguard_node_enforcer_validating", "gauge",
+                  "1 while the runtime shows the enforcer every container's final adjustment, every plugin's merged "
+                  "(NRI v0.10.0 and later), so that devices other plugins add are judged too.");
+  out.append("gpuguard_node_enforcer_validating ").append(connection.validating ? "1" : "0").append("\n");
+  metrics::header(out, "gpuguard_node_enforcer_validations_total", "counter",
+                  "Final adjustments judged, accepted or rejected (the create then fails).");
+  out.append("gpuguard_node_enforcer_validations_total{result=\"accepted\"} ")
+      .append(std::to_string(validations_accepted_.load(std::memory_order_relaxed)))
+      .append("\ngpuguard_node_enforcer_validations_total{result=\"rejected\"} ")
+      .append(std::to_string(validations_rejected_.load(std::memory_order_relaxed)))
+      .append("\n");
+  metrics::header(out, "gpuguard_node_enforcer_gpus", "gauge",
+                  "The GPUs the driver lists on this node.");
+  out.append("gpuguard_node_enforcer_gpus ").append(std::to_string(node_gpus_.load(std::memory_order_relaxed))).append("\n");
+  metrics::header(out, "gpuguard_node_enforcer_gpus_known", "gauge",
+                  "1 when the driver's list of GPUs was read; 0 when it was not (no driver, nothing listed, unreadable): "
+                  "then containers that reach a GPU cannot be judged, and are refused under nodeEnforcementUnknown: "
+                  "refuse.");
+  out.append("gpuguard_node_enforcer_gpus_known ").append(gpus_known_.load(std::memory_order_relaxed) ? "1" : "0").append("\n");
+  metrics::header(out, "gpuguard_node_enforcer_oversized_answers_total", "counter",
+                  "Answers over ttrpc's 4 MiB, sent as an error instead (the create fails); none is expected.");
+  out.append("gpuguard_node_enforcer_oversized_answers_total ")
+      .append(std::to_string(connection.oversized_answers))
       .append("\n");
   metrics::header(out, "gpuguard_node_enforcer_protocol_errors_total", "counter",
                   "NRI connections dropped for bytes that are not NRI's protocol.");

@@ -1,7 +1,7 @@
 #pragma once
 // gpuguard-node-enforcer's series for /metrics: every decision by action and why, how long answering
-// CreateContainer took, the NRI connection, and the running containers that see GPUs beyond their
-// allocation. Label values come from fixed sets.
+// CreateContainer took, the validations of every plugin's adjustment, the NRI connection, the node's GPUs
+// as the driver lists them, and the running containers that see GPUs beyond their allocation. Label values come from fixed sets.
 #include <array>
 #include <atomic>
 #include <cstdint>
@@ -19,6 +19,14 @@ class EnforcerMetrics final : public metrics::ReloadMetrics {
   explicit EnforcerMetrics(std::string version);
   void count_decision(const Decision& decision, double seconds);
   void count_kubelet_error() { kubelet_errors_.fetch_add(1, std::memory_order_relaxed); }
+  void count_validation(bool rejected) {
+    (rejected ? validations_rejected_ : validations_accepted_).fetch_add(1, std::memory_order_relaxed);
+  }
+  // The GPUs the driver lists, and whether that list could be read at all.
+  void set_node(std::size_t gpus, bool known) {
+    node_gpus_.store(gpus, std::memory_order_relaxed);
+    gpus_known_.store(known, std::memory_order_relaxed);
+  }
   void set_running(std::size_t beyond, std::size_t privileged) {
     running_beyond_.store(beyond, std::memory_order_relaxed);
     running_privileged_.store(privileged, std::memory_order_relaxed);
@@ -31,6 +39,9 @@ class EnforcerMetrics final : public metrics::ReloadMetrics {
   metrics::LabelledCounters<3, 7> decisions_;
   metrics::DurationHistogram durations_;
   std::atomic<std::uint64_t> kubelet_errors_{0};
+  std::atomic<std::uint64_t> validations_accepted_{0}, validations_rejected_{0};
+  std::atomic<std::size_t> node_gpus_{0};
+  std::atomic<bool> gpus_known_{false};
   std::atomic<std::size_t> running_beyond_{0}, running_privileged_{0};
 };
 

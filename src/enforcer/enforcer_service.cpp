@@ -1,9 +1,8 @@
 #include "enforcer_service.hpp"
 
-#include <yaml-cpp/yaml.h>
-
 #include <atomic>
 #include <chrono>
+#include <deque>
 #include <future>
 #include <map>
 #include <mutex>
@@ -14,18 +13,18 @@
 
 #include "allocation_cache.hpp"
 #include "enforcer_metrics.hpp"
-#include "gpuguard/deviceplugin/discovery.hpp"
 #include "gpuguard/enforcer/allocation.hpp"
 #include "gpuguard/enforcer/decision.hpp"
 #include "gpuguard/enforcer/kubelet_client.hpp"
 #include "gpuguard/enforcer/nri_view.hpp"
 #include "gpuguard/files/poller.hpp"
-#include "gpuguard/files/read_file.hpp"
+#include "gpuguard/nri/messages.hpp"
 #include "gpuguard/kube/request.hpp"
 #include "gpuguard/log/log.hpp"
 #include "gpuguard/nri/plugin.hpp"
 #include "gpuguard/policy/policy_watcher.hpp"
 #include "gpuguard/server/http_server.hpp"
+#include "node_reader.hpp"
 #include "nri/v1alpha1/api.pb.h"
 
 namespace gpuguard::enforcer {
@@ -43,7 +42,6 @@ constexpr auto kApiDeadline = 300ms;
 // ...after waiting at most this for the answer fetched when the pod's sandbox was made.
 constexpr auto kFetchedWait = 400ms;
 constexpr std::size_t kServiceAccountCache = 1024;
-constexpr std::size_t kCdiSpecMax = std::size_t{1} << 20;
 constexpr std::size_t kReportedMax = 20;  // containers named in one Node event
 
 // The policy keys the enforcer reads; a bad value of any other is the webhook's to refuse.
@@ -52,65 +50,32 @@ const std::set<std::string> kPolicyKeys = {"gpuResources",
                                            "exemptServiceAccounts",
                                            "nodeEnforcement",
                                            "nodeEnforcementExemptNamespaces",
-                                           "nodeEnforcementExemptServiceAccounts"};
+                                           "nodeEnforcementExemptServiceAccounts",
+                                           "nodeEnforcementUnknown"};
 
-std::vector<NodeGpu> node_gpus(const fs::path& host_root) {
-  std::vector<NodeGpu> gpus;
-  const deviceplugin::Discovery found = deviceplugin::discover(deviceplugin::DiscoveryMode::automatic, host_root);
-  for (const deviceplugin::Gpu& gpu : found.gpus) {
-    NodeGpu node{gpu.uuid, gpu.minor, gpu.pci_address, {}};
-    for (const deviceplugin::MigDevice& mig : gpu.mig_devices) {
-      std::vector<unsigned> caps;
-      if (mig.gi_cap_minor) caps.push_back(*mig.gi_cap_minor);
-      if (mig.ci_cap_minor) caps.push_back(*mig.ci_cap_minor);
-      node.mig_cap_minors[mig.uuid] = std::move(caps);
-    }
-    gpus.push_back(std::move(node));
+// The pod labels an exemption names ("namespace/name:key=value"): the only labels a view keeps.
+std::set<std::string> exemption_label_keys(const policy::Policy& policy) {
+  std::set<std::string> keys;
+  for (const std::string& entry : policy.node_enforcement_exempt_service_accounts) {
+    const std::size_t colon = entry.find(':');
+    if (colon != std::string::npos) keys.insert(entry.substr(colon + 1, entry.find('=', colon) - colon - 1));
   }
-  return gpus;
+  return keys;
 }
 
-// The paths of an object's containerEdits.deviceNodes (a spec's or a device's), where it has them.
-std::set<std::string> device_node_paths(const YAML::Node& holder) {
-  std::set<std::string> paths;
-  const YAML::Node edits = holder["containerEdits"];
-  if (!edits || !edits.IsMap() || !edits["deviceNodes"] || !edits["deviceNodes"].IsSequence()) return paths;
-  for (const auto& node : edits["deviceNodes"]) {
-    if (node.IsMap() && node["path"]) paths.insert(node["path"].as<std::string>());
+// What the enforcer does with a container it could not judge at all (a request it cannot read, its own
+// error): the policy's nodeEnforcementUnknown, refuse by default.
+Decision not_judged(const std::string& who, const std::string& why, const policy::Policy& policy) {
+  Decision decision;
+  decision.why = Decision::Why::cannot_judge;
+  decision.message = "gpuguard: container " + who + " could not be judged: " + why;
+  if (policy.node_enforcement == policy::NodeEnforcement::enforce &&
+      policy.node_enforcement_unknown == policy::NodeEnforcementUnknown::refuse) {
+    decision.action = Decision::Action::refuse;
+    decision.message += ". The kubelet tries the create again; gpuguard's nodeEnforcementUnknown policy decides this";
   }
-  return paths;
-}
-
-// The device nodes the named CDI devices bring, from the specs in the node's CDI directories: each device's
-// own nodes and its spec's common ones.
-std::set<std::string> cdi_device_nodes(const fs::path& host_root, const std::set<std::string>& names) {
-  std::set<std::string> nodes;
-  if (names.empty()) return nodes;
-  for (const char* dir : {"/etc/cdi", "/var/run/cdi"}) {
-    std::error_code ec;
-    for (const auto& entry : fs::directory_iterator(deviceplugin::host_path(host_root, dir), ec)) {
-      const std::string extension = entry.path().extension().string();
-      if ((extension != ".yaml" && extension != ".json") || entry.file_size(ec) > kCdiSpecMax) continue;
-      const auto text = files::read_file(entry.path());
-      if (!text) continue;
-      try {
-        const YAML::Node spec = YAML::Load(*text);
-        if (!spec.IsMap() || !spec["kind"] || !spec["devices"] || !spec["devices"].IsSequence()) continue;
-        const std::string kind = spec["kind"].as<std::string>();
-        std::set<std::string> common = device_node_paths(spec);
-        for (const auto& device : spec["devices"]) {
-          if (!device.IsMap() || !device["name"] || !names.contains(kind + "=" + device["name"].as<std::string>()))
-            continue;
-          nodes.insert(common.begin(), common.end());
-          const std::set<std::string> own = device_node_paths(device);
-          nodes.insert(own.begin(), own.end());
-        }
-      } catch (const YAML::Exception&) {
-        // A spec the runtime would not read either: it injects nothing.
-      }
-    }
-  }
-  return nodes;
+  decision.message.resize(std::min(decision.message.size(), kMessageMax));
+  return decision;
 }
 
 // The service accounts of the pods an exemption's namespace holds, from the API server, cached by pod UID.
@@ -161,6 +126,31 @@ class ServiceAccounts {
   std::map<std::string, std::string> cache_;
 };
 
+// The allocations found at the last few creates, by sandbox and container ID, for their validations. Bounded: a
+// validation that finds nothing (its create was long ago, or the runtime does not validate) asks again.
+class RecentAllocations {
+ public:
+  void put(const std::string& container_id, Allocation allocation) {
+    const std::lock_guard lock(mutex_);
+    std::erase_if(entries_, [&](const auto& e) { return e.first == container_id; });
+    if (entries_.size() >= kKept) entries_.pop_front();
+    entries_.emplace_back(container_id, std::move(allocation));
+  }
+  std::optional<Allocation> take(const std::string& container_id) {
+    const std::lock_guard lock(mutex_);
+    const auto found = std::find_if(entries_.begin(), entries_.end(), [&](const auto& e) { return e.first == container_id; });
+    if (found == entries_.end()) return std::nullopt;
+    Allocation allocation = std::move(found->second);
+    entries_.erase(found);
+    return allocation;
+  }
+
+ private:
+  static constexpr std::size_t kKept = 16;
+  std::mutex mutex_;
+  std::deque<std::pair<std::string, Allocation>> entries_;
+};
+
 // Node events saying which running containers see GPUs beyond their allocation.
 void post_event(const std::optional<kube::ApiServer>& api, const std::string& node, const std::string& message) {
   if (!api || node.empty()) return;
@@ -199,41 +189,64 @@ class EnforcerHandler final : public nri::Handler {
         kubelet_(config.pod_resources_socket),
         fetched_(kubelet_, kKubeletDeadline),
         accounts_(config.apiserver),
-        gpus_(std::make_shared<const std::vector<NodeGpu>>(node_gpus(config.host_root))) {
-    log::info("GPUs found", {{"count", gpus_.load()->size()}, {"host_root", config.host_root.string()}});
+        node_(config.host_root, config.mps_roots) {
+    publish_node();
   }
 
-  void rediscover() { gpus_.store(std::make_shared<const std::vector<NodeGpu>>(node_gpus(config_.host_root))); }
-
-  void connection(bool registered, const std::string& detail) override {
-    if (registered) log::info("registered with the container runtime over NRI", {{"runtime", detail}});
+  void refresh_node() {
+    node_.refresh();
+    publish_node();
   }
 
-  void synchronize(const api::SynchronizeRequest& request, bool last) override {
-    for (const api::PodSandbox& pod : request.pods()) sync_pods_[pod.id()] = pod;
-    for (const api::Container& container : request.containers()) sync_containers_.push_back(container);
+  void connection(bool registered, bool validating, const std::string& detail) override {
+    if (registered) {
+      log::info("registered with the container runtime over NRI", {{"runtime", detail}, {"validating", validating}});
+      if (!validating) {
+        log::warn("the runtime does not show the enforcer each container's final adjustment (NRI before v0.10.0): "
+                  "devices other NRI plugins add are not judged");
+      }
+    }
+  }
+
+  void synchronize(std::string_view request, bool last) override {
+    const std::shared_ptr<const policy::Policy> policy = effective_policy();
+    const std::set<std::string> labels = exemption_label_keys(*policy);
+    const std::shared_ptr<const NodeView> node = node_.current();
+    nri::for_each_field(request, nri::field::kSyncPods, [&](std::string_view pod) {
+      PodFacts facts = pod_facts(pod, labels);
+      sync_pods_[facts.identity.id] = std::move(facts);
+    });
+    nri::for_each_field(request, nri::field::kSyncContainers, [&](std::string_view container) {
+      if (auto view = container_view(container, *node)) {
+        sync_containers_.emplace_back(container_ids(container), std::move(*view));
+      }
+    });
     if (!last) return;
     report_running();
     sync_pods_.clear();
     sync_containers_.clear();
   }
 
-  nri::CreateResult create_container(const api::PodSandbox& pod, const api::Container& container) override {
+  nri::CreateResult create_container(std::string_view request) override {
     const auto started = Clock::now();
     const std::shared_ptr<const policy::Policy> policy = effective_policy();
-    ContainerView view = view_of(pod, container);
+    const std::string_view pod = nri::string_field(request, nri::field::kCreatePod);
+    const std::string_view container = nri::string_field(request, nri::field::kCreateContainer);
+    const PodIdentity identity = pod_identity(pod);
+    const std::string who = identity.pod_namespace + "/" + identity.name + "/" +
+                            std::string(nri::string_field(container, nri::field::kContainerName));
     Decision decision;
     try {
-      decision = decide_for(view, pod, container, *policy, nullptr);
+      const std::shared_ptr<const NodeView> node = node_.current();
+      std::optional<ContainerView> view = view_of(pod, container, *node, exemption_label_keys(*policy));
+      decision = view ? decide_for(*view, identity.id, *policy, *node, nullptr,
+                                   std::string(nri::string_field(container, nri::field::kContainerId)))
+                      : not_judged(who, "the runtime's CreateContainer request does not parse", *policy);
     } catch (const std::exception& e) {
-      // A fault here must not refuse containers: the runtime would refuse them all.
-      log::error(
-          "decision failed; the container is left as it is",
-          {{"pod", view.pod_namespace + "/" + view.pod_name}, {"container", view.container}, {"reason", e.what()}});
-      decision.why = Decision::Why::allocation_unknown;
+      log::error("decision failed", {{"container", who}, {"reason", e.what()}});
+      decision = not_judged(who, std::string("the enforcer's own error: ") + e.what(), *policy);
     }
     metrics_.count_decision(decision, std::chrono::duration<double>(Clock::now() - started).count());
-    const std::string who = view.pod_namespace + "/" + view.pod_name + "/" + view.container;
     nri::CreateResult result;
     switch (decision.action) {
       case Decision::Action::refuse:
@@ -242,16 +255,16 @@ class EnforcerHandler final : public nri::Handler {
         break;
       case Decision::Action::adjust:
         log::info("container adjusted", {{"container", who}, {"change", decision.message}});
-        result.response = visible_devices_adjustment(*decision.visible_devices);
+        result.response = env_adjustment(decision.set_env);
         break;
       case Decision::Action::allow:
         if (decision.why == Decision::Why::audited || decision.why == Decision::Why::privileged) {
           log::info(decision.why == Decision::Why::audited ? "container would be changed (nodeEnforcement: audit)"
                                                            : "privileged container: not confined, reported",
                     {{"container", who}, {"beyond", decision.beyond.front()}});
-          remember(container.id(), who, decision);
-        } else if (decision.why == Decision::Why::allocation_unknown) {
-          log::warn("allocation unknown: the container is left as it is",
+          remember(std::string(nri::string_field(container, nri::field::kContainerId)), who, decision);
+        } else if (decision.why == Decision::Why::cannot_judge) {
+          log::warn("container not judged, and left as it is (nodeEnforcementUnknown: allow, or audit)",
                     {{"container", who}, {"reason", decision.message}});
         }
         break;
@@ -259,12 +272,50 @@ class EnforcerHandler final : public nri::Handler {
     return result;
   }
 
-  void run_pod_sandbox(const api::PodSandbox& pod) override { fetched_.fetch(pod.id(), pod.namespace_(), pod.name()); }
-  void remove_pod_sandbox(const api::PodSandbox& pod) override { fetched_.forget(pod.id()); }
+  std::optional<std::string> validate(std::string_view request) override {
+    const std::shared_ptr<const policy::Policy> policy = effective_policy();
+    const std::string_view pod = nri::string_field(request, nri::field::kValidatePod);
+    const std::string_view container = nri::string_field(request, nri::field::kValidateContainer);
+    const PodIdentity identity = pod_identity(pod);
+    const std::string who = identity.pod_namespace + "/" + identity.name + "/" +
+                            std::string(nri::string_field(container, nri::field::kContainerName));
+    Decision decision;
+    try {
+      const std::shared_ptr<const NodeView> node = node_.current();
+      std::optional<ContainerView> view = view_of(pod, container, *node, exemption_label_keys(*policy));
+      if (view && apply_adjustment(*view, nri::string_field(request, nri::field::kValidateAdjust), *node)) {
+        decision = decide_for(*view, identity.id, *policy, *node, nullptr,
+                              std::string(nri::string_field(container, nri::field::kContainerId)), true);
+      } else {
+        decision = not_judged(who, "the runtime's ValidateContainerAdjustment request does not parse", *policy);
+      }
+    } catch (const std::exception& e) {
+      log::error("validation failed", {{"container", who}, {"reason", e.what()}});
+      decision = not_judged(who, std::string("the enforcer's own error: ") + e.what(), *policy);
+    }
+    // What every plugin left must be within: a change still to make means another plugin undid gpuguard's.
+    const bool rejected = decision.action != Decision::Action::allow;
+    metrics_.count_validation(rejected);
+    if (!rejected) return std::nullopt;
+    std::string reason = decision.action == Decision::Action::refuse
+                             ? decision.message
+                             : "gpuguard: container " + who +
+                                   " would reach GPUs beyond its allocation after every NRI plugin's adjustment: " +
+                                   decision.message;
+    log::info("container adjustment rejected", {{"container", who}, {"reason", reason}});
+    reason.resize(std::min(reason.size(), kMessageMax));
+    return reason;
+  }
 
-  void remove_container(const api::PodSandbox&, const api::Container& container) override {
+  void run_pod_sandbox(std::string_view pod) override {
+    const PodIdentity identity = pod_identity(pod);
+    fetched_.fetch(identity.id, identity.pod_namespace, identity.name);
+  }
+  void remove_pod_sandbox(std::string_view pod) override { fetched_.forget(pod_identity(pod).id); }
+
+  void remove_container(std::string_view /*pod*/, std::string_view container) override {
     const std::lock_guard lock(mutex_);
-    if (running_.erase(container.id()) != 0) publish_counts();
+    if (running_.erase(container_ids(container).id) != 0) publish_counts();
   }
 
  private:
@@ -272,6 +323,11 @@ class EnforcerHandler final : public nri::Handler {
     std::string who;
     bool privileged = false;
   };
+
+  void publish_node() {
+    const std::shared_ptr<const NodeView> node = node_.current();
+    metrics_.set_node(node->gpus.size(), node->gpus_unknown.empty());
+  }
 
   // The policy with the flag's exemptions added, made again only when the ConfigMap changes.
   std::shared_ptr<const policy::Policy> effective_policy() {
@@ -289,37 +345,50 @@ class EnforcerHandler final : public nri::Handler {
   }
 
   // The decision for one container; `listed` (from one List for all) saves the kubelet a call per container.
-  Decision decide_for(ContainerView& view, const api::PodSandbox& pod, const api::Container& container,
-                      const policy::Policy& policy, const std::map<std::string, PodResources>* listed) {
+  // The allocation found at a container's CreateContainer is kept for its validation, which follows at once:
+  // the kubelet is asked once per create, not twice.
+  Decision decide_for(ContainerView& view, const std::string& sandbox_id, const policy::Policy& policy,
+                      const NodeView& node, const std::map<std::string, PodResources>* listed,
+                      const std::string& container_id = {}, bool validating = false) {
     if (policy.node_enforcement == policy::NodeEnforcement::off ||
         policy.is_node_enforcement_exempt(view.pod_namespace, "")) {
-      return decide(view, Allocation{}, {}, policy);
+      return decide(view, Allocation{}, node, policy);
     }
     if (policy.names_service_accounts_in(view.pod_namespace)) {
       view.service_account = accounts_.of(view.pod_namespace, view.pod_name, view.pod_uid);
     }
-    KubeletAnswer answer;
-    if (listed != nullptr) {
-      answer.answered = true;
-      if (const auto found = listed->find(view.pod_namespace + "/" + view.pod_name); found != listed->end()) {
-        answer.pod = found->second;
+    std::optional<Allocation> allocation;
+    const std::string key = sandbox_id + "/" + container_id;
+    if (validating) allocation = recent_.take(key);
+    if (!allocation) {
+      KubeletAnswer answer;
+      if (listed != nullptr) {
+        answer.answered = true;
+        if (const auto found = listed->find(view.pod_namespace + "/" + view.pod_name); found != listed->end()) {
+          answer.pod = found->second;
+        }
+      } else if (auto fetched = fetched_.answer(sandbox_id, kFetchedWait)) {
+        answer = std::move(*fetched);
+      } else {
+        answer = kubelet_.pod(view.pod_namespace, view.pod_name, kKubeletDeadline);
+        if (!answer.answered) metrics_.count_kubelet_error();
       }
-    } else if (auto fetched = fetched_.answer(pod.id(), kFetchedWait)) {
-      answer = std::move(*fetched);
-    } else {
-      answer = kubelet_.pod(view.pod_namespace, view.pod_name, kKubeletDeadline);
-      if (!answer.answered) metrics_.count_kubelet_error();
+      allocation =
+          allocation_for(answer, view.container, trusted_annotation(view.annotations, view.pod_annotations), policy);
+      for (const std::string& name : allocation->cdi_devices) {
+        if (const auto spec = node.cdi_devices.find(name); spec != node.cdi_devices.end()) {
+          allocation->device_paths.insert(spec->second.begin(), spec->second.end());
+        }
+      }
+      if (!validating && !container_id.empty()) recent_.put(key, *allocation);
     }
-    Allocation allocation = allocation_for(answer, view.container,
-                                           trusted_annotation(annotations_of(container), annotations_of(pod)), policy);
-    allocation.device_paths = cdi_device_nodes(config_.host_root, allocation.cdi_devices);
-    return decide(view, allocation, *gpus_.load(), policy);
+    return decide(view, *allocation, node, policy);
   }
 
   // At registration: every running container that sees GPUs beyond its allocation, reported. Running
   // containers cannot be changed; they are counted, logged and named in a Node event.
   void report_running() {
-    rediscover();
+    refresh_node();
     auto policy = std::make_shared<policy::Policy>(*effective_policy());
     if (policy->node_enforcement == policy::NodeEnforcement::off) return;
     policy->node_enforcement = policy::NodeEnforcement::audit;  // judge, never act
@@ -330,18 +399,19 @@ class EnforcerHandler final : public nri::Handler {
       log::warn("cannot read the kubelet's allocations: running containers are not judged", {{"reason", error}});
       return;
     }
+    const std::shared_ptr<const NodeView> node = node_.current();
     std::map<std::string, Running> running;
-    for (const api::Container& container : sync_containers_) {
-      const auto pod = sync_pods_.find(container.pod_sandbox_id());
+    for (auto& [ids, view] : sync_containers_) {
+      const auto pod = sync_pods_.find(ids.sandbox_id);
       if (pod == sync_pods_.end()) continue;
-      ContainerView view = view_of(pod->second, container);
-      const Decision decision = decide_for(view, pod->second, container, *policy, &listed);
+      set_pod(view, pod->second);
+      const Decision decision = decide_for(view, ids.sandbox_id, *policy, *node, &listed);
       if (decision.why != Decision::Why::audited && decision.why != Decision::Why::privileged) continue;
       const std::string who = view.pod_namespace + "/" + view.pod_name + "/" + view.container;
       log::warn(decision.why == Decision::Why::privileged ? "running privileged container: not confined"
                                                           : "running container sees GPUs beyond its allocation",
                 {{"container", who}, {"beyond", decision.beyond.front()}});
-      running[container.id()] = {who, decision.why == Decision::Why::privileged};
+      running[ids.id] = {who, decision.why == Decision::Why::privileged};
     }
     std::string message;
     std::size_t named = 0;
@@ -365,8 +435,8 @@ class EnforcerHandler final : public nri::Handler {
       if (event_.valid() && event_.wait_for(0s) != std::future_status::ready) {
         log::warn("the last Node event is still being written: this report is only logged");
       } else {
-        event_ = std::async(std::launch::async, [api = config_.apiserver, node = config_.node_name,
-                                                 text = std::move(text)] { post_event(api, node, text); });
+        event_ = std::async(std::launch::async, [api = config_.apiserver, node_name = config_.node_name,
+                                                 text = std::move(text)] { post_event(api, node_name, text); });
       }
     }
   }
@@ -388,12 +458,13 @@ class EnforcerHandler final : public nri::Handler {
   EnforcerMetrics& metrics_;
   KubeletClient kubelet_;
   AllocationCache fetched_;
+  RecentAllocations recent_;
   ServiceAccounts accounts_;
-  std::atomic<std::shared_ptr<const std::vector<NodeGpu>>> gpus_;
+  NodeReader node_;
   std::shared_ptr<const policy::Policy> merged_from_, merged_;  // effective_policy's, under mutex_
-  std::future<void> event_;                           // the Node event being written; its destructor waits for it
-  std::map<std::string, api::PodSandbox> sync_pods_;  // Synchronize's chunks, until the last
-  std::vector<api::Container> sync_containers_;
+  std::future<void> event_;                     // the Node event being written; its destructor waits for it
+  std::map<std::string, PodFacts> sync_pods_;  // Synchronize's chunks, until the last
+  std::vector<std::pair<ContainerIds, ContainerView>> sync_containers_;
   std::mutex mutex_;
   std::map<std::string, Running> running_;  // by container id
 };
@@ -440,7 +511,7 @@ void serve(const EnforcerConfig& config) {
   server::HttpServer status(server_options, server::TlsProvider{}, status_handler);
   log::info("serving probes and metrics", {{"address", status.bind()}});
   policy.watch(1s);
-  files::Poller gpus(60s, [&handler] { handler.rediscover(); });
+  files::Poller node(60s, [&handler] { handler.refresh_node(); });
   std::jthread nri_thread([&plugin](const std::stop_token& stop) { plugin.run(stop); });
   log::info("enforcing at the node", {{"nri_socket", config.nri_socket.string()},
                                       {"plugin", config.plugin_index + "-" + config.plugin_name},

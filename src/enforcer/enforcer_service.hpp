@@ -23,6 +23,8 @@ struct EnforcerConfig {
   // namespace/name pairs exempt besides the policy's: gpuguard's own device plugin, which needs every GPU
   // for NVML and is not the pod author's to name.
   std::vector<std::string> exempt_service_accounts;
+  // MPS roots besides gpuguard's default and NVIDIA's (the device plugin's --mps-root).
+  std::vector<std::string> mps_roots;
   // This node's name, for the Node events of the report; empty: no events.
   std::string node_name;
   // For the events, and for the service accounts an exemption names; none: neither.

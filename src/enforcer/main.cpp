@@ -2,6 +2,8 @@
 // container runtime creates it (NRI), whichever way the pod got past admission.
 #include <boost/program_options.hpp>
 
+#include <malloc.h>
+
 #include <iostream>
 
 #include "enforcer_service.hpp"
@@ -40,6 +42,10 @@ bool valid_name(const std::string& name) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A request can be 4 MiB, held once (src/nri/wire.hpp). glibc raises its mmap threshold to the largest
+  // block freed so far, so after one such request the next comes from the heap and stays there; a fixed
+  // threshold keeps every large block mapped apart, and given back when freed (docs/benchmarks.md).
+  mallopt(M_MMAP_THRESHOLD, 128 * 1024);
   po::options_description description(kUsage);
   cli::add_apiserver_flags(description);
   description.add_options()("nri-socket", po::value<std::string>()->default_value("/var/run/nri/nri.sock"),
@@ -60,6 +66,10 @@ int main(int argc, char** argv) {
       "namespace/name pairs, comma-separated, exempt besides the policy's exemptions; namespace/name:key=value "
       "exempts only that account's pods carrying that label (the chart names its own device plugin's and MPS "
       "daemons')")(
+      "mps-root", po::value<std::string>(),
+      "the device plugin's MPS root on the host (its --mps-root; default /run/gpuguard/mps): a bind mount of it, "
+      "of a GPU's directory under it, or of a directory above it reaches MPS servers (NVIDIA's /run/nvidia/mps "
+      "is held too)")(
       "node-name", po::value<std::string>(),
       "this node's name: the report of running containers is also a Node event (needs the API; default: none)");
   const cli::Parsed parsed = cli::parse_command_line(kProgram, GPUGUARD_VERSION, description, argc, argv);
@@ -75,6 +85,14 @@ int main(int argc, char** argv) {
   config.policy_dir = cli::path_flag(flags, "policy-dir");
   config.metrics_address = flags["metrics-address"].as<std::string>();
   if (flags.count("node-name")) config.node_name = flags["node-name"].as<std::string>();
+  if (flags.count("mps-root")) {
+    const std::string root = flags["mps-root"].as<std::string>();
+    if (!root.starts_with('/')) {
+      std::cerr << kProgram << ": --mps-root must be an absolute path on the host\n";
+      return 2;
+    }
+    config.mps_roots.push_back(root);
+  }
   if (flags.count("exempt-service-accounts")) {
     const std::string accounts = flags["exempt-service-accounts"].as<std::string>();
     const policy::PolicyParse parsed_accounts =

@@ -149,6 +149,22 @@ class Judge {
         if (const auto text = dir.value<std::string>()) facts().spec_dirs.push_back(*text);
       }
     }
+    if (const toml::array* prefixes = cdi["annotation-prefixes"].as_array()) {
+      facts().annotation_prefixes.clear();
+      for (const auto& prefix : *prefixes) {
+        if (const auto text = prefix.value<std::string>()) facts().annotation_prefixes.push_back(*text);
+      }
+    }
+    // A comma-separated list, each name trimmed (internal/config/image/builder.go).
+    std::string_view swarm = t["swarm-resource"].value_or(std::string_view{});
+    while (!swarm.empty()) {
+      const std::size_t comma = swarm.find(',');
+      std::string_view name = swarm.substr(0, comma);
+      while (!name.empty() && name.front() == ' ') name.remove_prefix(1);
+      while (!name.empty() && name.back() == ' ') name.remove_suffix(1);
+      if (!name.empty()) facts().swarm_variables.emplace_back(name);
+      swarm = comma == std::string_view::npos ? std::string_view{} : swarm.substr(comma + 1);
+    }
   }
 
   // The package database: the version of nvidia-container-toolkit-base, or of nvidia-container-toolkit.

@@ -1,5 +1,6 @@
 // The NRI plugin's connection (include/gpuguard/nri/plugin.hpp): a unix socket, NRI's multiplexer and
-// ttrpc over it (wire.hpp), NRI's messages (proto/nri), on one thread.
+// ttrpc over it (wire.hpp), NRI's messages (proto/nri for what it writes, messages.hpp for what it reads),
+// on one thread.
 #include "gpuguard/nri/plugin.hpp"
 
 #include <poll.h>
@@ -9,10 +10,12 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
 #include <cstring>
 #include <mutex>
 
 #include "gpuguard/log/log.hpp"
+#include "gpuguard/nri/messages.hpp"
 #include "gpuguard/nri/wire.hpp"
 #include "nri/v1alpha1/api.pb.h"
 #include "ttrpc/ttrpc.pb.h"
@@ -27,6 +30,7 @@ constexpr const char* kPluginService = "nri.pkg.api.v1alpha1.Plugin";
 constexpr std::uint32_t kRegisterStream = 1;  // the plugin's one call: the first odd stream id
 constexpr std::int32_t kInvalidArgument = 3;
 constexpr std::int32_t kUnimplemented = 12;
+constexpr std::int32_t kInternal = 13;
 constexpr std::size_t kReadChunk = std::size_t{64} * 1024;
 
 // A file descriptor closed when it goes out of scope.
@@ -59,6 +63,32 @@ std::string response_with_payload(const google::protobuf::MessageLite& payload) 
   return response.SerializeAsString();
 }
 
+// "v2.4.2", "1.34.0" or "v0.12.3": its major and minor numbers, or nullopt.
+std::optional<std::pair<int, int>> major_minor(std::string_view version) {
+  if (version.starts_with('v')) version.remove_prefix(1);
+  int major = 0, minor = 0;
+  const auto dot = version.find('.');
+  if (dot == std::string_view::npos) return std::nullopt;
+  const auto [end_major, error_major] = std::from_chars(version.data(), version.data() + dot, major);
+  const auto [end_minor, error_minor] =
+      std::from_chars(version.data() + dot + 1, version.data() + version.size(), minor);
+  if (error_major != std::errc() || error_minor != std::errc() || end_major != version.data() + dot) {
+    return std::nullopt;
+  }
+  return std::pair{major, minor};
+}
+
+// Whether the runtime's NRI has the validation phase (v0.10.0 and later). NRI says its version from
+// v0.11.0 on; before that, containerd 2.2 and CRI-O 1.34 are the releases that ship v0.10.0.
+bool runtime_validates(const ::nri::pkg::api::v1alpha1::ConfigureRequest& configure) {
+  if (const auto nri = major_minor(configure.nri_version())) return *nri >= std::pair{0, 10};
+  const auto runtime = major_minor(configure.runtime_version());
+  if (!runtime) return false;
+  if (configure.runtime_name() == "containerd") return *runtime >= std::pair{2, 2};
+  if (configure.runtime_name() == "cri-o") return *runtime >= std::pair{1, 34};
+  return false;
+}
+
 }  // namespace
 
 struct Plugin::Impl {
@@ -70,15 +100,29 @@ struct Plugin::Impl {
   Descriptor wake;  // written when a stop is requested, so that a poll returns at once
   mutable std::mutex mutex;
   PluginStats counts;
+  // A runtime that closed the connection after being asked for validation, before synchronizing, is not
+  // asked again (an NRI that does not know the event refuses the whole subscription).
+  bool validation_refused = false;
 
-  // One connection, from connect to whatever ended it; returns why it ended, and whether it had registered.
-  std::string session(const std::stop_token& stop, bool& registered);
+  // What one connection has come to.
+  struct Session {
+    bool configured = false;
+    bool registered = false;
+    bool validating = false;
+    bool synchronized = false;
+  };
+
+  // One connection, from connect to whatever ended it; returns why it ended.
+  std::string session(const std::stop_token& stop, Session& state);
   bool write_message(int fd, std::uint32_t conn, std::uint32_t stream, MessageType type, const std::string& payload,
                      std::string& why);
   // Serves one call of the runtime; false (with `why`) when the connection is to end.
-  bool serve(int fd, const Message& message, bool& configured, bool& registered, std::string& why);
+  bool serve(int fd, const Message& message, Session& state, std::string& why);
+  // The answer to one call; `keep` false when the connection is to end after it.
+  std::string answer(const RequestEnvelope& request, Session& state, bool& keep, std::string& why);
   void wait(const std::stop_token& stop, std::chrono::milliseconds pause) const;
-  void count(void (*change)(PluginStats&)) {
+  template <typename Change>
+  void count(Change change) {
     const std::lock_guard lock(mutex);
     change(counts);
   }
@@ -100,19 +144,30 @@ void Plugin::run(const std::stop_token& stop) {
   auto backoff = impl_->options.backoff_first;
   std::string last;
   while (!stop.stop_requested()) {
-    bool registered = false;
-    const std::string why = impl_->session(stop, registered);
+    Impl::Session state;
+    const auto began = Clock::now();
+    const std::string why = impl_->session(stop, state);
     if (stop.stop_requested()) break;
-    if (registered) {
+    if (state.validating && !state.synchronized && !impl_->validation_refused) {
+      impl_->validation_refused = true;
+      log::warn("the runtime ended the connection after being asked to show this plugin each container's final "
+                "adjustment; connecting again without",
+                {{"reason", why}});
+    }
+    if (state.registered) {
       impl_->count([](PluginStats& s) {
         ++s.disconnections;
         s.registered = false;
+        s.validating = false;
       });
-      impl_->handler.connection(false, why);
+      impl_->handler.connection(false, false, why);
       log::warn("NRI connection ended; connecting again",
                 {{"reason", why}, {"socket", impl_->options.socket.string()}});
       backoff = impl_->options.backoff_first;
       last.clear();
+      // At once, after a connection that lasted: while the plugin is away, the runtime creates containers
+      // as if it had no such plugin. One that ends as soon as it is made waits as any failed attempt does.
+      if (Clock::now() - began > impl_->options.backoff_max) continue;
     } else if (why != last) {
       log::warn("cannot register with the runtime over NRI; retrying with backoff",
                 {{"reason", why}, {"socket", impl_->options.socket.string()}});
@@ -129,7 +184,7 @@ void Plugin::Impl::wait(const std::stop_token& stop, std::chrono::milliseconds p
   ::poll(&woken, 1, static_cast<int>(pause.count()));
 }
 
-std::string Plugin::Impl::session(const std::stop_token& stop, bool& registered) {
+std::string Plugin::Impl::session(const std::stop_token& stop, Session& state) {
   sockaddr_un address{};
   address.sun_family = AF_UNIX;
   const std::string path = options.socket.string();
@@ -154,15 +209,16 @@ std::string Plugin::Impl::session(const std::stop_token& stop, bool& registered)
     return why;
   }
 
-  FrameDecoder frames;
+  Demultiplexer frames;
   MessageDecoder calls;    // connection 1: the runtime calls the plugin
   MessageDecoder answers;  // connection 2: the answer to the plugin's registration
-  bool configured = false;
   const auto configure_deadline = Clock::now() + options.configure_timeout;
+  // Each read is demultiplexed and its whole calls answered before the next read, so at most one large
+  // request is held: the rest waits in the socket.
   std::string chunk(kReadChunk, '\0');
   while (!stop.stop_requested()) {
     int timeout = -1;
-    if (!configured) {
+    if (!state.configured) {
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(configure_deadline - Clock::now());
       if (left.count() <= 0)
         return "the runtime did not configure the plugin within " + std::to_string(options.configure_timeout.count()) +
@@ -182,12 +238,12 @@ std::string Plugin::Impl::session(const std::stop_token& stop, bool& registered)
       return errno_text("read");
     }
     if (read == 0) return "the runtime closed the connection";
-    frames.feed(std::string_view(chunk.data(), static_cast<std::size_t>(read)));
-    while (auto frame = frames.next()) {
-      if (frame->conn == kPluginServiceConn) calls.feed(frame->payload);
-      if (frame->conn == kRuntimeServiceConn) answers.feed(frame->payload);
-      // Frames on other connections are dropped, as NRI's own multiplexer drops them.
-    }
+    frames.feed(std::string_view(chunk.data(), static_cast<std::size_t>(read)),
+                [&](std::uint32_t conn, std::string_view bytes) {
+                  if (conn == kPluginServiceConn) calls.feed(bytes);
+                  if (conn == kRuntimeServiceConn) answers.feed(bytes);
+                  // Frames on other connections are dropped, as NRI's own multiplexer drops them.
+                });
     for (const std::string* error : {&frames.error(), &calls.error(), &answers.error()}) {
       if (!error->empty()) {
         count([](PluginStats& s) { ++s.protocol_errors; });
@@ -205,103 +261,118 @@ std::string Plugin::Impl::session(const std::stop_token& stop, bool& registered)
     }
     while (auto call = calls.next()) {
       if (call->type != MessageType::request) continue;
-      if (!serve(socket.get(), *call, configured, registered, why)) return why;
+      if (!serve(socket.get(), *call, state, why)) return why;
     }
   }
   return "stopped";
 }
 
-bool Plugin::Impl::serve(int fd, const Message& message, bool& configured, bool& registered, std::string& why) {
-  ttrpc::Request request;
-  std::string answer;
+bool Plugin::Impl::serve(int fd, const Message& message, Session& state, std::string& why) {
   bool keep = true;
-  if (!request.ParseFromString(message.payload)) {
-    answer = response_with_status(kInvalidArgument, "gpuguard: a ttrpc request that does not parse");
-  } else if (request.service() != kPluginService) {
-    answer = response_with_status(kUnimplemented, "service " + request.service());
-  } else if (request.method() == "Configure") {
-    ::nri::pkg::api::v1alpha1::ConfigureRequest configure;
-    if (!configure.ParseFromString(request.payload())) {
-      answer = response_with_status(kInvalidArgument, "gpuguard: a Configure request that does not parse");
-    } else {
-      ::nri::pkg::api::v1alpha1::ConfigureResponse response;
-      response.set_events(options.events);
-      answer = response_with_payload(response);
-      configured = true;
-      registered = true;
-      count([](PluginStats& s) {
-        ++s.connections;
-        s.registered = true;
-      });
-      handler.connection(true, configure.runtime_name() + " " + configure.runtime_version() + ", request timeout " +
-                                   std::to_string(configure.request_timeout()) + " ms");
+  std::string reply;
+  if (const auto request = read_request(message.payload)) {
+    reply = answer(*request, state, keep, why);
+  } else {
+    reply = response_with_status(kInvalidArgument, "gpuguard: a ttrpc request that does not parse");
+  }
+  if (reply.size() > kTtrpcMessageMax) {
+    // Never dropped for its size: the runtime would take a dropped connection for a plugin that is not
+    // there, and create the container unchanged. An error fails the create instead.
+    count([](PluginStats& s) { ++s.oversized_answers; });
+    log::error("an answer over ttrpc's limit; the runtime is sent an error instead", {{"bytes", reply.size()}});
+    reply = response_with_status(kInternal, "gpuguard: the answer to this request is over ttrpc's limit");
+  }
+  if (!write_message(fd, kPluginServiceConn, message.stream, MessageType::response, reply, why)) return false;
+  return keep;
+}
+
+std::string Plugin::Impl::answer(const RequestEnvelope& request, Session& state, bool& keep, std::string& why) {
+  namespace api = ::nri::pkg::api::v1alpha1;
+  const std::string method(request.method);
+  const auto not_parsed = [&] {
+    return response_with_status(kInvalidArgument, "gpuguard: a " + method + " request that does not parse");
+  };
+  if (request.service != kPluginService) {
+    return response_with_status(kUnimplemented, "service " + std::string(request.service));
+  }
+  if (method == "Configure") {
+    api::ConfigureRequest configure;
+    if (!configure.ParseFromArray(request.payload.data(), static_cast<int>(request.payload.size()))) {
+      return not_parsed();
     }
-  } else if (request.method() == "Synchronize") {
-    ::nri::pkg::api::v1alpha1::SynchronizeRequest synchronize;
-    if (!synchronize.ParseFromString(request.payload())) {
-      answer = response_with_status(kInvalidArgument, "gpuguard: a Synchronize request that does not parse");
-    } else {
-      handler.synchronize(synchronize, !synchronize.more());
-      // A chunk with more = true is answered with more = true and nothing else.
-      ::nri::pkg::api::v1alpha1::SynchronizeResponse response;
-      response.set_more(synchronize.more());
-      answer = response_with_payload(response);
+    state.validating = options.validate && !validation_refused && runtime_validates(configure);
+    api::ConfigureResponse response;
+    response.set_events(options.events | (state.validating ? event_bit(kValidateContainerAdjustmentEvent) : 0));
+    state.configured = true;
+    state.registered = true;
+    const bool validating = state.validating;
+    count([validating](PluginStats& s) {
+      ++s.connections;
+      s.registered = true;
+      s.validating = validating;
+    });
+    handler.connection(true, validating,
+                       configure.runtime_name() + " " + configure.runtime_version() + ", NRI " +
+                           (configure.nri_version().empty() ? "(not said)" : configure.nri_version()) +
+                           ", request timeout " + std::to_string(configure.request_timeout()) + " ms");
+    return response_with_payload(response);
+  }
+  if (!well_formed(request.payload)) return not_parsed();
+  if (method == "Synchronize") {
+    const bool more = varint_field(request.payload, field::kSyncMore).value_or(0) != 0;
+    handler.synchronize(request.payload, !more);
+    state.synchronized = state.synchronized || !more;
+    // A chunk with more = true is answered with more = true and nothing else.
+    api::SynchronizeResponse response;
+    response.set_more(more);
+    return response_with_payload(response);
+  }
+  if (method == "CreateContainer") {
+    CreateResult result = handler.create_container(request.payload);
+    if (result.refusal) return response_with_status(kPermissionDenied, *result.refusal);
+    if (result.response) return response_with_payload(*result.response);
+    return response_with_payload(api::CreateContainerResponse());
+  }
+  if (method == "ValidateContainerAdjustment") {
+    api::ValidateContainerAdjustmentResponse response;
+    if (const auto reason = handler.validate(request.payload)) {
+      response.set_reject(true);
+      response.set_reason(*reason);
     }
-  } else if (request.method() == "CreateContainer" || request.method() == "RemoveContainer" ||
-             request.method() == "RunPodSandbox" || request.method() == "RemovePodSandbox") {
-    // RemoveContainerRequest has CreateContainerRequest's fields (pod = 1, container = 2), and the pod
-    // sandbox requests its pod = 1.
-    ::nri::pkg::api::v1alpha1::CreateContainerRequest event;
-    if (!event.ParseFromString(request.payload())) {
-      answer =
-          response_with_status(kInvalidArgument, "gpuguard: a " + request.method() + " request that does not parse");
-    } else if (request.method() == "RemoveContainer") {
-      handler.remove_container(event.pod(), event.container());
-      answer = response_with_payload(::nri::pkg::api::v1alpha1::Empty());
-    } else if (request.method() == "RunPodSandbox") {
-      handler.run_pod_sandbox(event.pod());
-      answer = response_with_payload(::nri::pkg::api::v1alpha1::Empty());
-    } else if (request.method() == "RemovePodSandbox") {
-      handler.remove_pod_sandbox(event.pod());
-      answer = response_with_payload(::nri::pkg::api::v1alpha1::Empty());
-    } else {
-      CreateResult result = handler.create_container(event.pod(), event.container());
-      if (result.refusal) {
-        answer = response_with_status(kPermissionDenied, *result.refusal);
-      } else if (result.response) {
-        answer = response_with_payload(*result.response);
-      } else {
-        answer = response_with_payload(::nri::pkg::api::v1alpha1::CreateContainerResponse());
-      }
-    }
-  } else if (request.method() == "StateChange") {
+    return response_with_payload(response);
+  }
+  if (method == "RemoveContainer") {
+    handler.remove_container(string_field(request.payload, field::kCreatePod),
+                             string_field(request.payload, field::kCreateContainer));
+    return response_with_payload(api::Empty());
+  }
+  if (method == "RunPodSandbox" || method == "RemovePodSandbox") {
+    const std::string_view pod = string_field(request.payload, field::kCreatePod);
+    if (method == "RunPodSandbox") handler.run_pod_sandbox(pod);
+    if (method == "RemovePodSandbox") handler.remove_pod_sandbox(pod);
+    return response_with_payload(api::Empty());
+  }
+  if (method == "StateChange") {
     // How older NRI versions relay the events that have no method of their own.
-    ::nri::pkg::api::v1alpha1::StateChangeEvent event;
-    if (!event.ParseFromString(request.payload())) {
-      answer = response_with_status(kInvalidArgument, "gpuguard: a StateChange request that does not parse");
-    } else {
-      if (event.event() == kRunPodSandboxEvent) handler.run_pod_sandbox(event.pod());
-      if (event.event() == kRemovePodSandboxEvent) handler.remove_pod_sandbox(event.pod());
-      if (event.event() == kRemoveContainerEvent) handler.remove_container(event.pod(), event.container());
-      answer = response_with_payload(::nri::pkg::api::v1alpha1::Empty());
+    const auto event = static_cast<std::int32_t>(varint_field(request.payload, field::kStateEvent).value_or(0));
+    const std::string_view pod = string_field(request.payload, field::kStatePod);
+    if (event == kRunPodSandboxEvent) handler.run_pod_sandbox(pod);
+    if (event == kRemovePodSandboxEvent) handler.remove_pod_sandbox(pod);
+    if (event == kRemoveContainerEvent) {
+      handler.remove_container(pod, string_field(request.payload, field::kStateContainer));
     }
-  } else if (request.method() == "Shutdown") {
-    answer = response_with_payload(::nri::pkg::api::v1alpha1::Empty());
+    return response_with_payload(api::Empty());
+  }
+  if (method == "Shutdown") {
     keep = false;
     why = "the runtime shut the plugin down";
-  } else {
-    answer = response_with_status(kUnimplemented, "method " + request.method());
+    return response_with_payload(api::Empty());
   }
-  if (!write_message(fd, kPluginServiceConn, message.stream, MessageType::response, answer, why)) return false;
-  return keep;
+  return response_with_status(kUnimplemented, "method " + method);
 }
 
 bool Plugin::Impl::write_message(int fd, std::uint32_t conn, std::uint32_t stream, MessageType type,
                                  const std::string& payload, std::string& why) {
-  if (payload.size() > kTtrpcMessageMax) {
-    why = "an answer of " + std::to_string(payload.size()) + " bytes, over ttrpc's limit";
-    return false;
-  }
   const std::string bytes = encode_frames(conn, encode_message(stream, type, 0, payload));
   const auto deadline = Clock::now() + options.write_timeout;
   std::size_t written = 0;

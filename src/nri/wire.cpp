@@ -20,18 +20,6 @@ std::uint32_t get_u32(std::string_view bytes, std::size_t at) {
   return (byte(0) << 24) | (byte(1) << 16) | (byte(2) << 8) | byte(3);
 }
 
-// What a decoder has used is dropped once it is over half its buffer, so the buffer stays within twice
-// the largest unit plus what one read adds.
-void compact(std::string& buffer, std::size_t& offset) {
-  if (offset == buffer.size()) {
-    buffer.clear();
-    offset = 0;
-  } else if (offset > buffer.size() / 2) {
-    buffer.erase(0, offset);
-    offset = 0;
-  }
-}
-
 }  // namespace
 
 std::string encode_frames(std::uint32_t conn, std::string_view payload) {
@@ -58,56 +46,83 @@ std::string encode_message(std::uint32_t stream, MessageType type, std::uint8_t 
   return out;
 }
 
-void BufferedDecoder::feed(std::string_view bytes) {
-  if (!error_.empty()) return;
-  compact(buffer_, offset_);
-  buffer_.append(bytes);
-}
-
-std::optional<Frame> FrameDecoder::next() {
-  while (error_.empty() && buffered() >= kMuxHeaderSize) {
-    const std::string_view bytes = rest();
-    const std::uint32_t conn = get_u32(bytes, 0);
-    const std::uint32_t size = get_u32(bytes, 4);
-    if (conn == 0) {
+void Demultiplexer::feed(std::string_view bytes, const Sink& sink) {
+  while (error_.empty() && !bytes.empty()) {
+    if (payload_left_ > 0) {
+      const std::size_t piece = std::min(payload_left_, bytes.size());
+      sink(conn_, bytes.substr(0, piece));
+      payload_left_ -= piece;
+      bytes.remove_prefix(piece);
+      continue;
+    }
+    const std::size_t take = std::min(kMuxHeaderSize - header_have_, bytes.size());
+    std::copy_n(bytes.data(), take, header_.data() + header_have_);
+    header_have_ += take;
+    bytes.remove_prefix(take);
+    if (header_have_ < kMuxHeaderSize) return;
+    header_have_ = 0;
+    const std::string_view header(reinterpret_cast<const char*>(header_.data()), header_.size());
+    conn_ = get_u32(header, 0);
+    const std::uint32_t size = get_u32(header, 4);
+    if (conn_ == 0) {
       error_ = "multiplexer frame on connection 0, which is reserved";
     } else if (size > kMuxFrameMax) {
       error_ =
           "multiplexer frame of " + std::to_string(size) + " bytes, over the limit of " + std::to_string(kMuxFrameMax);
-    } else if (bytes.size() < kMuxHeaderSize + size) {
-      expect(kMuxHeaderSize + size);
-      return std::nullopt;
+    }
+    payload_left_ = error_.empty() ? size : 0;
+  }
+}
+
+void MessageDecoder::feed(std::string_view bytes) {
+  while (error_.empty() && !bytes.empty()) {
+    if (in_payload_) {
+      const std::size_t piece = std::min(payload_size_ - current_.payload.size(), bytes.size());
+      current_.payload.append(bytes.substr(0, piece));
+      bytes.remove_prefix(piece);
     } else {
-      consume(kMuxHeaderSize + size);
-      if (size == 0) continue;
-      return Frame{conn, std::string(bytes.substr(kMuxHeaderSize, size))};
+      const std::size_t take = std::min(kTtrpcHeaderSize - header_have_, bytes.size());
+      std::copy_n(bytes.data(), take, header_.data() + header_have_);
+      header_have_ += take;
+      bytes.remove_prefix(take);
+      if (header_have_ < kTtrpcHeaderSize) return;
+      header_have_ = 0;
+      const std::string_view header(reinterpret_cast<const char*>(header_.data()), header_.size());
+      const std::uint32_t size = get_u32(header, 0);
+      const std::uint8_t type = header_[8];
+      if (size > kTtrpcMessageMax) {
+        error_ = "ttrpc message of " + std::to_string(size) + " bytes, over the limit of " +
+                 std::to_string(kTtrpcMessageMax);
+        return;
+      }
+      if (type < 1 || type > 3) {
+        error_ = "ttrpc message of unknown type " + std::to_string(type);
+        return;
+      }
+      current_ = Message{get_u32(header, 4), static_cast<MessageType>(type), header_[9], {}};
+      current_.payload.reserve(size);
+      payload_size_ = size;
+      in_payload_ = true;
+    }
+    if (current_.payload.size() == payload_size_) {
+      ready_.push_back(std::move(current_));
+      current_ = Message{};
+      in_payload_ = false;
     }
   }
-  return std::nullopt;
 }
 
 std::optional<Message> MessageDecoder::next() {
-  if (!error_.empty() || buffered() < kTtrpcHeaderSize) return std::nullopt;
-  const std::string_view bytes = rest();
-  const std::uint32_t size = get_u32(bytes, 0);
-  const auto type = static_cast<std::uint8_t>(bytes[8]);
-  if (size > kTtrpcMessageMax) {
-    error_ =
-        "ttrpc message of " + std::to_string(size) + " bytes, over the limit of " + std::to_string(kTtrpcMessageMax);
-    return std::nullopt;
-  }
-  if (type < 1 || type > 3) {
-    error_ = "ttrpc message of unknown type " + std::to_string(type);
-    return std::nullopt;
-  }
-  if (bytes.size() < kTtrpcHeaderSize + size) {
-    expect(kTtrpcHeaderSize + size);
-    return std::nullopt;
-  }
-  Message message{get_u32(bytes, 4), static_cast<MessageType>(type), static_cast<std::uint8_t>(bytes[9]),
-                  std::string(bytes.substr(kTtrpcHeaderSize, size))};
-  consume(kTtrpcHeaderSize + size);
+  if (!error_.empty() || ready_.empty()) return std::nullopt;
+  Message message = std::move(ready_.front());
+  ready_.pop_front();
   return message;
+}
+
+std::size_t MessageDecoder::buffered() const {
+  std::size_t held = header_have_ + current_.payload.size();
+  for (const Message& message : ready_) held += message.payload.size();
+  return held;
 }
 
 }  // namespace gpuguard::nri

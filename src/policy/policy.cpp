@@ -190,6 +190,10 @@ void apply(Policy& policy, std::string_view key, std::string_view raw) {
     static constexpr std::pair<std::string_view, NodeEnforcement> kModes[] = {
         {"enforce", NodeEnforcement::enforce}, {"audit", NodeEnforcement::audit}, {"off", NodeEnforcement::off}};
     policy.node_enforcement = one_of(value, kModes);
+  } else if (key == "nodeEnforcementUnknown") {
+    static constexpr std::pair<std::string_view, NodeEnforcementUnknown> kActions[] = {
+        {"refuse", NodeEnforcementUnknown::refuse}, {"allow", NodeEnforcementUnknown::allow}};
+    policy.node_enforcement_unknown = one_of(value, kActions);
   } else if (key == "nodeEnforcementExemptNamespaces") {
     policy.node_enforcement_exempt_namespaces = namespaces(value);
   } else if (key == "nodeEnforcementExemptServiceAccounts") {
@@ -243,9 +247,14 @@ constexpr std::string_view kKeys[] = {"mode",
                                       "nodeEnforcement",
                                       "nodeEnforcementExemptNamespaces",
                                       "nodeEnforcementExemptServiceAccounts",
+                                      "nodeEnforcementUnknown",
                                       "nriTolerationAnnotation"};
 
 }  // namespace
+
+std::string_view node_enforcement_unknown_name(NodeEnforcementUnknown action) {
+  return action == NodeEnforcementUnknown::refuse ? "refuse" : "allow";
+}
 
 std::string_view node_enforcement_name(NodeEnforcement mode) {
   switch (mode) {

@@ -1,7 +1,8 @@
 // gpuguard-node-enforcer's decision over tests/fixtures/enforcer/: each container, as NRI's protobuf
-// carries it (the fixture's protojson parsed by protobuf's own JSON reader, then view_of), with the
-// kubelet's answer and the node's GPUs, gets the action, the new NVIDIA_VISIBLE_DEVICES, the list of what
-// it would see beyond its allocation and the allocation's source the fixture says.
+// carries it (the fixture's protojson parsed by protobuf's own JSON reader, written as the runtime writes
+// it, then read in place by view_of), with the kubelet's answer and the node, gets the action, the new
+// NVIDIA_VISIBLE_DEVICES, the list of what it would see beyond its allocation and the allocation's source
+// the fixture says.
 #include <catch2/catch.hpp>
 
 #include <fstream>
@@ -56,16 +57,23 @@ TEST_CASE("enforcer: every fixture container gets the decision its fixture says"
     INFO(f.name << ": " << f.raw["why"].get<std::string>());
     const auto parsed = policy::parse_policy(f.policy_files);
     REQUIRE(parsed.policy);
-    const auto pod = from_json<nri::pkg::api::v1alpha1::PodSandbox>(f.raw["pod"]);
-    const auto container = from_json<nri::pkg::api::v1alpha1::Container>(f.raw["container"]);
-    enforcer::ContainerView view = enforcer::view_of(pod, container);
+    const std::string pod = from_json<nri::pkg::api::v1alpha1::PodSandbox>(f.raw["pod"]).SerializeAsString();
+    const std::string container =
+        from_json<nri::pkg::api::v1alpha1::Container>(f.raw["container"]).SerializeAsString();
+    std::set<std::string> label_keys;
+    for (const auto& entry : parsed.policy->node_enforcement_exempt_service_accounts) {
+      if (const auto colon = entry.find(':'); colon != std::string::npos) {
+        label_keys.insert(entry.substr(colon + 1, entry.find('=') - colon - 1));
+      }
+    }
+    std::optional<enforcer::ContainerView> read = enforcer::view_of(pod, container, f.node, label_keys);
+    REQUIRE(read);
+    enforcer::ContainerView view = *read;
     // The API server's pod of that name is known by its UID: another pod's account says nothing.
     const bool same_pod = f.raw.value("api_uid", view.pod_uid) == view.pod_uid;
     view.service_account = same_pod ? f.raw.value("service_account", "") : "";
     enforcer::Allocation allocation = enforcer::allocation_for(
-        f.kubelet, view.container,
-        enforcer::trusted_annotation(enforcer::annotations_of(container), enforcer::annotations_of(pod)),
-        *parsed.policy);
+        f.kubelet, view.container, enforcer::trusted_annotation(view.annotations, view.pod_annotations), *parsed.policy);
     for (const auto& name : allocation.cdi_devices) {
       if (const auto nodes = f.cdi_nodes.find(name); nodes != f.cdi_nodes.end()) {
         allocation.device_paths.insert(nodes->second.begin(), nodes->second.end());
@@ -75,22 +83,25 @@ TEST_CASE("enforcer: every fixture container gets the decision its fixture says"
     const json& expect = f.raw["expect"];
     CHECK(action_name(decision.action) == expect["action"].get<std::string>());
     CHECK(std::string(enforcer::why_name(decision.why)) == expect["why"].get<std::string>());
+    const auto visible = decision.set_env.find("NVIDIA_VISIBLE_DEVICES");
     if (expect.contains("visible_devices")) {
-      CHECK(decision.visible_devices.value_or("(unchanged)") == expect["visible_devices"].get<std::string>());
+      CHECK((visible == decision.set_env.end() ? "(unchanged)" : visible->second) ==
+            expect["visible_devices"].get<std::string>());
     } else {
-      CHECK_FALSE(decision.visible_devices);
+      CHECK(visible == decision.set_env.end());
+    }
+    if (expect.contains("set_env")) {
+      CHECK(decision.set_env == expect["set_env"].get<std::map<std::string, std::string>>());
     }
     if (expect.contains("beyond")) CHECK(decision.beyond == expect["beyond"].get<std::vector<std::string>>());
     if (expect.contains("message"))
       CHECK_THAT(decision.message, Catch::StartsWith(expect["message"].get<std::string>()));
     if (expect.contains("source")) CHECK(source_name(allocation.source) == expect["source"].get<std::string>());
-    // A fixed point: the container as the runtime makes it after the adjustment (every entry of the name
-    // removed, the new one set) is within its allocation, and left as it is.
-    if (decision.action == enforcer::Decision::Action::adjust) {
-      REQUIRE(decision.visible_devices);
-      std::erase_if(view.env, [](const std::string& entry) { return entry.starts_with("NVIDIA_VISIBLE_DEVICES="); });
-      view.env.push_back("NVIDIA_VISIBLE_DEVICES=" + *decision.visible_devices);
-      const enforcer::Decision again = enforcer::decide(view, allocation, f.node, *parsed.policy);
+    // A fixed point: the container as the runtime makes it after the adjustment is within its allocation,
+    // and left as it is.
+    if (decision.action == enforcer::Decision::Action::adjust && decision.why == enforcer::Decision::Why::enforced) {
+      const enforcer::Decision again =
+          enforcer::decide(enforcer::with_env_set(view, decision.set_env), allocation, f.node, *parsed.policy);
       CHECK(action_name(again.action) == "allow");
       CHECK(std::string(enforcer::why_name(again.why)) == "within");
     }
@@ -98,7 +109,7 @@ TEST_CASE("enforcer: every fixture container gets the decision its fixture says"
 }
 
 TEST_CASE("enforcer: the adjustment removes NVIDIA_VISIBLE_DEVICES, then sets it") {
-  const auto response = enforcer::visible_devices_adjustment("void");
+  const auto response = enforcer::env_adjustment({{"NVIDIA_VISIBLE_DEVICES", "void"}});
   REQUIRE(response->adjust().env_size() == 2);
   CHECK(response->adjust().env(0).key() == "-NVIDIA_VISIBLE_DEVICES");
   CHECK(response->adjust().env(1).key() == "NVIDIA_VISIBLE_DEVICES");

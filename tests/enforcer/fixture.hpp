@@ -1,7 +1,7 @@
 #pragma once
 // A case of tests/fixtures/enforcer/: a container as NRI shows it (its pod and container in NRI's
-// protojson), what the kubelet's pod-resources answers, the node's GPUs, the policy, and what the enforcer
-// must do. The unit test decides each in process; the integration test sends each through NRI's own
+// protojson), what the kubelet's pod-resources answers, the node (its GPUs, the toolkit's mode and version
+// where the case says them, the CDI devices its specs define), the policy, and what the enforcer must do. The unit test decides each in process; the integration test sends each through NRI's own
 // runtime library to the real binary, with a fake kubelet giving the same answer.
 #include <algorithm>
 #include <filesystem>
@@ -22,7 +22,7 @@ struct EnforcerFixture {
   std::string name;
   nlohmann::json raw;
   std::map<std::string, std::string> policy_files;
-  std::vector<enforcer::NodeGpu> node;
+  enforcer::NodeView node;
   enforcer::KubeletAnswer kubelet;
   std::map<std::string, std::vector<std::string>> cdi_nodes;
 };
@@ -51,11 +51,26 @@ inline std::vector<EnforcerFixture> enforcer_fixtures(const std::filesystem::pat
         for (const auto& [mig, caps] : migs.items()) {
           node.mig_cap_minors[mig] = caps.get<std::vector<unsigned>>();
         }
-        f.node.push_back(std::move(node));
+        f.node.gpus.push_back(std::move(node));
       }
+      if (f.node.gpus.empty()) f.node.gpus_unknown = "the driver lists no GPU (/proc/driver/nvidia/gpus)";
     } else {
-      f.node = default_node();
+      f.node.gpus = default_node();
     }
+    // The toolkit: unknown unless the case says (then every door is read the widest way).
+    const nlohmann::json toolkit = f.raw.value("toolkit", nlohmann::json::object());
+    if (toolkit.contains("mode")) f.node.toolkit.mode = toolkit["mode"].get<std::string>();
+    if (toolkit.contains("version")) {
+      const auto v = toolkit["version"].get<std::vector<int>>();
+      f.node.toolkit.version = enforcer::ToolkitVersion{v.at(0), v.at(1), v.at(2)};
+    }
+    if (toolkit.contains("swarm_variables")) {
+      f.node.toolkit.swarm_variables = toolkit["swarm_variables"].get<std::vector<std::string>>();
+    }
+    if (f.raw.contains("mps_roots")) f.node.mps_roots = f.raw["mps_roots"].get<std::vector<std::string>>();
+    // CDI devices the node's specs define: name -> device nodes.
+    const nlohmann::json specs = f.raw.value("cdi_specs", nlohmann::json::object());
+    for (const auto& [name, paths] : specs.items()) f.node.cdi_devices[name] = paths.get<std::vector<std::string>>();
     const auto& kubelet = f.raw["kubelet"];
     f.kubelet.answered = kubelet.value("answered", false);
     f.kubelet.error = kubelet.value("error", "");
@@ -71,7 +86,9 @@ inline std::vector<EnforcerFixture> enforcer_fixtures(const std::filesystem::pat
     const nlohmann::json cdi_nodes = f.raw.value("cdi_nodes", nlohmann::json::object());
     for (const auto& [name, paths] : cdi_nodes.items()) {
       f.cdi_nodes[name] = paths.get<std::vector<std::string>>();
+      f.node.cdi_devices[name] = f.cdi_nodes[name];
     }
+    enforcer::add_mig_devices_from_cdi(f.node);
     fixtures.push_back(std::move(f));
   }
   return fixtures;

@@ -210,14 +210,17 @@ json cuda_container(const std::string& id) {
 
 TEST_CASE("every fixture, sent through NRI's own runtime to the real enforcer, gets its decision") {
   // Grouped by what the node needs to be: the policy, whether the kubelet answers, whether an API
-  // server tells service accounts. Fixtures with a node of their own (MIG devices, which only NVML
-  // lists) are decided by the unit test alone: this node's GPUs come from procfs.
+  // server tells service accounts, the toolkit's mode and version (its config and package database on the
+  // node), an MPS root of its own, the node's CDI specs. Fixtures with GPUs of their own (MIG devices, which only NVML lists, or
+  // none) are decided by the unit test alone: this node's GPUs come from procfs.
   std::map<std::string, std::vector<EnforcerFixture>> groups;
   std::size_t sent = 0;
   for (auto& f : enforcer_fixtures(kFixtures)) {
     if (f.raw.contains("node")) continue;
     const std::string key = json(f.policy_files).dump() + (f.kubelet.answered ? "+kubelet" : "-kubelet") +
-                            (f.raw.contains("service_account") ? "+api" : "");
+                            (f.raw.contains("service_account") ? "+api" : "") +
+                            f.raw.value("toolkit", json::object()).dump() + f.raw.value("mps_roots", json::array()).dump() +
+                            f.raw.value("cdi_specs", json::object()).dump();
     groups[key].push_back(std::move(f));
   }
   for (auto& [key, fixtures] : groups) {
@@ -228,7 +231,31 @@ TEST_CASE("every fixture, sent through NRI's own runtime to the real enforcer, g
     if (fixtures.front().kubelet.answered) kubelet = std::make_unique<FakeKubelet>(node.kubelet_socket);
     FakeApiserver apiserver("enforcer-token");
     std::vector<std::string> flags;
-    if (key.ends_with("+api")) {
+    const json toolkit = fixtures.front().raw.value("toolkit", json::object());
+    if (toolkit.contains("mode") || toolkit.contains("swarm_variables")) {
+      std::string config;
+      if (toolkit.contains("swarm_variables")) {
+        std::string names;
+        for (const auto& name : toolkit["swarm_variables"]) names += (names.empty() ? "" : ",") + name.get<std::string>();
+        config += "swarm-resource = \"" + names + "\"\n";
+      }
+      if (toolkit.contains("mode")) config += "[nvidia-container-runtime]\nmode = \"" + toolkit["mode"].get<std::string>() + "\"\n";
+      node.host.write("etc/nvidia-container-runtime/config.toml", config);
+    }
+    if (toolkit.contains("version")) {
+      const auto v = toolkit["version"].get<std::vector<int>>();
+      node.host.write("var/lib/dpkg/status", "Package: nvidia-container-toolkit-base\nStatus: install ok installed\n"
+                                             "Version: " + std::to_string(v[0]) + "." + std::to_string(v[1]) + "." +
+                                                 std::to_string(v[2]) + "-1\n\n");
+    }
+    const json mps_roots = fixtures.front().raw.value("mps_roots", json::array());
+    for (const auto& root : mps_roots) {
+      if (root != "/run/gpuguard" && root != "/run/nvidia/mps") {
+        flags.push_back("--mps-root");
+        flags.push_back(root);
+      }
+    }
+    if (key.find("+api") != std::string::npos) {
       std::ofstream(node.dir / "token") << "enforcer-token";
       flags = {"--apiserver-url", apiserver.url(),        "--token-file", (node.dir / "token").string(),
                "--ca-file",       certs_dir() + "/ca.crt"};
@@ -247,12 +274,16 @@ TEST_CASE("every fixture, sent through NRI's own runtime to the real enforcer, g
             {{"metadata", {{"uid", f.raw.value("api_uid", pod["uid"].get<std::string>())}}},
              {"spec", {{"serviceAccountName", f.raw["service_account"]}}}});
       }
-      for (const auto& [name, paths] : f.cdi_nodes) {
+      std::map<std::string, std::vector<std::string>> specs = f.cdi_nodes;
+      const json node_specs = f.raw.value("cdi_specs", json::object());
+      for (const auto& [name, paths] : node_specs.items()) specs[name] = paths;
+      std::size_t spec_index = 0;
+      for (const auto& [name, paths] : specs) {
         const auto equals = name.find('=');
         json nodes = json::array();
         for (const auto& path : paths) nodes.push_back({{"path", path}});
         node.host.write(
-            "etc/cdi/" + f.name + ".json",
+            "etc/cdi/" + f.name + "-" + std::to_string(spec_index++) + ".json",
             json{{"cdiVersion", "0.6.0"},
                  {"kind", name.substr(0, equals)},
                  {"devices",
@@ -281,9 +312,12 @@ TEST_CASE("every fixture, sent through NRI's own runtime to the real enforcer, g
           CHECK_THAT(got["error"].get<std::string>(), Catch::Contains(expect["message"].get<std::string>()));
       } else {
         REQUIRE_FALSE(got.contains("error"));
-        const json want = action == "adjust"
-                              ? json::array({"NVIDIA_VISIBLE_DEVICES=" + expect["visible_devices"].get<std::string>()})
-                              : json::array();
+        json want = json::array();
+        if (action == "adjust") {
+          std::map<std::string, std::string> set = expect.value("set_env", std::map<std::string, std::string>{});
+          if (expect.contains("visible_devices")) set["NVIDIA_VISIBLE_DEVICES"] = expect["visible_devices"];
+          for (const auto& [name, value] : set) want.push_back(name + "=" + value);
+        }
         CHECK(got["env"] == want);
         // What the container gets once NRI's own generator applied the adjustment as containerd does: the
         // last NVIDIA_VISIBLE_DEVICES, which NVIDIA's runtime reads, is the decision's, or the container's
@@ -293,7 +327,10 @@ TEST_CASE("every fixture, sent through NRI's own runtime to the real enforcer, g
           if (entry.get<std::string>().starts_with("NVIDIA_VISIBLE_DEVICES=")) before = entry.get<std::string>();
         for (const auto& entry : got["final_env"])
           if (entry.get<std::string>().starts_with("NVIDIA_VISIBLE_DEVICES=")) after = entry.get<std::string>();
-        CHECK(after == (action == "adjust" ? std::optional<std::string>(want[0].get<std::string>()) : before));
+        const auto wanted = expect.contains("visible_devices")
+                                ? std::optional<std::string>("NVIDIA_VISIBLE_DEVICES=" + expect["visible_devices"].get<std::string>())
+                                : before;
+        CHECK(after == wanted);
       }
       // Each answered well inside the runtime's 2 s.
       CHECK(got["micros"].get<long long>() < 1'000'000);
@@ -377,22 +414,28 @@ TEST_CASE("fail-closed: with NRI's validator requiring gpuguard, creates fail un
   CHECK(enforcer.terminate() == 0);
 }
 
-TEST_CASE("a slow kubelet: the create is answered within the runtime's timeout, the container left as it is") {
+TEST_CASE("a slow kubelet: answered within the runtime's timeout, a container that reaches GPUs refused and one that reaches none created") {
   Node node;
   FakeKubelet kubelet(node.kubelet_socket);
   kubelet.set_delay(3s);
   EnforcerProcess enforcer(node);
-  const json script = {
-      {"steps", json::array({{{"wait_plugin", 10}}, create_step(gpu_less_pod("slow"), cuda_container("c1"))})}};
+  json without_gpu = cuda_container("c2");
+  without_gpu["env"] = json::array({"NVIDIA_VISIBLE_DEVICES=void"});
+  const json script = {{"steps", json::array({{{"wait_plugin", 10}}, create_step(gpu_less_pod("slow"), cuda_container("c1")),
+                                              create_step(gpu_less_pod("slow-void"), without_gpu)})}};
   const auto started = std::chrono::steady_clock::now();
   const auto out = run_runtime(node, script);
   INFO(enforcer.log());
-  REQUIRE_FALSE(out[1].contains("error"));
-  CHECK(out[1]["env"] == json::array());
+  REQUIRE(out[1].contains("error"));
+  CHECK_THAT(out[1]["error"].get<std::string>(),
+             Catch::Contains("would reach GPUs while its allocation cannot be read: NVIDIA_VISIBLE_DEVICES=all"));
+  REQUIRE_FALSE(out[2].contains("error"));
+  CHECK(out[2]["env"] == json::array());
   CHECK(out[1]["micros"].get<long long>() < 1'500'000);
+  CHECK(out[2]["micros"].get<long long>() < 1'500'000);
   CHECK(std::chrono::steady_clock::now() - started < 10s);
   CHECK(enforcer.series("gpuguard_node_enforcer_kubelet_errors_total") >= 1);
-  CHECK(enforcer.series("gpuguard_node_enforcer_decisions_total{action=\"allow\",why=\"allocation-unknown\"}") == 1);
+  CHECK(enforcer.series("gpuguard_node_enforcer_decisions_total{action=\"refuse\",why=\"cannot-judge\"}") == 1);
   CHECK(enforcer.terminate() == 0);
 }
 

@@ -39,29 +39,28 @@ TEST_CASE("wire: a message over 4096 bytes leaves as frames of at most 4096, and
   CHECK(framed.substr(8 + 4096, 8) == bytes({0, 0, 0, 1, 0, 0, 0x10, 0}));
   CHECK(framed.substr(std::size_t{2} * (8 + 4096), 8) == bytes({0, 0, 0, 1, 0, 0, 0x07, 0x1a}));
   // Fed a byte at a time, as a slow socket might give it.
-  FrameDecoder frames;
+  Demultiplexer frames;
   MessageDecoder messages;
-  std::size_t frame_count = 0;
+  std::size_t pieces = 0;
   for (char c : framed) {
-    frames.feed(std::string(1, c));
-    while (auto frame = frames.next()) {
-      CHECK(frame->conn == kPluginServiceConn);
-      messages.feed(frame->payload);
-      ++frame_count;
-    }
+    frames.feed(std::string(1, c), [&](std::uint32_t conn, std::string_view bytes) {
+      CHECK(conn == kPluginServiceConn);
+      messages.feed(bytes);
+      ++pieces;
+    });
   }
-  CHECK(frame_count == 3);
+  CHECK(pieces == 10010);  // every payload byte handed on as it came, none held back
   const auto message = messages.next();
   REQUIRE(message);
   CHECK(message->stream == 7);
   CHECK(message->type == MessageType::response);
   CHECK(message->payload == payload);
   CHECK_FALSE(messages.next());
-  CHECK(frames.buffered() == 0);
+  CHECK(messages.buffered() == 0);
 }
 
 TEST_CASE("wire: frames joined in one read, frames from the Go side up to 4 MiB, and empty ones") {
-  FrameDecoder frames;
+  Demultiplexer frames;
   // What the Go sender does with a large message: a 4096-byte frame, then the rest in one frame.
   const std::string large(kTtrpcMessageMax, 'y');
   const std::string message = encode_message(3, MessageType::request, 0, large);
@@ -72,39 +71,46 @@ TEST_CASE("wire: frames joined in one read, frames from the Go side up to 4 MiB,
           message.substr(4096);
   wire += bytes({0, 0, 0, 2, 0, 0, 0, 0});  // an empty frame: skipped
   wire += encode_frames(kRuntimeServiceConn, "z");
-  frames.feed(wire);
   MessageDecoder calls;
   std::string on_two;
-  while (auto frame = frames.next()) {
-    if (frame->conn == kPluginServiceConn) calls.feed(frame->payload);
-    if (frame->conn == kRuntimeServiceConn) on_two += frame->payload;
+  // As the plugin reads: 64 KiB at a time. The large message is held once, in its own string.
+  for (std::size_t at = 0; at < wire.size(); at += 65536) {
+    frames.feed(std::string_view(wire).substr(at, 65536), [&](std::uint32_t conn, std::string_view piece) {
+      if (conn == kPluginServiceConn) calls.feed(piece);
+      if (conn == kRuntimeServiceConn) on_two += piece;
+    });
+    CHECK(calls.buffered() <= kTtrpcMessageMax);
   }
   CHECK(frames.error().empty());
   CHECK(on_two == "z");
   const auto call = calls.next();
   REQUIRE(call);
   CHECK(call->payload.size() == kTtrpcMessageMax);
+  CHECK(call->payload.capacity() == kTtrpcMessageMax);  // allocated once, at its declared size
 }
 
 TEST_CASE("wire: a frame or message over the limit, connection 0, or an unknown type stops the decoder") {
-  FrameDecoder oversized;
+  Demultiplexer oversized;
   const std::size_t too_long = kMuxFrameMax + 1;
+  std::size_t handed = 0;
+  const auto count = [&](std::uint32_t, std::string_view piece) { handed += piece.size(); };
   oversized.feed(bytes({0, 0, 0, 1, static_cast<int>(too_long >> 24), static_cast<int>((too_long >> 16) & 0xff),
-                        static_cast<int>((too_long >> 8) & 0xff), static_cast<int>(too_long & 0xff)}));
-  CHECK_FALSE(oversized.next());
+                        static_cast<int>((too_long >> 8) & 0xff), static_cast<int>(too_long & 0xff)}),
+                 count);
   CHECK(oversized.error() == "multiplexer frame of 4194315 bytes, over the limit of 4194314");
-  oversized.feed(std::string(100, 'x'));  // nothing more is taken
-  CHECK(oversized.buffered() == 8);
+  oversized.feed(std::string(100, 'x'), count);  // nothing more is taken
+  CHECK(handed == 0);
 
-  FrameDecoder reserved;
-  reserved.feed(bytes({0, 0, 0, 0, 0, 0, 0, 1, 'x'}));
-  CHECK_FALSE(reserved.next());
+  Demultiplexer reserved;
+  reserved.feed(bytes({0, 0, 0, 0, 0, 0, 0, 1, 'x'}), count);
   CHECK(reserved.error() == "multiplexer frame on connection 0, which is reserved");
+  CHECK(handed == 0);
 
   MessageDecoder long_message;
   long_message.feed(bytes({0, 0x40, 0, 1, 0, 0, 0, 1, 1, 0}));
   CHECK_FALSE(long_message.next());
   CHECK(long_message.error() == "ttrpc message of 4194305 bytes, over the limit of 4194304");
+  CHECK(long_message.buffered() == 0);
 
   MessageDecoder unknown_type;
   unknown_type.feed(bytes({0, 0, 0, 0, 0, 0, 0, 1, 9, 0}));

@@ -57,6 +57,10 @@ struct Facts {
   bool volume_mounts = false;
   std::string default_kind = "nvidia.com/gpu";
   std::vector<std::string> spec_dirs = {"/etc/cdi", "/var/run/cdi"};
+  // Read by the node enforcer, not stated in the report: the annotation prefixes cdi mode reads CDI names
+  // from, and swarm-resource's variables, read instead of NVIDIA_VISIBLE_DEVICES when one is set.
+  std::vector<std::string> annotation_prefixes = {"cdi.k8s.io/"};
+  std::vector<std::string> swarm_variables;
   std::optional<std::string> toolkit_version;  // "1.18.2", without the package revision
   std::string toolkit_version_source;          // the file it came from
   // The container runtime: containerd's or CRI-O's configuration, drop-ins included.

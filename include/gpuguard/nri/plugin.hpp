@@ -13,14 +13,10 @@
 #include <optional>
 #include <stop_token>
 #include <string>
+#include <string_view>
 
 namespace nri::pkg::api::v1alpha1 {
-class ConfigureRequest;
-class SynchronizeRequest;
-class CreateContainerRequest;
 class CreateContainerResponse;
-class Container;
-class PodSandbox;
 }  // namespace nri::pkg::api::v1alpha1
 
 namespace gpuguard::nri {
@@ -34,6 +30,9 @@ inline constexpr std::int32_t kRunPodSandboxEvent = 1;
 inline constexpr std::int32_t kRemovePodSandboxEvent = 3;
 inline constexpr std::int32_t kCreateContainerEvent = 4;
 inline constexpr std::int32_t kRemoveContainerEvent = 11;
+// NRI v0.10.0 and later (containerd 2.2, CRI-O 1.34): every plugin's adjustment of a container, merged,
+// shown to the validators before the container is made. A validator that fails to answer fails the create.
+inline constexpr std::int32_t kValidateContainerAdjustmentEvent = 14;
 constexpr std::int32_t event_bit(std::int32_t event) { return 1 << (event - 1); }
 
 // A refusal's gRPC code, which the runtime keeps and the kubelet shows: rpc error: code = PermissionDenied
@@ -45,18 +44,26 @@ struct CreateResult {
   std::optional<std::string> refusal;                      // set: the create fails with this message
 };
 
+// The runtime's requests reach the handler as their bytes (NRI's messages, read in place with
+// messages.hpp): a request can be 4 MiB, and is held once.
 class Handler {
  public:
   virtual ~Handler() = default;
-  // Connected and configured (registered), or disconnected, and why.
-  virtual void connection(bool registered, const std::string& detail) = 0;
-  // Each chunk of the runtime's state; `last` on the final one.
-  virtual void synchronize(const api::SynchronizeRequest& request, bool last) = 0;
-  virtual CreateResult create_container(const api::PodSandbox& pod, const api::Container& container) = 0;
-  virtual void remove_container(const api::PodSandbox& pod, const api::Container& container) = 0;
-  // A sandbox made or removed; answered at once, whatever the handler does.
-  virtual void run_pod_sandbox(const api::PodSandbox& /*pod*/) {}
-  virtual void remove_pod_sandbox(const api::PodSandbox& /*pod*/) {}
+  // Connected and configured (registered), or disconnected, and why; `validating` says whether the
+  // runtime shows this plugin every container's final adjustment (validate below).
+  virtual void connection(bool registered, bool validating, const std::string& detail) = 0;
+  // Each chunk of the runtime's state (a SynchronizeRequest); `last` on the final one.
+  virtual void synchronize(std::string_view request, bool last) = 0;
+  // A CreateContainerRequest: what to change, or a refusal.
+  virtual CreateResult create_container(std::string_view request) = 0;
+  // A ValidateContainerAdjustmentRequest: nullopt accepts the container as every plugin left it; a
+  // reason rejects it, and the create fails with it.
+  virtual std::optional<std::string> validate(std::string_view request) = 0;
+  // A container removed: its PodSandbox and Container.
+  virtual void remove_container(std::string_view pod, std::string_view container) = 0;
+  // A sandbox made or removed (its PodSandbox); answered at once, whatever the handler does.
+  virtual void run_pod_sandbox(std::string_view /*pod*/) {}
+  virtual void remove_pod_sandbox(std::string_view /*pod*/) {}
 };
 
 struct PluginOptions {
@@ -66,6 +73,10 @@ struct PluginOptions {
   // Events subscribed to (event_bit of each).
   std::int32_t events = event_bit(kRunPodSandboxEvent) | event_bit(kRemovePodSandboxEvent) |
                         event_bit(kCreateContainerEvent) | event_bit(kRemoveContainerEvent);
+  // Also validate every container's merged adjustment where the runtime can (NRI v0.10.0 and later: the
+  // runtime's NRI version, or containerd 2.2 and CRI-O 1.34 by name, where an NRI before v0.11 does not say
+  // its version). A runtime that refuses the subscription all the same is asked again without it.
+  bool validate = true;
   std::chrono::milliseconds backoff_first{250};
   std::chrono::milliseconds backoff_max{10'000};
   // A runtime that neither configures the plugin nor closes the connection within this is given up on.
@@ -79,7 +90,9 @@ struct PluginStats {
   std::uint64_t connections = 0;     // registered and configured
   std::uint64_t disconnections = 0;  // of those, ended
   std::uint64_t protocol_errors = 0;
+  std::uint64_t oversized_answers = 0;  // answers over ttrpc's limit, sent as an error instead
   bool registered = false;
+  bool validating = false;  // the runtime shows this plugin each container's final adjustment
 };
 
 class Plugin {

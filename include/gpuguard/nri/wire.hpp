@@ -1,11 +1,14 @@
 #pragma once
 // The bytes on NRI's socket, without I/O: NRI's multiplexer (containerd/nri pkg/net/multiplex), which
 // carries several logical connections over one unix socket, and ttrpc's message framing
-// (containerd/ttrpc PROTOCOL.md) on each of them. Decoders take bytes as they come and give whole frames
-// and messages; every length is checked against the protocol's limits before anything is held for it, so
-// no sequence of bytes makes them hold more than one largest message.
+// (containerd/ttrpc PROTOCOL.md) on each of them. The decoders take bytes as they come and give each
+// connection's bytes and then whole messages; every length is checked against the protocol's limits before
+// anything is held for it, so no sequence of bytes makes them hold more than one largest message.
+#include <array>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -27,11 +30,6 @@ inline constexpr std::size_t kSendFramePayloadMax = 4096;
 
 enum class MessageType : std::uint8_t { request = 1, response = 2, data = 3 };
 
-struct Frame {
-  std::uint32_t conn = 0;
-  std::string payload;
-};
-
 struct Message {
   std::uint32_t stream = 0;
   MessageType type = MessageType::request;
@@ -44,38 +42,45 @@ std::string encode_frames(std::uint32_t conn, std::string_view payload);
 // One ttrpc message: its header, then `payload` (at most kTtrpcMessageMax bytes).
 std::string encode_message(std::uint32_t stream, MessageType type, std::uint8_t flags, std::string_view payload);
 
-// The bytes a decoder holds until a whole frame or message is there, and the error that stopped it.
-class BufferedDecoder {
+// Each logical connection's bytes out of the socket's, as they come: a frame's payload is handed on in
+// the pieces it arrives in, never held whole, so the demultiplexer itself holds at most one frame header.
+// A frame that claims more than kMuxFrameMax, or connection 0, is an error (error() says which), after
+// which nothing more is handed on: the connection is to be dropped. Empty frames are skipped.
+class Demultiplexer {
  public:
-  void feed(std::string_view bytes);
+  using Sink = std::function<void(std::uint32_t conn, std::string_view bytes)>;
+  void feed(std::string_view bytes, const Sink& sink);
   const std::string& error() const { return error_; }
-  std::size_t buffered() const { return buffer_.size() - offset_; }
-
- protected:
-  std::string_view rest() const { return {buffer_.data() + offset_, buffered()}; }
-  // Room for `size` more bytes from the current position at once, never more.
-  void expect(std::size_t size) { buffer_.reserve(offset_ + size); }
-  void consume(std::size_t size) { offset_ += size; }
-  std::string error_;
 
  private:
-  std::string buffer_;
-  std::size_t offset_ = 0;
+  std::array<unsigned char, kMuxHeaderSize> header_{};
+  std::size_t header_have_ = 0;
+  std::uint32_t conn_ = 0;
+  std::size_t payload_left_ = 0;
+  std::string error_;
 };
 
-// Frames out of the socket's bytes. A frame that claims more than kMuxFrameMax, or connection 0, is an
-// error (error() says which), after which nothing more is decoded: the connection is to be dropped.
-class FrameDecoder : public BufferedDecoder {
+// Messages out of one logical connection's byte stream (frames may split or join messages). Each message's
+// payload goes straight into a string of its own, allocated once at its declared size, which next() hands
+// over: one copy of a request is held, never two. A message longer than kTtrpcMessageMax, or of an unknown
+// type, is an error, as for the Demultiplexer.
+class MessageDecoder {
  public:
-  // The next whole frame (empty frames are skipped), or nullopt when more bytes are needed or on error.
-  std::optional<Frame> next();
-};
-
-// Messages out of one logical connection's byte stream (frames may split or join messages). A message
-// longer than kTtrpcMessageMax, or of an unknown type, is an error, as for FrameDecoder.
-class MessageDecoder : public BufferedDecoder {
- public:
+  void feed(std::string_view bytes);
+  // The next whole message, or nullopt when more bytes are needed or on error.
   std::optional<Message> next();
+  const std::string& error() const { return error_; }
+  // Bytes held: whole messages not yet taken, and the one in progress.
+  std::size_t buffered() const;
+
+ private:
+  std::array<unsigned char, kTtrpcHeaderSize> header_{};
+  std::size_t header_have_ = 0;
+  bool in_payload_ = false;
+  std::size_t payload_size_ = 0;
+  Message current_;
+  std::deque<Message> ready_;
+  std::string error_;
 };
 
 }  // namespace gpuguard::nri

@@ -28,6 +28,12 @@ enum class Action { allow, warn, deny };
 // report what it would do, or nothing.
 enum class NodeEnforcement { enforce, audit, off };
 
+// What gpuguard-node-enforcer does with a container that reaches a GPU when it cannot prove the GPU is the
+// container's: the kubelet's allocation unreadable, the node's GPUs unreadable, a MIG device it cannot
+// map, more of a list than it reads, or its own error. Refuse (the kubelet tries the create again), or
+// let it be created as it is.
+enum class NodeEnforcementUnknown { refuse, allow };
+
 // What the webhook does with a variable by which a container holding a share of a GPU could undo what
 // the device plugin chose for the share: remove it, refuse the pod, or leave it.
 enum class SharingEnv { strip, deny, allow };
@@ -79,6 +85,7 @@ struct Policy {
   std::vector<std::string> node_enforcement_exempt_namespaces;
   // "namespace/name", or "namespace/name:key=value": that account's pods carrying that label.
   std::vector<std::string> node_enforcement_exempt_service_accounts;
+  NodeEnforcementUnknown node_enforcement_unknown = NodeEnforcementUnknown::refuse;
   // The pod annotation with which the runtime's NRI validator lets a pod start while a required plugin
   // (gpuguard-node-enforcer, under fail-closed) is missing: the webhook refuses it on every pod it
   // covers. Empty: not checked.
@@ -100,12 +107,13 @@ struct Policy {
 
 std::string_view mode_name(Mode mode);
 std::string_view node_enforcement_name(NodeEnforcement mode);
+std::string_view node_enforcement_unknown_name(NodeEnforcementUnknown action);
 
 // The ConfigMap keys, one file each: mode, visibleDevicesValue, gpuResources, gpuAnnotations,
 // gpuDeviceClasses, exemptNamespaces, exemptServiceAccounts, privileged, hostDeviceMounts, cdiAnnotations,
 // nvidiaCdiAnnotations, featureEnvVars, runtimeClasses, runtimeClassAction, stripUserValueFromGpuContainers,
 // sharedGpuResources, sharingEnvVars, nodeEnforcement, nodeEnforcementExemptNamespaces,
-// nodeEnforcementExemptServiceAccounts, nriTolerationAnnotation.
+// nodeEnforcementExemptServiceAccounts, nodeEnforcementUnknown, nriTolerationAnnotation.
 struct PolicyParse {
   std::optional<Policy> policy;           // empty when any value is invalid: the whole policy is refused
   std::string error;                      // names the key and what is wrong with it
