@@ -40,6 +40,28 @@ bool all_digits(std::string_view s) {
 
 std::string without_replica(std::string_view id) { return std::string(id.substr(0, id.find("::"))); }
 
+// Whether a PCI bus id names this address ("0000:3b:00.0"): its parts compared as numbers, the domain
+// optional, as libnvidia-container reads one ("%x:%02x:%02x.0").
+bool same_bus(std::string_view id, std::string_view address) {
+  const auto numbers = [](std::string_view text) {
+    std::vector<unsigned long> parts;
+    std::size_t at = 0;
+    while (at <= text.size()) {
+      const std::size_t end = std::min(text.find_first_of(":.", at), text.size());
+      unsigned long value = 0;
+      const auto [last, error] = std::from_chars(text.data() + at, text.data() + end, value, 16);
+      if (error != std::errc() || last != text.data() + end) return std::vector<unsigned long>{};
+      parts.push_back(value);
+      at = end + 1;
+    }
+    return parts;
+  };
+  std::vector<unsigned long> a = numbers(id), b = numbers(address);
+  if (a.size() == 3) a.insert(a.begin(), 0);
+  if (b.size() == 3) b.insert(b.begin(), 0);
+  return a.size() == 4 && a == b;
+}
+
 // Comma-separated, each part trimmed, empty parts dropped: how the toolkit splits a device variable
 // (cuda_image.go, NewVisibleDevices).
 std::vector<std::string> tokens(std::string_view text) {
@@ -112,6 +134,9 @@ class Scope {
     }
     for (const std::string& path : allocation.device_paths) {
       if (path.starts_with(kImexNode)) allowed_imex_.insert("IMEX channel " + path.substr(kImexNode.size()));
+      // A claim's own nodes, as its CDI spec names them.
+      if (const auto minor = gpu_minor(Device{path, "c", 0, 0})) allowed_minors_.insert(*minor);
+      if (const auto cap = cap_minor(path); cap && *cap != kUnknownCap) allowed_caps_.insert(*cap);
     }
   }
 
@@ -128,12 +153,28 @@ class Scope {
     // A path (the volume-mounts strategy points the variable at its directory): no device of that name
     // exists in any mode, and the runtime fails on it.
     if (id.starts_with('/')) return;
-    const std::string_view index = id.substr(0, id.find(':'));
+    // A PCI bus id (libnvidia-container selects by it): its GPU, whatever case or leading zeros it has.
+    if (std::count(id.begin(), id.end(), ':') > 1 || id.find('.') != std::string_view::npos) {
+      for (const NodeGpu& gpu : gpus_) {
+        if (same_bus(id, gpu.pci_address)) reach.names.insert(gpu.uuid);
+      }
+      if (reach.names.empty()) reach.names.insert(std::string(id));
+      return;
+    }
+    const std::size_t colon = id.find(':');
+    const std::string_view index = id.substr(0, colon);
     if (all_digits(index)) {
       std::size_t number = 0;
       const auto [end, error] = std::from_chars(index.data(), index.data() + index.size(), number);
-      if (error == std::errc() && number < gpus_.size()) {
+      if (colon != std::string_view::npos) {
+        // "i:j", MIG device j of GPU i by NVML's numbering, which the enforcer does not have: never its own.
+        reach.names.insert("MIG device " + std::string(id.substr(colon + 1)) + " of GPU " + std::string(index));
+      } else if (error == std::errc() && number < gpus_.size()) {
         reach.names.insert(gpus_[number].uuid);
+        for (const auto& [mig, caps] : gpus_[number].mig_cap_minors) {
+          // Whether the legacy CLI gives a GPU in MIG mode its MIG devices too is not relied on: they count.
+          if (!allocation_.gpus.contains(mig)) reach.names.insert(mig);
+        }
       } else if (!node_.gpus_unknown.empty()) {
         reach.unknown = "GPU " + std::string(index) + " cannot be named: " + node_.gpus_unknown;
       }
@@ -142,8 +183,15 @@ class Scope {
     reach.names.insert(without_replica(id));
   }
 
+  // Every GPU, and every MIG device of a GPU in MIG mode (all selects them too).
   void every_gpu(Reach& reach) const {
-    for (const NodeGpu& gpu : gpus_) reach.names.insert(gpu.uuid);
+    for (const NodeGpu& gpu : gpus_) {
+      reach.names.insert(gpu.uuid);
+      for (const auto& [mig, caps] : gpu.mig_cap_minors) reach.names.insert(mig);
+      if (gpu.mig_enabled && !gpu.mig_listed) {
+        reach.unknown = "the MIG devices of " + gpu.uuid + " cannot be named (no NVML, no CDI spec naming them)";
+      }
+    }
     if (!node_.gpus_unknown.empty()) reach.unknown = "the node's GPUs cannot be named: " + node_.gpus_unknown;
   }
 
@@ -405,7 +453,16 @@ void device_list_door(const Mount& mount, const Scope& scope, std::vector<Reach>
       }
       scope.cdi(qualified, reach);
     } else {
+      // The runtime takes the name as one id (a qualified CDI name as it is); the legacy hook hands the ids
+      // to the CLI joined by commas, which splits them again: both readings count.
       device_request(name, scope, reach);
+      const std::string id(name);
+      if (is_qualified(id)) {
+        scope.cdi(id, reach);
+      } else if (id != "none" && id != "void") {
+        scope.named_by(id, reach);
+        scope.cdi(scope.node().toolkit.default_kind + "=" + id, reach);
+      }
     }
     reaches.push_back(std::move(reach));
     return;
@@ -516,6 +573,19 @@ void device_doors(const ContainerView& container, const Scope& scope, std::vecto
     }
     if (!reach.names.empty() || !reach.unknown.empty()) reaches.push_back(std::move(reach));
   }
+  for (const DeviceRule& rule : container.device_rules) {
+    Reach reach{"its device cgroup, which allows c " + (rule.major ? std::to_string(*rule.major) : std::string("*")) +
+                    ":" + (rule.minor ? std::to_string(*rule.minor) : std::string("*")) + " (a node it may make)",
+                {},
+                {},
+                {}};
+    if (!rule.minor) {
+      scope.every_gpu(reach);
+    } else if (*rule.minor >= 0 && *rule.minor < kFirstControlMinor) {
+      scope.minor_reach(static_cast<unsigned>(*rule.minor), reach);
+    }
+    if (!reach.names.empty() || !reach.unknown.empty()) reaches.push_back(std::move(reach));
+  }
   for (const std::string& name : container.cdi_devices) {
     if (allocation.cdi_devices.contains(name)) continue;
     Reach reach{"CDI device " + cut(name, kBeyondLineMax / 2), {}, {}, {}, "names"};
@@ -618,6 +688,11 @@ bool judged_annotation(std::string_view key, const Toolkit& toolkit) {
 
 bool judged_device(const Device& device) {
   return device.major == kNvidiaMajor || device.path.starts_with(kGpuNode);
+}
+
+bool judged_rule(bool allow, std::string_view type, const DeviceRule& rule) {
+  return allow && (type.empty() || type == "a" || type == "c") && (!rule.major || *rule.major == kNvidiaMajor) &&
+         (rule.major || rule.minor || type == "c");  // no major and no minor, type a: every device, said apart
 }
 
 bool judged_mount(const Mount& mount, const NodeView& node) {

@@ -93,7 +93,7 @@ std::shared_ptr<NodeView> NodeReader::read_all() const {
     const deviceplugin::Discovery found =
         deviceplugin::discover(deviceplugin::DiscoveryMode::automatic, host_root_);
     for (const deviceplugin::Gpu& gpu : found.gpus) {
-      NodeGpu entry{gpu.uuid, gpu.minor, gpu.pci_address, {}};
+      NodeGpu entry{gpu.uuid, gpu.minor, gpu.pci_address, {}, gpu.mig_enabled, gpu.mig_listed};
       for (const deviceplugin::MigDevice& mig : gpu.mig_devices) {
         std::vector<unsigned> caps;
         if (mig.gi_cap_minor) caps.push_back(*mig.gi_cap_minor);

@@ -80,18 +80,27 @@ void set_variable(ContainerView& view, std::string_view entry, const Toolkit& to
   variable.last = std::string(value.substr(0, kViewValueMax));
 }
 
-// A LinuxDeviceCgroup rule that allows every device: "a" (or no type) with no major and minor, as a
-// privileged container's cgroup has it.
-bool allows_every_device(std::string_view rule) {
-  bool has_major = false, has_minor = false;
+// A LinuxDeviceCgroup rule: every device allowed ("a", or no type, with no major and minor, as a privileged
+// container's cgroup has it), or one the decision reads (judged_rule).
+void read_rule(std::string_view rule, ContainerView& view) {
+  DeviceRule numbers;
   ProtoReader reader(rule);
   while (reader.next()) {
-    has_major = has_major || reader.field() == field::kCgroupMajor;
-    has_minor = has_minor || reader.field() == field::kCgroupMinor;
+    // OptionalInt64 {1 value}: present with 0 when the field is there without a value.
+    if (reader.field() == field::kCgroupMajor) {
+      numbers.major = static_cast<std::int64_t>(nri::varint_field(reader.bytes(), 1).value_or(0));
+    }
+    if (reader.field() == field::kCgroupMinor) {
+      numbers.minor = static_cast<std::int64_t>(nri::varint_field(reader.bytes(), 1).value_or(0));
+    }
   }
   const std::string_view type = nri::string_field(rule, field::kCgroupType);
-  return nri::varint_field(rule, field::kCgroupAllow).value_or(0) != 0 && (type.empty() || type == "a") &&
-         !has_major && !has_minor;
+  const bool allow = nri::varint_field(rule, field::kCgroupAllow).value_or(0) != 0;
+  if (allow && (type.empty() || type == "a") && !numbers.major && !numbers.minor) {
+    view.all_devices_allowed = true;
+  } else if (judged_rule(allow, type, numbers)) {
+    keep(view.device_rules, numbers, view);
+  }
 }
 
 }  // namespace
@@ -152,9 +161,8 @@ std::optional<ContainerView> container_view(std::string_view container, const No
       if (judged_device(device)) keep(view.devices, std::move(device), view);
     });
     nri::for_each_field(linux_part, field::kLinuxResources, [&](std::string_view resources) {
-      nri::for_each_field(resources, field::kResourcesDevices, [&](std::string_view rule) {
-        view.all_devices_allowed = view.all_devices_allowed || allows_every_device(rule);
-      });
+      nri::for_each_field(resources, field::kResourcesDevices,
+                          [&](std::string_view rule) { read_rule(rule, view); });
     });
   });
   nri::for_each_field(container, field::kContainerCdiDevices, [&](std::string_view device) {
@@ -195,6 +203,9 @@ bool apply_adjustment(ContainerView& view, std::string_view adjustment, const No
     nri::for_each_field(linux_part, field::kAdjustLinuxDevices, [&](std::string_view bytes) {
       Device device = device_of(bytes);
       if (!device.path.starts_with('-') && judged_device(device)) keep(view.devices, std::move(device), view);
+    });
+    nri::for_each_field(linux_part, field::kAdjustLinuxResources, [&](std::string_view resources) {
+      nri::for_each_field(resources, field::kResourcesDevices, [&](std::string_view rule) { read_rule(rule, view); });
     });
   });
   nri::for_each_field(adjustment, field::kAdjustCdiDevices, [&](std::string_view device) {

@@ -51,6 +51,7 @@ inline std::vector<EnforcerFixture> enforcer_fixtures(const std::filesystem::pat
         for (const auto& [mig, caps] : migs.items()) {
           node.mig_cap_minors[mig] = caps.get<std::vector<unsigned>>();
         }
+        node.mig_enabled = node.mig_listed = !migs.empty();  // MIG devices a fixture lists come from NVML
         f.node.gpus.push_back(std::move(node));
       }
       if (f.node.gpus.empty()) f.node.gpus_unknown = "the driver lists no GPU (/proc/driver/nvidia/gpus)";

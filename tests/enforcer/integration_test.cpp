@@ -29,6 +29,7 @@
 #include "fixture.hpp"
 #include "http_client.hpp"
 #include "podresources/v1/api.grpc.pb.h"
+#include "property.hpp"
 #include "server_process.hpp"
 
 extern char** environ;
@@ -327,6 +328,15 @@ TEST_CASE("every fixture, sent through NRI's own runtime to the real enforcer, g
           if (entry.get<std::string>().starts_with("NVIDIA_VISIBLE_DEVICES=")) before = entry.get<std::string>();
         for (const auto& entry : got["final_env"])
           if (entry.get<std::string>().starts_with("NVIDIA_VISIBLE_DEVICES=")) after = entry.get<std::string>();
+        // The model of NRI's generator the property test applies adjustments with (property.hpp) gives what
+        // NRI's own generator gave.
+        std::map<std::string, std::string> set_env;
+        for (const auto& entry : want) {
+          const std::string text = entry;
+          set_env[text.substr(0, text.find('='))] = text.substr(text.find('=') + 1);
+        }
+        CHECK(got["final_env"] ==
+              json(property::apply_env(f.raw["container"].value("env", std::vector<std::string>{}), set_env)));
         const auto wanted = expect.contains("visible_devices")
                                 ? std::optional<std::string>("NVIDIA_VISIBLE_DEVICES=" + expect["visible_devices"].get<std::string>())
                                 : before;

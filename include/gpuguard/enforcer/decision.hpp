@@ -39,6 +39,12 @@ struct Mount {
   std::vector<std::string> options;
 };
 
+// A device cgroup rule that allows NVIDIA's devices: with CAP_MKNOD, which the runtime gives by default, a
+// container makes and opens any node its cgroup allows. nullopt is "*".
+struct DeviceRule {
+  std::optional<std::int64_t> major, minor;
+};
+
 // One environment variable the decision reads, however many times the container sets it.
 struct EnvVariable {
   std::size_t entries = 0;  // "NAME=value" entries
@@ -58,6 +64,7 @@ struct ContainerView {
   std::map<std::string, std::string> pod_annotations;
   std::map<std::string, EnvVariable, std::less<>> env;  // the variables NVIDIA's runtime reads (see judged_variable)
   std::vector<Device> devices;                          // NVIDIA's device nodes (judged_device)
+  std::vector<DeviceRule> device_rules;                 // allow rules that can reach them (judged_rule)
   std::vector<Mount> mounts;                            // mounts that may reach a GPU (judged_mount)
   std::vector<std::string> cdi_devices;  // fully qualified names; containerd >= 2.3 fills them, CRI-O never
   // The container's annotations the decision reads: the toolkit's CDI annotations, gpuguard's allocation
@@ -78,6 +85,10 @@ struct NodeGpu {
   std::string pci_address;
   // Its MIG devices' UUIDs and their /dev/nvidia-caps minors, where known (NVML, or the node's CDI specs).
   std::map<std::string, std::vector<unsigned>> mig_cap_minors;
+  // MIG mode is on (procfs says so without NVML): then all names its MIG devices, which may not be known.
+  bool mig_enabled = false;
+  // mig_cap_minors is every MIG device it has (NVML's list), not only those a CDI spec names.
+  bool mig_listed = false;
 };
 
 using ToolkitVersion = std::tuple<int, int, int>;
@@ -159,6 +170,9 @@ void add_mig_devices_from_cdi(NodeView& node);
 bool judged_variable(std::string_view name, const Toolkit& toolkit);
 bool judged_annotation(std::string_view key, const Toolkit& toolkit);
 bool judged_device(const Device& device);
+// A rule "allow <type> <major>:<minor>" the decision reads: one that may allow a character device of the
+// driver's major (every device at all is all_devices_allowed).
+bool judged_rule(bool allow, std::string_view type, const DeviceRule& rule);
 bool judged_mount(const Mount& mount, const NodeView& node);
 
 // The container as the runtime makes it after NRI applies `set_env` (each variable's first entry replaced,

@@ -37,7 +37,7 @@ inline constexpr std::uint32_t kMapKey = 1, kMapValue = 2;  // a map entry, as p
 // ContainerAdjustment, in a ValidateContainerAdjustmentRequest.
 inline constexpr std::uint32_t kAdjustAnnotations = 2, kAdjustMounts = 3, kAdjustEnv = 4, kAdjustLinux = 6,
                                kAdjustCdiDevices = 8;
-inline constexpr std::uint32_t kAdjustLinuxDevices = 1;  // LinuxContainerAdjustment
+inline constexpr std::uint32_t kAdjustLinuxDevices = 1, kAdjustLinuxResources = 2;  // LinuxContainerAdjustment
 inline constexpr std::uint32_t kKeyValueKey = 1, kKeyValueValue = 2;
 }  // namespace field
 
