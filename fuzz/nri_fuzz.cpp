@@ -21,7 +21,6 @@
 #include "gpuguard/nri/messages.hpp"
 #include "gpuguard/nri/wire.hpp"
 
-using namespace gpuguard;
 
 namespace {
 
@@ -32,25 +31,25 @@ namespace {
 
 struct Decoded {
   std::map<std::uint32_t, std::string> streams;  // each connection's bytes
-  std::vector<nri::Message> messages;            // connection 1's messages
+  std::vector<gpuguard::nri::Message> messages;            // connection 1's messages
 };
 
 Decoded decode_all(std::string_view bytes, std::size_t read_size) {
-  nri::Demultiplexer frames;
-  nri::MessageDecoder calls;
+  gpuguard::nri::Demultiplexer frames;
+  gpuguard::nri::MessageDecoder calls;
   Decoded out;
   for (std::size_t at = 0; at < bytes.size() && frames.error().empty(); at += read_size) {
     frames.feed(bytes.substr(at, read_size), [&](std::uint32_t conn, std::string_view piece) {
       if (conn == 0) violated("bytes on connection 0");
       if (piece.empty()) violated("an empty piece");
       out.streams[conn].append(piece);
-      if (conn == nri::kPluginServiceConn) calls.feed(piece);
+      if (conn == gpuguard::nri::kPluginServiceConn) calls.feed(piece);
     });
-    if (calls.buffered() > nri::kTtrpcMessageMax + read_size + nri::kTtrpcHeaderSize) {
+    if (calls.buffered() > gpuguard::nri::kTtrpcMessageMax + read_size + gpuguard::nri::kTtrpcHeaderSize) {
       violated("message decoder over its bound");
     }
     while (auto message = calls.next()) {
-      if (message->payload.size() > nri::kTtrpcMessageMax) violated("a message over ttrpc's limit");
+      if (message->payload.size() > gpuguard::nri::kTtrpcMessageMax) violated("a message over ttrpc's limit");
       const auto type = static_cast<int>(message->type);
       if (type < 1 || type > 3) violated("a message of an unknown type");
       out.messages.push_back(std::move(*message));
@@ -59,38 +58,38 @@ Decoded decode_all(std::string_view bytes, std::size_t read_size) {
   return out;
 }
 
-void check_view(const enforcer::ContainerView& view) {
-  if (view.mounts.size() > enforcer::kViewListMax || view.devices.size() > enforcer::kViewListMax ||
-      view.cdi_devices.size() > enforcer::kViewListMax || view.annotations.size() > enforcer::kViewListMax) {
+void check_view(const gpuguard::enforcer::ContainerView& view) {
+  if (view.mounts.size() > gpuguard::enforcer::kViewListMax || view.devices.size() > gpuguard::enforcer::kViewListMax ||
+      view.cdi_devices.size() > gpuguard::enforcer::kViewListMax || view.annotations.size() > gpuguard::enforcer::kViewListMax) {
     violated("a view over its list bound");
   }
   for (const auto& [name, variable] : view.env) {
-    if (variable.last.size() > enforcer::kViewValueMax) violated("a view holding a value over its bound");
+    if (variable.last.size() > gpuguard::enforcer::kViewValueMax) violated("a view holding a value over its bound");
   }
 }
 
-void check_decision(const enforcer::ContainerView& view, const enforcer::NodeView& node) {
-  enforcer::Allocation allocation;
-  allocation.source = enforcer::Allocation::Source::pod_resources;
+void check_decision(const gpuguard::enforcer::ContainerView& view, const gpuguard::enforcer::NodeView& node) {
+  gpuguard::enforcer::Allocation allocation;
+  allocation.source = gpuguard::enforcer::Allocation::Source::pod_resources;
   allocation.gpus = {"GPU-b"};
-  for (const auto mode : {policy::NodeEnforcement::enforce, policy::NodeEnforcement::audit}) {
-    policy::Policy policy;
+  for (const auto mode : {gpuguard::policy::NodeEnforcement::enforce, gpuguard::policy::NodeEnforcement::audit}) {
+    gpuguard::policy::Policy policy;
     policy.node_enforcement = mode;
-    const enforcer::Decision decision = enforcer::decide(view, allocation, node, policy);
-    if (decision.action != enforcer::Decision::Action::allow && decision.beyond.empty()) violated("acted on nothing");
-    if (decision.beyond.size() > enforcer::kBeyondKept || decision.beyond.size() > decision.beyond_count) {
+    const gpuguard::enforcer::Decision decision = gpuguard::enforcer::decide(view, allocation, node, policy);
+    if (decision.action != gpuguard::enforcer::Decision::Action::allow && decision.beyond.empty()) violated("acted on nothing");
+    if (decision.beyond.size() > gpuguard::enforcer::kBeyondKept || decision.beyond.size() > decision.beyond_count) {
       violated("more lines kept than the bound, or than counted");
     }
-    if (decision.message.size() > enforcer::kMessageMax) violated("a message over its bound");
-    if (mode == policy::NodeEnforcement::audit && decision.action != enforcer::Decision::Action::allow) {
+    if (decision.message.size() > gpuguard::enforcer::kMessageMax) violated("a message over its bound");
+    if (mode == gpuguard::policy::NodeEnforcement::audit && decision.action != gpuguard::enforcer::Decision::Action::allow) {
       violated("acted under audit");
     }
     for (const auto& [name, value] : decision.set_env) {
-      if (name == enforcer::kVisibleDevices && value != "GPU-b") violated("set to something other than the allocation");
-      if (name == enforcer::kImexChannels && value != "void") violated("IMEX channels set to ones not allocated");
-      if (name != enforcer::kVisibleDevices && name != enforcer::kImexChannels) violated("set another variable");
+      if (name == gpuguard::enforcer::kVisibleDevices && value != "GPU-b") violated("set to something other than the allocation");
+      if (name == gpuguard::enforcer::kImexChannels && value != "void") violated("IMEX channels set to ones not allocated");
+      if (name != gpuguard::enforcer::kVisibleDevices && name != gpuguard::enforcer::kImexChannels) violated("set another variable");
     }
-    if (decision.action == enforcer::Decision::Action::refuse && decision.message.find("gpuguard: ") != 0) {
+    if (decision.action == gpuguard::enforcer::Decision::Action::refuse && decision.message.find("gpuguard: ") != 0) {
       violated("a refusal that does not say it is gpuguard's");
     }
   }
@@ -107,33 +106,33 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (chunked.streams != whole.streams || chunked.messages.size() != whole.messages.size()) {
     violated("what comes out depends on the size of the reads");
   }
-  enforcer::NodeView node;
+  gpuguard::enforcer::NodeView node;
   node.gpus = {{"GPU-a", 0, "0000:01:00.0", {{"MIG-m", {7, 8}}}}, {"GPU-b", 1, "0000:02:00.0", {}}};
   node.cdi_devices["nvidia.com/gpu=all"] = {"/dev/nvidia0", "/dev/nvidia1"};
-  for (const nri::Message& message : chunked.messages) {
+  for (const gpuguard::nri::Message& message : chunked.messages) {
     // Encoded again, it decodes to itself.
-    nri::MessageDecoder again;
-    again.feed(nri::encode_message(message.stream, message.type, message.flags, message.payload));
+    gpuguard::nri::MessageDecoder again;
+    again.feed(gpuguard::nri::encode_message(message.stream, message.type, message.flags, message.payload));
     const auto same = again.next();
     if (!same || same->stream != message.stream || same->payload != message.payload || same->flags != message.flags) {
       violated("a message that does not survive encoding");
     }
     // The payload as a ttrpc request, and its payload as NRI's requests the enforcer reads.
     std::string_view request = message.payload;
-    if (const auto envelope = nri::read_request(message.payload)) request = envelope->payload;
-    const std::string_view pod = nri::string_field(request, nri::field::kCreatePod);
-    const std::string_view container = nri::string_field(request, nri::field::kCreateContainer);
-    auto view = enforcer::view_of(pod, container, node, {"app"});
+    if (const auto envelope = gpuguard::nri::read_request(message.payload)) request = envelope->payload;
+    const std::string_view pod = gpuguard::nri::string_field(request, gpuguard::nri::field::kCreatePod);
+    const std::string_view container = gpuguard::nri::string_field(request, gpuguard::nri::field::kCreateContainer);
+    auto view = gpuguard::enforcer::view_of(pod, container, node, {"app"});
     if (!view) continue;
     check_view(*view);
     check_decision(*view, node);
-    if (enforcer::apply_adjustment(*view, nri::string_field(request, nri::field::kValidateAdjust), node)) {
+    if (gpuguard::enforcer::apply_adjustment(*view, gpuguard::nri::string_field(request, gpuguard::nri::field::kValidateAdjust), node)) {
       check_view(*view);
       check_decision(*view, node);
     }
   }
   // The bytes themselves as a Container, without the framing.
-  if (auto view = enforcer::container_view(bytes, node)) {
+  if (auto view = gpuguard::enforcer::container_view(bytes, node)) {
     check_view(*view);
     check_decision(*view, node);
   }

@@ -13,7 +13,7 @@ cmake --build "$out" -j"${JOBS:-2}"
 
 # Seeds: every admission fixture and invalid body; for HTTP, the same bodies in requests of each kind.
 mkdir -p "$out/corpus/admission" "$out/corpus/http" "$out/corpus/extender" "$out/corpus/nodereport" "$out/corpus/nri" \
-  "$out/findings"
+  "$out/corpus/enforcer_model" "$out/findings"
 for f in "$root"/tests/fixtures/admission/*/review.json; do cp "$f" "$out/corpus/admission/$(basename "$(dirname "$f")").json"; done
 for f in "$root"/tests/fixtures/invalid/*.json; do cp "$f" "$out/corpus/admission/invalid-$(basename "$f")"; done
 request() {  # METHOD TARGET CONTENT-TYPE BODY-FILE NAME
@@ -65,24 +65,47 @@ for case in sorted(glob.glob(f"{sys.argv[1]}/*/root")):
 PY
 
 # For NRI: what a runtime sends a plugin (Configure and CreateContainer requests on connection 1, a
-# registration answer on connection 2, some split across frames), then a container's env and devices.
+# registration answer on connection 2, some split across frames), with containers that hold each door the
+# enforcer reads (NRI's protobuf written by hand: varints and length-delimited fields), and a validation
+# request whose adjustment adds a CDI device.
 /usr/bin/python3 - "$out/corpus/nri" <<'PY'
 import struct, sys
+def varint(n):
+    out = b""
+    while True:
+        byte, n = n & 0x7f, n >> 7
+        out += bytes([byte | (0x80 if n else 0)])
+        if not n: return out
+def field(number, value):  # length-delimited
+    value = value.encode() if isinstance(value, str) else value
+    return varint(number << 3 | 2) + varint(len(value)) + value
+def number(field_number, n): return varint(field_number << 3) + varint(n & (2**64 - 1))
 def frame(conn, payload): return struct.pack(">II", conn, len(payload)) + payload
 def message(stream, kind, payload): return struct.pack(">IIBB", len(payload), stream, kind, 0) + payload
-def request(service, method, payload):  # ttrpc Request: service = 1, method = 2, payload = 3
-    field = lambda number, value: bytes([number << 3 | 2, len(value)]) + value
-    return field(1, service) + field(2, method) + field(3, payload)
-configure = message(1, 1, request(b"nri.pkg.api.v1alpha1.Plugin", b"Configure", b"\x12\x0acontainerd"))
-create = message(3, 1, request(b"nri.pkg.api.v1alpha1.Plugin", b"CreateContainer", b"\x12\x05\x1a\x03app"))
+def request(method, payload): return field(1, "nri.pkg.api.v1alpha1.Plugin") + field(2, method) + field(3, payload)
+pod = field(1, "sandbox") + field(2, "pod") + field(3, "uid") + field(4, "team-a")
+def mount(dest, source): return field(9, field(1, dest) + field(2, "bind") + field(3, source) + field(4, "rbind"))
+def device(path, major, minor): return field(2, field(1, path) + field(2, "c") + number(3, major) + number(4, minor))
+rule = field(7, number(1, 1) + field(2, "c") + field(3, number(1, 195)) + field(5, "rwm"))
+container = (field(3, "app") + field(6, field(1, "cdi.k8s.io/x") + field(2, "nvidia.com/gpu=all")) +
+             field(8, "NVIDIA_VISIBLE_DEVICES=all") + field(8, "NVIDIA_VISIBLE_DEVICES=0,GPU-b,1:0") +
+             field(8, "CUDA_VERSION=11.0") + field(8, "NVIDIA_IMEX_CHANNELS=0") +
+             mount("/var/run/nvidia-container-devices/all", "/dev/null") + mount("/mps", "/run/gpuguard/mps") +
+             mount("/host-dev", "/dev") + field(11, device("/dev/nvidia0", 195, 0) +
+             device("/dev/nvidia-caps/nvidia-cap7", 238, 7) + field(3, rule)) + field(20, field(1, "nvidia.com/gpu=1")))
+create = message(3, 1, request("CreateContainer", field(1, pod) + field(2, container)))
+adjust = field(4, field(1, "NVIDIA_VISIBLE_DEVICES") + field(2, "void")) + field(8, field(1, "nvidia.com/gpu=all"))
+validate = message(5, 1, request("ValidateContainerAdjustment", field(1, pod) + field(2, container) + field(3, adjust)))
+configure = message(1, 1, request("Configure", field(2, "containerd")))
 answer = message(1, 2, b"")
-env = b"\nNVIDIA_VISIBLE_DEVICES=all\nNVIDIA_VISIBLE_DEVICES=0,GPU-b,1:0\n--\n/dev/nvidia0\n/dev/nvidia-caps/nvidia-cap7\n/dev\n"
 seeds = {"configure": frame(1, configure) + frame(2, answer),
+         "create": frame(1, configure) + frame(1, create),
          "split": frame(1, create[:7]) + frame(1, create[7:]) + frame(2, answer),
-         "joined": frame(1, configure + create),
+         "validate": frame(1, validate),
+         "joined": frame(1, configure + create + validate),
          "empty-frame": frame(2, b"") + frame(1, configure)}
 for name, data in seeds.items():
-    open(f"{sys.argv[1]}/{name}", "wb").write(bytes([13]) + data + env)
+    open(f"{sys.argv[1]}/{name}", "wb").write(bytes([13]) + data)
 PY
 
 # Each target is one process on one core: JOBS of them run side by side.
@@ -92,7 +115,9 @@ run_target() {  # TARGET: its last lines go to $out/TARGET.log, its exit status 
     -artifact_prefix="$out/findings/${1}-" -print_final_stats=1 "$out/corpus/$1" 2>"$out/$1.log" || status=$?
   echo "$status" > "$out/$1.status"
 }
-targets=(admission http extender nodereport nri)
+# The enforcer's model target starts from nothing: every byte string is a case, and coverage finds the rest.
+printf '\x01' > "$out/corpus/enforcer_model/first"
+targets=(admission http extender nodereport nri enforcer_model)
 rm -f "$out"/*.status
 for target in "${targets[@]}"; do
   while [ "$(jobs -rp | wc -l)" -ge "${JOBS:-2}" ]; do wait -n || true; done

@@ -16,6 +16,7 @@
 #include "gpuguard/enforcer/allocation.hpp"
 #include "gpuguard/enforcer/decision.hpp"
 #include "gpuguard/enforcer/kubelet_client.hpp"
+#include "gpuguard/enforcer/nri_response.hpp"
 #include "gpuguard/enforcer/nri_view.hpp"
 #include "gpuguard/files/poller.hpp"
 #include "gpuguard/nri/messages.hpp"

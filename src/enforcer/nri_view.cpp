@@ -4,12 +4,10 @@
 #include "gpuguard/enforcer/allocation.hpp"
 #include "gpuguard/nri/messages.hpp"
 #include "gpuguard/nri/proto_reader.hpp"
-#include "nri/v1alpha1/api.pb.h"
 
 namespace gpuguard::enforcer {
 namespace {
 
-namespace api = ::nri::pkg::api::v1alpha1;
 namespace field = nri::field;
 using nri::ProtoReader;
 
@@ -215,17 +213,6 @@ bool apply_adjustment(ContainerView& view, std::string_view adjustment, const No
     if (!key.starts_with('-')) keep_annotation(view, key, value, toolkit);
   });
   return true;
-}
-
-std::unique_ptr<api::CreateContainerResponse> env_adjustment(const std::map<std::string, std::string>& set_env) {
-  auto response = std::make_unique<api::CreateContainerResponse>();
-  for (const auto& [name, value] : set_env) {
-    response->mutable_adjust()->add_env()->set_key("-" + name);
-    auto* set = response->mutable_adjust()->add_env();
-    set->set_key(name);
-    set->set_value(value);
-  }
-  return response;
 }
 
 }  // namespace gpuguard::enforcer

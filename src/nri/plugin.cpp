@@ -244,12 +244,6 @@ std::string Plugin::Impl::session(const std::stop_token& stop, Session& state) {
                   if (conn == kRuntimeServiceConn) answers.feed(bytes);
                   // Frames on other connections are dropped, as NRI's own multiplexer drops them.
                 });
-    for (const std::string* error : {&frames.error(), &calls.error(), &answers.error()}) {
-      if (!error->empty()) {
-        count([](PluginStats& s) { ++s.protocol_errors; });
-        return "protocol error: " + *error;
-      }
-    }
     while (auto answer = answers.next()) {
       if (answer->type != MessageType::response || answer->stream != kRegisterStream) continue;
       ttrpc::Response response;
@@ -262,6 +256,13 @@ std::string Plugin::Impl::session(const std::stop_token& stop, Session& state) {
     while (auto call = calls.next()) {
       if (call->type != MessageType::request) continue;
       if (!serve(socket.get(), *call, state, why)) return why;
+    }
+    // Calls that came whole before bytes that are not the protocol are answered; then the connection ends.
+    for (const std::string* error : {&frames.error(), &calls.error(), &answers.error()}) {
+      if (!error->empty()) {
+        count([](PluginStats& s) { ++s.protocol_errors; });
+        return "protocol error: " + *error;
+      }
     }
   }
   return "stopped";

@@ -113,7 +113,8 @@ void MessageDecoder::feed(std::string_view bytes) {
 }
 
 std::optional<Message> MessageDecoder::next() {
-  if (!error_.empty() || ready_.empty()) return std::nullopt;
+  // Whole messages that came before an error are given all the same: they were read in full.
+  if (ready_.empty()) return std::nullopt;
   Message message = std::move(ready_.front());
   ready_.pop_front();
   return message;

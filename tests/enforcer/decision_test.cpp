@@ -10,6 +10,7 @@
 #include <google/protobuf/util/json_util.h>
 
 #include "fixture.hpp"
+#include "gpuguard/enforcer/nri_response.hpp"
 #include "gpuguard/enforcer/nri_view.hpp"
 #include "nri/v1alpha1/api.pb.h"
 

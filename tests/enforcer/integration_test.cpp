@@ -156,6 +156,7 @@ class EnforcerProcess {
     std::ifstream in(log_);
     return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
   }
+  pid_t pid() const { return pid_; }
   int port() const {
     const std::string marker = "\"address\":\"127.0.0.1:";
     for (int i = 0; i < 100; ++i) {
@@ -195,6 +196,28 @@ std::vector<json> run_runtime(const Node& node, const json& script, const std::s
   REQUIRE(steps.size() == script["steps"].size());
   return steps;
 }
+
+// Another NRI plugin, after the enforcer (e2e/cmd/nri-injector), adding what `flags` say to each container.
+class InjectorProcess {
+ public:
+  InjectorProcess(const Node& node, const std::vector<std::string>& flags) {
+    std::vector<std::string> args = {GPUGUARD_NRI_INJECTOR_BIN, "--socket", node.nri_socket.string()};
+    args.insert(args.end(), flags.begin(), flags.end());
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    REQUIRE(posix_spawn(&pid_, argv[0], nullptr, nullptr, argv.data(), environ) == 0);
+  }
+  ~InjectorProcess() {
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+  }
+  InjectorProcess(const InjectorProcess&) = delete;
+  InjectorProcess& operator=(const InjectorProcess&) = delete;
+
+ private:
+  pid_t pid_ = -1;
+};
 
 json create_step(const json& pod, const json& container) {
   return {{"create", {{"pod", pod}, {"container", container}}}};
@@ -538,4 +561,102 @@ TEST_CASE("bad flags are refused with a reason, before anything is served") {
     CHECK_FALSE(result.output.empty());
   }
   CHECK(run_binary(GPUGUARD_NODE_ENFORCER_BIN, "--help").status == 0);
+}
+
+TEST_CASE("validation: devices another NRI plugin adds beyond the allocation are rejected, and within it accepted") {
+  Node node;
+  FakeKubelet kubelet(node.kubelet_socket);
+  const std::string gpu0 = default_node()[0].uuid;
+  kubelet.set("team-a", "holder", {{{"app", {{"nvidia.com/gpu", {gpu0}}}, {}}}});
+  EnforcerProcess enforcer(node);
+  json gpu_container = cuda_container("c3");
+  gpu_container["env"] = json::array({"NVIDIA_VISIBLE_DEVICES=" + gpu0});
+  // A GPU-less container given every GPU by a later plugin's CDI device (what NVIDIA's NRI plugin does with a
+  // nvidia.cdi.k8s.io/ annotation), and a GPU container given its own GPU's.
+  {
+    InjectorProcess injector(node, {"--cdi-device", "nvidia.com/gpu=all", "--only-container", "app"});
+    const json script = {{"steps", json::array({{{"wait_plugin", 10}, {"count", 2}},
+                                                create_step(gpu_less_pod("injected"), cuda_container("c1"))})}};
+    const auto out = run_runtime(node, script);
+    INFO(out[1].dump() << "\n" << enforcer.log());
+    REQUIRE(out[0]["synced"] == 2);
+    REQUIRE(out[1].contains("error"));
+    CHECK_THAT(out[1]["error"].get<std::string>(), Catch::Contains("validator \"50-gpuguard\" rejected container adjustment"));
+    CHECK_THAT(out[1]["error"].get<std::string>(), Catch::Contains("CDI device nvidia.com/gpu=all names"));
+  }
+  {
+    InjectorProcess injector(node, {"--cdi-device", "nvidia.com/gpu=" + gpu0});
+    const json script = {{"steps", json::array({{{"wait_plugin", 10}, {"count", 2}}, create_step(gpu_less_pod("holder"), gpu_container)})}};
+    const auto out = run_runtime(node, script);
+    INFO(out[1].dump() << "\n" << enforcer.log());
+    REQUIRE(out[0]["synced"] == 2);
+    CHECK_FALSE(out[1].contains("error"));
+  }
+  // A later plugin that takes NVIDIA_VISIBLE_DEVICES over (removes it, then sets all): NRI lets it, and
+  // only the validation sees the result.
+  {
+    InjectorProcess injector(node, {"--override-env", "NVIDIA_VISIBLE_DEVICES=all"});
+    const json script = {{"steps", json::array({{{"wait_plugin", 10}, {"count", 2}},
+                                                create_step(gpu_less_pod("overridden"), cuda_container("c4"))})}};
+    const auto out = run_runtime(node, script);
+    INFO(out[1].dump() << "\n" << enforcer.log());
+    REQUIRE(out[1].contains("error"));
+    CHECK_THAT(out[1]["error"].get<std::string>(), Catch::Contains("after every NRI plugin's adjustment"));
+  }
+  CHECK_THAT(enforcer.log(), Catch::Contains("\"validating\":true"));  // each registration said so
+  CHECK(enforcer.series("gpuguard_node_enforcer_validations_total{result=\"rejected\"}") == 2);
+  CHECK(enforcer.series("gpuguard_node_enforcer_validations_total{result=\"accepted\"}") >= 1);
+  CHECK(enforcer.terminate() == 0);
+}
+
+TEST_CASE("an enforcer that stops in the middle of a request: with validation, that very create fails") {
+  Node node;
+  FakeKubelet kubelet(node.kubelet_socket);
+  EnforcerProcess enforcer(node);
+  // The runtime's timeout is short here, so that the stop is met within the test; a second step waits
+  // for the enforcer to be back. Without the validation phase NRI would create this container unjudged.
+  const json script = {{"steps", json::array({{{"wait_plugin", 10}}, {{"sleep", 1.0}},
+                                              create_step(gpu_less_pod("stalled"), cuda_container("c1"))})}};
+  auto runtime = std::async(std::launch::async, [&] { return run_runtime(node, script, "--request-timeout 500ms"); });
+  std::this_thread::sleep_for(600ms);  // registered by now, and the create not yet sent
+  kill(enforcer.pid(), SIGSTOP);
+  const auto out = runtime.get();
+  kill(enforcer.pid(), SIGCONT);
+  INFO(out[2].dump() << "\n" << enforcer.log());
+  REQUIRE(out[2].contains("error"));
+  CHECK_THAT(out[2]["error"].get<std::string>(), Catch::Contains("validator plugin"));
+  CHECK(enforcer.terminate() == 0);
+}
+
+TEST_CASE("the largest request an attacker can make: answered with a bounded refusal, the connection kept") {
+  Node node;
+  FakeKubelet kubelet(node.kubelet_socket);
+  EnforcerProcess enforcer(node);
+  // The review's attack: a GPU container with hundreds of long image volumes under the device-list path and
+  // NVIDIA_VISIBLE_DEVICES twice (envFrom), near ttrpc's 4 MiB. A refusal naming every mount was over 4 MiB,
+  // the enforcer dropped the connection, and NRI created the container with all.
+  json container = cuda_container("huge");
+  container["env"] = json::array({"NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_VISIBLE_DEVICES=all"});
+  json mounts = json::array();
+  for (int i = 0; i < 700; ++i) {
+    mounts.push_back({{"destination", "/var/run/nvidia-container-devices/" + std::string(5000, 'a') + std::to_string(i)},
+                      {"source", "/var/lib/containerd/volume-" + std::to_string(i)},
+                      {"type", "bind"},
+                      {"options", json::array({"rbind"})}});
+  }
+  container["mounts"] = mounts;
+  const json script = {{"steps", json::array({{{"wait_plugin", 10}}, create_step(gpu_less_pod("huge"), container),
+                                              create_step(gpu_less_pod("after"), cuda_container("c2"))})}};
+  const auto out = run_runtime(node, script);
+  INFO(enforcer.log().substr(0, 4000));
+  REQUIRE(out[1].contains("error"));
+  const std::string error = out[1]["error"];
+  CHECK(error.size() < 5000);
+  CHECK_THAT(error, Catch::Contains("code = PermissionDenied desc = gpuguard: container"));
+  // The connection stayed: the next container is judged on it, with no registration between (the one
+  // connection ended when the runtime's process did).
+  CHECK(out[2]["env"] == json::array({"NVIDIA_VISIBLE_DEVICES=void"}));
+  CHECK(enforcer.series("gpuguard_node_enforcer_connections_total{event=\"registered\"}") == 1);
+  CHECK(enforcer.series("gpuguard_node_enforcer_oversized_answers_total") == 0);
+  CHECK(enforcer.terminate() == 0);
 }

@@ -5,12 +5,11 @@
 #include <sstream>
 
 #include "gpuguard/enforcer/nri_view.hpp"
-#include "nri/v1alpha1/api.pb.h"
+#include "proto_writer.hpp"
 
 namespace gpuguard::test::property {
 namespace {
 
-namespace api = ::nri::pkg::api::v1alpha1;
 using toolkit::Config;
 
 const std::vector<std::tuple<int, int, int>> kVersions = {{1, 17, 8}, {1, 18, 0}, {1, 18, 1}, {1, 18, 2}, {1, 20, 1}};
@@ -278,43 +277,38 @@ void attack_part(Choices& c, Case& made) {
   }
 }
 
-api::Container container_message(const toolkit::Spec& spec) {
-  api::Container container;
-  container.set_id("ctr");
-  container.set_name("app");
-  for (const std::string& entry : spec.env) container.add_env(entry);
+// The container as NRI's Container message (api.proto v0.12.3's field numbers), as the runtime writes it.
+std::string container_message(const toolkit::Spec& spec) {
+  ProtoWriter container;
+  container.bytes(1, "ctr").bytes(3, "app");
+  for (const auto& [key, value] : spec.annotations) container.message(6, ProtoWriter().bytes(1, key).bytes(2, value));
+  for (const std::string& entry : spec.env) container.bytes(8, entry);
   for (const enforcer::Mount& m : spec.mounts) {
-    api::Mount* mount = container.add_mounts();
-    mount->set_destination(m.destination);
-    mount->set_source(m.source);
-    mount->set_type(m.type);
-    for (const std::string& option : m.options) mount->add_options(option);
+    ProtoWriter mount;
+    mount.bytes(1, m.destination).bytes(2, m.type).bytes(3, m.source);
+    for (const std::string& option : m.options) mount.bytes(4, option);
+    container.message(9, mount);
   }
+  ProtoWriter linux_part, resources;
   for (const enforcer::Device& d : spec.devices) {
-    api::LinuxDevice* device = container.mutable_linux()->add_devices();
-    device->set_path(d.path);
-    device->set_type(d.type);
-    device->set_major(d.major);
-    device->set_minor(d.minor);
+    linux_part.message(2, ProtoWriter()
+                              .bytes(1, d.path)
+                              .bytes(2, d.type)
+                              .varint(3, static_cast<std::uint64_t>(d.major))
+                              .varint(4, static_cast<std::uint64_t>(d.minor)));
   }
-  api::LinuxDeviceCgroup* deny = container.mutable_linux()->mutable_resources()->add_devices();
-  deny->set_allow(false);
-  deny->set_access("rwm");
+  resources.message(7, ProtoWriter().varint(1, 0).bytes(5, "rwm"));  // deny every device, then allow
   for (const auto& [major, minor] : spec.cgroup_allows) {
-    api::LinuxDeviceCgroup* rule = container.mutable_linux()->mutable_resources()->add_devices();
-    rule->set_allow(true);
-    rule->set_type("c");
-    if (major) rule->mutable_major()->set_value(*major);
-    if (minor) rule->mutable_minor()->set_value(*minor);
-    rule->set_access("rwm");
+    ProtoWriter rule;
+    rule.varint(1, 1).bytes(2, "c");
+    if (major) rule.message(3, ProtoWriter().varint(1, static_cast<std::uint64_t>(*major)));
+    if (minor) rule.message(4, ProtoWriter().varint(1, static_cast<std::uint64_t>(*minor)));
+    resources.message(7, rule.bytes(5, "rwm"));
   }
-  if (spec.every_device) {
-    api::LinuxDeviceCgroup* rule = container.mutable_linux()->mutable_resources()->add_devices();
-    rule->set_allow(true);
-    rule->set_access("rwm");
-  }
-  for (const auto& [key, value] : spec.annotations) (*container.mutable_annotations())[key] = value;
-  return container;
+  if (spec.every_device) resources.message(7, ProtoWriter().varint(1, 1).bytes(5, "rwm"));
+  linux_part.message(3, resources);
+  container.message(11, linux_part);
+  return container.str();
 }
 
 }  // namespace
@@ -329,13 +323,8 @@ Case generate(Choices& c) {
     made.spec.every_device = true;
     made.story += "  privileged\n";
   }
-  api::PodSandbox pod;
-  pod.set_id("sandbox");
-  pod.set_name("pod");
-  pod.set_namespace_("team-a");
-  pod.set_uid("uid");
-  made.pod = pod.SerializeAsString();
-  made.container = container_message(made.spec).SerializeAsString();
+  made.pod = ProtoWriter().bytes(1, "sandbox").bytes(2, "pod").bytes(3, "uid").bytes(4, "team-a").str();
+  made.container = container_message(made.spec);
   made.story.insert(0, "allocated: " + join(std::vector<std::string>(made.allocation.gpus.begin(), made.allocation.gpus.end()), ",") +
                            (made.allocation.source == enforcer::Allocation::Source::unknown ? " (unknown)" : "") + "\n");
   return made;

@@ -206,11 +206,12 @@ class Reading {
   // cdi.k8s.io/ annotations, keys sorted, values comma-split untrimmed (cuda_image.go:300-324).
   std::vector<std::string> annotation_requests() const {
     std::vector<std::string> out;
-    for (const auto& [key, value] : spec_.annotations) {  // a std::map: sorted
+    for (const auto& annotation : spec_.annotations) {  // a std::map: sorted
+      const std::string& key = annotation.first;
       const bool matches = std::any_of(config_.annotation_prefixes.begin(), config_.annotation_prefixes.end(),
                                        [&](const std::string& prefix) { return key.starts_with(prefix); });
       if (!matches) continue;
-      for (std::string& name : split(value, ',')) out.push_back(std::move(name));
+      for (std::string& name : split(annotation.second, ',')) out.push_back(std::move(name));
     }
     return out;
   }

@@ -117,3 +117,22 @@ TEST_CASE("wire: a frame or message over the limit, connection 0, or an unknown 
   CHECK_FALSE(unknown_type.next());
   CHECK(unknown_type.error() == "ttrpc message of unknown type 9");
 }
+
+TEST_CASE("wire: a message that came whole before bytes that are not the protocol is still given, then nothing") {
+  // Found by the fuzzer: the same bytes read at once or a few at a time must give the same messages.
+  const std::string good = encode_message(1, MessageType::request, 0, "abc");
+  const std::string bad = bytes({0, 0, 0, 0, 0, 0, 0, 3, 9, 0});  // a message of unknown type
+  for (const std::size_t read : {std::size_t{1}, std::size_t{4}, good.size() + bad.size()}) {
+    MessageDecoder decoder;
+    std::vector<Message> got;
+    const std::string all = good + bad;
+    for (std::size_t at = 0; at < all.size(); at += read) {
+      decoder.feed(std::string_view(all).substr(at, read));
+      while (auto message = decoder.next()) got.push_back(std::move(*message));
+    }
+    INFO("reads of " << read);
+    REQUIRE(got.size() == 1);
+    CHECK(got[0].payload == "abc");
+    CHECK(decoder.error() == "ttrpc message of unknown type 9");
+  }
+}

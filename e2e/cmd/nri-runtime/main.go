@@ -8,7 +8,7 @@
 //	nri-runtime --socket PATH --script FILE [--required-plugins gpuguard] [--request-timeout 2s]
 //
 // The script: {"existing": {"pods": [PodSandbox], "containers": [Container]}, "steps": [step...]}, each
-// step one of {"wait_plugin": seconds}, {"run_pod": PodSandbox}, {"create": {"pod": PodSandbox, "container": Container}},
+// step one of {"wait_plugin": seconds[, "count": plugins]}, {"run_pod": PodSandbox}, {"create": {"pod": PodSandbox, "container": Container}},
 // {"remove": {...}}, {"sleep": seconds}; the messages in NRI's protojson. A create prints the adjustment's
 // env ("env") and the container's environment after NRI's own generator applied it as containerd does
 // ("final_env").
@@ -41,6 +41,7 @@ type event struct {
 
 type step struct {
 	WaitPlugin *float64        `json:"wait_plugin"`
+	Count      int64           `json:"count"` // with wait_plugin: how many plugins (1 when not given)
 	RunPod     json.RawMessage `json:"run_pod"`
 	Create     *event          `json:"create"`
 	Remove     *event          `json:"remove"`
@@ -157,7 +158,7 @@ func main() {
 		switch {
 		case s.WaitPlugin != nil:
 			deadline := time.Now().Add(time.Duration(*s.WaitPlugin * float64(time.Second)))
-			for synced.Load() == 0 && time.Now().Before(deadline) {
+			for synced.Load() < max(s.Count, 1) && time.Now().Before(deadline) {
 				time.Sleep(10 * time.Millisecond)
 			}
 			result["synced"] = synced.Load()

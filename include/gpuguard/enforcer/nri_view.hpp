@@ -1,23 +1,18 @@
 #pragma once
 // NRI's messages as the decision reads them (decision.hpp's ContainerView), read in place from their
-// bytes (gpuguard/nri/messages.hpp), and the adjustment sent back: the one place that knows both NRI's
-// wire and the pure core. A view keeps only what the decision reads (judged_variable and the others), at
+// bytes (gpuguard/nri/messages.hpp): the one place that knows both NRI's wire and the pure core, and pure
+// itself (nri_response.hpp writes the answer). A view keeps only what the decision reads (judged_variable and the others), at
 // most kViewListMax entries of each list and kViewValueMax bytes of each value: a 4 MiB request makes a
 // view of a few KiB, and what is past those bounds is counted (ContainerView::unkept), never dropped
 // unseen.
 #include <cstddef>
 #include <map>
-#include <memory>
 #include <optional>
 #include <set>
 #include <string>
 #include <string_view>
 
 #include "gpuguard/enforcer/decision.hpp"
-
-namespace nri::pkg::api::v1alpha1 {
-class CreateContainerResponse;
-}  // namespace nri::pkg::api::v1alpha1
 
 namespace gpuguard::enforcer {
 
@@ -59,11 +54,5 @@ std::optional<ContainerView> container_view(std::string_view container, const No
 // false when the adjustment is malformed.
 bool apply_adjustment(ContainerView& view, std::string_view adjustment, const NodeView& node);
 
-
-// The variables set: each removed, then set. The removal first makes gpuguard the key's owner even where a
-// plugin before it set the key (NRI refuses two plugins setting one key); NRI drops a removal without a set
-// after it, so the two always go together.
-std::unique_ptr<::nri::pkg::api::v1alpha1::CreateContainerResponse> env_adjustment(
-    const std::map<std::string, std::string>& set_env);
 
 }  // namespace gpuguard::enforcer

@@ -67,7 +67,8 @@ class Demultiplexer {
 class MessageDecoder {
  public:
   void feed(std::string_view bytes);
-  // The next whole message, or nullopt when more bytes are needed or on error.
+  // The next whole message, or nullopt when more bytes are needed. After an error, the whole messages that
+  // came before it, then nothing.
   std::optional<Message> next();
   const std::string& error() const { return error_; }
   // Bytes held: whole messages not yet taken, and the one in progress.
