@@ -13,7 +13,7 @@ POLICY_KEYS = {"mode", "visibleDevicesValue", "gpuResources", "gpuAnnotations", 
                "exemptNamespaces", "exemptServiceAccounts", "privileged", "hostDeviceMounts", "cdiAnnotations",
                "nvidiaCdiAnnotations", "featureEnvVars", "runtimeClasses", "runtimeClassAction",
                "stripUserValueFromGpuContainers", "sharedGpuResources", "sharingEnvVars", "nodeEnforcement", "nodeEnforcementExemptNamespaces",
-               "nodeEnforcementExemptServiceAccounts", "nriTolerationAnnotation"}
+               "nodeEnforcementExemptServiceAccounts", "nodeEnforcementUnknown", "nriTolerationAnnotation"}
 
 
 def load(path):
@@ -194,8 +194,8 @@ def gpu_node_terms(operator):
 
 def check_node_enforcer(docs, policy, namespace="gpuguard-system"):
     """The node enforcer: on every GPU node, the GPU Operator's included; root for the two sockets, but no
-    capability, no privilege and a read-only root; only the NRI and pod-resources directories and the driver's
-    and CDI's files mounted, all read-only; no host network; RBAC to get pods and create events, nothing else;
+    capability, no privilege and a read-only root; only the NRI and pod-resources directories and the host's /
+    (recursively read-only, so that nothing is made on the host for a path not there yet) mounted; no host network; RBAC to get pods and create events, nothing else;
     gpuguard's own GPU plugin exempt; the enforcer's pods carry the toleration the webhook refuses elsewhere."""
     template = one(docs, "DaemonSet", "gpuguard-node-enforcer")["spec"]["template"]
     spec = template["spec"]
@@ -210,8 +210,13 @@ def check_node_enforcer(docs, policy, namespace="gpuguard-system"):
                                            "capabilities": {"drop": ["ALL"]}}, enforcer["securityContext"]
     volumes = {v["name"]: v for v in spec["volumes"]}
     host = {volumes[m["name"]]["hostPath"]["path"]: m for m in enforcer["volumeMounts"] if "hostPath" in volumes[m["name"]]}
-    assert set(host) == {"/var/run/nri", "/var/lib/kubelet/pod-resources", "/proc/driver/nvidia", "/etc/cdi", "/var/run/cdi"}, set(host)
+    assert set(host) == {"/var/run/nri", "/var/lib/kubelet/pod-resources", "/"}, set(host)
     assert all(m.get("readOnly") is True for m in enforcer["volumeMounts"]), enforcer["volumeMounts"]
+    # The host's / read-only all the way down, and made by no one: nothing created on the host for a path
+    # that is not there yet (/proc/driver/nvidia before the driver), no submount left writable.
+    assert host["/"]["mountPath"] == "/host" and host["/"].get("recursiveReadOnly") == "IfPossible", host["/"]
+    assert volumes[host["/"]["name"]]["hostPath"].get("type") == "Directory", volumes[host["/"]["name"]]
+    assert "--host-root=/host" in enforcer["args"] and any(a.startswith("--mps-root=/") for a in enforcer["args"]), enforcer["args"]
     assert [p["containerPort"] for p in enforcer["ports"]] == [8080]
     assert (f"--exempt-service-accounts={namespace}/gpuguard-device-plugin:app.kubernetes.io/name=gpuguard-device-plugin"
             in enforcer["args"]), enforcer["args"]

@@ -8,7 +8,7 @@
 //	nri-runtime --socket PATH --script FILE [--required-plugins gpuguard] [--request-timeout 2s]
 //
 // The script: {"existing": {"pods": [PodSandbox], "containers": [Container]}, "steps": [step...]}, each
-// step one of {"wait_plugin": seconds[, "count": plugins]}, {"run_pod": PodSandbox}, {"create": {"pod": PodSandbox, "container": Container}},
+// step one of {"wait_plugin": seconds[, "count": plugins]}, {"run_pod": PodSandbox}, {"create": {"pod": PodSandbox, "container": Container}[, "concurrent": n]},
 // {"remove": {...}}, {"sleep": seconds}; the messages in NRI's protojson. A create prints the adjustment's
 // env ("env") and the container's environment after NRI's own generator applied it as containerd does
 // ("final_env").
@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -44,6 +45,7 @@ type step struct {
 	Count      int64           `json:"count"` // with wait_plugin: how many plugins (1 when not given)
 	RunPod     json.RawMessage `json:"run_pod"`
 	Create     *event          `json:"create"`
+	Concurrent int             `json:"concurrent"` // with create: that many creates of it at once (each its own container ID)
 	Remove     *event          `json:"remove"`
 	Sleep      *float64        `json:"sleep"`
 }
@@ -124,7 +126,7 @@ func main() {
 	// that connected and registered.
 	var started atomic.Bool
 	var synced atomic.Int64
-	sync := func(ctx context.Context, cb nri.SyncCB) error {
+	synchronize := func(ctx context.Context, cb nri.SyncCB) error {
 		_, err := cb(ctx, pods, containers)
 		if err == nil && started.Load() {
 			synced.Add(1)
@@ -143,7 +145,7 @@ func main() {
 			Enable: true, RequiredPlugins: strings.Split(*required, ","),
 		}))
 	}
-	runtime, err := nri.New("nri-runtime", "v0.0.0", sync, update, options...)
+	runtime, err := nri.New("nri-runtime", "v0.0.0", synchronize, update, options...)
 	if err != nil {
 		fail("%v", err)
 	}
@@ -166,6 +168,29 @@ func main() {
 			if err := runtime.RunPodSandbox(context.Background(), &api.RunPodSandboxRequest{Pod: decode(s.RunPod, &api.PodSandbox{})}); err != nil {
 				result["error"] = err.Error()
 			}
+		case s.Create != nil && s.Concurrent > 1:
+			// As a kubelet starting many pods does: the runtime's creates come at once, and NRI answers them
+			// one plugin call at a time. Each one's time, from the burst's start.
+			started := time.Now()
+			pod := decode(s.Create.Pod, &api.PodSandbox{})
+			micros := make([]int64, s.Concurrent)
+			errs := make([]string, s.Concurrent)
+			var wg sync.WaitGroup
+			for n := 0; n < s.Concurrent; n++ {
+				wg.Add(1)
+				go func(n int) {
+					defer wg.Done()
+					container := decode(s.Create.Container, &api.Container{})
+					container.Id = fmt.Sprintf("%s-%d", container.Id, n)
+					if _, err := runtime.CreateContainer(context.Background(), &api.CreateContainerRequest{Pod: pod, Container: container}); err != nil {
+						errs[n] = err.Error()
+					}
+					micros[n] = time.Since(started).Microseconds()
+				}(n)
+			}
+			wg.Wait()
+			result["micros_each"] = micros
+			result["errors"] = errs
 		case s.Create != nil:
 			started := time.Now()
 			container := decode(s.Create.Container, &api.Container{})
