@@ -297,6 +297,249 @@ void turn_into_audit(const Policy& policy, Decision& decision,
   decision.warnings = std::move(warnings);
 }
 
+// One decision being made: the decision, the warnings that are facts about the pod (true in any mode), the
+// containers changed, and the two ways a door acts.
+struct Pass {
+  Pass(const Review& r, const Policy& p) : review(r), policy(p) {
+    // At most one patch operation, mutation, finding and GPU-less entry per container in the common case:
+    // one allocation each.
+    const std::size_t containers = review.pod.containers.size();
+    decision.patch.reserve(containers);
+    decision.mutations.reserve(containers);
+    decision.findings.reserve(containers);
+    decision.gpu_less.reserve(containers);
+    changed.reserve(containers);
+    cdi_annotation = std::find_if(review.pod.annotations.begin(), review.pod.annotations.end(),
+                                  [](const Annotation& a) { return a.key.starts_with(kCdiAnnotationPrefix); });
+    listed_runtime_class =
+        !review.pod.runtime_class.empty() && std::find(policy.runtime_classes.begin(), policy.runtime_classes.end(),
+                                                       review.pod.runtime_class) != policy.runtime_classes.end();
+  }
+
+  void deny(std::string reason) {
+    if (decision.allowed) decision.denial = std::move(reason);
+    decision.allowed = false;
+  }
+
+  // A door a policy key governs: warn says so (and annotates the audit log), deny refuses the pod.
+  void door(Door which, Action action, const Container& c, Finding::Kind kind, std::string detail,
+            const std::string& warning, const std::string& denial, const std::string& annotation,
+            std::string_view annotated_name) {
+    ++decision.doors[static_cast<std::size_t>(which)][static_cast<std::size_t>(action)];
+    decision.findings.push_back({&c, kind, std::move(detail)});
+    if (action == Action::warn) {
+      facts.push_back(bounded_warning(warning));
+      annotate(decision, annotation, annotated_name);
+    } else if (action == Action::deny) {
+      deny(denial);
+    }
+  }
+
+  // Audit turns refusals and patches into warnings; a refusal drops the patch; otherwise the facts follow
+  // the patch's own warnings.
+  Decision finish() {
+    if (policy.mode == Mode::audit) {
+      turn_into_audit(policy, decision, changed, std::move(facts));
+      return std::move(decision);
+    }
+    if (!decision.allowed) {  // nothing was changed, so only the reason is said
+      decision.patch.clear();
+      decision.mutations.clear();
+      decision.warnings.clear();
+      return std::move(decision);
+    }
+    decision.warnings.insert(decision.warnings.end(), std::make_move_iterator(facts.begin()),
+                             std::make_move_iterator(facts.end()));
+    return std::move(decision);
+  }
+
+  const Review& review;
+  const Policy& policy;
+  Decision decision;
+  std::vector<std::pair<const Container*, Mutation>> changed;
+  std::vector<std::string> facts;
+  std::vector<Annotation>::const_iterator cdi_annotation;
+  bool listed_runtime_class = false;
+};
+
+// What the webhook exempts, the node enforcer exempts too: a pod that gets here may not opt out of it.
+void nri_toleration_door(Pass& pass) {
+  if (const Annotation* toleration = nri_toleration(pass.review, pass.policy); toleration != nullptr) {
+    pass.deny(nri_toleration_denial(*toleration));
+  }
+}
+
+void strict_door(Pass& pass, const Container& c, bool gpu, bool annotated) {
+  if (pass.policy.mode == Mode::strict && sets_visible_devices_itself(c, gpu, annotated, pass.policy)) {
+    pass.deny(named(c) + " sets NVIDIA_VISIBLE_DEVICES itself, which policy mode strict does not allow");
+  }
+}
+
+// A GPU container loses the NVIDIA_VISIBLE_DEVICES it sets itself: the device plugin sets it.
+std::optional<Mutation> gpu_container_env(Pass& pass, const Container& c, bool annotated) {
+  std::optional<Mutation> mutation;
+  const auto delivered = [&](const VisibleDevicesEntry& entry) { return delivered_by_scheduler(entry, annotated); };
+  if (pass.policy.strip_user_value_from_gpu_containers &&
+      remove_entries(c, c.visible_devices.begin(),
+                     ": NVIDIA_VISIBLE_DEVICES set in the pod was removed; the device plugin assigns GPUs",
+                     pass.decision, delivered)) {
+    mutation = Mutation::stripped;
+  }
+  if (std::any_of(c.visible_devices.begin(), c.visible_devices.end(),
+                  [&](const VisibleDevicesEntry& entry) { return !delivered(entry); })) {
+    pass.decision.findings.push_back({&c, Finding::Kind::gpu_user_value, {}});
+  }
+  return mutation;
+}
+
+// A share of a GPU is what the device plugin's variables say (the MPS pipe, the limits, the one GPU): the
+// pod's own come after them in the container's environment, and would win.
+void sharing_env_door(Pass& pass, const Container& c, std::optional<Mutation>& mutation) {
+  const ResourceAmount* share = shared_gpu_of(c, pass.policy);
+  if (share == nullptr || c.sharing_variables.empty()) return;
+  if (pass.policy.sharing_env_vars == SharingEnv::deny) {
+    pass.deny(named(c) + " holds " + std::string(share->name) + ", a share of a GPU, and sets " +
+              std::string(c.sharing_variables.front().name) +
+              " itself, which would override the share's; policy sharingEnvVars deny does not allow that");
+  } else if (pass.policy.sharing_env_vars == SharingEnv::strip) {
+    // This container's removals so far are of NVIDIA_VISIBLE_DEVICES, last index first.
+    const auto first_operation = std::find_if(pass.decision.patch.begin(), pass.decision.patch.end(),
+                                              [&](const PatchOperation& op) { return op.container == &c; });
+    const std::ptrdiff_t first = first_operation - pass.decision.patch.begin();
+    for (auto entry = c.sharing_variables.rbegin(); entry != c.sharing_variables.rend(); ++entry) {
+      pass.decision.patch.push_back({PatchOperation::Op::remove, &c, PatchOperation::Target::env_entry, entry->env_index});
+      pass.decision.warnings.push_back(
+          describe(c, ": " + std::string(entry->name) + " set in the pod was removed; a GPU share's are the device plugin's"));
+    }
+    mutation = Mutation::stripped;
+    // This container's removals, of NVIDIA_VISIBLE_DEVICES and of these, last index first: each removal
+    // then still names the entry it was meant for.
+    std::sort(pass.decision.patch.begin() + first, pass.decision.patch.end(),
+              [](const PatchOperation& a, const PatchOperation& b) { return a.entry > b.entry; });
+  }
+}
+
+// The container's own variables come after the device plugin's, so an envFrom that defines the name
+// overrides the allocation; an explicit entry that stays would override the envFrom.
+void env_from_door(Pass& pass, const Container& c, bool annotated) {
+  const bool keeps_explicit_entry =
+      std::any_of(c.visible_devices.begin(), c.visible_devices.end(), [&](const VisibleDevicesEntry& entry) {
+        return delivered_by_scheduler(entry, annotated) || !pass.policy.strip_user_value_from_gpu_containers;
+      });
+  const EnvFromSource* source = env_from_that_could_set_visible_devices(c);
+  if (source == nullptr || keeps_explicit_entry) return;
+  const std::string what = std::string(source->kind) + " \"" + std::string(source->name) + "\"";
+  if (pass.policy.mode == Mode::strict) {
+    pass.deny(named(c) + " takes variables from " + what +
+              " (envFrom), which could set NVIDIA_VISIBLE_DEVICES and widen its GPUs; policy mode strict does not "
+              "allow that");
+  }
+  pass.facts.push_back(describe(c, ": envFrom " + what + " could set NVIDIA_VISIBLE_DEVICES and widen its GPUs"));
+  annotate(pass.decision, "env-from-may-set-visible-devices", c.name);
+  pass.decision.findings.push_back({&c, Finding::Kind::env_from, what});
+}
+
+// A container that asks for no GPU ends with exactly one NVIDIA_VISIBLE_DEVICES at the policy's value.
+std::optional<Mutation> gpu_less_env(Pass& pass, const Container& c, const std::vector<std::string>& unresolved) {
+  pass.decision.gpu_less.push_back(&c);
+  const std::optional<Mutation> mutation = hide_gpus(c, pass.policy, pass.decision);
+  if (mutation == Mutation::injected) pass.decision.findings.push_back({&c, Finding::Kind::image_default, {}});
+  // The runtime takes the last of duplicate entries, so any entry other than the exact one exposes GPUs.
+  const auto exposing = std::find_if(c.visible_devices.begin(), c.visible_devices.end(),
+                                     [&](const VisibleDevicesEntry& entry) { return !is_exact(entry, pass.policy); });
+  if (exposing != c.visible_devices.end()) {
+    std::string value = exposing->has_value_from ? "valueFrom" : std::string(exposing->value);
+    if (c.visible_devices.size() > 1) value += " (set " + std::to_string(c.visible_devices.size()) + " times)";
+    pass.decision.findings.push_back({&c, Finding::Kind::user_value, std::move(value)});
+  }
+  for (const std::string& why : unresolved) {
+    pass.facts.push_back(describe(c, ": " + why + ", so it is treated as requesting no GPU"));
+    annotate(pass.decision, "unresolved-claims", c.name);
+    pass.decision.findings.push_back({&c, Finding::Kind::unresolved_claim, why});
+  }
+  return mutation;
+}
+
+void host_device_mounts_door(Pass& pass, const Container& c) {
+  for (const std::string_view mount : c.volume_mounts) {
+    const auto volume = std::find_if(pass.review.pod.host_paths.begin(), pass.review.pod.host_paths.end(),
+                                     [&](const HostPathVolume& v) { return v.name == mount; });
+    if (volume == pass.review.pod.host_paths.end() || !reaches_gpu_devices(volume->path)) continue;
+    const std::string what =
+        "the host's " + std::string(volume->path) + " (hostPath volume \"" + std::string(volume->name) + "\")";
+    pass.door(Door::host_device_mounts, pass.policy.host_device_mounts, c, Finding::Kind::host_device_mount, what,
+              named(c) + " mounts " + what + " without requesting a GPU",
+              named(c) + " mounts " + what + ", which reaches GPU devices, without requesting a GPU",
+              "host-device-mounts", c.name);
+  }
+}
+
+void cdi_annotations_door(Pass& pass, const Container& c) {
+  if (pass.cdi_annotation == pass.review.pod.annotations.end()) return;
+  const std::string key(pass.cdi_annotation->key);
+  pass.door(Door::cdi_annotations, pass.policy.cdi_annotations, c, Finding::Kind::cdi_annotation, key,
+            "the annotation " + key + " names CDI devices, and " + named(c) + " requests no GPU",
+            "the annotation " + key + " names CDI devices directly, and " + named(c) + " requests no GPU",
+            "cdi-annotations", key);
+}
+
+void nvidia_cdi_annotations_door(Pass& pass, const Container& c) {
+  const Annotation* nri = nvidia_cdi_annotation(pass.review.pod, c);
+  if (nri == nullptr || nri->value.empty()) return;
+  const std::string key(nri->key);
+  pass.door(Door::nvidia_cdi_annotations, pass.policy.nvidia_cdi_annotations, c, Finding::Kind::nvidia_cdi_annotation,
+            key, "the annotation " + key + " names CDI devices for " + named(c) + ", which requests no GPU",
+            "the annotation " + key + " names CDI devices for the NVIDIA NRI plugin to inject into " + named(c) +
+                ", which requests no GPU",
+            "nvidia-cdi-annotations", c.name);
+}
+
+// Under void the runtime sets nothing up for the container, so these variables take no effect.
+void feature_env_vars_door(Pass& pass, const Container& c) {
+  if (pass.policy.visible_devices_value == "void") return;
+  for (auto it = c.feature_variables.begin(); it != c.feature_variables.end(); ++it) {
+    // The last entry of a name is the one the runtime sees.
+    const bool last = std::none_of(it + 1, c.feature_variables.end(),
+                                   [&](const FeatureEntry& later) { return later.name == it->name; });
+    if (!last || !enables_devices(*it)) continue;
+    // Built by appending: GCC 12 at -O2 warns falsely (-Wrestrict) on this chain of operator+ once inlined.
+    std::string what(it->name);
+    if (it->has_value_from) {
+      what.append(" through valueFrom");
+    } else {
+      what.append("=").append(it->value);
+    }
+    pass.door(Door::feature_env_vars, pass.policy.feature_env_vars, c, Finding::Kind::feature_env_var, what,
+              named(c) + " requests no GPU but sets " + what + ", with which the NVIDIA runtime adds devices",
+              named(c) + " requests no GPU but sets " + what +
+                  ", with which the NVIDIA runtime adds devices besides GPUs to it",
+              "feature-env-vars", c.name);
+  }
+}
+
+void runtime_class_door(Pass& pass, const Container& c) {
+  if (!pass.listed_runtime_class) return;
+  const std::string runtime_class(pass.review.pod.runtime_class);
+  pass.door(Door::runtime_classes, pass.policy.runtime_class_action, c, Finding::Kind::runtime_class, runtime_class,
+            "runtimeClassName \"" + runtime_class + "\" is in the policy's runtimeClasses, and " + named(c) +
+                " requests no GPU",
+            "runtimeClassName \"" + runtime_class + "\" is in the policy's runtimeClasses, and " + named(c) +
+                " requests no GPU",
+            "runtime-class", runtime_class);
+}
+
+void privileged_door(Pass& pass, const Container& c, bool gpu) {
+  if (!c.privileged) return;
+  pass.door(Door::privileged, pass.policy.privileged, c, Finding::Kind::privileged, {},
+            gpu ? named(c) + " is privileged and sees every GPU, not only those it requested"
+                : named(c) + " is privileged and sees every GPU whatever NVIDIA_VISIBLE_DEVICES says",
+            gpu ? named(c) + " is privileged, so it would see every GPU on the node, not only those it requested"
+                : named(c) +
+                      " is privileged without requesting a GPU, so it would see every GPU whatever "
+                      "NVIDIA_VISIBLE_DEVICES says",
+            "privileged", c.name);
+}
+
 }  // namespace
 
 std::string named(const Container& c) {
@@ -317,210 +560,41 @@ std::string bounded_warning(std::string text) {
 }
 
 Decision decide(const Review& review, const Policy& policy, const ClaimLookup* claims) {
-  Decision decision;
   // Allowed as it is: policy mode off, not a Pod CREATE or pods/ephemeralcontainers UPDATE, a mirror pod,
   // or an exempt namespace or service account.
   if (policy.mode == Mode::off || !review.has_pod || review.pod.mirror ||
       policy.is_exempt(review.namespace_, review.pod.service_account)) {
-    return decision;
+    return {};
   }
-  // What the webhook exempts, the node enforcer exempts too: a pod that gets here may not opt out of it.
-  const Annotation* toleration = nri_toleration(review, policy);
-
-  // At most one patch operation, mutation, finding and GPU-less entry per container in the common case: one
-  // allocation each.
-  const std::size_t containers = review.pod.containers.size();
-  decision.patch.reserve(containers);
-  decision.mutations.reserve(containers);
-  decision.findings.reserve(containers);
-  decision.gpu_less.reserve(containers);
-  std::vector<std::pair<const Container*, Mutation>> changed;
-  changed.reserve(containers);
-  std::vector<std::string> facts;
-  auto deny = [&](std::string reason) {
-    if (decision.allowed) decision.denial = std::move(reason);
-    decision.allowed = false;
-  };
-  if (toleration != nullptr) deny(nri_toleration_denial(*toleration));
-  // A door a policy key governs: warn says so (and annotates the audit log), deny refuses the pod.
-  auto door = [&](Door which, Action action, const Container& c, Finding::Kind kind, std::string detail,
-                  const std::string& warning, const std::string& denial, const std::string& annotation,
-                  std::string_view annotated_name) {
-    ++decision.doors[static_cast<std::size_t>(which)][static_cast<std::size_t>(action)];
-    decision.findings.push_back({&c, kind, std::move(detail)});
-    if (action == Action::warn) {
-      facts.push_back(bounded_warning(warning));
-      annotate(decision, annotation, annotated_name);
-    } else if (action == Action::deny) {
-      deny(denial);
-    }
-  };
-  const auto cdi_annotation = std::find_if(review.pod.annotations.begin(), review.pod.annotations.end(),
-                                           [](const Annotation& a) { return a.key.starts_with(kCdiAnnotationPrefix); });
-  const bool listed_runtime_class =
-      !review.pod.runtime_class.empty() && std::find(policy.runtime_classes.begin(), policy.runtime_classes.end(),
-                                                     review.pod.runtime_class) != policy.runtime_classes.end();
+  Pass pass(review, policy);
+  nri_toleration_door(pass);
   const Container* annotated_gpu = annotated_gpu_container(review.pod, policy);
   for (const Container& c : review.pod.containers) {
     if (already_running(c, review)) continue;  // the apiserver refuses any change to it
     const bool annotated = &c == annotated_gpu;
     std::vector<std::string> unresolved;
     const bool gpu = annotated || asks_for_gpu(c, policy) || claims_gpu(c, review, policy, claims, unresolved);
-    if (policy.mode == Mode::strict && sets_visible_devices_itself(c, gpu, annotated, policy)) {
-      deny(named(c) + " sets NVIDIA_VISIBLE_DEVICES itself, which policy mode strict does not allow");
-    }
+    strict_door(pass, c, gpu, annotated);
     std::optional<Mutation> mutation;
     if (gpu) {
-      const std::size_t first_operation = decision.patch.size();
-      const auto delivered = [&](const VisibleDevicesEntry& entry) { return delivered_by_scheduler(entry, annotated); };
-      if (policy.strip_user_value_from_gpu_containers &&
-          remove_entries(c, c.visible_devices.begin(),
-                         ": NVIDIA_VISIBLE_DEVICES set in the pod was removed; the device plugin assigns GPUs",
-                         decision, delivered)) {
-        mutation = Mutation::stripped;
-      }
-      if (std::any_of(c.visible_devices.begin(), c.visible_devices.end(),
-                      [&](const VisibleDevicesEntry& entry) { return !delivered(entry); })) {
-        decision.findings.push_back({&c, Finding::Kind::gpu_user_value, {}});
-      }
-      // A share of a GPU is what the device plugin's variables say (the MPS pipe, the limits, the one
-      // GPU): the pod's own come after them in the container's environment, and would win.
-      const ResourceAmount* share = shared_gpu_of(c, policy);
-      if (share != nullptr && !c.sharing_variables.empty()) {
-        if (policy.sharing_env_vars == SharingEnv::deny) {
-          deny(named(c) + " holds " + std::string(share->name) + ", a share of a GPU, and sets " +
-               std::string(c.sharing_variables.front().name) +
-               " itself, which would override the share's; policy sharingEnvVars deny does not allow that");
-        } else if (policy.sharing_env_vars == SharingEnv::strip) {
-          for (auto entry = c.sharing_variables.rbegin(); entry != c.sharing_variables.rend(); ++entry) {
-            decision.patch.push_back(
-                {PatchOperation::Op::remove, &c, PatchOperation::Target::env_entry, entry->env_index});
-            decision.warnings.push_back(
-                describe(c, ": " + std::string(entry->name) +
-                                " set in the pod was removed; a GPU share's are the device plugin's"));
-          }
-          mutation = Mutation::stripped;
-          // This container's removals, of NVIDIA_VISIBLE_DEVICES and of these, last index first: each
-          // removal then still names the entry it was meant for.
-          std::sort(decision.patch.begin() + static_cast<std::ptrdiff_t>(first_operation), decision.patch.end(),
-                    [](const PatchOperation& a, const PatchOperation& b) { return a.entry > b.entry; });
-        }
-      }
-      // The container's own variables come after the device plugin's, so an envFrom that defines the
-      // name overrides the allocation; an explicit entry that stays would override the envFrom.
-      const bool keeps_explicit_entry =
-          std::any_of(c.visible_devices.begin(), c.visible_devices.end(), [&](const VisibleDevicesEntry& entry) {
-            return delivered(entry) || !policy.strip_user_value_from_gpu_containers;
-          });
-      if (const EnvFromSource* source = env_from_that_could_set_visible_devices(c); source && !keeps_explicit_entry) {
-        const std::string what = std::string(source->kind) + " \"" + std::string(source->name) + "\"";
-        if (policy.mode == Mode::strict) {
-          deny(named(c) + " takes variables from " + what +
-               " (envFrom), which could set NVIDIA_VISIBLE_DEVICES and widen its GPUs; policy mode strict does not "
-               "allow that");
-        }
-        facts.push_back(describe(c, ": envFrom " + what + " could set NVIDIA_VISIBLE_DEVICES and widen its GPUs"));
-        annotate(decision, "env-from-may-set-visible-devices", c.name);
-        decision.findings.push_back({&c, Finding::Kind::env_from, what});
-      }
+      mutation = gpu_container_env(pass, c, annotated);
+      sharing_env_door(pass, c, mutation);
+      env_from_door(pass, c, annotated);
     } else {
-      decision.gpu_less.push_back(&c);
-      mutation = hide_gpus(c, policy, decision);
-      if (mutation == Mutation::injected) decision.findings.push_back({&c, Finding::Kind::image_default, {}});
-      // The runtime takes the last of duplicate entries, so any entry other than the exact one exposes GPUs.
-      const auto exposing = std::find_if(c.visible_devices.begin(), c.visible_devices.end(),
-                                         [&](const VisibleDevicesEntry& entry) { return !is_exact(entry, policy); });
-      if (exposing != c.visible_devices.end()) {
-        std::string value = exposing->has_value_from ? "valueFrom" : std::string(exposing->value);
-        if (c.visible_devices.size() > 1) value += " (set " + std::to_string(c.visible_devices.size()) + " times)";
-        decision.findings.push_back({&c, Finding::Kind::user_value, std::move(value)});
-      }
-      for (const std::string& why : unresolved) {
-        facts.push_back(describe(c, ": " + why + ", so it is treated as requesting no GPU"));
-        annotate(decision, "unresolved-claims", c.name);
-        decision.findings.push_back({&c, Finding::Kind::unresolved_claim, why});
-      }
-      for (const std::string_view mount : c.volume_mounts) {
-        const auto volume = std::find_if(review.pod.host_paths.begin(), review.pod.host_paths.end(),
-                                         [&](const HostPathVolume& v) { return v.name == mount; });
-        if (volume == review.pod.host_paths.end() || !reaches_gpu_devices(volume->path)) continue;
-        const std::string what =
-            "the host's " + std::string(volume->path) + " (hostPath volume \"" + std::string(volume->name) + "\")";
-        door(Door::host_device_mounts, policy.host_device_mounts, c, Finding::Kind::host_device_mount, what,
-             named(c) + " mounts " + what + " without requesting a GPU",
-             named(c) + " mounts " + what + ", which reaches GPU devices, without requesting a GPU",
-             "host-device-mounts", c.name);
-      }
-      if (cdi_annotation != review.pod.annotations.end()) {
-        const std::string key(cdi_annotation->key);
-        door(Door::cdi_annotations, policy.cdi_annotations, c, Finding::Kind::cdi_annotation, key,
-             "the annotation " + key + " names CDI devices, and " + named(c) + " requests no GPU",
-             "the annotation " + key + " names CDI devices directly, and " + named(c) + " requests no GPU",
-             "cdi-annotations", key);
-      }
-      if (const Annotation* nri = nvidia_cdi_annotation(review.pod, c); nri != nullptr && !nri->value.empty()) {
-        const std::string key(nri->key);
-        door(Door::nvidia_cdi_annotations, policy.nvidia_cdi_annotations, c, Finding::Kind::nvidia_cdi_annotation, key,
-             "the annotation " + key + " names CDI devices for " + named(c) + ", which requests no GPU",
-             "the annotation " + key + " names CDI devices for the NVIDIA NRI plugin to inject into " + named(c) +
-                 ", which requests no GPU",
-             "nvidia-cdi-annotations", c.name);
-      }
-      // Under void the runtime sets nothing up for the container, so these variables take no effect.
-      if (policy.visible_devices_value != "void") {
-        for (auto it = c.feature_variables.begin(); it != c.feature_variables.end(); ++it) {
-          // The last entry of a name is the one the runtime sees.
-          const bool last = std::none_of(it + 1, c.feature_variables.end(),
-                                         [&](const FeatureEntry& later) { return later.name == it->name; });
-          if (!last || !enables_devices(*it)) continue;
-          const std::string what =
-              std::string(it->name) + (it->has_value_from ? " through valueFrom" : "=" + std::string(it->value));
-          door(Door::feature_env_vars, policy.feature_env_vars, c, Finding::Kind::feature_env_var, what,
-               named(c) + " requests no GPU but sets " + what + ", with which the NVIDIA runtime adds devices",
-               named(c) + " requests no GPU but sets " + what +
-                   ", with which the NVIDIA runtime adds devices besides GPUs to it",
-               "feature-env-vars", c.name);
-        }
-      }
-      if (listed_runtime_class) {
-        const std::string runtime_class(review.pod.runtime_class);
-        door(Door::runtime_classes, policy.runtime_class_action, c, Finding::Kind::runtime_class, runtime_class,
-             "runtimeClassName \"" + runtime_class + "\" is in the policy's runtimeClasses, and " + named(c) +
-                 " requests no GPU",
-             "runtimeClassName \"" + runtime_class + "\" is in the policy's runtimeClasses, and " + named(c) +
-                 " requests no GPU",
-             "runtime-class", runtime_class);
-      }
+      mutation = gpu_less_env(pass, c, unresolved);
+      host_device_mounts_door(pass, c);
+      cdi_annotations_door(pass, c);
+      nvidia_cdi_annotations_door(pass, c);
+      feature_env_vars_door(pass, c);
+      runtime_class_door(pass, c);
     }
-    if (c.privileged) {
-      door(Door::privileged, policy.privileged, c, Finding::Kind::privileged, {},
-           gpu ? named(c) + " is privileged and sees every GPU, not only those it requested"
-               : named(c) + " is privileged and sees every GPU whatever NVIDIA_VISIBLE_DEVICES says",
-           gpu ? named(c) + " is privileged, so it would see every GPU on the node, not only those it requested"
-               : named(c) +
-                     " is privileged without requesting a GPU, so it would see every GPU whatever "
-                     "NVIDIA_VISIBLE_DEVICES says",
-           "privileged", c.name);
-    }
+    privileged_door(pass, c, gpu);
     if (mutation) {
-      decision.mutations.push_back(*mutation);
-      changed.emplace_back(&c, *mutation);
+      pass.decision.mutations.push_back(*mutation);
+      pass.changed.emplace_back(&c, *mutation);
     }
   }
-
-  if (policy.mode == Mode::audit) {
-    turn_into_audit(policy, decision, changed, std::move(facts));
-    return decision;
-  }
-  if (!decision.allowed) {  // nothing was changed, so only the reason is said
-    decision.patch.clear();
-    decision.mutations.clear();
-    decision.warnings.clear();
-    return decision;
-  }
-  decision.warnings.insert(decision.warnings.end(), std::make_move_iterator(facts.begin()),
-                           std::make_move_iterator(facts.end()));
-  return decision;
+  return pass.finish();
 }
 
 }  // namespace gpuguard::admission
