@@ -369,6 +369,18 @@ void nri_toleration_door(Pass& pass) {
   }
 }
 
+// gpuguard's device plugin's allocation key belongs on containers, where the kubelet puts it from Allocate;
+// on a pod it is a forgery (the node enforcer never trusts it there), refused outright.
+constexpr std::string_view kAllocationAnnotation = "gpuguard.io/allocated-gpus";
+
+void allocation_annotation_door(Pass& pass) {
+  if (std::any_of(pass.review.pod.annotations.begin(), pass.review.pod.annotations.end(),
+                  [](const Annotation& a) { return a.key == kAllocationAnnotation; })) {
+    pass.deny("the annotation " + std::string(kAllocationAnnotation) +
+              " is gpuguard's device plugin's, which the kubelet puts on containers; a pod may not carry it");
+  }
+}
+
 void strict_door(Pass& pass, const Container& c, bool gpu, bool annotated) {
   if (pass.policy.mode == Mode::strict && sets_visible_devices_itself(c, gpu, annotated, pass.policy)) {
     pass.deny(named(c) + " sets NVIDIA_VISIBLE_DEVICES itself, which policy mode strict does not allow");
@@ -568,6 +580,7 @@ Decision decide(const Review& review, const Policy& policy, const ClaimLookup* c
   }
   Pass pass(review, policy);
   nri_toleration_door(pass);
+  allocation_annotation_door(pass);
   const Container* annotated_gpu = annotated_gpu_container(review.pod, policy);
   for (const Container& c : review.pod.containers) {
     if (already_running(c, review)) continue;  // the apiserver refuses any change to it

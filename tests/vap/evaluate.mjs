@@ -1,6 +1,6 @@
-// Evaluates a ValidatingAdmissionPolicy as the apiserver does: variables in order (each sees the earlier
-// ones as `variables.<name>`), then the validations; the first false one denies with its
-// messageExpression. CEL comes from @bufbuild/cel with the strings extension Kubernetes enables.
+// Evaluates a ValidatingAdmissionPolicy as the apiserver does: its matchConditions (a request that fails one
+// is not evaluated at all), variables in order (each sees the earlier ones as `variables.<name>`), then the
+// validations; the first false one denies with its messageExpression, or its message. CEL comes from @bufbuild/cel with the strings extension Kubernetes enables.
 import { readFileSync } from "node:fs";
 import { run, isCelError } from "@bufbuild/cel";
 import { strings } from "@bufbuild/cel/ext";
@@ -21,13 +21,24 @@ for (const c of input.cases) {
   let message = "";
   try {
     const bindings = { object: c.object, oldObject: c.oldObject ?? null, params: c.params, request: c.request, variables: {} };
+    const matched = (spec.matchConditions ?? []).every((condition) => {
+      const value = evaluate(condition.expression, bindings);
+      if (typeof value !== "boolean") throw new Error(`match condition is not a boolean: ${condition.expression}`);
+      return value;
+    });
+    if (!matched) {
+      if (c.expect === "allow") passed++;
+      else failed++;
+      console.log(`${c.expect === "allow" ? "ok  " : "FAIL"} ${c.name}: not matched (matchConditions), allowed`);
+      continue;
+    }
     for (const variable of spec.variables) bindings.variables[variable.name] = evaluate(variable.expression, bindings);
     for (const validation of spec.validations) {
       const ok = evaluate(validation.expression, bindings);
       if (typeof ok !== "boolean") throw new Error(`validation is not a boolean: ${validation.expression}`);
       if (!ok) {
         verdict = "deny";
-        message = String(evaluate(validation.messageExpression, bindings));
+        message = validation.messageExpression ? String(evaluate(validation.messageExpression, bindings)) : validation.message;
         break;
       }
     }

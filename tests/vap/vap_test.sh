@@ -28,10 +28,21 @@ for name in sorted(os.listdir(fixtures)):
     request = review["request"]
     expect = json.load(open(os.path.join(d, "expect.json")))
     matched = request["kind"] == {"group": "", "version": "v1", "kind": "Pod"} and (
-        (request["operation"], request.get("subResource", "")) in {("CREATE", ""), ("UPDATE", "ephemeralcontainers")})
+        (request["operation"], request.get("subResource", "")) in {("CREATE", ""), ("UPDATE", "ephemeralcontainers"), ("UPDATE", "")})
+    # A plain pod UPDATE reaches the backstop alone (the webhook never sees it): its verdict is the fixture's.
+    annotation_update = (request["operation"], request.get("subResource", "")) == ("UPDATE", "")
     denied = not expect.get("allowed", True)
     if not matched or (denied and "backstop" not in expect):
         continue  # the backstop never sees these, or the webhook refused the pod outright
+    if annotation_update:
+        files = dict(defaults)
+        if os.path.exists(os.path.join(d, "policy.json")):
+            files.update(json.load(open(os.path.join(d, "policy.json"))))
+        cases.append({"name": name + ": a pod UPDATE, which only the backstop judges", "params": {"data": files},
+                      "request": {"operation": "UPDATE", "subResource": "", "namespace": request["namespace"]},
+                      "oldObject": request.get("oldObject"), "object": request["object"],
+                      "expect": expect.get("backstop", "allow")})
+        continue
     files = dict(defaults)
     if os.path.exists(os.path.join(d, "policy.json")):
         files.update(json.load(open(os.path.join(d, "policy.json"))))
@@ -48,7 +59,8 @@ for name in sorted(os.listdir(fixtures)):
     # expect.json may say "backstop" outright where an add/replace does not tell (a duplicate removed).
     as_submitted = expect.get("backstop", "deny" if enforced and injects else "allow")
     output = os.path.join(d, "expected-object.json")
-    common = {"params": {"data": files}, "request": {"operation": request["operation"], "namespace": request["namespace"]},
+    common = {"params": {"data": files}, "request": {"operation": request["operation"], "namespace": request["namespace"],
+                                                     "subResource": request.get("subResource", "")},
               "oldObject": request.get("oldObject")}
     if not denied:
         cases.append(dict(common, name=name + ": as the webhook leaves it",
@@ -57,7 +69,7 @@ for name in sorted(os.listdir(fixtures)):
 
 # A ConfigMap without data means the defaults, as it does for the webhook.
 bare = json.load(open(os.path.join(fixtures, "no-env/review.json")))["request"]
-cases.append({"name": "empty ConfigMap: defaults apply", "params": {}, "request": {"operation": "CREATE", "namespace": "team-a"},
+cases.append({"name": "empty ConfigMap: defaults apply", "params": {}, "request": {"operation": "CREATE", "namespace": "team-a", "subResource": ""},
               "object": bare["object"], "expect": "deny"})
 json.dump({"policy": policy, "cases": cases}, open(os.path.join(work, "cases.json"), "w"))
 print(f"{len(cases)} backstop cases from the fixture table")
