@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -423,4 +424,96 @@ func nodeEnforcerFailure(t *T, e *Env) {
 	})
 	t.Logf("containerd restarted: the enforcer registered again within %s", time.Since(started).Round(100*time.Millisecond))
 	expectNoGPU(t, "after containerd's restart, a kube-system pod", n.look(t, e, n.runPodIn(t, "kube-system", cudaPod("after-restart"))), "void")
+}
+
+// nodeHardened: the second line under the node enforcer, as security.md's hardening sets it up: NVIDIA's
+// toolkit ignores NVIDIA_VISIBLE_DEVICES in unprivileged containers, and gpuguard's plugin hands GPUs out as
+// CDI devices through the CRI (cdi-cri). The node report and the GPUIsolation condition say "not hardened"
+// before and "hardened" after. Then admission is bypassed and the enforcer is killed while pods are created:
+// a GPU-less pod of the CUDA-like image, one that sets all itself and one that sets the index of the other
+// GPU see no GPU, and a GPU pod its own alone. Nothing leaks with neither admission nor the enforcer.
+func nodeHardened(t *T, e *Env) {
+	n := e.gpuguardFor(t)
+	n.waitForConditionMessage(t, "; not hardened: ")
+	const config = "/etc/nvidia-container-runtime/config.toml"
+	saved, err := os.ReadFile(config)
+	t.must(err, "reading the toolkit's config")
+	t.must(os.WriteFile(config, append([]byte("accept-nvidia-visible-devices-envvar-when-unprivileged = false\n"), saved...), 0o644),
+		"hardening the toolkit")
+	defer os.WriteFile(config, saved, 0o644)
+	n.helm(t, e, "upgrade", "--reuse-values", "--set", "devicePlugin.deviceListStrategy=cdi-cri")
+	defer func() {
+		n.helm(t, e, "upgrade", "--reset-values", "--set", "image.repository="+gpuguardRepo, "--set", "image.tag="+gpuguardTag)
+		n.waitForGPUs(t)
+		n.waitForEnforcerRegistered(t)
+	}()
+	n.waitForGPUs(t)
+	n.waitForEnforcerRegistered(t)
+	condition := n.waitForConditionMessage(t, "; hardened: ")
+	restore := n.bypassAdmission(t)
+	defer restore()
+
+	// The enforcer killed: the kubelet starts it again after its back-off (10 s at first), and the pods
+	// below are created meanwhile, so NRI creates them as if it had no plugin.
+	enforcers, err := n.cluster.client.CoreV1().Pods(gpuguardNamespace).List(t.ctx, metav1.ListOptions{LabelSelector: enforcerSelector})
+	t.must(err, "listing the enforcer's pods")
+	if len(enforcers.Items) != 1 {
+		t.Fatalf("%d enforcer pods; want 1", len(enforcers.Items))
+	}
+	restarts := enforcers.Items[0].Status.ContainerStatuses[0].RestartCount
+	pid, err := strconv.Atoi(taskPIDs(t, e)[containerID(t, &enforcers.Items[0])])
+	t.must(err, "finding the enforcer's process")
+	t.must(syscall.Kill(pid, syscall.SIGKILL), "killing the enforcer")
+	killed := time.Now()
+
+	names := []string{"hardened-image-all", "hardened-sets-all", "hardened-sets-index", "hardened-gpu"}
+	defer n.deletePods(t, names...)
+	pods := []*corev1.Pod{cudaPod(names[0]), cudaPod(names[1], withEnv("NVIDIA_VISIBLE_DEVICES", "all")),
+		cudaPod(names[2], withEnv("NVIDIA_VISIBLE_DEVICES", "1")), cudaPod(names[3], withRequest(gpuResource, "1"))}
+	for _, pod := range pods {
+		_, err := n.cluster.client.CoreV1().Pods(nodeNamespace).Create(t.ctx, pod, metav1.CreateOptions{})
+		t.must(err, "creating pod "+pod.Name)
+	}
+	sights := map[string]sight{}
+	for _, name := range names {
+		sights[name] = n.look(t, e, n.waitRunning(t, nodeNamespace, name))
+	}
+	created := time.Since(killed)
+	for _, name := range names[:3] {
+		if s := sights[name]; len(s.gpus()) != 0 {
+			t.Errorf("%s on a hardened node, with neither admission nor the enforcer: %s; want no GPU", name, s)
+		}
+	}
+	if gpu := sights[names[3]]; len(gpu.gpus()) != 1 {
+		t.Errorf("a GPU pod on a hardened node: %s; want its one GPU alone", gpu)
+	}
+	// The pods were indeed created while the enforcer was away: it was killed, and is back only now.
+	n.waitForEnforcerRegistered(t)
+	after, err := n.cluster.client.CoreV1().Pods(gpuguardNamespace).List(t.ctx, metav1.ListOptions{LabelSelector: enforcerSelector})
+	t.must(err, "listing the enforcer's pods")
+	if got := after.Items[0].Status.ContainerStatuses[0].RestartCount; got <= restarts {
+		t.Errorf("the enforcer's restart count is %d, as before the kill; it was not killed", got)
+	}
+	t.Logf("hardened (%s); the four pods ran %s after the enforcer was killed: %v", condition.Message, created.Round(time.Millisecond), sights)
+}
+
+// waitForConditionMessage waits until the node's GPUIsolation condition's message holds `part`.
+func (n *Node) waitForConditionMessage(t *T, part string) corev1.NodeCondition {
+	var found corev1.NodeCondition
+	t.must(eventually(t.ctx, time.Minute, func() error {
+		node, err := n.cluster.client.CoreV1().Nodes().Get(t.ctx, nodeName, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		for _, c := range node.Status.Conditions {
+			if c.Type == "GPUIsolation" {
+				found = c
+				if strings.Contains(c.Message, part) {
+					return nil
+				}
+			}
+		}
+		return fmt.Errorf("node %s's GPUIsolation condition says %q; want %q in it", nodeName, found.Message, part)
+	}), "waiting for the node's GPUIsolation condition")
+	return found
 }

@@ -84,6 +84,7 @@ class Judge {
     read_cdi_specs();
     resolve_mode();
     decide();
+    judge_hardening();
     add_findings();
     return std::move(report_);
   }
@@ -481,6 +482,27 @@ class Judge {
       r.reason = "mode '" + mode + "' is not one this report knows; void is no device request in every mode known";
       find(Severity::warning, "unknown-mode", "the toolkit's mode '" + mode + "' is not one this report knows",
            std::string(kToolkitConfig));
+    }
+  }
+
+  void judge_hardening() {
+    const Facts& f = facts();
+    const bool nvidia_used = f.default_is_nvidia || !f.nvidia_handlers.empty();
+    if (!nvidia_used) {
+      report_.hardened = true;
+      report_.hardening = "no runtime handler runs NVIDIA's runtime: no container's environment selects GPUs";
+    } else if (!f.envvar_when_unprivileged) {
+      report_.hardened = true;
+      report_.hardening =
+          "NVIDIA's runtime ignores NVIDIA_VISIBLE_DEVICES in unprivileged containers "
+          "(accept-nvidia-visible-devices-envvar-when-unprivileged = false): GPU containers get theirs through "
+          "device lists or CDI, and a container created while the node enforcer does not answer gets none by its "
+          "environment";
+    } else {
+      report_.hardened = false;
+      report_.hardening =
+          "NVIDIA's runtime reads NVIDIA_VISIBLE_DEVICES in unprivileged containers: where the node enforcer does "
+          "not answer, a container's environment decides (docs/security.md#harden-the-nodes-the-nvidia-toolkit)";
     }
   }
 

@@ -22,6 +22,8 @@ Condition condition_of(const Report& report) {
     for (const std::string& door : report.doors) condition.message += " " + door + ";";
     condition.message.pop_back();
   }
+  condition.message += report.hardened ? "; hardened: " : "; not hardened: ";
+  condition.message += report.hardening;
   return condition;
 }
 

@@ -43,6 +43,8 @@ std::string to_json(const Report& report) {
                         {"verdict", verdict_name(report.verdict)},
                         {"reason", report.reason},
                         {"doors", report.doors},
+                        {"hardened", report.hardened},
+                        {"hardening", report.hardening},
                         {"facts", std::move(facts)},
                         {"findings", std::move(findings)}}
              .dump(2, ' ', false, nlohmann::json::error_handler_t::replace) +
@@ -54,6 +56,7 @@ std::string to_text(const Report& report) {
   std::string text = "NVIDIA_VISIBLE_DEVICES=" + report.value + ": " + std::string(verdict_name(report.verdict)) +
                      "\n  " + report.reason + "\n";
   for (const std::string& door : report.doors) text += "  door: " + door + "\n";
+  text += std::string(report.hardened ? "hardened: " : "not hardened: ") + report.hardening + "\n";
   text += "toolkit: " + (f.toolkit_config ? f.toolkit_config_file : std::string("no config.toml")) + ", mode " + f.mode;
   if (!f.resolved_mode.empty() && f.resolved_mode != f.mode) text += " (" + f.resolved_mode + ")";
   text += ", version " + f.toolkit_version.value_or("unknown");

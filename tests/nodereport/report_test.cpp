@@ -47,6 +47,11 @@ TEST_CASE("node report: every fixture host root gets its verdict for none and fo
       const nodereport::Condition condition = nodereport::condition_of(report);
       CHECK(condition.status == (report.value_honoured() ? "True" : "False"));
       CHECK_THAT(condition.message, Catch::StartsWith("NVIDIA_VISIBLE_DEVICES=" + value + ": "));
+      // Whether the environment is a second line where the enforcer does not answer: said in the report and
+      // the condition; a case says it where it is so.
+      CHECK(report.hardened == expect.value("hardened", false));
+      CHECK(json["hardened"] == report.hardened);
+      CHECK_THAT(condition.message, Catch::Contains(report.hardened ? "; hardened: " : "; not hardened: "));
       for (const auto& finding : report.findings) {
         if (finding.code == "malformed-file") CHECK(finding.line > 0);
       }

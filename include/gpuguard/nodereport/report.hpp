@@ -84,6 +84,11 @@ struct Report {
   std::vector<std::string> doors;  // under not_acted_on: how containers do reach GPUs on this node
   Facts facts;
   std::vector<Finding> findings;
+  // A second line under the node enforcer: an unprivileged container's environment asks NVIDIA's runtime
+  // for no GPU on this node (accept-nvidia-visible-devices-envvar-when-unprivileged = false, or no NVIDIA
+  // runtime at all), so a container created while the enforcer does not answer still gets none that way.
+  bool hardened = false;
+  std::string hardening;  // why, in words
 
   bool value_honoured() const { return verdict == Verdict::honoured || verdict == Verdict::not_acted_on; }
 };
