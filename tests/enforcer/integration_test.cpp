@@ -77,6 +77,16 @@ class FakeKubelet final : public v1::PodResourcesLister::Service {
     pods_.push_back(std::move(converted));
   }
   void set_delay(std::chrono::milliseconds delay) { delay_ = delay; }
+  // Pads every answer with a pod of `containers` containers with long names: an answer past the enforcer's
+  // receive limit, as thousands of containers on a node make one.
+  void set_padding(std::size_t containers) {
+    v1::PodResources padding;
+    padding.set_namespace_("padding");
+    padding.set_name("many-containers");
+    for (std::size_t i = 0; i < containers; ++i) padding.add_containers()->set_name(std::string(200, 'c') + std::to_string(i));
+    const std::lock_guard lock(mutex_);
+    pods_.push_back(std::move(padding));
+  }
   grpc::Status List(grpc::ServerContext*, const v1::ListPodResourcesRequest*,
                     v1::ListPodResourcesResponse* out) override {
     std::this_thread::sleep_for(delay_.load());
@@ -658,5 +668,24 @@ TEST_CASE("the largest request an attacker can make: answered with a bounded ref
   CHECK(out[2]["env"] == json::array({"NVIDIA_VISIBLE_DEVICES=void"}));
   CHECK(enforcer.series("gpuguard_node_enforcer_connections_total{event=\"registered\"}") == 1);
   CHECK(enforcer.series("gpuguard_node_enforcer_oversized_answers_total") == 0);
+  CHECK(enforcer.terminate() == 0);
+}
+
+TEST_CASE("a kubelet that answers too much: a container that reaches GPUs is refused, never let through") {
+  Node node;
+  FakeKubelet kubelet(node.kubelet_socket);
+  kubelet.set("team-a", "big", {{{"app", {}, {}}}});
+  kubelet.set_padding(100'000);  // about 21 MB, over the enforcer's 16 MiB
+  EnforcerProcess enforcer(node);
+  json without_gpu = cuda_container("c2");
+  without_gpu["env"] = json::array({"NVIDIA_VISIBLE_DEVICES=void"});
+  const json script = {{"steps", json::array({{{"wait_plugin", 10}}, create_step(gpu_less_pod("big"), cuda_container("c1")),
+                                              create_step(gpu_less_pod("big"), without_gpu)})}};
+  const auto out = run_runtime(node, script);
+  INFO(enforcer.log().substr(0, 3000));
+  REQUIRE(out[1].contains("error"));
+  CHECK_THAT(out[1]["error"].get<std::string>(), Catch::Contains("while its allocation cannot be read"));
+  CHECK_FALSE(out[2].contains("error"));  // one that reaches no GPU is created all the same
+  CHECK(enforcer.series("gpuguard_node_enforcer_kubelet_errors_total") >= 1);
   CHECK(enforcer.terminate() == 0);
 }
