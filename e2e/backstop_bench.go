@@ -13,6 +13,7 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 )
@@ -143,4 +144,77 @@ func benchBackstopCreate(t *T, e *Env) {
 		median(with.perSecond), len(with.perSecond), with.perSecond)
 	t.Logf("without it, %d at once: %.0f creates/s (median of %d rounds: %v)", backstopConcurrent,
 		median(without.perSecond), len(without.perSecond), without.perSecond)
+}
+
+// benchBackstopUpdate: what the backstop adds to pod UPDATEs, now that it judges those that change
+// annotations. One pod; its annotation's value changed (evaluated by the policy) and its label's (not
+// evaluated: the policy's matchConditions), each timed with the binding in place and deleted, alternating.
+func benchBackstopUpdate(t *T, e *Env) {
+	w := e.webhookFor(t)
+	c := w.cluster
+	c.namespace(t, backstopBenchNamespace, nil)
+	defer func() {
+		if err := c.client.CoreV1().Namespaces().Delete(t.ctx, backstopBenchNamespace, metav1.DeleteOptions{}); err != nil {
+			t.Errorf("deleting %s: %v", backstopBenchNamespace, err)
+		}
+	}()
+	unlimited := rest.CopyConfig(c.config)
+	unlimited.QPS = -1
+	client, err := kubernetes.NewForConfig(unlimited)
+	t.must(err, "making a client without a rate limit")
+	bindings := client.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings()
+	installed, err := bindings.Get(t.ctx, backstopBinding, metav1.GetOptions{})
+	t.must(err, "reading the backstop's binding")
+	binding := func(on bool) {
+		if on {
+			_, err := bindings.Create(t.ctx, &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
+				ObjectMeta: metav1.ObjectMeta{Name: installed.Name, Labels: installed.Labels}, Spec: installed.Spec}, metav1.CreateOptions{})
+			t.must(err, "creating the backstop's binding again")
+		} else {
+			t.must(bindings.Delete(t.ctx, backstopBinding, metav1.DeleteOptions{}), "deleting the backstop's binding")
+		}
+		time.Sleep(backstopSettle)
+	}
+	defer func() {
+		if _, err := bindings.Get(t.ctx, backstopBinding, metav1.GetOptions{}); err != nil {
+			binding(true)
+		}
+	}()
+	_, err = client.CoreV1().Pods(backstopBenchNamespace).Create(t.ctx, podWith("updated", container("app")), metav1.CreateOptions{})
+	t.must(err, "creating the pod the bench updates")
+	updates := 0
+	update := func(field string) time.Duration {
+		updates++
+		patch := fmt.Sprintf(`{"metadata":{%q:{"bench":"%d"}}}`, field, updates)
+		started := time.Now()
+		_, err := client.CoreV1().Pods(backstopBenchNamespace).Patch(t.ctx, "updated", types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+		took := time.Since(started)
+		t.must(err, "updating the pod's "+field)
+		return took
+	}
+	timings := map[string][]time.Duration{}
+	measure := func(on bool) {
+		for _, field := range []string{"annotations", "labels"} {
+			key := fmt.Sprintf("%s, binding %v", field, on)
+			for i := 0; i < backstopCreates; i++ {
+				timings[key] = append(timings[key], update(field))
+			}
+		}
+	}
+	for round := 1; round <= backstopRounds; round++ {
+		if round%2 == 1 {
+			measure(true)
+			binding(false)
+			measure(false)
+			binding(true)
+		} else {
+			binding(false)
+			measure(false)
+			binding(true)
+			measure(true)
+		}
+	}
+	for _, key := range []string{"annotations, binding true", "annotations, binding false", "labels, binding true", "labels, binding false"} {
+		t.Logf("%s: %s", key, summarize(timings[key]))
+	}
 }

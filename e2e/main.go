@@ -53,6 +53,7 @@ var scenarios = []scenario{
 	{"reinvocation", "a container added by a later webhook is patched when gpuguard is reinvoked", reinvocation},
 	{"policy", "strict, audit, off, exemptions and privileged: deny, from the ConfigMap through a kubelet-style volume", policyModes},
 	{"failure-policy-and-backstop", "webhook down: Fail refuses, Ignore falls back to the ValidatingAdmissionPolicy; back up: admitted", failurePolicyAndBackstop},
+	{"backstop-pod-updates", "the backstop refuses a pod UPDATE that gives a gated pod the NRI toleration or gpuguard's allocation key, which the webhook never sees; labels and other annotations change as before", backstopPodUpdates},
 	{"dra-claims", "containers claiming a GPU device class (learned by list and watch) keep their GPUs; others, and unknown claims, get none", draClaims},
 	{"other-doors", "hostPath device mounts, CDI annotations and listed RuntimeClasses are warned about or refused", otherDoors},
 	{"scheduler-extender", "kube-scheduler binds 1, 1, 2 GPU pods with the extender and with MostAllocated, not with the defaults", schedulerExtender},

@@ -457,3 +457,36 @@ func failurePolicyAndBackstop(t *T, e *Env) {
 		expectEnv(t, stored, map[string]string{"app": "none"})
 	}
 }
+
+// backstopPodUpdates: the backstop judges pod UPDATEs that change annotations, which the webhook never sees,
+// on the real API server: a pod held by a scheduling gate may not be given the NRI toleration or gpuguard's
+// allocation key after its admission; a label, or another annotation, is changed as before.
+func backstopPodUpdates(t *T, e *Env) {
+	w := e.webhookFor(t)
+	c := w.cluster
+	const ns = "e2e-pod-updates"
+	c.namespace(t, ns, nil)
+	pod := podWith("gated", container("app"))
+	pod.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: "gpuguard.io/e2e-held"}}
+	_, err := c.client.CoreV1().Pods(ns).Create(t.ctx, pod, metav1.CreateOptions{})
+	t.must(err, "creating a gated pod")
+	defer c.client.CoreV1().Pods(ns).Delete(t.ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))})
+	update := func(patch string) error {
+		_, err := c.client.CoreV1().Pods(ns).Patch(t.ctx, pod.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+		return err
+	}
+	for _, tc := range []struct{ patch, refusal string }{
+		{`{"metadata":{"annotations":{"tolerate-missing-nri-plugins.noderesource.dev":"true"}}}`, "would let the pod's containers start without gpuguard-node-enforcer"},
+		{`{"metadata":{"annotations":{"gpuguard.io/allocated-gpus":"GPU-1"}}}`, "a pod may not carry it"},
+	} {
+		err := update(tc.patch)
+		if err == nil || !strings.Contains(err.Error(), tc.refusal) {
+			t.Errorf("an UPDATE %s: %v; want the backstop's refusal %q", tc.patch, err, tc.refusal)
+		}
+	}
+	for _, patch := range []string{`{"metadata":{"labels":{"team":"a"}}}`, `{"metadata":{"annotations":{"note":"fine"}}}`} {
+		if err := update(patch); err != nil {
+			t.Errorf("an UPDATE %s: %v; want it through", patch, err)
+		}
+	}
+}
