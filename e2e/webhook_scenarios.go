@@ -466,26 +466,37 @@ func backstopPodUpdates(t *T, e *Env) {
 	c := w.cluster
 	const ns = "e2e-pod-updates"
 	c.namespace(t, ns, nil)
-	pod := podWith("gated", container("app"))
-	pod.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: "gpuguard.io/e2e-held"}}
-	_, err := c.client.CoreV1().Pods(ns).Create(t.ctx, pod, metav1.CreateOptions{})
-	t.must(err, "creating a gated pod")
-	defer c.client.CoreV1().Pods(ns).Delete(t.ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))})
-	update := func(patch string) error {
-		_, err := c.client.CoreV1().Pods(ns).Patch(t.ctx, pod.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	pods := c.client.CoreV1().Pods(ns)
+	made := 0
+	gated := func() string {
+		made++
+		pod := podWith(fmt.Sprintf("gated-%d", made), container("app"))
+		pod.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: "gpuguard.io/e2e-held"}}
+		_, err := pods.Create(t.ctx, pod, metav1.CreateOptions{})
+		t.must(err, "creating a gated pod")
+		return pod.Name
+	}
+	defer pods.DeleteCollection(t.ctx, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))}, metav1.ListOptions{})
+	update := func(name, patch string) error {
+		_, err := pods.Patch(t.ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
 		return err
 	}
 	for _, tc := range []struct{ patch, refusal string }{
 		{`{"metadata":{"annotations":{"tolerate-missing-nri-plugins.noderesource.dev":"true"}}}`, "would let the pod's containers start without gpuguard-node-enforcer"},
 		{`{"metadata":{"annotations":{"gpuguard.io/allocated-gpus":"GPU-1"}}}`, "a pod may not carry it"},
 	} {
-		err := update(tc.patch)
-		if err == nil || !strings.Contains(err.Error(), tc.refusal) {
-			t.Errorf("an UPDATE %s: %v; want the backstop's refusal %q", tc.patch, err, tc.refusal)
-		}
+		// A fresh pod each try: the API server's policy informer takes a new policy within a second or so.
+		t.must(eventually(t.ctx, 30*time.Second, func() error {
+			err := update(gated(), tc.patch)
+			if err == nil || !strings.Contains(err.Error(), tc.refusal) {
+				return fmt.Errorf("an UPDATE %s: %v; want the backstop's refusal %q", tc.patch, err, tc.refusal)
+			}
+			return nil
+		}), "an UPDATE the backstop refuses")
 	}
+	name := gated()
 	for _, patch := range []string{`{"metadata":{"labels":{"team":"a"}}}`, `{"metadata":{"annotations":{"note":"fine"}}}`} {
-		if err := update(patch); err != nil {
+		if err := update(name, patch); err != nil {
 			t.Errorf("an UPDATE %s: %v; want it through", patch, err)
 		}
 	}
