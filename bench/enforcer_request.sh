@@ -5,8 +5,9 @@
 # once, on one core and under a CPU limit of 100m (a cgroup v1 CFS quota of 10 ms per 100 ms). The runtime
 # is e2e/cmd/nri-runtime (NRI's own adaptation library, v0.12.3); no kubelet answers, so the allocation is
 # unknown and every create is refused, having been read and judged in full: the path the attack takes.
-# Figures go to stdout and docs/benchmarks.md says what they were.
-#   bench/enforcer_request.sh
+# Figures go to stdout and docs/benchmarks.md says what they were. ENFORCER names another binary (an
+# earlier build, for a before and after in one run).
+#   [ENFORCER=path] bench/enforcer_request.sh
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="$root/${BUILD_DIR:-build}"
@@ -45,11 +46,12 @@ run() {  # LABEL [CGROUP]
   local runtime=$!
   children+=("$runtime")
   sleep 0.5
-  taskset -c 0 "$build/gpuguard-node-enforcer" --nri-socket "$out/nri.sock" --pod-resources-socket "$out/none.sock" \
+  taskset -c 0 "${ENFORCER:-$build/gpuguard-node-enforcer}" --nri-socket "$out/nri.sock" --pod-resources-socket "$out/none.sock" \
     --host-root "$out/host" --metrics-address 127.0.0.1:0 2> "$out/$label.enforcer.log" &
   local enforcer=$!
   children+=("$enforcer")
   if [ -n "$cgroup" ]; then echo "$enforcer" > "$cgroup/tasks"; fi
+  children+=("$enforcer")
   sleep 1.5
   memory "$enforcer" "$label, at rest"
   local rest_anon rest_rss
@@ -74,9 +76,9 @@ one = steps[2]
 burst = steps[4]
 size = len(json.dumps(json.load(open(sys.argv[1].rsplit("/", 1)[0] + "/script.json"))["steps"][2]["create"]))
 each = sorted(burst["micros_each"])
-errors = [e for e in burst["errors"] if "PermissionDenied desc = gpuguard" not in e]
-print(f"{sys.argv[2]}: one create of a {size / 1048576:.2f} MiB request: {one['micros'] / 1000:.1f} ms, answered with "
-      f"{len(one.get('error', ''))} bytes of refusal")
+errors = [e for e in burst.get("errors", []) if "PermissionDenied desc = gpuguard" not in e]
+print(f"{sys.argv[2]}: one create of a {size / 1048576:.2f} MiB request: {one['micros'] / 1000:.1f} ms, "
+      + (f"answered with {len(one['error'])} bytes of refusal" if 'error' in one else "CREATED, not refused"))
 print(f"{sys.argv[2]}: 16 at once: the last answered after {each[-1] / 1000:.0f} ms, the median {each[8] / 1000:.0f} ms; "
       f"{len(errors)} not refused by gpuguard")
 PY

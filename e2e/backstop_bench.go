@@ -19,10 +19,11 @@ import (
 )
 
 const (
-	backstopBenchNamespace = "e2e-bench-backstop"
-	backstopCreates        = 200 // per phase and round, each way of creating
-	backstopRounds         = 4
-	backstopConcurrent     = 8
+	backstopBenchNamespace  = "e2e-bench-backstop"
+	backstopUpdateNamespace = "e2e-bench-backstop-update"
+	backstopCreates         = 200 // per phase and round, each way of creating
+	backstopRounds          = 4
+	backstopConcurrent      = 8
 	// The API server's policy informer takes a new or deleted binding within a second; twice that.
 	backstopSettle = 2 * time.Second
 )
@@ -152,10 +153,10 @@ func benchBackstopCreate(t *T, e *Env) {
 func benchBackstopUpdate(t *T, e *Env) {
 	w := e.webhookFor(t)
 	c := w.cluster
-	c.namespace(t, backstopBenchNamespace, nil)
+	c.namespace(t, backstopUpdateNamespace, nil)
 	defer func() {
-		if err := c.client.CoreV1().Namespaces().Delete(t.ctx, backstopBenchNamespace, metav1.DeleteOptions{}); err != nil {
-			t.Errorf("deleting %s: %v", backstopBenchNamespace, err)
+		if err := c.client.CoreV1().Namespaces().Delete(t.ctx, backstopUpdateNamespace, metav1.DeleteOptions{}); err != nil {
+			t.Errorf("deleting %s: %v", backstopUpdateNamespace, err)
 		}
 	}()
 	unlimited := rest.CopyConfig(c.config)
@@ -180,14 +181,14 @@ func benchBackstopUpdate(t *T, e *Env) {
 			binding(true)
 		}
 	}()
-	_, err = client.CoreV1().Pods(backstopBenchNamespace).Create(t.ctx, podWith("updated", container("app")), metav1.CreateOptions{})
+	_, err = client.CoreV1().Pods(backstopUpdateNamespace).Create(t.ctx, podWith("updated", container("app")), metav1.CreateOptions{})
 	t.must(err, "creating the pod the bench updates")
 	updates := 0
 	update := func(field string) time.Duration {
 		updates++
 		patch := fmt.Sprintf(`{"metadata":{%q:{"bench":"%d"}}}`, field, updates)
 		started := time.Now()
-		_, err := client.CoreV1().Pods(backstopBenchNamespace).Patch(t.ctx, "updated", types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+		_, err := client.CoreV1().Pods(backstopUpdateNamespace).Patch(t.ctx, "updated", types.MergePatchType, []byte(patch), metav1.PatchOptions{})
 		took := time.Since(started)
 		t.must(err, "updating the pod's "+field)
 		return took

@@ -620,6 +620,21 @@ func nodeImageHardened(t *T, e *Env) {
 			if uid != wantUID {
 				t.Errorf("pod %s: %s runs as UID %s, want %s", pod.Name, status.Name, uid, wantUID)
 			}
+			if strings.Contains(pod.Name, "node-enforcer") {
+				// Its memory as the node spends it: its libraries' pages are shared with the device plugin's,
+				// mapped from the same image files, so PSS and private memory say what it costs the node.
+				if rollup, err := os.ReadFile("/proc/" + pid + "/smaps_rollup"); err == nil {
+					var fields []string
+					for _, line := range strings.Split(string(rollup), "\n") {
+						for _, name := range []string{"Rss:", "Pss:", "Shared_Clean:", "Private_Clean:", "Private_Dirty:"} {
+							if strings.HasPrefix(line, name) {
+								fields = append(fields, strings.Join(strings.Fields(line), " "))
+							}
+						}
+					}
+					t.Logf("the node enforcer's memory on the node: %s", strings.Join(fields, ", "))
+				}
+			}
 			mounts, err := os.ReadFile("/proc/" + pid + "/mountinfo")
 			t.must(err, "reading a container's mounts")
 			if !rootReadOnly(mounts) {
