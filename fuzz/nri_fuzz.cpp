@@ -21,7 +21,6 @@
 #include "gpuguard/nri/messages.hpp"
 #include "gpuguard/nri/wire.hpp"
 
-
 namespace {
 
 [[noreturn]] void violated(const char* what) {
@@ -31,7 +30,7 @@ namespace {
 
 struct Decoded {
   std::map<std::uint32_t, std::string> streams;  // each connection's bytes
-  std::vector<gpuguard::nri::Message> messages;            // connection 1's messages
+  std::vector<gpuguard::nri::Message> messages;  // connection 1's messages
 };
 
 Decoded decode_all(std::string_view bytes, std::size_t read_size) {
@@ -60,7 +59,8 @@ Decoded decode_all(std::string_view bytes, std::size_t read_size) {
 
 void check_view(const gpuguard::enforcer::ContainerView& view) {
   if (view.mounts.size() > gpuguard::enforcer::kViewListMax || view.devices.size() > gpuguard::enforcer::kViewListMax ||
-      view.cdi_devices.size() > gpuguard::enforcer::kViewListMax || view.annotations.size() > gpuguard::enforcer::kViewListMax) {
+      view.cdi_devices.size() > gpuguard::enforcer::kViewListMax ||
+      view.annotations.size() > gpuguard::enforcer::kViewListMax) {
     violated("a view over its list bound");
   }
   for (const auto& [name, variable] : view.env) {
@@ -76,18 +76,23 @@ void check_decision(const gpuguard::enforcer::ContainerView& view, const gpuguar
     gpuguard::policy::Policy policy;
     policy.node_enforcement = mode;
     const gpuguard::enforcer::Decision decision = gpuguard::enforcer::decide(view, allocation, node, policy);
-    if (decision.action != gpuguard::enforcer::Decision::Action::allow && decision.beyond.empty()) violated("acted on nothing");
+    if (decision.action != gpuguard::enforcer::Decision::Action::allow && decision.beyond.empty())
+      violated("acted on nothing");
     if (decision.beyond.size() > gpuguard::enforcer::kBeyondKept || decision.beyond.size() > decision.beyond_count) {
       violated("more lines kept than the bound, or than counted");
     }
     if (decision.message.size() > gpuguard::enforcer::kMessageMax) violated("a message over its bound");
-    if (mode == gpuguard::policy::NodeEnforcement::audit && decision.action != gpuguard::enforcer::Decision::Action::allow) {
+    if (mode == gpuguard::policy::NodeEnforcement::audit &&
+        decision.action != gpuguard::enforcer::Decision::Action::allow) {
       violated("acted under audit");
     }
     for (const auto& [name, value] : decision.set_env) {
-      if (name == gpuguard::enforcer::kVisibleDevices && value != "GPU-b") violated("set to something other than the allocation");
-      if (name == gpuguard::enforcer::kImexChannels && value != "void") violated("IMEX channels set to ones not allocated");
-      if (name != gpuguard::enforcer::kVisibleDevices && name != gpuguard::enforcer::kImexChannels) violated("set another variable");
+      if (name == gpuguard::enforcer::kVisibleDevices && value != "GPU-b")
+        violated("set to something other than the allocation");
+      if (name == gpuguard::enforcer::kImexChannels && value != "void")
+        violated("IMEX channels set to ones not allocated");
+      if (name != gpuguard::enforcer::kVisibleDevices && name != gpuguard::enforcer::kImexChannels)
+        violated("set another variable");
     }
     if (decision.action == gpuguard::enforcer::Decision::Action::refuse && decision.message.find("gpuguard: ") != 0) {
       violated("a refusal that does not say it is gpuguard's");
@@ -126,7 +131,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (!view) continue;
     check_view(*view);
     check_decision(*view, node);
-    if (gpuguard::enforcer::apply_adjustment(*view, gpuguard::nri::string_field(request, gpuguard::nri::field::kValidateAdjust), node)) {
+    if (gpuguard::enforcer::apply_adjustment(
+            *view, gpuguard::nri::string_field(request, gpuguard::nri::field::kValidateAdjust), node)) {
       check_view(*view);
       check_decision(*view, node);
     }

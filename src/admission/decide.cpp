@@ -419,9 +419,10 @@ void sharing_env_door(Pass& pass, const Container& c, std::optional<Mutation>& m
                                               [&](const PatchOperation& op) { return op.container == &c; });
     const std::ptrdiff_t first = first_operation - pass.decision.patch.begin();
     for (auto entry = c.sharing_variables.rbegin(); entry != c.sharing_variables.rend(); ++entry) {
-      pass.decision.patch.push_back({PatchOperation::Op::remove, &c, PatchOperation::Target::env_entry, entry->env_index});
-      pass.decision.warnings.push_back(
-          describe(c, ": " + std::string(entry->name) + " set in the pod was removed; a GPU share's are the device plugin's"));
+      pass.decision.patch.push_back(
+          {PatchOperation::Op::remove, &c, PatchOperation::Target::env_entry, entry->env_index});
+      pass.decision.warnings.push_back(describe(
+          c, ": " + std::string(entry->name) + " set in the pod was removed; a GPU share's are the device plugin's"));
     }
     mutation = Mutation::stripped;
     // This container's removals, of NVIDIA_VISIBLE_DEVICES and of these, last index first: each removal

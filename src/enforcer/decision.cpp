@@ -102,12 +102,12 @@ std::string cut(std::string text, std::size_t max) {
 
 // What one door gives the container.
 struct Reach {
-  std::string door;             // what it is, for the report: "/dev/nvidia1", "NVIDIA_VISIBLE_DEVICES=all"
-  std::set<std::string> names;  // the GPU and MIG UUIDs it names, and "IMEX channel N"
-  std::string unknown;          // not empty: it reaches what cannot be named, and why
-  std::string fix;              // the variable whose new value takes it away, where one does
+  std::string door;                   // what it is, for the report: "/dev/nvidia1", "NVIDIA_VISIBLE_DEVICES=all"
+  std::set<std::string> names;        // the GPU and MIG UUIDs it names, and "IMEX channel N"
+  std::string unknown;                // not empty: it reaches what cannot be named, and why
+  std::string fix;                    // the variable whose new value takes it away, where one does
   std::string_view verb = "reaches";  // how the report joins the two: a request "names" what it asks for
-  bool none_meant = false;      // NVIDIA_VISIBLE_DEVICES=none: no GPU was asked for, whatever the node reads
+  bool none_meant = false;            // NVIDIA_VISIBLE_DEVICES=none: no GPU was asked for, whatever the node reads
 };
 
 // The node's GPUs by UUID, minor and index, what CDI names bring, and what the allocation allows.
@@ -126,9 +126,8 @@ class Scope {
       }
     }
     for (const std::string& id : allocation.gpus) {
-      if (id.starts_with("MIG-") && std::none_of(gpus_.begin(), gpus_.end(), [&](const NodeGpu& gpu) {
-            return gpu.mig_cap_minors.contains(id);
-          })) {
+      if (id.starts_with("MIG-") && std::none_of(gpus_.begin(), gpus_.end(),
+                                                 [&](const NodeGpu& gpu) { return gpu.mig_cap_minors.contains(id); })) {
         unmapped_mig_ = id;
       }
     }
@@ -294,8 +293,7 @@ class Scope {
       return static_cast<unsigned>(device.minor);
     }
     const std::string_view path = device.path;
-    if (path.starts_with(kGpuNode) && all_digits(path.substr(kGpuNode.size())) &&
-        path.size() - kGpuNode.size() <= 4) {
+    if (path.starts_with(kGpuNode) && all_digits(path.substr(kGpuNode.size())) && path.size() - kGpuNode.size() <= 4) {
       const auto minor = static_cast<unsigned>(std::stoul(std::string(path.substr(kGpuNode.size()))));
       if (minor < kFirstControlMinor) return minor;
     }
@@ -332,7 +330,8 @@ const EnvVariable* variable(const ContainerView& container, std::string_view nam
 void device_request(std::string_view value, const Scope& scope, Reach& reach) {
   const std::vector<std::string> ids = tokens(value);
   if (ids.empty() || std::find(ids.begin(), ids.end(), "void") != ids.end()) return;
-  const auto special = std::find_if(ids.begin(), ids.end(), [](const std::string& id) { return id == "all" || id == "none"; });
+  const auto special =
+      std::find_if(ids.begin(), ids.end(), [](const std::string& id) { return id == "all" || id == "none"; });
   const Toolkit& toolkit = scope.node().toolkit;
   if (special != ids.end() && *special == "all") {
     scope.every_gpu(reach);
@@ -355,7 +354,7 @@ void device_request(std::string_view value, const Scope& scope, Reach& reach) {
     if (is_qualified(id)) {
       scope.cdi(id, reach);  // a fully qualified name is used as it is, in every CDI mode
     } else {
-      scope.named_by(id, reach);                            // legacy and jit-cdi: an index, UUID or i:j
+      scope.named_by(id, reach);                          // legacy and jit-cdi: an index, UUID or i:j
       scope.cdi(toolkit.default_kind + "=" + id, reach);  // cdi: the default kind's device of that name
     }
   }
@@ -377,19 +376,23 @@ void environment_door(const ContainerView& container, const Scope& scope, std::v
     const EnvVariable* cuda = variable(container, kCudaVersion);
     const EnvVariable* require = variable(container, kRequireCuda);
     if (cuda != nullptr && !cuda->last.empty() && (require == nullptr || require->last.empty())) {
-      Reach reach{"no NVIDIA_VISIBLE_DEVICES in a legacy CUDA image (CUDA_VERSION without NVIDIA_REQUIRE_CUDA), "
-                  "which NVIDIA's runtime reads as all",
-                  {},
-                  {},
-                  std::string(kVisibleDevices),
-                  "names"};
+      Reach reach{
+          "no NVIDIA_VISIBLE_DEVICES in a legacy CUDA image (CUDA_VERSION without NVIDIA_REQUIRE_CUDA), "
+          "which NVIDIA's runtime reads as all",
+          {},
+          {},
+          std::string(kVisibleDevices),
+          "names"};
       scope.every_gpu(reach);
       reaches.push_back(std::move(reach));
     }
     return;
   }
-  Reach reach{std::string(kVisibleDevices) + "=" + cut(visible->last, kBeyondLineMax / 2), {}, {},
-              std::string(kVisibleDevices), "names"};
+  Reach reach{std::string(kVisibleDevices) + "=" + cut(visible->last, kBeyondLineMax / 2),
+              {},
+              {},
+              std::string(kVisibleDevices),
+              "names"};
   if (visible->entries > 1) {
     reach.door += " (set " + std::to_string(visible->entries) +
                   " times, which NRI cannot override: remove the container's own " + std::string(kVisibleDevices) + ")";
@@ -411,8 +414,11 @@ void environment_door(const ContainerView& container, const Scope& scope, std::v
 void imex_door(const ContainerView& container, std::vector<Reach>& reaches) {
   const EnvVariable* channels = variable(container, kImexChannels);
   if (channels == nullptr) return;
-  Reach reach{std::string(kImexChannels) + "=" + cut(channels->last, kBeyondLineMax / 2), {}, {},
-              std::string(kImexChannels), "names"};
+  Reach reach{std::string(kImexChannels) + "=" + cut(channels->last, kBeyondLineMax / 2),
+              {},
+              {},
+              std::string(kImexChannels),
+              "names"};
   const std::vector<std::string> ids = tokens(channels->last);
   if (channels->last_cut) {
     reach.unknown = "a value longer than the enforcer reads";
@@ -421,7 +427,8 @@ void imex_door(const ContainerView& container, std::vector<Reach>& reaches) {
       if (id == "all" || id == "none") {
         reach.names.insert(std::string(kEveryImexChannel));
       } else {
-        reach.names.insert("IMEX channel " + std::string(std::string_view(id).substr(id.starts_with("channel") ? 7 : 0)));
+        reach.names.insert("IMEX channel " +
+                           std::string(std::string_view(id).substr(id.starts_with("channel") ? 7 : 0)));
       }
     }
   }
@@ -479,7 +486,8 @@ void annotation_door(const ContainerView& container, const Scope& scope, std::ve
         key == "io.kubernetes.cri-o.Annotations") {
       continue;
     }
-    Reach reach{"the annotation " + cut(key + "=" + value, kBeyondLineMax / 2), {}, {}, {}, "names"};
+    Reach reach{
+        "the annotation " + cut(std::string(key).append("=").append(value), kBeyondLineMax / 2), {}, {}, {}, "names"};
     std::string_view rest = value;
     while (true) {
       const std::size_t comma = rest.find(',');
@@ -558,11 +566,11 @@ void device_doors(const ContainerView& container, const Scope& scope, std::vecto
     if (!is_bind(mount)) continue;
     const std::string source = k8s::lexical_path(mount.source);
     if (allocation.device_paths.contains(source)) continue;
-    Reach reach{"the host's " + cut(source, kBeyondLineMax / 4) + " mounted at " +
-                    cut(mount.destination, kBeyondLineMax / 4),
-                {},
-                {},
-                {}};
+    Reach reach{
+        "the host's " + cut(source, kBeyondLineMax / 4) + " mounted at " + cut(mount.destination, kBeyondLineMax / 4),
+        {},
+        {},
+        {}};
     if (source == "/dev") {
       scope.every_gpu(reach);
       reach.names.insert(std::string(kEveryImexChannel));
@@ -643,7 +651,8 @@ std::string refusal(const ContainerView& container, const Decision& decision, st
   std::string message = "gpuguard: container \"" + cut(container.container, 128) + "\" of pod " +
                         cut(container.pod_namespace, 64) + "/" + cut(container.pod_name, 256) + " " +
                         std::string(what) + ": ";
-  for (std::size_t i = 0; i < decision.beyond.size(); ++i) message.append(i == 0 ? "" : "; ").append(decision.beyond[i]);
+  for (std::size_t i = 0; i < decision.beyond.size(); ++i)
+    message.append(i == 0 ? "" : "; ").append(decision.beyond[i]);
   if (decision.beyond_count > decision.beyond.size()) {
     message.append("; and " + std::to_string(decision.beyond_count - decision.beyond.size()) + " more");
   }
@@ -686,9 +695,7 @@ bool judged_annotation(std::string_view key, const Toolkit& toolkit) {
                      [&](const std::string& prefix) { return key.starts_with(prefix); });
 }
 
-bool judged_device(const Device& device) {
-  return device.major == kNvidiaMajor || device.path.starts_with(kGpuNode);
-}
+bool judged_device(const Device& device) { return device.major == kNvidiaMajor || device.path.starts_with(kGpuNode); }
 
 bool judged_rule(bool allow, std::string_view type, const DeviceRule& rule) {
   return allow && (type.empty() || type == "a" || type == "c") && (!rule.major || *rule.major == kNvidiaMajor) &&
@@ -778,7 +785,8 @@ Decision decide(const ContainerView& container, const Allocation& allocation, co
     }
     decision.why = Decision::Why::enforced;
     decision.action = Decision::Action::refuse;
-    decision.message = refusal(container, decision, "would reach MPS servers of GPUs the kubelet did not allocate it", ask);
+    decision.message =
+        refusal(container, decision, "would reach MPS servers of GPUs the kubelet did not allocate it", ask);
     return decision;
   }
 
@@ -804,8 +812,8 @@ Decision decide(const ContainerView& container, const Allocation& allocation, co
     }
     decision.why = Decision::Why::cannot_judge;
     if (audit || allow_unknown) {
-      decision.message = "the kubelet's allocation could not be read (" + cut(allocation.detail, kBeyondLineMax) +
-                         "): left as it is";
+      decision.message =
+          "the kubelet's allocation could not be read (" + cut(allocation.detail, kBeyondLineMax) + "): left as it is";
       return decision;
     }
     decision.action = Decision::Action::refuse;
@@ -856,7 +864,8 @@ Decision decide(const ContainerView& container, const Allocation& allocation, co
     decision.why = Decision::Why::cannot_judge;
     decision.action = fixes.empty() ? Decision::Action::allow : Decision::Action::adjust;
     decision.set_env = std::move(fixes);
-    decision.message = "cannot be judged (" + join(remaining.beyond, "; ") + "): left so under nodeEnforcementUnknown: allow";
+    decision.message =
+        "cannot be judged (" + join(remaining.beyond, "; ") + "): left so under nodeEnforcementUnknown: allow";
     return decision;
   }
   decision.beyond = std::move(remaining.beyond);

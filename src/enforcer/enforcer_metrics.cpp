@@ -59,14 +59,18 @@ std::string EnforcerMetrics::render(const nri::PluginStats& connection, std::str
       .append("\ngpuguard_node_enforcer_validations_total{result=\"rejected\"} ")
       .append(std::to_string(validations_rejected_.load(std::memory_order_relaxed)))
       .append("\n");
-  metrics::header(out, "gpuguard_node_enforcer_gpus", "gauge",
-                  "The GPUs the driver lists on this node.");
-  out.append("gpuguard_node_enforcer_gpus ").append(std::to_string(node_gpus_.load(std::memory_order_relaxed))).append("\n");
-  metrics::header(out, "gpuguard_node_enforcer_gpus_known", "gauge",
-                  "1 when the driver's list of GPUs was read; 0 when it was not (no driver, nothing listed, unreadable): "
-                  "then containers that reach a GPU cannot be judged, and are refused under nodeEnforcementUnknown: "
-                  "refuse.");
-  out.append("gpuguard_node_enforcer_gpus_known ").append(gpus_known_.load(std::memory_order_relaxed) ? "1" : "0").append("\n");
+  metrics::header(out, "gpuguard_node_enforcer_gpus", "gauge", "The GPUs the driver lists on this node.");
+  out.append("gpuguard_node_enforcer_gpus ")
+      .append(std::to_string(node_gpus_.load(std::memory_order_relaxed)))
+      .append("\n");
+  metrics::header(
+      out, "gpuguard_node_enforcer_gpus_known", "gauge",
+      "1 when the driver's list of GPUs was read; 0 when it was not (no driver, nothing listed, unreadable): "
+      "then containers that reach a GPU cannot be judged, and are refused under nodeEnforcementUnknown: "
+      "refuse.");
+  out.append("gpuguard_node_enforcer_gpus_known ")
+      .append(gpus_known_.load(std::memory_order_relaxed) ? "1" : "0")
+      .append("\n");
   metrics::header(out, "gpuguard_node_enforcer_oversized_answers_total", "counter",
                   "Answers over ttrpc's 4 MiB, sent as an error instead (the create fails); none is expected.");
   out.append("gpuguard_node_enforcer_oversized_answers_total ")

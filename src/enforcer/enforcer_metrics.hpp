@@ -1,7 +1,8 @@
 #pragma once
 // gpuguard-node-enforcer's series for /metrics: every decision by action and why, how long answering
 // CreateContainer took, the validations of every plugin's adjustment, the NRI connection, the node's GPUs
-// as the driver lists them, and the running containers that see GPUs beyond their allocation. Label values come from fixed sets.
+// as the driver lists them, and the running containers that see GPUs beyond their allocation. Label values come from
+// fixed sets.
 #include <array>
 #include <atomic>
 #include <cstdint>

@@ -19,9 +19,9 @@
 #include "gpuguard/enforcer/nri_response.hpp"
 #include "gpuguard/enforcer/nri_view.hpp"
 #include "gpuguard/files/poller.hpp"
-#include "gpuguard/nri/messages.hpp"
 #include "gpuguard/kube/request.hpp"
 #include "gpuguard/log/log.hpp"
+#include "gpuguard/nri/messages.hpp"
 #include "gpuguard/nri/plugin.hpp"
 #include "gpuguard/policy/policy_watcher.hpp"
 #include "gpuguard/server/http_server.hpp"
@@ -139,7 +139,8 @@ class RecentAllocations {
   }
   std::optional<Allocation> take(const std::string& container_id) {
     const std::lock_guard lock(mutex_);
-    const auto found = std::find_if(entries_.begin(), entries_.end(), [&](const auto& e) { return e.first == container_id; });
+    const auto found =
+        std::find_if(entries_.begin(), entries_.end(), [&](const auto& e) { return e.first == container_id; });
     if (found == entries_.end()) return std::nullopt;
     Allocation allocation = std::move(found->second);
     entries_.erase(found);
@@ -203,8 +204,9 @@ class EnforcerHandler final : public nri::Handler {
     if (registered) {
       log::info("registered with the container runtime over NRI", {{"runtime", detail}, {"validating", validating}});
       if (!validating) {
-        log::warn("the runtime does not show the enforcer each container's final adjustment (NRI before v0.10.0): "
-                  "devices other NRI plugins add are not judged");
+        log::warn(
+            "the runtime does not show the enforcer each container's final adjustment (NRI before v0.10.0): "
+            "devices other NRI plugins add are not judged");
       }
     }
   }
@@ -298,11 +300,11 @@ class EnforcerHandler final : public nri::Handler {
     const bool rejected = decision.action != Decision::Action::allow;
     metrics_.count_validation(rejected);
     if (!rejected) return std::nullopt;
-    std::string reason = decision.action == Decision::Action::refuse
-                             ? decision.message
-                             : "gpuguard: container " + who +
-                                   " would reach GPUs beyond its allocation after every NRI plugin's adjustment: " +
-                                   decision.message;
+    std::string reason =
+        decision.action == Decision::Action::refuse
+            ? decision.message
+            : "gpuguard: container " + who +
+                  " would reach GPUs beyond its allocation after every NRI plugin's adjustment: " + decision.message;
     log::info("container adjustment rejected", {{"container", who}, {"reason", reason}});
     reason.resize(std::min(reason.size(), kMessageMax));
     return reason;
@@ -463,7 +465,7 @@ class EnforcerHandler final : public nri::Handler {
   ServiceAccounts accounts_;
   NodeReader node_;
   std::shared_ptr<const policy::Policy> merged_from_, merged_;  // effective_policy's, under mutex_
-  std::future<void> event_;                     // the Node event being written; its destructor waits for it
+  std::future<void> event_;                    // the Node event being written; its destructor waits for it
   std::map<std::string, PodFacts> sync_pods_;  // Synchronize's chunks, until the last
   std::vector<std::pair<ContainerIds, ContainerView>> sync_containers_;
   std::mutex mutex_;

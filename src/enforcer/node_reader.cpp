@@ -90,8 +90,7 @@ void NodeReader::refresh() {
 std::shared_ptr<NodeView> NodeReader::read_all() const {
   auto node = std::make_shared<NodeView>();
   try {
-    const deviceplugin::Discovery found =
-        deviceplugin::discover(deviceplugin::DiscoveryMode::automatic, host_root_);
+    const deviceplugin::Discovery found = deviceplugin::discover(deviceplugin::DiscoveryMode::automatic, host_root_);
     for (const deviceplugin::Gpu& gpu : found.gpus) {
       NodeGpu entry{gpu.uuid, gpu.minor, gpu.pci_address, {}, gpu.mig_enabled, gpu.mig_listed};
       for (const deviceplugin::MigDevice& mig : gpu.mig_devices) {

@@ -25,7 +25,8 @@ std::int64_t as_int64(std::optional<std::uint64_t> value) { return static_cast<s
 Device device_of(std::string_view bytes) {
   return {std::string(nri::string_field(bytes, field::kDevicePath)),
           std::string(nri::string_field(bytes, field::kDeviceType)),
-          as_int64(nri::varint_field(bytes, field::kDeviceMajor)), as_int64(nri::varint_field(bytes, field::kDeviceMinor))};
+          as_int64(nri::varint_field(bytes, field::kDeviceMajor)),
+          as_int64(nri::varint_field(bytes, field::kDeviceMinor))};
 }
 
 Mount mount_of(std::string_view bytes) {
@@ -116,7 +117,8 @@ ContainerIds container_ids(std::string_view container) {
 PodFacts pod_facts(std::string_view pod, const std::set<std::string>& label_keys) {
   PodFacts facts{pod_identity(pod), {}, {}};
   for_each_entry(pod, field::kPodLabels, [&](std::string_view key, std::string_view value) {
-    if (label_keys.contains(std::string(key))) facts.labels[std::string(key)] = std::string(value.substr(0, kViewValueMax));
+    if (label_keys.contains(std::string(key)))
+      facts.labels[std::string(key)] = std::string(value.substr(0, kViewValueMax));
   });
   for_each_entry(pod, field::kPodAnnotations, [&](std::string_view key, std::string_view value) {
     if (key == kAllocatedAnnotation) facts.annotations[std::string(key)] = std::string(value.substr(0, kViewValueMax));
@@ -159,8 +161,7 @@ std::optional<ContainerView> container_view(std::string_view container, const No
       if (judged_device(device)) keep(view.devices, std::move(device), view);
     });
     nri::for_each_field(linux_part, field::kLinuxResources, [&](std::string_view resources) {
-      nri::for_each_field(resources, field::kResourcesDevices,
-                          [&](std::string_view rule) { read_rule(rule, view); });
+      nri::for_each_field(resources, field::kResourcesDevices, [&](std::string_view rule) { read_rule(rule, view); });
     });
   });
   nri::for_each_field(container, field::kContainerCdiDevices, [&](std::string_view device) {

@@ -150,9 +150,10 @@ void Plugin::run(const std::stop_token& stop) {
     if (stop.stop_requested()) break;
     if (state.validating && !state.synchronized && !impl_->validation_refused) {
       impl_->validation_refused = true;
-      log::warn("the runtime ended the connection after being asked to show this plugin each container's final "
-                "adjustment; connecting again without",
-                {{"reason", why}});
+      log::warn(
+          "the runtime ended the connection after being asked to show this plugin each container's final "
+          "adjustment; connecting again without",
+          {{"reason", why}});
     }
     if (state.registered) {
       impl_->count([](PluginStats& s) {

@@ -43,9 +43,7 @@ bool ProtoReader::next() {
       type_ = WireType::varint;
       if (!read_varint(number_)) return fail();
       return true;
-    case 1:
-      type_ = WireType::fixed64;
-      return fixed(8) || fail();
+    case 1: type_ = WireType::fixed64; return fixed(8) || fail();
     case 2: {
       type_ = WireType::length_delimited;
       std::uint64_t length = 0;
@@ -54,9 +52,7 @@ bool ProtoReader::next() {
       rest_.remove_prefix(static_cast<std::size_t>(length));
       return true;
     }
-    case 5:
-      type_ = WireType::fixed32;
-      return fixed(4) || fail();
+    case 5: type_ = WireType::fixed32; return fixed(4) || fail();
     default:
       // Groups (3, 4), long deprecated and never written by NRI, and the unused 6 and 7.
       return fail();

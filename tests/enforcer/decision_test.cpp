@@ -59,8 +59,7 @@ TEST_CASE("enforcer: every fixture container gets the decision its fixture says"
     const auto parsed = policy::parse_policy(f.policy_files);
     REQUIRE(parsed.policy);
     const std::string pod = from_json<nri::pkg::api::v1alpha1::PodSandbox>(f.raw["pod"]).SerializeAsString();
-    const std::string container =
-        from_json<nri::pkg::api::v1alpha1::Container>(f.raw["container"]).SerializeAsString();
+    const std::string container = from_json<nri::pkg::api::v1alpha1::Container>(f.raw["container"]).SerializeAsString();
     std::set<std::string> label_keys;
     for (const auto& entry : parsed.policy->node_enforcement_exempt_service_accounts) {
       if (const auto colon = entry.find(':'); colon != std::string::npos) {
@@ -73,8 +72,9 @@ TEST_CASE("enforcer: every fixture container gets the decision its fixture says"
     // The API server's pod of that name is known by its UID: another pod's account says nothing.
     const bool same_pod = f.raw.value("api_uid", view.pod_uid) == view.pod_uid;
     view.service_account = same_pod ? f.raw.value("service_account", "") : "";
-    enforcer::Allocation allocation = enforcer::allocation_for(
-        f.kubelet, view.container, enforcer::trusted_annotation(view.annotations, view.pod_annotations), *parsed.policy);
+    enforcer::Allocation allocation =
+        enforcer::allocation_for(f.kubelet, view.container,
+                                 enforcer::trusted_annotation(view.annotations, view.pod_annotations), *parsed.policy);
     for (const auto& name : allocation.cdi_devices) {
       if (const auto nodes = f.cdi_nodes.find(name); nodes != f.cdi_nodes.end()) {
         allocation.device_paths.insert(nodes->second.begin(), nodes->second.end());

@@ -1,8 +1,9 @@
 #pragma once
 // A case of tests/fixtures/enforcer/: a container as NRI shows it (its pod and container in NRI's
 // protojson), what the kubelet's pod-resources answers, the node (its GPUs, the toolkit's mode and version
-// where the case says them, the CDI devices its specs define), the policy, and what the enforcer must do. The unit test decides each in process; the integration test sends each through NRI's own
-// runtime library to the real binary, with a fake kubelet giving the same answer.
+// where the case says them, the CDI devices its specs define), the policy, and what the enforcer must do. The unit test
+// decides each in process; the integration test sends each through NRI's own runtime library to the real binary, with a
+// fake kubelet giving the same answer.
 #include <algorithm>
 #include <filesystem>
 #include <fstream>

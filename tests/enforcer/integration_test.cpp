@@ -83,7 +83,8 @@ class FakeKubelet final : public v1::PodResourcesLister::Service {
     v1::PodResources padding;
     padding.set_namespace_("padding");
     padding.set_name("many-containers");
-    for (std::size_t i = 0; i < containers; ++i) padding.add_containers()->set_name(std::string(200, 'c') + std::to_string(i));
+    for (std::size_t i = 0; i < containers; ++i)
+      padding.add_containers()->set_name(std::string(200, 'c') + std::to_string(i));
     const std::lock_guard lock(mutex_);
     pods_.push_back(std::move(padding));
   }
@@ -214,6 +215,7 @@ class InjectorProcess {
     std::vector<std::string> args = {GPUGUARD_NRI_INJECTOR_BIN, "--socket", node.nri_socket.string()};
     args.insert(args.end(), flags.begin(), flags.end());
     std::vector<char*> argv;
+    argv.reserve(args.size() + 1);
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
     REQUIRE(posix_spawn(&pid_, argv[0], nullptr, nullptr, argv.data(), environ) == 0);
@@ -245,16 +247,16 @@ json cuda_container(const std::string& id) {
 TEST_CASE("every fixture, sent through NRI's own runtime to the real enforcer, gets its decision") {
   // Grouped by what the node needs to be: the policy, whether the kubelet answers, whether an API
   // server tells service accounts, the toolkit's mode and version (its config and package database on the
-  // node), an MPS root of its own, the node's CDI specs. Fixtures with GPUs of their own (MIG devices, which only NVML lists, or
-  // none) are decided by the unit test alone: this node's GPUs come from procfs.
+  // node), an MPS root of its own, the node's CDI specs. Fixtures with GPUs of their own (MIG devices, which only NVML
+  // lists, or none) are decided by the unit test alone: this node's GPUs come from procfs.
   std::map<std::string, std::vector<EnforcerFixture>> groups;
   std::size_t sent = 0;
   for (auto& f : enforcer_fixtures(kFixtures)) {
     if (f.raw.contains("node")) continue;
-    const std::string key = json(f.policy_files).dump() + (f.kubelet.answered ? "+kubelet" : "-kubelet") +
-                            (f.raw.contains("service_account") ? "+api" : "") +
-                            f.raw.value("toolkit", json::object()).dump() + f.raw.value("mps_roots", json::array()).dump() +
-                            f.raw.value("cdi_specs", json::object()).dump();
+    const std::string key =
+        json(f.policy_files).dump() + (f.kubelet.answered ? "+kubelet" : "-kubelet") +
+        (f.raw.contains("service_account") ? "+api" : "") + f.raw.value("toolkit", json::object()).dump() +
+        f.raw.value("mps_roots", json::array()).dump() + f.raw.value("cdi_specs", json::object()).dump();
     groups[key].push_back(std::move(f));
   }
   for (auto& [key, fixtures] : groups) {
@@ -270,17 +272,20 @@ TEST_CASE("every fixture, sent through NRI's own runtime to the real enforcer, g
       std::string config;
       if (toolkit.contains("swarm_variables")) {
         std::string names;
-        for (const auto& name : toolkit["swarm_variables"]) names += (names.empty() ? "" : ",") + name.get<std::string>();
+        for (const auto& name : toolkit["swarm_variables"])
+          names += (names.empty() ? "" : ",") + name.get<std::string>();
         config += "swarm-resource = \"" + names + "\"\n";
       }
-      if (toolkit.contains("mode")) config += "[nvidia-container-runtime]\nmode = \"" + toolkit["mode"].get<std::string>() + "\"\n";
+      if (toolkit.contains("mode"))
+        config += "[nvidia-container-runtime]\nmode = \"" + toolkit["mode"].get<std::string>() + "\"\n";
       node.host.write("etc/nvidia-container-runtime/config.toml", config);
     }
     if (toolkit.contains("version")) {
       const auto v = toolkit["version"].get<std::vector<int>>();
-      node.host.write("var/lib/dpkg/status", "Package: nvidia-container-toolkit-base\nStatus: install ok installed\n"
-                                             "Version: " + std::to_string(v[0]) + "." + std::to_string(v[1]) + "." +
-                                                 std::to_string(v[2]) + "-1\n\n");
+      node.host.write("var/lib/dpkg/status",
+                      "Package: nvidia-container-toolkit-base\nStatus: install ok installed\n"
+                      "Version: " +
+                          std::to_string(v[0]) + "." + std::to_string(v[1]) + "." + std::to_string(v[2]) + "-1\n\n");
     }
     const json mps_roots = fixtures.front().raw.value("mps_roots", json::array());
     for (const auto& root : mps_roots) {
@@ -350,7 +355,7 @@ TEST_CASE("every fixture, sent through NRI's own runtime to the real enforcer, g
         if (action == "adjust") {
           std::map<std::string, std::string> set = expect.value("set_env", std::map<std::string, std::string>{});
           if (expect.contains("visible_devices")) set["NVIDIA_VISIBLE_DEVICES"] = expect["visible_devices"];
-          for (const auto& [name, value] : set) want.push_back(name + "=" + value);
+          for (const auto& [name, value] : set) want.push_back(std::string(name).append("=").append(value));
         }
         CHECK(got["env"] == want);
         // What the container gets once NRI's own generator applied the adjustment as containerd does: the
@@ -370,9 +375,10 @@ TEST_CASE("every fixture, sent through NRI's own runtime to the real enforcer, g
         }
         CHECK(got["final_env"] ==
               json(property::apply_env(f.raw["container"].value("env", std::vector<std::string>{}), set_env)));
-        const auto wanted = expect.contains("visible_devices")
-                                ? std::optional<std::string>("NVIDIA_VISIBLE_DEVICES=" + expect["visible_devices"].get<std::string>())
-                                : before;
+        const auto wanted =
+            expect.contains("visible_devices")
+                ? std::optional<std::string>("NVIDIA_VISIBLE_DEVICES=" + expect["visible_devices"].get<std::string>())
+                : before;
         CHECK(after == wanted);
       }
       // Each answered well inside the runtime's 2 s.
@@ -457,14 +463,17 @@ TEST_CASE("fail-closed: with NRI's validator requiring gpuguard, creates fail un
   CHECK(enforcer.terminate() == 0);
 }
 
-TEST_CASE("a slow kubelet: answered within the runtime's timeout, a container that reaches GPUs refused and one that reaches none created") {
+TEST_CASE(
+    "a slow kubelet: answered within the runtime's timeout, a container that reaches GPUs refused and one that reaches "
+    "none created") {
   Node node;
   FakeKubelet kubelet(node.kubelet_socket);
   kubelet.set_delay(3s);
   EnforcerProcess enforcer(node);
   json without_gpu = cuda_container("c2");
   without_gpu["env"] = json::array({"NVIDIA_VISIBLE_DEVICES=void"});
-  const json script = {{"steps", json::array({{{"wait_plugin", 10}}, create_step(gpu_less_pod("slow"), cuda_container("c1")),
+  const json script = {{"steps", json::array({{{"wait_plugin", 10}},
+                                              create_step(gpu_less_pod("slow"), cuda_container("c1")),
                                               create_step(gpu_less_pod("slow-void"), without_gpu)})}};
   const auto started = std::chrono::steady_clock::now();
   const auto out = run_runtime(node, script);
@@ -591,12 +600,14 @@ TEST_CASE("validation: devices another NRI plugin adds beyond the allocation are
     INFO(out[1].dump() << "\n" << enforcer.log());
     REQUIRE(out[0]["synced"] == 2);
     REQUIRE(out[1].contains("error"));
-    CHECK_THAT(out[1]["error"].get<std::string>(), Catch::Contains("validator \"50-gpuguard\" rejected container adjustment"));
+    CHECK_THAT(out[1]["error"].get<std::string>(),
+               Catch::Contains("validator \"50-gpuguard\" rejected container adjustment"));
     CHECK_THAT(out[1]["error"].get<std::string>(), Catch::Contains("CDI device nvidia.com/gpu=all names"));
   }
   {
     InjectorProcess injector(node, {"--cdi-device", "nvidia.com/gpu=" + gpu0});
-    const json script = {{"steps", json::array({{{"wait_plugin", 10}, {"count", 2}}, create_step(gpu_less_pod("holder"), gpu_container)})}};
+    const json script = {{"steps", json::array({{{"wait_plugin", 10}, {"count", 2}},
+                                                create_step(gpu_less_pod("holder"), gpu_container)})}};
     const auto out = run_runtime(node, script);
     INFO(out[1].dump() << "\n" << enforcer.log());
     REQUIRE(out[0]["synced"] == 2);
@@ -625,7 +636,8 @@ TEST_CASE("an enforcer that stops in the middle of a request: with validation, t
   EnforcerProcess enforcer(node);
   // The runtime's timeout is short here, so that the stop is met within the test; a second step waits
   // for the enforcer to be back. Without the validation phase NRI would create this container unjudged.
-  const json script = {{"steps", json::array({{{"wait_plugin", 10}}, {{"sleep", 1.0}},
+  const json script = {{"steps", json::array({{{"wait_plugin", 10}},
+                                              {{"sleep", 1.0}},
                                               create_step(gpu_less_pod("stalled"), cuda_container("c1"))})}};
   auto runtime = std::async(std::launch::async, [&] { return run_runtime(node, script, "--request-timeout 500ms"); });
   std::this_thread::sleep_for(600ms);  // registered by now, and the create not yet sent
@@ -649,13 +661,15 @@ TEST_CASE("the largest request an attacker can make: answered with a bounded ref
   container["env"] = json::array({"NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_VISIBLE_DEVICES=all"});
   json mounts = json::array();
   for (int i = 0; i < 700; ++i) {
-    mounts.push_back({{"destination", "/var/run/nvidia-container-devices/" + std::string(5000, 'a') + std::to_string(i)},
-                      {"source", "/var/lib/containerd/volume-" + std::to_string(i)},
-                      {"type", "bind"},
-                      {"options", json::array({"rbind"})}});
+    mounts.push_back(
+        {{"destination", "/var/run/nvidia-container-devices/" + std::string(5000, 'a') + std::to_string(i)},
+         {"source", "/var/lib/containerd/volume-" + std::to_string(i)},
+         {"type", "bind"},
+         {"options", json::array({"rbind"})}});
   }
   container["mounts"] = mounts;
-  const json script = {{"steps", json::array({{{"wait_plugin", 10}}, create_step(gpu_less_pod("huge"), container),
+  const json script = {{"steps", json::array({{{"wait_plugin", 10}},
+                                              create_step(gpu_less_pod("huge"), container),
                                               create_step(gpu_less_pod("after"), cuda_container("c2"))})}};
   const auto out = run_runtime(node, script);
   INFO(enforcer.log().substr(0, 4000));
@@ -679,7 +693,8 @@ TEST_CASE("a kubelet that answers too much: a container that reaches GPUs is ref
   EnforcerProcess enforcer(node);
   json without_gpu = cuda_container("c2");
   without_gpu["env"] = json::array({"NVIDIA_VISIBLE_DEVICES=void"});
-  const json script = {{"steps", json::array({{{"wait_plugin", 10}}, create_step(gpu_less_pod("big"), cuda_container("c1")),
+  const json script = {{"steps", json::array({{{"wait_plugin", 10}},
+                                              create_step(gpu_less_pod("big"), cuda_container("c1")),
                                               create_step(gpu_less_pod("big"), without_gpu)})}};
   const auto out = run_runtime(node, script);
   INFO(enforcer.log().substr(0, 3000));

@@ -30,11 +30,31 @@ std::string join(const std::vector<std::string>& items, const std::string& separ
 
 // The ways a device variable's value names devices, drawn from what the toolkit reads.
 std::string device_value(Choices& c, const Case& made) {
-  std::vector<std::string> ids = {"all", "none", "void", "", " , ", "ALL", "0,void", "none,all", "all,none", "0,1,0",
-                                  "0", "1", "2", "0,1", "1:0", "0:1", "/var/run/nvidia-container-devices",
-                                  "nvidia.com/gpu=all", "nvidia.com/gpu=0", "nvidia.com/gpu=none",
-                                  "runtime.nvidia.com/gpu=all", "runtime.nvidia.com/gpu=1",
-                                  "management.nvidia.com/gpu=all", "bogus", "channel0"};
+  std::vector<std::string> ids = {"all",
+                                  "none",
+                                  "void",
+                                  "",
+                                  " , ",
+                                  "ALL",
+                                  "0,void",
+                                  "none,all",
+                                  "all,none",
+                                  "0,1,0",
+                                  "0",
+                                  "1",
+                                  "2",
+                                  "0,1",
+                                  "1:0",
+                                  "0:1",
+                                  "/var/run/nvidia-container-devices",
+                                  "nvidia.com/gpu=all",
+                                  "nvidia.com/gpu=0",
+                                  "nvidia.com/gpu=none",
+                                  "runtime.nvidia.com/gpu=all",
+                                  "runtime.nvidia.com/gpu=1",
+                                  "management.nvidia.com/gpu=all",
+                                  "bogus",
+                                  "channel0"};
   for (const auto& gpu : made.node.gpus) {
     ids.push_back(gpu.uuid);
     ids.push_back(gpu.uuid + "::1");
@@ -80,8 +100,8 @@ std::string list_destination(Choices& c, const std::string& name) {
 void make_node(Choices& c, Case& made) {
   const std::size_t gpus = 1 + c.pick(3);
   for (std::size_t i = 0; i < gpus; ++i) {
-    enforcer::NodeGpu gpu{uuid("GPU", static_cast<int>(i)), static_cast<unsigned>(i),
-                          "0000:" + std::to_string(10 + i) + ":00.0", {}};
+    enforcer::NodeGpu gpu{
+        uuid("GPU", static_cast<int>(i)), static_cast<unsigned>(i), "0000:" + std::to_string(10 + i) + ":00.0", {}};
     made.node.cdi["nvidia.com/gpu=" + std::to_string(i)] = {"/dev/nvidia" + std::to_string(i)};
     made.node.cdi["nvidia.com/gpu=" + gpu.uuid] = {"/dev/nvidia" + std::to_string(i)};
     made.node.gpus.push_back(std::move(gpu));
@@ -170,7 +190,8 @@ void make_node(Choices& c, Case& made) {
 }
 
 void make_allocation(Choices& c, Case& made) {
-  made.allocation.source = c.chance(90) ? enforcer::Allocation::Source::pod_resources : enforcer::Allocation::Source::unknown;
+  made.allocation.source =
+      c.chance(90) ? enforcer::Allocation::Source::pod_resources : enforcer::Allocation::Source::unknown;
   if (made.allocation.source == enforcer::Allocation::Source::unknown) return;
   for (const auto& gpu : made.node.gpus) {
     if (!gpu.mig_cap_minors.empty()) {
@@ -194,7 +215,8 @@ void plugin_part(Choices& c, Case& made) {
       [[fallthrough]];
     case 1:  // device specs
       for (const auto& gpu : made.node.gpus) {
-        if (made.allocation.gpus.contains(gpu.uuid)) add_device(made, "/dev/nvidia" + std::to_string(gpu.minor), 195, gpu.minor);
+        if (made.allocation.gpus.contains(gpu.uuid))
+          add_device(made, "/dev/nvidia" + std::to_string(gpu.minor), 195, gpu.minor);
         for (const auto& [mig, caps] : gpu.mig_cap_minors) {
           if (!made.allocation.gpus.contains(mig)) continue;
           add_device(made, "/dev/nvidia" + std::to_string(gpu.minor), 195, gpu.minor);
@@ -212,8 +234,7 @@ void plugin_part(Choices& c, Case& made) {
         made.story += "  annotation cdi.k8s.io/nvidia-device-plugin_" + id + "\n";
       }
       break;
-    default:
-      break;
+    default: break;
   }
   if (made.allocation.device_paths.contains("/dev/nvidia-caps-imex-channels/channel0")) {
     add_device(made, "/dev/nvidia-caps-imex-channels/channel0", 234, 0);
@@ -237,10 +258,13 @@ void attack_part(Choices& c, Case& made) {
     switch (c.pick(12)) {
       case 0: add_env(made, "NVIDIA_VISIBLE_DEVICES=" + device_value(c, made)); break;
       case 1: add_env(made, c.chance(50) ? "NVIDIA_VISIBLE_DEVICES" : "NVIDIA_VISIBLE_DEVICES="); break;
-      case 2: add_env(made, "NVIDIA_IMEX_CHANNELS=" + c.one_of(std::vector<std::string>{"0", "1", "all", "none", "void", "channel1", "0,1"})); break;
+      case 2:
+        add_env(made, "NVIDIA_IMEX_CHANNELS=" +
+                          c.one_of(std::vector<std::string>{"0", "1", "all", "none", "void", "channel1", "0,1"}));
+        break;
       case 3: add_env(made, "DOCKER_RESOURCE_GPU=" + device_value(c, made)); break;
       case 4: {
-        const std::string name = c.chance(20) ? "imex/" + c.one_of(std::vector<std::string>{"0", "1", "all"})
+        const std::string name = c.chance(20)   ? "imex/" + c.one_of(std::vector<std::string>{"0", "1", "all"})
                                  : c.chance(20) ? "cdi/nvidia.com/gpu/" + std::to_string(c.pick(3))
                                                 : device_value(c, made);
         add_mount(made, c.chance(85) ? "/dev/null" : "/tmp/file", list_destination(c, name));
@@ -248,10 +272,14 @@ void attack_part(Choices& c, Case& made) {
       }
       case 5: {
         const unsigned minor = static_cast<unsigned>(c.pick(3));
-        add_device(made, c.chance(80) ? "/dev/nvidia" + std::to_string(minor) : "/dev/gpu" + std::to_string(minor), 195, minor);
+        add_device(made, c.chance(80) ? "/dev/nvidia" + std::to_string(minor) : "/dev/gpu" + std::to_string(minor), 195,
+                   minor);
         break;
       }
-      case 6: add_device(made, "/dev/nvidia-caps/nvidia-cap" + std::to_string(20 + c.pick(4)), 238, static_cast<std::int64_t>(20 + c.pick(4))); break;
+      case 6:
+        add_device(made, "/dev/nvidia-caps/nvidia-cap" + std::to_string(20 + c.pick(4)), 238,
+                   static_cast<std::int64_t>(20 + c.pick(4)));
+        break;
       case 7: add_device(made, "/dev/nvidia-caps-imex-channels/channel1", 234, 1); break;
       case 8: {  // a device cgroup rule, with which CAP_MKNOD makes the node
         std::optional<std::int64_t> minor;
@@ -261,14 +289,16 @@ void attack_part(Choices& c, Case& made) {
         break;
       }
       case 9: {
-        const std::string value =
-            c.one_of(std::vector<std::string>{"nvidia.com/gpu=all", "nvidia.com/gpu=1", "1", "", "all", "nvidia.com/gpu=0,nvidia.com/gpu=1",
-                                              "runtime.nvidia.com/gpu=all", "management.nvidia.com/gpu=all"});
+        const std::string value = c.one_of(std::vector<std::string>{
+            "nvidia.com/gpu=all", "nvidia.com/gpu=1", "1", "", "all", "nvidia.com/gpu=0,nvidia.com/gpu=1",
+            "runtime.nvidia.com/gpu=all", "management.nvidia.com/gpu=all"});
         made.spec.annotations["cdi.k8s.io/x"] = value;
         made.story += "  annotation cdi.k8s.io/x=" + value + "\n";
         break;
       }
-      case 10: add_mount(made, c.one_of(std::vector<std::string>{"/dev", "/dev/nvidia1", "/dev/nvidia-caps"}), "/host-dev"); break;
+      case 10:
+        add_mount(made, c.one_of(std::vector<std::string>{"/dev", "/dev/nvidia1", "/dev/nvidia-caps"}), "/host-dev");
+        break;
       default:
         made.spec.cap_sys_admin = true;
         made.story += "  CAP_SYS_ADMIN\n";
@@ -325,17 +355,20 @@ Case generate(Choices& c) {
   }
   made.pod = ProtoWriter().bytes(1, "sandbox").bytes(2, "pod").bytes(3, "uid").bytes(4, "team-a").str();
   made.container = container_message(made.spec);
-  made.story.insert(0, "allocated: " + join(std::vector<std::string>(made.allocation.gpus.begin(), made.allocation.gpus.end()), ",") +
-                           (made.allocation.source == enforcer::Allocation::Source::unknown ? " (unknown)" : "") + "\n");
+  made.story.insert(
+      0, "allocated: " + join(std::vector<std::string>(made.allocation.gpus.begin(), made.allocation.gpus.end()), ",") +
+             (made.allocation.source == enforcer::Allocation::Source::unknown ? " (unknown)" : "") + "\n");
   return made;
 }
 
-std::vector<std::string> apply_env(const std::vector<std::string>& env, const std::map<std::string, std::string>& set_env) {
+std::vector<std::string> apply_env(const std::vector<std::string>& env,
+                                   const std::map<std::string, std::string>& set_env) {
   if (set_env.empty()) return env;
   std::map<std::string, std::string> pending = set_env;
   std::vector<std::string> out;
   const auto add = [&out](const std::string& name, const std::string& entry) {  // AddProcessEnv
-    const auto same = std::find_if(out.begin(), out.end(), [&](const std::string& e) { return e.starts_with(name + "="); });
+    const auto same =
+        std::find_if(out.begin(), out.end(), [&](const std::string& e) { return e.starts_with(name + "="); });
     if (same != out.end()) {
       *same = entry;
     } else {
@@ -347,13 +380,13 @@ std::vector<std::string> apply_env(const std::vector<std::string>& env, const st
     if (equals == std::string::npos) continue;
     const std::string name = entry.substr(0, equals);
     if (const auto adjusted = pending.find(name); adjusted != pending.end()) {
-      out.push_back(name + "=" + adjusted->second);
+      out.push_back(std::string(name).append("=").append(adjusted->second));
       pending.erase(adjusted);
     } else {
       add(name, entry);
     }
   }
-  for (const auto& [name, value] : pending) out.push_back(name + "=" + value);
+  for (const auto& [name, value] : pending) out.push_back(std::string(name).append("=").append(value));
   return out;
 }
 
@@ -402,7 +435,8 @@ std::optional<std::string> check(const Case& c) {
     if (beyond.empty()) continue;
     const auto [a, b, d] = config.version;
     std::ostringstream out;
-    out << "toolkit " << config.mode << " " << a << "." << b << "." << d << (config.volume_mounts ? " volume-mounts" : "")
+    out << "toolkit " << config.mode << " " << a << "." << b << "." << d
+        << (config.volume_mounts ? " volume-mounts" : "")
         << (config.envvar_when_unprivileged ? " envvar-when-unprivileged" : "") << " gives " << join(beyond, ", ")
         << "\nthe enforcer: " << enforcer::why_name(decision.why) << " "
         << (decision.action == enforcer::Decision::Action::adjust ? "adjust" : "allow") << " " << decision.message

@@ -46,7 +46,8 @@ Case generate(Choices& choices);
 // (nri pkg/runtime-tools/generate/generate.go AdjustEnv, containerd internal/cri/nri/spec_generator_linux.go
 // AddProcessEnv): entries without '=' dropped, the first entry of an adjusted name replaced, every later
 // entry added again over it, names not there appended.
-std::vector<std::string> apply_env(const std::vector<std::string>& env, const std::map<std::string, std::string>& set_env);
+std::vector<std::string> apply_env(const std::vector<std::string>& env,
+                                   const std::map<std::string, std::string>& set_env);
 
 // nullopt when the property holds; otherwise the counterexample.
 std::optional<std::string> check(const Case& c);

@@ -34,7 +34,9 @@ toolkit::Node two_gpus() {
 
 }  // namespace
 
-TEST_CASE("enforcer: for any container, what the enforcer lets through gives only allocated GPUs under every toolkit the node may run") {
+TEST_CASE(
+    "enforcer: for any container, what the enforcer lets through gives only allocated GPUs under every toolkit the "
+    "node may run") {
   std::size_t refused = 0, adjusted = 0, allowed = 0;
   for (std::uint64_t seed = 1; seed <= 40'000; ++seed) {
     Seeded choices(seed);
@@ -79,7 +81,8 @@ TEST_CASE("enforcer: the toolkit model reads NVIDIA_VISIBLE_DEVICES as a real no
   // The last entry is read; a legacy image without the variable is all; void anywhere is nothing.
   toolkit::Config legacy;
   legacy.mode = "legacy";
-  CHECK(gpus({"NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_VISIBLE_DEVICES=0"}, legacy).gpus == std::set<std::string>{"GPU-a"});
+  CHECK(gpus({"NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_VISIBLE_DEVICES=0"}, legacy).gpus ==
+        std::set<std::string>{"GPU-a"});
   CHECK(gpus({"CUDA_VERSION=11.0"}, legacy).gpus == std::set<std::string>{"GPU-a", "GPU-b"});
   CHECK(gpus({"CUDA_VERSION=12.4", "NVIDIA_REQUIRE_CUDA=cuda>=12.4"}, legacy).gpus.empty());
   CHECK(gpus({"NVIDIA_VISIBLE_DEVICES=0,void"}, legacy).gpus.empty());
@@ -102,7 +105,9 @@ TEST_CASE("enforcer: the toolkit model reads NVIDIA_VISIBLE_DEVICES as a real no
   CHECK(toolkit::gives(listed, legacy, node).gpus.empty());
 }
 
-TEST_CASE("enforcer: NRI's generator as modelled: the first entry replaced, a later one copied over it, a missing one appended") {
+TEST_CASE(
+    "enforcer: NRI's generator as modelled: the first entry replaced, a later one copied over it, a missing one "
+    "appended") {
   using property::apply_env;
   CHECK(apply_env({"A=1", "K=all", "K=GPU-1"}, {{"K", "void"}}) == std::vector<std::string>{"A=1", "K=GPU-1"});
   CHECK(apply_env({"A=1", "K=all"}, {{"K", "void"}}) == std::vector<std::string>{"A=1", "K=void"});

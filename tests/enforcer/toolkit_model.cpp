@@ -12,8 +12,8 @@ namespace {
 using Version = std::tuple<int, int, int>;
 
 constexpr std::string_view kDevicesRoot = "/var/run/nvidia-container-devices";  // cuda_image.go:34
-constexpr std::string_view kJitKind = "runtime.nvidia.com/gpu";                  // internal/modifier/cdi.go:45-49
-constexpr std::string_view kManagementKind = "management.nvidia.com/gpu";        // pkg/nvcdi/management.go
+constexpr std::string_view kJitKind = "runtime.nvidia.com/gpu";                 // internal/modifier/cdi.go:45-49
+constexpr std::string_view kManagementKind = "management.nvidia.com/gpu";       // pkg/nvcdi/management.go
 constexpr std::int64_t kNvidiaMajor = 195;
 
 // Go's filepath.Clean, for the absolute and relative paths mounts hold.
@@ -336,8 +336,9 @@ class Reading {
   void legacy() {
     bool from_env = false;
     auto list = requests(false, from_env);
-    const bool gated = std::any_of(std::begin(kGated), std::end(kGated),
-                                   [&](const char* name) { return var(name) == std::optional<std::string>("enabled"); });
+    const bool gated = std::any_of(std::begin(kGated), std::end(kGated), [&](const char* name) {
+      return var(name) == std::optional<std::string>("enabled");
+    });
     if (list && from_env && gated && at_least({1, 19, 0}) && var("NVIDIA_VISIBLE_DEVICES")) list.reset();
     if (list) {
       for (const std::string& id : *list) {
@@ -457,6 +458,7 @@ class Reading {
         return;
       }
       std::vector<std::string> ids;
+      ids.reserve(names.size());
       for (const std::string& n : names) ids.push_back(n.substr(kJitKind.size() + 1));
       jit_ids(ids);
       if (!given_.fails) imex(false, true);

@@ -44,12 +44,12 @@ struct Node {
   // By PCI order, which is NVML's index order.
   std::vector<enforcer::NodeGpu> gpus;
   std::map<std::string, std::vector<std::string>> cdi;  // the CDI registry: "vendor/class=name" -> device nodes
-  std::set<unsigned> imex_channels;                      // /dev/nvidia-caps-imex-channels/channel<N> that exist
+  std::set<unsigned> imex_channels;                     // /dev/nvidia-caps-imex-channels/channel<N> that exist
 };
 
 struct Given {
-  bool fails = false;         // the create fails: the container gets nothing
-  std::set<std::string> gpus;  // full GPUs' UUIDs, MIG devices' UUIDs
+  bool fails = false;            // the create fails: the container gets nothing
+  std::set<std::string> gpus;    // full GPUs' UUIDs, MIG devices' UUIDs
   std::set<unsigned> gpu_nodes;  // /dev/nvidia<minor> it can open (a MIG device opens its parent's too)
   std::set<unsigned> cap_nodes;  // /dev/nvidia-caps/nvidia-cap<minor>
   std::set<unsigned> imex;       // IMEX channels

@@ -1,8 +1,8 @@
 #pragma once
 // NRI's messages as the decision reads them (decision.hpp's ContainerView), read in place from their
 // bytes (gpuguard/nri/messages.hpp): the one place that knows both NRI's wire and the pure core, and pure
-// itself (nri_response.hpp writes the answer). A view keeps only what the decision reads (judged_variable and the others), at
-// most kViewListMax entries of each list and kViewValueMax bytes of each value: a 4 MiB request makes a
+// itself (nri_response.hpp writes the answer). A view keeps only what the decision reads (judged_variable and the
+// others), at most kViewListMax entries of each list and kViewValueMax bytes of each value: a 4 MiB request makes a
 // view of a few KiB, and what is past those bounds is counted (ContainerView::unkept), never dropped
 // unseen.
 #include <cstddef>
@@ -53,6 +53,5 @@ std::optional<ContainerView> container_view(std::string_view container, const No
 // added (a removal is not counted on: NRI applies a removal and a set of one key in no fixed order).
 // false when the adjustment is malformed.
 bool apply_adjustment(ContainerView& view, std::string_view adjustment, const NodeView& node);
-
 
 }  // namespace gpuguard::enforcer

@@ -18,15 +18,14 @@ std::optional<RequestEnvelope> read_request(std::string_view bytes);
 
 // NRI's field numbers, where the plugin or the node enforcer reads them.
 namespace field {
-inline constexpr std::uint32_t kCreatePod = 1, kCreateContainer = 2;                 // Create/RemoveContainerRequest
+inline constexpr std::uint32_t kCreatePod = 1, kCreateContainer = 2;  // Create/RemoveContainerRequest
 inline constexpr std::uint32_t kValidatePod = 1, kValidateContainer = 2, kValidateAdjust = 3;
-inline constexpr std::uint32_t kSyncPods = 1, kSyncContainers = 2, kSyncMore = 3;     // SynchronizeRequest
-inline constexpr std::uint32_t kStateEvent = 1, kStatePod = 2, kStateContainer = 3;   // StateChangeEvent
+inline constexpr std::uint32_t kSyncPods = 1, kSyncContainers = 2, kSyncMore = 3;    // SynchronizeRequest
+inline constexpr std::uint32_t kStateEvent = 1, kStatePod = 2, kStateContainer = 3;  // StateChangeEvent
 inline constexpr std::uint32_t kPodId = 1, kPodName = 2, kPodUid = 3, kPodNamespace = 4, kPodLabels = 5,
                                kPodAnnotations = 6, kPodRuntimeHandler = 7;
-inline constexpr std::uint32_t kContainerId = 1, kContainerSandboxId = 2, kContainerName = 3,
-                               kContainerAnnotations = 6, kContainerEnv = 8, kContainerMounts = 9,
-                               kContainerLinux = 11, kContainerCdiDevices = 20;
+inline constexpr std::uint32_t kContainerId = 1, kContainerSandboxId = 2, kContainerName = 3, kContainerAnnotations = 6,
+                               kContainerEnv = 8, kContainerMounts = 9, kContainerLinux = 11, kContainerCdiDevices = 20;
 inline constexpr std::uint32_t kMountDestination = 1, kMountType = 2, kMountSource = 3, kMountOptions = 4;
 inline constexpr std::uint32_t kLinuxDevices = 2, kLinuxResources = 3;  // LinuxContainer
 inline constexpr std::uint32_t kResourcesDevices = 7;                   // LinuxResources
@@ -45,8 +44,7 @@ inline constexpr std::uint32_t kKeyValueKey = 1, kKeyValueValue = 2;
 // length-delimited one, nothing for others (they are skipped). protobuf merges an embedded message written
 // twice, and appends repeated fields, so visiting every occurrence reads what a full parser would. Returns
 // false when the message is malformed (what was visited before stays visited).
-bool for_each_field(std::string_view message, std::uint32_t number,
-                    const std::function<void(std::string_view)>& visit);
+bool for_each_field(std::string_view message, std::uint32_t number, const std::function<void(std::string_view)>& visit);
 // The last occurrence of a string (or bytes) field, as protobuf keeps the last of a scalar; empty if none.
 std::string_view string_field(std::string_view message, std::uint32_t number);
 // The last occurrence of a varint field (bool, int32, int64, enum), or nullopt if none.
