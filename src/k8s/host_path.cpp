@@ -24,6 +24,7 @@ std::string lexical_path(std::string_view path) {
 }
 
 bool is_or_under(std::string_view path, std::string_view dir) {
+  if (dir == "/") return path.starts_with('/');  // the root: every absolute path lies under it
   return path == dir || (path.starts_with(dir) && path.size() > dir.size() && path[dir.size()] == '/');
 }
 
