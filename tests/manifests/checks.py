@@ -196,7 +196,7 @@ def check_node_enforcer(docs, policy, namespace="gpuguard-system"):
     """The node enforcer: on every GPU node, the GPU Operator's included; root for the two sockets, but no
     capability, no privilege and a read-only root; only the NRI and pod-resources directories and the host's /
     (recursively read-only, so that nothing is made on the host for a path not there yet) mounted; no host network; RBAC to get pods and create events, nothing else;
-    gpuguard's own GPU plugin exempt; the enforcer's pods carry the toleration the webhook refuses elsewhere."""
+    gpuguard's own GPU plugin and the enforcer itself exempt; the enforcer's pods carry the toleration the webhook refuses elsewhere."""
     template = one(docs, "DaemonSet", "gpuguard-node-enforcer")["spec"]["template"]
     spec = template["spec"]
     [enforcer] = spec["containers"]
@@ -218,8 +218,14 @@ def check_node_enforcer(docs, policy, namespace="gpuguard-system"):
     assert volumes[host["/"]["name"]]["hostPath"].get("type") == "Directory", volumes[host["/"]["name"]]
     assert "--host-root=/host" in enforcer["args"] and any(a.startswith("--mps-root=/") for a in enforcer["args"]), enforcer["args"]
     assert [p["containerPort"] for p in enforcer["ports"]] == [8080]
-    assert (f"--exempt-service-accounts={namespace}/gpuguard-device-plugin:app.kubernetes.io/name=gpuguard-device-plugin"
-            in enforcer["args"]), enforcer["args"]
+    # Exempt by namespace, account and label together: gpuguard's GPU plugin, and the enforcer itself (its
+    # host root lies above every MPS root), as its own pods are made.
+    exempt = [a.split("=", 1)[1].split(",") for a in enforcer["args"] if a.startswith("--exempt-service-accounts=")]
+    assert len(exempt) == 1, enforcer["args"]
+    own = f"{namespace}/{spec['serviceAccountName']}:app.kubernetes.io/name=" + template["metadata"]["labels"]["app.kubernetes.io/name"]
+    assert own == f"{namespace}/gpuguard-node-enforcer:app.kubernetes.io/name=gpuguard-node-enforcer", own
+    assert own in exempt[0], exempt
+    assert f"{namespace}/gpuguard-device-plugin:app.kubernetes.io/name=gpuguard-device-plugin" in exempt[0], exempt
     assert "--policy-dir=/etc/gpuguard/policy" in enforcer["args"] and "--nri-socket=/var/run/nri/nri.sock" in enforcer["args"]
     assert template["metadata"]["annotations"] == {policy["nriTolerationAnnotation"]: "true"}
     assert one(docs, "ClusterRole", "gpuguard-node-enforcer")["rules"] == [
@@ -314,8 +320,8 @@ def check_mps(docs, namespace="gpuguard-system", root="/run/gpuguard/mps"):
     [enforcer] = one(docs, "DaemonSet", "gpuguard-node-enforcer")["spec"]["template"]["spec"]["containers"]
     # Exempt by namespace, service account and the daemons' label together.
     label = daemonset["metadata"]["labels"]["app.kubernetes.io/name"]
-    assert (f"--exempt-service-accounts={namespace}/gpuguard-device-plugin:app.kubernetes.io/name=gpuguard-device-plugin,"
-            f"{namespace}/gpuguard-mps-control:app.kubernetes.io/name={label}" in enforcer["args"]), enforcer["args"]
+    exempt = [a.split("=", 1)[1].split(",") for a in enforcer["args"] if a.startswith("--exempt-service-accounts=")]
+    assert len(exempt) == 1 and f"{namespace}/gpuguard-mps-control:app.kubernetes.io/name={label}" in exempt[0], enforcer["args"]
     assert label == "gpuguard-mps-control"
 
 
