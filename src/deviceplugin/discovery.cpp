@@ -4,6 +4,7 @@
 #include <system_error>
 #include <tuple>
 
+#include "gpuguard/files/in_root.hpp"
 #include "gpuguard/files/read_file.hpp"
 
 namespace gpuguard::deviceplugin {
@@ -29,7 +30,8 @@ std::optional<unsigned> to_unsigned(std::string_view text) {
 }  // namespace
 
 fs::path host_path(const fs::path& host_root, std::string_view absolute) {
-  return host_root / fs::path(absolute).relative_path();
+  // Links that loop lead nowhere on the host either: the path as written, which the kernel refuses too.
+  return files::in_root(host_root, absolute).value_or(host_root / fs::path(absolute).relative_path());
 }
 
 std::map<std::string, std::string> parse_information(std::string_view text) {

@@ -144,10 +144,13 @@ void NodeReader::read_specs(NodeView& node) const {
     std::error_code ec;
     for (const auto& entry : fs::directory_iterator(deviceplugin::host_path(host_root_, dir), ec)) {
       const std::string extension = entry.path().extension().string();
-      if ((extension != ".yaml" && extension != ".yml" && extension != ".json") || entry.file_size(ec) > kCdiSpecMax) {
+      // A spec may be a link, which the host follows from its own root.
+      const fs::path spec_path = deviceplugin::host_path(host_root_, dir + "/" + entry.path().filename().string());
+      if ((extension != ".yaml" && extension != ".yml" && extension != ".json") ||
+          fs::file_size(spec_path, ec) > kCdiSpecMax || ec) {
         continue;
       }
-      const auto text = files::read_file(entry.path());
+      const auto text = files::read_file(spec_path);
       if (!text) continue;
       try {
         const YAML::Node spec = YAML::Load(*text);

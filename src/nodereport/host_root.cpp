@@ -5,41 +5,14 @@
 #include <algorithm>
 #include <fstream>
 
+#include "gpuguard/files/in_root.hpp"
 #include "gpuguard/files/read_file.hpp"
 
 namespace gpuguard::nodereport {
 
 namespace fs = std::filesystem;
 
-std::optional<fs::path> HostRoot::resolve(const std::string& path) const {
-  fs::path resolved;  // relative to the root
-  std::vector<fs::path> pending;
-  for (const auto& part : fs::path(path).relative_path()) pending.push_back(part);
-  std::reverse(pending.begin(), pending.end());
-  for (int links = 0; !pending.empty();) {
-    const fs::path part = pending.back();
-    pending.pop_back();
-    if (part == "." || part.empty()) continue;
-    if (part == "..") {
-      resolved = resolved.parent_path();
-      continue;
-    }
-    const fs::path candidate = resolved / part;
-    std::error_code ec;
-    if (fs::is_symlink(root_ / candidate, ec)) {
-      if (++links > 32) return std::nullopt;
-      const fs::path target = fs::read_symlink(root_ / candidate, ec);
-      if (ec) return std::nullopt;
-      if (target.is_absolute()) resolved.clear();
-      const fs::path relative = target.relative_path();
-      const std::vector<fs::path> parts(relative.begin(), relative.end());
-      for (auto it = parts.rbegin(); it != parts.rend(); ++it) pending.push_back(*it);
-      continue;
-    }
-    resolved = candidate;
-  }
-  return root_ / resolved;
-}
+std::optional<fs::path> HostRoot::resolve(const std::string& path) const { return files::in_root(root_, path); }
 
 std::optional<std::string> HostRoot::read(const std::string& path) const {
   const auto resolved = resolve(path);

@@ -122,6 +122,10 @@ struct Node {
   Node() {
     fs::create_directories(policy);
     for (const auto& gpu : default_node()) host.add_gpu(gpu.pci_address, gpu.uuid, gpu.minor, 0);
+    // As on most hosts, /var/run is a link to the absolute /run: read from inside a pod's view of the host,
+    // that is the host's /run, not the pod's (nothing here writes through it).
+    fs::create_directories(host.root() / "var");
+    fs::create_directory_symlink("/run", host.root() / "var" / "run");
   }
 };
 
@@ -303,6 +307,7 @@ TEST_CASE("every fixture, sent through NRI's own runtime to the real enforcer, g
     // Every other fixture has its sandbox made first, as a runtime does: its container is decided on the
     // kubelet's answer fetched then; the others, on the answer asked for at the create.
     std::vector<std::size_t> create_steps;
+    std::size_t spec_index = 0;
     for (const auto& f : fixtures) {
       const json& pod = f.raw["pod"];
       const bool sandbox_first = create_steps.size() % 2 == 1;
@@ -313,22 +318,26 @@ TEST_CASE("every fixture, sent through NRI's own runtime to the real enforcer, g
             {{"metadata", {{"uid", f.raw.value("api_uid", pod["uid"].get<std::string>())}}},
              {"spec", {{"serviceAccountName", f.raw["service_account"]}}}});
       }
-      std::map<std::string, std::vector<std::string>> specs = f.cdi_nodes;
-      const json node_specs = f.raw.value("cdi_specs", json::object());
-      for (const auto& [name, paths] : node_specs.items()) specs[name] = paths;
-      std::size_t spec_index = 0;
-      for (const auto& [name, paths] : specs) {
-        const auto equals = name.find('=');
-        json nodes = json::array();
-        for (const auto& path : paths) nodes.push_back({{"path", path}});
-        node.host.write(
-            "etc/cdi/" + f.name + "-" + std::to_string(spec_index++) + ".json",
-            json{{"cdiVersion", "0.6.0"},
-                 {"kind", name.substr(0, equals)},
-                 {"devices",
-                  json::array({{{"name", name.substr(equals + 1)}, {"containerEdits", {{"deviceNodes", nodes}}}}})}}
-                .dump());
-      }
+      // The node's own specs in /etc/cdi, as nvidia-ctk writes them; a claim's in /var/run/cdi, as DRA
+      // drivers and device plugins write theirs: the host's /run/cdi, through the host's link.
+      const auto write_specs = [&](const std::string& dir,
+                                   const std::map<std::string, std::vector<std::string>>& specs) {
+        for (const auto& [name, paths] : specs) {
+          const auto equals = name.find('=');
+          json nodes = json::array();
+          for (const auto& path : paths) nodes.push_back({{"path", path}});
+          node.host.write(
+              dir + f.name + "-" + std::to_string(spec_index++) + ".json",
+              json{{"cdiVersion", "0.6.0"},
+                   {"kind", name.substr(0, equals)},
+                   {"devices",
+                    json::array({{{"name", name.substr(equals + 1)}, {"containerEdits", {{"deviceNodes", nodes}}}}})}}
+                  .dump());
+        }
+      };
+      write_specs("run/cdi/", f.cdi_nodes);
+      write_specs("etc/cdi/",
+                  f.raw.value("cdi_specs", json::object()).get<std::map<std::string, std::vector<std::string>>>());
       if (sandbox_first) steps.push_back({{"run_pod", pod}});
       create_steps.push_back(steps.size());
       steps.push_back(create_step(pod, f.raw["container"]));

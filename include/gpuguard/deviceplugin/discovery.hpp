@@ -15,7 +15,8 @@
 
 namespace gpuguard::deviceplugin {
 
-// A path as the host sees it ("/dev/nvidia0"), resolved under the host root.
+// A path as the host sees it ("/dev/nvidia0"), resolved under the host root, its links followed inside
+// that root (files::in_root).
 std::filesystem::path host_path(const std::filesystem::path& host_root, std::string_view absolute);
 
 // A MIG device: a compute instance (ci) of a GPU instance (gi) of a GPU in MIG mode.
