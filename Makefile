@@ -33,7 +33,7 @@ NODE_COMPONENTS := k8s.io/kubernetes/cmd/kubelet github.com/containerd/container
 WERROR ?= $(if $(filter true,$(CI)),ON,OFF)
 CXX_SOURCES = $(shell git ls-files '*.cpp' '*.hpp')
 
-.PHONY: deps build run test test-sanitize test-image e2e e2e-build fuzz bench bench-enforcer-request bench-node bench-backstop bench-pod-start bench-pod-start-parts bench-webhook-ab certs clean format lint
+.PHONY: deps build run test test-sanitize test-image e2e e2e-build fuzz bench bench-enforcer-request bench-node bench-backstop bench-pod-start bench-pod-start-parts bench-webhook-ab bench-nginx-floor certs clean format lint
 
 deps:
 	./scripts/install-deps.sh
@@ -107,6 +107,12 @@ bench-pod-start-parts: build e2e-build
 # and callgrind instructions per request (bench/webhook_ab.sh; docs/benchmarks.md).
 bench-webhook-ab: build
 	BUILD_DIR=$(BUILD_DIR) BASE=$(BASE) ./bench/webhook_ab.sh
+
+# The webhook beside nginx, the floor of its transport, in one run: requests/s, p99 and peak RSS, then per
+# request instructions, allocations and system calls, and where each one's memory lives
+# (bench/nginx_floor.sh; docs/benchmarks.md).
+bench-nginx-floor: build
+	BUILD_DIR=$(BUILD_DIR) ./bench/nginx_floor.sh
 
 # libFuzzer targets for the admission path, the HTTP request path and the extender, FUZZ_SECONDS each.
 fuzz: deps

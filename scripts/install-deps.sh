@@ -22,6 +22,9 @@ packages=(
   # fuzzing (clang's libFuzzer and sanitizer runtimes), benchmarks (Google Benchmark, wrk) and their
   # profiles (callgrind's instruction counts, stable on noisy machines)
   clang libclang-rt-14-dev libbenchmark-dev wrk valgrind
+  # make bench-nginx-floor: nginx as the webhook's transport floor (a bench peer only; strace counts the
+  # system calls of both)
+  nginx-light strace
   # make format and make lint (.clang-format, .clang-tidy)
   clang-format clang-tidy
   # `make run` prints a curl line; the README walkthrough and `make test-image` use it
@@ -57,7 +60,21 @@ if [ ${#missing[@]} -gt 0 ]; then
   echo "install-deps: installing ${missing[*]}" >&2
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
+  # Installing a daemon's package (nginx-light) starts it, unless policy-rc.d says no (Debian's
+  # invoke-rc.d policy): a package installed for a benchmark must not leave a server on port 80.
+  policy=/usr/sbin/policy-rc.d
+  wrote_policy=""
+  if [ ! -e "$policy" ]; then
+    wrote_policy=yes
+    printf '#!/bin/sh\n# written by gpuguard scripts/install-deps.sh while it installs packages\nexit 101\n' > "$policy"
+    chmod 755 "$policy"
+    trap 'rm -f "$policy"' EXIT
+  fi
   "${cmd[@]}"
+  if [ -n "$wrote_policy" ]; then
+    rm -f "$policy"
+    trap - EXIT
+  fi
 fi
 
 # Go: Debian bookworm's golang is 1.19, too old for the pinned Kubernetes release and too old to fetch a
