@@ -11,6 +11,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/ssl/context.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http/empty_body.hpp>
 #include <boost/beast/http/read.hpp>
@@ -235,13 +236,17 @@ struct HttpServer::Impl {
   Task<> session(Socket socket);
   template <class Stream>
   Task<> serve_requests(Stream& stream, Expiry& expiry, SessionControl& control);
-  void prepare_answer(http::response<http::string_body>& message, Response response, unsigned version, bool keep_alive);
+  std::string wire_answer(Response response, unsigned version, bool& keep_alive);
   template <class Stream>
   Task<bool> respond(Stream& stream, Expiry& expiry, Response response, unsigned version, bool keep_alive,
                      std::chrono::milliseconds deadline);
   template <class Stream>
   Task<> answer_read_error(Stream& stream, Expiry& expiry, const boost::system::error_code& ec,
                            std::chrono::milliseconds deadline);
+  template <class Stream>
+  Task<bool> read_body(Stream& stream, beast::flat_buffer& buffer, std::uint64_t length, std::string& body);
+  template <class Stream>
+  Task<bool> write_answer(Stream& stream, std::string_view wire);
   Response call_handler(const RequestHead& head, std::string body);
   std::shared_ptr<SessionControl> register_session(Executor executor, Expiry& expiry);
   bool make_room();
@@ -304,17 +309,27 @@ Response HttpServer::Impl::call_handler(const RequestHead& head, std::string bod
   }
 }
 
-// Makes `message` the answer to send: headers, body, and keep-alive unless the server is draining.
-void HttpServer::Impl::prepare_answer(http::response<http::string_body>& message, Response response, unsigned version,
-                                      bool keep_alive) {
-  message.result(static_cast<http::status>(response.status));
-  message.version(version);
-  message.set(http::field::content_type, response.content_type);
-  for (auto& [name, value] : response.headers) message.set(name, value);
-  message.body() = std::move(response.body);
-  message.keep_alive(keep_alive && !draining);
-  message.prepare_payload();
+// The answer as it goes on the wire, keep-alive unless the server is draining (`keep_alive` says which):
+// status line, headers, body. Written here, not by Beast's serializer, which builds a list of fields (an
+// allocation each) and walks them as a sequence of buffers; the headers are the server's own.
+std::string HttpServer::Impl::wire_answer(Response response, unsigned version, bool& keep_alive) {
+  keep_alive = keep_alive && !draining;
   if (options.counters != nullptr) options.counters->count_answer(response.status);
+  const std::string_view reason = http::obsolete_reason(http::int_to_status(response.status));
+  const std::string length = std::to_string(response.body.size());
+  std::size_t size = 96 + reason.size() + response.content_type.size() + length.size() + response.body.size();
+  for (const auto& [name, value] : response.headers) size += name.size() + value.size() + 4;
+  std::string wire;
+  wire.reserve(size);
+  wire.append(version == 10 ? "HTTP/1.0 " : "HTTP/1.1 ").append(std::to_string(response.status)).append(" ");
+  wire.append(reason).append("\r\nContent-Type: ").append(response.content_type).append("\r\n");
+  for (const auto& [name, value] : response.headers) wire.append(name).append(": ").append(value).append("\r\n");
+  wire.append("Content-Length: ").append(length).append("\r\n");
+  // HTTP/1.1 keeps a connection unless told to close; HTTP/1.0 closes it unless told to keep it.
+  if (version == 10 && keep_alive) wire.append("Connection: keep-alive\r\n");
+  if (version != 10 && !keep_alive) wire.append("Connection: close\r\n");
+  wire.append("\r\n").append(response.body);
+  return wire;
 }
 
 // The answers that end a connection or are sent early. The ordinary answer is written by serve_requests
@@ -323,11 +338,9 @@ void HttpServer::Impl::prepare_answer(http::response<http::string_body>& message
 template <class Stream>
 Task<bool> HttpServer::Impl::respond(Stream& stream, Expiry& expiry, Response response, unsigned version,
                                      bool keep_alive, std::chrono::milliseconds deadline) {
-  http::response<http::string_body> message;
-  prepare_answer(message, std::move(response), version, keep_alive);
+  const std::string wire = wire_answer(std::move(response), version, keep_alive);
   expiry.expires_after(deadline);
-  auto [ec, written] = co_await http::async_write(stream, message, kNoThrow);
-  co_return !ec && message.keep_alive();
+  co_return co_await write_answer(stream, wire) && keep_alive;
 }
 
 // Tells the client why its request could not be read, when there is still a client to tell.
@@ -432,20 +445,66 @@ Task<> HttpServer::Impl::serve_requests(Stream& stream, Expiry& expiry, SessionC
       http::response<http::empty_body> go_on{http::status::continue_, request.version()};
       if (auto [ec, n] = co_await http::async_write(stream, go_on, kNoThrow); ec) break;
     }
-    if (!parser.is_done()) make_room_for_body(buffer, head.content_length);  // done: the request has no body
-    if (auto [ec, n] = co_await http::async_read(stream, buffer, parser, kNoThrow); ec) {
-      co_await answer_read_error(stream, expiry, ec, deadline);  // a chunked body can pass the limit only here
-      break;
+    if (head.content_length && !parser.is_done()) {
+      // A body of known length (the API server's, always) goes straight into its string: what the head's
+      // read took of it first, then the stream's reads into the rest. Beast's parser would read it into
+      // the connection's buffer, with room for a record, and copy it again.
+      if (!co_await read_body(stream, buffer, *head.content_length, request.body())) break;
+    } else {
+      if (!parser.is_done()) make_room_for_body(buffer, head.content_length);  // done: the request has no body
+      if (auto [ec, n] = co_await http::async_read(stream, buffer, parser, kNoThrow); ec) {
+        co_await answer_read_error(stream, expiry, ec, deadline);  // a chunked body can pass the limit only here
+        break;
+      }
     }
     Response response = call_handler(head, std::move(request.body()));
     if (response.body.size() > kUncountedAnswer && !share.grow(response.body.size())) response = server_busy();
-    http::response<http::string_body> answer;
-    prepare_answer(answer, std::move(response), request.version(), keep_alive);
+    const std::string wire = wire_answer(std::move(response), request.version(), keep_alive);
     expiry.expires_after(deadline);
-    auto [write_error, written] = co_await http::async_write(stream, answer, kNoThrow);
-    keep_alive = !write_error && answer.keep_alive();
+    keep_alive = co_await write_answer(stream, wire) && keep_alive;
     if (buffer.size() == 0) buffer.shrink_to_fit();  // nothing of a next request read yet: free it all
   }
+}
+
+// Writes the answer: what the stream takes at once in this turn, the rest (a socket that is full, an
+// answer of more than a record) through the loop. False when the write failed.
+template <class Stream>
+Task<bool> HttpServer::Impl::write_answer(Stream& stream, std::string_view wire) {
+  if constexpr (requires { stream.write_now(asio::const_buffer{}); }) {
+    while (!wire.empty()) {
+      const std::size_t written = stream.write_now(asio::buffer(wire));
+      if (written == 0) break;
+      wire.remove_prefix(written);
+    }
+    if (wire.empty()) co_return true;
+  }
+  auto [ec, n] = co_await asio::async_write(stream, asio::buffer(wire), kNoThrow);
+  co_return !ec;
+}
+
+// Reads a body of `length` bytes into `body`: first what `buffer` already holds of it (and no more: what
+// follows is the next request's), then from the stream, one read at a time. False when the stream ends or
+// fails first (the peer went away, or the deadline closed the socket): there is nobody to answer.
+template <class Stream>
+Task<bool> HttpServer::Impl::read_body(Stream& stream, beast::flat_buffer& buffer, std::uint64_t length,
+                                       std::string& body) {
+  const auto size = static_cast<std::size_t>(length);  // the body limit, checked with the head, bounds it
+  body.resize(size);
+  const std::size_t held = std::min(size, buffer.size());
+  asio::buffer_copy(asio::buffer(body.data(), held), buffer.data());
+  buffer.consume(held);
+  for (std::size_t have = held; have < size;) {
+    if constexpr (requires { stream.read_held(body.data(), size); }) {
+      if (const std::size_t n = stream.read_held(body.data() + have, size - have); n > 0) {
+        have += n;
+        continue;
+      }
+    }
+    auto [ec, n] = co_await stream.async_read_some(asio::buffer(body.data() + have, size - have), kNoThrow);
+    if (ec) co_return false;
+    have += n;
+  }
+  co_return true;
 }
 
 std::shared_ptr<SessionControl> HttpServer::Impl::register_session(Executor executor, Expiry& expiry) {

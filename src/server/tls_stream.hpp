@@ -133,8 +133,10 @@ class TlsStream {
   // The most bytes one step reads from the socket before it returns to the loop: two full records.
   static constexpr std::size_t kReadBudgetPerStep = std::size_t{34} * 1024;
   // The most one read(2) takes from the socket: a whole record at its largest (5 + 16,384 + 256 bytes)
-  // and the next one's header. Held only from the read until OpenSSL has taken it all, or until the
-  // connection next waits on the socket; an idle connection holds none of it.
+  // and the next one's header. It reads into a buffer of the loop's (its thread's), which OpenSSL takes from
+  // within the same step; what it leaves at the step's end (the start of a next record, read with this
+  // one) the connection keeps in a buffer of its own, of that size, until OpenSSL has taken it. So a
+  // connection holds none of it between steps unless a client sent more than a record at once.
   static constexpr std::size_t kReadAhead = std::size_t{16} * 1024 + 512;
 
   // A new request begins: the handshake messages it may carry are counted afresh.
@@ -172,14 +174,40 @@ class TlsStream {
   // one, so that it goes out as a single record rather than one per buffer.
   template <class ConstBuffers, class Token>
   auto async_write_some(const ConstBuffers& buffers, Token&& token) {
-    auto buffer = first_of<boost::asio::const_buffer>(buffers);
-    if (buffer.size() < kRecordSize && boost::asio::buffer_size(buffers) > buffer.size()) {
-      gathered_.resize(std::min(boost::asio::buffer_size(buffers), kRecordSize));
-      boost::asio::buffer_copy(boost::asio::buffer(gathered_), buffers);
-      buffer = boost::asio::buffer(gathered_);
-    }
+    const auto buffer = gather(buffers);
     return run([buffer](SSL* ssl) { return SSL_write(ssl, buffer.data(), clamp(buffer.size())); },
                [](int r) { return r > 0; }, std::forward<Token>(token), buffer.size() == 0);
+  }
+
+  // Without a trip through the loop, what needs no wait on the socket. A step that completes at once
+  // still completes through the executor (async_compose may not complete inside its initiation), and
+  // between the steps of one request the loop's other connections run, each holding its request's
+  // buffers meanwhile; so the rest of a record already read, and an answer that the socket takes at
+  // once, are handled here, in the request's own turn, which a record and an answer bound.
+
+  // Up to `size` bytes of plaintext that OpenSSL already holds (the rest of a record it has read), without
+  // reading the socket; 0 when it holds none. An error is left for the next read to report.
+  std::size_t read_held(void* data, std::size_t size) {
+    if (failed_ || condemned_ || !socket_.is_open() || size == 0) return 0;
+    const int held = SSL_pending(ssl_.get());
+    if (held <= 0) return 0;
+    if (ERR_peek_error() != 0) ERR_clear_error();
+    const int result = SSL_read(ssl_.get(), data, clamp(std::min(size, static_cast<std::size_t>(held))));
+    return result > 0 ? static_cast<std::size_t>(result) : 0;
+  }
+
+  // Writes what the socket takes now of `buffers` (one record, as async_write_some); 0 when it would
+  // wait, or failed: async_write_some then goes on with the same bytes, as OpenSSL requires of a retry,
+  // and reports what failed.
+  template <class ConstBuffers>
+  std::size_t write_now(const ConstBuffers& buffers) {
+    if (failed_ || !socket_.is_open()) return 0;
+    const auto buffer = gather(buffers);
+    if (buffer.size() == 0) return 0;
+    if (ERR_peek_error() != 0) ERR_clear_error();
+    errno = 0;
+    const int result = SSL_write(ssl_.get(), buffer.data(), clamp(buffer.size()));
+    return result > 0 ? static_cast<std::size_t>(result) : 0;
   }
 
  private:
@@ -191,6 +219,18 @@ class TlsStream {
 
   static int clamp(std::size_t size) { return static_cast<int>(std::min<std::size_t>(size, INT_MAX)); }
 
+  // What one SSL_write takes of a sequence: its first buffer, or the sequence gathered into one record.
+  template <class ConstBuffers>
+  boost::asio::const_buffer gather(const ConstBuffers& buffers) {
+    auto buffer = first_of<boost::asio::const_buffer>(buffers);
+    if (buffer.size() < kRecordSize && boost::asio::buffer_size(buffers) > buffer.size()) {
+      gathered_.resize(std::min(boost::asio::buffer_size(buffers), kRecordSize));
+      boost::asio::buffer_copy(boost::asio::buffer(gathered_), buffers);
+      buffer = boost::asio::buffer(gathered_);
+    }
+    return buffer;
+  }
+
   // The first non-empty buffer of a sequence: what one SSL_read or SSL_write call takes.
   template <class Buffer, class Buffers>
   static Buffer first_of(const Buffers& buffers) {
@@ -201,7 +241,7 @@ class TlsStream {
     return Buffer{};
   }
 
-  // The BIO that OpenSSL reads the socket through: reads ahead into a buffer of its own, refuses to read
+  // The BIO that OpenSSL reads the socket through: reads ahead into the loop's buffer (kReadAhead), refuses to read
   // the socket once the step's budget is spent (as "try again": the step yields) and for good once the
   // connection is condemned. Writes go to a plain socket BIO.
   static BIO_METHOD* reader_method() {
@@ -227,9 +267,9 @@ class TlsStream {
         BIO_set_retry_read(bio);
         return 0;
       }
-      if (!self->ahead_) self->ahead_ = std::make_unique_for_overwrite<char[]>(kReadAhead);
-      const ssize_t got = ::read(static_cast<int>(self->socket_.native_handle()), self->ahead_.get(),
-                                 std::min(kReadAhead, self->read_budget_));
+      char* const scratch = loop_read_buffer();
+      const ssize_t got =
+          ::read(static_cast<int>(self->socket_.native_handle()), scratch, std::min(kReadAhead, self->read_budget_));
       if (got <= 0) {
         if (got == 0) {
           self->peer_closed_ = true;
@@ -239,11 +279,12 @@ class TlsStream {
         return 0;  // errno stays what read(2) left: error_of reads it
       }
       self->read_budget_ -= std::min(static_cast<std::size_t>(got), self->read_budget_);
+      self->ahead_ = scratch;
       self->ahead_begin_ = 0;
       self->ahead_end_ = static_cast<std::size_t>(got);
     }
     const std::size_t taken = std::min(size, self->ahead_end_ - self->ahead_begin_);
-    std::memcpy(out, self->ahead_.get() + self->ahead_begin_, taken);
+    std::memcpy(out, self->ahead_ + self->ahead_begin_, taken);
     self->ahead_begin_ += taken;
     *read = taken;
     return 1;
@@ -262,10 +303,30 @@ class TlsStream {
 
   bool read_ahead_pending() const noexcept { return ahead_begin_ != ahead_end_; }
 
-  // Before the connection waits on the socket: nothing is read ahead, so the buffer goes.
-  void release_read_ahead() noexcept {
-    ahead_.reset();
-    ahead_begin_ = ahead_end_ = 0;
+  // The loop's read buffer: one per thread, and a connection's steps run on its loop's thread alone, so
+  // it is this step's, from the read(2) until the step ends.
+  static char* loop_read_buffer() {
+    thread_local const std::unique_ptr<char[]> buffer = std::make_unique_for_overwrite<char[]>(kReadAhead);
+    return buffer.get();
+  }
+
+  // At a step's end: what OpenSSL left of the loop's buffer moves to one of the connection's own, of its
+  // size (the next step may run after another connection's reads); what it took all of is let go.
+  void keep_read_ahead() {
+    if (!read_ahead_pending()) {
+      kept_.reset();
+      ahead_ = nullptr;
+      ahead_begin_ = ahead_end_ = 0;
+      return;
+    }
+    if (ahead_ != loop_read_buffer()) return;  // already the connection's own
+    const std::size_t pending = ahead_end_ - ahead_begin_;
+    auto kept = std::make_unique_for_overwrite<char[]>(pending);
+    std::memcpy(kept.get(), ahead_ + ahead_begin_, pending);
+    kept_ = std::move(kept);
+    ahead_ = kept_.get();
+    ahead_begin_ = 0;
+    ahead_end_ = pending;
   }
 
   static void count_handshake_messages(int write, int, int content_type, const void*, std::size_t, SSL*, void* arg) {
@@ -315,6 +376,7 @@ class TlsStream {
             read_budget_ = kReadBudgetPerStep;
             throttled_ = false;
             result = step(ssl_.get());
+            keep_read_ahead();
             if (!done(result)) {
               const int ssl_error = SSL_get_error(ssl_.get(), result);
               if (condemned_) {
@@ -328,7 +390,6 @@ class TlsStream {
                 return;
               } else if (ssl_error == SSL_ERROR_WANT_READ || ssl_error == SSL_ERROR_WANT_WRITE) {
                 waited = true;
-                if (ssl_error == SSL_ERROR_WANT_READ) release_read_ahead();
                 socket_.async_wait(ssl_error == SSL_ERROR_WANT_READ ? Socket::wait_read : Socket::wait_write,
                                    std::move(self));
                 return;
@@ -359,7 +420,10 @@ class TlsStream {
   bool peer_closed_ = false;  // read(2) gave end of file
   unsigned handshake_messages_ = 0;
   std::size_t read_budget_ = kReadBudgetPerStep;
-  std::unique_ptr<char[]> ahead_;  // read from the socket, not yet taken by OpenSSL: [ahead_begin_, ahead_end_)
+  // Read from the socket, not yet taken by OpenSSL: [ahead_begin_, ahead_end_) of the loop's buffer within
+  // a step, of kept_ between steps.
+  const char* ahead_ = nullptr;
+  std::unique_ptr<char[]> kept_;
   std::size_t ahead_begin_ = 0;
   std::size_t ahead_end_ = 0;
 };
