@@ -236,7 +236,7 @@ struct HttpServer::Impl {
   Task<> session(Socket socket);
   template <class Stream>
   Task<> serve_requests(Stream& stream, Expiry& expiry, SessionControl& control);
-  std::string wire_answer(Response response, unsigned version, bool& keep_alive);
+  std::string wire_answer(const Response& response, unsigned version, bool& keep_alive);
   template <class Stream>
   Task<bool> respond(Stream& stream, Expiry& expiry, Response response, unsigned version, bool keep_alive,
                      std::chrono::milliseconds deadline);
@@ -312,7 +312,7 @@ Response HttpServer::Impl::call_handler(const RequestHead& head, std::string bod
 // The answer as it goes on the wire, keep-alive unless the server is draining (`keep_alive` says which):
 // status line, headers, body. Written here, not by Beast's serializer, which builds a list of fields (an
 // allocation each) and walks them as a sequence of buffers; the headers are the server's own.
-std::string HttpServer::Impl::wire_answer(Response response, unsigned version, bool& keep_alive) {
+std::string HttpServer::Impl::wire_answer(const Response& response, unsigned version, bool& keep_alive) {
   keep_alive = keep_alive && !draining;
   if (options.counters != nullptr) options.counters->count_answer(response.status);
   const std::string_view reason = http::obsolete_reason(http::int_to_status(response.status));
@@ -338,7 +338,7 @@ std::string HttpServer::Impl::wire_answer(Response response, unsigned version, b
 template <class Stream>
 Task<bool> HttpServer::Impl::respond(Stream& stream, Expiry& expiry, Response response, unsigned version,
                                      bool keep_alive, std::chrono::milliseconds deadline) {
-  const std::string wire = wire_answer(std::move(response), version, keep_alive);
+  const std::string wire = wire_answer(response, version, keep_alive);
   expiry.expires_after(deadline);
   co_return co_await write_answer(stream, wire) && keep_alive;
 }
@@ -459,9 +459,13 @@ Task<> HttpServer::Impl::serve_requests(Stream& stream, Expiry& expiry, SessionC
     }
     Response response = call_handler(head, std::move(request.body()));
     if (response.body.size() > kUncountedAnswer && !share.grow(response.body.size())) response = server_busy();
-    const std::string wire = wire_answer(std::move(response), request.version(), keep_alive);
+    const std::string wire = wire_answer(response, request.version(), keep_alive);
     expiry.expires_after(deadline);
     keep_alive = co_await write_answer(stream, wire) && keep_alive;
+    // The client sends its next request only once it has this answer: reading for it at once finds
+    // nothing, and a wait on the socket costs Asio an epoll_ctl. After the loop's other connections have
+    // had their turns, it is usually there.
+    co_await asio::post(stream.get_executor(), asio::use_awaitable_t<Executor>{});
     if (buffer.size() == 0) buffer.shrink_to_fit();  // nothing of a next request read yet: free it all
   }
 }

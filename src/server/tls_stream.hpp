@@ -306,8 +306,8 @@ class TlsStream {
   // The loop's read buffer: one per thread, and a connection's steps run on its loop's thread alone, so
   // it is this step's, from the read(2) until the step ends.
   static char* loop_read_buffer() {
-    thread_local const std::unique_ptr<char[]> buffer = std::make_unique_for_overwrite<char[]>(kReadAhead);
-    return buffer.get();
+    thread_local const std::unique_ptr<char[]> kBuffer = std::make_unique_for_overwrite<char[]>(kReadAhead);
+    return kBuffer.get();
   }
 
   // At a step's end: what OpenSSL left of the loop's buffer moves to one of the connection's own, of its
