@@ -125,24 +125,29 @@ std::vector<std::string> namespaces(std::string_view value) {
   return names;
 }
 
+bool is_service_account(std::string_view entry) {
+  const std::size_t slash = entry.find('/');
+  return slash != std::string_view::npos && is_dns_label(entry.substr(0, slash)) &&
+         is_dns_subdomain(entry.substr(slash + 1));
+}
+
 std::vector<std::string> service_accounts(std::string_view value) {
   auto entries = split_list(value);
   for (const auto& entry : entries) {
-    const std::size_t slash = entry.find('/');
-    if (slash == std::string::npos || !is_dns_label(std::string_view(entry).substr(0, slash)) ||
-        !is_dns_subdomain(std::string_view(entry).substr(slash + 1))) {
-      throw InvalidValue("\"" + entry + "\" is not namespace/name");
-    }
+    if (!is_service_account(entry)) throw InvalidValue("\"" + entry + "\" is not namespace/name");
   }
   return entries;
 }
 
-// namespace/name, each optionally with ":key=value", a label the pod must carry too.
+// namespace/name, each optionally with ":key=value", a label the pod must carry too. What precedes the
+// ':' is taken exactly as the matching compares it: "ns/sa :app=x" or ":app=x" would name nobody.
 std::vector<std::string> labelled_service_accounts(std::string_view value) {
   auto entries = split_list(value);
   for (const auto& entry : entries) {
     const std::size_t colon = entry.find(':');
-    service_accounts(std::string_view(entry).substr(0, colon));
+    if (!is_service_account(std::string_view(entry).substr(0, colon))) {
+      throw InvalidValue("\"" + entry + "\" is not namespace/name or namespace/name:key=value");
+    }
     if (colon == std::string::npos) continue;
     const std::string_view label = std::string_view(entry).substr(colon + 1);
     const std::size_t equals = label.find('=');

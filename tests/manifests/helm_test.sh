@@ -171,42 +171,48 @@ cp "$root/tests/manifests/alerts_test.yaml" "$work/"
 "$promtool" test rules "$work/alerts_test.yaml"
 
 # values.schema.json: a typo in a key, or a policy value the webhook would refuse, fails before anything is
-# rendered; every value it allows for a policy key is one the webhook takes, and a value outside it one the
-# webhook refuses too (the webhook's own parser is the independent judge).
-/usr/bin/python3 - "$root" > "$work/schema-cases" <<'PY'
-import json, sys
-sys.path.insert(0, sys.argv[1] + "/tests/manifests")
+# rendered, and a value the webhook takes is one the schema takes too. Every key's cases
+# (tests/fixtures/policy-values/cases.json), each judged by the webhook's own parser and by the schema
+# through helm, both wanting the outcome written there.
+/usr/bin/python3 - "$root" "$webhook" "$helm" "$work" <<'PY'
+import json, os, subprocess, sys
+root, webhook, helm, work = sys.argv[1:5]
+sys.path.insert(0, root + "/tests/manifests")
 from checks import POLICY_KEYS
-schema = json.load(open(sys.argv[1] + "/charts/gpuguard/values.schema.json"))
-policy = schema["properties"]["policy"]
+policy = json.load(open(root + "/charts/gpuguard/values.schema.json"))["properties"]["policy"]
 assert set(policy["properties"]) == POLICY_KEYS and policy["additionalProperties"] is False, set(policy["properties"]) ^ POLICY_KEYS
-for key, rule in sorted(policy["properties"].items()):
-    for value in rule.get("enum", []):
-        print(key, str(value).lower() if isinstance(value, bool) else value, "accepted")
-    if "enum" in rule:
-        print(key, "bogus", "refused")
+cases = json.load(open(root + "/tests/fixtures/policy-values/cases.json"))
+cases.pop("//")
+assert set(cases) == POLICY_KEYS, set(cases) ^ POLICY_KEYS
+os.makedirs(f"{work}/case", exist_ok=True)
+failures, judged = [], 0
+for key, outcomes in sorted(cases.items()):
+    assert outcomes["accepted"] and outcomes["refused"], f"{key}: a case of each outcome"
+    for outcome, values in outcomes.items():
+        for value in values:
+            for name in os.listdir(f"{work}/case"):
+                os.remove(f"{work}/case/{name}")
+            # The chart writes a boolean as its toString: true, false.
+            open(f"{work}/case/{key}", "w").write(str(value).lower() if isinstance(value, bool) else value)
+            webhook_says = "accepted" if subprocess.run(
+                [webhook, "review", "--policy-dir", f"{work}/case", root + "/tests/fixtures/admission/mixed/review.json"],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode == 0 else "refused"
+            json.dump({"policy": {key: value}}, open(f"{work}/case.yaml", "w"))  # JSON is YAML
+            schema_says = "accepted" if subprocess.run(
+                [helm, "template", "gpuguard", root + "/charts/gpuguard", "-f", f"{work}/case.yaml"],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode == 0 else "refused"
+            judged += 1
+            if webhook_says != outcome or schema_says != outcome:
+                failures.append(f"policy.{key}={value!r}: the schema says {schema_says}, the webhook {webhook_says}; want {outcome}")
+assert not failures, "\n".join(failures)
+print(f"values.schema.json: {judged} policy values judged as the webhook judges them")
 PY
-while read -r key value outcome; do
-  mkdir -p "$work/case" && rm -f "$work/case/"* && printf '%s' "$value" > "$work/case/$key"
-  if "$webhook" review --policy-dir "$work/case" "$root/tests/fixtures/admission/mixed/review.json" > /dev/null 2>&1; then
-    webhook_says=accepted
-  else
-    webhook_says=refused
-  fi
-  if "$helm" template gpuguard "$root/charts/gpuguard" --set-string "policy.$key=$value" > /dev/null 2>&1; then
-    schema_says=accepted
-  else
-    schema_says=refused
-  fi
-  [ "$webhook_says" = "$outcome" ] && [ "$schema_says" = "$outcome" ] \
-    || { echo "policy.$key=$value: the schema says $schema_says, the webhook $webhook_says; want $outcome"; exit 1; }
-done < "$work/schema-cases"
 for bad in "policy.mode=enforcing" "policy.privilegd=deny" "webhook.failurePolicy=Fial" "devicePlugin.gpus=maybe" "imageTag=x"; do
   if "$helm" lint --strict "$root/charts/gpuguard" --set "$bad" > "$work/bad.lint" 2>&1; then
     echo "helm lint --set $bad passed: values.schema.json should refuse it"; exit 1
   fi
 done
-echo "values.schema.json: $(wc -l < "$work/schema-cases") policy values judged as the webhook judges them; typos refused"
+echo "values.schema.json: typos refused"
 
 # What the strict values render is accepted by the binaries themselves.
 "$webhook" review --policy-dir "$work/strict-policy" "$root/tests/fixtures/admission/mixed/review.json" > /dev/null

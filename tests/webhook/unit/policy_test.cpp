@@ -78,6 +78,10 @@ TEST_CASE("policy: each invalid value refuses the whole policy, naming the key")
       {"featureEnvVars", "remove"},
       {"featureEnvVars", ""},
       {"stripUserValueFromGpuContainers", "yes"},
+      // What precedes a label's ':' is matched exactly, so these would name nobody.
+      {"nodeEnforcementExemptServiceAccounts", ":app=x"},
+      {"nodeEnforcementExemptServiceAccounts", "ns/sa :app=x"},
+      {"nodeEnforcementExemptServiceAccounts", "ns/sa:app"},
   };
   for (const Row& row : rows) {
     INFO(row.key << " = \"" << row.value << "\"");
