@@ -51,6 +51,10 @@ cp -r "$root/manifests" "$work/manifests"
 "$root/certs/generate.sh" --service gpuguard-scheduler-extender --out "$work/manifests/scheduler-extender/certs" >/dev/null
 "$kustomize" build "$work/manifests/scheduler-extender" > "$work/kustomize-extender.yaml"
 "$kustomize" build "$work/manifests/audit" > "$work/kustomize-audit.yaml"
+"$kustomize" build "$work/manifests/webhook-only" > "$work/kustomize-webhook-only.yaml"
+"$helm" template gpuguard "$root/charts/gpuguard" --namespace gpuguard-system --kube-version "$kube_version" \
+  --set webhook.armAfterReady=false --set devicePlugin.enabled=false --set hostDevices.enabled=false \
+  --set nodeEnforcer.enabled=false > "$work/armed-webhook-only.yaml"
 "$helm" template gpuguard "$root/charts/gpuguard" --namespace gpuguard-system --kube-version "$kube_version" \
   --set audit.enabled=true > "$work/audit-enabled.yaml"
 
@@ -278,4 +282,27 @@ for key in drift:
     print("drift:", key, yaml.safe_dump(comparable(helm[key]))[:2000], yaml.safe_dump(comparable(kustomize[key]))[:2000])
 assert not drift, drift
 print(f"helm and kustomize agree on the {len(kustomize)} objects of the audit controller")
+
+# The webhook alone: manifests/webhook-only is what the chart renders with the node's parts disabled
+# (docs/operations.md says so), no object more or less.
+helm, kustomize = objects(f"{work}/armed-webhook-only.yaml"), objects(f"{work}/kustomize-webhook-only.yaml")
+assert set(helm) ^ set(kustomize) <= only, sorted(set(helm) ^ set(kustomize))
+drift = [key for key in set(helm) & set(kustomize) if comparable(helm[key]) != comparable(kustomize[key])]
+assert not drift, drift
+print(f"helm and kustomize agree on the {len(set(helm) & set(kustomize))} objects of the webhook alone")
+
+# Every rendering: a pod runs as a ServiceAccount the same rendering makes (the kubelet never creates a
+# pod whose account is missing, and a DaemonSet then shows no pod and no error of its own).
+import glob
+renderings = [p for p in sorted(glob.glob(f"{work}/*.yaml")) if not p.endswith(("-rules.yaml", "alerts_test.yaml", "case.yaml", "device-plugin.yaml"))]
+assert len(renderings) >= 10, renderings
+for path in renderings:
+    docs = [d for d in yaml.safe_load_all(open(path)) if d]
+    accounts = {d["metadata"]["name"] for d in docs if d["kind"] == "ServiceAccount"}
+    for d in docs:
+        template = d.get("spec", {}).get("jobTemplate", d).get("spec", {}).get("template", {}).get("spec")
+        if template is not None:
+            account = template.get("serviceAccountName", "default")
+            assert account == "default" or account in accounts, f"{path}: {d['kind']} {d['metadata']['name']} runs as {account}, which it does not make"
+print("every pod of every rendering runs as an account its rendering makes")
 PY
