@@ -8,7 +8,9 @@ import yaml
 CLUSTER_SCOPED = {"Namespace", "MutatingWebhookConfiguration", "ValidatingAdmissionPolicy",
                   "ValidatingAdmissionPolicyBinding", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition"}
 # Series the alerts read that Kubernetes exports, not gpuguard: the API server's account of its webhook calls.
-KUBERNETES_SERIES = {"apiserver_admission_webhook_fail_open_count", "apiserver_admission_webhook_rejection_count"}
+# The API server's own series, and kube-state-metrics' (which most clusters scrape).
+KUBERNETES_SERIES = {"apiserver_admission_webhook_fail_open_count", "apiserver_admission_webhook_rejection_count",
+                     "kube_deployment_status_replicas_available", "kube_daemonset_status_number_unavailable"}
 POLICY_KEYS = {"mode", "visibleDevicesValue", "gpuResources", "gpuAnnotations", "gpuDeviceClasses",
                "exemptNamespaces", "exemptServiceAccounts", "privileged", "hostDeviceMounts", "cdiAnnotations",
                "nvidiaCdiAnnotations", "featureEnvVars", "runtimeClasses", "runtimeClassAction",
@@ -457,14 +459,10 @@ def check_audit(docs, namespace, root):
 
     rule = one(docs, "PrometheusRule", "gpuguard-audit")
     alerts = [r for g in rule["spec"]["groups"] for r in g["rules"]]
-    assert {a["alert"] for a in alerts} == {"GPUGuardPodsExposed", "GPUGuardWebhookUnavailable",
-                                            "GPUGuardNodeIsolationNotHolding", "GPUGuardPolicyRefused",
+    assert {a["alert"] for a in alerts} == {"GPUGuardPodsExposed", "GPUGuardNodeIsolationNotHolding",
                                             "GPUGuardAuditStale"}
     for a in alerts:
         assert a["labels"]["severity"] in ("warning", "critical") and a["annotations"]["summary"], a
-    # The webhook the API server reports on is the one the chart installs.
-    webhook_name = one(docs, "MutatingWebhookConfiguration")["webhooks"][0]["name"]
-    assert all(webhook_name in a["expr"] for a in alerts if "apiserver_" in a["expr"])
     check_series_exist([a["expr"] for a in alerts], root)
 
     dashboards = one(docs, "ConfigMap", "gpuguard-audit-dashboard")
@@ -516,8 +514,18 @@ def check_monitoring(docs, namespace, root):
     assert {a["alert"] for a in alerts} == {"GPUGuardCertificateExpiresSoon", "GPUGuardPolicyNotEnforcing",
                                             "GPUGuardInjectedValueNotHonoured", "GPUGuardWebhookErrors",
                                             "GPUGuardConnectionsShed", "GPUGuardNodeEnforcerNotRegistered",
-                                            "GPUGuardContainersBeyondAllocation"}
+                                            "GPUGuardContainersBeyondAllocation", "GPUGuardPolicyRefused",
+                                            "GPUGuardWebhookUnavailable", "GPUGuardNodeEnforcerNotRunning",
+                                            "GPUGuardNodeEnforcerRefusals"}
     for a in alerts:
         assert a["labels"]["severity"] in ("warning", "critical") and a["annotations"]["summary"], a
         assert "absent(" not in a["expr"], f"{a['alert']} fires on missing data"
     check_series_exist([a["expr"] for a in alerts], root)
+    # The webhook, Deployment and DaemonSet the series are selected by are the ones the chart installs.
+    by_name = {a["alert"]: a["expr"] for a in alerts}
+    webhook_name = one(docs, "MutatingWebhookConfiguration")["webhooks"][0]["name"]
+    assert all(webhook_name in a["expr"] for a in alerts if "apiserver_" in a["expr"])
+    deployment = one(docs, "Deployment", "gpuguard-webhook")["metadata"]
+    assert f'namespace="{deployment["namespace"]}",deployment="{deployment["name"]}"' in by_name["GPUGuardWebhookUnavailable"]
+    enforcer = one(docs, "DaemonSet", "gpuguard-node-enforcer")["metadata"]
+    assert f'namespace="{enforcer["namespace"]}",daemonset="{enforcer["name"]}"' in by_name["GPUGuardNodeEnforcerNotRunning"]

@@ -52,6 +52,32 @@ cp -r "$root/manifests" "$work/manifests"
 "$kustomize" build "$work/manifests/scheduler-extender" > "$work/kustomize-extender.yaml"
 "$kustomize" build "$work/manifests/audit" > "$work/kustomize-audit.yaml"
 "$kustomize" build "$work/manifests/webhook-only" > "$work/kustomize-webhook-only.yaml"
+# The image overlay README and operations.md give, beside manifests/ as they say, with every component:
+# each container of each runs the image it names.
+/usr/bin/python3 - "$root" "$work" <<'PY'
+import os, re, sys
+root, work = sys.argv[1:3]
+blocks = [re.search(r"```yaml\n(# gpuguard-images/kustomization.yaml.*?)```", open(f"{root}/{doc}").read(), re.S)
+          for doc in ("README.md", "docs/operations.md")]
+assert all(blocks) and blocks[0][1] == blocks[1][1], "README's and operations.md's image overlays differ"
+overlay = blocks[0][1]
+for name, resources in (("documented", None), ("every-component", "  - ../manifests/default\n  - ../manifests/audit\n  - ../manifests/scheduler-extender\n")):
+    os.makedirs(f"{work}/overlay-{name}")
+    text = overlay if resources is None else re.sub(r"resources:\n(  - .*\n)+", "resources:\n" + resources, overlay)
+    open(f"{work}/overlay-{name}/kustomization.yaml", "w").write(text)
+PY
+for name in documented every-component; do
+  "$kustomize" build "$work/overlay-$name" > "$work/image-overlay-$name.yaml"
+  /usr/bin/python3 - "$work/image-overlay-$name.yaml" <<'PY'
+import sys, yaml
+images = set()
+for d in yaml.safe_load_all(open(sys.argv[1])):
+    spec = (d or {}).get("spec", {}).get("template", {}).get("spec")
+    for c in (spec or {}).get("containers", []) + (spec or {}).get("initContainers", []):
+        images.add(c["image"])
+assert images == {"registry.example.com/gpuguard:0.1.0"}, (sys.argv[1], images)
+PY
+done
 "$helm" template gpuguard "$root/charts/gpuguard" --namespace gpuguard-system --kube-version "$kube_version" \
   --set webhook.armAfterReady=false --set devicePlugin.enabled=false --set hostDevices.enabled=false \
   --set nodeEnforcer.enabled=false > "$work/armed-webhook-only.yaml"
@@ -164,6 +190,13 @@ queries = [{"record": f"gpuguard_dashboard:panel{p['id']}_{i}", "expr": t["expr"
            for p in dashboard["panels"] for i, t in enumerate(p["targets"])]
 assert queries
 yaml.safe_dump({"groups": [{"name": "dashboard", "rules": queries}]}, open(f"{work}/dashboard-rules.yaml", "w"))
+# Every alert the chart ships has a promtool case where it fires, and one where nothing is scraped.
+tests = yaml.safe_load(open(f"{root}/tests/manifests/alerts_test.yaml"))["tests"]
+cases = [c for t in tests for c in t["alert_rule_test"]]
+shipped = {r["alert"] for g in operations + groups for r in g["rules"] if "alert" in r}
+firing = {c["alertname"] for c in cases if c["exp_alerts"]}
+silent = {c["alertname"] for t in tests if not t["input_series"] for c in t["alert_rule_test"]}
+assert shipped == firing == silent, ("alerts_test.yaml", sorted(shipped ^ firing), sorted(shipped ^ silent))
 print("helm: the defaults, cert-manager, webhook-only, strict and audit render and hold")
 PY
 
@@ -224,9 +257,9 @@ mapfile -t plugin_args < "$work/device-plugin.args"
 "$device_plugin" --check-config --config-file "$work/device-plugin.yaml" "${plugin_args[@]}" > /dev/null
 
 # Drift: the objects of the default install, from Helm and from kustomize, are the same where it matters.
-/usr/bin/python3 - "$work" <<'PY'
-import copy, re, sys, yaml
-work = sys.argv[1]
+/usr/bin/python3 - "$work" "$root" <<'PY'
+import copy, os, re, sys, yaml
+work, root = sys.argv[1:3]
 def objects(path):
     return {(d["kind"], d["metadata"]["name"]): d for d in yaml.safe_load_all(open(path)) if d}
 # The chart armed at once (what an upgrade renders once the hook has armed it) against kustomize, whose
@@ -290,6 +323,31 @@ assert set(helm) ^ set(kustomize) <= only, sorted(set(helm) ^ set(kustomize))
 drift = [key for key in set(helm) & set(kustomize) if comparable(helm[key]) != comparable(kustomize[key])]
 assert not drift, drift
 print(f"helm and kustomize agree on the {len(set(helm) & set(kustomize))} objects of the webhook alone")
+
+# The break glass's leftovers of a kustomize install (operations.md): every object manifests/ makes outside
+# the namespace, but the namespace itself and what refuses pods (which the break glass deleted).
+import shlex
+operations = open(f"{root}/docs/operations.md").read()
+block = re.search(r"A kustomize install's carry no instance label.*?```sh\n(.*?)```", operations, re.S)[1]
+documented = set()
+for command in block.replace("\\\n", " ").splitlines():
+    words = [w for w in shlex.split(command) if not w.startswith("--")]
+    assert words[:2] == ["kubectl", "delete"], command
+    kinds = {"clusterrole": "ClusterRole", "clusterrolebinding": "ClusterRoleBinding",
+             "validatingadmissionpolicy": "ValidatingAdmissionPolicy"}
+    documented |= {(kinds[k], name) for k in words[2].split(",") for name in words[3:]}
+made = {(d["kind"], d["metadata"]["name"]) for path in ("kustomize", "kustomize-audit", "kustomize-extender")
+        for d in yaml.safe_load_all(open(f"{work}/{path}.yaml")) if d and "namespace" not in d["metadata"]
+        and d["kind"] != "Namespace" and d["metadata"].get("labels", {}).get("gpuguard.io/refuses-pods") != "true"}
+assert documented == made, ("operations.md's kustomize leftovers", sorted(documented ^ made))
+print(f"operations.md names the {len(made)} cluster-wide objects a kustomize install leaves")
+
+# operations.md's list of the ci/ values files is the folder's.
+import glob
+listed = re.search(r"`charts/gpuguard/ci/` holds the values files the tests render \((.*?);", operations, re.S)[1]
+listed = {name.strip() for name in listed.replace("\n", " ").split(",")}
+present = {os.path.basename(p)[:-len("-values.yaml")] for p in glob.glob(f"{root}/charts/gpuguard/ci/*-values.yaml")}
+assert listed == present, ("operations.md's ci/ values files", sorted(listed ^ present))
 
 # Every rendering: a pod runs as a ServiceAccount the same rendering makes (the kubelet never creates a
 # pod whose account is missing, and a DaemonSet then shows no pod and no error of its own).

@@ -104,13 +104,16 @@ import sys, yaml
 key = lambda d: (d["kind"], d["metadata"]["name"])
 default = {key(d): d for d in yaml.safe_load_all(open(sys.argv[1])) if d}
 alone = {key(d): d for d in yaml.safe_load_all(open(sys.argv[2])) if d}
-plugin = {("DaemonSet", "gpuguard-device-plugin"), ("DaemonSet", "gpuguard-host-devices"), ("ServiceAccount", "gpuguard-device-plugin")}
+# The device plugin with its node report, which runs as the plugin's account.
+plugin = {("DaemonSet", "gpuguard-device-plugin"), ("DaemonSet", "gpuguard-host-devices"), ("ServiceAccount", "gpuguard-device-plugin"),
+          ("DaemonSet", "gpuguard-node-report"), ("Service", "gpuguard-device-plugin-metrics"),
+          ("ClusterRole", "gpuguard-device-plugin"), ("ClusterRoleBinding", "gpuguard-device-plugin")}
 enforcer = {("DaemonSet", "gpuguard-node-enforcer"), ("ServiceAccount", "gpuguard-node-enforcer"),
             ("Service", "gpuguard-node-enforcer-metrics"), ("ClusterRole", "gpuguard-node-enforcer"),
             ("ClusterRoleBinding", "gpuguard-node-enforcer")}
 assert set(default) - set(alone) == plugin | enforcer and set(alone) <= set(default), sorted(set(default) ^ set(alone))
 assert all(alone[k] == default[k] for k in alone)  # the webhook itself exactly as in the default install
-print("manifests/webhook-only renders manifests/default without the device plugin and the node enforcer")
+print("manifests/webhook-only renders manifests/default without the device plugin, its node report and the node enforcer")
 PY
 
 "$webhook" review --policy-dir "$work/policy" "$root/tests/fixtures/admission/mixed/review.json" > "$work/review.json"
