@@ -2,13 +2,16 @@
 // refuses no pod anywhere, measured against the same install armed at once; and a cluster whose gpuguard
 // namespace was deleted without an uninstall, refusing pods until the break-glass steps of
 // docs/operations.md are taken, and one uninstalled as documented, which refuses nothing. Each uses a
-// release of its own, without the device plugins, before the node's own install.
+// release of its own, without the device plugins, before the node's own install. A rollback re-arms (issue
+// 44), and every runbook command of docs/operations.md runs against the installed release.
 package main
 
 import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -26,7 +29,7 @@ const refusingLabel = "gpuguard.io/refuses-pods=true"
 // returns its output and error; the output is kept in the run's logs.
 func (n *Node) helmOther(t *T, e *Env, command, release string, args ...string) (string, error) {
 	all := []string{command, release}
-	if command != "uninstall" {
+	if command != "uninstall" && command != "rollback" {
 		all = append(all, e.source("charts", "gpuguard"))
 	}
 	all = append(append(all, "--kubeconfig", e.path("node-control-plane", "admin.kubeconfig")), args...)
@@ -243,6 +246,128 @@ func nodeBreakGlass(t *T, e *Env) {
 	if left := strings.Fields(out); len(left) != 0 {
 		t.Errorf("helm uninstall left %v", left)
 	}
+}
+
+// nodeRollback: a rollback re-arms. A release armed by its hook (revision 1 rendered admitting), upgraded
+// (revision 2 rendered armed, since the chart looks the objects up, and without the Job), then rolled back to
+// revision 1, whose manifest is admitting: Helm re-applies it, and the post-rollback hook arms it again.
+// The control is the same rollback without hooks, which is what every rollback did before: it leaves
+// failurePolicy Ignore and the backstop at Warn and Audit, with nothing to arm them.
+func nodeRollback(t *T, e *Env) {
+	n := e.nodeWithoutGpuguard(t)
+	const release = "gpuguard-rollback"
+	defer n.removeRelease(t, e, release)
+	armed := func(when string) string {
+		configuration, err := n.cluster.client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(t.ctx, release, metav1.GetOptions{})
+		t.must(err, "reading the webhook configuration "+when)
+		binding, err := n.cluster.client.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Get(t.ctx, release+"-visible-devices", metav1.GetOptions{})
+		t.must(err, "reading the backstop binding "+when)
+		return fmt.Sprintf("%s %v", *configuration.Webhooks[0].FailurePolicy, binding.Spec.ValidationActions)
+	}
+	const armedState, admittingState = "Fail [Deny]", "Ignore [Warn Audit]"
+	in := []string{"--namespace", release, "--wait", "--timeout", "5m"}
+	install := append(append([]string{"--create-namespace", "--set", "image.repository=" + gpuguardRepo,
+		"--set", "image.tag=" + gpuguardTag}, in...), withoutPlugins...)
+	out, err := n.helmOther(t, e, "install", release, install...)
+	t.must(err, "helm install: "+out)
+	if got := armed("after the install"); got != armedState {
+		t.Fatalf("after helm install --wait: %s; want %s", got, armedState)
+	}
+	out, err = n.helmOther(t, e, "upgrade", release, append([]string{"--reuse-values"}, in...)...)
+	t.must(err, "helm upgrade: "+out)
+	if got := armed("after the upgrade"); got != armedState {
+		t.Errorf("after helm upgrade: %s; want %s", got, armedState)
+	}
+	// Nothing left to arm: the upgrade took away the hook's account (and its RBAC).
+	if _, err := n.cluster.client.CoreV1().ServiceAccounts(release).Get(t.ctx, release+"-arm", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("after an upgrade that found everything armed, the arm hook's account: %v; want it gone", err)
+	}
+
+	// The control: revision 1's manifest without its hook.
+	out, err = n.helmOther(t, e, "rollback", release, append([]string{"1", "--no-hooks"}, in...)...)
+	t.must(err, "helm rollback --no-hooks: "+out)
+	control := armed("after the rollback without hooks")
+	if control != admittingState {
+		t.Errorf("the control: helm rollback to revision 1 without hooks left %s; want revision 1's manifest, %s", control, admittingState)
+	}
+	// The rollback as it is run.
+	started := time.Now()
+	out, err = n.helmOther(t, e, "rollback", release, append([]string{"1"}, in...)...)
+	t.must(err, "helm rollback: "+out)
+	got := armed("after the rollback")
+	if _, err := n.cluster.client.CoreV1().ServiceAccounts(release).Get(t.ctx, release+"-arm", metav1.GetOptions{}); err != nil {
+		t.Errorf("after the rollback, revision 1's arm hook account: %v", err)
+	}
+	if got != armedState {
+		t.Errorf("after helm rollback to revision 1: %s; want %s (the post-rollback hook re-arms)", got, armedState)
+	}
+	t.Logf("rolled back to revision 1: without hooks %s (the control), with them %s after %s", control, got,
+		time.Since(started).Round(time.Second))
+	if err := n.dryRunCreate(t, "rolled-back"); err != nil {
+		t.Errorf("after the rollback, a GPU-less pod is refused: %v", err)
+	}
+}
+
+// runbookNotRun: runbook commands the e2e cluster cannot answer, by a word of the command, and why.
+var runbookNotRun = map[string]string{
+	" top ": "kubectl top needs the metrics API (metrics-server), which the e2e cluster does not serve",
+}
+
+// runRunbook runs the first command of each runbook entry of docs/operations.md (its "*First:*"), as an
+// admin pastes it, with NODE, NAMESPACE and POD filled in, against the node's cluster with gpuguard and
+// its audit installed: each must exit 0 and print something. A trailing "| grep …" is left off, since on
+// a healthy cluster it rightly finds nothing.
+func (n *Node) runRunbook(t *T, e *Env, namespace string) {
+	text, err := os.ReadFile(e.source("docs", "operations.md"))
+	t.must(err, "reading docs/operations.md")
+	parts := strings.SplitN(string(text), "\n## Runbook\n", 2)
+	if len(parts) != 2 {
+		t.Fatalf("docs/operations.md has no Runbook section")
+	}
+	runbook := strings.SplitN(parts[1], "\n## ", 2)[0]
+	firsts := regexp.MustCompile("\\*First:\\* `([^`]+)`").FindAllStringSubmatch(runbook, -1)
+	entries := strings.Count(runbook, "\n### ")
+	if len(firsts) != entries || entries < 10 {
+		t.Fatalf("docs/operations.md: %d runbook entries, %d first commands found", entries, len(firsts))
+	}
+	pods, err := n.cluster.client.CoreV1().Pods(gpuguardNamespace).List(t.ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=" + webhookDeploy})
+	t.must(err, "listing the webhook's pods")
+	if len(pods.Items) == 0 {
+		t.Fatalf("no webhook pod to fill POD with")
+	}
+	fill := strings.NewReplacer("NODE", nodeName, "NAMESPACE", namespace, "POD", pods.Items[0].Name)
+	environment := append(os.Environ(), "PATH="+filepath.Dir(e.component("kubectl"))+":"+os.Getenv("PATH"),
+		"KUBECONFIG="+e.path("node-control-plane", "admin.kubeconfig"))
+	ran := 0
+	for _, first := range firsts {
+		command := fill.Replace(first[1])
+		if !strings.HasPrefix(command, "kubectl ") {
+			t.Errorf("runbook: %q is not a kubectl command", first[1])
+			continue
+		}
+		skipped := false
+		for word, why := range runbookNotRun {
+			if strings.Contains(command, word) {
+				t.Logf("runbook: not run here: %s (%s)", command, why)
+				skipped = true
+			}
+		}
+		if skipped {
+			continue
+		}
+		if grep := strings.Index(command, " | grep "); grep >= 0 {
+			command = command[:grep]
+		}
+		run := exec.CommandContext(t.ctx, "bash", "-o", "pipefail", "-c", command)
+		run.Env = environment
+		out, err := run.CombinedOutput()
+		if err != nil || strings.TrimSpace(string(out)) == "" {
+			t.Errorf("runbook: %s: %v\n%s", command, err, out)
+			continue
+		}
+		ran++
+	}
+	t.Logf("runbook: %d of %d first commands ran against the cluster", ran, len(firsts))
 }
 
 // lastLine is the last non-empty line of a command's output.

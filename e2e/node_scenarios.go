@@ -889,6 +889,7 @@ var nodeScenarios = []scenario{
 	{"node/control", "before gpuguard: a pod that asked for no GPU sees both GPUs, and so does a static pod; void sees none; none fails the create", nodeControl},
 	{"node/install-unpullable", "helm install with an image no node can pull refuses no pod while it fails (armed at once, the control, refuses every one); uninstalled, nothing is left", nodeInstallUnpullable},
 	{"node/break-glass", "a release armed by its hook; its namespace deleted: pods refused until operations.md's break-glass; uninstalled, then the namespace deleted: pods admitted, nothing left", nodeBreakGlass},
+	{"node/rollback", "a release armed by its hook, upgraded, then rolled back to its first revision: the post-rollback hook arms it again (without hooks, the control, it stays Ignore and Warn)", nodeRollback},
 	{"node/closed", "helm install; the same pod starts and sees no GPU", nodeClosed},
 	{"node/enforcer-static-pod", "a static pod of the CUDA-like image sees no GPU: the node enforcer set void", nodeEnforcerStaticPod},
 	{"node/enforcer-running", "a pod started before the enforcer is reported (a series and a Node event) and left running, seeing both GPUs", nodeEnforcerRunning},
@@ -906,7 +907,7 @@ var nodeScenarios = []scenario{
 	{"node/image-hardened", "gpuguard's containers run as 65532 (the plugins and the node enforcer as root) on a read-only root, probes passing", nodeImageHardened},
 	{"node/cert-rotation", "the chart's certificate rotation reaches every webhook replica, no restart, no failed create", nodeCertRotation},
 	{"node/rollout", "a rollout restart fails no create; with no replica creates are refused, then admitted", nodeRollout},
-	{"node/audit", "helm upgrade with audit.enabled: the chart's audit controller, on the node as its image, reports a kube-system pod that sees every GPU in a PolicyReport, and one replica holds the Lease", nodeAudit},
+	{"node/audit", "helm upgrade with audit.enabled: the chart's audit controller, on the node as its image, reports a kube-system pod that sees every GPU in a PolicyReport, and one replica holds the Lease; every runbook command of operations.md runs", nodeAudit},
 	{"node/kubelet-restart", "two pods hold both GPUs; the kubelet restarts: the plugin registers again, each pod still sees its own GPU alone, a third GPU pod waits and then gets the GPU one of them frees", leftoverChecked(nodeKubeletRestart)},
 	{"node/plugin-killed", "the device plugin killed with SIGKILL while pods are created 50 ms apart: it comes back, every pod runs, the two GPU pods on distinct GPUs, the rest with none", leftoverChecked(nodePluginKilled)},
 	{"node/containerd-restart", "containerd restarted under a GPU pod and a GPU-less one: same containers, same sights; new pods patched; the node report stays honoured", leftoverChecked(nodeContainerdRestart)},
@@ -987,4 +988,6 @@ func nodeAudit(t *T, e *Env) {
 	if auditPods < 2 || !held {
 		t.Errorf("the audit Lease is held by %q; want one of the %d audit pods (the chart runs two)", holder, auditPods)
 	}
+	// With everything the runbook reads in place (the audit's Deployment and kube-system's PolicyReport).
+	n.runRunbook(t, e, "kube-system")
 }

@@ -95,6 +95,17 @@ for alert, text in entries.items():
         if part not in text:
             failures.append(f"docs/operations.md: the runbook entry for {alert} has no {part}")
 
+# kubectl logs with a selector shows ten lines a pod unless --tail is given, and takes no --field-selector:
+# every such command in the docs says --tail, and none passes a field selector to logs.
+for doc in ["README.md"] + [os.path.join("docs", name) for name in sorted(os.listdir(os.path.join(root, "docs")))]:
+    if not doc.endswith(".md"):
+        continue
+    for command in re.findall(r"kubectl\b[^`|\n]*?\blogs\b[^`|\n]*", read(*doc.split("/"))):
+        if re.search(r"\s-l\s|--selector", command) and "--tail" not in command:
+            failures.append(f"{doc}: `{command.strip()}` shows ten lines a pod: give --tail=-1")
+        if "--field-selector" in command:
+            failures.append(f"{doc}: `{command.strip()}`: kubectl logs has no --field-selector")
+
 for failure in failures:
     print("FAIL", failure)
 print(f"{len(rows)} coverage rows, {len(sections)} policy keys, {len(entries)} runbook entries checked; "

@@ -155,7 +155,8 @@ def check_arming(docs, namespace, armed, webhook=True, backstop=True):
     if backstop:
         assert one(docs, "ValidatingAdmissionPolicyBinding")["spec"]["validationActions"] == ["Warn", "Audit"]
     [job] = jobs
-    assert job["metadata"]["annotations"]["helm.sh/hook"] == "post-install,post-upgrade"
+    # post-rollback: a rollback re-applies a revision's manifest, admitting if that revision armed by hook.
+    assert job["metadata"]["annotations"]["helm.sh/hook"] == "post-install,post-upgrade,post-rollback"
     assert job["spec"]["backoffLimit"] == 0
     pod = job["spec"]["template"]["spec"]
     [container] = pod["containers"]
