@@ -425,6 +425,79 @@ func nodeEnforcerFailure(t *T, e *Env) {
 	expectNoGPU(t, "after containerd's restart, a kube-system pod", n.look(t, e, n.runPodIn(t, "kube-system", cudaPod("after-restart"))), "void")
 }
 
+// noNRI switches NRI off in containerd (its internal/nri config's key), as a node of containerd 1.7 has it.
+const noNRI = `
+[plugins.'io.containerd.nri.v1.nri']
+  disable = true
+`
+
+// nodeNoNRI: containerd with NRI off. The enforcer's pod becomes ready all the same, so that an install or
+// a rollout waiting on the DaemonSet goes on, and it says the node is not enforced (its /readyz,
+// gpuguard_node_enforcer_nri_served 0); a kube-system pod, which the webhook does not cover, sees both GPUs
+// there: the fact it reports. NRI back on: the enforcer registers again, and the next such pod gets void.
+func nodeNoNRI(t *T, e *Env) {
+	n := e.gpuguardFor(t)
+	n.waitForEnforcerRegistered(t)
+	defer n.deletePodsIn(t, "kube-system", "nri-off", "nri-back")
+	t.must(e.restartContainerd(n, noNRI), "restarting containerd with NRI off")
+	restored := false
+	defer func() {
+		if !restored {
+			t.must(e.restartContainerd(n, ""), "restarting containerd as shipped")
+		}
+	}()
+	started := time.Now()
+	n.waitForEnforcer(t, "reporting the node not enforced", func(page string) error {
+		served, registered := series(page, "gpuguard_node_enforcer_nri_served"), series(page, "gpuguard_node_enforcer_registered")
+		if served != 0 || registered != 0 {
+			return fmt.Errorf("nri_served %v, registered %v", served, registered)
+		}
+		return nil
+	})
+	reported := time.Since(started)
+	var readyz string
+	t.must(eventually(t.ctx, 2*time.Minute, func() error {
+		pods, err := n.cluster.client.CoreV1().Pods(gpuguardNamespace).List(t.ctx, metav1.ListOptions{LabelSelector: enforcerSelector})
+		if err != nil {
+			return err
+		}
+		if len(pods.Items) != 1 {
+			return fmt.Errorf("%d enforcer pods", len(pods.Items))
+		}
+		pod := pods.Items[0]
+		ready := false
+		for _, c := range pod.Status.Conditions {
+			ready = ready || (c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue)
+		}
+		if !ready {
+			return fmt.Errorf("the enforcer's pod is not Ready")
+		}
+		resp, err := (&http.Client{Timeout: 5 * time.Second}).Get("http://" + pod.Status.PodIP + ":8080/readyz")
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		readyz = strings.ReplaceAll(strings.TrimSpace(string(body)), "\n", "; ")
+		return nil
+	}), "waiting for the enforcer's pod to be Ready without NRI")
+	if !strings.Contains(readyz, "not enforced") {
+		t.Errorf("the enforcer's /readyz without NRI: %q; want it to say the node is not enforced", readyz)
+	}
+	t.Logf("NRI off: reported not enforced %s after containerd's restart, pod Ready, /readyz %q", reported.Round(time.Second), readyz)
+	expectBothGPUs(t, "NRI off: a kube-system pod, which the webhook does not cover", n.look(t, e, n.runPodIn(t, "kube-system", cudaPod("nri-off"))))
+
+	t.must(e.restartContainerd(n, ""), "restarting containerd with NRI on")
+	restored = true
+	n.waitForEnforcer(t, "registered and served again", func(page string) error {
+		if series(page, "gpuguard_node_enforcer_registered") != 1 || series(page, "gpuguard_node_enforcer_nri_served") != 1 {
+			return fmt.Errorf("not registered again")
+		}
+		return nil
+	})
+	expectNoGPU(t, "NRI back on: a kube-system pod", n.look(t, e, n.runPodIn(t, "kube-system", cudaPod("nri-back"))), "void")
+}
+
 // nodeHardened: the second line under the node enforcer, as security.md's hardening sets it up: NVIDIA's
 // toolkit ignores NVIDIA_VISIBLE_DEVICES in unprivileged containers, and gpuguard's plugin hands GPUs out as
 // CDI devices through the CRI (cdi-cri). The node report and the GPUIsolation condition say "not hardened"

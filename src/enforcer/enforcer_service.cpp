@@ -472,7 +472,8 @@ class EnforcerHandler final : public nri::Handler {
   std::map<std::string, Running> running_;  // by container id
 };
 
-// /healthz, /readyz (registered with the runtime) and /metrics, over plain HTTP.
+// /healthz, /readyz (registered with the runtime, or the runtime serves no NRI: nothing to wait for, and
+// the metrics say the node is not enforced) and /metrics, over plain HTTP.
 class StatusHandler final : public server::Handler {
  public:
   StatusHandler(const nri::Plugin& plugin, const EnforcerMetrics& metrics, policy::PolicyWatcher& policy)
@@ -483,9 +484,11 @@ class StatusHandler final : public server::Handler {
   }
   server::Response handle(const server::RequestHead& head, std::string) const override {
     const nri::PluginStats stats = plugin_.stats();
-    return server::ProbeRoutes::respond(head.path, stats.registered, [&] {
-      return metrics_.render(stats, policy::node_enforcement_name(policy_.current()->node_enforcement));
-    });
+    const bool ready = stats.registered || !stats.nri_served;
+    return server::ProbeRoutes::respond(
+        head.path, ready,
+        [&] { return metrics_.render(stats, policy::node_enforcement_name(policy_.current()->node_enforcement)); },
+        stats.nri_served ? "" : "not enforced: the container runtime serves no NRI socket");
   }
 
  private:
@@ -502,6 +505,7 @@ void serve(const EnforcerConfig& config) {
   EnforcerHandler handler(config, policy, metrics);
   nri::PluginOptions options;
   options.socket = config.nri_socket;
+  options.unserved_after = config.nri_unserved_after;
   options.name = config.plugin_name;
   options.index = config.plugin_index;
   nri::Plugin plugin(options, handler);

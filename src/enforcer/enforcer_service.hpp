@@ -2,6 +2,7 @@
 // gpuguard-node-enforcer put together: the NRI plugin (src/nri), the decision (decision.hpp) with the
 // kubelet's allocation (kubelet_client.hpp), the node's GPUs and CDI devices, the policy ConfigMap, the
 // report of running containers, and /healthz, /readyz and /metrics.
+#include <chrono>
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -13,6 +14,7 @@ namespace gpuguard::enforcer {
 
 struct EnforcerConfig {
   std::filesystem::path nri_socket = "/var/run/nri/nri.sock";
+  std::chrono::milliseconds nri_unserved_after{30'000};  // nri::PluginOptions::unserved_after
   std::string plugin_name = "gpuguard";
   std::string plugin_index = "50";
   std::filesystem::path pod_resources_socket = "/var/lib/kubelet/pod-resources/kubelet.sock";

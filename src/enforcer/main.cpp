@@ -50,6 +50,9 @@ int main(int argc, char** argv) {
   cli::add_apiserver_flags(description);
   description.add_options()("nri-socket", po::value<std::string>()->default_value("/var/run/nri/nri.sock"),
                             "the runtime's NRI socket")(
+      "nri-unserved-after", po::value<unsigned>()->default_value(30),
+      "seconds with no NRI socket to connect to (none, or nothing listening) before the runtime is taken to "
+      "serve no NRI: the enforcer is then ready, and reports the node not enforced (1 to 3600)")(
       "plugin-name", po::value<std::string>()->default_value("gpuguard"),
       "the plugin's name, as the runtime's required_plugins names it")(
       "plugin-index", po::value<std::string>()->default_value("50"),
@@ -78,6 +81,12 @@ int main(int argc, char** argv) {
 
   enforcer::EnforcerConfig config;
   config.nri_socket = flags["nri-socket"].as<std::string>();
+  const unsigned unserved_after = flags["nri-unserved-after"].as<unsigned>();
+  if (unserved_after < 1 || unserved_after > 3600) {
+    std::cerr << kProgram << ": --nri-unserved-after must be 1 to 3600 seconds\n";
+    return 2;
+  }
+  config.nri_unserved_after = std::chrono::seconds(unserved_after);
   config.plugin_name = flags["plugin-name"].as<std::string>();
   config.plugin_index = flags["plugin-index"].as<std::string>();
   config.pod_resources_socket = flags["pod-resources-socket"].as<std::string>();

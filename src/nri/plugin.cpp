@@ -110,6 +110,7 @@ struct Plugin::Impl {
     bool registered = false;
     bool validating = false;
     bool synchronized = false;
+    bool no_listener = false;  // connect found no socket file, or nothing listening on it
   };
 
   // One connection, from connect to whatever ended it; returns why it ended.
@@ -143,11 +144,27 @@ void Plugin::run(const std::stop_token& stop) {
   });
   auto backoff = impl_->options.backoff_first;
   std::string last;
+  std::optional<Clock::time_point> unserved_since;  // the first of the failed connects in a row
   while (!stop.stop_requested()) {
     Impl::Session state;
     const auto began = Clock::now();
     const std::string why = impl_->session(stop, state);
     if (stop.stop_requested()) break;
+    if (!state.no_listener) {
+      unserved_since.reset();
+    } else if (!unserved_since) {
+      unserved_since = began;
+    }
+    const bool served = !unserved_since || Clock::now() - *unserved_since < impl_->options.unserved_after;
+    if (served != stats().nri_served) {
+      impl_->count([served](PluginStats& s) { s.nri_served = served; });
+      if (served) {
+        log::info("the runtime serves NRI again", {{"socket", impl_->options.socket.string()}});
+      } else {
+        log::warn("the runtime does not serve NRI: containers on this node are created without the enforcer",
+                  {{"reason", why}, {"socket", impl_->options.socket.string()}});
+      }
+    }
     if (state.validating && !state.synchronized && !impl_->validation_refused) {
       impl_->validation_refused = true;
       log::warn(
@@ -194,6 +211,7 @@ std::string Plugin::Impl::session(const std::stop_token& stop, Session& state) {
   const Descriptor socket(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
   if (socket.get() < 0) return errno_text("socket");
   if (::connect(socket.get(), reinterpret_cast<const sockaddr*>(&address), sizeof address) != 0) {
+    state.no_listener = errno == ENOENT || errno == ECONNREFUSED;
     return errno_text(("connect " + path).c_str());
   }
 
@@ -308,11 +326,15 @@ std::string Plugin::Impl::answer(const RequestEnvelope& request, Session& state,
     state.configured = true;
     state.registered = true;
     const bool validating = state.validating;
-    count([validating](PluginStats& s) {
+    bool was_unserved = false;
+    count([validating, &was_unserved](PluginStats& s) {
       ++s.connections;
       s.registered = true;
       s.validating = validating;
+      was_unserved = !s.nri_served;
+      s.nri_served = true;
     });
+    if (was_unserved) log::info("the runtime serves NRI again", {{"socket", options.socket.string()}});
     handler.connection(true, validating,
                        configure.runtime_name() + " " + configure.runtime_version() + ", NRI " +
                            (configure.nri_version().empty() ? "(not said)" : configure.nri_version()) +

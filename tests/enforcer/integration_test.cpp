@@ -421,6 +421,34 @@ TEST_CASE("registration and reconnection: a runtime that restarts finds the enfo
   CHECK(enforcer.terminate() == 0);
 }
 
+TEST_CASE("a runtime that serves no NRI: the enforcer is ready and says the node is not enforced, until it does") {
+  Node node;
+  FakeKubelet kubelet(node.kubelet_socket);
+  EnforcerProcess enforcer(node, {"--nri-unserved-after", "2"});
+  // No socket yet, and within --nri-unserved-after: a runtime restarting, waited for.
+  const auto ready = [&] { return http_request(enforcer.port(), "GET", "/readyz"); };
+  CHECK(ready().status == 503);
+  CHECK(enforcer.series("gpuguard_node_enforcer_nri_served") == 1);
+  // Past it (seen at the next try, the backoff's 250 ms doubling): ready (an install waiting on the
+  // DaemonSet goes on), the node reported not enforced.
+  const auto deadline = std::chrono::steady_clock::now() + 15s;
+  while (ready().status != 200 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(100ms);
+  const auto unserved = ready();
+  CHECK(unserved.status == 200);
+  CHECK_THAT(unserved.body, Catch::Contains("not enforced: the container runtime serves no NRI socket"));
+  CHECK(enforcer.series("gpuguard_node_enforcer_nri_served") == 0);
+  CHECK(enforcer.series("gpuguard_node_enforcer_registered") == 0);
+  CHECK_THAT(enforcer.log(), Catch::Contains("the runtime does not serve NRI"));
+  // NRI switched on: registered, served, and ready for that reason.
+  const json steps = {
+      {"steps", json::array({{{"wait_plugin", 15}}, create_step(gpu_less_pod("one"), cuda_container("c1"))})}};
+  const auto out = run_runtime(node, steps);
+  CHECK(out[1]["env"] == json::array({"NVIDIA_VISIBLE_DEVICES=void"}));
+  CHECK(enforcer.series("gpuguard_node_enforcer_connections_total{event=\"registered\"}") == 1);
+  CHECK(enforcer.terminate() == 0);
+  CHECK_THAT(enforcer.log(), Catch::Contains("the runtime serves NRI again"));
+}
+
 TEST_CASE("sandboxes made at once are fetched in one List, and their containers created without asking again") {
   const std::string first_gpu = default_node()[0].uuid;
   Node node;
@@ -581,8 +609,9 @@ TEST_CASE("running containers beyond their allocation are reported at registrati
 }
 
 TEST_CASE("bad flags are refused with a reason, before anything is served") {
-  for (const std::string flags : {"--plugin-index 5", "--plugin-index ab", "--plugin-name 'a b'", "--no-such-flag",
-                                  "--exempt-service-accounts=no-slash", "--exempt-service-accounts=Bad_NS/x"}) {
+  for (const std::string flags :
+       {"--plugin-index 5", "--plugin-index ab", "--plugin-name 'a b'", "--no-such-flag", "--nri-unserved-after 0",
+        "--nri-unserved-after 3601", "--exempt-service-accounts=no-slash", "--exempt-service-accounts=Bad_NS/x"}) {
     INFO(flags);
     const ExitResult result = run_binary(GPUGUARD_NODE_ENFORCER_BIN, flags);
     CHECK(result.status == 2);

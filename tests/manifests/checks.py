@@ -516,7 +516,7 @@ def check_monitoring(docs, namespace, root):
                                             "GPUGuardInjectedValueNotHonoured", "GPUGuardWebhookErrors",
                                             "GPUGuardConnectionsShed", "GPUGuardNodeEnforcerNotRegistered",
                                             "GPUGuardContainersBeyondAllocation", "GPUGuardPolicyRefused",
-                                            "GPUGuardWebhookUnavailable", "GPUGuardNodeEnforcerNotRunning",
+                                            "GPUGuardWebhookUnavailable", "GPUGuardNodeEnforcerNotRunning", "GPUGuardNodeNotEnforced",
                                             "GPUGuardNodeEnforcerRefusals"}
     for a in alerts:
         assert a["labels"]["severity"] in ("warning", "critical") and a["annotations"]["summary"], a

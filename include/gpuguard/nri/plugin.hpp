@@ -83,6 +83,9 @@ struct PluginOptions {
   std::chrono::milliseconds configure_timeout{10'000};
   // Writing one answer; a runtime that does not read it is given up on.
   std::chrono::milliseconds write_timeout{2'000};
+  // No NRI socket to connect to (none there, or nothing listening on it) for this long: the runtime does
+  // not serve NRI (off in its config, or containerd 1.7's default), rather than restarting.
+  std::chrono::milliseconds unserved_after{30'000};
 };
 
 // What the connection counts, for the program's /metrics.
@@ -93,6 +96,9 @@ struct PluginStats {
   std::uint64_t oversized_answers = 0;  // answers over ttrpc's limit, sent as an error instead
   bool registered = false;
   bool validating = false;  // the runtime shows this plugin each container's final adjustment
+  // False once connecting has found no NRI socket, or nothing listening on it, for unserved_after: the
+  // node's containers are created without this plugin, which its readiness and metrics say.
+  bool nri_served = true;
 };
 
 class Plugin {
