@@ -331,6 +331,63 @@ func nodeEnforcerBypassed(t *T, e *Env) {
 	})
 }
 
+// nodeGPUInfrastructure: NVIDIA's components recognised by the chart's defaults (gpuInfrastructure, and
+// their namespaces in webhook.excludedNamespaces), by namespace, account and label together. In
+// gpu-operator, a privileged pod as the GPU Operator makes its device plugin (its account and label, the
+// image's NVIDIA_VISIBLE_DEVICES=all, a hostPath of NVIDIA's MPS root) sees both GPUs; the same pod without
+// the label is refused at its creation; in kube-system, a pod as NVIDIA's static manifest makes it (the
+// default account, its label, unprivileged) sees both; the same account and label in a user namespace
+// gets none.
+func nodeGPUInfrastructure(t *T, e *Env) {
+	n := e.gpuguardFor(t)
+	n.waitForEnforcerRegistered(t)
+	c := n.cluster
+	const operator, account = "gpu-operator", "nvidia-device-plugin"
+	operatorLabels := map[string]string{"app": "nvidia-device-plugin-daemonset"}
+	c.namespace(t, operator, nil)
+	defer n.waitNamespaceGone(t, operator)
+	for _, namespace := range []string{operator, nodeNamespace} {
+		_, err := c.client.CoreV1().ServiceAccounts(namespace).Create(t.ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: account}}, metav1.CreateOptions{})
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			t.must(err, "creating the service account "+namespace+"/"+account)
+		}
+	}
+	defer func() {
+		if err := c.client.CoreV1().ServiceAccounts(nodeNamespace).Delete(t.ctx, account, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			t.Errorf("deleting the service account %s/%s: %v", nodeNamespace, account, err)
+		}
+	}()
+	defer n.deletePodsIn(t, operator, "operator-plugin", "operator-look-alike")
+	defer n.deletePodsIn(t, "kube-system", "static-nvidia-plugin")
+	defer n.deletePods(t, "user-look-alike")
+	operatorPlugin := func(name string, labels map[string]string) *corev1.Pod {
+		pod := cudaPod(name, func(c *corev1.Container) {
+			c.SecurityContext = &corev1.SecurityContext{Privileged: ptr(true)}
+			c.VolumeMounts = []corev1.VolumeMount{{Name: "mps", MountPath: "/run/nvidia/mps"}}
+		})
+		pod.Labels = labels
+		pod.Spec.ServiceAccountName = account
+		pod.Spec.Volumes = []corev1.Volume{{Name: "mps", VolumeSource: corev1.VolumeSource{
+			HostPath: &corev1.HostPathVolumeSource{Path: "/run/nvidia/mps", Type: ptr(corev1.HostPathDirectoryOrCreate)}}}}
+		return pod
+	}
+	expectBothGPUs(t, "the GPU Operator's device plugin, in gpu-operator with its account and label",
+		n.look(t, e, n.runPodIn(t, operator, operatorPlugin("operator-plugin", operatorLabels))))
+	why := n.failedCreateIn(t, operator, operatorPlugin("operator-look-alike", nil))
+	if !strings.Contains(why, "gpuguard: container") || !strings.Contains(why, "MPS server") {
+		t.Errorf("the same pod without its label: %q; want gpuguard's refusal naming the MPS servers it reaches", why)
+	}
+	t.Logf("the same pod without its label, in gpu-operator: %s", why)
+	static := cudaPod("static-nvidia-plugin")
+	static.Labels = map[string]string{"name": "nvidia-device-plugin-ds"}
+	expectBothGPUs(t, "NVIDIA's static device plugin manifest, in kube-system with the default account and its label",
+		n.look(t, e, n.runPodIn(t, "kube-system", static)))
+	user := cudaPod("user-look-alike")
+	user.Labels = operatorLabels
+	user.Spec.ServiceAccountName = account
+	expectNoGPU(t, "the GPU Operator plugin's account and label in a user namespace", n.look(t, e, n.runPod(t, user)), "none")
+}
+
 // nodeEnforcerRefuses: a GPU-less container that mounts /dev/nvidia1 by hostPath, which the webhook only
 // warns about by default, is refused at its creation, with gpuguard's message in its status.
 func nodeEnforcerRefuses(t *T, e *Env) {

@@ -101,11 +101,15 @@ func (n *Node) waitRunning(t *T, namespace, name string) *corev1.Pod {
 
 // failedCreate creates the pod and waits for its container to fail to be created; it returns why.
 func (n *Node) failedCreate(t *T, pod *corev1.Pod) string {
-	_, err := n.cluster.client.CoreV1().Pods(nodeNamespace).Create(t.ctx, pod, metav1.CreateOptions{})
+	return n.failedCreateIn(t, nodeNamespace, pod)
+}
+
+func (n *Node) failedCreateIn(t *T, namespace string, pod *corev1.Pod) string {
+	_, err := n.cluster.client.CoreV1().Pods(namespace).Create(t.ctx, pod, metav1.CreateOptions{})
 	t.must(err, "creating pod "+pod.Name)
 	var why string
 	t.must(eventually(t.ctx, 2*time.Minute, func() error {
-		p, err := n.cluster.client.CoreV1().Pods(nodeNamespace).Get(t.ctx, pod.Name, metav1.GetOptions{})
+		p, err := n.cluster.client.CoreV1().Pods(namespace).Get(t.ctx, pod.Name, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
@@ -894,6 +898,7 @@ var nodeScenarios = []scenario{
 	{"node/enforcer-static-pod", "a static pod of the CUDA-like image sees no GPU: the node enforcer set void", nodeEnforcerStaticPod},
 	{"node/enforcer-running", "a pod started before the enforcer is reported (a series and a Node event) and left running, seeing both GPUs", nodeEnforcerRunning},
 	{"node/enforcer-bypassed", "the webhook configuration and the backstop binding deleted: a GPU-less pod sees no GPU, a GPU pod its own GPU (one that sets all itself is refused), a forged annotation nothing; an allowlisted namespace and gpuguard's device plugin keep both, a pod of its account without its label none; audit changes nothing and counts", nodeEnforcerBypassed},
+	{"node/gpu-infrastructure", "NVIDIA's components recognised by default, by namespace, account and label together: the GPU Operator's device plugin (privileged, all, NVIDIA's MPS root) and NVIDIA's static manifest see both GPUs; without the label refused; the same account and label in a user namespace gets none", nodeGPUInfrastructure},
 	{"node/enforcer-refuses", "a GPU-less pod mounting /dev/nvidia1, or the MPS root, by hostPath is refused at its creation with gpuguard's message", nodeEnforcerRefuses},
 	{"node/enforcer-failure", "the enforcer gone: fail-open starts pods (the webhook still covers them); fail-closed refuses them clearly until it is back; after a containerd restart it registers again and the next pod is enforced", nodeEnforcerFailure},
 	{"node/no-nri", "containerd with NRI off: the enforcer's pod is Ready all the same and reports the node not enforced (/readyz, a series), where a kube-system pod sees both GPUs; NRI back on: registered, and the next pod gets void", nodeNoNRI},

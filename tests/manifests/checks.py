@@ -3,6 +3,7 @@ made it: the webhook, its configuration, the backstop, the RBAC, the device plug
 scheduler extender, each checked for what the apiserver, the kubelet and the security model rely on.
 One place for these checks, so that both renderings are held to the same ones."""
 import base64
+import re
 import yaml
 
 CLUSTER_SCOPED = {"Namespace", "MutatingWebhookConfiguration", "ValidatingAdmissionPolicy",
@@ -229,6 +230,14 @@ def check_node_enforcer(docs, policy, namespace="gpuguard-system"):
     assert own == f"{namespace}/gpuguard-node-enforcer:app.kubernetes.io/name=gpuguard-node-enforcer", own
     assert own in exempt[0], exempt
     assert f"{namespace}/gpuguard-device-plugin:app.kubernetes.io/name=gpuguard-device-plugin" in exempt[0], exempt
+    # Every exemption needs its label too, and lives in a namespace the webhook does not look at (admin-only:
+    # the GPU infrastructure's), so that no user namespace holds an exempt pod.
+    [excluded] = [e["values"] for e in one(docs, "MutatingWebhookConfiguration")["webhooks"][0]["namespaceSelector"]["matchExpressions"]
+                  if e["key"] == "kubernetes.io/metadata.name" and e["operator"] == "NotIn"]
+    for entry in exempt[0]:
+        assert re.fullmatch(r"[a-z0-9-]+/[a-z0-9.-]+:[A-Za-z0-9./_-]+=[A-Za-z0-9._-]*", entry), entry
+        assert entry.split("/")[0] in excluded, (entry, excluded)
+    assert "kube-system/default:name=nvidia-device-plugin-ds" in exempt[0] and any(e.startswith("gpu-operator/") for e in exempt[0])
     assert "--policy-dir=/etc/gpuguard/policy" in enforcer["args"] and "--nri-socket=/var/run/nri/nri.sock" in enforcer["args"]
     assert template["metadata"]["annotations"] == {policy["nriTolerationAnnotation"]: "true"}
     assert one(docs, "ClusterRole", "gpuguard-node-enforcer")["rules"] == [

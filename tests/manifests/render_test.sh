@@ -67,7 +67,7 @@ import sys
 sys.path.insert(0, sys.argv[2])
 from checks import load, check_webhook
 docs = load(sys.argv[1])
-check_webhook(docs, "gpuguard-system", ["kube-system", "kube-node-lease"], cert_manager=True)
+check_webhook(docs, "gpuguard-system", ["kube-system", "kube-node-lease", "gpu-operator", "nvidia-device-plugin"], cert_manager=True)
 print("manifests/cert-manager renders:", ", ".join(sorted(d["kind"] for d in docs)))
 PY
 
@@ -84,7 +84,7 @@ assert kinds == sorted(["Namespace", "ServiceAccount", "ServiceAccount", "Secret
                         # the node enforcer's
                         "ServiceAccount", "Service", "DaemonSet", "ClusterRole", "ClusterRoleBinding"]), kinds
 check_namespaces(docs, "gpuguard-system")
-policy = check_webhook(docs, "gpuguard-system", ["kube-system", "kube-node-lease"], ca=open(sys.argv[2]).read())
+policy = check_webhook(docs, "gpuguard-system", ["kube-system", "kube-node-lease", "gpu-operator", "nvidia-device-plugin"], ca=open(sys.argv[2]).read())
 check_network_policy(docs)
 check_backstop(docs, "gpuguard-system")
 check_arming(docs, "gpuguard-system", armed=True)  # the README applies these two after the rollout

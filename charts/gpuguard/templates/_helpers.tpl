@@ -25,6 +25,19 @@ app.kubernetes.io/name: {{ include "gpuguard.fullname" .root }}-{{ .component }}
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
 {{- end -}}
 
+{{/* gpuInfrastructure, comma-separated for the node enforcer's --exempt-service-accounts; fails on an entry
+whose namespace the webhook looks at, since exempt pods must live in admin-only namespaces. */}}
+{{- define "gpuguard.gpuInfrastructure" -}}
+{{- $excluded := concat .Values.webhook.excludedNamespaces (list .Release.Namespace) -}}
+{{- range .Values.gpuInfrastructure -}}
+{{- $namespace := splitList "/" . | first -}}
+{{- if not (has $namespace $excluded) -}}
+{{- fail (printf "gpuInfrastructure: %s is in namespace %s, which webhook.excludedNamespaces does not list: exempt pods must live in namespaces only admins create pods in" . $namespace) -}}
+{{- end -}}
+{{- end -}}
+{{- join "," .Values.gpuInfrastructure -}}
+{{- end -}}
+
 {{/* The namespaces neither the webhook nor the backstop look at: the configured ones and the release's. */}}
 {{- define "gpuguard.namespaceSelector" -}}
 matchExpressions:
