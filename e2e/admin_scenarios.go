@@ -220,11 +220,11 @@ func nodeBreakGlass(t *T, e *Env) {
 	t.must(err, "breaking glass: "+out)
 	t.must(eventually(t.ctx, 30*time.Second, func() error { return n.dryRunCreate(t, "glass-broken") }),
 		"waiting for pods to be admitted after breaking glass")
-	out, err = n.kubectl(t, e, "get", "clusterroles,clusterrolebindings,validatingadmissionpolicies", "-l",
+	out, err = n.kubectl(t, e, "get", "clusterroles,clusterrolebindings,validatingadmissionpolicies,validatingadmissionpolicybindings", "-l",
 		"app.kubernetes.io/instance="+release, "-o", "name")
 	t.must(err, "listing the release's leftovers: "+out)
 	t.Logf("left after breaking glass, none of which refuses a pod: %s", strings.Join(strings.Fields(out), ", "))
-	out, err = n.kubectl(t, e, "delete", "clusterroles,clusterrolebindings,validatingadmissionpolicies", "-l",
+	out, err = n.kubectl(t, e, "delete", "clusterroles,clusterrolebindings,validatingadmissionpolicies,validatingadmissionpolicybindings", "-l",
 		"app.kubernetes.io/instance="+release)
 	t.must(err, "deleting the release's leftovers: "+out)
 

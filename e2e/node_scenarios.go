@@ -895,6 +895,7 @@ var nodeScenarios = []scenario{
 	{"node/break-glass", "a release armed by its hook; its namespace deleted: pods refused until operations.md's break-glass; uninstalled, then the namespace deleted: pods admitted, nothing left", nodeBreakGlass},
 	{"node/rollback", "a release armed by its hook, upgraded, then rolled back to its first revision: the post-rollback hook arms it again (without hooks, the control, it stays Ignore and Warn)", nodeRollback},
 	{"node/closed", "helm install; the same pod starts and sees no GPU", nodeClosed},
+	{"node/own-node-writes", "the device plugin's token bound to its pod may patch its own Node's status, not another's, and one bound to no pod none (gpuguard-device-plugin-own-node); the admin may", nodeOwnNodeWrites},
 	{"node/enforcer-static-pod", "a static pod of the CUDA-like image sees no GPU: the node enforcer set void", nodeEnforcerStaticPod},
 	{"node/enforcer-running", "a pod started before the enforcer is reported (a series and a Node event) and left running, seeing both GPUs", nodeEnforcerRunning},
 	{"node/enforcer-bypassed", "the webhook configuration and the backstop binding deleted: a GPU-less pod sees no GPU, a GPU pod its own GPU (one that sets all itself is refused), a forged annotation nothing; an allowlisted namespace and gpuguard's device plugin keep both, a pod of its account without its label none; audit changes nothing and counts", nodeEnforcerBypassed},

@@ -126,7 +126,8 @@ def check_policy(data):
 
 def check_backstop(docs, namespace, actions=("Deny",)):
     """The admission policy, parameterised by the policy ConfigMap, over the webhook's namespaces."""
-    policy, binding = one(docs, "ValidatingAdmissionPolicy"), one(docs, "ValidatingAdmissionPolicyBinding")
+    policy = one(docs, "ValidatingAdmissionPolicy", "gpuguard-visible-devices")
+    binding = one(docs, "ValidatingAdmissionPolicyBinding", "gpuguard-visible-devices")
     assert policy["apiVersion"] == binding["apiVersion"] == "admissionregistration.k8s.io/v1"
     assert policy["spec"]["paramKind"] == {"apiVersion": "v1", "kind": "ConfigMap"}
     assert policy["spec"]["failurePolicy"] == "Fail"
@@ -144,7 +145,7 @@ def check_arming(docs, namespace, armed, webhook=True, backstop=True):
     post-install hook Job that arms them, with RBAC for those two objects by name and the webhook's Deployment,
     and nothing else."""
     refusing = [d for d in docs if d["metadata"].get("labels", {}).get("gpuguard.io/refuses-pods") == "true"]
-    has_backstop = bool(find(docs, "ValidatingAdmissionPolicyBinding"))
+    has_backstop = bool(find(docs, "ValidatingAdmissionPolicyBinding", "gpuguard-visible-devices"))
     assert sorted(d["kind"] for d in refusing) == ["MutatingWebhookConfiguration"] + (
         ["ValidatingAdmissionPolicyBinding"] if has_backstop else []), refusing
     jobs = find(docs, "Job", "gpuguard-arm")
@@ -154,7 +155,7 @@ def check_arming(docs, namespace, armed, webhook=True, backstop=True):
     if webhook:
         assert one(docs, "MutatingWebhookConfiguration")["webhooks"][0]["failurePolicy"] == "Ignore"
     if backstop:
-        assert one(docs, "ValidatingAdmissionPolicyBinding")["spec"]["validationActions"] == ["Warn", "Audit"]
+        assert one(docs, "ValidatingAdmissionPolicyBinding", "gpuguard-visible-devices")["spec"]["validationActions"] == ["Warn", "Audit"]
     [job] = jobs
     # post-rollback: a rollback re-applies a revision's manifest, admitting if that revision armed by hook.
     assert job["metadata"]["annotations"]["helm.sh/hook"] == "post-install,post-upgrade,post-rollback"
@@ -176,7 +177,7 @@ def check_arming(docs, namespace, armed, webhook=True, backstop=True):
     assert one(docs, "Role", "gpuguard-arm")["rules"] == [
         {"apiGroups": ["apps"], "resources": ["deployments"], "resourceNames": ["gpuguard-webhook"], "verbs": ["get"]}] + (
         [{"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["gpuguard-policy"], "verbs": ["get"]}]
-        if find(docs, "ValidatingAdmissionPolicyBinding") else [])
+        if find(docs, "ValidatingAdmissionPolicyBinding", "gpuguard-visible-devices") else [])
     assert one(docs, "ClusterRole", "gpuguard-arm")["rules"] == [
         {"apiGroups": ["admissionregistration.k8s.io"], "resources": ["mutatingwebhookconfigurations"],
          "resourceNames": ["gpuguard"], "verbs": ["get", "patch"]},
@@ -244,6 +245,24 @@ def check_node_enforcer(docs, policy, namespace="gpuguard-system"):
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]},
         {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]
     assert one(docs, "Service", "gpuguard-node-enforcer-metrics")["spec"]["selector"] == {"gpuguard.io/metrics": "node-enforcer"}
+
+
+def check_own_node_writes(docs, namespace="gpuguard-system"):
+    """The device plugin's account may patch every Node's status (RBAC cannot name one node); a policy holds
+    each of its pods to the Node its pod-bound token says it runs on."""
+    policy = one(docs, "ValidatingAdmissionPolicy", "gpuguard-device-plugin-own-node")["spec"]
+    binding = one(docs, "ValidatingAdmissionPolicyBinding", "gpuguard-device-plugin-own-node")["spec"]
+    assert policy["failurePolicy"] == "Fail"
+    assert policy["matchConstraints"]["resourceRules"] == [
+        {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"], "resources": ["nodes/status"]}]
+    [condition] = policy["matchConditions"]
+    assert condition["expression"] == f"request.userInfo.username == 'system:serviceaccount:{namespace}:gpuguard-device-plugin'"
+    [validation] = policy["validations"]
+    assert "request.userInfo.extra['authentication.kubernetes.io/node-name']" in validation["expression"]
+    assert "object.metadata.name in" in validation["expression"]
+    assert binding == {"policyName": "gpuguard-device-plugin-own-node", "validationActions": ["Deny"]}
+    rules = one(docs, "ClusterRole", "gpuguard-device-plugin")["rules"]
+    assert rules == [{"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]}], rules
 
 
 def check_device_plugin(docs):

@@ -109,6 +109,7 @@ check_backstop(armed, ns)
 check_arming(armed, ns, armed=True)
 # Only the flags an admin set reach the plugin: by default none of those a config file also sets.
 args = check_device_plugin(docs)
+check_own_node_writes(docs)
 assert not [a for a in args if a.split("=")[0] in ("--discovery", "--resource-name", "--device-list-strategy", "--mig-strategy")], args
 assert check_host_devices(docs) == ["github.com/fuse=/dev/fuse:16"]
 check_node_enforcer(docs, policy)
@@ -275,7 +276,7 @@ def comparable(d):
     d["metadata"] = {}  # labels and annotations differ by design (Helm's own labels)
     if d["kind"] == "ValidatingAdmissionPolicy":
         # YAML libraries fold the multi-line CEL with different line breaks; CEL reads any whitespace alike.
-        for item in d["spec"]["variables"] + d["spec"]["validations"]:
+        for item in d["spec"].get("variables", []) + d["spec"]["validations"]:
             for field in ("expression", "messageExpression"):
                 if field in item:
                     item[field] = re.sub(r"\s+", " ", item[field]).strip()
@@ -334,7 +335,8 @@ for command in block.replace("\\\n", " ").splitlines():
     words = [w for w in shlex.split(command) if not w.startswith("--")]
     assert words[:2] == ["kubectl", "delete"], command
     kinds = {"clusterrole": "ClusterRole", "clusterrolebinding": "ClusterRoleBinding",
-             "validatingadmissionpolicy": "ValidatingAdmissionPolicy"}
+             "validatingadmissionpolicy": "ValidatingAdmissionPolicy",
+             "validatingadmissionpolicybinding": "ValidatingAdmissionPolicyBinding"}
     documented |= {(kinds[k], name) for k in words[2].split(",") for name in words[3:]}
 made = {(d["kind"], d["metadata"]["name"]) for path in ("kustomize", "kustomize-audit", "kustomize-extender")
         for d in yaml.safe_load_all(open(f"{work}/{path}.yaml")) if d and "namespace" not in d["metadata"]

@@ -81,6 +81,8 @@ assert kinds == sorted(["Namespace", "ServiceAccount", "ServiceAccount", "Secret
                         "ConfigMap", "PodDisruptionBudget", "MutatingWebhookConfiguration", "DaemonSet", "DaemonSet", "DaemonSet",
                         "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "ClusterRole",
                         "ClusterRoleBinding", "ClusterRole", "ClusterRoleBinding",
+                        # the device plugin's own-node policy
+                        "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
                         # the node enforcer's
                         "ServiceAccount", "Service", "DaemonSet", "ClusterRole", "ClusterRoleBinding"]), kinds
 check_namespaces(docs, "gpuguard-system")
@@ -89,6 +91,7 @@ check_network_policy(docs)
 check_backstop(docs, "gpuguard-system")
 check_arming(docs, "gpuguard-system", armed=True)  # the README applies these two after the rollout
 assert "--gpus=auto" in check_device_plugin(docs)
+check_own_node_writes(docs)
 assert check_host_devices(docs) == ["github.com/fuse=/dev/fuse:16"]
 check_node_enforcer(docs, policy)
 check_policy(policy)
@@ -107,6 +110,8 @@ alone = {key(d): d for d in yaml.safe_load_all(open(sys.argv[2])) if d}
 # The device plugin with its node report, which runs as the plugin's account.
 plugin = {("DaemonSet", "gpuguard-device-plugin"), ("DaemonSet", "gpuguard-host-devices"), ("ServiceAccount", "gpuguard-device-plugin"),
           ("DaemonSet", "gpuguard-node-report"), ("Service", "gpuguard-device-plugin-metrics"),
+          ("ValidatingAdmissionPolicy", "gpuguard-device-plugin-own-node"),
+          ("ValidatingAdmissionPolicyBinding", "gpuguard-device-plugin-own-node"),
           ("ClusterRole", "gpuguard-device-plugin"), ("ClusterRoleBinding", "gpuguard-device-plugin")}
 enforcer = {("DaemonSet", "gpuguard-node-enforcer"), ("ServiceAccount", "gpuguard-node-enforcer"),
             ("Service", "gpuguard-node-enforcer-metrics"), ("ClusterRole", "gpuguard-node-enforcer"),
