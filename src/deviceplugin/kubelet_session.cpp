@@ -33,15 +33,14 @@ void KubeletSession::reconcile() {
   if (!kubelet || kubelet == registered_with_) return;
   try {
     for (auto& server : servers_) {
+      if (yielded_.contains(server->resource_name())) continue;
       const std::string why = yield_ ? yield_(server->resource_name()) : std::string();
       if (!why.empty()) {
-        if (yielded_.insert(server->resource_name()).second) {
-          log::warn("not registered: another plugin serves the resource",
-                    {{"resource", server->resource_name()}, {"reason", why}});
-        }
+        yielded_.insert(server->resource_name());
+        log::warn("not registered: another plugin serves the resource",
+                  {{"resource", server->resource_name()}, {"reason", why}});
         continue;
       }
-      yielded_.erase(server->resource_name());
       server->register_with_kubelet(kubelet_socket_);
     }
     registered_with_ = kubelet;

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <optional>
@@ -92,9 +93,11 @@ void log_gpus(const Discovery& found, const std::string& health, const std::file
 }
 
 // Why the plugin should leave its GPU resource to another plugin on this node, or empty: NVIDIA's device
-// plugin (alone, or as the GPU Operator runs it) names its socket nvidia-<name>.sock for <domain>/<name>,
-// and one that accepts a connection is being served. Two plugins registering one resource would leave the
-// kubelet with whichever registered last.
+// plugin (alone, or as the GPU Operator runs it) names its socket nvidia-<name>.sock for <domain>/<name>.
+// One that accepts a connection is being served; one that is there and does not answer is left by a
+// plugin that failed (a plugin that stops removes its socket, and the kubelet empties the directory when
+// it starts), which its DaemonSet will start again. Either way the resource is NVIDIA's: two plugins
+// registering one resource leave the kubelet with whichever registered last.
 std::string other_gpu_plugin(const std::filesystem::path& plugin_dir, const std::string& resource_name) {
   const std::filesystem::path socket_path =
       plugin_dir / ("nvidia-" + resource_name.substr(resource_name.find('/') + 1) + ".sock");
@@ -107,7 +110,13 @@ std::string other_gpu_plugin(const std::filesystem::path& plugin_dir, const std:
   if (fd < 0) return "";
   const bool answers = ::connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address) == 0;
   ::close(fd);
-  return answers ? "NVIDIA's device plugin serves " + resource_name + " here (" + path + " answers)" : "";
+  if (answers) return "NVIDIA's device plugin serves " + resource_name + " here (" + path + " answers)";
+  std::error_code error;
+  if (std::filesystem::is_socket(socket_path, error)) {
+    return "NVIDIA's device plugin serves " + resource_name + " here (" + path +
+           " is there and does not answer: the plugin failed, and is left to come back)";
+  }
+  return "";
 }
 
 std::set<std::string> host_device_names(const PluginConfig& c) {

@@ -261,30 +261,52 @@ TEST_CASE("gpus auto: where NVIDIA's plugin answers for the resource, the GPUs a
   }
 }
 
-TEST_CASE("gpus auto: served while NVIDIA's plugin is gone, and left to it after a kubelet restart once it is back") {
+TEST_CASE("gpus auto: served where NVIDIA's plugin never was, and once it is, left to it, also after it fails") {
   Node node;
   auto kubelet = std::make_unique<FakeKubelet>(node.plugin_dir);
-  auto nvidia = std::make_unique<NvidiaPluginSocket>(node.plugin_dir);
-  const std::string path = nvidia->path();
-  nvidia.reset();  // a socket file left behind by a plugin that is gone answers nothing: the GPUs are served
-  REQUIRE(fs::exists(path));
   PluginProcess plugin(node.plugin_dir, node.host.root(),
                        {"--gpus", "auto", "--cdi-root", "", "--host-device", "github.com/fuse=/dev/fuse"});
   REQUIRE(kubelet->wait_for(2).size() == 2);
-  // NVIDIA's plugin comes back, and the kubelet restarts: both plugins register again, and the kubelet
-  // would keep whichever came last; gpuguard's leaves the GPUs to it and registers the host device only.
-  nvidia = std::make_unique<NvidiaPluginSocket>(node.plugin_dir);
-  kubelet.reset();
-  for (const auto& entry : fs::directory_iterator(node.plugin_dir)) {
-    if (entry.is_socket() && entry.path() != path) fs::remove(entry.path());
-  }
-  kubelet = std::make_unique<FakeKubelet>(node.plugin_dir);
-  const auto again = kubelet->wait_for(1);
-  REQUIRE(again.size() == 1);
-  CHECK(again[0].resource_name() == "github.com/fuse");
-  std::this_thread::sleep_for(1500ms);
-  CHECK(kubelet->wait_for(2, 0ms).size() == 1);
+  // The kubelet restarts (it empties its plugin directory) and NVIDIA's plugin starts: both register, and
+  // the kubelet would keep whichever came last; gpuguard's leaves the GPUs to it, the host device its own.
+  const auto restart_kubelet = [&] {
+    kubelet.reset();
+    for (const auto& entry : fs::directory_iterator(node.plugin_dir)) {
+      if (entry.is_socket() && entry.path().filename() != "nvidia-gpu.sock") fs::remove(entry.path());
+    }
+    kubelet = std::make_unique<FakeKubelet>(node.plugin_dir);
+    const auto registered = kubelet->wait_for(1);
+    REQUIRE(registered.size() == 1);
+    CHECK(registered[0].resource_name() == "github.com/fuse");
+    std::this_thread::sleep_for(1500ms);
+    CHECK(kubelet->wait_for(2, 0ms).size() == 1);
+  };
+  auto nvidia = std::make_unique<NvidiaPluginSocket>(node.plugin_dir);
+  restart_kubelet();
   CHECK_THAT(plugin.log(), Catch::Contains("not registered: another plugin serves the resource"));
+  // NVIDIA's plugin fails, its socket gone too, and the kubelet restarts: the GPUs stay NVIDIA's, since
+  // its DaemonSet brings it back, and two plugins taking turns would hand the same GPUs out twice.
+  const std::string path = nvidia->path();
+  nvidia.reset();
+  fs::remove(path);
+  restart_kubelet();
+  CHECK(plugin.terminate() == 0);
+}
+
+TEST_CASE("gpus auto: a socket NVIDIA's plugin left when it failed leaves the GPUs to it from the start") {
+  Node node;
+  nvidia_cdi_mode_by_default(node);
+  FakeKubelet kubelet(node.plugin_dir);
+  auto nvidia = std::make_unique<NvidiaPluginSocket>(node.plugin_dir);
+  nvidia.reset();  // the file stays: a plugin that stops removes it, one that fails does not
+  PluginProcess plugin(node.plugin_dir, node.host.root(), {"--gpus", "auto", "--cdi-root", ""});
+  const int port = plugin.status_port();
+  std::string status;
+  for (int i = 0; i < 60 && status != "200"; ++i, std::this_thread::sleep_for(50ms))
+    status = http_get(port, "/readyz").first;
+  CHECK(status == "200");
+  CHECK(kubelet.wait_for(1, 1500ms).empty());
+  CHECK_THAT(plugin.log(), Catch::Contains("is there and does not answer"));
   CHECK(plugin.terminate() == 0);
 }
 

@@ -39,7 +39,9 @@ class KubeletSession {
   std::vector<std::unique_ptr<PluginServer>>& servers_;
   std::filesystem::path kubelet_socket_;
   Yield yield_;
-  std::set<std::string> yielded_;  // resources left to another plugin, said once each
+  // Resources left to another plugin, said once each, and for good: once another plugin has served one
+  // here, this one never takes it over (not when that plugin fails, nor when the kubelet restarts).
+  std::set<std::string> yielded_;
   std::mutex mutex_;
   std::optional<ino_t> registered_with_;
   std::string last_error_;
