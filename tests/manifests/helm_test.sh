@@ -245,12 +245,19 @@ for key, outcomes in sorted(cases.items()):
 assert not failures, "\n".join(failures)
 print(f"values.schema.json: {judged} policy values judged as the webhook judges them")
 PY
-for bad in "policy.mode=enforcing" "policy.privilegd=deny" "webhook.failurePolicy=Fial" "devicePlugin.gpus=maybe" "imageTag=x"; do
+# A wrong key, type or enum anywhere is refused, and the refusal names where (the schema's path).
+for case in "policy.mode=enforcing /policy/mode" "policy.privilegd=deny /policy" "webhook.failurePolicy=Fial /webhook/failurePolicy" \
+    "devicePlugin.gpus=maybe /devicePlugin/gpus" "imageTag=x additional properties 'imageTag'" \
+    "webhook.resources.limts.memory=1Gi /webhook/resources" "nodeEnforcer.nodeSelector.gpu=1 /nodeEnforcer/nodeSelector/gpu" \
+    "monitoring.prometheusRule.labels.release=1 /monitoring/prometheusRule/labels/release" \
+    "gpuInfrastructure[0]=gpu-operator/sa /gpuInfrastructure/0" "webhook.replicas=three /webhook/replicas"; do
+  bad="${case%% *}" where="${case#* }"
   if "$helm" lint --strict "$root/charts/gpuguard" --set "$bad" > "$work/bad.lint" 2>&1; then
     echo "helm lint --set $bad passed: values.schema.json should refuse it"; exit 1
   fi
+  grep -qF "$where" "$work/bad.lint" || { cat "$work/bad.lint"; echo "helm lint --set $bad: the refusal does not name $where"; exit 1; }
 done
-echo "values.schema.json: typos refused"
+echo "values.schema.json: typos refused, each naming its key"
 
 # What the strict values render is accepted by the binaries themselves.
 "$webhook" review --policy-dir "$work/strict-policy" "$root/tests/fixtures/admission/mixed/review.json" > /dev/null
