@@ -512,7 +512,7 @@ def check_audit(docs, namespace, root):
     check_series_exist(expressions, root)
 
 
-def check_monitoring(docs, namespace, root):
+def check_monitoring(docs, namespace, root, ca_suffix="-tls"):
     """The ServiceMonitors find the Services that carry gpuguard.io/metrics, the HTTPS ones with the release's CA and
     the name on its certificate; the operations rule reads only series gpuguard exports."""
     services = {d["metadata"]["labels"]["gpuguard.io/metrics"]: d for d in find(docs, "Service")
@@ -528,7 +528,7 @@ def check_monitoring(docs, namespace, root):
         if endpoint["scheme"] == "https":
             tls = endpoint["tlsConfig"]
             assert tls["serverName"] == f"{service['metadata']['name']}.{namespace}.svc"
-            assert tls["ca"] == {"secret": {"name": service["metadata"]["name"] + "-tls", "key": "ca.crt"}}
+            assert tls["ca"] == {"secret": {"name": service["metadata"]["name"] + ca_suffix, "key": "ca.crt"}}
             assert "insecureSkipVerify" not in tls
     # The device plugins' Service is headless and finds every node's plugin.
     plugins = services["device-plugin"]["spec"]

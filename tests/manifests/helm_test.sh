@@ -52,6 +52,10 @@ cp -r "$root/manifests" "$work/manifests"
 "$kustomize" build "$work/manifests/scheduler-extender" > "$work/kustomize-extender.yaml"
 "$kustomize" build "$work/manifests/audit" > "$work/kustomize-audit.yaml"
 "$kustomize" build "$work/manifests/webhook-only" > "$work/kustomize-webhook-only.yaml"
+"$kustomize" build "$work/manifests/monitoring" > "$work/kustomize-monitoring.yaml"
+"$helm" template gpuguard "$root/charts/gpuguard" --namespace gpuguard-system --kube-version "$kube_version" \
+  --set webhook.armAfterReady=false --set monitoring.serviceMonitor.enabled=true \
+  --set monitoring.prometheusRule.enabled=true > "$work/armed-monitoring.yaml"
 # The image overlay README and operations.md give, beside manifests/ as they say, with every component:
 # each container of each runs the image it names.
 /usr/bin/python3 - "$root" "$work" <<'PY'
@@ -331,6 +335,23 @@ assert set(helm) ^ set(kustomize) <= only, sorted(set(helm) ^ set(kustomize))
 drift = [key for key in set(helm) & set(kustomize) if comparable(helm[key]) != comparable(kustomize[key])]
 assert not drift, drift
 print(f"helm and kustomize agree on the {len(set(helm) & set(kustomize))} objects of the webhook alone")
+
+# manifests/monitoring is the chart's monitoring for the default install, the webhook's CA from
+# manifests/default's Secret; and what it scrapes is there, with the alerts' series, as check_monitoring
+# holds the chart's.
+helm = {k: v for k, v in objects(f"{work}/armed-monitoring.yaml").items() if k[0] in ("ServiceMonitor", "PrometheusRule")}
+kustomize = objects(f"{work}/kustomize-monitoring.yaml")
+assert set(helm) == set(kustomize) and len(kustomize) == 4, sorted(set(helm) ^ set(kustomize))
+webhook_monitor = kustomize[("ServiceMonitor", "gpuguard-webhook")]["spec"]["endpoints"][0]["tlsConfig"]["ca"]["secret"]
+assert webhook_monitor == {"name": "gpuguard-webhook-ca", "key": "ca.crt"}, webhook_monitor
+helm[("ServiceMonitor", "gpuguard-webhook")]["spec"]["endpoints"][0]["tlsConfig"]["ca"]["secret"]["name"] = "gpuguard-webhook-ca"
+drift = [key for key in kustomize if comparable(helm[key]) != comparable(kustomize[key])]
+assert not drift, drift
+import sys as _sys
+_sys.path.insert(0, f"{root}/tests/manifests")
+from checks import check_monitoring
+check_monitoring(list(objects(f"{work}/kustomize.yaml").values()) + list(kustomize.values()), "gpuguard-system", root, ca_suffix="-ca")
+print(f"manifests/monitoring agrees with the chart's {len(kustomize)} monitoring objects")
 
 # The break glass's leftovers of a kustomize install (operations.md): every object manifests/ makes outside
 # the namespace, but the namespace itself and what refuses pods (which the break glass deleted).
