@@ -164,6 +164,11 @@ rules:
 	if err := newSigningKey(filepath.Join(dir, "sa.key")); err != nil {
 		return nil, err
 	}
+	// The API server's client certificate to the kubelet (logs, exec, port-forward), which the node's
+	// kubelet trusts by this CA.
+	if err := ca.issue(filepath.Join(dir, "kubelet-client.crt"), filepath.Join(dir, "kubelet-client.key"), "kube-apiserver-kubelet-client"); err != nil {
+		return nil, err
+	}
 
 	etcdClient, etcdPeer, apiPort := 0, 0, 0
 	for _, port := range []*int{&etcdClient, &etcdPeer, &apiPort} {
@@ -209,6 +214,10 @@ rules:
 		"--tls-cert-file=" + filepath.Join(dir, "apiserver.crt"), "--tls-private-key-file=" + filepath.Join(dir, "apiserver.key"),
 		"--token-auth-file=" + filepath.Join(dir, "tokens.csv"),
 		"--authorization-mode=Node,RBAC",
+		// The kubelet at the node's address (no DNS resolves its name here), as the API server's client.
+		"--kubelet-preferred-address-types=InternalIP",
+		"--kubelet-client-certificate=" + filepath.Join(dir, "kubelet-client.crt"),
+		"--kubelet-client-key=" + filepath.Join(dir, "kubelet-client.key"),
 		// Webhooks are called at their Services' endpoints: no kube-proxy runs (docs/testing.md).
 		"--enable-aggregator-routing=true",
 		"--service-account-issuer=https://kubernetes.default.svc",

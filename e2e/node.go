@@ -373,10 +373,12 @@ failSwapOn: false
 cgroupDriver: cgroupfs
 cgroupRoot: /%s
 containerRuntimeEndpoint: unix://%s
-address: 127.0.0.1
+# On the node's address, in the run's own network namespace, where the API server reaches it (kubectl
+# logs and exec); only clients with a certificate of the cluster's CA, the API server's, get in.
+address: %s
 healthzBindAddress: 127.0.0.1
 readOnlyPort: 0
-authentication: {anonymous: {enabled: false}, webhook: {enabled: false}}
+authentication: {anonymous: {enabled: false}, webhook: {enabled: false}, x509: {clientCAFile: %q}}
 authorization: {mode: AlwaysAllow}
 # Fast volume updates: a ConfigMap or Secret change reaches the pod within seconds.
 syncFrequency: 5s
@@ -391,7 +393,7 @@ resolvConf: /etc/resolv.conf
 # Static pods, which the kubelet runs whatever admission says.
 staticPodPath: %s
 fileCheckFrequency: 2s
-`, os.Getenv(cgroupRootEnv), containerdSocket, filepath.Join(n.dir, "static-pods"))
+`, os.Getenv(cgroupRootEnv), containerdSocket, nodeAddress, n.cluster.caFile, filepath.Join(n.dir, "static-pods"))
 }
 
 func (e *Env) startNodeScheduler(n *Node) error {

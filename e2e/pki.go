@@ -47,8 +47,8 @@ func newAuthority() (*authority, error) {
 	return &authority{cert: cert, key: key, certPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}, nil
 }
 
-// issue writes a serving certificate for 127.0.0.1 and the names given to certFile and keyFile; a name
-// that parses as an IP address is an IP SAN.
+// issue writes a certificate for 127.0.0.1 and the names given to certFile and keyFile, for serving and
+// for a client (the API server's to the kubelet); a name that parses as an IP address is an IP SAN.
 func (a *authority) issue(certFile, keyFile string, names ...string) error {
 	ips := []net.IP{net.ParseIP("127.0.0.1")}
 	var dnsNames []string
@@ -75,7 +75,7 @@ func (a *authority) issue(certFile, keyFile string, names ...string) error {
 		NotBefore:    time.Now().Add(-time.Hour),
 		NotAfter:     time.Now().Add(24 * time.Hour),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 	}
 	der, err := x509.CreateCertificate(rand.Reader, template, a.cert, &key.PublicKey, a.key)
 	if err != nil {

@@ -10,6 +10,7 @@ of the end-to-end harness) or `test:"NAME"` (a Catch2 test case or a ctest entry
 Usage: claims_test.py SOURCE_DIR"""
 import os
 import re
+import subprocess
 import sys
 
 root = sys.argv[1]
@@ -95,6 +96,10 @@ for alert, text in entries.items():
     for part in ("*Means:*", "*First:*", "*Fix:*"):
         if part not in text:
             failures.append(f"docs/operations.md: the runbook entry for {alert} has no {part}")
+    # The first command is pasted into a shell: it must at least parse there (e2e:node/audit runs them).
+    first = re.search(r"\*First:\* `([^`]+)`", text)
+    if first and subprocess.run(["bash", "-n", "-c", first[1]], capture_output=True).returncode != 0:
+        failures.append(f"docs/operations.md: the first command of {alert} is not valid shell: {first[1]}")
 
 # kubectl logs with a selector shows ten lines a pod unless --tail is given, and takes no --field-selector:
 # every such command in the docs says --tail, and none passes a field selector to logs.
