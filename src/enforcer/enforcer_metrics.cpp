@@ -42,7 +42,8 @@ std::string EnforcerMetrics::render(const nri::PluginStats& connection, std::str
                   "1 while the enforcer is registered with the container runtime over NRI.");
   out.append("gpuguard_node_enforcer_registered ").append(connection.registered ? "1" : "0").append("\n");
   metrics::header(out, "gpuguard_node_enforcer_nri_served", "gauge",
-                  "0 once the runtime has served no NRI socket for 30 s (NRI off): containers here are not enforced.");
+                  "0 once the runtime has served no NRI socket for --nri-unserved-after (NRI off): containers here are "
+                  "not enforced.");
   out.append("gpuguard_node_enforcer_nri_served ").append(connection.nri_served ? "1" : "0").append("\n");
   metrics::header(out, "gpuguard_node_enforcer_connections_total", "counter",
                   "NRI connections registered with the runtime, and those that ended.");
