@@ -285,6 +285,31 @@ func (n *Node) helm(t *T, e *Env, command string, args ...string) {
 	if err != nil {
 		t.Fatalf("helm %s: %v (%s)", command, err, log)
 	}
+	if command == "upgrade" {
+		n.waitDaemonSetsRolledOut(t)
+	}
+}
+
+// waitDaemonSetsRolledOut waits until every DaemonSet of gpuguard's runs its new pods, available, as
+// kubectl rollout status does. helm --wait does not: with one node and maxUnavailable 1 it wants no pod
+// ready, so the old device plugin may still be going away (its GPUs briefly gone from the kubelet) when
+// the next step creates a GPU pod.
+func (n *Node) waitDaemonSetsRolledOut(t *T) {
+	t.must(eventually(t.ctx, 3*time.Minute, func() error {
+		sets, err := n.cluster.client.AppsV1().DaemonSets(gpuguardNamespace).List(t.ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		for _, ds := range sets.Items {
+			s := ds.Status
+			if s.ObservedGeneration < ds.Generation || s.UpdatedNumberScheduled != s.DesiredNumberScheduled ||
+				s.NumberAvailable != s.DesiredNumberScheduled || s.NumberUnavailable != 0 {
+				return fmt.Errorf("DaemonSet %s: %d of %d updated, %d available", ds.Name, s.UpdatedNumberScheduled,
+					s.DesiredNumberScheduled, s.NumberAvailable)
+			}
+		}
+		return nil
+	}), "waiting for gpuguard's DaemonSets to roll out")
 }
 
 // waitUntilValue waits until a dry-run create through the Service-routed webhook comes back with want
