@@ -122,9 +122,12 @@ fuzz: deps
 # e2e/go.mod, containerd and NVIDIA's runtime pinned there too, the pinned kustomize and Helm, and the
 # harness; then every scenario (E2E_RUN=regexp for some; ^node/ for the real node's). With K8S=1.30, the
 # control plane of that minor instead, and the scenarios that need a newer one are skipped by name.
+# E2E_PEERS=../shared/peers (.ci/run passes it): NVIDIA's device plugin built from that vendored source
+# (scripts/build-peers) for the scenarios that run it beside gpuguard; without it they are skipped by name.
 e2e: build e2e-build
 	$(E2E_DIR)/gpuguard-e2e -components $(E2E_DIR) -gpuguard $(BUILD_DIR) -source $(CURDIR) \
-	  $(if $(K8S),-control-plane $(E2E_K8S_DIR)) $(if $(E2E_RUN),-run '$(E2E_RUN)')
+	  $(if $(K8S),-control-plane $(E2E_K8S_DIR)) $(if $(E2E_RUN),-run '$(E2E_RUN)') \
+	  $(if $(E2E_PEERS),-peers $(E2E_DIR)/peers)
 
 e2e-build: deps
 	@mkdir -p $(E2E_DIR)
@@ -135,6 +138,7 @@ e2e-build: deps
 	cd e2e && CGO_ENABLED=0 $(GO) build -o $(CURDIR)/$(E2E_DIR)/mps-stand-in ./cmd/mps-stand-in
 	./scripts/build-helm $(CURDIR)/$(E2E_DIR)/helm
 	cd e2e && $(GO) build -p $(JOBS) -o $(CURDIR)/$(E2E_DIR)/gpuguard-e2e .
+	$(if $(E2E_PEERS),./scripts/build-peers $(E2E_PEERS) $(CURDIR)/$(E2E_DIR)/peers)
 	$(if $(K8S),@test -f e2e/k8s-$(K8S)/go.mod || { echo "make e2e: no e2e/k8s-$(K8S)/go.mod (K8S is 1.30, 1.32 or 1.33)"; exit 2; })
 	$(if $(K8S),cd e2e/k8s-$(K8S) && ../../scripts/go build -p $(JOBS) -ldflags "$$(../../scripts/k8s-version-ldflags .)" \
 	  -o $(CURDIR)/$(E2E_K8S_DIR)/ $(CONTROL_PLANE))

@@ -29,8 +29,10 @@ type Config struct {
 	ControlPlane string
 	Gpuguard     string
 	Source       string
-	Work         string
-	Keep         bool
+	// Peers, when set, holds what scripts/build-peers built: NVIDIA's device plugin.
+	Peers string
+	Work  string
+	Keep  bool
 }
 
 func (c *Config) validate() error {
@@ -43,6 +45,16 @@ func (c *Config) validate() error {
 			return err
 		}
 		*dir = abs
+	}
+	if c.Peers != "" {
+		abs, err := filepath.Abs(c.Peers)
+		if err != nil {
+			return err
+		}
+		c.Peers = abs
+		if _, err := os.Stat(filepath.Join(c.Peers, "nvidia-device-plugin")); err != nil {
+			return fmt.Errorf("-peers: %w (make e2e E2E_PEERS=../shared/peers builds it)", err)
+		}
 	}
 	if c.ControlPlane != "" {
 		abs, err := filepath.Abs(c.ControlPlane)

@@ -163,9 +163,9 @@ func (e *Env) execIn(t *T, pod *corev1.Pod, execID string, command ...string) (s
 }
 
 // look lists /dev and reads PID 1's environment inside the pod's container; from the host, through
-// /proc, for an image without ls and cat (gpuguard's own, distroless).
+// /proc, for an image without ls and cat (gpuguard's own, distroless, and NVIDIA's device plugin's).
 func (n *Node) look(t *T, e *Env, pod *corev1.Pod) sight {
-	if strings.HasPrefix(pod.Spec.Containers[0].Image, gpuguardRepo) {
+	if image := pod.Spec.Containers[0].Image; strings.HasPrefix(image, gpuguardRepo) || image == nvidiaPluginImage {
 		return lookFromHost(t, e, pod)
 	}
 	listing, err := e.execIn(t, pod, "look-dev-"+pod.Name, "ls", "/dev")
@@ -925,6 +925,7 @@ var nodeScenarios = []scenario{
 	{"node/enforcer-running", "a pod started before the enforcer is reported (a series and a Node event) and left running, seeing both GPUs", nodeEnforcerRunning},
 	{"node/enforcer-bypassed", "the webhook configuration and the backstop binding deleted: a GPU-less pod sees no GPU, a GPU pod its own GPU (one that sets all itself is refused), a forged annotation nothing; an allowlisted namespace and gpuguard's device plugin keep both, a pod of its account without its label none; audit changes nothing and counts", nodeEnforcerBypassed},
 	{"node/gpu-infrastructure", "NVIDIA's components recognised by default, by namespace, account and label together: the GPU Operator's device plugin (privileged, all, NVIDIA's MPS root) and NVIDIA's static manifest see both GPUs; without the label refused; the same account and label in a user namespace gets none", nodeGPUInfrastructure},
+	{"node/nvidia-device-plugin", "NVIDIA's device plugin v0.20.0 (-peers) as its static manifest and as its Helm chart run it: it registers and serves both GPUs and sees both; gpuguard's plugin, started after it, leaves them to it; its pods see the GPU it allocated alone, also time-sliced (UUID::n), GPU-less pods none; gone and the kubelet restarted, gpuguard's does not take them", nodeNvidiaDevicePlugin},
 	{"node/enforcer-refuses", "a GPU-less pod mounting /dev/nvidia1, or the MPS root, by hostPath is refused at its creation with gpuguard's message", nodeEnforcerRefuses},
 	{"node/enforcer-failure", "the enforcer gone: fail-open starts pods (the webhook still covers them); fail-closed refuses them clearly until it is back; after a containerd restart it registers again and the next pod is enforced", nodeEnforcerFailure},
 	{"node/no-nri", "containerd with NRI off: the enforcer's pod is Ready all the same and reports the node not enforced (/readyz, a series), where a kube-system pod sees both GPUs; NRI back on: registered, and the next pod gets void", nodeNoNRI},

@@ -34,8 +34,8 @@ type descriptor struct {
 	Annotations map[string]string `json:"annotations,omitempty"`
 }
 
-// importImages builds the sandbox's pause image, the CUDA-like image and gpuguard's image, and imports
-// them.
+// importImages builds the sandbox's pause image, the CUDA-like image, gpuguard's image and, with -peers,
+// NVIDIA's device plugin's (nvidia_plugin_scenario.go), and imports them.
 func (e *Env) importImages(n *Node) error {
 	images := filepath.Join(n.dir, "images")
 	pause := filepath.Join(images, "pause")
@@ -68,10 +68,19 @@ func (e *Env) importImages(n *Node) error {
 		return fmt.Errorf("scripts/image-rootfs.sh: %w: %s", err, out)
 	}
 
-	for _, image := range []struct {
+	type image struct {
 		name, dir string
 		config    imageConfig
-	}{
+	}
+	var peers []image
+	if e.cfg.Peers != "" {
+		nvidia := filepath.Join(images, "nvidia-device-plugin")
+		if err := e.nvidiaPluginRootfs(nvidia); err != nil {
+			return fmt.Errorf("NVIDIA's device plugin image: %w", err)
+		}
+		peers = append(peers, image{nvidiaPluginImage, nvidia, nvidiaPluginImageConfig})
+	}
+	for _, image := range append([]image{
 		{pauseImage, pause, imageConfig{Entrypoint: []string{"/pause"}}},
 		{cudaLikeImage, cuda, imageConfig{Env: []string{"PATH=/bin", "NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_DRIVER_CAPABILITIES=compute,utility"},
 			Cmd: []string{"sh"}}},
@@ -79,7 +88,7 @@ func (e *Env) importImages(n *Node) error {
 		{gpuguardRepo + ":" + gpuguardTag, gpuguard, imageConfig{User: "65532:65532", Env: []string{"PATH=/usr/local/bin:/usr/bin:/bin"},
 			Entrypoint: []string{"/usr/local/bin/gpuguard-webhook"},
 			Cmd:        []string{"--tls-cert-file=/etc/gpuguard/tls/tls.crt", "--tls-private-key-file=/etc/gpuguard/tls/tls.key"}}},
-	} {
+	}, peers...) {
 		archive := image.dir + ".tar"
 		if err := writeImageArchive(archive, image.name, image.dir, image.config); err != nil {
 			return fmt.Errorf("image %s: %w", image.name, err)

@@ -2,6 +2,7 @@
 // lists, allocation, health, probes and metrics, kubelet restarts, bad flags.
 #include <dlfcn.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -281,7 +282,14 @@ TEST_CASE("gpus auto: served where NVIDIA's plugin never was, and once it is, le
     std::this_thread::sleep_for(1500ms);
     CHECK(kubelet->wait_for(2, 0ms).size() == 1);
   };
+  // NVIDIA's plugin starts beside it, on its own socket: gpuguard's leaves that file alone.
   auto nvidia = std::make_unique<NvidiaPluginSocket>(node.plugin_dir);
+  struct stat nvidia_file {};
+  REQUIRE(::stat(nvidia->path().c_str(), &nvidia_file) == 0);
+  std::this_thread::sleep_for(2500ms);  // the plugin looks every second
+  struct stat after {};
+  REQUIRE(::stat(nvidia->path().c_str(), &after) == 0);
+  CHECK(after.st_ino == nvidia_file.st_ino);
   restart_kubelet();
   CHECK_THAT(plugin.log(), Catch::Contains("not registered: another plugin serves the resource"));
   // NVIDIA's plugin fails, its socket gone too, and the kubelet restarts: the GPUs stay NVIDIA's, since

@@ -1,16 +1,22 @@
 // A stand-in libnvidia-ml.so.1, so that the real gpuguard-device-plugin binary goes through its own
-// dlopen'ed NVML path (discovery, MIG devices and their profiles, XID events) on machines without a GPU.
+// dlopen'ed NVML path (discovery, MIG devices and their profiles, XID events) on machines without a GPU,
+// and so that NVIDIA's own device plugin (e2e/peers) runs over the node's fake GPUs: its discovery (name,
+// PCI info, compute capability), its health events and its preferred allocation (topology, NVLink).
 // It serves the GPUs of the JSON file GPUGUARD_FAKE_NVML names:
-//   {"gpus": [{"uuid": "GPU-…", "minor": 0, "memoryMiB": 81559,
+//   {"gpus": [{"uuid": "GPU-…", "minor": 0, "memoryMiB": 81559, "name": "NVIDIA H100 80GB HBM3",
 //              "mig": [{"uuid": "MIG-…", "gi": 1, "ci": 0, "profile": 0, "giSlices": 1, "ciSlices": 1,
 //                       "memoryMiB": 9856}]}]}
 // ("mig" present, even empty, means MIG mode; "profile" is the NVML_GPU_INSTANCE_PROFILE_* index), and
-// delivers the XID events appended to <that file>.xids as "<uuid> <xid>" lines, each once.
+// delivers the XID events appended to <that file>.xids as "<uuid> <xid>" lines, each once. GPU minor m
+// sits at PCI bus 0x10+m (0000:1m:00.0, as the e2e node's procfs has it), all on one NUMA node, without
+// NVLink. Init and shutdown are counted as NVML counts them: callers nest them (NVIDIA's plugin does).
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <mutex>
 #include <sstream>
 #include <string>
@@ -30,6 +36,23 @@ constexpr nvmlReturn_t kNotSupported = 3;
 constexpr nvmlReturn_t kInsufficientSize = 7;
 constexpr nvmlReturn_t kDriverNotLoaded = 9;
 constexpr unsigned kMaxMigDevices = 7;
+constexpr unsigned kNoInstance = 0xFFFFFFFF;  // an event of the whole GPU, no MIG instance
+constexpr int kTopologyNode = 40;             // NVML_TOPOLOGY_NODE: the same NUMA node
+constexpr unsigned kPciBusBase = 0x10;
+constexpr unsigned kH100PciDeviceId = 0x233010DE;
+constexpr unsigned kH100PciSubsystemId = 0x16C110DE;
+
+// nvmlPciInfo_t as nvml.h lays it out (gpuguard itself reads PCI addresses from procfs, not NVML).
+struct PciInfo {
+  char bus_id_legacy[16];
+  unsigned domain;
+  unsigned bus;
+  unsigned device;
+  unsigned pci_device_id;
+  unsigned pci_subsystem_id;
+  char bus_id[32];
+};
+static_assert(sizeof(PciInfo) == 68);
 // The profile IDs NVML gives GPU instances are not their profile indexes: offset them so that a caller
 // that confused the two would find no profile.
 constexpr unsigned kProfileIdOffset = 100;
@@ -44,6 +67,7 @@ struct Gpu {
   std::string uuid;
   unsigned minor = 0;
   unsigned long long memory_mib = 81559;
+  std::string name = "NVIDIA H100 80GB HBM3";
   bool mig_mode = false;
   std::vector<Mig> migs;
 };
@@ -60,7 +84,8 @@ struct State {
   std::string events_path;
   std::vector<Gpu> gpus;
   std::deque<Handle> handles;  // stable addresses: handed out as pointers
-  bool initialised = false;
+  std::string loaded;          // the JSON the GPUs were read from
+  unsigned references = 0;     // nvmlInit_v2 calls not yet shut down
 };
 
 State& state() {
@@ -90,13 +115,22 @@ bool load() {
   const char* path = std::getenv("GPUGUARD_FAKE_NVML");
   if (path == nullptr) return false;
   std::ifstream in(path);
-  const nlohmann::json config = nlohmann::json::parse(in, nullptr, false);
-  if (!config.is_object()) return false;
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   State& s = state();
+  // Unchanged, the GPUs stay as they are: a nested init must not rebuild what other threads read.
+  if (!s.gpus.empty() && text == s.loaded) return true;
+  const nlohmann::json config = nlohmann::json::parse(text, nullptr, false);
+  if (!config.is_object()) return false;
+  s.loaded = text;
   s.events_path = std::string(path) + ".xids";
   s.gpus.clear();
   for (const auto& g : config.value("gpus", nlohmann::json::array())) {
-    Gpu gpu{g.value("uuid", ""), g.value("minor", 0U), g.value("memoryMiB", 81559ULL), g.contains("mig"), {}};
+    Gpu gpu{g.value("uuid", ""),
+            g.value("minor", 0U),
+            g.value("memoryMiB", 81559ULL),
+            g.value("name", std::string("NVIDIA H100 80GB HBM3")),
+            g.contains("mig"),
+            {}};
     for (const auto& m : g.value("mig", nlohmann::json::array())) {
       gpu.migs.push_back({m.value("uuid", ""), m.value("gi", 0U), m.value("ci", 0U), m.value("profile", 0U),
                           m.value("giSlices", 1U), m.value("ciSlices", 1U), m.value("memoryMiB", 0ULL)});
@@ -137,12 +171,14 @@ extern "C" {
 nvmlReturn_t nvmlInit_v2() {
   std::lock_guard lock(state().mutex);
   if (!load()) return kDriverNotLoaded;
-  state().initialised = true;
+  ++state().references;
   return kSuccess;
 }
 
 nvmlReturn_t nvmlShutdown() {
-  state().initialised = false;
+  std::lock_guard lock(state().mutex);
+  if (state().references == 0) return kUninitialized;
+  --state().references;
   return kSuccess;
 }
 
@@ -153,7 +189,8 @@ const char* nvmlErrorString(nvmlReturn_t result) {
 }
 
 nvmlReturn_t nvmlDeviceGetCount_v2(unsigned* count) {
-  if (!state().initialised) return kUninitialized;
+  std::lock_guard lock(state().mutex);
+  if (state().references == 0) return kUninitialized;
   *count = static_cast<unsigned>(state().gpus.size());
   return kSuccess;
 }
@@ -223,6 +260,7 @@ nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t, nvmlEventData_t* data, unsigned
       if (nvmlDeviceGetHandleByUUID(uuid.c_str(), &device) == kSuccess) data->device = device;
       data->eventType = kXidCriticalError;
       data->eventData = xid;
+      data->gpuInstanceId = data->computeInstanceId = kNoInstance;
       return kSuccess;
     }
     if (std::chrono::steady_clock::now() >= deadline) return kTimeout;
@@ -278,6 +316,37 @@ nvmlReturn_t nvmlDeviceGetAttributes_v2(nvmlDevice_t device, nvmlDeviceAttribute
   attributes->memorySizeMB = mig->memory_mib;
   return kSuccess;
 }
+
+nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char* name, unsigned length) {
+  return copy_string(gpu_of(device).name, name, length);
+}
+
+// A MIG device's is its GPU's.
+nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, PciInfo* pci) {
+  const unsigned bus = kPciBusBase + gpu_of(device).minor;
+  *pci = {};
+  std::snprintf(pci->bus_id_legacy, sizeof pci->bus_id_legacy, "0000:%02x:00.0", bus);
+  std::snprintf(pci->bus_id, sizeof pci->bus_id, "00000000:%02x:00.0", bus);
+  pci->bus = bus;
+  pci->pci_device_id = kH100PciDeviceId;
+  pci->pci_subsystem_id = kH100PciSubsystemId;
+  return kSuccess;
+}
+
+nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t, int* major, int* minor) {
+  *major = 9;  // Hopper
+  *minor = 0;
+  return kSuccess;
+}
+
+nvmlReturn_t nvmlDeviceGetTopologyCommonAncestor(nvmlDevice_t, nvmlDevice_t, int* level) {
+  *level = kTopologyNode;
+  return kSuccess;
+}
+
+nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t, unsigned, int*) { return kNotSupported; }
+
+nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t, unsigned, PciInfo*) { return kNotSupported; }
 
 nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t* memory) {
   *memory = {};

@@ -1,0 +1,358 @@
+// NVIDIA's own device plugin (k8s-device-plugin v0.20.0) on the real node beside gpuguard: built from the
+// vendored source in ../shared/peers by scripts/build-peers (-peers), run over the node's two fake GPUs
+// through the stand-in libnvidia-ml.so.1 (tests/support/fake_nvml.cpp), as its static manifest and as its
+// Helm chart run it. gpuguard is installed as the README says; the containers are looked at from inside.
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+const (
+	nvidiaPluginImage = "e2e.gpuguard.io/nvidia-k8s-device-plugin:v0.20.0"
+	// Where the image keeps the stand-in NVML's GPUs (GPUGUARD_FAKE_NVML).
+	nvidiaPluginGPUs = "/etc/gpuguard-e2e/fake-nvml.json"
+	// The socket NVIDIA's plugin serves nvidia.com/gpu on; one it leaves when it fails keeps gpuguard's off
+	// the GPUs.
+	nvidiaPluginSocket = "/var/lib/kubelet/device-plugins/nvidia-gpu.sock"
+	// Its Helm chart's names for release nvdp in namespace nvidia-device-plugin, as gpuguard's defaults
+	// recognise them (gpuInfrastructure).
+	nvidiaHelmNamespace = "nvidia-device-plugin"
+	nvidiaHelmAccount   = "nvdp-nvidia-device-plugin-service-account"
+)
+
+// nvidiaPluginRootfs lays out NVIDIA's plugin image: its binary as the image's entrypoint, the stand-in
+// NVML where the driver's library would be, the libraries both load, and the node's GPUs for the stand-in.
+// NVIDIA's image has no NVML: on a GPU node the runtime mounts the driver's, which this node has none of.
+func (e *Env) nvidiaPluginRootfs(dir string) error {
+	for _, sub := range []string{"usr/bin", "lib/x86_64-linux-gnu", "etc/gpuguard-e2e", "proc", "dev", "sys", "tmp"} {
+		if err := os.MkdirAll(filepath.Join(dir, sub), 0o755); err != nil {
+			return err
+		}
+	}
+	binary := filepath.Join(e.cfg.Peers, "nvidia-device-plugin")
+	nvml := e.gpuguard(filepath.Join("tests", "fake-nvml", "libnvidia-ml.so.1"))
+	if err := copyFile(binary, filepath.Join(dir, "usr/bin/nvidia-device-plugin"), 0o755); err != nil {
+		return err
+	}
+	if err := copyFile(nvml, filepath.Join(dir, "lib/x86_64-linux-gnu/libnvidia-ml.so.1"), 0o644); err != nil {
+		return fmt.Errorf("the stand-in NVML (make build builds it): %w", err)
+	}
+	for _, object := range []string{binary, nvml} {
+		out, err := exec.Command("ldd", object).Output()
+		if err != nil {
+			return fmt.Errorf("ldd %s: %w", object, err)
+		}
+		for _, line := range strings.Split(string(out), "\n") {
+			// "libc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x…)" or "/lib64/ld-linux-x86-64.so.2 (0x…)"
+			fields := strings.Fields(line)
+			path := ""
+			if len(fields) >= 3 && fields[1] == "=>" {
+				path = fields[2]
+			} else if len(fields) >= 1 && strings.HasPrefix(fields[0], "/") {
+				path = fields[0]
+			}
+			if path == "" {
+				continue
+			}
+			if err := os.MkdirAll(filepath.Join(dir, filepath.Dir(path)), 0o755); err != nil {
+				return err
+			}
+			if err := copyFile(path, filepath.Join(dir, path), 0o755); err != nil {
+				return err
+			}
+		}
+	}
+	var gpus []string
+	for minor := 0; minor < nodeGPUs; minor++ {
+		gpus = append(gpus, fmt.Sprintf(`{"uuid": %q, "minor": %d}`, fakeGPUUUID(minor), minor))
+	}
+	return os.WriteFile(filepath.Join(dir, strings.TrimPrefix(nvidiaPluginGPUs, "/")),
+		[]byte(`{"gpus": [`+strings.Join(gpus, ", ")+"]}\n"), 0o644)
+}
+
+// nvidiaPluginImageConfig is what NVIDIA's Dockerfile sets, and the stand-in's file.
+var nvidiaPluginImageConfig = imageConfig{Env: []string{"PATH=/usr/bin", "NVIDIA_VISIBLE_DEVICES=all",
+	"NVIDIA_DRIVER_CAPABILITIES=compute,utility", "NVIDIA_DISABLE_REQUIRE=true", "GPUGUARD_FAKE_NVML=" + nvidiaPluginGPUs},
+	Entrypoint: []string{"nvidia-device-plugin"}}
+
+// nvidiaPluginLayout says how a DaemonSet of NVIDIA's plugin is made.
+type nvidiaPluginLayout struct {
+	namespace, name, account string
+	labels                   map[string]string
+	helm                     bool   // as the Helm chart renders it, else as the static manifest is
+	config                   string // a ConfigMap whose config.yaml the plugin reads (CONFIG_FILE)
+}
+
+// The static manifest (deployments/static/nvidia-device-plugin.yml): kube-system, the default account,
+// the image's environment, unprivileged, the kubelet's plugin directory alone.
+var nvidiaStatic = nvidiaPluginLayout{namespace: "kube-system", name: "nvidia-device-plugin-daemonset",
+	labels: map[string]string{"name": "nvidia-device-plugin-ds"}}
+
+// The Helm chart 0.20.0 with its defaults, release nvdp (deployments/helm/nvidia-device-plugin, which the
+// peer's tarball lacks: its templates as NVIDIA's repository has them at v0.20.0): its own namespace and
+// account, NVIDIA_VISIBLE_DEVICES=all and the MPS root set, the driver root (/) read-only at /driver-root,
+// the MPS root, its shm and /var/run/cdi from the host. The chart's config-manager sidecar (which needs
+// config.map) is not rendered by default, nor here.
+var nvidiaHelm = nvidiaPluginLayout{namespace: nvidiaHelmNamespace, name: "nvdp-nvidia-device-plugin",
+	account: nvidiaHelmAccount, helm: true,
+	labels: map[string]string{"app.kubernetes.io/name": "nvidia-device-plugin", "app.kubernetes.io/instance": "nvdp"}}
+
+func (l nvidiaPluginLayout) daemonSet() *appsv1.DaemonSet {
+	hostPath := func(name, path string, kind *corev1.HostPathType) corev1.Volume {
+		return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: path, Type: kind}}}
+	}
+	container := corev1.Container{Name: "nvidia-device-plugin-ctr", Image: nvidiaPluginImage, ImagePullPolicy: corev1.PullNever,
+		SecurityContext: &corev1.SecurityContext{AllowPrivilegeEscalation: ptr(false),
+			Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}},
+		VolumeMounts: []corev1.VolumeMount{{Name: "device-plugin", MountPath: "/var/lib/kubelet/device-plugins"}}}
+	spec := corev1.PodSpec{PriorityClassName: "system-node-critical", ServiceAccountName: l.account,
+		TerminationGracePeriodSeconds: ptr(int64(5)),
+		Tolerations:                   []corev1.Toleration{{Key: "nvidia.com/gpu", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
+		Volumes:                       []corev1.Volume{hostPath("device-plugin", "/var/lib/kubelet/device-plugins", ptr(corev1.HostPathDirectory))}}
+	if l.helm {
+		container.Command = []string{"nvidia-device-plugin"}
+		container.Env = []corev1.EnvVar{{Name: "MPS_ROOT", Value: "/run/nvidia/mps"}, {Name: "NVIDIA_VISIBLE_DEVICES", Value: "all"},
+			{Name: "NVIDIA_DRIVER_CAPABILITIES", Value: "compute,utility"}}
+		container.VolumeMounts = append(container.VolumeMounts,
+			corev1.VolumeMount{Name: "driver-root", MountPath: "/driver-root", ReadOnly: true},
+			corev1.VolumeMount{Name: "mps-shm", MountPath: "/dev/shm"},
+			corev1.VolumeMount{Name: "mps-root", MountPath: "/mps"},
+			corev1.VolumeMount{Name: "cdi-root", MountPath: "/var/run/cdi"})
+		spec.Volumes = append(spec.Volumes,
+			hostPath("mps-root", "/run/nvidia/mps", ptr(corev1.HostPathDirectoryOrCreate)),
+			hostPath("mps-shm", "/run/nvidia/mps/shm", nil),
+			hostPath("driver-root", "/", ptr(corev1.HostPathDirectory)),
+			hostPath("cdi-root", "/var/run/cdi", ptr(corev1.HostPathDirectoryOrCreate)))
+		spec.Tolerations = append(spec.Tolerations, corev1.Toleration{Key: "CriticalAddonsOnly", Operator: corev1.TolerationOpExists})
+		spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+			NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{
+				{Key: "nvidia.com/gpu.present", Operator: corev1.NodeSelectorOpIn, Values: []string{"true"}}}}}}}}
+	}
+	if l.config != "" {
+		container.Env = append(container.Env, corev1.EnvVar{Name: "CONFIG_FILE", Value: "/config/config.yaml"})
+		container.VolumeMounts = append(container.VolumeMounts, corev1.VolumeMount{Name: "config", MountPath: "/config"})
+		spec.Volumes = append(spec.Volumes, corev1.Volume{Name: "config", VolumeSource: corev1.VolumeSource{
+			ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: l.config}}}})
+	}
+	spec.Containers = []corev1.Container{container}
+	return &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: l.name, Namespace: l.namespace, Labels: l.labels},
+		Spec: appsv1.DaemonSetSpec{Selector: &metav1.LabelSelector{MatchLabels: l.labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: l.labels}, Spec: spec}}}
+}
+
+// runNvidiaPlugin creates the DaemonSet and waits until its pod runs and the node offers gpus of
+// nvidia.com/gpu; it returns the pod.
+func (n *Node) runNvidiaPlugin(t *T, l nvidiaPluginLayout, gpus int64) *corev1.Pod {
+	_, err := n.cluster.client.AppsV1().DaemonSets(l.namespace).Create(t.ctx, l.daemonSet(), metav1.CreateOptions{})
+	t.must(err, "creating NVIDIA's device plugin DaemonSet "+l.namespace+"/"+l.name)
+	var running *corev1.Pod
+	t.must(eventually(t.ctx, 2*time.Minute, func() error {
+		pods, err := n.cluster.client.CoreV1().Pods(l.namespace).List(t.ctx, metav1.ListOptions{
+			LabelSelector: metav1.FormatLabelSelector(&metav1.LabelSelector{MatchLabels: l.labels})})
+		if err != nil {
+			return err
+		}
+		running = nil
+		for i, pod := range pods.Items {
+			for _, status := range pod.Status.ContainerStatuses {
+				if w := status.State.Waiting; w != nil && w.Reason != "ContainerCreating" {
+					return fmt.Errorf("NVIDIA's plugin waits: %s: %s", w.Reason, w.Message)
+				}
+				if status.State.Running != nil && pod.DeletionTimestamp == nil {
+					running = &pods.Items[i]
+				}
+			}
+		}
+		if running == nil {
+			return fmt.Errorf("no pod of NVIDIA's plugin runs")
+		}
+		return n.offers(t, gpus)
+	}), "waiting for NVIDIA's device plugin ("+l.namespace+") to serve "+strconv.FormatInt(gpus, 10)+" of "+gpuResource)
+	return running
+}
+
+// offers says why the node does not offer exactly gpus of nvidia.com/gpu, or nil.
+func (n *Node) offers(t *T, gpus int64) error {
+	node, err := n.cluster.client.CoreV1().Nodes().Get(t.ctx, nodeName, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	if q := node.Status.Allocatable[gpuResource]; q.Value() != gpus {
+		return fmt.Errorf("the node offers %s of %s, want %d", q.String(), gpuResource, gpus)
+	}
+	return nil
+}
+
+// removeNvidiaPlugin deletes its DaemonSet and waits until its pods are gone (a plugin that stops removes
+// its socket).
+func (n *Node) removeNvidiaPlugin(t *T, l nvidiaPluginLayout) {
+	err := n.cluster.client.AppsV1().DaemonSets(l.namespace).Delete(t.ctx, l.name, metav1.DeleteOptions{PropagationPolicy: ptr(metav1.DeletePropagationForeground)})
+	if err != nil && !apierrors.IsNotFound(err) {
+		t.Errorf("deleting NVIDIA's device plugin DaemonSet %s/%s: %v", l.namespace, l.name, err)
+	}
+	t.must(eventually(t.ctx, 2*time.Minute, func() error {
+		pods, err := n.cluster.client.CoreV1().Pods(l.namespace).List(t.ctx, metav1.ListOptions{
+			LabelSelector: metav1.FormatLabelSelector(&metav1.LabelSelector{MatchLabels: l.labels})})
+		if err != nil {
+			return err
+		}
+		if len(pods.Items) > 0 {
+			return fmt.Errorf("%d pods of NVIDIA's plugin are left", len(pods.Items))
+		}
+		return nil
+	}), "waiting for NVIDIA's device plugin to go")
+}
+
+// restartGpuguardPlugin deletes gpuguard's device plugin pod and waits until its DaemonSet's new one is
+// available: gpuguard's plugin installed after NVIDIA's, as on a cluster that already ran it.
+func (n *Node) restartGpuguardPlugin(t *T) {
+	pods, err := n.cluster.client.CoreV1().Pods(gpuguardNamespace).List(t.ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=gpuguard-device-plugin"})
+	t.must(err, "listing gpuguard's device plugin pods")
+	for _, pod := range pods.Items {
+		t.must(n.cluster.client.CoreV1().Pods(gpuguardNamespace).Delete(t.ctx, pod.Name, metav1.DeleteOptions{}), "deleting "+pod.Name)
+	}
+	t.must(eventually(t.ctx, 2*time.Minute, func() error {
+		now, err := n.cluster.client.CoreV1().Pods(gpuguardNamespace).List(t.ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=gpuguard-device-plugin"})
+		if err != nil {
+			return err
+		}
+		if len(now.Items) != 1 || !podReady(now.Items[0]) || now.Items[0].Status.PodIP == "" ||
+			(len(pods.Items) == 1 && now.Items[0].Name == pods.Items[0].Name) {
+			return fmt.Errorf("gpuguard's device plugin: %d pods, not yet a new one ready", len(now.Items))
+		}
+		return nil
+	}), "waiting for gpuguard's device plugin to start again")
+}
+
+// nodeNvidiaDevicePlugin: NVIDIA's device plugin beside gpuguard as the README installs it. As its static
+// manifest runs it (kube-system, unprivileged, the image's all), it registers and serves both GPUs, and
+// sees both itself; gpuguard's plugin, started after it, leaves the GPUs to it and says so. Pods that it
+// allocated a GPU see that GPU alone, GPU-less pods none. Time-sliced by its config file (two replicas a
+// GPU, IDs UUID::n in pod-resources, which the enforcer reads), three pods of one replica each see their
+// GPU alone. As its Helm chart runs it (its namespace, account and labels, the host's / at /driver-root
+// and the MPS root mounted) the same. Gone, and the kubelet restarted, gpuguard's plugin does not take
+// the GPUs back.
+func nodeNvidiaDevicePlugin(t *T, e *Env) {
+	n := e.gpuguardFor(t)
+	n.waitForEnforcerRegistered(t)
+	c := n.cluster
+	defer n.gpuguardServesGPUsAgain(t)
+
+	// As the static manifest runs it; gpuguard's plugin started after it.
+	plugin := n.runNvidiaPlugin(t, nvidiaStatic, nodeGPUs)
+	defer n.removeNvidiaPlugin(t, nvidiaStatic) // whichever step failed; gone already, it finds nothing
+	n.restartGpuguardPlugin(t)
+	n.waitForMetric(t, `gpus="report-only"} 1`)
+	t.must(n.offers(t, nodeGPUs), "the node's GPUs, gpuguard's plugin having left them to NVIDIA's")
+	expectBothGPUs(t, "NVIDIA's plugin as its static manifest runs it", n.look(t, e, plugin))
+	n.expectNvidiaAllocations(t, e, "static", 2)
+
+	// Time-sliced by its config file: four replicas, UUID::0 and UUID::1 of each GPU.
+	const config = "nvidia-device-plugin-time-slicing"
+	_, err := c.client.CoreV1().ConfigMaps("kube-system").Create(t.ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: config},
+		Data: map[string]string{"config.yaml": "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 2\n"}},
+		metav1.CreateOptions{})
+	t.must(err, "creating the time-slicing config")
+	defer func() {
+		if err := c.client.CoreV1().ConfigMaps("kube-system").Delete(t.ctx, config, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			t.Errorf("deleting the time-slicing config: %v", err)
+		}
+	}()
+	n.removeNvidiaPlugin(t, nvidiaStatic)
+	timeSliced := nvidiaStatic
+	timeSliced.config = config
+	n.runNvidiaPlugin(t, timeSliced, 2*nodeGPUs)
+	n.expectNvidiaAllocations(t, e, "time-sliced", 3)
+	n.removeNvidiaPlugin(t, timeSliced)
+
+	// As its Helm chart runs it.
+	c.namespace(t, nvidiaHelmNamespace, nil)
+	defer n.waitNamespaceGone(t, nvidiaHelmNamespace)
+	_, err = c.client.CoreV1().ServiceAccounts(nvidiaHelmNamespace).Create(t.ctx,
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: nvidiaHelmAccount}}, metav1.CreateOptions{})
+	t.must(err, "creating the chart's service account")
+	plugin = n.runNvidiaPlugin(t, nvidiaHelm, nodeGPUs)
+	expectBothGPUs(t, "NVIDIA's plugin as its Helm chart runs it", n.look(t, e, plugin))
+	n.expectNvidiaAllocations(t, e, "helm", 1)
+	n.removeNvidiaPlugin(t, nvidiaHelm)
+
+	// NVIDIA's plugin gone, and the kubelet restarted (both plugins would register again): gpuguard's,
+	// having left the GPUs to it, does not take them.
+	offset := logSize(e, "kubelet")
+	n.kubelet.stop()
+	t.must(e.startKubelet(n), "starting the kubelet again")
+	waitForLog(t, e, "kubelet", offset, `resourceName="github.com/fuse"`, time.Minute)
+	for waited := 0; waited < 10; waited++ {
+		if err := n.offers(t, 0); err != nil {
+			t.Errorf("NVIDIA's plugin gone and the kubelet restarted: %v; gpuguard's plugin took the GPUs back", err)
+			break
+		}
+		time.Sleep(time.Second)
+	}
+	n.waitForMetric(t, `gpus="report-only"} 1`)
+	t.Logf("NVIDIA's plugin gone, the kubelet restarted: the node offers no %s, gpuguard's plugin still leaves them", gpuResource)
+}
+
+// expectNvidiaAllocations runs count pods asking for one nvidia.com/gpu each, and one asking for none:
+// each GPU pod sees the GPU NVIDIA's plugin allocated it alone (its UUID, which NVIDIA's Allocate puts in
+// NVIDIA_VISIBLE_DEVICES, and that GPU's device node), the GPU-less pod none.
+func (n *Node) expectNvidiaAllocations(t *T, e *Env, what string, count int) {
+	var names []string
+	for i := 0; i < count; i++ {
+		names = append(names, fmt.Sprintf("nvidia-%s-%d", what, i))
+	}
+	none := "nvidia-" + what + "-none"
+	defer n.deletePods(t, append(names, none)...)
+	held := map[string]int{}
+	var allocated []string
+	for _, name := range names {
+		pod := n.runPod(t, cudaPod(name, withRequest(gpuResource, "1")))
+		uuid := ownGPU(t, what+": pod "+name+", allocated by NVIDIA's plugin", n.look(t, e, pod))
+		held[uuid]++
+		// The kubelet's record of the device it gave the pod: the GPU's UUID, or a replica of it
+		// (UUID::n), which is what the enforcer reads from pod-resources.
+		ids := checkpointDevices(t, gpuResource)[string(pod.UID)]
+		if len(ids) != 1 || strings.SplitN(ids[0], "::", 2)[0] != uuid || strings.Contains(ids[0], "::") != (what == "time-sliced") {
+			t.Errorf("%s: pod %s sees %s; the kubelet allocated it %v", what, name, uuid, ids)
+		}
+		allocated = append(allocated, ids...)
+	}
+	expectGPULess(t, what+": a GPU-less pod beside NVIDIA's plugin", n.look(t, e, n.runPod(t, cudaPod(none))))
+	t.Logf("%s: %d pods allocated %v by NVIDIA's plugin see %v; the GPU-less pod sees none", what, count, allocated, held)
+	n.deletePods(t, append(names, none)...)
+	t.must(eventually(t.ctx, time.Minute, func() error {
+		pods, err := n.cluster.client.CoreV1().Pods(nodeNamespace).List(t.ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		for _, pod := range pods.Items {
+			if strings.HasPrefix(pod.Name, "nvidia-"+what) {
+				return fmt.Errorf("pod %s is still there", pod.Name)
+			}
+		}
+		return nil
+	}), "waiting for the "+what+" pods to go")
+}
+
+// gpuguardServesGPUsAgain gives the GPUs back to gpuguard's plugin for the scenarios after this one: a
+// socket NVIDIA's plugin left would keep it off them, and only a new plugin process serves them again.
+func (n *Node) gpuguardServesGPUsAgain(t *T) {
+	if err := os.Remove(nvidiaPluginSocket); err != nil && !os.IsNotExist(err) {
+		t.Errorf("removing %s: %v", nvidiaPluginSocket, err)
+	}
+	n.restartGpuguardPlugin(t)
+	n.waitForGPUs(t)
+	n.waitForMetric(t, `gpus="served"} 1`)
+}
