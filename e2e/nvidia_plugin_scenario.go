@@ -215,26 +215,31 @@ func (n *Node) removeNvidiaPlugin(t *T, l nvidiaPluginLayout) {
 	}), "waiting for NVIDIA's device plugin to go")
 }
 
-// restartGpuguardPlugin deletes gpuguard's device plugin pod and waits until its DaemonSet's new one is
-// available: gpuguard's plugin installed after NVIDIA's, as on a cluster that already ran it.
-func (n *Node) restartGpuguardPlugin(t *T) {
-	pods, err := n.cluster.client.CoreV1().Pods(gpuguardNamespace).List(t.ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=gpuguard-device-plugin"})
-	t.must(err, "listing gpuguard's device plugin pods")
+// restartGpuguardPods deletes the pod of one of gpuguard's DaemonSets (by its app.kubernetes.io/name) and
+// waits until the new one is ready.
+func (n *Node) restartGpuguardPods(t *T, name string) {
+	selector := "app.kubernetes.io/name=" + name
+	pods, err := n.cluster.client.CoreV1().Pods(gpuguardNamespace).List(t.ctx, metav1.ListOptions{LabelSelector: selector})
+	t.must(err, "listing "+name+"'s pods")
 	for _, pod := range pods.Items {
 		t.must(n.cluster.client.CoreV1().Pods(gpuguardNamespace).Delete(t.ctx, pod.Name, metav1.DeleteOptions{}), "deleting "+pod.Name)
 	}
 	t.must(eventually(t.ctx, 2*time.Minute, func() error {
-		now, err := n.cluster.client.CoreV1().Pods(gpuguardNamespace).List(t.ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=gpuguard-device-plugin"})
+		now, err := n.cluster.client.CoreV1().Pods(gpuguardNamespace).List(t.ctx, metav1.ListOptions{LabelSelector: selector})
 		if err != nil {
 			return err
 		}
 		if len(now.Items) != 1 || !podReady(now.Items[0]) || now.Items[0].Status.PodIP == "" ||
 			(len(pods.Items) == 1 && now.Items[0].Name == pods.Items[0].Name) {
-			return fmt.Errorf("gpuguard's device plugin: %d pods, not yet a new one ready", len(now.Items))
+			return fmt.Errorf("%s: %d pods, not yet a new one ready", name, len(now.Items))
 		}
 		return nil
-	}), "waiting for gpuguard's device plugin to start again")
+	}), "waiting for "+name+" to start again")
 }
+
+// restartGpuguardPlugin starts gpuguard's device plugin again: after NVIDIA's, as on a cluster that
+// already ran it.
+func (n *Node) restartGpuguardPlugin(t *T) { n.restartGpuguardPods(t, "gpuguard-device-plugin") }
 
 // nodeNvidiaDevicePlugin: NVIDIA's device plugin beside gpuguard as the README installs it. As its static
 // manifest runs it (kube-system, unprivileged, the image's all), it registers and serves both GPUs, and

@@ -278,23 +278,19 @@ def check_device_plugin(docs):
     assert "--host-root=/host" in plugin["args"] and not any(a.startswith("--host-device") for a in plugin["args"])
     assert "--gpus=auto" in plugin["args"]
     check_node_report(docs, daemonset)
+    check_host_paths(docs)
     mounts = {m["mountPath"]: m.get("readOnly", False) for m in plugin["volumeMounts"]}
     assert mounts["/var/lib/kubelet/device-plugins"] is False
-    assert mounts["/host/dev"] is True and mounts["/host/proc/driver/nvidia"] is True
-    # The node report's files, each at its host path under /host: read-only, but for the directory the
-    # plugin writes its own CDI spec to.
-    host_mounts = {"/etc/nvidia-container-runtime", "/etc/containerd", "/etc/crio", "/etc/cdi", "/var/run/cdi", "/var/lib/dpkg",
-                   "/var/lib/rpm", "/usr/local/nvidia/toolkit"}
     by_name = {v["name"]: v for v in daemonset["volumes"]}
-    for m in plugin["volumeMounts"]:
-        if m["mountPath"].removeprefix("/host") in host_mounts:
-            assert m.get("readOnly", False) is (m["mountPath"] != "/host/var/run/cdi"), m
-            assert by_name[m["name"]]["hostPath"]["path"] == m["mountPath"].removeprefix("/host"), m
-    assert host_mounts <= {m["mountPath"].removeprefix("/host") for m in plugin["volumeMounts"]}
+    # The host's / read-only and recursively so (the GPUs and what the node report reads), and writable
+    # only the directory the plugin writes its own CDI spec to, where the host's /var/run/cdi resolves.
+    check_host_root(plugin, by_name)
+    [cdi] = [m for m in plugin["volumeMounts"] if m["mountPath"] == "/host/run/cdi"]
+    assert not cdi.get("readOnly") and by_name[cdi["name"]]["hostPath"] == {"path": "/var/run/cdi", "type": "DirectoryOrCreate"}
     all_gpus = next(m["name"] for m in plugin["volumeMounts"] if m["mountPath"] == "/var/run/nvidia-container-devices/all")
     assert next(v for v in daemonset["volumes"] if v["name"] == all_gpus)["hostPath"] == {"path": "/dev/null", "type": "CharDevice"}
     paths = {v["hostPath"]["path"] for v in daemonset["volumes"] if "hostPath" in v}
-    assert {"/var/lib/kubelet/device-plugins", "/dev", "/proc/driver/nvidia"} <= paths
+    assert {"/var/lib/kubelet/device-plugins", "/"} <= paths
     # The Node condition: this node's name from the downward API, the webhook's policy read-only, and a
     # token allowed to patch nodes/status, nothing more.
     assert "--node-name=$(NODE_NAME)" in plugin["args"] and "--policy-dir=/etc/gpuguard/policy" in plugin["args"]
@@ -337,7 +333,8 @@ def check_mps(docs, namespace="gpuguard-system", root="/run/gpuguard/mps"):
                                                                "NVIDIA_DRIVER_CAPABILITIES": "compute,utility"}
     volumes = {v["name"]: v for v in spec["volumes"]}
     host = {volumes[m["name"]]["hostPath"]["path"]: m for m in control["volumeMounts"] if "hostPath" in volumes[m["name"]]}
-    assert set(host) == {root, "/dev", "/proc/driver/nvidia", "/sys"}, set(host)
+    assert set(host) == {root, "/dev", "/proc/driver", "/sys"}, set(host)
+    check_host_paths(docs, root)
     assert host[root]["mountPath"] == "/host" + root and host[root]["mountPropagation"] == "Bidirectional"
     assert all(m.get("readOnly") is True for path, m in host.items() if path != root), host
     config = next(m["name"] for m in control["volumeMounts"] if m["mountPath"] == "/etc/gpuguard/device-plugin")
@@ -370,8 +367,36 @@ def check_node_report(docs, gpu_plugin):
     assert "--node-name=$(NODE_NAME)" in report["args"] and "--policy-dir=/etc/gpuguard/policy" in report["args"]
     assert all(m.get("readOnly") is True for m in report["volumeMounts"]), report["volumeMounts"]
     paths = {v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v}
-    assert "/var/lib/kubelet/device-plugins" not in paths and "/proc/driver/nvidia" in paths and "/etc/containerd" in paths
+    assert paths == {"/"}, paths
+    check_host_root(report, {v["name"]: v for v in spec["volumes"]})
     assert report["readinessProbe"]["httpGet"]["path"] == "/readyz"
+
+
+def check_host_root(container, volumes):
+    """The host's / at /host, read-only and recursively so."""
+    [host] = [m for m in container["volumeMounts"] if m["mountPath"] == "/host"]
+    assert host.get("readOnly") is True and host.get("recursiveReadOnly") == "IfPossible", host
+    assert volumes[host["name"]]["hostPath"] == {"path": "/", "type": "Directory"}
+
+
+# The host directories a rendering may make where missing (hostPath DirectoryOrCreate): gpuguard's own MPS
+# root, CDI's run-time spec directory, NFD's feature directory (devicePlugin.nfdFeatures), NRI's socket
+# directory in the host's /run. No other: a directory made on the host that is not gpuguard's misleads the
+# tools that look for it (an empty /usr/local/nvidia/toolkit, /etc/crio), and one in procfs cannot be made
+# (/proc/driver/nvidia before the driver loads), so the pod would never start.
+MAY_MAKE = {"/var/run/cdi", "/etc/kubernetes/node-feature-discovery/features.d", "/var/run/nri"}
+
+
+def check_host_paths(docs, mps_root="/run/gpuguard/mps"):
+    for doc in docs:
+        spec = doc.get("spec", {}).get("template", {}).get("spec", {})
+        for volume in spec.get("volumes", []):
+            host = volume.get("hostPath")
+            if not host:
+                continue
+            assert not host["path"].startswith("/proc/driver/nvidia"), (doc["metadata"]["name"], host)
+            if host.get("type") == "DirectoryOrCreate":
+                assert host["path"] in MAY_MAKE | {mps_root}, (doc["metadata"]["name"], host)
 
 
 def check_host_devices(docs):

@@ -134,20 +134,6 @@ for every GPU node (the node enforcer). */}}
 {{- end }}
 {{- end -}}
 
-{{/* What the node report reads on the host (docs/device-plugin.md, "The node report"), by volume name. */}}
-{{- define "gpuguard.nodeReportPaths" -}}
-dev: /dev
-driver: /proc/driver/nvidia
-toolkit-config: /etc/nvidia-container-runtime
-containerd-config: /etc/containerd
-crio-config: /etc/crio
-cdi-specs: /etc/cdi
-cdi-specs-run: /var/run/cdi
-dpkg: /var/lib/dpkg
-rpm: /var/lib/rpm
-operator-toolkit: /usr/local/nvidia/toolkit
-{{- end -}}
-
 {{/* "true" when the device plugin's config shares GPUs with MPS (devicePlugin.config.sharing.mps), else "". */}}
 {{- define "gpuguard.mps" -}}
 {{- if and .Values.devicePlugin.enabled (dig "sharing" "mps" "" .Values.devicePlugin.config) -}}true{{- end -}}
