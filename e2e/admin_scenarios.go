@@ -29,7 +29,7 @@ const refusingLabel = "gpuguard.io/refuses-pods=true"
 // returns its output and error; the output is kept in the run's logs.
 func (n *Node) helmOther(t *T, e *Env, command, release string, args ...string) (string, error) {
 	all := []string{command, release}
-	if command != "uninstall" && command != "rollback" {
+	if command == "install" || command == "upgrade" || command == "template" {
 		all = append(all, e.source("charts", "gpuguard"))
 	}
 	all = append(append(all, "--kubeconfig", e.path("node-control-plane", "admin.kubeconfig")), args...)

@@ -1,0 +1,193 @@
+// The chart as GitOps tools install it (docs/operations.md#gitops), with stand-ins for the tools: Argo
+// CD's render-then-apply in sync waves, and Flux's drift correction to a release's stored manifest.
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+)
+
+const syncWave = "argocd.argoproj.io/sync-wave"
+
+// armedState reads a release's webhook configuration's failurePolicy and its backstop binding's actions.
+func (n *Node) armedState(t *T, release, when string) string {
+	configuration, err := n.cluster.client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(t.ctx, release, metav1.GetOptions{})
+	t.must(err, "reading the webhook configuration "+when)
+	binding, err := n.cluster.client.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Get(t.ctx, release+"-visible-devices", metav1.GetOptions{})
+	t.must(err, "reading the backstop binding "+when)
+	return fmt.Sprintf("%s %v", *configuration.Webhooks[0].FailurePolicy, binding.Spec.ValidationActions)
+}
+
+// renderedState is the same, as rendered.
+func renderedState(t *T, objects []*unstructured.Unstructured) string {
+	var policy string
+	var actions []any
+	for _, o := range objects {
+		switch o.GetKind() {
+		case "MutatingWebhookConfiguration":
+			webhooks, _, _ := unstructured.NestedSlice(o.Object, "webhooks")
+			if len(webhooks) > 0 {
+				policy, _ = webhooks[0].(map[string]any)["failurePolicy"].(string)
+			}
+		case "ValidatingAdmissionPolicyBinding":
+			actions, _, _ = unstructured.NestedSlice(o.Object, "spec", "validationActions")
+		}
+	}
+	return fmt.Sprintf("%s %v", policy, actions)
+}
+
+// applyObjects applies objects with kubectl, server-side, as the field manager named.
+func (n *Node) applyObjects(t *T, e *Env, manager string, objects []*unstructured.Unstructured) {
+	out, err := n.tryApplyObjects(t, e, manager, objects)
+	t.must(err, "kubectl apply: "+out)
+}
+
+// tryApplyObjects is applyObjects, saying what kubectl said.
+func (n *Node) tryApplyObjects(t *T, e *Env, manager string, objects []*unstructured.Unstructured) (string, error) {
+	var items []any
+	for _, o := range objects {
+		items = append(items, o.Object)
+	}
+	list, err := json.Marshal(map[string]any{"apiVersion": "v1", "kind": "List", "items": items})
+	t.must(err, "encoding the objects to apply")
+	file := e.path("gitops-" + manager + ".json")
+	t.must(os.WriteFile(file, list, 0o644), "writing the objects to apply")
+	// No client-side validation: a drift correction applies objects without the fields it leaves alone,
+	// which the API server merges with what is live, as helm-controller's server-side apply does.
+	return n.kubectl(t, e, "apply", "--server-side", "--force-conflicts", "--validate=false", "--field-manager="+manager, "-f", file)
+}
+
+// nodeGitOps: Argo CD's way, the chart rendered by helm template with webhook.armAfterReady=false (no
+// hook rendered, both refusing objects refusing), applied wave by wave: wave 0, then, once the webhook's
+// Deployment has an available replica, wave 1 (the webhook configuration and the backstop binding). It is
+// armed, patches a GPU-less pod, and what is live is what was rendered: nothing for self-heal to revert.
+// Rendered with the defaults instead, the refusing objects admit and a hook arms them, which self-heal
+// would revert. Flux's way: installed by Helm, hooks run, armed; its drift correction applies revision 1's
+// manifest without the fields the docs tell it to ignore, and it stays armed; applied whole (the
+// control), it is disarmed.
+func nodeGitOps(t *T, e *Env) {
+	n := e.nodeWithoutGpuguard(t)
+	image := []string{"--set", "image.repository=" + gpuguardRepo, "--set", "image.tag=" + gpuguardTag}
+
+	// Argo CD.
+	const argo = "gpuguard-argo"
+	defer n.removeRelease(t, e, argo)
+	render := func(extra ...string) []*unstructured.Unstructured {
+		args := append(append(append([]string{"--namespace", argo}, image...), withoutPlugins...), extra...)
+		out, err := n.helmOther(t, e, "template", argo, args...)
+		t.must(err, "helm template: "+out)
+		return decodeObjects(t, []byte(out))
+	}
+	defaults := render()
+	hooks := 0
+	for _, o := range defaults {
+		if o.GetAnnotations()["helm.sh/hook"] != "" {
+			hooks++
+		}
+	}
+	if got := renderedState(t, defaults); got != "Ignore [Warn Audit]" || hooks == 0 {
+		t.Errorf("helm template with the defaults: %s and %d hooks; want Ignore [Warn Audit] and the arm hook (the drift Argo's self-heal reverts)", got, hooks)
+	}
+	objects := render("--set", "webhook.armAfterReady=false")
+	waves := map[string][]*unstructured.Unstructured{}
+	for _, o := range objects {
+		if o.GetAnnotations()["helm.sh/hook"] != "" {
+			t.Errorf("with webhook.armAfterReady=false, %s %s is a hook", o.GetKind(), o.GetName())
+			continue
+		}
+		wave := o.GetAnnotations()[syncWave]
+		if wave == "" {
+			wave = "0"
+		}
+		waves[wave] = append(waves[wave], o)
+	}
+	var later []string
+	for _, o := range waves["1"] {
+		later = append(later, o.GetKind())
+	}
+	slices.Sort(later)
+	if len(waves) != 2 || !slices.Equal(later, []string{"MutatingWebhookConfiguration", "ValidatingAdmissionPolicyBinding"}) {
+		t.Fatalf("sync waves: %d, wave 1 holding %v; want 0 and 1, wave 1 the webhook configuration and the backstop binding", len(waves), later)
+	}
+	n.cluster.namespace(t, argo, nil)
+	n.applyObjects(t, e, "argocd-controller", waves["0"])
+	t.must(eventually(t.ctx, 3*time.Minute, func() error {
+		d, err := n.cluster.client.AppsV1().Deployments(argo).Get(t.ctx, argo+"-webhook", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if d.Status.AvailableReplicas != *d.Spec.Replicas {
+			return fmt.Errorf("%d of %d webhook replicas available", d.Status.AvailableReplicas, *d.Spec.Replicas)
+		}
+		return nil
+	}), "waiting for wave 0 to be healthy, as Argo CD waits")
+	n.applyObjects(t, e, "argocd-controller", waves["1"])
+	live := n.armedState(t, argo, "after wave 1")
+	if want := renderedState(t, objects); live != "Fail [Deny]" || live != want {
+		t.Errorf("Argo CD's way: live %s, rendered %s; want both Fail [Deny]", live, want)
+	}
+	n.waitUntilPatching(t)
+	t.Logf("Argo CD's way: helm template with webhook.armAfterReady=false, waves 0 then 1: live %s, as rendered; pods patched", live)
+	n.removeRelease(t, e, argo)
+
+	// Flux.
+	const flux = "gpuguard-flux"
+	defer n.removeRelease(t, e, flux)
+	out, err := n.helmOther(t, e, "install", flux, append(append([]string{"--namespace", flux, "--create-namespace",
+		"--wait", "--timeout", "5m"}, image...), withoutPlugins...)...)
+	t.must(err, "helm install: "+out)
+	if got := n.armedState(t, flux, "after the install"); got != "Fail [Deny]" {
+		t.Fatalf("after helm install with its hooks: %s; want Fail [Deny]", got)
+	}
+	stored, err := n.helmOther(t, e, "get", "manifest", flux, "--namespace", flux)
+	t.must(err, "helm get manifest: "+stored)
+	var refusing []*unstructured.Unstructured
+	for _, o := range decodeObjects(t, []byte(stored)) {
+		if o.GetKind() == "MutatingWebhookConfiguration" || o.GetKind() == "ValidatingAdmissionPolicyBinding" {
+			refusing = append(refusing, o)
+		}
+	}
+	if got := renderedState(t, refusing); got != "Ignore [Warn Audit]" {
+		t.Fatalf("revision 1's stored manifest: %s; want Ignore [Warn Audit] (rendered before the hook armed it)", got)
+	}
+	// The ignore rules: /webhooks/0/failurePolicy and /spec/validationActions.
+	var corrected []*unstructured.Unstructured
+	for _, o := range refusing {
+		c := o.DeepCopy()
+		if c.GetKind() == "MutatingWebhookConfiguration" {
+			webhooks, _, _ := unstructured.NestedSlice(c.Object, "webhooks")
+			delete(webhooks[0].(map[string]any), "failurePolicy")
+			t.must(unstructured.SetNestedSlice(c.Object, webhooks, "webhooks"), "dropping failurePolicy")
+		} else {
+			unstructured.RemoveNestedField(c.Object, "spec", "validationActions")
+		}
+		corrected = append(corrected, c)
+	}
+	n.applyObjects(t, e, "helm-controller", corrected)
+	if got := n.armedState(t, flux, "after the drift correction with the ignore rules"); got != "Fail [Deny]" {
+		t.Errorf("Flux's drift correction with the docs' ignore rules: %s; want Fail [Deny]", got)
+	}
+	// The control, without the rules. The webhook configuration's failurePolicy is a field of its own: put
+	// back to Ignore. The binding's actions are a set, which server-side apply joins with the hook's Deny:
+	// the API server refuses Deny beside Warn, so that correction fails, loudly, and the binding stays.
+	for _, o := range refusing {
+		if o.GetKind() == "MutatingWebhookConfiguration" {
+			n.applyObjects(t, e, "helm-controller", []*unstructured.Unstructured{o})
+		} else if out, err := n.tryApplyObjects(t, e, "helm-controller", []*unstructured.Unstructured{o}); err == nil ||
+			!strings.Contains(out, "must not contain both Deny and Warn") {
+			t.Errorf("the control, the binding's drift correction without the ignore rule: %v %s; want the API server to refuse Deny beside Warn", err, out)
+		}
+	}
+	control := n.armedState(t, flux, "after the drift correction without them")
+	if control != "Ignore [Deny]" {
+		t.Errorf("the control, Flux's drift correction without the ignore rules: %s; want the webhook configuration disarmed, Ignore [Deny]", control)
+	}
+	t.Logf("Flux's way: armed by the hook; drift correction to revision 1's manifest keeps Fail [Deny] with the ignore rules, and without them (the control) disarms the webhook configuration: %s", control)
+}
