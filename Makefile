@@ -24,10 +24,12 @@ GO := $(CURDIR)/scripts/go
 K8S_COMPONENTS := k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
   k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl sigs.k8s.io/kustomize/kustomize/v5 ./cmd/etcd
 # The real node: the kubelet, containerd v2 (no snapshotters that need C libraries), NVIDIA's runtime (cgo;
-# NVML is dlopened, so no driver is needed to build it; its bindings' deprecation warnings are not ours).
+# NVML is dlopened, so no driver is needed to build it; its bindings' deprecation warnings are not ours), and
+# nvidia-cdi-hook, which the CDI specs of NVIDIA's DRA driver name as hooks.
 NODE_COMPONENTS := k8s.io/kubernetes/cmd/kubelet github.com/containerd/containerd/v2/cmd/containerd \
   github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2 github.com/containerd/containerd/v2/cmd/ctr \
-  github.com/NVIDIA/nvidia-container-toolkit/cmd/nvidia-container-runtime
+  github.com/NVIDIA/nvidia-container-toolkit/cmd/nvidia-container-runtime \
+  github.com/NVIDIA/nvidia-container-toolkit/cmd/nvidia-cdi-hook
 
 # Warnings are errors in CI builds (CI=true), and wherever WERROR=ON is asked for.
 WERROR ?= $(if $(filter true,$(CI)),ON,OFF)

@@ -29,7 +29,7 @@ type Config struct {
 	ControlPlane string
 	Gpuguard     string
 	Source       string
-	// Peers, when set, holds what scripts/build-peers built: NVIDIA's device plugin.
+	// Peers, when set, holds what scripts/build-peers built: NVIDIA's device plugin and DRA kubelet plugin.
 	Peers string
 	Work  string
 	Keep  bool
@@ -52,8 +52,10 @@ func (c *Config) validate() error {
 			return err
 		}
 		c.Peers = abs
-		if _, err := os.Stat(filepath.Join(c.Peers, "nvidia-device-plugin")); err != nil {
-			return fmt.Errorf("-peers: %w (make e2e E2E_PEERS=../shared/peers builds it)", err)
+		for _, peer := range []string{"nvidia-device-plugin", "gpu-kubelet-plugin"} {
+			if _, err := os.Stat(filepath.Join(c.Peers, peer)); err != nil {
+				return fmt.Errorf("-peers: %w (make e2e E2E_PEERS=../shared/peers builds it)", err)
+			}
 		}
 	}
 	if c.ControlPlane != "" {
@@ -74,7 +76,8 @@ func (c *Config) validate() error {
 		filepath.Join(c.Components, "kustomize"), filepath.Join(c.Components, "helm"), filepath.Join(c.Components, "kubectl"),
 		filepath.Join(c.Components, "kubelet"), filepath.Join(c.Components, "containerd"),
 		filepath.Join(c.Components, "containerd-shim-runc-v2"), filepath.Join(c.Components, "ctr"),
-		filepath.Join(c.Components, "nvidia-container-runtime"), filepath.Join(c.Components, "pause"),
+		filepath.Join(c.Components, "nvidia-container-runtime"), filepath.Join(c.Components, "nvidia-cdi-hook"),
+		filepath.Join(c.Components, "pause"),
 		filepath.Join(c.Components, "mps-stand-in"),
 		filepath.Join(c.Gpuguard, "gpuguard-webhook"),
 		filepath.Join(c.Gpuguard, "gpuguard-scheduler-extender"), filepath.Join(c.Gpuguard, "gpuguard-device-plugin"),

@@ -74,7 +74,7 @@ func main() {
 	flag.StringVar(&cfg.ControlPlane, "control-plane", "", "directory with another minor's kube-apiserver, kube-controller-manager and kube-scheduler, used instead of those in -components; the node scenarios are skipped")
 	flag.StringVar(&cfg.Gpuguard, "gpuguard", "", "directory with gpuguard-webhook, gpuguard-scheduler-extender, gpuguard-device-plugin and gpuguard-node-enforcer")
 	flag.StringVar(&cfg.Source, "source", "", "the gpuguard source tree (manifests/, certs/generate.sh)")
-	flag.StringVar(&cfg.Peers, "peers", "", "directory with the peers scripts/build-peers built from ../shared/peers (nvidia-device-plugin); without it the scenarios that run them are skipped")
+	flag.StringVar(&cfg.Peers, "peers", "", "directory with the peers scripts/build-peers built from ../shared/peers (nvidia-device-plugin, gpu-kubelet-plugin); without it the scenarios that run them are skipped")
 	flag.StringVar(&cfg.Work, "work", "", "working directory for certificates, data and logs (default: a new temporary one)")
 	flag.BoolVar(&cfg.Keep, "keep", false, "keep the working directory (logs of every component) after the run")
 	run := flag.String("run", "", "run only the scenarios whose name matches this regular expression")
@@ -210,11 +210,11 @@ var skipDetail = map[string]string{
 	"needs 1.34":               "resource.k8s.io is not served (GA in 1.34; its beta can be enabled on 1.32 and 1.33)",
 	"needs the pinned kubelet": "the real node runs the pinned release's kubelet, which may not be newer than the API server",
 	"needs no API server":      "the device plugin meets only the kubelet's device manager, so the pinned release's run covers it",
-	"needs the peers":          "NVIDIA's device plugin is built from ../shared/peers: make e2e E2E_PEERS=../shared/peers (.ci/run passes it)",
+	"needs the peers":          "NVIDIA's device plugin and DRA driver are built from ../shared/peers: make e2e E2E_PEERS=../shared/peers (.ci/run passes it)",
 }
 
 // The scenarios that run a peer (-peers).
-var scenariosWithPeers = []string{"node/nvidia-device-plugin"}
+var scenariosWithPeers = []string{"node/nvidia-device-plugin", "node/nvidia-dra-driver"}
 
 // Why the scenario does not run against this control plane; "" when it does.
 func skipReason(cfg Config, cluster *Cluster, s scenario) string {

@@ -1,7 +1,8 @@
 // A stand-in libnvidia-ml.so.1, so that the real gpuguard-device-plugin binary goes through its own
 // dlopen'ed NVML path (discovery, MIG devices and their profiles, XID events) on machines without a GPU,
-// and so that NVIDIA's own device plugin (e2e/peers) runs over the node's fake GPUs: its discovery (name,
-// PCI info, compute capability), its health events and its preferred allocation (topology, NVLink).
+// and so that NVIDIA's own device plugin and DRA driver (e2e/peers) run over the node's fake GPUs: their
+// discovery (name, PCI info, compute capability, architecture, brand, the driver's and CUDA's versions,
+// MIG profiles without placements), health events and preferred allocation (topology, NVLink).
 // It serves the GPUs of the JSON file GPUGUARD_FAKE_NVML names:
 //   {"gpus": [{"uuid": "GPU-…", "minor": 0, "memoryMiB": 81559, "name": "NVIDIA H100 80GB HBM3",
 //              "mig": [{"uuid": "MIG-…", "gi": 1, "ci": 0, "profile": 0, "giSlices": 1, "ciSlices": 1,
@@ -41,6 +42,11 @@ constexpr int kTopologyNode = 40;             // NVML_TOPOLOGY_NODE: the same NU
 constexpr unsigned kPciBusBase = 0x10;
 constexpr unsigned kH100PciDeviceId = 0x233010DE;
 constexpr unsigned kH100PciSubsystemId = 0x16C110DE;
+// As the e2e node's /proc/driver/nvidia/version says (e2e/node.go), and the CUDA version of that driver.
+constexpr const char* kDriverVersion = "580.95.05";
+constexpr int kCudaDriverVersion = 13000;
+constexpr unsigned kArchitectureHopper = 9;  // NVML_DEVICE_ARCH_HOPPER
+constexpr int kBrandNvidia = 14;             // NVML_BRAND_NVIDIA
 
 // nvmlPciInfo_t as nvml.h lays it out (gpuguard itself reads PCI addresses from procfs, not NVML).
 struct PciInfo {
@@ -174,6 +180,8 @@ nvmlReturn_t nvmlInit_v2() {
   ++state().references;
   return kSuccess;
 }
+
+nvmlReturn_t nvmlInitWithFlags(unsigned /*flags*/) { return nvmlInit_v2(); }
 
 nvmlReturn_t nvmlShutdown() {
   std::lock_guard lock(state().mutex);
@@ -330,6 +338,41 @@ nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, PciInfo* pci) {
   pci->bus = bus;
   pci->pci_device_id = kH100PciDeviceId;
   pci->pci_subsystem_id = kH100PciSubsystemId;
+  return kSuccess;
+}
+
+nvmlReturn_t nvmlSystemGetDriverVersion(char* version, unsigned length) {
+  return copy_string(kDriverVersion, version, length);
+}
+
+nvmlReturn_t nvmlSystemGetCudaDriverVersion(int* version) {
+  *version = kCudaDriverVersion;
+  return kSuccess;
+}
+
+nvmlReturn_t nvmlDeviceGetArchitecture(nvmlDevice_t, unsigned* architecture) {
+  *architecture = kArchitectureHopper;
+  return kSuccess;
+}
+
+nvmlReturn_t nvmlDeviceGetBrand(nvmlDevice_t, int* brand) {
+  *brand = kBrandNvidia;
+  return kSuccess;
+}
+
+nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t device, unsigned* is_mig) {
+  *is_mig = mig_of(device) != nullptr ? 1 : 0;
+  return kSuccess;
+}
+
+nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned* index) {
+  *index = static_cast<unsigned>(as_handle(device)->gpu);
+  return kSuccess;
+}
+
+// No placement for any profile: the GPUs are served whole (MIG is made with "mig" in the JSON instead).
+nvmlReturn_t nvmlDeviceGetGpuInstancePossiblePlacements_v2(nvmlDevice_t, unsigned, void*, unsigned* count) {
+  *count = 0;
   return kSuccess;
 }
 
