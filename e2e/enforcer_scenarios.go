@@ -630,3 +630,69 @@ func (n *Node) waitForConditionMessage(t *T, part string) corev1.NodeCondition {
 	}), "waiting for the node's GPUIsolation condition")
 	return found
 }
+
+// nodeBreakGlassNode: the node break glass of docs/operations.md, under fail-closed. A GPU-less pod that
+// mounts /dev/nvidia1 is refused by the enforcer; the docs' command (kubectl create configmap
+// gpuguard-break-glass) lets the same pod start within seconds, as it is (every enforcer reads the
+// ConfigMap through the API), and says so in a series; the ConfigMap deleted, the next such pod is refused
+// again. containerd as shipped afterwards.
+func nodeBreakGlassNode(t *T, e *Env) {
+	n := e.gpuguardFor(t)
+	n.waitForEnforcerRegistered(t)
+	const breakGlass = helmRelease + "-break-glass"
+	defer n.deletePods(t, "glass-before", "glass-during", "glass-after")
+	registered := `gpuguard_node_enforcer_connections_total{event="registered"}`
+	before := series(n.waitForEnforcerRegistered(t), registered)
+	t.must(e.restartContainerd(n, failClosed), "restarting containerd fail-closed")
+	defer func() { t.must(e.restartContainerd(n, ""), "restarting containerd as shipped") }()
+	n.waitForEnforcer(t, "registering with containerd fail-closed", func(page string) error {
+		if series(page, registered) <= before || series(page, "gpuguard_node_enforcer_registered") != 1 {
+			return fmt.Errorf("not registered again")
+		}
+		return nil
+	})
+	mounting := func(name string) *corev1.Pod {
+		pod := cudaPod(name, func(c *corev1.Container) {
+			c.VolumeMounts = []corev1.VolumeMount{{Name: "gpu", MountPath: "/dev/nvidia1"}}
+		})
+		pod.Spec.Volumes = []corev1.Volume{{Name: "gpu", VolumeSource: corev1.VolumeSource{
+			HostPath: &corev1.HostPathVolumeSource{Path: "/dev/nvidia1", Type: ptr(corev1.HostPathCharDev)}}}}
+		return pod
+	}
+	if why := n.failedCreate(t, mounting("glass-before")); !strings.Contains(why, "gpuguard: container") {
+		t.Fatalf("fail-closed, a GPU-less pod mounting /dev/nvidia1: %q; want gpuguard's refusal", why)
+	}
+
+	started := time.Now()
+	out, err := n.kubectl(t, e, "create", "configmap", breakGlass, "-n", gpuguardNamespace)
+	t.must(err, "kubectl create configmap: "+out)
+	defer func() {
+		if out, err := n.kubectl(t, e, "delete", "configmap", breakGlass, "-n", gpuguardNamespace, "--ignore-not-found"); err != nil {
+			t.Errorf("kubectl delete configmap: %v: %s", err, out)
+		}
+	}()
+	seen := n.look(t, e, n.runPod(t, mounting("glass-during")))
+	took := time.Since(started)
+	if !slices.Contains(seen.devices, "nvidia1") || took > 20*time.Second {
+		t.Errorf("the break glass engaged: the pod sees %s after %s; want it started as it is (nvidia1 mounted), within seconds", seen, took.Round(100*time.Millisecond))
+	}
+	n.waitForEnforcer(t, "saying the break glass is engaged", func(page string) error {
+		if series(page, "gpuguard_node_enforcer_break_glass") != 1 {
+			return fmt.Errorf("gpuguard_node_enforcer_break_glass is not 1")
+		}
+		return nil
+	})
+	t.Logf("fail-closed, the break-glass ConfigMap created: the refused kind of pod ran %s later, as it is (%s)", took.Round(100*time.Millisecond), seen)
+
+	out, err = n.kubectl(t, e, "delete", "configmap", breakGlass, "-n", gpuguardNamespace)
+	t.must(err, "kubectl delete configmap: "+out)
+	n.waitForEnforcer(t, "saying the break glass is released", func(page string) error {
+		if series(page, "gpuguard_node_enforcer_break_glass") != 0 {
+			return fmt.Errorf("gpuguard_node_enforcer_break_glass is not 0")
+		}
+		return nil
+	})
+	if why := n.failedCreate(t, mounting("glass-after")); !strings.Contains(why, "gpuguard: container") {
+		t.Errorf("the break glass released, the same kind of pod: %q; want gpuguard's refusal again", why)
+	}
+}

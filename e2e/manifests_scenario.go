@@ -28,7 +28,7 @@ func validateManifests(t *T, e *Env) {
 	t.must(err, "reading the apiserver's version")
 
 	renderings := map[string][]byte{}
-	for _, overlay := range []string{"default", "cert-manager", "webhook-only", "device-plugin", "scheduler-extender", "audit", "monitoring"} {
+	for _, overlay := range []string{"default", "cert-manager", "webhook-only", "device-plugin", "scheduler-extender", "audit", "monitoring", "uninstall"} {
 		renderings["kustomize "+overlay] = e.render(t, overlay)
 	}
 	valuesFiles, err := filepath.Glob(e.source("charts", "gpuguard", "ci", "*-values.yaml"))

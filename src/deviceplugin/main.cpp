@@ -4,6 +4,7 @@
 
 #include <iostream>
 
+#include "forget_node_command.hpp"
 #include "gpuguard/cli/apiserver_flags.hpp"
 #include "gpuguard/cli/command_line.hpp"
 #include "gpuguard/deviceplugin/flags.hpp"
@@ -54,13 +55,17 @@ int main(int argc, char** argv) {
     return deviceplugin::run_node_report_command({argv + 2, argv + argc});
   if (argc >= 2 && std::string(argv[1]) == "mps-control")
     return deviceplugin::run_mps_control_command({argv + 2, argv + argc});
+  if (argc >= 2 && std::string(argv[1]) == "forget-node")
+    return deviceplugin::run_forget_node_command({argv + 2, argv + argc});
   po::options_description description(
       "gpuguard-device-plugin: a kubelet device plugin (v1beta1) for NVIDIA GPUs by UUID, MIG devices,\n"
       "time-sliced GPUs, and host devices such as /dev/fuse.\n\n"
       "  gpuguard-device-plugin node-report [--host-root DIR] [--value none|void] [--format text|json]\n"
       "      does the value the webhook injects keep GPUs out on this node? (node-report --help)\n"
       "  gpuguard-device-plugin mps-control [the same flags]\n"
-      "      an NVIDIA MPS control daemon per GPU that sharing.mps shares (mps-control --help)\n\nOptions");
+      "      an NVIDIA MPS control daemon per GPU that sharing.mps shares (mps-control --help)\n"
+      "  gpuguard-device-plugin forget-node [the same flags] [--wait]\n"
+      "      after an uninstall, removes what the plugin wrote on this node (forget-node --help)\n\nOptions");
   deviceplugin::add_flags(description);
   cli::add_apiserver_flags(description);
   description.add_options()("check-config", po::bool_switch(),

@@ -90,6 +90,12 @@ std::string EnforcerMetrics::render(const nri::PluginStats& connection, std::str
   out.append("gpuguard_node_enforcer_kubelet_errors_total ")
       .append(std::to_string(kubelet_errors_.load(std::memory_order_relaxed)))
       .append("\n");
+  metrics::header(out, "gpuguard_node_enforcer_break_glass", "gauge",
+                  "1 while the break-glass ConfigMap exists: every container is created as it is, nothing "
+                  "enforced or refused (docs/operations.md#break-glass).");
+  out.append("gpuguard_node_enforcer_break_glass ")
+      .append(break_glass_.load(std::memory_order_relaxed) ? "1" : "0")
+      .append("\n");
   metrics::header(out, "gpuguard_node_enforcer_running_containers", "gauge",
                   "Running containers that see GPUs beyond what the kubelet allocated them (beyond), and privileged "
                   "ones, which nothing at creation confines (privileged); running containers cannot be changed.");

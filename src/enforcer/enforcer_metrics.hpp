@@ -28,6 +28,8 @@ class EnforcerMetrics final : public metrics::ReloadMetrics {
     node_gpus_.store(gpus, std::memory_order_relaxed);
     gpus_known_.store(known, std::memory_order_relaxed);
   }
+  // Whether the break glass (break_glass.hpp) lets every container be created as it is.
+  void set_break_glass(bool engaged) { break_glass_.store(engaged, std::memory_order_relaxed); }
   void set_running(std::size_t beyond, std::size_t privileged) {
     running_beyond_.store(beyond, std::memory_order_relaxed);
     running_privileged_.store(privileged, std::memory_order_relaxed);
@@ -43,6 +45,7 @@ class EnforcerMetrics final : public metrics::ReloadMetrics {
   std::atomic<std::uint64_t> validations_accepted_{0}, validations_rejected_{0};
   std::atomic<std::size_t> node_gpus_{0};
   std::atomic<bool> gpus_known_{false};
+  std::atomic<bool> break_glass_{false};
   std::atomic<std::size_t> running_beyond_{0}, running_privileged_{0};
 };
 

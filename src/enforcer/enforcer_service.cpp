@@ -5,13 +5,16 @@
 #include <deque>
 #include <future>
 #include <map>
+#include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
 
 #include <nlohmann/json.hpp>
 
 #include "allocation_cache.hpp"
+#include "break_glass.hpp"
 #include "enforcer_metrics.hpp"
 #include "gpuguard/enforcer/allocation.hpp"
 #include "gpuguard/enforcer/decision.hpp"
@@ -184,8 +187,10 @@ void post_event(const std::optional<kube::ApiServer>& api, const std::string& no
 
 class EnforcerHandler final : public nri::Handler {
  public:
-  EnforcerHandler(const EnforcerConfig& config, policy::PolicyWatcher& policy, EnforcerMetrics& metrics)
+  EnforcerHandler(const EnforcerConfig& config, policy::PolicyWatcher& policy, EnforcerMetrics& metrics,
+                  const BreakGlass* break_glass)
       : config_(config),
+        break_glass_(break_glass),
         policy_(policy),
         metrics_(metrics),
         kubelet_(config.pod_resources_socket),
@@ -332,16 +337,20 @@ class EnforcerHandler final : public nri::Handler {
     metrics_.set_node(node->gpus.size(), node->gpus_unknown.empty());
   }
 
-  // The policy with the flag's exemptions added, made again only when the ConfigMap changes.
+  // The policy with the flag's exemptions added, and nodeEnforcement off while the break glass is engaged;
+  // made again only when the ConfigMap or the break glass changes.
   std::shared_ptr<const policy::Policy> effective_policy() {
     std::shared_ptr<const policy::Policy> current = policy_.current();
-    if (config_.exempt_service_accounts.empty()) return current;
+    const bool broken = break_glass_ != nullptr && break_glass_->engaged();
+    if (config_.exempt_service_accounts.empty() && !broken) return current;
     const std::lock_guard lock(mutex_);
-    if (current != merged_from_) {
+    if (current != merged_from_ || broken != merged_broken_) {
       auto merged = std::make_shared<policy::Policy>(*current);
       auto& accounts = merged->node_enforcement_exempt_service_accounts;
       accounts.insert(accounts.end(), config_.exempt_service_accounts.begin(), config_.exempt_service_accounts.end());
+      if (broken) merged->node_enforcement = policy::NodeEnforcement::off;
       merged_from_ = current;
+      merged_broken_ = broken;
       merged_ = std::move(merged);
     }
     return merged_;
@@ -457,6 +466,7 @@ class EnforcerHandler final : public nri::Handler {
   }
 
   const EnforcerConfig& config_;
+  const BreakGlass* break_glass_;  // none without the API
   policy::PolicyWatcher& policy_;
   EnforcerMetrics& metrics_;
   KubeletClient kubelet_;
@@ -465,6 +475,7 @@ class EnforcerHandler final : public nri::Handler {
   ServiceAccounts accounts_;
   NodeReader node_;
   std::shared_ptr<const policy::Policy> merged_from_, merged_;  // effective_policy's, under mutex_
+  bool merged_broken_ = false;                                  // the break glass merged_ was made with
   std::future<void> event_;                    // the Node event being written; its destructor waits for it
   std::map<std::string, PodFacts> sync_pods_;  // Synchronize's chunks, until the last
   std::vector<std::pair<ContainerIds, ContainerView>> sync_containers_;
@@ -502,7 +513,12 @@ class StatusHandler final : public server::Handler {
 void serve(const EnforcerConfig& config) {
   EnforcerMetrics metrics(GPUGUARD_VERSION);
   policy::PolicyWatcher policy(config.policy_dir, metrics, kPolicyKeys, policy::PolicyWatcher::AtStart::defaults);
-  EnforcerHandler handler(config, policy, metrics);
+  std::unique_ptr<BreakGlass> break_glass;
+  if (config.apiserver && !config.break_glass_name.empty()) {
+    break_glass =
+        std::make_unique<BreakGlass>(*config.apiserver, config.break_glass_namespace, config.break_glass_name);
+  }
+  EnforcerHandler handler(config, policy, metrics, break_glass.get());
   nri::PluginOptions options;
   options.socket = config.nri_socket;
   options.unserved_after = config.nri_unserved_after;
@@ -519,6 +535,22 @@ void serve(const EnforcerConfig& config) {
   log::info("serving probes and metrics", {{"address", status.bind()}});
   policy.watch(1s);
   files::Poller node(60s, [&handler] { handler.refresh_node(); });
+  // Said once when the break glass is engaged and once when it is released; the metric follows it.
+  std::optional<files::Poller> glass;
+  if (break_glass) {
+    break_glass->start();
+    glass.emplace(1s, [&break_glass, &metrics, engaged = false]() mutable {
+      if (break_glass->engaged() == engaged) return;
+      engaged = !engaged;
+      metrics.set_break_glass(engaged);
+      if (engaged) {
+        log::warn("break glass engaged: every container is created as it is, nothing enforced or refused",
+                  {{"configmap", break_glass->describe()}});
+      } else {
+        log::info("break glass released: enforcing as the policy says", {{"configmap", break_glass->describe()}});
+      }
+    });
+  }
   std::jthread nri_thread([&plugin](const std::stop_token& stop) { plugin.run(stop); });
   log::info("enforcing at the node", {{"nri_socket", config.nri_socket.string()},
                                       {"plugin", config.plugin_index + "-" + config.plugin_name},

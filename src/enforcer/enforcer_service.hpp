@@ -31,6 +31,8 @@ struct EnforcerConfig {
   std::string node_name;
   // For the events, and for the service accounts an exemption names; none: neither.
   std::optional<kube::ApiServer> apiserver;
+  // The break-glass ConfigMap, as namespace and name (break_glass.hpp); empty: none. Needs the API.
+  std::string break_glass_namespace, break_glass_name;
 };
 
 // Serves until SIGTERM or SIGINT. Throws std::runtime_error when it cannot start.

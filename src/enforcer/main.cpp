@@ -74,7 +74,10 @@ int main(int argc, char** argv) {
       "of a GPU's directory under it, or of a directory above it reaches MPS servers (NVIDIA's /run/nvidia/mps "
       "is held too)")(
       "node-name", po::value<std::string>(),
-      "this node's name: the report of running containers is also a Node event (needs the API; default: none)");
+      "this node's name: the report of running containers is also a Node event (needs the API; default: none)")(
+      "break-glass-configmap", po::value<std::string>(),
+      "NAMESPACE/NAME of a ConfigMap watched through the API: while it exists, every container is created as it is, "
+      "nothing enforced or refused (the chart's: <release namespace>/<release>-break-glass; default: none)");
   const cli::Parsed parsed = cli::parse_command_line(kProgram, GPUGUARD_VERSION, description, argc, argv);
   if (!parsed.flags) return parsed.exit_status;
   const po::variables_map& flags = *parsed.flags;
@@ -112,6 +115,17 @@ int main(int argc, char** argv) {
     }
     config.exempt_service_accounts = parsed_accounts.policy->node_enforcement_exempt_service_accounts;
   }
+  if (flags.count("break-glass-configmap")) {
+    const std::string configmap = flags["break-glass-configmap"].as<std::string>();
+    const std::size_t slash = configmap.find('/');
+    if (slash == std::string::npos || slash == 0 || slash + 1 == configmap.size() ||
+        configmap.find('/', slash + 1) != std::string::npos) {
+      std::cerr << kProgram << ": --break-glass-configmap must be NAMESPACE/NAME\n";
+      return 2;
+    }
+    config.break_glass_namespace = configmap.substr(0, slash);
+    config.break_glass_name = configmap.substr(slash + 1);
+  }
   if (!valid_index(config.plugin_index)) {
     std::cerr << kProgram << ": --plugin-index must be two digits, such as 50\n";
     return 2;
@@ -127,6 +141,10 @@ int main(int argc, char** argv) {
       std::cerr << kProgram << ": " << e.what() << "\n";
       return 2;
     }
+  }
+  if (!config.break_glass_name.empty() && !config.apiserver) {
+    std::cerr << kProgram << ": --break-glass-configmap needs the API (--apiserver-url, or run in a pod)\n";
+    return 2;
   }
   return cli::run_service([&] { enforcer::serve(config); });
 }

@@ -12,6 +12,7 @@
 
 #include "files.hpp"
 #include "plugin_harness.hpp"
+#include "server_process.hpp"
 
 using namespace gpuguard::test;
 
@@ -476,6 +477,46 @@ TEST_CASE("a node without GPUs serves its host devices and keeps running") {
   CHECK(kubelet.wait_for(1, 0ms).size() == 1);  // no crash loop, no second registration
   CHECK(plugin.terminate() == 0);
   CHECK_THAT(plugin.log(), Catch::Contains("no NVIDIA GPU found"));
+}
+
+TEST_CASE("forget-node: what the plugin wrote on the node is removed after an uninstall, and nothing else") {
+  Node node;
+  nvidia_cdi_mode_by_default(node);  // so that the plugin also writes its spec of the device none
+  const std::string features = "/etc/kubernetes/node-feature-discovery/features.d/gpuguard";
+  const std::vector<std::string> flags = {"--cdi-root", "/var/run/cdi", "--nfd-feature-file",
+                                          features,     "--mps-root",   "/run/gpuguard/mps"};
+  const fs::path cdi = node.host.root() / "var/run/cdi";
+  {
+    FakeKubelet kubelet(node.plugin_dir);
+    PluginProcess plugin(node.plugin_dir, node.host.root(), flags);
+    REQUIRE(kubelet.wait_for(1).size() == 1);
+    CHECK(plugin.terminate() == 0);
+  }
+  std::vector<std::string> written;
+  for (const auto& entry : fs::directory_iterator(cdi)) written.push_back(entry.path().filename().string());
+  std::sort(written.begin(), written.end());
+  REQUIRE(written == std::vector<std::string>{"gpuguard-none-nvidia.com-gpu.json", "k8s.gpuguard.io-gpu.json"});
+  REQUIRE(fs::exists(node.host.root() / features.substr(1)));
+  // What is not the plugin's: another vendor's CDI spec, NFD's other feature files, and (an MPS daemon's
+  // leftovers) files under the MPS root, which is gpuguard's.
+  node.host.write("var/run/cdi/nvidia.yaml", "cdiVersion: 0.5.0\n");
+  node.host.write("etc/kubernetes/node-feature-discovery/features.d/other", "x=y\n");
+  node.host.write("run/gpuguard/mps/" + kGpu0 + "/log/control.log", "");
+
+  std::string args = "forget-node --host-root " + node.host.root().string();
+  for (const std::string& flag : flags) args += " " + flag;
+  const ExitResult result = run_binary(GPUGUARD_DEVICE_PLUGIN_BIN, args);
+  INFO(result.output);
+  CHECK(result.status == 0);
+  CHECK_FALSE(fs::exists(cdi / "k8s.gpuguard.io-gpu.json"));
+  CHECK_FALSE(fs::exists(cdi / "gpuguard-none-nvidia.com-gpu.json"));
+  CHECK_FALSE(fs::exists(node.host.root() / features.substr(1)));
+  CHECK_FALSE(fs::exists(node.host.root() / "run/gpuguard"));
+  CHECK(fs::exists(cdi / "nvidia.yaml"));
+  CHECK(fs::exists(node.host.root() / "etc/kubernetes/node-feature-discovery/features.d/other"));
+  // Again, with nothing left to remove: done all the same.
+  CHECK(run_binary(GPUGUARD_DEVICE_PLUGIN_BIN, args).status == 0);
+  CHECK(run_binary(GPUGUARD_DEVICE_PLUGIN_BIN, "forget-node --no-such-flag").status == 2);
 }
 
 TEST_CASE("bad flags are refused with a reason, before anything is served") {

@@ -608,10 +608,64 @@ TEST_CASE("running containers beyond their allocation are reported at registrati
   CHECK(enforcer.terminate() == 0);
 }
 
+TEST_CASE(
+    "break glass: while its ConfigMap exists every container is created as it is, within seconds of each change") {
+  Node node;
+  FakeKubelet kubelet(node.kubelet_socket);
+  kubelet.set("team-a", "pod", {{{"app", {}, {}}}});
+  FakeApiserver apiserver("enforcer-token");
+  std::ofstream(node.dir / "token") << "enforcer-token";
+  // Another ConfigMap of the namespace is not the break glass: only the one named is.
+  apiserver.put("configmaps", {{"metadata", {{"name", "gpuguard-policy"}, {"namespace", "gpuguard-system"}}}});
+  EnforcerProcess enforcer(
+      node, {"--break-glass-configmap", "gpuguard-system/gpuguard-break-glass", "--apiserver-url", apiserver.url(),
+             "--token-file", (node.dir / "token").string(), "--ca-file", certs_dir() + "/ca.crt"});
+  const auto create = [&node](const std::string& id) {
+    return run_runtime(
+        node,
+        {{"steps", json::array({{{"wait_plugin", 10}}, create_step(gpu_less_pod("pod"), cuda_container(id))})}})[1];
+  };
+  const auto wait_for = [&enforcer](long long engaged) {
+    const auto started = std::chrono::steady_clock::now();
+    while (enforcer.series("gpuguard_node_enforcer_break_glass") != engaged &&
+           std::chrono::steady_clock::now() - started < 10s) {
+      std::this_thread::sleep_for(50ms);
+    }
+    return std::chrono::steady_clock::now() - started;
+  };
+  CHECK(create("c1")["env"] == json::array({"NVIDIA_VISIBLE_DEVICES=void"}));
+  CHECK(enforcer.series("gpuguard_node_enforcer_break_glass") == 0);
+
+  apiserver.put("configmaps", {{"metadata", {{"name", "gpuguard-break-glass"}, {"namespace", "gpuguard-system"}}}});
+  CHECK(wait_for(1) < 3s);
+  const json broken = create("c2");
+  INFO(enforcer.log());
+  CHECK(broken["env"] == json::array());
+  CHECK_FALSE(broken.contains("error"));
+  CHECK_THAT(enforcer.log(), Catch::Contains("break glass engaged"));
+
+  apiserver.remove("configmaps", "gpuguard-break-glass");
+  CHECK(wait_for(0) < 3s);
+  CHECK(create("c3")["env"] == json::array({"NVIDIA_VISIBLE_DEVICES=void"}));
+  CHECK_THAT(enforcer.log(), Catch::Contains("break glass released"));
+  // One object read, by name: the Role grants that one alone.
+  bool by_name = false;
+  for (const auto& request : apiserver.requests()) {
+    if (request.path == "/api/v1/namespaces/gpuguard-system/configmaps") {
+      CHECK_THAT(request.query, Catch::Contains("fieldSelector=metadata.name%3Dgpuguard-break-glass"));
+      by_name = true;
+    }
+  }
+  CHECK(by_name);
+  CHECK(enforcer.terminate() == 0);
+}
+
 TEST_CASE("bad flags are refused with a reason, before anything is served") {
   for (const std::string flags :
        {"--plugin-index 5", "--plugin-index ab", "--plugin-name 'a b'", "--no-such-flag", "--nri-unserved-after 0",
-        "--nri-unserved-after 3601", "--exempt-service-accounts=no-slash", "--exempt-service-accounts=Bad_NS/x"}) {
+        "--nri-unserved-after 3601", "--exempt-service-accounts=no-slash", "--exempt-service-accounts=Bad_NS/x",
+        "--break-glass-configmap=no-slash", "--break-glass-configmap=/x", "--break-glass-configmap=a/b/c",
+        "--break-glass-configmap=ns/name"}) {
     INFO(flags);
     const ExitResult result = run_binary(GPUGUARD_NODE_ENFORCER_BIN, flags);
     CHECK(result.status == 2);

@@ -48,10 +48,23 @@ std::map<std::string, std::string> parse_query(std::string_view query) {
   return values;
 }
 
+// The name a fieldSelector of metadata.name=<name> asks for; empty for any other (not filtered).
+std::string named_by(const std::map<std::string, std::string>& query) {
+  const auto selector = query.find("fieldSelector");
+  if (selector == query.end() || !selector->second.starts_with("metadata.name=")) return {};
+  return selector->second.substr(std::string_view("metadata.name=").size());
+}
+
 json status_object(unsigned code, const std::string& reason, const std::string& message) {
   return {{"kind", "Status"},    {"apiVersion", "v1"}, {"metadata", json::object()},
           {"status", "Failure"}, {"message", message}, {"reason", reason},
           {"code", code}};
+}
+
+// Whether a watch asking only for `only` (empty: for any) gets the event.
+template <typename E>
+bool named(const E& event, const std::string& only) {
+  return only.empty() || event.object.at("metadata").at("name") == only;
 }
 
 std::string chunk(const std::string& data) {
@@ -175,6 +188,8 @@ void FakeApiserver::serve(std::shared_ptr<Connection> connection) {
     std::string resource;
     if (seen.path == "/api/v1/pods") resource = "pods";
     if (seen.path == "/api/v1/nodes") resource = "nodes";
+    // One namespace's ConfigMaps (the enforcer's break glass); a test puts them in one namespace.
+    if (seen.path.starts_with("/api/v1/namespaces/") && seen.path.ends_with("/configmaps")) resource = "configmaps";
     std::string token;
     std::vector<std::string> claim_versions;
     {
@@ -452,7 +467,10 @@ void FakeApiserver::answer_list(Connection& connection, const std::string& resou
     std::unique_lock lock(impl_->mutex);
     impl_->changed.wait(lock, [&] { return !impl_->holding_lists || impl_->stopping; });
     json items = json::array();
-    for (const auto& [name, object] : impl_->objects[resource]) items.push_back(object);
+    const std::string only = named_by(query);
+    for (const auto& [name, object] : impl_->objects[resource]) {
+      if (only.empty() || name == only) items.push_back(object);
+    }
     std::size_t offset = query.count("continue") ? std::stoul(query.at("continue")) : 0;
     const std::size_t limit = query.count("limit") ? std::stoul(query.at("limit")) : items.size();
     json metadata = {{"resourceVersion", std::to_string(impl_->version)}};
@@ -476,6 +494,7 @@ void FakeApiserver::answer_list(Connection& connection, const std::string& resou
 
 void FakeApiserver::answer_watch(Connection& connection, const std::string& resource, Request seen) {
   const auto query = parse_query(seen.query);
+  const std::string only = named_by(query);
   const std::uint64_t from = query.count("resourceVersion") ? std::stoull(query.at("resourceVersion")) : 0;
   const auto seconds = std::min<long>(query.count("timeoutSeconds") ? std::stol(query.at("timeoutSeconds")) : 60, 600);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
@@ -512,7 +531,7 @@ void FakeApiserver::answer_watch(Connection& connection, const std::string& reso
   for (;;) {
     auto pending = [&] {
       return std::any_of(impl_->history.begin(), impl_->history.end(),
-                         [&](const Event& e) { return e.version > sent && e.resource == resource; });
+                         [&](const Event& e) { return e.version > sent && e.resource == resource && named(e, only); });
     };
     impl_->changed.wait_until(lock, deadline,
                               [&] { return impl_->stopping || impl_->drop_epoch != epoch || pending(); });
@@ -528,6 +547,10 @@ void FakeApiserver::answer_watch(Connection& connection, const std::string& reso
     std::string out;
     for (const Event& e : impl_->history) {
       if (e.version <= sent || e.resource != resource) continue;
+      if (!named(e, only)) {
+        sent = e.version;
+        continue;
+      }
       // One event per line, as the apiserver writes them; two share a chunk when they are ready together.
       out += json{{"type", e.type}, {"object", e.object}}.dump() + "\n";
       sent = e.version;

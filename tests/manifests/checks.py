@@ -200,7 +200,8 @@ def gpu_node_terms(operator):
 def check_node_enforcer(docs, policy, namespace="gpuguard-system"):
     """The node enforcer: on every GPU node, the GPU Operator's included; root for the two sockets, but no
     capability, no privilege and a read-only root; only the NRI and pod-resources directories and the host's /
-    (recursively read-only, so that nothing is made on the host for a path not there yet) mounted; no host network; RBAC to get pods and create events, nothing else;
+    (recursively read-only, so that nothing is made on the host for a path not there yet) mounted; no host network; RBAC to get pods and create events,
+    and to read the one break-glass ConfigMap of its namespace, nothing else;
     gpuguard's own GPU plugin and the enforcer itself exempt; the enforcer's pods carry the toleration the webhook refuses elsewhere."""
     template = one(docs, "DaemonSet", "gpuguard-node-enforcer")["spec"]["template"]
     spec = template["spec"]
@@ -244,6 +245,15 @@ def check_node_enforcer(docs, policy, namespace="gpuguard-system"):
     assert one(docs, "ClusterRole", "gpuguard-node-enforcer")["rules"] == [
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]},
         {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]
+    # The node break glass: that ConfigMap alone, by name, and the flag naming the same one.
+    role = one(docs, "Role", "gpuguard-node-enforcer")
+    assert role["metadata"]["namespace"] == namespace
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["gpuguard-break-glass"],
+                              "verbs": ["get", "list", "watch"]}], role["rules"]
+    binding = one(docs, "RoleBinding", "gpuguard-node-enforcer")
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "gpuguard-node-enforcer"}
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": spec["serviceAccountName"], "namespace": namespace}]
+    assert f"--break-glass-configmap={namespace}/gpuguard-break-glass" in enforcer["args"], enforcer["args"]
     assert one(docs, "Service", "gpuguard-node-enforcer-metrics")["spec"]["selector"] == {"gpuguard.io/metrics": "node-enforcer"}
 
 
@@ -570,7 +580,7 @@ def check_monitoring(docs, namespace, root, ca_suffix="-tls"):
                                             "GPUGuardConnectionsShed", "GPUGuardNodeEnforcerNotRegistered",
                                             "GPUGuardContainersBeyondAllocation", "GPUGuardPolicyRefused",
                                             "GPUGuardWebhookUnavailable", "GPUGuardNodeEnforcerNotRunning", "GPUGuardNodeNotEnforced",
-                                            "GPUGuardNodeEnforcerRefusals"}
+                                            "GPUGuardNodeEnforcerRefusals", "GPUGuardNodeBreakGlass"}
     for a in alerts:
         assert a["labels"]["severity"] in ("warning", "critical") and a["annotations"]["summary"], a
         assert "absent(" not in a["expr"], f"{a['alert']} fires on missing data"

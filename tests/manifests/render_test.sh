@@ -21,6 +21,29 @@ rm -rf "$work/default/certs" "$work/scheduler-extender/certs"
 "$kustomize" build "$work/device-plugin" > /dev/null
 "$kustomize" build "$work/webhook-only" > "$work/webhook-only.yaml"
 "$kustomize" build "$work/scheduler-extender" > "$work/scheduler-extender.yaml"
+"$kustomize" build "$work/uninstall" > "$work/uninstall.yaml"
+
+# manifests/uninstall: on every node, root with no capability and no token, forget-node until deleted, ready
+# only while nothing of the plugin is left (the same command as its probe), in a namespace of its own that
+# admits the hostPath of /.
+/usr/bin/python3 - "$work/uninstall.yaml" "$root/tests/manifests" <<'PY'
+import sys
+sys.path.insert(0, sys.argv[2])
+from checks import load, one
+docs = load(sys.argv[1])
+assert sorted(d["kind"] for d in docs) == ["DaemonSet", "Namespace"]
+namespace = one(docs, "Namespace", "gpuguard-uninstall")
+assert namespace["metadata"]["labels"] == {"pod-security.kubernetes.io/enforce": "privileged"}
+spec = one(docs, "DaemonSet", "gpuguard-node-cleanup")["spec"]["template"]["spec"]
+[cleanup] = spec["containers"]
+assert spec["tolerations"] == [{"operator": "Exists"}] and spec["automountServiceAccountToken"] is False
+assert cleanup["command"] == ["/usr/local/bin/gpuguard-device-plugin"]
+assert cleanup["args"] == ["forget-node", "--host-root=/host", "--wait"], cleanup["args"]
+assert cleanup["readinessProbe"]["exec"]["command"] == cleanup["command"] + cleanup["args"][:-1]
+assert cleanup["securityContext"]["capabilities"] == {"drop": ["ALL"]} and not cleanup["securityContext"]["allowPrivilegeEscalation"]
+assert spec["volumes"] == [{"name": "host", "hostPath": {"path": "/", "type": "Directory"}}]
+print("manifests/uninstall renders: a forget-node pod on every node")
+PY
 
 /usr/bin/python3 - "$work/scheduler-extender.yaml" "$work/scheduler-extender" "$root/docs/scheduler.md" "$root/tests/manifests" <<'PY'
 import base64, sys, yaml
@@ -83,8 +106,9 @@ assert kinds == sorted(["Namespace", "ServiceAccount", "ServiceAccount", "Secret
                         "ClusterRoleBinding", "ClusterRole", "ClusterRoleBinding",
                         # the device plugin's own-node policy
                         "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
-                        # the node enforcer's
-                        "ServiceAccount", "Service", "DaemonSet", "ClusterRole", "ClusterRoleBinding"]), kinds
+                        # the node enforcer's, its Role for the break-glass ConfigMap among them
+                        "ServiceAccount", "Service", "DaemonSet", "ClusterRole", "ClusterRoleBinding", "Role",
+                        "RoleBinding"]), kinds
 check_namespaces(docs, "gpuguard-system")
 policy = check_webhook(docs, "gpuguard-system", ["kube-system", "kube-node-lease", "gpu-operator", "nvidia-device-plugin"], ca=open(sys.argv[2]).read())
 check_network_policy(docs)
@@ -115,7 +139,8 @@ plugin = {("DaemonSet", "gpuguard-device-plugin"), ("DaemonSet", "gpuguard-host-
           ("ClusterRole", "gpuguard-device-plugin"), ("ClusterRoleBinding", "gpuguard-device-plugin")}
 enforcer = {("DaemonSet", "gpuguard-node-enforcer"), ("ServiceAccount", "gpuguard-node-enforcer"),
             ("Service", "gpuguard-node-enforcer-metrics"), ("ClusterRole", "gpuguard-node-enforcer"),
-            ("ClusterRoleBinding", "gpuguard-node-enforcer")}
+            ("ClusterRoleBinding", "gpuguard-node-enforcer"), ("Role", "gpuguard-node-enforcer"),
+            ("RoleBinding", "gpuguard-node-enforcer")}
 assert set(default) - set(alone) == plugin | enforcer and set(alone) <= set(default), sorted(set(default) ^ set(alone))
 assert all(alone[k] == default[k] for k in alone)  # the webhook itself exactly as in the default install
 print("manifests/webhook-only renders manifests/default without the device plugin, its node report and the node enforcer")

@@ -1,0 +1,122 @@
+// The uninstall as docs/operations.md says it, and the node afterwards: nothing of gpuguard left that
+// acts, in the API or on the node.
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// docBlock is the first ```sh block of docs/operations.md after the line that holds marker.
+func docBlock(t *T, e *Env, marker string) string {
+	text, err := os.ReadFile(e.source("docs", "operations.md"))
+	t.must(err, "reading docs/operations.md")
+	_, after, found := strings.Cut(string(text), marker)
+	if !found {
+		t.Fatalf("docs/operations.md has no %q", marker)
+	}
+	_, block, found := strings.Cut(after, "```sh\n")
+	if !found {
+		t.Fatalf("docs/operations.md: no sh block after %q", marker)
+	}
+	block, _, _ = strings.Cut(block, "```")
+	return block
+}
+
+// runDocCommands runs a block of the docs with bash, kubectl on PATH and the node's cluster as KUBECONFIG.
+func (n *Node) runDocCommands(t *T, e *Env, what, block string) {
+	run := exec.CommandContext(t.ctx, "bash", "-euo", "pipefail", "-c", block)
+	run.Env = append(os.Environ(), "PATH="+filepath.Dir(e.component("kubectl"))+":"+os.Getenv("PATH"),
+		"KUBECONFIG="+e.path("node-control-plane", "admin.kubeconfig"))
+	out, err := run.CombinedOutput()
+	t.must(err, what+": "+string(out))
+}
+
+// nodeUninstall: the kustomize installation node/kustomize left, uninstalled as operations.md says (what
+// refuses pods first, then the rest), then its leftovers removed with the docs' commands (the GPUIsolation
+// condition, the PolicyReports) and manifests/uninstall (what the device plugin wrote on the node). Then
+// nothing of gpuguard is left: no namespace, no cluster-wide object, no condition, no report, no file it
+// wrote on the node nor directory it made there, containerd's config as shipped; and a pod that asks for
+// no GPU sees both GPUs, as before gpuguard.
+func nodeUninstall(t *T, e *Env) {
+	n := e.nodeFor(t)
+	if !n.installed {
+		t.Fatalf("needs the kustomize installation node/kustomize makes")
+	}
+	c := n.cluster
+	cdiSpec := "/var/run/cdi/k8s.gpuguard.io-gpu.json"
+	if _, err := os.Stat(cdiSpec); err != nil {
+		t.Fatalf("before the uninstall, the device plugin's CDI spec: %v; want it there, so that its removal shows", err)
+	}
+	node, err := c.client.CoreV1().Nodes().Get(t.ctx, nodeName, metav1.GetOptions{})
+	t.must(err, "reading the node")
+	conditioned := false
+	for _, condition := range node.Status.Conditions {
+		conditioned = conditioned || condition.Type == "GPUIsolation"
+	}
+	if !conditioned {
+		t.Fatalf("before the uninstall, the node has no GPUIsolation condition to remove")
+	}
+
+	n.runDocCommands(t, e, "operations.md's kustomize uninstall", strings.ReplaceAll(
+		docBlock(t, e, "first, then the rest (with the overlay you applied"), "manifests/default", e.path("manifests", "node-image")))
+	n.installed = false
+	n.runDocCommands(t, e, "operations.md's commands for what an uninstall does not remove",
+		docBlock(t, e, "What an uninstall does not remove, none of which refuses a pod"))
+	cleanup := e.path("manifests", "uninstall-image")
+	t.must(os.MkdirAll(cleanup, 0o755), "creating the uninstall overlay")
+	t.must(os.WriteFile(filepath.Join(cleanup, "kustomization.yaml"), []byte("apiVersion: kustomize.config.k8s.io/v1beta1\n"+
+		"kind: Kustomization\nresources: [../uninstall]\nimages:\n  - {name: gpuguard, newName: "+gpuguardRepo+", newTag: "+gpuguardTag+"}\n"),
+		0o644), "writing the uninstall overlay")
+	n.runDocCommands(t, e, "operations.md's node cleanup", strings.ReplaceAll(
+		docBlock(t, e, "where they differed from the defaults:"), "my-uninstall-overlay", cleanup))
+
+	// The API.
+	for _, ns := range []string{gpuguardNamespace, "gpuguard-uninstall"} {
+		if _, err := c.client.CoreV1().Namespaces().Get(t.ctx, ns, metav1.GetOptions{}); err == nil {
+			t.Errorf("namespace %s is left", ns)
+		}
+	}
+	out, err := n.kubectl(t, e, "get", "clusterroles,clusterrolebindings,mutatingwebhookconfigurations,validatingwebhookconfigurations,"+
+		"validatingadmissionpolicies,validatingadmissionpolicybindings", "-o", "name")
+	t.must(err, "listing what is left: "+out)
+	// The audit's reports, where node/audit ran it (the CRD stays, as the docs say).
+	if _, err := n.kubectl(t, e, "get", "crd", "policyreports.wgpolicyk8s.io"); err == nil {
+		reports, err := n.kubectl(t, e, "get", "policyreports.wgpolicyk8s.io", "-A", "-l", "app.kubernetes.io/managed-by=gpuguard", "-o", "name")
+		t.must(err, "listing the PolicyReports left: "+reports)
+		out += reports
+	}
+	for _, line := range strings.Fields(out) {
+		if strings.Contains(line, "gpuguard") {
+			t.Errorf("left in the API: %s", line)
+		}
+	}
+	node, err = c.client.CoreV1().Nodes().Get(t.ctx, nodeName, metav1.GetOptions{})
+	t.must(err, "reading the node")
+	for _, condition := range node.Status.Conditions {
+		if condition.Type == "GPUIsolation" {
+			t.Errorf("the node keeps its GPUIsolation condition: %+v", condition)
+		}
+	}
+	// The node.
+	left, _ := filepath.Glob("/var/run/cdi/*gpuguard*")
+	// /run/gpuguard itself is the harness's (a shared mount, as on a systemd node; node.go): its MPS root is
+	// the plugin's.
+	for _, path := range append(left, "/run/gpuguard/mps", "/etc/kubernetes/node-feature-discovery/features.d/gpuguard",
+		"/etc/crio", "/var/lib/rpm", "/usr/local/nvidia/toolkit") {
+		if _, err := os.Stat(path); err == nil {
+			t.Errorf("left on the node: %s", path)
+		}
+	}
+	config, err := os.ReadFile("/etc/containerd/config.toml")
+	t.must(err, "reading containerd's config")
+	if string(config) != e.containerdConfig(n) {
+		t.Errorf("containerd's config is not as shipped:\n%s", config)
+	}
+	defer n.deletePods(t, "after-uninstall")
+	expectBothGPUs(t, "after the uninstall, a pod that asked for no GPU (as before gpuguard)", n.look(t, e, n.runPod(t, cudaPod("after-uninstall"))))
+}

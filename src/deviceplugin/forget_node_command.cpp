@@ -1,0 +1,129 @@
+// `gpuguard-device-plugin forget-node`: what the device plugin wrote on a node, removed after an
+// uninstall. The chart's and manifests/uninstall's DaemonSet runs it on every node; it takes the plugin's
+// own flags and config file, so that it finds the files where that install wrote them.
+#include "forget_node_command.hpp"
+
+#include <boost/program_options.hpp>
+
+#include <csignal>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "gpuguard/deviceplugin/discovery.hpp"
+#include "gpuguard/deviceplugin/flags.hpp"
+#include "gpuguard/log/log.hpp"
+
+namespace gpuguard::deviceplugin {
+namespace fs = std::filesystem;
+namespace {
+
+// The path the chart gives --nfd-feature-file (devicePlugin.nfdFeatures): removed also where the flag is
+// not given here, since NFD keeps labelling the node from it. No other program writes that name.
+constexpr const char* kChartNfdFeatureFile = "/etc/kubernetes/node-feature-discovery/features.d/gpuguard";
+
+// Whether a mount point of this process lies at or under dir (a tmpfs an MPS daemon left).
+bool mounted_under(const fs::path& dir) {
+  std::ifstream mountinfo("/proc/self/mountinfo");
+  const std::string prefix = dir.lexically_normal().string();
+  for (std::string line; std::getline(mountinfo, line);) {
+    std::istringstream fields(line);
+    std::string id, parent, numbers, root, mount_point;
+    fields >> id >> parent >> numbers >> root >> mount_point;
+    if (mount_point == prefix || mount_point.starts_with(prefix + "/")) return true;
+  }
+  return false;
+}
+
+void remove_file(const fs::path& path, Forgotten& forgotten) {
+  std::error_code error;
+  if (fs::remove(path, error)) {
+    forgotten.removed.push_back(path);
+  } else if (error) {
+    forgotten.kept.push_back(path.string() + ": " + error.message());
+  }
+}
+
+}  // namespace
+
+Forgotten forget_node(const PluginConfig& config) {
+  Forgotten forgotten;
+  if (!config.cdi_root.empty()) {
+    const fs::path cdi = host_path(config.host_root, config.cdi_root.string());
+    std::string spec = config.gpu.cdi_kind;
+    spec[spec.find('/')] = '-';
+    remove_file(cdi / (spec + ".json"), forgotten);
+    std::error_code error;
+    for (const auto& entry : fs::directory_iterator(cdi, error)) {
+      const std::string name = entry.path().filename().string();
+      if (name.starts_with("gpuguard-none-") && name.ends_with(".json")) remove_file(entry.path(), forgotten);
+    }
+  }
+  for (const fs::path& file : {config.nfd_feature_file, fs::path(kChartNfdFeatureFile)}) {
+    if (!file.empty()) remove_file(host_path(config.host_root, file.string()), forgotten);
+  }
+  const fs::path mps = host_path(config.host_root, config.gpu.mps_root);
+  std::error_code error;
+  if (fs::exists(mps, error)) {
+    if (mounted_under(mps)) {
+      forgotten.kept.push_back(mps.string() + ": something is still mounted under it (an MPS daemon's shm)");
+    } else if (fs::remove_all(mps, error) != static_cast<std::uintmax_t>(-1) && !error) {
+      forgotten.removed.push_back(mps);
+      // gpuguard's own directory above it (the default /run/gpuguard), when nothing else is left in it.
+      if (mps.parent_path().filename() == "gpuguard" && fs::remove(mps.parent_path(), error)) {
+        forgotten.removed.push_back(mps.parent_path());
+      }
+    } else {
+      forgotten.kept.push_back(mps.string() + ": " + error.message());
+    }
+  }
+  return forgotten;
+}
+
+int run_forget_node_command(const std::vector<std::string>& args) {
+  namespace po = boost::program_options;
+  po::options_description description(
+      "gpuguard-device-plugin forget-node: removes from this node what the device plugin wrote there, after\n"
+      "gpuguard is uninstalled: its CDI spec and its spec of the device none (under --cdi-root), the NFD\n"
+      "feature file (--nfd-feature-file, and the chart's path), and the MPS root (--mps-root) unless\n"
+      "something is still mounted under it. Takes the plugin's flags and config file, so that it looks where\n"
+      "that install wrote. Exits 0 when nothing of it is left, 1 when something could not be removed, 2 on\n"
+      "bad flags; with --wait, once done it waits for SIGTERM (a DaemonSet's pod, ready when done).\n\n"
+      "Options");
+  add_flags(description);
+  description.add_options()("help,h", "this text")("wait", po::bool_switch(),
+                                                   "after removing, wait for SIGTERM or SIGINT, then exit as above");
+  po::variables_map flags;
+  try {
+    po::store(po::command_line_parser(args).options(description).run(), flags);
+    po::notify(flags);
+  } catch (const po::error& e) {
+    std::cerr << "gpuguard-device-plugin forget-node: " << e.what() << " (see --help)\n";
+    return 2;
+  }
+  if (flags.count("help")) {
+    std::cout << description << "\n";
+    return 0;
+  }
+  std::vector<std::string> warnings;
+  const auto config = config_from(flags, warnings);
+  if (!config) return 2;
+  // Blocked before anything else, so that a SIGTERM while removing is taken by the wait below.
+  sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGTERM);
+  sigaddset(&stop, SIGINT);
+  ::sigprocmask(SIG_BLOCK, &stop, nullptr);
+  const Forgotten forgotten = forget_node(*config);
+  for (const fs::path& path : forgotten.removed) log::info("removed", {{"path", path.string()}});
+  for (const std::string& why : forgotten.kept) log::warn("not removed", {{"reason", why}});
+  log::info("this node forgets gpuguard's device plugin",
+            {{"removed", forgotten.removed.size()}, {"not_removed", forgotten.kept.size()}});
+  if (flags["wait"].as<bool>()) {
+    int signal = 0;
+    ::sigwait(&stop, &signal);
+  }
+  return forgotten.kept.empty() ? 0 : 1;
+}
+
+}  // namespace gpuguard::deviceplugin
