@@ -24,6 +24,8 @@ const installNamespace = "gpuguard-system"
 func validateManifests(t *T, e *Env) {
 	c := e.clusterFor(t)
 	c.namespace(t, installNamespace, nil)
+	// manifests/uninstall's own namespace, which a dry run of its Namespace does not make for its DaemonSet.
+	c.namespace(t, "gpuguard-uninstall", nil)
 	version, err := c.client.Discovery().ServerVersion()
 	t.must(err, "reading the apiserver's version")
 
