@@ -37,6 +37,23 @@ Parsed parse_command_line(const std::string& program, const std::string& version
   return {std::move(flags), 0};
 }
 
+Parsed parse_subcommand(const std::string& program, const po::options_description& description,
+                        const std::vector<std::string>& args) {
+  po::variables_map flags;
+  try {
+    po::store(po::command_line_parser(args).options(description).run(), flags);
+    po::notify(flags);
+  } catch (const po::error& e) {
+    std::cerr << program << ": " << e.what() << " (see --help)\n";
+    return {std::nullopt, 2};
+  }
+  if (flags.count("help")) {
+    std::cout << description << "\n";
+    return {std::nullopt, 0};
+  }
+  return {std::move(flags), 0};
+}
+
 std::optional<std::filesystem::path> path_flag(const po::variables_map& flags, const char* name) {
   if (!flags.count(name)) return std::nullopt;
   return std::filesystem::path(flags[name].as<std::string>());

@@ -50,12 +50,16 @@ nlohmann::json none_spec(std::string_view kind) {
   return {{"cdiVersion", kCdiVersion}, {"kind", kind}, {"devices", nlohmann::json::array({none_device()})}};
 }
 
-std::filesystem::path write_cdi_spec(const std::filesystem::path& root, const nlohmann::json& spec,
-                                     std::string_view prefix) {
-  std::string name = spec.at("kind").get<std::string>();
+std::filesystem::path cdi_spec_path(const std::filesystem::path& root, std::string_view kind, std::string_view prefix) {
+  std::string name(kind);
   name[name.find('/')] = '-';
   name.insert(0, prefix);
-  std::filesystem::path path = root / (name + ".json");
+  return root / (name + ".json");
+}
+
+std::filesystem::path write_cdi_spec(const std::filesystem::path& root, const nlohmann::json& spec,
+                                     std::string_view prefix) {
+  std::filesystem::path path = cdi_spec_path(root, spec.at("kind").get<std::string>(), prefix);
   try {
     files::write_file_atomically(path, spec.dump(2) + "\n");
   } catch (const std::runtime_error& e) {

@@ -10,6 +10,8 @@
 #include <iostream>
 #include <sstream>
 
+#include "gpuguard/cli/command_line.hpp"
+#include "gpuguard/deviceplugin/cdi_spec.hpp"
 #include "gpuguard/deviceplugin/discovery.hpp"
 #include "gpuguard/deviceplugin/flags.hpp"
 #include "gpuguard/log/log.hpp"
@@ -50,13 +52,12 @@ Forgotten forget_node(const PluginConfig& config) {
   Forgotten forgotten;
   if (!config.cdi_root.empty()) {
     const fs::path cdi = host_path(config.host_root, config.cdi_root.string());
-    std::string spec = config.gpu.cdi_kind;
-    spec[spec.find('/')] = '-';
-    remove_file(cdi / (spec + ".json"), forgotten);
+    remove_file(cdi_spec_path(cdi, config.gpu.cdi_kind), forgotten);
+    // The spec of the device none is named for the runtime's default kind, which the node had then.
     std::error_code error;
     for (const auto& entry : fs::directory_iterator(cdi, error)) {
       const std::string name = entry.path().filename().string();
-      if (name.starts_with("gpuguard-none-") && name.ends_with(".json")) remove_file(entry.path(), forgotten);
+      if (name.starts_with(kNoneSpecPrefix) && name.ends_with(".json")) remove_file(entry.path(), forgotten);
     }
   }
   for (const fs::path& file : {config.nfd_feature_file, fs::path(kChartNfdFeatureFile)}) {
@@ -93,18 +94,9 @@ int run_forget_node_command(const std::vector<std::string>& args) {
   add_flags(description);
   description.add_options()("help,h", "this text")("wait", po::bool_switch(),
                                                    "after removing, wait for SIGTERM or SIGINT, then exit as above");
-  po::variables_map flags;
-  try {
-    po::store(po::command_line_parser(args).options(description).run(), flags);
-    po::notify(flags);
-  } catch (const po::error& e) {
-    std::cerr << "gpuguard-device-plugin forget-node: " << e.what() << " (see --help)\n";
-    return 2;
-  }
-  if (flags.count("help")) {
-    std::cout << description << "\n";
-    return 0;
-  }
+  const cli::Parsed parsed = cli::parse_subcommand("gpuguard-device-plugin forget-node", description, args);
+  if (!parsed.flags) return parsed.exit_status;
+  const po::variables_map& flags = *parsed.flags;
   std::vector<std::string> warnings;
   const auto config = config_from(flags, warnings);
   if (!config) return 2;

@@ -24,6 +24,7 @@
 #include <sstream>
 #include <thread>
 
+#include "gpuguard/cli/command_line.hpp"
 #include "gpuguard/deviceplugin/discovery.hpp"
 #include "gpuguard/deviceplugin/flags.hpp"
 #include "gpuguard/deviceplugin/mps.hpp"
@@ -249,18 +250,9 @@ int run_mps_control_command(const std::vector<std::string>& args) {
       "NVIDIA's MPS control program")("shm-size", po::value<std::string>()->default_value("1g"),
                                       "the size of each GPU's /dev/shm tmpfs")(
       "check-interval", po::value<unsigned>()->default_value(5), "seconds between asking each daemon for its defaults");
-  po::variables_map flags;
-  try {
-    po::store(po::command_line_parser(args).options(description).run(), flags);
-    po::notify(flags);
-  } catch (const po::error& e) {
-    std::cerr << "gpuguard-device-plugin mps-control: " << e.what() << " (see --help)\n";
-    return 2;
-  }
-  if (flags.count("help")) {
-    std::cout << description << "\n";
-    return 0;
-  }
+  const cli::Parsed parsed = cli::parse_subcommand("gpuguard-device-plugin mps-control", description, args);
+  if (!parsed.flags) return parsed.exit_status;
+  const po::variables_map& flags = *parsed.flags;
   std::vector<std::string> warnings;
   const auto config = config_from(flags, warnings);
   if (!config) return 2;

@@ -5,6 +5,7 @@
 
 #include <iostream>
 
+#include "gpuguard/cli/command_line.hpp"
 #include "gpuguard/nodereport/host_root.hpp"
 
 namespace gpuguard::deviceplugin {
@@ -22,18 +23,9 @@ int run_node_report_command(const std::vector<std::string>& args) {
       "read-only, under /host)")("value", po::value<std::string>()->default_value("none"),
                                  "the value the webhook injects: none or void")(
       "format", po::value<std::string>()->default_value("text"), "text or json");
-  po::variables_map flags;
-  try {
-    po::store(po::command_line_parser(args).options(description).run(), flags);
-    po::notify(flags);
-  } catch (const po::error& e) {
-    std::cerr << "gpuguard-device-plugin node-report: " << e.what() << " (see --help)\n";
-    return 2;
-  }
-  if (flags.count("help")) {
-    std::cout << description << "\n";
-    return 0;
-  }
+  const cli::Parsed parsed = cli::parse_subcommand("gpuguard-device-plugin node-report", description, args);
+  if (!parsed.flags) return parsed.exit_status;
+  const po::variables_map& flags = *parsed.flags;
   const std::string value = flags["value"].as<std::string>();
   const std::string format = flags["format"].as<std::string>();
   if ((value != "none" && value != "void") || (format != "text" && format != "json")) {

@@ -68,7 +68,7 @@ void judge_node(const std::filesystem::path& host_root, const std::string& value
 void provide_none_device(const std::filesystem::path& host_root, const std::filesystem::path& cdi_root) {
   const nodereport::Report none = nodereport::judge(nodereport::HostRoot(host_root), "none");
   if (none.facts.resolved_mode != "cdi" || none.facts.none_device) return;
-  const auto path = write_cdi_spec(cdi_root, none_spec(none.facts.default_kind), "gpuguard-none-");
+  const auto path = write_cdi_spec(cdi_root, none_spec(none.facts.default_kind), kNoneSpecPrefix);
   log::info("CDI device none written for NVIDIA's runtime in cdi mode",
             {{"path", path.string()}, {"kind", none.facts.default_kind}});
 }

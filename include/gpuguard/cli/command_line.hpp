@@ -3,6 +3,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <boost/program_options.hpp>
 
@@ -18,6 +19,12 @@ struct Parsed {
 };
 Parsed parse_command_line(const std::string& program, const std::string& version,
                           boost::program_options::options_description& description, int argc, char** argv);
+
+// Parses the arguments after a subcommand's name (`program` is "<binary> <subcommand>"), whose description
+// holds its own --help: --help prints it and stops (status 0), a bad flag is reported with `program` as
+// the prefix (status 2). Returns the flags to go on with, or the status to exit with.
+Parsed parse_subcommand(const std::string& program, const boost::program_options::options_description& description,
+                        const std::vector<std::string>& args);
 
 // The value of a path flag, or nullopt when it was not given.
 std::optional<std::filesystem::path> path_flag(const boost::program_options::variables_map& flags, const char* name);

@@ -21,9 +21,16 @@ nlohmann::json cdi_spec(std::string_view kind, const std::vector<GpuUnit>& units
 // `none`, for nodes whose specs lack it: nvidia-ctk's generated specs do.
 nlohmann::json none_spec(std::string_view kind);
 
-// Writes <root>/<prefix><vendor>-<class>.json (k8s.gpuguard.io-gpu.json): to a temporary file in the same
-// directory, then renamed over the old one, so that a runtime never reads half a spec. Returns its path;
-// throws std::runtime_error with the reason.
+// The prefix of the file none_spec is written to, beside the other vendor's specs.
+inline constexpr std::string_view kNoneSpecPrefix = "gpuguard-none-";
+
+// <root>/<prefix><vendor>-<class>.json for a spec of `kind` (<vendor>/<class>): k8s.gpuguard.io-gpu.json.
+std::filesystem::path cdi_spec_path(const std::filesystem::path& root, std::string_view kind,
+                                    std::string_view prefix = {});
+
+// Writes the spec to cdi_spec_path(root, its kind, prefix): to a temporary file in the same directory,
+// then renamed over the old one, so that a runtime never reads half a spec. Returns its path; throws
+// std::runtime_error with the reason.
 std::filesystem::path write_cdi_spec(const std::filesystem::path& root, const nlohmann::json& spec,
                                      std::string_view prefix = {});
 
