@@ -39,6 +39,22 @@ func withClaim(claim string) func(*corev1.Container) {
 	}
 }
 
+// waitUntilClaimKnown waits until the webhook, which learns claims and templates through its watch, counts
+// the claim of probe's first container as a GPU: until then it counts as no GPU, and the container gets
+// the injected value. probe is only ever created as a dry run.
+func (c *Cluster) waitUntilClaimKnown(t *T, namespace string, probe *corev1.Pod, what string) {
+	t.must(eventually(t.ctx, time.Minute, func() error {
+		pod, err := c.client.CoreV1().Pods(namespace).Create(t.ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err != nil {
+			return err
+		}
+		if got := visibleDevices(pod.Spec.Containers[0]); got != "unset" {
+			return fmt.Errorf("the claim's container is stored with NVIDIA_VISIBLE_DEVICES %s: %s is not known yet", got, what)
+		}
+		return nil
+	}), "waiting for the webhook to learn "+what)
+}
+
 func draClaims(t *T, e *Env) {
 	w := e.webhookFor(t)
 	c := w.cluster
@@ -59,17 +75,7 @@ func draClaims(t *T, e *Env) {
 		pod.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimTemplateName: ptr("single-gpu")}}
 		return pod
 	}
-	// The webhook learns the template through its watch: until then the claim counts as no GPU.
-	t.must(eventually(t.ctx, time.Minute, func() error {
-		pod, err := c.client.CoreV1().Pods(ns).Create(t.ctx, withTemplate("probe"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		if err != nil {
-			return err
-		}
-		if got := visibleDevices(pod.Spec.Containers[0]); got != "unset" {
-			return fmt.Errorf("the claim's container is stored with NVIDIA_VISIBLE_DEVICES %s: the template is not known yet", got)
-		}
-		return nil
-	}), "waiting for the webhook to learn the ResourceClaimTemplate")
+	c.waitUntilClaimKnown(t, ns, withTemplate("probe"), "the ResourceClaimTemplate")
 
 	client := c.clientCollectingWarnings(t)
 	stored, err := client.CoreV1().Pods(ns).Create(t.ctx, withTemplate("gpu-from-template"), metav1.CreateOptions{})

@@ -128,17 +128,7 @@ func nodeNvidiaDRADriver(t *T, e *Env) {
 		pod.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: ptr(claimName)}}
 		return pod
 	}
-	// The webhook learns the claim through its watch: until then it counts as no GPU, and gets none.
-	t.must(eventually(t.ctx, time.Minute, func() error {
-		pod, err := c.client.CoreV1().Pods(nodeNamespace).Create(t.ctx, claiming("dra-probe"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		if err != nil {
-			return err
-		}
-		if got := visibleDevices(pod.Spec.Containers[0]); got != "unset" {
-			return fmt.Errorf("the claim's container is stored with NVIDIA_VISIBLE_DEVICES %s: the claim is not known yet", got)
-		}
-		return nil
-	}), "waiting for the webhook to learn the ResourceClaim")
+	c.waitUntilClaimKnown(t, nodeNamespace, claiming("dra-probe"), "the ResourceClaim")
 
 	defer n.deletePods(t, "dra-claimed", "dra-beyond", "dra-none")
 	seen := n.look(t, e, n.runPod(t, claiming("dra-claimed")))
