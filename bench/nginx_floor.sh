@@ -13,7 +13,8 @@
 #      seconds: their difference over the difference in requests leaves out start-up, the handshakes and
 #      the shutdown. nginx runs as one process here (master_process off), so that the tools see only it.
 #   3. where each one's memory lives after the load: its program's pages, OpenSSL's, the runtimes', the
-#      heap and anonymous mappings, RSS beside PSS and private (bench/memory_groups.py).
+#      heap and anonymous mappings, RSS beside PSS and private (bench/memory_groups.py); and the whole
+#      server's PSS, nginx's master and worker summed, beside the webhook's one process.
 # Raw output goes to $BUILD_DIR/bench-results/floor/.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
@@ -119,7 +120,11 @@ for round in $(seq "$rounds"); do
     if [ "$who" = gpuguard ]; then start_webhook "$floor/server.log"; worker=$server; else start_nginx "$floor/nginx.log" on; fi
     load "$duration" "$floor/wrk-$who-$round.txt"
     peak=$(awk '/^VmHWM:/ {print $2}' "/proc/$worker/status")
-    if [ "$round" = "$rounds" ]; then python3 "$root/bench/memory_groups.py" "$worker" "$who" >> "$floor/memory.txt"; fi
+    if [ "$round" = "$rounds" ]; then
+      python3 "$root/bench/memory_groups.py" "$worker" "$who" >> "$floor/memory.txt"
+      # nginx serves from two processes: the master holds what it touched before the fork.
+      if [ "$who" = nginx ]; then python3 "$root/bench/memory_groups.py" "$server" "nginx master" >> "$floor/master.txt"; fi
+    fi
     stop_server
     printf '%s\t%s\t%s\t%s\t%s\n' "$who" "$round" "$(awk '/Requests\/sec/ {print $2}' "$floor/wrk-$who-$round.txt")" \
       "$(p99_ms "$floor/wrk-$who-$round.txt")" "$peak" | tee -a "$floor/rounds.txt"
@@ -135,6 +140,14 @@ awk -F'\t' '{rps[$1] += $3; p99[$1] += $4; if ($5 > peak[$1]) peak[$1] = $5; n[$
   }' "$floor/rounds.txt" | tee "$floor/summary.txt"
 echo "== memory after the last round's load, kB (RSS, PSS, private)"
 column -t -s $'\t' "$floor/memory.txt"
+# The whole server: the webhook's one process against nginx's master and worker together. PSS divides
+# each shared page among the processes that map it, so the sum is what the two of them hold.
+awk -F'\t' '$2 == "total" {rss[$1] = $3; pss[$1] = $4}
+  END {
+    printf "whole server after the load: gpuguard RSS %d kB, PSS %d kB; nginx master and worker RSS %d kB, PSS %d kB\n",
+      rss["gpuguard"], pss["gpuguard"], rss["nginx"] + rss["nginx master"], pss["nginx"] + pss["nginx master"]
+    printf "gpuguard / nginx, whole server: PSS %.2f\n", pss["gpuguard"] / (pss["nginx"] + pss["nginx master"])
+  }' "$floor/memory.txt" "$floor/master.txt" | tee -a "$floor/summary.txt"
 fi
 
 [ "${BREAKDOWN:-1}" = 1 ] || exit 0
