@@ -141,7 +141,7 @@ awk -F'\t' '{rps[$1] += $3; p99[$1] += $4; if ($5 > peak[$1]) peak[$1] = $5; n[$
 echo "== memory after the last round's load, kB (RSS, PSS, private)"
 column -t -s $'\t' "$floor/memory.txt"
 # The whole server: the webhook's one process against nginx's master and worker together. PSS divides
-# each shared page among the processes that map it, so the sum is what the two of them hold.
+# each shared page among the processes that map it, so the sum counts what the two share once.
 awk -F'\t' '$2 == "total" {rss[$1] = $3; pss[$1] = $4}
   END {
     printf "whole server after the load: gpuguard RSS %d kB, PSS %d kB; nginx master and worker RSS %d kB, PSS %d kB\n",
