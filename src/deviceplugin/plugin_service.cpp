@@ -4,6 +4,8 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <csignal>
+
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
@@ -230,10 +232,36 @@ std::vector<std::unique_ptr<GpuResource>> gpu_resources(const PluginConfig& c, c
   return resources;
 }
 
+// SIGTERM and SIGINT held pending from start-up until the status server takes them: the kubelet may stop
+// the pod while the plugin is still discovering or writing its files, and that must end in the orderly
+// stop too, not in death by the signal's default action. Threads started meanwhile keep them blocked.
+class StopSignalsHeld {
+ public:
+  StopSignalsHeld() {
+    sigemptyset(&stop_);
+    sigaddset(&stop_, SIGTERM);
+    sigaddset(&stop_, SIGINT);
+    ::pthread_sigmask(SIG_BLOCK, &stop_, nullptr);
+  }
+  StopSignalsHeld(const StopSignalsHeld&) = delete;
+  StopSignalsHeld& operator=(const StopSignalsHeld&) = delete;
+  ~StopSignalsHeld() { release(); }
+  // From here a pending signal is delivered, to the handler that is in place by then.
+  void release() {
+    if (held_) ::pthread_sigmask(SIG_UNBLOCK, &stop_, nullptr);
+    held_ = false;
+  }
+
+ private:
+  sigset_t stop_{};
+  bool held_ = true;
+};
+
 }  // namespace
 
 void serve(const PluginConfig& c, const std::vector<std::string>& config_warnings,
            const std::optional<kube::ApiServer>& apiserver) {
+  StopSignalsHeld stop_signals;
   for (const std::string& warning : config_warnings) log::warn("config file", {{"reason", warning}});
   Discovery found = discover(c.discovery, c.host_root);
   const std::string health = !c.health_checks ? "off" : found.nvml ? "nvml" : "presence";
@@ -313,8 +341,8 @@ void serve(const PluginConfig& c, const std::vector<std::string>& config_warning
   }
   KubeletSession kubelet(servers, c.plugin_dir / "kubelet.sock", yield);
 
-  // The status server takes SIGTERM and SIGINT from its construction on: before anything is served, so a
-  // signal at any later moment still ends in the orderly stop below.
+  // The status server takes SIGTERM and SIGINT from its construction on, and one that came during the
+  // start-up is delivered to it then: a signal at any moment ends in the orderly stop below.
   const char* gpus = found.gpus.empty() ? "none" : report_only.empty() ? "served" : "report-only";
   StatusHandler handler({GPUGUARD_VERSION, found.source, health, gpus}, resources, kubelet, isolation);
   server::ServerOptions options;
@@ -323,6 +351,7 @@ void serve(const PluginConfig& c, const std::vector<std::string>& config_warning
   options.shutdown_delay = 0ms;
   options.shutdown_timeout = 5s;
   server::HttpServer status(options, server::TlsProvider{}, handler);  // plain HTTP: probes and metrics
+  stop_signals.release();
   log::info("serving probes and metrics", {{"address", status.bind()}});
 
   std::vector<PresenceCheck> checks;

@@ -335,6 +335,19 @@ TEST_CASE("gpus report-only: nothing registered for the GPUs, ready once the nod
   CHECK(plugin.terminate() == 0);
 }
 
+TEST_CASE("SIGTERM during the start-up ends in the orderly stop, not in death by the signal") {
+  Node node;
+  FakeKubelet kubelet(node.plugin_dir);
+  PluginProcess plugin(node.plugin_dir, node.host.root(), {"--host-device", "github.com/fuse=/dev/fuse:4"});
+  // Its first line comes from discovery, before its files, its sockets and its status server: the signal
+  // is sent while it is still starting.
+  for (int i = 0; i < 5000 && plugin.log().find("GPUs found") == std::string::npos; ++i)
+    std::this_thread::sleep_for(1ms);
+  REQUIRE_THAT(plugin.log(), Catch::Contains("GPUs found"));
+  CHECK(plugin.terminate() == 0);
+  CHECK_THAT(plugin.log(), Catch::Contains("serving probes and metrics"));
+}
+
 TEST_CASE("cdi mode without a device none: the plugin adds one, a spec the CDI reference implementation reads") {
   Node node;
   nvidia_cdi_mode_by_default(node);
