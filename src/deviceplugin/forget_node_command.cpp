@@ -101,10 +101,7 @@ int run_forget_node_command(const std::vector<std::string>& args) {
   const auto config = config_from(flags, warnings);
   if (!config) return 2;
   // Blocked before anything else, so that a SIGTERM while removing is taken by the wait below.
-  sigset_t stop;
-  sigemptyset(&stop);
-  sigaddset(&stop, SIGTERM);
-  sigaddset(&stop, SIGINT);
+  const sigset_t stop = cli::stop_signals();
   ::sigprocmask(SIG_BLOCK, &stop, nullptr);
   const Forgotten forgotten = forget_node(*config);
   for (const fs::path& path : forgotten.removed) log::info("removed", {{"path", path.string()}});

@@ -225,10 +225,7 @@ class Daemon {
 
 // Waits up to `timeout` for SIGTERM or SIGINT (blocked, so they wait to be taken); true when one came.
 bool stop_signalled(std::chrono::milliseconds timeout) {
-  sigset_t stop;
-  sigemptyset(&stop);
-  sigaddset(&stop, SIGTERM);
-  sigaddset(&stop, SIGINT);
+  const sigset_t stop = cli::stop_signals();
   const timespec wait{static_cast<time_t>(timeout.count() / 1000),
                       static_cast<long>((timeout.count() % 1000) * 1'000'000)};
   return ::sigtimedwait(&stop, nullptr, &wait) > 0;
@@ -261,10 +258,7 @@ int run_mps_control_command(const std::vector<std::string>& args) {
   const std::chrono::milliseconds interval = std::chrono::seconds(std::max(1U, flags["check-interval"].as<unsigned>()));
 
   // From here SIGTERM and SIGINT wait to be taken by stop_signalled, at any step.
-  sigset_t stop;
-  sigemptyset(&stop);
-  sigaddset(&stop, SIGTERM);
-  sigaddset(&stop, SIGINT);
+  const sigset_t stop = cli::stop_signals();
   ::sigprocmask(SIG_BLOCK, &stop, nullptr);
 
   for (const std::string& warning : warnings) log::warn("config file", {{"reason", warning}});

@@ -4,8 +4,6 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include <csignal>
-
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
@@ -16,6 +14,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "gpuguard/cli/command_line.hpp"
 #include "gpuguard/deviceplugin/cdi_spec.hpp"
 #include "gpuguard/deviceplugin/discovery.hpp"
 #include "gpuguard/deviceplugin/gpu_resource.hpp"
@@ -237,12 +236,7 @@ std::vector<std::unique_ptr<GpuResource>> gpu_resources(const PluginConfig& c, c
 // stop too, not in death by the signal's default action. Threads started meanwhile keep them blocked.
 class StopSignalsHeld {
  public:
-  StopSignalsHeld() {
-    sigemptyset(&stop_);
-    sigaddset(&stop_, SIGTERM);
-    sigaddset(&stop_, SIGINT);
-    ::pthread_sigmask(SIG_BLOCK, &stop_, nullptr);
-  }
+  StopSignalsHeld() { ::pthread_sigmask(SIG_BLOCK, &stop_, nullptr); }
   StopSignalsHeld(const StopSignalsHeld&) = delete;
   StopSignalsHeld& operator=(const StopSignalsHeld&) = delete;
   ~StopSignalsHeld() { release(); }
@@ -253,7 +247,7 @@ class StopSignalsHeld {
   }
 
  private:
-  sigset_t stop_{};
+  const sigset_t stop_ = cli::stop_signals();
   bool held_ = true;
 };
 

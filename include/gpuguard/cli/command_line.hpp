@@ -1,4 +1,5 @@
 #pragma once
+#include <csignal>
 #include <filesystem>
 #include <functional>
 #include <optional>
@@ -32,5 +33,8 @@ std::optional<std::filesystem::path> path_flag(const boost::program_options::var
 // Runs a server's whole life (`serve` returns once it has drained). Returns the exit status: 0 after
 // logging "stopped", or 1 after logging "cannot start" with the reason when `serve` throws.
 int run_service(const std::function<void()>& serve);
+
+// SIGTERM and SIGINT: the signals on which every gpuguard program stops in order.
+sigset_t stop_signals();
 
 }  // namespace gpuguard::cli
