@@ -196,7 +196,8 @@ func (n *Node) offers(t *T, gpus int64) error {
 }
 
 // removeNvidiaPlugin deletes its DaemonSet and waits until its pods are gone (a plugin that stops removes
-// its socket).
+// its socket) and so is the DaemonSet: deleted in the foreground it outlives its pods until the garbage
+// collector drops its finalizer, and a DaemonSet of the same name made before then is refused.
 func (n *Node) removeNvidiaPlugin(t *T, l nvidiaPluginLayout) {
 	err := n.cluster.client.AppsV1().DaemonSets(l.namespace).Delete(t.ctx, l.name, metav1.DeleteOptions{PropagationPolicy: ptr(metav1.DeletePropagationForeground)})
 	if err != nil && !apierrors.IsNotFound(err) {
@@ -210,6 +211,13 @@ func (n *Node) removeNvidiaPlugin(t *T, l nvidiaPluginLayout) {
 		}
 		if len(pods.Items) > 0 {
 			return fmt.Errorf("%d pods of NVIDIA's plugin are left", len(pods.Items))
+		}
+		_, err = n.cluster.client.AppsV1().DaemonSets(l.namespace).Get(t.ctx, l.name, metav1.GetOptions{})
+		if err == nil {
+			return fmt.Errorf("the DaemonSet %s/%s is still there", l.namespace, l.name)
+		}
+		if !apierrors.IsNotFound(err) {
+			return err
 		}
 		return nil
 	}), "waiting for NVIDIA's device plugin to go")
