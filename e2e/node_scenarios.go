@@ -135,6 +135,7 @@ func (n *Node) failedCreateIn(t *T, namespace string, pod *corev1.Pod) string {
 	return why
 }
 
+// deletePods deletes the pods at once: their objects go, and the kubelet tears them down after.
 func (n *Node) deletePods(t *T, names ...string) {
 	for _, name := range names {
 		err := n.cluster.client.CoreV1().Pods(nodeNamespace).Delete(t.ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))})
@@ -142,6 +143,28 @@ func (n *Node) deletePods(t *T, names ...string) {
 			t.Errorf("deleting pod %s: %v", name, err)
 		}
 	}
+}
+
+// deletePodsTornDown deletes the pods as kubectl delete does, not forced, and waits until their objects
+// are gone: the kubelet removes a pod's object only once it has torn the pod down, its DRA claims
+// unprepared included. A forced deletion does not wait for that, and a driver stopped before it leaves the
+// kubelet retrying the unprepare, and the pod's cgroup in place, until the kubelet restarts.
+func (n *Node) deletePodsTornDown(t *T, names ...string) {
+	pods := n.cluster.client.CoreV1().Pods(nodeNamespace)
+	for _, name := range names {
+		err := pods.Delete(t.ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(1))})
+		if err != nil && !apierrors.IsNotFound(err) {
+			t.Errorf("deleting pod %s: %v", name, err)
+		}
+	}
+	t.must(eventually(t.ctx, time.Minute, func() error {
+		for _, name := range names {
+			if _, err := pods.Get(t.ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				return fmt.Errorf("pod %s is not torn down yet (%v)", name, err)
+			}
+		}
+		return nil
+	}), "waiting for the kubelet to tear down "+strings.Join(names, ", "))
 }
 
 // containerID is the runtime's ID of the pod's first container.
@@ -927,7 +950,7 @@ var nodeScenarios = []scenario{
 	{"node/enforcer-bypassed", "the webhook configuration and the backstop binding deleted: a GPU-less pod sees no GPU, a GPU pod its own GPU (one that sets all itself is refused), a forged annotation nothing; an allowlisted namespace and gpuguard's device plugin keep both, a pod of its account without its label none; audit changes nothing and counts", nodeEnforcerBypassed},
 	{"node/gpu-infrastructure", "NVIDIA's components recognised by default, by namespace, account and label together: the GPU Operator's device plugin (privileged, all, NVIDIA's MPS root) and NVIDIA's static manifest see both GPUs; without the label refused; the same account and label in a user namespace gets none", nodeGPUInfrastructure},
 	{"node/nvidia-device-plugin", "NVIDIA's device plugin v0.20.0 (-peers) as its static manifest and as its Helm chart run it: it registers and serves both GPUs and sees both; gpuguard's plugin, started after it, leaves them to it; its pods see the GPU it allocated alone, also time-sliced (UUID::n), GPU-less pods none; gone and the kubelet restarted, gpuguard's does not take them", nodeNvidiaDevicePlugin},
-	{"node/nvidia-dra-driver", "NVIDIA's DRA driver (-peers) publishes both GPUs; a pod claiming one through gpu.nvidia.com sees that GPU alone (void, from the claim's CDI spec); the same claim with the other GPU mounted is refused by the enforcer, which read the claim's CDI devices from pod-resources; a GPU-less pod none", nodeNvidiaDRADriver},
+	{"node/nvidia-dra-driver", "NVIDIA's DRA driver (-peers) publishes both GPUs; a pod claiming one through gpu.nvidia.com sees that GPU alone (void, from the claim's CDI spec); the same claim with the other GPU mounted is refused by the enforcer, which read the claim's CDI devices from pod-resources; a GPU-less pod none; nothing of the pods left once the driver stops", leftoverChecked(nodeNvidiaDRADriver)},
 	{"node/driver-late", "the driver not loaded (its procfs directory absent and impossible to make): gpuguard's device plugin and node enforcer start all the same, the plugin reporting no GPU; the driver loaded, the enforcer (not restarted) knows both GPUs and a GPU pod sees its own alone, a GPU-less pod none", nodeDriverLate},
 	{"node/enforcer-refuses", "a GPU-less pod mounting /dev/nvidia1, or the MPS root, by hostPath is refused at its creation with gpuguard's message", nodeEnforcerRefuses},
 	{"node/enforcer-failure", "the enforcer gone: fail-open starts pods (the webhook still covers them); fail-closed refuses them clearly until it is back; after a containerd restart it registers again and the next pod is enforced", nodeEnforcerFailure},

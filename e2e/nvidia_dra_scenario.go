@@ -130,7 +130,8 @@ func nodeNvidiaDRADriver(t *T, e *Env) {
 	}
 	c.waitUntilClaimKnown(t, nodeNamespace, claiming("dra-probe"), "the ResourceClaim")
 
-	defer n.deletePods(t, "dra-claimed", "dra-beyond", "dra-none")
+	// Torn down before the driver stops, which the kubelet needs to unprepare the claim.
+	defer n.deletePodsTornDown(t, "dra-claimed", "dra-beyond", "dra-none")
 	seen := n.look(t, e, n.runPod(t, claiming("dra-claimed")))
 	stored, err := c.client.ResourceV1().ResourceClaims(nodeNamespace).Get(t.ctx, claimName, metav1.GetOptions{})
 	t.must(err, "reading the allocated claim")
