@@ -136,14 +136,7 @@ func (n *Node) failedCreateIn(t *T, namespace string, pod *corev1.Pod) string {
 }
 
 // deletePods deletes the pods at once: their objects go, and the kubelet tears them down after.
-func (n *Node) deletePods(t *T, names ...string) {
-	for _, name := range names {
-		err := n.cluster.client.CoreV1().Pods(nodeNamespace).Delete(t.ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))})
-		if err != nil && !apierrors.IsNotFound(err) {
-			t.Errorf("deleting pod %s: %v", name, err)
-		}
-	}
-}
+func (n *Node) deletePods(t *T, names ...string) { n.deletePodsIn(t, nodeNamespace, names...) }
 
 // deletePodsTornDown deletes the pods as kubectl delete does, not forced, and waits until their objects
 // are gone: the kubelet removes a pod's object only once it has torn the pod down, its DRA claims

@@ -344,19 +344,7 @@ func (n *Node) expectNvidiaAllocations(t *T, e *Env, what string, count int) {
 	}
 	expectGPULess(t, what+": a GPU-less pod beside NVIDIA's plugin", n.look(t, e, n.runPod(t, cudaPod(none))))
 	t.Logf("%s: %d pods allocated %v by NVIDIA's plugin see %v; the GPU-less pod sees none", what, count, allocated, held)
-	n.deletePods(t, append(names, none)...)
-	t.must(eventually(t.ctx, time.Minute, func() error {
-		pods, err := n.cluster.client.CoreV1().Pods(nodeNamespace).List(t.ctx, metav1.ListOptions{})
-		if err != nil {
-			return err
-		}
-		for _, pod := range pods.Items {
-			if strings.HasPrefix(pod.Name, "nvidia-"+what) {
-				return fmt.Errorf("pod %s is still there", pod.Name)
-			}
-		}
-		return nil
-	}), "waiting for the "+what+" pods to go")
+	n.deletePodsTornDown(t, append(names, none)...)
 }
 
 // gpuguardServesGPUsAgain gives the GPUs back to gpuguard's plugin for the scenarios after this one: a
