@@ -16,8 +16,8 @@
 #include <string_view>
 #include <vector>
 
-#include "gpuguard/enforcer/decision.hpp"
-#include "gpuguard/enforcer/nri_view.hpp"
+#include "gpuguard/enforcement/decision.hpp"
+#include "gpuguard/nri/container_view.hpp"
 #include "gpuguard/nri/messages.hpp"
 #include "gpuguard/nri/wire.hpp"
 
@@ -57,44 +57,72 @@ Decoded decode_all(std::string_view bytes, std::size_t read_size) {
   return out;
 }
 
-void check_view(const gpuguard::enforcer::ContainerView& view) {
-  if (view.mounts.size() > gpuguard::enforcer::kViewListMax || view.devices.size() > gpuguard::enforcer::kViewListMax ||
-      view.cdi_devices.size() > gpuguard::enforcer::kViewListMax ||
-      view.annotations.size() > gpuguard::enforcer::kViewListMax) {
+namespace enforcement = gpuguard::enforcement;
+
+void check_view(const enforcement::ContainerView& view) {
+  if (view.mounts.size() > enforcement::kListMax || view.devices.size() > enforcement::kListMax ||
+      view.device_rules.size() > enforcement::kListMax || view.cdi_devices.size() > enforcement::kListMax ||
+      view.cdi_annotations.size() > enforcement::kListMax || view.unread.size() > enforcement::kUnreadKept) {
     violated("a view over its list bound");
   }
-  for (const auto& [name, variable] : view.env) {
-    if (variable.last.size() > gpuguard::enforcer::kViewValueMax) violated("a view holding a value over its bound");
+  if (view.selections.size() > 2 + enforcement::kSwarmMax) violated("a view holding more variables than it reads");
+  for (const auto& [name, selection] : view.selections) {
+    if (selection.last.size() > enforcement::kValueMax) violated("a view holding a value over its bound");
+  }
+  for (const auto& mount : view.mounts) {
+    if (mount.source.size() > enforcement::kPathMax || mount.destination.size() > enforcement::kPathMax) {
+      violated("a view holding a path over PATH_MAX");
+    }
+  }
+  for (const auto& device : view.devices) {
+    if (device.path.size() > enforcement::kPathMax) violated("a view holding a path over PATH_MAX");
+  }
+  for (const auto& name : view.cdi_devices) {
+    if (name.size() > enforcement::kNameMax) violated("a view holding a name over its bound");
+  }
+  for (const auto& [key, value] : view.cdi_annotations) {
+    if (key.size() > enforcement::kNameMax || value.size() > enforcement::kValueMax) {
+      violated("a view holding an annotation over its bound");
+    }
   }
 }
 
-void check_decision(const gpuguard::enforcer::ContainerView& view, const gpuguard::enforcer::NodeView& node) {
-  gpuguard::enforcer::Allocation allocation;
-  allocation.source = gpuguard::enforcer::Allocation::Source::pod_resources;
+void check_decision(const gpuguard::enforcement::ContainerView& view, const gpuguard::enforcement::NodeView& node) {
+  gpuguard::enforcement::Allocation allocation;
+  allocation.source = gpuguard::enforcement::Allocation::Source::pod_resources;
   allocation.gpus = {"GPU-b"};
   for (const auto mode : {gpuguard::policy::NodeEnforcement::enforce, gpuguard::policy::NodeEnforcement::audit}) {
     gpuguard::policy::Policy policy;
     policy.node_enforcement = mode;
-    const gpuguard::enforcer::Decision decision = gpuguard::enforcer::decide(view, allocation, node, policy);
-    if (decision.action != gpuguard::enforcer::Decision::Action::allow && decision.beyond.empty())
+    const gpuguard::enforcement::Decision decision = gpuguard::enforcement::decide(view, allocation, node, policy);
+    if (decision.action != gpuguard::enforcement::Decision::Action::allow && decision.beyond.empty())
       violated("acted on nothing");
-    if (decision.beyond.size() > gpuguard::enforcer::kBeyondKept || decision.beyond.size() > decision.beyond_count) {
+    if (decision.beyond.size() > gpuguard::enforcement::kBeyondKept || decision.beyond.size() > decision.beyond_count) {
       violated("more lines kept than the bound, or than counted");
     }
-    if (decision.message.size() > gpuguard::enforcer::kMessageMax) violated("a message over its bound");
+    if (decision.message.size() > gpuguard::enforcement::kMessageMax) violated("a message over its bound");
     if (mode == gpuguard::policy::NodeEnforcement::audit &&
-        decision.action != gpuguard::enforcer::Decision::Action::allow) {
+        decision.action != gpuguard::enforcement::Decision::Action::allow) {
       violated("acted under audit");
     }
+    // What is written is the allocation, in its one form, and nothing else.
     for (const auto& [name, value] : decision.set_env) {
-      if (name == gpuguard::enforcer::kVisibleDevices && value != "GPU-b")
+      if (name == gpuguard::enforcement::kVisibleDevices && value != "GPU-b")
         violated("set to something other than the allocation");
-      if (name == gpuguard::enforcer::kImexChannels && value != "void")
+      if (name == gpuguard::enforcement::kImexChannels && !value.empty())
         violated("IMEX channels set to ones not allocated");
-      if (name != gpuguard::enforcer::kVisibleDevices && name != gpuguard::enforcer::kImexChannels)
+      if (name != gpuguard::enforcement::kVisibleDevices && name != gpuguard::enforcement::kImexChannels)
         violated("set another variable");
     }
-    if (decision.action == gpuguard::enforcer::Decision::Action::refuse && decision.message.find("gpuguard: ") != 0) {
+    // Written, it is within: the same container made with the adjustment is left as it is, or refused for
+    // what no variable takes away.
+    if (decision.action == gpuguard::enforcement::Decision::Action::adjust) {
+      const auto again = gpuguard::enforcement::decide(gpuguard::enforcement::with_env_set(view, decision.set_env),
+                                                       allocation, node, policy);
+      if (again.action == gpuguard::enforcement::Decision::Action::adjust) violated("written, and not within");
+    }
+    if (decision.action == gpuguard::enforcement::Decision::Action::refuse &&
+        decision.message.find("gpuguard: ") != 0) {
       violated("a refusal that does not say it is gpuguard's");
     }
   }
@@ -111,7 +139,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (chunked.streams != whole.streams || chunked.messages.size() != whole.messages.size()) {
     violated("what comes out depends on the size of the reads");
   }
-  gpuguard::enforcer::NodeView node;
+  gpuguard::enforcement::NodeView node;
   node.gpus = {{"GPU-a", 0, "0000:01:00.0", {{"MIG-m", {7, 8}}}}, {"GPU-b", 1, "0000:02:00.0", {}}};
   node.cdi_devices["nvidia.com/gpu=all"] = {"/dev/nvidia0", "/dev/nvidia1"};
   for (const gpuguard::nri::Message& message : chunked.messages) {
@@ -127,18 +155,19 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (const auto envelope = gpuguard::nri::read_request(message.payload)) request = envelope->payload;
     const std::string_view pod = gpuguard::nri::string_field(request, gpuguard::nri::field::kCreatePod);
     const std::string_view container = gpuguard::nri::string_field(request, gpuguard::nri::field::kCreateContainer);
-    auto view = gpuguard::enforcer::view_of(pod, container, node, {"app"});
+    auto view = gpuguard::nri::view_of(pod, container, node, {"app"}, gpuguard::nri::as_written);
     if (!view) continue;
     check_view(*view);
     check_decision(*view, node);
-    if (gpuguard::enforcer::apply_adjustment(
-            *view, gpuguard::nri::string_field(request, gpuguard::nri::field::kValidateAdjust), node)) {
+    if (gpuguard::nri::apply_adjustment(*view,
+                                        gpuguard::nri::string_field(request, gpuguard::nri::field::kValidateAdjust),
+                                        node, gpuguard::nri::as_written)) {
       check_view(*view);
       check_decision(*view, node);
     }
   }
   // The bytes themselves as a Container, without the framing.
-  if (auto view = gpuguard::enforcer::container_view(bytes, node)) {
+  if (auto view = gpuguard::nri::container_view(bytes, node, gpuguard::nri::as_written)) {
     check_view(*view);
     check_decision(*view, node);
   }

@@ -1,11 +1,34 @@
-// The kubelet's answers fetched at sandbox creation (allocation_cache.hpp).
-#include "allocation_cache.hpp"
+// The kubelet's answers fetched at sandbox creation (include/gpuguard/enforcer/allocation_cache.hpp).
+#include "gpuguard/enforcer/allocation_cache.hpp"
+
+#include <set>
 
 #include "gpuguard/log/log.hpp"
 
 namespace gpuguard::enforcer {
+namespace {
 
-AllocationCache::AllocationCache(KubeletClient& kubelet, std::chrono::milliseconds deadline, std::size_t capacity)
+std::string key(std::string_view pod_namespace, std::string_view pod_name) {
+  return std::string(pod_namespace).append("/").append(pod_name);
+}
+
+}  // namespace
+
+KubeletAnswer pod_answer(PodResourcesSource& kubelet, const std::string& pod_namespace, const std::string& pod_name,
+                         std::chrono::milliseconds deadline) {
+  const auto until = std::chrono::steady_clock::now() + deadline;
+  if (std::optional<KubeletAnswer> got = kubelet.get(pod_namespace, pod_name, deadline)) return std::move(*got);
+  deadline = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
+  KubeletAnswer answer;
+  answer.error = kubelet.list(
+      deadline, [&](std::string_view ns, std::string_view name) { return ns == pod_namespace && name == pod_name; },
+      [&](std::string_view, std::string_view, PodResources pod) { answer.pod = std::move(pod); });
+  answer.answered = answer.error.empty();
+  if (!answer.answered) answer.pod.reset();
+  return answer;
+}
+
+AllocationCache::AllocationCache(PodResourcesSource& kubelet, std::chrono::milliseconds deadline, std::size_t capacity)
     : kubelet_(kubelet),
       deadline_(deadline),
       capacity_(capacity),
@@ -52,28 +75,55 @@ std::size_t AllocationCache::size() {
   return entries_.size();
 }
 
+std::size_t AllocationCache::lists() {
+  const std::lock_guard lock(mutex_);
+  return lists_;
+}
+
 void AllocationCache::run(const std::stop_token& stop) {
   std::unique_lock lock(mutex_);
   while (!stop.stop_requested()) {
     changed_.wait(lock, stop, [&] { return !pending_.empty(); });
     if (stop.stop_requested()) return;
-    // Every sandbox waiting now is answered by the one List.
+    // Every sandbox waiting now is answered by the one List, which keeps only their pods.
     std::deque<std::string> batch;
     batch.swap(pending_);
+    std::set<std::string> wanted;
+    for (const std::string& id : batch) {
+      if (const auto entry = entries_.find(id); entry != entries_.end()) {
+        wanted.insert(key(entry->second.pod_namespace, entry->second.pod_name));
+      }
+    }
     lock.unlock();
-    std::string error;
-    const std::map<std::string, PodResources> listed = kubelet_.all(deadline_, error);
-    if (!error.empty()) log::warn("cannot read the kubelet's allocations ahead of the containers", {{"reason", error}});
+    std::map<std::string, KubeletAnswer> answers;
+    if (wanted.size() == 1) {
+      // One pod: Get where the kubelet serves it, which reads that pod alone.
+      const std::string& only = *wanted.begin();
+      const std::size_t slash = only.find('/');
+      answers[only] = pod_answer(kubelet_, only.substr(0, slash), only.substr(slash + 1), deadline_);
+    } else {
+      std::map<std::string, PodResources> listed;
+      const std::string error = kubelet_.list(
+          deadline_, [&](std::string_view ns, std::string_view name) { return wanted.contains(key(ns, name)); },
+          [&](std::string_view ns, std::string_view name, PodResources pod) {
+            listed[key(ns, name)] = std::move(pod);
+          });
+      if (!error.empty())
+        log::warn("cannot read the kubelet's allocations ahead of the containers", {{"reason", error}});
+      for (const std::string& pod : wanted) {
+        KubeletAnswer& answer = answers[pod];
+        answer.answered = error.empty();
+        answer.error = error;
+        if (const auto found = listed.find(pod); answer.answered && found != listed.end()) answer.pod = found->second;
+      }
+    }
     lock.lock();
+    ++lists_;
     for (const std::string& id : batch) {
       const auto entry = entries_.find(id);
       if (entry == entries_.end()) continue;  // forgotten meanwhile
-      KubeletAnswer answer;
-      answer.answered = error.empty();
-      answer.error = error;
-      if (const auto pod = listed.find(entry->second.pod_namespace + "/" + entry->second.pod_name); pod != listed.end())
-        answer.pod = pod->second;
-      entry->second.answer = std::move(answer);
+      const auto answer = answers.find(key(entry->second.pod_namespace, entry->second.pod_name));
+      if (answer != answers.end()) entry->second.answer = answer->second;
     }
     changed_.notify_all();
   }

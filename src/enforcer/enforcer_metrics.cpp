@@ -1,16 +1,19 @@
-#include "enforcer_metrics.hpp"
+// gpuguard-node-enforcer's /metrics page (include/gpuguard/enforcer/enforcer_metrics.hpp).
+#include "gpuguard/enforcer/enforcer_metrics.hpp"
 
 #include "gpuguard/metrics/text.hpp"
 
 namespace gpuguard::enforcer {
 namespace {
 
+using enforcement::Decision;
+
 constexpr std::array<std::string_view, 3> kActions = {"allow", "adjust", "refuse"};
 constexpr std::array<std::string_view, 7> kWhys = {"within", "enforced",     "audited",   "off",
                                                    "exempt", "cannot-judge", "privileged"};
 
 std::size_t why_index(Decision::Why why) {
-  const std::string_view name = why_name(why);
+  const std::string_view name = enforcement::why_name(why);
   for (std::size_t i = 0; i < kWhys.size(); ++i) {
     if (kWhys[i] == name) return i;
   }
@@ -22,7 +25,7 @@ std::size_t why_index(Decision::Why why) {
 EnforcerMetrics::EnforcerMetrics(std::string version)
     : version_(std::move(version)), decisions_("action", kActions, "why", kWhys) {}
 
-void EnforcerMetrics::count_decision(const Decision& decision, double seconds) {
+void EnforcerMetrics::count_decision(const enforcement::Decision& decision, double seconds) {
   decisions_.add(static_cast<std::size_t>(decision.action), why_index(decision.why));
   durations_.observe(seconds);
 }
@@ -97,12 +100,15 @@ std::string EnforcerMetrics::render(const nri::PluginStats& connection, std::str
       .append(break_glass_.load(std::memory_order_relaxed) ? "1" : "0")
       .append("\n");
   metrics::header(out, "gpuguard_node_enforcer_running_containers", "gauge",
-                  "Running containers that see GPUs beyond what the kubelet allocated them (beyond), and privileged "
-                  "ones, which nothing at creation confines (privileged); running containers cannot be changed.");
+                  "Running containers, as the last registration judged them: those that see GPUs beyond what the "
+                  "kubelet allocated them (beyond), privileged ones, which nothing at creation confines (privileged), "
+                  "and those that could not be judged (unjudged); running containers cannot be changed.");
   out.append("gpuguard_node_enforcer_running_containers{state=\"beyond\"} ")
       .append(std::to_string(running_beyond_.load(std::memory_order_relaxed)))
       .append("\ngpuguard_node_enforcer_running_containers{state=\"privileged\"} ")
       .append(std::to_string(running_privileged_.load(std::memory_order_relaxed)))
+      .append("\ngpuguard_node_enforcer_running_containers{state=\"unjudged\"} ")
+      .append(std::to_string(running_unjudged_.load(std::memory_order_relaxed)))
       .append("\n");
   render_reloads(out, false, false);
   metrics::render_build_info(out, version_);

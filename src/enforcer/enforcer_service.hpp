@@ -20,6 +20,8 @@ struct EnforcerConfig {
   std::filesystem::path pod_resources_socket = "/var/lib/kubelet/pod-resources/kubelet.sock";
   // Where the host's /proc/driver/nvidia, /dev, /etc/cdi and /var/run/cdi are.
   std::filesystem::path host_root = "/";
+  // The kubelet's directory, as a host path: pods' volumes lie under it.
+  std::filesystem::path kubelet_root = "/var/lib/kubelet";
   std::optional<std::filesystem::path> policy_dir;
   std::string metrics_address = "0.0.0.0:8080";
   // namespace/name pairs exempt besides the policy's: gpuguard's own device plugin, which needs every GPU

@@ -1,112 +1,137 @@
 // The kubelet's pod-resources API over gRPC (include/gpuguard/enforcer/kubelet_client.hpp).
 #include "gpuguard/enforcer/kubelet_client.hpp"
 
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
 #include <thread>
 
-#include "podresources/v1/api.grpc.pb.h"
+#include "gpuguard/enforcer/pod_resources_reader.hpp"
+#include "gpuguard/log/log.hpp"
+#include "podresources/v1/api.pb.h"
 
 namespace gpuguard::enforcer {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// A pod with a hundred containers and devices is tens of KB; a node's List, a few MB at most.
-constexpr int kMaxReceive = 16 << 20;
+constexpr const char* kList = "/v1.PodResourcesLister/List";
+constexpr const char* kGet = "/v1.PodResourcesLister/Get";
 constexpr auto kRateLimitPause = std::chrono::milliseconds(15);  // a token every 10 ms at 100 a second
 
-PodResources convert(const ::v1::PodResources& pod) {
-  PodResources out;
-  for (const ::v1::ContainerResources& container : pod.containers()) {
-    PodResources::Container converted;
-    converted.name = container.name();
-    for (const ::v1::ContainerDevices& devices : container.devices()) {
-      // The kubelet sends one entry per device (and NUMA node): grouped by resource here.
-      auto same = std::find_if(converted.devices.begin(), converted.devices.end(),
-                               [&](const PodResources::Devices& d) { return d.resource == devices.resource_name(); });
-      if (same == converted.devices.end()) {
-        converted.devices.push_back({devices.resource_name(), {}});
-        same = converted.devices.end() - 1;
-      }
-      same->ids.insert(same->ids.end(), devices.device_ids().begin(), devices.device_ids().end());
-    }
-    for (const ::v1::DynamicResource& claim : container.dynamic_resources()) {
-      for (const ::v1::ClaimResource& resource : claim.claim_resources()) {
-        for (const ::v1::CDIDevice& device : resource.cdi_devices()) {
-          // The kubelet repeats a driver's earlier devices in each later entry: kept once.
-          if (std::find(converted.cdi_devices.begin(), converted.cdi_devices.end(), device.name()) ==
-              converted.cdi_devices.end()) {
-            converted.cdi_devices.push_back(device.name());
-          }
-        }
-      }
-    }
-    out.containers.push_back(std::move(converted));
-  }
-  return out;
+bool rate_limited(const grpc::Status& status) {
+  // gRPC says RESOURCE_EXHAUSTED for an answer over its receive limit too, which no retry changes.
+  return status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED &&
+         status.error_message().find("larger than max") == std::string::npos;
+}
+
+std::string describe(const char* call, const grpc::Status& status) {
+  return std::string(call) + ": " + status.error_message() + " (code " + std::to_string(status.error_code()) + ")";
 }
 
 }  // namespace
 
 struct KubeletClient::Impl {
-  std::unique_ptr<::v1::PodResourcesLister::Stub> stub;
+  std::shared_ptr<grpc::Channel> channel;
+  grpc::GenericStub stub;
+  // Whether the kubelet serves Get: unknown until it has answered one (true), or said it does not (false).
+  std::atomic<int> get_served{-1};
 
-  // List, tried again while the kubelet's rate limit turns it away, until the deadline.
-  grpc::Status list(::v1::ListPodResourcesResponse& response, std::chrono::milliseconds deadline) {
+  explicit Impl(std::shared_ptr<grpc::Channel> c) : channel(c), stub(c) {}
+
+  // One unary call, tried again while the kubelet's rate limit turns it away, until the deadline.
+  grpc::Status call(const char* method, const std::string& request, grpc::ByteBuffer& response,
+                    std::chrono::milliseconds deadline) {
     const auto until = Clock::now() + deadline;
     for (;;) {
       grpc::ClientContext context;
       context.set_deadline(std::chrono::system_clock::now() +
                            std::chrono::duration_cast<std::chrono::system_clock::duration>(until - Clock::now()));
-      grpc::Status status = stub->List(&context, ::v1::ListPodResourcesRequest(), &response);
-      if (status.error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED || Clock::now() + kRateLimitPause >= until) {
-        return status;
+      grpc::Slice slice(request);
+      const grpc::ByteBuffer sent(&slice, 1);
+      grpc::CompletionQueue queue;
+      auto reader = stub.PrepareUnaryCall(&context, method, sent, &queue);
+      grpc::Status status;
+      reader->StartCall();
+      reader->Finish(&response, &status, reinterpret_cast<void*>(1));
+      void* tag = nullptr;
+      bool ok = false;
+      queue.Next(&tag, &ok);
+      queue.Shutdown();
+      while (queue.Next(&tag, &ok)) {
       }
+      if (!rate_limited(status) || Clock::now() + kRateLimitPause >= until) return status;
       std::this_thread::sleep_for(kRateLimitPause);
     }
   }
+
+  // The answer's bytes as gRPC holds them, in its own slices: read in place.
+  static std::string read(const grpc::ByteBuffer& response, const Wanted& wanted, const Take& take) {
+    std::vector<grpc::Slice> slices;
+    if (!response.Dump(&slices).ok()) return "the answer could not be read";
+    std::vector<std::string_view> chunks;
+    chunks.reserve(slices.size());
+    for (const grpc::Slice& slice : slices) {
+      chunks.emplace_back(reinterpret_cast<const char*>(slice.begin()), slice.size());
+    }
+    return read_pod_resources(chunks, wanted, take);
+  }
 };
 
-KubeletClient::KubeletClient(const std::filesystem::path& socket) : impl_(std::make_unique<Impl>()) {
+KubeletClient::KubeletClient(const std::filesystem::path& socket) {
   grpc::ChannelArguments arguments;
   arguments.SetMaxReceiveMessageSize(kMaxReceive);
-  impl_->stub = ::v1::PodResourcesLister::NewStub(
+  impl_ = std::make_unique<Impl>(
       grpc::CreateCustomChannel("unix://" + socket.string(), grpc::InsecureChannelCredentials(), arguments));
 }
 
 KubeletClient::~KubeletClient() = default;
 
-KubeletAnswer KubeletClient::pod(const std::string& pod_namespace, const std::string& pod_name,
-                                 std::chrono::milliseconds deadline) {
-  ::v1::ListPodResourcesResponse response;
-  const grpc::Status status = impl_->list(response, deadline);
-  KubeletAnswer answer;
-  if (!status.ok()) {
-    answer.error = "List: " + status.error_message() + " (code " + std::to_string(status.error_code()) + ")";
-    return answer;
-  }
-  answer.answered = true;
-  for (const ::v1::PodResources& pod : response.pod_resources()) {
-    if (pod.namespace_() == pod_namespace && pod.name() == pod_name) {
-      answer.pod = convert(pod);
-      break;
-    }
-  }
-  return answer;
+std::string KubeletClient::list(std::chrono::milliseconds deadline, const Wanted& wanted, const Take& take) {
+  grpc::ByteBuffer response;
+  const grpc::Status status = impl_->call(kList, {}, response, deadline);
+  if (!status.ok()) return describe("List", status);
+  const std::string error = Impl::read(response, wanted, take);
+  return error.empty() ? error : "List: " + error;
 }
 
-std::map<std::string, PodResources> KubeletClient::all(std::chrono::milliseconds deadline, std::string& error) {
-  ::v1::ListPodResourcesResponse response;
-  const grpc::Status status = impl_->list(response, deadline);
-  std::map<std::string, PodResources> pods;
+std::optional<KubeletAnswer> KubeletClient::get(const std::string& pod_namespace, const std::string& pod_name,
+                                                std::chrono::milliseconds deadline) {
+  if (impl_->get_served.load() == 0) return std::nullopt;
+  ::v1::GetPodResourcesRequest asked;
+  asked.set_pod_name(pod_name);
+  asked.set_pod_namespace(pod_namespace);
+  const std::string request = asked.SerializeAsString();
+  grpc::ByteBuffer response;
+  const grpc::Status status = impl_->call(kGet, request, response, deadline);
+  KubeletAnswer answer;
   if (!status.ok()) {
-    error = "List: " + status.error_message() + " (code " + std::to_string(status.error_code()) + ")";
-    return pods;
+    const std::string& message = status.error_message();
+    // A kubelet with KubeletPodResourcesGet off says so, as code Unknown: List answers there, from now on.
+    if (status.error_code() == grpc::StatusCode::UNIMPLEMENTED ||
+        message.find("Get method disabled") != std::string::npos) {
+      if (impl_->get_served.exchange(0) != 0) log::info("the kubelet does not serve pod-resources Get: List answers");
+      return std::nullopt;
+    }
+    // A pod the kubelet does not know is also code Unknown: "pod <name> in namespace <namespace> not found".
+    if (status.error_code() == grpc::StatusCode::UNKNOWN && message.find(" not found") != std::string::npos) {
+      impl_->get_served.store(1);
+      answer.answered = true;
+      return answer;
+    }
+    answer.error = describe("Get", status);
+    return answer;
   }
-  for (const ::v1::PodResources& pod : response.pod_resources())
-    pods[pod.namespace_() + "/" + pod.name()] = convert(pod);
-  return pods;
+  impl_->get_served.store(1);
+  answer.error = Impl::read(
+      response, [](std::string_view, std::string_view) { return true; },
+      [&](std::string_view, std::string_view, PodResources pod) { answer.pod = std::move(pod); });
+  answer.answered = answer.error.empty();
+  if (!answer.answered) {
+    answer.error = "Get: " + answer.error;
+    answer.pod.reset();
+  }
+  return answer;
 }
 
 }  // namespace gpuguard::enforcer

@@ -58,8 +58,12 @@ int main(int argc, char** argv) {
       "plugin-index", po::value<std::string>()->default_value("50"),
       "two digits: the runtime calls plugins in ascending index, so after those that add devices")(
       "pod-resources-socket", po::value<std::string>()->default_value("/var/lib/kubelet/pod-resources/kubelet.sock"),
-      "the kubelet's pod-resources API")("host-root", po::value<std::string>()->default_value("/"),
-                                         "where the host's /proc/driver/nvidia, /etc/cdi and /var/run/cdi are")(
+      "the kubelet's pod-resources API")(
+      "kubelet-root", po::value<std::string>()->default_value("/var/lib/kubelet"),
+      "the kubelet's directory on the host: what lies in a pod's volumes under it, the pod's containers can make "
+      "a link, so a hostPath below one is not judged as written")(
+      "host-root", po::value<std::string>()->default_value("/"),
+      "where the host's /proc/driver/nvidia, /etc/cdi and /var/run/cdi are")(
       "policy-dir", po::value<std::string>(),
       "the mounted gpuguard-policy ConfigMap: nodeEnforcement, its exemptions and gpuResources are read, re-read on "
       "change (default: enforce, no exemption)")("metrics-address",
@@ -94,6 +98,11 @@ int main(int argc, char** argv) {
   config.plugin_index = flags["plugin-index"].as<std::string>();
   config.pod_resources_socket = flags["pod-resources-socket"].as<std::string>();
   config.host_root = flags["host-root"].as<std::string>();
+  config.kubelet_root = flags["kubelet-root"].as<std::string>();
+  if (!config.kubelet_root.is_absolute()) {
+    std::cerr << kProgram << ": --kubelet-root must be an absolute path on the host\n";
+    return 2;
+  }
   config.policy_dir = cli::path_flag(flags, "policy-dir");
   config.metrics_address = flags["metrics-address"].as<std::string>();
   if (flags.count("node-name")) config.node_name = flags["node-name"].as<std::string>();

@@ -1,13 +1,16 @@
 // What the node enforcer knows of its node (node_reader.hpp).
 #include "node_reader.hpp"
 
+#include <sys/stat.h>
 #include <yaml-cpp/yaml.h>
 
 #include <charconv>
 #include <set>
 
 #include "gpuguard/deviceplugin/discovery.hpp"
+#include "gpuguard/files/in_root.hpp"
 #include "gpuguard/files/read_file.hpp"
+#include "gpuguard/k8s/host_path.hpp"
 #include "gpuguard/log/log.hpp"
 #include "gpuguard/nodereport/host_root.hpp"
 #include "gpuguard/nodereport/report.hpp"
@@ -16,11 +19,19 @@ namespace gpuguard::enforcer {
 namespace {
 
 namespace fs = std::filesystem;
+using enforcement::add_mig_devices_from_cdi;
+using enforcement::kSwarmMax;
+using enforcement::NodeGpu;
+using enforcement::Toolkit;
+using enforcement::ToolkitVersion;
 
 constexpr std::size_t kCdiSpecMax = std::size_t{1} << 20;
 // containerd's and CRI-O's CDI directories; the toolkit's own (spec-dirs) are read besides.
 constexpr const char* kRuntimeSpecDirs[] = {"/etc/cdi", "/var/run/cdi"};
-constexpr std::string_view kKnownModes[] = {"legacy", "cdi", "jit-cdi", "csv"};
+constexpr std::string_view kKnownModes[] = {"legacy", "cdi", "jit-cdi", "csv", "auto"};
+// Where the runtimes' configurations and their drop-ins are: a file added there changes what runs.
+constexpr const char* kRuntimeConfigDirs[] = {"/etc/containerd", "/etc/containerd/conf.d", "/etc/crio",
+                                              "/etc/crio/crio.conf.d", "/etc/nvidia-container-runtime"};
 
 std::optional<ToolkitVersion> parse_version(std::string_view text) {
   int parts[3] = {0, 0, 0};
@@ -55,31 +66,105 @@ std::vector<std::string> spec_dirs(const std::vector<std::string>& toolkit_dirs)
   return dirs;
 }
 
+// The toolkit as the decision needs it, from the node report's facts.
+Toolkit toolkit_of(const nodereport::Facts& facts) {
+  Toolkit toolkit;
+  if (!facts.container_runtime.empty() && !facts.default_is_nvidia && facts.nvidia_handlers.empty()) {
+    toolkit.mode = "absent";  // no runtime handler runs NVIDIA's runtime: no variable selects anything
+  } else if (std::find(std::begin(kKnownModes), std::end(kKnownModes), facts.runtime_mode) != std::end(kKnownModes)) {
+    toolkit.mode = facts.runtime_mode;  // as configured (auto where the toolkit's configuration is absent)
+  }
+  if (facts.toolkit_version) toolkit.version = parse_version(*facts.toolkit_version);
+  toolkit.tegra = facts.tegra;
+  toolkit.default_kind = facts.default_kind;
+  toolkit.annotation_prefixes = facts.annotation_prefixes;
+  toolkit.swarm_variables = facts.swarm_variables;
+  if (toolkit.swarm_variables.size() > kSwarmMax) toolkit.swarm_variables.resize(kSwarmMax);
+  return toolkit;
+}
+
+// Whether `path` lies strictly below a pod's volume: <pods>/<uid>/volumes/<plugin>/<name>/<more>. The
+// volume's own directory is the kubelet's; what lies in it, its containers write.
+bool below_a_volume(std::string_view path, std::string_view pods) {
+  if (!k8s::is_or_under(path, pods) || path == pods) return false;
+  std::string_view rest = path.substr(pods.size() + 1);
+  std::vector<std::string_view> parts;
+  while (!rest.empty()) {
+    const std::size_t slash = rest.find('/');
+    parts.push_back(rest.substr(0, slash));
+    rest = slash == std::string_view::npos ? std::string_view{} : rest.substr(slash + 1);
+  }
+  return parts.size() > 4 && parts[1] == "volumes";
+}
+
 }  // namespace
 
-NodeReader::NodeReader(fs::path host_root, std::vector<std::string> mps_roots)
-    : host_root_(std::move(host_root)), mps_roots_(std::move(mps_roots)) {
+NodeReader::NodeReader(fs::path host_root, std::vector<std::string> mps_roots, fs::path kubelet_root)
+    : host_root_(std::move(host_root)),
+      mps_roots_(std::move(mps_roots)),
+      kubelet_pods_(k8s::lexical_path((kubelet_root / "pods").string())) {
   refresh();
+}
+
+NodeReader::Stamp NodeReader::stamp(const std::string& host_path) const {
+  const auto path = files::in_root(host_root_, host_path);
+  struct stat status {};
+  if (!path || ::stat(path->c_str(), &status) != 0) return {};
+  return {true,
+          fs::file_time_type(std::chrono::seconds(status.st_mtim.tv_sec) +
+                             std::chrono::nanoseconds(status.st_mtim.tv_nsec)),
+          static_cast<std::uintmax_t>(status.st_size), static_cast<std::uintmax_t>(status.st_ino)};
+}
+
+std::vector<NodeReader::Stamp> NodeReader::stamps(const std::vector<std::string>& host_paths) const {
+  std::vector<Stamp> out;
+  out.reserve(host_paths.size());
+  for (const std::string& path : host_paths) out.push_back(stamp(path));
+  return out;
 }
 
 std::shared_ptr<const NodeView> NodeReader::current() {
   std::shared_ptr<const NodeView> node = node_.load();
   std::unique_lock lock(mutex_, std::try_to_lock);
   if (!lock.owns_lock()) return node;  // another thread is reading it
-  std::vector<fs::file_time_type> times = spec_times(*node);
-  if (times == times_) return node;
+  const Stamp driver = stamp("/proc/driver/nvidia");
+  const bool toolkit = stamps(watched_.toolkit_paths) != watched_.toolkit;
+  const bool specs = stamps(watched_.spec_dirs) != watched_.specs;
+  const bool gpus = driver.exists != watched_.driver.exists;
+  if (!toolkit && !specs && !gpus) return node;
   auto fresh = std::make_shared<NodeView>(*node);
+  if (gpus) {
+    read_gpus(*fresh);
+    watched_.driver = driver;
+  }
+  if (toolkit) read_toolkit(*fresh, watched_);
   read_specs(*fresh);
-  times_ = std::move(times);
+  watched_.spec_dirs = fresh->cdi_spec_dirs;
+  watched_.specs = stamps(watched_.spec_dirs);
+  log::info("node read again, as what it is read from changed",
+            {{"toolkit", toolkit},
+             {"cdi_specs", specs},
+             {"driver", gpus},
+             {"gpus", fresh->gpus.size()},
+             {"toolkit_mode", fresh->toolkit.mode.value_or("unknown")}});
   node_.store(fresh);
   return fresh;
 }
 
 void NodeReader::refresh() {
-  auto node = read_all();
+  auto node = std::make_shared<NodeView>();
   const std::lock_guard lock(mutex_);
-  times_ = spec_times(*node);
+  watched_.driver = stamp("/proc/driver/nvidia");
+  read_gpus(*node);
+  read_toolkit(*node, watched_);
+  for (const std::string& root : mps_roots_) {
+    if (std::find(node->mps_roots.begin(), node->mps_roots.end(), root) == node->mps_roots.end()) {
+      node->mps_roots.push_back(root);
+    }
+  }
   read_specs(*node);
+  watched_.spec_dirs = node->cdi_spec_dirs;
+  watched_.specs = stamps(watched_.spec_dirs);
   log::info("node read", {{"gpus", node->gpus.size()},
                           {"gpus_unknown", node->gpus_unknown},
                           {"toolkit_mode", node->toolkit.mode.value_or("unknown")},
@@ -87,8 +172,9 @@ void NodeReader::refresh() {
   node_.store(std::move(node));
 }
 
-std::shared_ptr<NodeView> NodeReader::read_all() const {
-  auto node = std::make_shared<NodeView>();
+void NodeReader::read_gpus(NodeView& node) const {
+  node.gpus.clear();
+  node.gpus_unknown.clear();
   try {
     const deviceplugin::Discovery found = deviceplugin::discover(deviceplugin::DiscoveryMode::automatic, host_root_);
     for (const deviceplugin::Gpu& gpu : found.gpus) {
@@ -99,43 +185,33 @@ std::shared_ptr<NodeView> NodeReader::read_all() const {
         if (mig.ci_cap_minor) caps.push_back(*mig.ci_cap_minor);
         entry.mig_cap_minors[mig.uuid] = std::move(caps);
       }
-      node->gpus.push_back(std::move(entry));
+      node.gpus.push_back(std::move(entry));
     }
-    if (node->gpus.empty()) {
+    if (node.gpus.empty()) {
       std::error_code ec;
-      node->gpus_unknown = fs::exists(deviceplugin::host_path(host_root_, "/proc/driver/nvidia"), ec)
-                               ? "the driver lists no GPU (/proc/driver/nvidia/gpus)"
-                               : "no driver is loaded (/proc/driver/nvidia)";
+      node.gpus_unknown = fs::exists(deviceplugin::host_path(host_root_, "/proc/driver/nvidia"), ec)
+                              ? "the driver lists no GPU (/proc/driver/nvidia/gpus)"
+                              : "no driver is loaded (/proc/driver/nvidia)";
     }
   } catch (const std::exception& e) {
-    node->gpus_unknown = std::string("the driver's list of GPUs cannot be read: ") + e.what();
+    node.gpus_unknown = std::string("the driver's list of GPUs cannot be read: ") + e.what();
   }
-  const nodereport::HostRoot host(host_root_);
-  const nodereport::Facts facts = nodereport::judge(host, "void").facts;
-  Toolkit& toolkit = node->toolkit;
-  if (std::find(std::begin(kKnownModes), std::end(kKnownModes), facts.resolved_mode) != std::end(kKnownModes)) {
-    toolkit.mode = facts.resolved_mode;
-  }
-  if (facts.toolkit_version) toolkit.version = parse_version(*facts.toolkit_version);
-  toolkit.default_kind = facts.default_kind;
-  toolkit.annotation_prefixes = facts.annotation_prefixes;
-  toolkit.swarm_variables = facts.swarm_variables;
-  node->cdi_spec_dirs = spec_dirs(facts.spec_dirs);
-  for (const std::string& root : mps_roots_) {
-    if (std::find(node->mps_roots.begin(), node->mps_roots.end(), root) == node->mps_roots.end()) {
-      node->mps_roots.push_back(root);
-    }
-  }
-  return node;
 }
 
-std::vector<fs::file_time_type> NodeReader::spec_times(const NodeView& node) const {
-  std::vector<fs::file_time_type> times;
-  for (const std::string& dir : node.cdi_spec_dirs) {
-    std::error_code ec;
-    times.push_back(fs::last_write_time(deviceplugin::host_path(host_root_, dir), ec));
+void NodeReader::read_toolkit(NodeView& node, Watched& watched) const {
+  const nodereport::HostRoot host(host_root_);
+  const nodereport::Facts facts = nodereport::judge(host, "void").facts;
+  node.toolkit = toolkit_of(facts);
+  node.cdi_spec_dirs = spec_dirs(facts.spec_dirs);
+  std::set<std::string> paths(std::begin(kRuntimeConfigDirs), std::end(kRuntimeConfigDirs));
+  paths.insert(facts.runtime_config_files.begin(), facts.runtime_config_files.end());
+  paths.insert(facts.read_files.begin(), facts.read_files.end());
+  for (const std::string* path : {&facts.toolkit_config_file, &facts.default_runtime_binary,
+                                  &facts.nvidia_runtime_binary, &facts.toolkit_version_source}) {
+    if (path->starts_with('/')) paths.insert(*path);
   }
-  return times;
+  watched.toolkit_paths.assign(paths.begin(), paths.end());
+  watched.toolkit = stamps(watched.toolkit_paths);
 }
 
 void NodeReader::read_specs(NodeView& node) const {
@@ -173,6 +249,35 @@ void NodeReader::read_specs(NodeView& node) const {
     }
   }
   add_mig_devices_from_cdi(node);
+}
+
+HostPathResolution NodeReader::resolve(std::string_view host_path) {
+  HostPathResolution where;
+  const std::string lexical = k8s::lexical_path(host_path);
+  if (below_a_volume(lexical, kubelet_pods_)) {
+    where.doubt = "it lies in a pod's volume, whose containers can make it a link before runc binds it";
+    return where;
+  }
+  const files::Followed followed = files::follow_in_root(host_root_, lexical);
+  if (followed.loops) {
+    where.doubt = "its links loop, or cannot be read";
+    return where;
+  }
+  for (const std::string& link : followed.links) {
+    const std::string dir = fs::path(link).parent_path().string();
+    if (k8s::is_or_under(dir, kubelet_pods_)) {
+      where.doubt = "it leads through the link " + link + ", in a pod's directory, which its containers can change";
+      return where;
+    }
+    const auto local = files::in_root(host_root_, dir);
+    struct stat status {};
+    if (local && ::stat(local->c_str(), &status) == 0 && (status.st_mode & S_IWOTH) != 0) {
+      where.doubt = "it leads through the link " + link + ", in a directory anyone may write";
+      return where;
+    }
+  }
+  where.path = followed.path;
+  return where;
 }
 
 }  // namespace gpuguard::enforcer

@@ -1,41 +1,62 @@
 #pragma once
 // What the node enforcer knows of its node (decision.hpp's NodeView), read from the host's files under the
-// host root: the GPUs the driver lists (and their MIG devices, from NVML where it loads, else from the CDI
-// specs that name them), how the NVIDIA toolkit reads a container (the node report's facts: mode, version,
-// CDI kind, annotation prefixes), and the CDI devices the node's specs define. The GPUs and the toolkit are
-// read again every minute and at each registration; the CDI specs whenever a spec directory changes, which
-// a stat per directory tells at each create (a DRA driver writes a claim's spec just before its container).
+// host root: the node's state port (ports.hpp). The GPUs the driver lists (and their MIG devices, from NVML
+// where it loads, else from the CDI specs that name them); how the NVIDIA toolkit the container runtime runs
+// reads a container (the node report's facts: its mode as configured, the version of the runtime binary the
+// runtime's configuration names); the CDI devices the node's specs define; and where a host path leads.
+//
+// Read again when what it was read from changes, not on a timer: each create stats the files the facts came
+// from (the runtime's and the toolkit's configuration, the runtime binary, the CDI spec directories, whether
+// the driver's /proc/driver/nvidia is there), and reads again what changed. The program's minute poll reads
+// the GPUs again besides, for what procfs does not stamp.
 #include <atomic>
-#include <chrono>
 #include <filesystem>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
-#include "gpuguard/enforcer/decision.hpp"
+#include "gpuguard/enforcer/ports.hpp"
 
 namespace gpuguard::enforcer {
 
-class NodeReader {
+class NodeReader final : public NodeState {
  public:
-  NodeReader(std::filesystem::path host_root, std::vector<std::string> mps_roots);
+  // `kubelet_root`: where the kubelet keeps pods' volumes (/var/lib/kubelet), whose contents their
+  // containers write.
+  NodeReader(std::filesystem::path host_root, std::vector<std::string> mps_roots,
+             std::filesystem::path kubelet_root = "/var/lib/kubelet");
 
-  // The node as last read, its CDI devices read again first where a spec directory changed.
-  std::shared_ptr<const NodeView> current();
-  // Reads everything again.
-  void refresh();
+  std::shared_ptr<const NodeView> current() override;
+  void refresh() override;
+  HostPathResolution resolve(std::string_view host_path) override;
 
  private:
-  std::shared_ptr<NodeView> read_all() const;
-  // The spec directories' modification times, to tell when to read the specs again.
-  std::vector<std::filesystem::file_time_type> spec_times(const NodeView& node) const;
+  // A file's identity and stamp, or that it is not there.
+  struct Stamp {
+    bool exists = false;
+    std::filesystem::file_time_type modified;
+    std::uintmax_t size = 0, inode = 0;
+    bool operator==(const Stamp&) const = default;
+  };
+  struct Watched {
+    std::vector<std::string> toolkit_paths;  // the configuration and binaries the toolkit facts came from
+    std::vector<std::string> spec_dirs;
+    std::vector<Stamp> toolkit, specs;
+    Stamp driver;  // /proc/driver/nvidia
+  };
+
+  Stamp stamp(const std::string& host_path) const;
+  std::vector<Stamp> stamps(const std::vector<std::string>& host_paths) const;
+  void read_gpus(NodeView& node) const;
+  void read_toolkit(NodeView& node, Watched& watched) const;
   void read_specs(NodeView& node) const;
 
   const std::filesystem::path host_root_;
   const std::vector<std::string> mps_roots_;
-  std::mutex mutex_;  // one reader at a time
-  std::vector<std::filesystem::file_time_type> times_;
+  const std::string kubelet_pods_;  // <kubelet root>/pods, on the host
+  std::mutex mutex_;                // one reader at a time
+  Watched watched_;
   std::atomic<std::shared_ptr<const NodeView>> node_;
 };
 

@@ -2,7 +2,6 @@
 #include "gpuguard/files/in_root.hpp"
 
 #include <algorithm>
-#include <vector>
 
 namespace gpuguard::files {
 
@@ -12,8 +11,9 @@ namespace {
 constexpr int kMaxLinks = 40;  // the kernel's own limit, past which it answers ELOOP
 }  // namespace
 
-std::optional<fs::path> in_root(const fs::path& root, std::string_view absolute) {
-  if (root.empty() || root == "/") return fs::path(absolute);
+Followed follow_in_root(const fs::path& root, std::string_view absolute) {
+  const fs::path base = root.empty() ? fs::path("/") : root;
+  Followed followed;
   fs::path resolved;  // relative to the root, every part of it a directory or a file, not a link
   std::vector<fs::path> pending;
   for (const auto& part : fs::path(absolute).relative_path()) pending.push_back(part);
@@ -28,10 +28,17 @@ std::optional<fs::path> in_root(const fs::path& root, std::string_view absolute)
     }
     const fs::path candidate = resolved / part;
     std::error_code ec;
-    if (fs::is_symlink(fs::symlink_status(root / candidate, ec))) {
-      if (++links > kMaxLinks) return std::nullopt;
-      const fs::path target = fs::read_symlink(root / candidate, ec);
-      if (ec) return std::nullopt;
+    if (fs::is_symlink(fs::symlink_status(base / candidate, ec))) {
+      if (++links > kMaxLinks) {
+        followed.loops = true;
+        return followed;
+      }
+      const fs::path target = fs::read_symlink(base / candidate, ec);
+      if (ec) {
+        followed.loops = true;
+        return followed;
+      }
+      followed.links.push_back("/" + candidate.string());
       if (target.is_absolute()) resolved.clear();
       const fs::path relative = target.relative_path();
       const std::vector<fs::path> parts(relative.begin(), relative.end());
@@ -40,7 +47,15 @@ std::optional<fs::path> in_root(const fs::path& root, std::string_view absolute)
     }
     resolved = candidate;
   }
-  return root / resolved;
+  followed.path = "/" + resolved.string();
+  return followed;
+}
+
+std::optional<fs::path> in_root(const fs::path& root, std::string_view absolute) {
+  if (root.empty() || root == "/") return fs::path(absolute);
+  const Followed followed = follow_in_root(root, absolute);
+  if (followed.loops) return std::nullopt;
+  return root / fs::path(followed.path).relative_path();
 }
 
 }  // namespace gpuguard::files

@@ -18,6 +18,7 @@
 #include <charconv>
 #include <tuple>
 
+#include "go_buildinfo.hpp"
 #include "gpuguard/nodereport/report.hpp"
 #include "rpm_database.hpp"
 
@@ -79,8 +80,10 @@ class Judge {
 
   Report run() {
     read_runtime();  // first: where NVIDIA's runtime is installed says where its config and version are
+    read_runtime_binary();
     read_toolkit_config();
     read_toolkit_version();
+    read_tegra();
     read_cdi_specs();
     resolve_mode();
     decide();
@@ -128,10 +131,13 @@ class Judge {
 
   void read_toolkit_config() {
     std::string path(kToolkitConfig);
-    if (const auto dir = toolkit_install_dir()) {
+    if (!wrapper_config_.empty()) {
+      path = wrapper_config_;  // what the GPU Operator's wrapper points the runtime at
+    } else if (const auto dir = toolkit_install_dir()) {
       if (const std::string installed = *dir + "/.config/nvidia-container-runtime/config.toml"; host_.exists(installed))
         path = installed;
     }
+    facts().read_files.push_back(path);
     const auto config = parse_toml(path);
     if (!config) return;
     facts().toolkit_config = true;
@@ -173,11 +179,21 @@ class Judge {
   // (libnvidia-container.so.1.17.8): the toolkit's packages require the libnvidia-container of their own
   // version.
   void read_toolkit_version() {
-    read_dpkg_version();
-    if (!facts().toolkit_version) read_rpm_version();
-    if (facts().toolkit_version) return;
+    if (!runtime_executable_.empty()) {
+      if (auto version = toolkit_version_of_binary(host_, runtime_executable_)) {
+        facts().toolkit_version = std::move(version);
+        facts().toolkit_version_source = runtime_executable_;
+        return;
+      }
+    }
     const auto dir = toolkit_install_dir();
-    if (!dir) return;
+    // The package database says what a package installed: the version of what runs only where the runtime
+    // binary is the package's own.
+    if (!dir) {
+      read_dpkg_version();
+      if (!facts().toolkit_version) read_rpm_version();
+      return;
+    }
     constexpr std::string_view kLibrary = "libnvidia-container.so.";
     for (const std::string& name : host_.list(*dir)) {
       if (!name.starts_with(kLibrary)) continue;
@@ -358,6 +374,51 @@ class Judge {
     }
   }
 
+  // NVIDIA's runtime binary, as the container runtime's configuration names it. The GPU Operator names a
+  // shell script that starts the real binary with the configuration's path in its environment
+  // (cmd/nvidia-ctk-installer/toolkit/installer/executables.go: NVIDIA_CTK_CONFIG_FILE_PATH from 1.18,
+  // XDG_CONFIG_HOME before): the script is followed to the binary it starts, and its configuration.
+  void read_runtime_binary() {
+    const std::string& binary = facts().nvidia_runtime_binary;
+    if (!binary.starts_with('/')) return;
+    facts().read_files.push_back(binary);
+    runtime_executable_ = binary;
+    const auto head = host_.read_range(binary, 0, 8192);
+    if (!head || !head->starts_with("#!")) return;
+    std::string_view script = *head;
+    while (!script.empty()) {
+      const std::size_t newline = script.find('\n');
+      std::string_view line = script.substr(0, newline);
+      script = newline == std::string_view::npos ? std::string_view{} : script.substr(newline + 1);
+      while (!line.empty() && (line.front() == ' ' || line.front() == '\t')) line.remove_prefix(1);
+      while (!line.empty() && (line.back() == ' ' || line.back() == '\\')) line.remove_suffix(1);
+      const auto value_of = [&](std::string_view key) -> std::optional<std::string> {
+        if (!line.starts_with(key)) return std::nullopt;
+        std::string_view value = line.substr(key.size());
+        if (value.size() >= 2 && (value.front() == '"' || value.front() == '\'') && value.back() == value.front()) {
+          value = value.substr(1, value.size() - 2);
+        }
+        return std::string(value);
+      };
+      if (auto config = value_of("NVIDIA_CTK_CONFIG_FILE_PATH=")) {
+        wrapper_config_ = *config;
+      } else if (auto home = value_of("XDG_CONFIG_HOME=")) {
+        if (wrapper_config_.empty()) wrapper_config_ = *home + "/nvidia-container-runtime/config.toml";
+      } else if (line.starts_with('/') && line.find(' ') == std::string_view::npos && line.ends_with(".real")) {
+        runtime_executable_ = std::string(line);
+      }
+    }
+    facts().read_files.push_back(runtime_executable_);
+  }
+
+  // Tegra as the toolkit tells it (go-nvlib's info: /etc/nv_tegra_release, or a soc0 family of tegra).
+  void read_tegra() {
+    const auto family = host_.read("/sys/devices/soc0/family");
+    std::string lower = family.value_or("");
+    std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+    facts().tegra = host_.exists("/etc/nv_tegra_release") || lower.starts_with("tegra");
+  }
+
   void read_cdi_specs() {
     for (const std::string& dir : facts().spec_dirs) {
       for (const std::string& name : host_.list(dir)) {
@@ -383,30 +444,24 @@ class Judge {
     }
   }
 
-  // `auto` as the toolkit resolves it: csv on Tegra; from 1.18.0 jit-cdi where the driver is loaded;
-  // legacy otherwise.
+  // `auto` as the toolkit resolves it (internal/info/auto.go): csv on Tegra; jit-cdi from 1.18.0, with or
+  // without a driver; legacy before it. Nothing here depends on whether the driver is loaded yet.
   void resolve_mode() {
-    const std::string forced = forced_mode(facts().default_runtime_binary);
-    if (!forced.empty()) {
-      facts().resolved_mode = forced;
+    const std::string forced = forced_mode(facts().nvidia_runtime_binary);
+    facts().runtime_mode = forced.empty() ? facts().mode : forced;
+    if (facts().runtime_mode != "auto") {
+      facts().resolved_mode = facts().runtime_mode;
       return;
     }
-    if (facts().mode != "auto") {
-      facts().resolved_mode = facts().mode;
-      return;
-    }
-    if (host_.exists("/etc/nv_tegra_release")) {
+    if (facts().tegra) {
       facts().resolved_mode = "csv";
       return;
     }
-    const bool driver = host_.exists("/proc/driver/nvidia/version") || host_.exists("/dev/nvidiactl");
     const auto version = facts().toolkit_version ? parse_version(*facts().toolkit_version) : std::nullopt;
-    if (!driver || (version && *version < Version{1, 18, 0})) {
-      facts().resolved_mode = "legacy";
-    } else if (version) {
-      facts().resolved_mode = "jit-cdi";
-    } else {
+    if (!version) {
       facts().resolved_mode = "";  // legacy before 1.18.0, jit-cdi from it: the version decides
+    } else {
+      facts().resolved_mode = *version < Version{1, 18, 0} ? "legacy" : "jit-cdi";
     }
   }
 
@@ -438,11 +493,16 @@ class Judge {
     }
     const std::string& mode = facts().resolved_mode;
     const bool none = r.value == "none";
-    if (mode == "legacy" || mode == "csv") {
+    if (mode == "legacy") {
       r.verdict = Verdict::honoured;
-      r.reason = mode + " mode: " +
-                 (none ? "none gives no GPU (the driver's libraries are still mounted)"
-                       : "void sets nothing up for the container");
+      r.reason = none ? "legacy mode: none gives no GPU (the driver's libraries are still mounted)"
+                      : "legacy mode: void sets nothing up for the container";
+    } else if (mode == "csv") {
+      // Every CSV device for any request but void, none included, in every version (1.14 to 1.18:
+      // internal/modifier/csv.go; 1.19 and later: through the JIT path, where an empty id is every device).
+      r.verdict = none ? Verdict::leaks : Verdict::honoured;
+      r.reason = none ? "csv mode: none is a device request, and csv mode gives every device for any request"
+                      : "csv mode: void is no device request";
     } else if (mode == "cdi") {
       if (!none) {
         r.verdict = Verdict::honoured;
@@ -583,6 +643,8 @@ class Judge {
   }};
 
   const HostFiles& host_;
+  std::string runtime_executable_;  // the binary NVIDIA's runtime is: the one named, or what its wrapper starts
+  std::string wrapper_config_;      // the configuration a wrapper script points the runtime at
   Report report_;
 };
 

@@ -10,8 +10,8 @@
 #include <google/protobuf/util/json_util.h>
 
 #include "fixture.hpp"
-#include "gpuguard/enforcer/nri_response.hpp"
-#include "gpuguard/enforcer/nri_view.hpp"
+#include "gpuguard/nri/container_response.hpp"
+#include "gpuguard/nri/container_view.hpp"
 #include "nri/v1alpha1/api.pb.h"
 
 using namespace gpuguard;
@@ -30,21 +30,21 @@ Message from_json(const json& value) {
   return message;
 }
 
-std::string action_name(enforcer::Decision::Action action) {
+std::string action_name(enforcement::Decision::Action action) {
   switch (action) {
-    case enforcer::Decision::Action::allow: return "allow";
-    case enforcer::Decision::Action::adjust: return "adjust";
-    case enforcer::Decision::Action::refuse: break;
+    case enforcement::Decision::Action::allow: return "allow";
+    case enforcement::Decision::Action::adjust: return "adjust";
+    case enforcement::Decision::Action::refuse: break;
   }
   return "refuse";
 }
 
-std::string source_name(enforcer::Allocation::Source source) {
+std::string source_name(enforcement::Allocation::Source source) {
   switch (source) {
-    case enforcer::Allocation::Source::pod_resources: return "pod_resources";
-    case enforcer::Allocation::Source::pod_union: return "pod_union";
-    case enforcer::Allocation::Source::plugin_annotation: return "plugin_annotation";
-    case enforcer::Allocation::Source::unknown: break;
+    case enforcement::Allocation::Source::pod_resources: return "pod_resources";
+    case enforcement::Allocation::Source::pod_union: return "pod_union";
+    case enforcement::Allocation::Source::plugin_annotation: return "plugin_annotation";
+    case enforcement::Allocation::Source::unknown: break;
   }
   return "unknown";
 }
@@ -58,32 +58,33 @@ TEST_CASE("enforcer: every fixture container gets the decision its fixture says"
     INFO(f.name << ": " << f.raw["why"].get<std::string>());
     const auto parsed = policy::parse_policy(f.policy_files);
     REQUIRE(parsed.policy);
-    const std::string pod = from_json<nri::pkg::api::v1alpha1::PodSandbox>(f.raw["pod"]).SerializeAsString();
-    const std::string container = from_json<nri::pkg::api::v1alpha1::Container>(f.raw["container"]).SerializeAsString();
+    const std::string pod = from_json<::nri::pkg::api::v1alpha1::PodSandbox>(f.raw["pod"]).SerializeAsString();
+    const std::string container =
+        from_json<::nri::pkg::api::v1alpha1::Container>(f.raw["container"]).SerializeAsString();
     std::set<std::string> label_keys;
     for (const auto& entry : parsed.policy->node_enforcement_exempt_service_accounts) {
       if (const auto colon = entry.find(':'); colon != std::string::npos) {
         label_keys.insert(entry.substr(colon + 1, entry.find('=') - colon - 1));
       }
     }
-    std::optional<enforcer::ContainerView> read = enforcer::view_of(pod, container, f.node, label_keys);
+    std::optional<enforcement::ContainerView> read = gpuguard::nri::view_of(
+        pod, container, f.node, label_keys, [&f](std::string_view path) { return f.resolve(path); });
     REQUIRE(read);
-    enforcer::ContainerView view = *read;
+    enforcement::ContainerView view = *read;
     // The API server's pod of that name is known by its UID: another pod's account says nothing.
     const bool same_pod = f.raw.value("api_uid", view.pod_uid) == view.pod_uid;
     view.service_account = same_pod ? f.raw.value("service_account", "") : "";
-    enforcer::Allocation allocation =
-        enforcer::allocation_for(f.kubelet, view.container,
-                                 enforcer::trusted_annotation(view.annotations, view.pod_annotations), *parsed.policy);
+    enforcement::Allocation allocation =
+        enforcement::allocation_for(f.kubelet, view.container, enforcement::trusted_annotation(view), *parsed.policy);
     for (const auto& name : allocation.cdi_devices) {
       if (const auto nodes = f.cdi_nodes.find(name); nodes != f.cdi_nodes.end()) {
         allocation.device_paths.insert(nodes->second.begin(), nodes->second.end());
       }
     }
-    const enforcer::Decision decision = enforcer::decide(view, allocation, f.node, *parsed.policy);
+    const enforcement::Decision decision = enforcement::decide(view, allocation, f.node, *parsed.policy);
     const json& expect = f.raw["expect"];
     CHECK(action_name(decision.action) == expect["action"].get<std::string>());
-    CHECK(std::string(enforcer::why_name(decision.why)) == expect["why"].get<std::string>());
+    CHECK(std::string(enforcement::why_name(decision.why)) == expect["why"].get<std::string>());
     const auto visible = decision.set_env.find("NVIDIA_VISIBLE_DEVICES");
     if (expect.contains("visible_devices")) {
       CHECK((visible == decision.set_env.end() ? "(unchanged)" : visible->second) ==
@@ -100,17 +101,18 @@ TEST_CASE("enforcer: every fixture container gets the decision its fixture says"
     if (expect.contains("source")) CHECK(source_name(allocation.source) == expect["source"].get<std::string>());
     // A fixed point: the container as the runtime makes it after the adjustment is within its allocation,
     // and left as it is.
-    if (decision.action == enforcer::Decision::Action::adjust && decision.why == enforcer::Decision::Why::enforced) {
-      const enforcer::Decision again =
-          enforcer::decide(enforcer::with_env_set(view, decision.set_env), allocation, f.node, *parsed.policy);
+    if (decision.action == enforcement::Decision::Action::adjust &&
+        decision.why == enforcement::Decision::Why::enforced) {
+      const enforcement::Decision again =
+          enforcement::decide(enforcement::with_env_set(view, decision.set_env), allocation, f.node, *parsed.policy);
       CHECK(action_name(again.action) == "allow");
-      CHECK(std::string(enforcer::why_name(again.why)) == "within");
+      CHECK(std::string(enforcement::why_name(again.why)) == "within");
     }
   }
 }
 
 TEST_CASE("enforcer: the adjustment removes NVIDIA_VISIBLE_DEVICES, then sets it") {
-  const auto response = enforcer::env_adjustment({{"NVIDIA_VISIBLE_DEVICES", "void"}});
+  const auto response = gpuguard::nri::env_adjustment({{"NVIDIA_VISIBLE_DEVICES", "void"}});
   REQUIRE(response->adjust().env_size() == 2);
   CHECK(response->adjust().env(0).key() == "-NVIDIA_VISIBLE_DEVICES");
   CHECK(response->adjust().env(1).key() == "NVIDIA_VISIBLE_DEVICES");

@@ -14,8 +14,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "gpuguard/enforcer/allocation.hpp"
-#include "gpuguard/enforcer/decision.hpp"
+#include "gpuguard/enforcement/allocation.hpp"
+#include "gpuguard/enforcement/decision.hpp"
 
 namespace gpuguard::test {
 
@@ -23,12 +23,20 @@ struct EnforcerFixture {
   std::string name;
   nlohmann::json raw;
   std::map<std::string, std::string> policy_files;
-  enforcer::NodeView node;
-  enforcer::KubeletAnswer kubelet;
+  enforcement::NodeView node;
+  enforcement::KubeletAnswer kubelet;
   std::map<std::string, std::vector<std::string>> cdi_nodes;
+  // Where the node's links lead a bind mount's host path ("host_paths": {path: {"path": ..., "doubt": ...}});
+  // any other path leads where it says.
+  std::map<std::string, enforcement::HostPathResolution> host_paths;
+
+  enforcement::HostPathResolution resolve(std::string_view path) const {
+    const auto found = host_paths.find(std::string(path));
+    return found == host_paths.end() ? enforcement::HostPathResolution{} : found->second;
+  }
 };
 
-inline std::vector<enforcer::NodeGpu> default_node() {
+inline std::vector<enforcement::NodeGpu> default_node() {
   return {{"GPU-11111111-1111-4111-8111-111111111111", 0, "0000:10:00.0", {}},
           {"GPU-22222222-2222-4222-8222-222222222222", 1, "0000:20:00.0", {}}};
 }
@@ -47,7 +55,7 @@ inline std::vector<EnforcerFixture> enforcer_fixtures(const std::filesystem::pat
     for (const auto& [key, value] : policy.items()) f.policy_files[key] = value;
     if (f.raw.contains("node")) {
       for (const auto& gpu : f.raw["node"]) {
-        enforcer::NodeGpu node{gpu["uuid"], gpu["minor"], gpu["pci"], {}};
+        enforcement::NodeGpu node{gpu["uuid"], gpu["minor"], gpu["pci"], {}};
         const nlohmann::json migs = gpu.value("mig", nlohmann::json::object());
         for (const auto& [mig, caps] : migs.items()) {
           node.mig_cap_minors[mig] = caps.get<std::vector<unsigned>>();
@@ -59,12 +67,17 @@ inline std::vector<EnforcerFixture> enforcer_fixtures(const std::filesystem::pat
     } else {
       f.node.gpus = default_node();
     }
-    // The toolkit: unknown unless the case says (then every door is read the widest way).
+    // The toolkit: a current one (auto, 1.20.1, not Tegra) unless the case says; "toolkit": {} is one whose
+    // mode and version cannot be read.
+    if (!f.raw.contains("toolkit")) {
+      f.node.toolkit.mode = "auto";
+      f.node.toolkit.version = enforcement::ToolkitVersion{1, 20, 1};
+    }
     const nlohmann::json toolkit = f.raw.value("toolkit", nlohmann::json::object());
     if (toolkit.contains("mode")) f.node.toolkit.mode = toolkit["mode"].get<std::string>();
     if (toolkit.contains("version")) {
       const auto v = toolkit["version"].get<std::vector<int>>();
-      f.node.toolkit.version = enforcer::ToolkitVersion{v.at(0), v.at(1), v.at(2)};
+      f.node.toolkit.version = enforcement::ToolkitVersion{v.at(0), v.at(1), v.at(2)};
     }
     if (toolkit.contains("swarm_variables")) {
       f.node.toolkit.swarm_variables = toolkit["swarm_variables"].get<std::vector<std::string>>();
@@ -77,9 +90,10 @@ inline std::vector<EnforcerFixture> enforcer_fixtures(const std::filesystem::pat
     f.kubelet.answered = kubelet.value("answered", false);
     f.kubelet.error = kubelet.value("error", "");
     if (kubelet.contains("pod") && kubelet["pod"].is_object()) {
-      enforcer::PodResources pod;
+      enforcement::PodResources pod;
       for (const auto& c : kubelet["pod"]["containers"]) {
-        enforcer::PodResources::Container container{c["name"], {}, c.value("cdi_devices", std::vector<std::string>{})};
+        enforcement::PodResources::Container container{
+            c["name"], {}, c.value("cdi_devices", std::vector<std::string>{})};
         for (const auto& d : c["devices"]) container.devices.push_back({d["resource"], d["ids"]});
         pod.containers.push_back(std::move(container));
       }
@@ -90,7 +104,12 @@ inline std::vector<EnforcerFixture> enforcer_fixtures(const std::filesystem::pat
       f.cdi_nodes[name] = paths.get<std::vector<std::string>>();
       f.node.cdi_devices[name] = f.cdi_nodes[name];
     }
-    enforcer::add_mig_devices_from_cdi(f.node);
+    const nlohmann::json host_paths = f.raw.value("host_paths", nlohmann::json::object());
+    for (const auto& [path, where] : host_paths.items()) {
+      f.host_paths[path] = {where.value("path", ""), where.value("doubt", "")};
+    }
+    if (toolkit.contains("tegra")) f.node.toolkit.tegra = toolkit["tegra"].get<bool>();
+    enforcement::add_mig_devices_from_cdi(f.node);
     fixtures.push_back(std::move(f));
   }
   return fixtures;

@@ -54,7 +54,7 @@ class FakeKubelet final : public v1::PodResourcesLister::Service {
     server_ = builder.BuildAndStart();
   }
   ~FakeKubelet() override { server_->Shutdown(std::chrono::system_clock::now() + 1s); }
-  void set(const std::string& pod_namespace, const std::string& name, const enforcer::PodResources& pod) {
+  void set(const std::string& pod_namespace, const std::string& name, const enforcement::PodResources& pod) {
     v1::PodResources converted;
     converted.set_namespace_(pod_namespace);
     converted.set_name(name);
@@ -235,6 +235,79 @@ class InjectorProcess {
   pid_t pid_ = -1;
 };
 
+// A binary carrying Go's build information as NVIDIA's release build stamps it (-X
+// github.com/NVIDIA/nvidia-container-toolkit/internal/info.version=<version>): the format of Go's
+// debug/buildinfo, a 32-byte header, then the Go version and the module information, each a varint length
+// and its bytes.
+std::string stamped_go_binary(const std::string& version) {
+  const auto with_length = [](const std::string& text) {
+    std::string out;
+    for (std::size_t n = text.size();; n >>= 7) {
+      out.push_back(static_cast<char>((n & 0x7f) | (n > 0x7f ? 0x80 : 0)));
+      if (n <= 0x7f) break;
+    }
+    return out + text;
+  };
+  const std::string sentinel(16, '\x5a');
+  const std::string info =
+      sentinel +
+      "path\tgithub.com/NVIDIA/nvidia-container-toolkit/cmd/nvidia-container-runtime\n"
+      "mod\tgithub.com/NVIDIA/nvidia-container-toolkit\t(devel)\t\n"
+      "build\t-ldflags=\"-s -w -X github.com/NVIDIA/nvidia-container-toolkit/internal/info.version=" +
+      version + "\"\n" + sentinel;
+  std::string header = "\xff Go buildinf:";
+  header.push_back(8);  // pointer size
+  header.push_back(2);  // the strings follow inline (Go 1.18 and later)
+  header.append(16, '\0');
+  return std::string(
+             "\x7f"
+             "ELF") +
+         std::string(4092, '\0') + header + with_length("go1.24.6") + with_length(info);
+}
+
+// NVIDIA's toolkit on the node as the GPU Operator installs it: containerd's default handler runs its wrapper
+// script, which starts the real binary with the configuration it names. The binary is NVIDIA's own
+// nvidia-container-runtime, built from e2e/go.mod (1.20.1), where the fixture's toolkit is that or unsaid;
+// else one carrying Go's build information stamped with the fixture's version, or none where the fixture's
+// version is not known. A package database says 1.17.8 throughout: what runs decides, not what a package
+// installed. "toolkit": {} is a toolkit whose mode cannot be read.
+void install_toolkit(Node& node, const EnforcerFixture& f) {
+  const std::string dir = "usr/local/nvidia/toolkit";
+  const bool current = !f.raw.contains("toolkit");
+  const json toolkit = f.raw.value("toolkit", json::object());
+  node.host.write("etc/containerd/config.toml",
+                  "version = 3\n[plugins.\"io.containerd.cri.v1.runtime\".containerd]\n  default_runtime_name = "
+                  "\"nvidia\"\n[plugins.\"io.containerd.cri.v1.runtime\".containerd.runtimes.nvidia.options]\n"
+                  "  BinaryName = \"/" +
+                      dir + "/nvidia-container-runtime\"\n");
+  node.host.write(dir + "/nvidia-container-runtime", "#! /bin/sh\nPATH=/" + dir +
+                                                         ":$PATH \\\nNVIDIA_CTK_CONFIG_FILE_PATH=/" + dir +
+                                                         "/.config/nvidia-container-runtime/config.toml \\\n\t/" + dir +
+                                                         "/nvidia-container-runtime.real \\\n\t\t\"$@\"\n");
+  const fs::path real = node.host.root() / dir / "nvidia-container-runtime.real";
+  if (current || toolkit.value("version", json::array()) == json::array({1, 20, 1})) {
+    fs::copy_file(GPUGUARD_NVIDIA_RUNTIME_BIN, real, fs::copy_options::overwrite_existing);
+  } else if (toolkit.contains("version")) {
+    const auto v = toolkit["version"].get<std::vector<int>>();
+    node.host.write(dir + "/nvidia-container-runtime.real",
+                    stamped_go_binary(std::to_string(v[0]) + "." + std::to_string(v[1]) + "." + std::to_string(v[2])));
+  } else {
+    node.host.write(dir + "/nvidia-container-runtime.real", "not a Go binary");
+  }
+  std::string config;
+  if (toolkit.contains("swarm_variables")) {
+    std::string names;
+    for (const auto& name : toolkit["swarm_variables"]) names += (names.empty() ? "" : ",") + name.get<std::string>();
+    config += "swarm-resource = \"" + names + "\"\n";
+  }
+  const std::string mode = current ? "auto" : toolkit.value("mode", std::string("unknown-to-the-enforcer"));
+  config += "[nvidia-container-runtime]\nmode = \"" + mode + "\"\n";
+  node.host.write(dir + "/.config/nvidia-container-runtime/config.toml", config);
+  node.host.write("var/lib/dpkg/status",
+                  "Package: nvidia-container-toolkit-base\nStatus: install ok installed\nVersion: 1.17.8-1\n\n");
+  if (toolkit.value("tegra", false)) node.host.write("etc/nv_tegra_release", "# R36 (release)\n");
+}
+
 json create_step(const json& pod, const json& container) {
   return {{"create", {{"pod", pod}, {"container", container}}}};
 }
@@ -260,7 +333,8 @@ TEST_CASE("every fixture, sent through NRI's own runtime to the real enforcer, g
     const std::string key =
         json(f.policy_files).dump() + (f.kubelet.answered ? "+kubelet" : "-kubelet") +
         (f.raw.contains("service_account") ? "+api" : "") + f.raw.value("toolkit", json::object()).dump() +
-        f.raw.value("mps_roots", json::array()).dump() + f.raw.value("cdi_specs", json::object()).dump();
+        f.raw.value("mps_roots", json::array()).dump() + f.raw.value("cdi_specs", json::object()).dump() +
+        f.raw.value("host_paths", json::object()).dump() + (f.raw.contains("toolkit") ? "" : "(current toolkit)");
     groups[key].push_back(std::move(f));
   }
   for (auto& [key, fixtures] : groups) {
@@ -271,25 +345,11 @@ TEST_CASE("every fixture, sent through NRI's own runtime to the real enforcer, g
     if (fixtures.front().kubelet.answered) kubelet = std::make_unique<FakeKubelet>(node.kubelet_socket);
     FakeApiserver apiserver("enforcer-token");
     std::vector<std::string> flags;
-    const json toolkit = fixtures.front().raw.value("toolkit", json::object());
-    if (toolkit.contains("mode") || toolkit.contains("swarm_variables")) {
-      std::string config;
-      if (toolkit.contains("swarm_variables")) {
-        std::string names;
-        for (const auto& name : toolkit["swarm_variables"])
-          names += (names.empty() ? "" : ",") + name.get<std::string>();
-        config += "swarm-resource = \"" + names + "\"\n";
-      }
-      if (toolkit.contains("mode"))
-        config += "[nvidia-container-runtime]\nmode = \"" + toolkit["mode"].get<std::string>() + "\"\n";
-      node.host.write("etc/nvidia-container-runtime/config.toml", config);
-    }
-    if (toolkit.contains("version")) {
-      const auto v = toolkit["version"].get<std::vector<int>>();
-      node.host.write("var/lib/dpkg/status",
-                      "Package: nvidia-container-toolkit-base\nStatus: install ok installed\n"
-                      "Version: " +
-                          std::to_string(v[0]) + "." + std::to_string(v[1]) + "." + std::to_string(v[2]) + "-1\n\n");
+    install_toolkit(node, fixtures.front());
+    for (const auto& [path, where] : fixtures.front().host_paths) {
+      if (where.path.empty()) continue;  // a doubt the enforcer finds by the path alone
+      fs::create_directories((node.host.root() / path.substr(1)).parent_path());
+      fs::create_symlink(where.path, node.host.root() / path.substr(1));
     }
     const json mps_roots = fixtures.front().raw.value("mps_roots", json::array());
     for (const auto& root : mps_roots) {
@@ -454,7 +514,7 @@ TEST_CASE("sandboxes made at once are fetched in one List, and their containers 
   Node node;
   FakeKubelet kubelet(node.kubelet_socket);
   for (const std::string name : {"a", "b", "c"}) {
-    enforcer::PodResources pod;
+    enforcement::PodResources pod;
     pod.containers.push_back({"app", {{"nvidia.com/gpu", {first_gpu}}}, {}});
     kubelet.set("team-a", name, pod);
   }
@@ -569,7 +629,7 @@ TEST_CASE("garbage, or a frame cut off, from the runtime: the enforcer drops the
 TEST_CASE("running containers beyond their allocation are reported at registration, and no longer once removed") {
   Node node;
   FakeKubelet kubelet(node.kubelet_socket);
-  kubelet.set("team-a", "old", {{{"app", {}, {}}}});
+  kubelet.set("team-a", "old", {{{"app", {}, {}}}, {}});
   FakeApiserver apiserver("enforcer-token");
   apiserver.collect_posts("/api/v1/namespaces/default/events");
   std::ofstream(node.dir / "token") << "enforcer-token";
@@ -612,7 +672,7 @@ TEST_CASE(
     "break glass: while its ConfigMap exists every container is created as it is, within seconds of each change") {
   Node node;
   FakeKubelet kubelet(node.kubelet_socket);
-  kubelet.set("team-a", "pod", {{{"app", {}, {}}}});
+  kubelet.set("team-a", "pod", {{{"app", {}, {}}}, {}});
   FakeApiserver apiserver("enforcer-token");
   std::ofstream(node.dir / "token") << "enforcer-token";
   // Another ConfigMap of the namespace is not the break glass: only the one named is.
@@ -678,7 +738,7 @@ TEST_CASE("validation: devices another NRI plugin adds beyond the allocation are
   Node node;
   FakeKubelet kubelet(node.kubelet_socket);
   const std::string gpu0 = default_node()[0].uuid;
-  kubelet.set("team-a", "holder", {{{"app", {{"nvidia.com/gpu", {gpu0}}}, {}}}});
+  kubelet.set("team-a", "holder", {{{"app", {{"nvidia.com/gpu", {gpu0}}}, {}}}, {}});
   EnforcerProcess enforcer(node);
   json gpu_container = cuda_container("c3");
   gpu_container["env"] = json::array({"NVIDIA_VISIBLE_DEVICES=" + gpu0});
@@ -694,7 +754,8 @@ TEST_CASE("validation: devices another NRI plugin adds beyond the allocation are
     REQUIRE(out[1].contains("error"));
     CHECK_THAT(out[1]["error"].get<std::string>(),
                Catch::Contains("validator \"50-gpuguard\" rejected container adjustment"));
-    CHECK_THAT(out[1]["error"].get<std::string>(), Catch::Contains("CDI device nvidia.com/gpu=all names"));
+    CHECK_THAT(out[1]["error"].get<std::string>(),
+               Catch::Contains("CDI device nvidia.com/gpu=all, not a device of the allocation"));
   }
   {
     InjectorProcess injector(node, {"--cdi-device", "nvidia.com/gpu=" + gpu0});
@@ -780,7 +841,7 @@ TEST_CASE("the largest request an attacker can make: answered with a bounded ref
 TEST_CASE("a kubelet that answers too much: a container that reaches GPUs is refused, never let through") {
   Node node;
   FakeKubelet kubelet(node.kubelet_socket);
-  kubelet.set("team-a", "big", {{{"app", {}, {}}}});
+  kubelet.set("team-a", "big", {{{"app", {}, {}}}, {}});
   kubelet.set_padding(100'000);  // about 21 MB, over the enforcer's 16 MiB
   EnforcerProcess enforcer(node);
   json without_gpu = cuda_container("c2");

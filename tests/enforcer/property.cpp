@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <sstream>
 
-#include "gpuguard/enforcer/nri_view.hpp"
+#include "gpuguard/nri/container_view.hpp"
 #include "proto_writer.hpp"
 
 namespace gpuguard::test::property {
@@ -46,6 +46,13 @@ std::string device_value(Choices& c, const Case& made) {
                                   "0,1",
                                   "1:0",
                                   "0:1",
+                                  "1:0.0",    // MIG device 0 of GPU 1 to the CLI's sscanf("%lu:%lu")
+                                  "01:00.0",  // the same, and a PCI bus id to a reader that takes one
+                                  "1:0:0",    // sscanf's PCI form, and then its MIG form
+                                  " 1:0",
+                                  "+1:0",
+                                  "0:10:0",  // a PCI bus id without its function: sscanf reads three numbers
+                                  "0:10:00.0",
                                   "/var/run/nvidia-container-devices",
                                   "nvidia.com/gpu=all",
                                   "nvidia.com/gpu=0",
@@ -76,7 +83,7 @@ void add_env(Case& made, const std::string& entry) {
 }
 
 void add_mount(Case& made, const std::string& source, const std::string& destination) {
-  made.spec.mounts.push_back({destination, source, "bind", {"rbind", "ro"}});
+  made.spec.mounts.push_back({destination, source, "bind", {"rbind", "ro"}, {}, {}});
   made.story += "  mount " + source + " at " + destination + "\n";
 }
 
@@ -100,14 +107,14 @@ std::string list_destination(Choices& c, const std::string& name) {
 void make_node(Choices& c, Case& made) {
   const std::size_t gpus = 1 + c.pick(3);
   for (std::size_t i = 0; i < gpus; ++i) {
-    enforcer::NodeGpu gpu{
+    enforcement::NodeGpu gpu{
         uuid("GPU", static_cast<int>(i)), static_cast<unsigned>(i), "0000:" + std::to_string(10 + i) + ":00.0", {}};
     made.node.cdi["nvidia.com/gpu=" + std::to_string(i)] = {"/dev/nvidia" + std::to_string(i)};
     made.node.cdi["nvidia.com/gpu=" + gpu.uuid] = {"/dev/nvidia" + std::to_string(i)};
     made.node.gpus.push_back(std::move(gpu));
   }
   if (c.chance(30)) {  // the last GPU in MIG mode, with two MIG devices
-    enforcer::NodeGpu& gpu = made.node.gpus.back();
+    enforcement::NodeGpu& gpu = made.node.gpus.back();
     gpu.mig_enabled = true;
     gpu.mig_listed = true;
     for (int j = 0; j < 2; ++j) {
@@ -144,7 +151,7 @@ void make_node(Choices& c, Case& made) {
   for (const auto& [name, nodes] : made.node.cdi) {
     if (c.chance(90)) made.known.cdi_devices[name] = nodes;
   }
-  enforcer::add_mig_devices_from_cdi(made.known);
+  enforcement::add_mig_devices_from_cdi(made.known);
 
   Config actual;
   actual.mode = c.one_of(kModes);
@@ -156,24 +163,17 @@ void make_node(Choices& c, Case& made) {
   made.known.toolkit.swarm_variables = actual.swarm;
   const bool mode_known = c.chance(60);
   const bool version_known = c.chance(60);
-  if (mode_known) {
-    // As the node report resolves auto: jit-cdi from 1.18.0 where a driver is there, legacy before.
-    made.known.toolkit.mode =
-        actual.mode == "auto" ? (actual.version >= std::tuple{1, 18, 0} ? "jit-cdi" : "legacy") : actual.mode;
-  }
+  if (mode_known) made.known.toolkit.mode = actual.mode;  // as configured: auto is not resolved
   if (version_known) {
     const auto [a, b, d] = actual.version;
-    made.known.toolkit.version = enforcer::ToolkitVersion{a, b, d};
+    made.known.toolkit.version = enforcement::ToolkitVersion{a, b, d};
   }
   // Every toolkit the enforcer's reading allows: the settings it does not read all vary.
   for (const std::string& mode : kModes) {
     for (const auto& version : kVersions) {
       if (mode == "jit-cdi" && version < std::tuple{1, 18, 0}) continue;
       if (version_known && version != actual.version) continue;
-      if (mode_known) {
-        const std::string resolved = mode == "auto" ? (version >= std::tuple{1, 18, 0} ? "jit-cdi" : "legacy") : mode;
-        if (resolved != *made.known.toolkit.mode) continue;
-      }
+      if (mode_known && mode != *made.known.toolkit.mode) continue;
       for (const bool mounts : {false, true}) {
         for (const bool envvar : {false, true}) {
           Config config;
@@ -191,8 +191,8 @@ void make_node(Choices& c, Case& made) {
 
 void make_allocation(Choices& c, Case& made) {
   made.allocation.source =
-      c.chance(90) ? enforcer::Allocation::Source::pod_resources : enforcer::Allocation::Source::unknown;
-  if (made.allocation.source == enforcer::Allocation::Source::unknown) return;
+      c.chance(90) ? enforcement::Allocation::Source::pod_resources : enforcement::Allocation::Source::unknown;
+  if (made.allocation.source == enforcement::Allocation::Source::unknown) return;
   for (const auto& gpu : made.node.gpus) {
     if (!gpu.mig_cap_minors.empty()) {
       if (c.chance(40)) made.allocation.gpus.insert(gpu.mig_cap_minors.begin()->first);
@@ -313,14 +313,14 @@ std::string container_message(const toolkit::Spec& spec) {
   container.bytes(1, "ctr").bytes(3, "app");
   for (const auto& [key, value] : spec.annotations) container.message(6, ProtoWriter().bytes(1, key).bytes(2, value));
   for (const std::string& entry : spec.env) container.bytes(8, entry);
-  for (const enforcer::Mount& m : spec.mounts) {
+  for (const enforcement::Mount& m : spec.mounts) {
     ProtoWriter mount;
     mount.bytes(1, m.destination).bytes(2, m.type).bytes(3, m.source);
     for (const std::string& option : m.options) mount.bytes(4, option);
     container.message(9, mount);
   }
   ProtoWriter linux_part, resources;
-  for (const enforcer::Device& d : spec.devices) {
+  for (const enforcement::Device& d : spec.devices) {
     linux_part.message(2, ProtoWriter()
                               .bytes(1, d.path)
                               .bytes(2, d.type)
@@ -357,7 +357,7 @@ Case generate(Choices& c) {
   made.container = container_message(made.spec);
   made.story.insert(
       0, "allocated: " + join(std::vector<std::string>(made.allocation.gpus.begin(), made.allocation.gpus.end()), ",") +
-             (made.allocation.source == enforcer::Allocation::Source::unknown ? " (unknown)" : "") + "\n");
+             (made.allocation.source == enforcement::Allocation::Source::unknown ? " (unknown)" : "") + "\n");
   return made;
 }
 
@@ -391,14 +391,16 @@ std::vector<std::string> apply_env(const std::vector<std::string>& env,
 }
 
 std::optional<std::string> check(const Case& c) {
-  const std::optional<enforcer::ContainerView> view = enforcer::view_of(c.pod, c.container, c.known, {});
+  const std::optional<enforcement::ContainerView> view =
+      gpuguard::nri::view_of(c.pod, c.container, c.known, {}, gpuguard::nri::as_written);
   if (!view) return "the view could not be read";
-  const enforcer::Decision decision = enforcer::decide(*view, c.allocation, c.known, c.policy);
-  if (decision.action == enforcer::Decision::Action::refuse) return std::nullopt;
+  const enforcement::Decision decision = enforcement::decide(*view, c.allocation, c.known, c.policy);
+  if (decision.action == enforcement::Decision::Action::refuse) return std::nullopt;
   if (c.spec.every_device) {
     // Privileged: reported, never confined (docs/node-enforcer.md); what it reaches is not the property's.
-    return decision.why == enforcer::Decision::Why::privileged ? std::nullopt
-                                                               : std::optional<std::string>("privileged, not reported");
+    return decision.why == enforcement::Decision::Why::privileged
+               ? std::nullopt
+               : std::optional<std::string>("privileged, not reported");
   }
   // What may be had: the allocated GPUs and MIG devices (a MIG device's parent too: in MIG mode its node
   // alone computes nothing), their nodes and capabilities, the claimed IMEX channels.
@@ -438,8 +440,8 @@ std::optional<std::string> check(const Case& c) {
     out << "toolkit " << config.mode << " " << a << "." << b << "." << d
         << (config.volume_mounts ? " volume-mounts" : "")
         << (config.envvar_when_unprivileged ? " envvar-when-unprivileged" : "") << " gives " << join(beyond, ", ")
-        << "\nthe enforcer: " << enforcer::why_name(decision.why) << " "
-        << (decision.action == enforcer::Decision::Action::adjust ? "adjust" : "allow") << " " << decision.message
+        << "\nthe enforcer: " << enforcement::why_name(decision.why) << " "
+        << (decision.action == enforcement::Decision::Action::adjust ? "adjust" : "allow") << " " << decision.message
         << "\nfinal env: " << join(final_spec.env, " | ") << "\n"
         << c.story << "known mode: " << c.known.toolkit.mode.value_or("?")
         << ", GPUs known: " << (c.known.gpus_unknown.empty() ? "yes" : "no");

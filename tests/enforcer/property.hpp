@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "gpuguard/enforcer/decision.hpp"
+#include "gpuguard/enforcement/decision.hpp"
 #include "toolkit_model.hpp"
 
 namespace gpuguard::test::property {
@@ -31,11 +31,11 @@ class Choices {
 
 struct Case {
   toolkit::Node node;                    // the node as it is
-  enforcer::NodeView known;              // the node as the enforcer reads it
+  enforcement::NodeView known;           // the node as the enforcer reads it
   std::vector<toolkit::Config> configs;  // every toolkit the node may run, as far as the enforcer can tell
   std::string pod, container;            // NRI's PodSandbox and Container, as the runtime sends them
   toolkit::Spec spec;                    // the same container as the toolkit reads it
-  enforcer::Allocation allocation;
+  enforcement::Allocation allocation;
   policy::Policy policy;
   std::string story;  // what was made, for a counterexample
 };

@@ -6,7 +6,7 @@
 
 #include <random>
 
-#include "gpuguard/enforcer/nri_view.hpp"
+#include "gpuguard/nri/container_view.hpp"
 #include "property.hpp"
 
 using namespace gpuguard;
@@ -44,11 +44,11 @@ TEST_CASE(
     const auto counterexample = property::check(made);
     INFO("seed " << seed);
     if (counterexample) FAIL(*counterexample);
-    const auto view = enforcer::view_of(made.pod, made.container, made.known, {});
-    const auto action = enforcer::decide(*view, made.allocation, made.known, made.policy).action;
-    refused += action == enforcer::Decision::Action::refuse ? 1 : 0;
-    adjusted += action == enforcer::Decision::Action::adjust ? 1 : 0;
-    allowed += action == enforcer::Decision::Action::allow ? 1 : 0;
+    const auto view = gpuguard::nri::view_of(made.pod, made.container, made.known, {}, gpuguard::nri::as_written);
+    const auto action = enforcement::decide(*view, made.allocation, made.known, made.policy).action;
+    refused += action == enforcement::Decision::Action::refuse ? 1 : 0;
+    adjusted += action == enforcement::Decision::Action::adjust ? 1 : 0;
+    allowed += action == enforcement::Decision::Action::allow ? 1 : 0;
   }
   // The generator reaches each outcome often: a property that only ever saw refusals would hold vacuously.
   CHECK(refused > 4'000);
@@ -99,9 +99,9 @@ TEST_CASE("enforcer: the toolkit model reads NVIDIA_VISIBLE_DEVICES as a real no
   legacy.volume_mounts = true;
   toolkit::Spec listed;
   listed.env = {"NVIDIA_VISIBLE_DEVICES=void"};
-  listed.mounts = {{"//var/run/nvidia-container-devicesall", "/dev/null", "bind", {}}};
+  listed.mounts = {{"//var/run/nvidia-container-devicesall", "/dev/null", "bind", {}, {}, {}}};
   CHECK(toolkit::gives(listed, legacy, node).gpus.size() == 2);
-  listed.mounts = {{"/run/nvidia-container-devices/all", "/dev/null", "bind", {}}};
+  listed.mounts = {{"/run/nvidia-container-devices/all", "/dev/null", "bind", {}, {}, {}}};
   CHECK(toolkit::gives(listed, legacy, node).gpus.empty());
 }
 

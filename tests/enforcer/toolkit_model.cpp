@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <tuple>
 
 namespace gpuguard::test::toolkit {
 namespace {
@@ -169,7 +170,7 @@ class Reading {
   // the rest with '/' trimmed; deduplicated by destination.
   std::vector<std::string> mount_names() const {
     std::vector<std::string> names, seen;
-    for (const enforcer::Mount& mount : spec_.mounts) {
+    for (const enforcement::Mount& mount : spec_.mounts) {
       if (clean(mount.source) != "/dev/null") continue;
       const std::string destination = clean(mount.destination);
       if (!destination.starts_with(kDevicesRoot)) continue;
@@ -258,31 +259,100 @@ class Reading {
     return true;
   }
 
-  // A device by NVML's index, "i:j", or UUID, as libnvidia-container selects it (cli/common.c select_devices):
-  // case-insensitive all (every GPU and every MIG device) and UUIDs, a PCI bus id, a decimal index; anything
-  // else fails.
+  // One device token as libnvidia-container's CLI selects it (src/cli/common.c select_devices, read at
+  // 921e2f3, the commit toolkit 1.16.2 pins; the matching is the same since 9cd2a5f, 2020): all, case-insensitive,
+  // is every GPU and every MIG device; then select_gpu_device: a GPU- UUID of the same length, case-insensitive;
+  // a PCI bus id as sscanf("%x:%02x:%02x.0") reads it (three numbers; the ".0" is not checked), compared with
+  // each GPU's bus id by its normalised prefix; a decimal index read whole by strtoumax; then
+  // select_mig_device: a MIG- UUID likewise; "%lu:%lu" as sscanf reads it, trailing bytes ignored (so
+  // "1:0.0" is MIG device 0 of GPU 1). Anything else fails ("unknown device").
   bool legacy_select(const std::string& id) {
     if (id.empty()) return true;  // skipped
     if (iequals(id, "all")) {
-      for (const enforcer::NodeGpu& gpu : node_.gpus) {
+      for (const enforcement::NodeGpu& gpu : node_.gpus) {
         add_gpu(gpu);
         for (const auto& [mig, caps] : gpu.mig_cap_minors) add_mig(gpu, mig);
       }
       return true;
     }
-    for (const enforcer::NodeGpu& gpu : node_.gpus) {
-      if (iequals(id, gpu.uuid) || iequals(id, gpu.pci_address)) {
+    for (const enforcement::NodeGpu& gpu : node_.gpus) {
+      if (id.size() > 4 && iequals(id.substr(0, 4), "GPU-") && iequals(id, gpu.uuid)) {
         add_gpu(gpu);
         return true;
       }
+    }
+    if (const auto bus = scan_pci(id)) {
+      for (const enforcement::NodeGpu& gpu : node_.gpus) {
+        if (const auto own = scan_pci(gpu.pci_address); own && *own == *bus) {
+          add_gpu(gpu);
+          return true;
+        }
+      }
+    }
+    if (decimal(id) && std::stoul(id) < node_.gpus.size()) {
+      add_gpu(node_.gpus[std::stoul(id)]);
+      return true;
+    }
+    for (const enforcement::NodeGpu& gpu : node_.gpus) {
       for (const auto& [mig, caps] : gpu.mig_cap_minors) {
-        if (iequals(id, mig)) {
+        if (id.size() > 4 && iequals(id.substr(0, 4), "MIG-") && iequals(id, mig)) {
           add_mig(gpu, mig);
           return true;
         }
       }
     }
-    return index_select(id);
+    if (const auto pair = scan_two(id); pair && pair->first < node_.gpus.size()) {
+      const enforcement::NodeGpu& gpu = node_.gpus[pair->first];
+      if (pair->second < gpu.mig_cap_minors.size()) {
+        add_mig(gpu, std::next(gpu.mig_cap_minors.begin(), static_cast<std::ptrdiff_t>(pair->second))->first);
+        return true;
+      }
+    }
+    return false;
+  }
+
+  // sscanf's %lu: leading spaces, an optional sign, decimal digits (strtoul: a minus wraps).
+  static std::optional<unsigned long> scan_unsigned(std::string_view& s, int base = 10, std::size_t width = 0) {
+    while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
+    bool negative = false;
+    if (!s.empty() && (s.front() == '+' || s.front() == '-')) {
+      negative = s.front() == '-';
+      s.remove_prefix(1);
+    }
+    std::size_t n = 0;
+    unsigned long value = 0;
+    while (n < s.size() && (width == 0 || n < width) && std::isxdigit(static_cast<unsigned char>(s[n])) &&
+           (base == 16 || std::isdigit(static_cast<unsigned char>(s[n])))) {
+      const char c = static_cast<char>(std::tolower(static_cast<unsigned char>(s[n])));
+      value = value * static_cast<unsigned long>(base) + static_cast<unsigned long>(c <= '9' ? c - '0' : c - 'a' + 10);
+      ++n;
+    }
+    if (n == 0) return std::nullopt;
+    s.remove_prefix(n);
+    return negative ? 0UL - value : value;
+  }
+
+  // sscanf(id, "%lu:%lu", &i, &j) == 2.
+  static std::optional<std::pair<unsigned long, unsigned long>> scan_two(std::string_view s) {
+    const auto i = scan_unsigned(s);
+    if (!i || !s.starts_with(':')) return std::nullopt;
+    s.remove_prefix(1);
+    const auto j = scan_unsigned(s);
+    if (!j) return std::nullopt;
+    return std::pair{*i, *j};
+  }
+
+  // sscanf(id, "%x:%02x:%02x.0", &domain, &bus, &device) == 3, as the three numbers.
+  static std::optional<std::tuple<unsigned long, unsigned long, unsigned long>> scan_pci(std::string_view s) {
+    const auto domain = scan_unsigned(s, 16);
+    if (!domain || !s.starts_with(':')) return std::nullopt;
+    s.remove_prefix(1);
+    const auto bus = scan_unsigned(s, 16, 2);
+    if (!bus || !s.starts_with(':')) return std::nullopt;
+    s.remove_prefix(1);
+    const auto device = scan_unsigned(s, 16, 2);
+    if (!device) return std::nullopt;
+    return std::tuple{*domain, *bus, *device};
   }
 
   bool index_select(const std::string& id) {
@@ -291,7 +361,7 @@ class Reading {
     if (!decimal(gpu_part)) return false;
     const std::size_t index = std::stoul(gpu_part);
     if (index >= node_.gpus.size()) return false;
-    const enforcer::NodeGpu& gpu = node_.gpus[index];
+    const enforcement::NodeGpu& gpu = node_.gpus[index];
     if (colon == std::string::npos) {
       add_gpu(gpu);
       return true;
@@ -302,12 +372,12 @@ class Reading {
     return true;
   }
 
-  void add_gpu(const enforcer::NodeGpu& gpu) {
+  void add_gpu(const enforcement::NodeGpu& gpu) {
     given_.gpus.insert(gpu.uuid);
     given_.gpu_nodes.insert(gpu.minor);
   }
 
-  void add_mig(const enforcer::NodeGpu& gpu, const std::string& mig) {
+  void add_mig(const enforcement::NodeGpu& gpu, const std::string& mig) {
     given_.gpus.insert(mig);
     given_.gpu_nodes.insert(gpu.minor);  // a MIG device's container opens its parent's node
     const auto& caps = gpu.mig_cap_minors.at(mig);
@@ -467,7 +537,7 @@ class Reading {
     for (const std::string& name : names) {
       if (name.starts_with(std::string(kManagementKind) + "=")) {
         // Every GPU's node and every IMEX channel (pkg/nvcdi/management.go:96-108).
-        for (const enforcer::NodeGpu& gpu : node_.gpus) {
+        for (const enforcement::NodeGpu& gpu : node_.gpus) {
           given_.gpu_nodes.insert(gpu.minor);
           given_.gpus.insert(gpu.uuid);
           for (const auto& [mig, caps] : gpu.mig_cap_minors) given_.cap_nodes.insert(caps.begin(), caps.end());
@@ -485,6 +555,22 @@ class Reading {
     bool from_env = false;
     const auto list = requests(false, from_env);
     if (!list) return;
+    if (csv && !at_least({1, 19, 0})) {
+      // 1.14 to 1.18: any request but void is the whole CSV spec (internal/modifier/csv.go NewCSVModifier).
+      for (const enforcement::NodeGpu& gpu : node_.gpus) add_gpu(gpu);
+      return;
+    }
+    if (csv && node_.gpus.size() <= 1) {
+      // 1.19 and later, one device or no NVML: only all and 0 are read, each the whole spec (csv.go).
+      for (const std::string& id : *list) {
+        if (!id.empty() && id != "all" && id != "0") {
+          fail("unsupported device id " + id + " (csv.go)");
+          return;
+        }
+      }
+      for (const enforcement::NodeGpu& gpu : node_.gpus) add_gpu(gpu);
+      return;
+    }
     std::vector<std::string> names;
     for (std::string id : *list) {
       if (id.empty()) {
@@ -496,7 +582,7 @@ class Reading {
     }
     if (names.empty()) {
       // GetSpec with no ids is all (wrapper.go:52-55).
-      for (const enforcer::NodeGpu& gpu : node_.gpus) add_gpu(gpu);
+      for (const enforcement::NodeGpu& gpu : node_.gpus) add_gpu(gpu);
       imex(false, true);
       return;
     }
@@ -513,7 +599,7 @@ class Reading {
         return;
       }
       if (id == "all") {
-        for (const enforcer::NodeGpu& gpu : node_.gpus) {
+        for (const enforcement::NodeGpu& gpu : node_.gpus) {
           if (gpu.mig_cap_minors.empty()) {
             add_gpu(gpu);
           } else {
@@ -525,7 +611,7 @@ class Reading {
     }
     for (const std::string& id : ids) {
       bool found = false;
-      for (const enforcer::NodeGpu& gpu : node_.gpus) {
+      for (const enforcement::NodeGpu& gpu : node_.gpus) {
         if (id == gpu.uuid) {
           add_gpu(gpu);
           found = true;
@@ -548,7 +634,7 @@ class Reading {
   // device cgroup rules, with which a container holding CAP_MKNOD (the runtime's default) makes any node
   // they allow.
   void spec_devices() {
-    for (const enforcer::Device& device : spec_.devices) {
+    for (const enforcement::Device& device : spec_.devices) {
       if (device.major == kNvidiaMajor && device.minor >= 0 && device.minor < 254) {
         given_.gpu_nodes.insert(static_cast<unsigned>(device.minor));
       } else {
@@ -557,14 +643,14 @@ class Reading {
     }
     for (const auto& [major, minor] : spec_.cgroup_allows) {
       if (major && *major != kNvidiaMajor) continue;
-      for (const enforcer::NodeGpu& gpu : node_.gpus) {
+      for (const enforcement::NodeGpu& gpu : node_.gpus) {
         if (!minor || *minor == gpu.minor) given_.gpu_nodes.insert(gpu.minor);
       }
     }
     if (spec_.every_device) {
-      for (const enforcer::NodeGpu& gpu : node_.gpus) add_gpu(gpu);
+      for (const enforcement::NodeGpu& gpu : node_.gpus) add_gpu(gpu);
     }
-    for (const enforcer::NodeGpu& gpu : node_.gpus) {
+    for (const enforcement::NodeGpu& gpu : node_.gpus) {
       if (given_.gpu_nodes.contains(gpu.minor) && gpu.mig_cap_minors.empty()) given_.gpus.insert(gpu.uuid);
     }
   }

@@ -14,14 +14,14 @@
 #include <tuple>
 #include <vector>
 
-#include "gpuguard/enforcer/decision.hpp"
+#include "gpuguard/enforcement/decision.hpp"
 
 namespace gpuguard::test::toolkit {
 
 struct Spec {
   std::vector<std::string> env;  // process.env, in order
-  std::vector<enforcer::Mount> mounts;
-  std::vector<enforcer::Device> devices;  // linux.devices: what the runtime's CDI injection and device specs gave
+  std::vector<enforcement::Mount> mounts;
+  std::vector<enforcement::Device> devices;  // linux.devices: what the runtime's CDI injection and device specs gave
   // linux.resources.devices allow rules as (major, minor): nullopt is a wildcard. A rule for every device
   // (privileged) is every_device.
   std::vector<std::pair<std::optional<std::int64_t>, std::optional<std::int64_t>>> cgroup_allows;
@@ -42,7 +42,7 @@ struct Config {
 
 struct Node {
   // By PCI order, which is NVML's index order.
-  std::vector<enforcer::NodeGpu> gpus;
+  std::vector<enforcement::NodeGpu> gpus;
   std::map<std::string, std::vector<std::string>> cdi;  // the CDI registry: "vendor/class=name" -> device nodes
   std::set<unsigned> imex_channels;                     // /dev/nvidia-caps-imex-channels/channel<N> that exist
 };

@@ -13,6 +13,7 @@
 #include "files.hpp"
 #include "gpuguard/nodereport/host_root.hpp"
 #include "gpuguard/nodereport/node_condition.hpp"
+#include "nodereport/go_buildinfo.hpp"
 #include "nodereport/rpm_database.hpp"
 
 using namespace gpuguard;
@@ -213,6 +214,39 @@ TEST_CASE("node report: the GPU Operator's toolkit is read where it installed it
       nodereport::judge(nodereport::HostRoot(cases_dir() / "jit-cdi-1.18.1" / "root"), "none");
   CHECK(packaged.facts.toolkit_config_file == "/etc/nvidia-container-runtime/config.toml");
   CHECK(packaged.facts.toolkit_version_source == "/var/lib/dpkg/status");
+}
+
+TEST_CASE("node report: the toolkit's version is the one of the binary that runs, read from its Go build information") {
+  // NVIDIA's own nvidia-container-runtime, built from the module e2e/go.mod pins: the module's version.
+  const fs::path built(GPUGUARD_NVIDIA_RUNTIME_BIN);
+  const nodereport::HostRoot whole(built.parent_path());
+  CHECK(nodereport::toolkit_version_of_binary(whole, "/" + built.filename().string()) == "1.20.1");
+  // As NVIDIA's release build stamps it (-X .../internal/info.version), started by the GPU Operator's wrapper
+  // script, beside a package that says another version.
+  const nodereport::Report report =
+      nodereport::judge(nodereport::HostRoot(cases_dir() / "gpu-operator-binary-version" / "root"), "none");
+  const std::string dir = "/usr/local/nvidia/toolkit";
+  CHECK(report.facts.toolkit_version == "1.18.1");
+  CHECK(report.facts.toolkit_version_source == dir + "/nvidia-container-runtime.real");
+  CHECK(report.facts.toolkit_config_file == dir + "/.config/nvidia-container-runtime/config.toml");
+  CHECK(report.facts.runtime_mode == "auto");
+  CHECK(report.facts.resolved_mode == "jit-cdi");
+  CHECK_THAT(report.facts.read_files, Catch::VectorContains(dir + "/nvidia-container-runtime.real"));
+  // Files that are not such binaries, or name no version of the toolkit, say nothing.
+  const nodereport::HostRoot fixtures(cases_dir());
+  CHECK_FALSE(nodereport::toolkit_version_of_binary(fixtures, "/csv-mode/expect.json").has_value());
+  CHECK_FALSE(nodereport::toolkit_version_of_binary(fixtures, "/absent").has_value());
+  CHECK_FALSE(nodereport::toolkit_version_of_binary(whole, "/nri-runtime").has_value());
+  // The build information past the first megabyte, across a chunk's edge: found.
+  const fs::path root = fs::temp_directory_path() / ("gpuguard-go-binary-" + std::to_string(::getpid()));
+  fs::create_directories(root);
+  const std::string real = test::read_file(cases_dir() / "gpu-operator-binary-version/root" /
+                                           (dir.substr(1) + "/nvidia-container-runtime.real"));
+  const std::size_t magic = real.find("\xff Go buildinf:");
+  REQUIRE(magic != std::string::npos);
+  std::ofstream(root / "late", std::ios::binary) << std::string((std::size_t{1} << 20) - 5, '\0') << real.substr(magic);
+  CHECK(nodereport::toolkit_version_of_binary(nodereport::HostRoot(root), "/late") == "1.18.1");
+  fs::remove_all(root);
 }
 
 TEST_CASE("node report: a security fix is reported missing only where the node runs an affected version and mode") {

@@ -1,30 +1,34 @@
 #pragma once
-// The kubelet's pod-resources API (/var/lib/kubelet/pod-resources/kubelet.sock, v1 List) over gRPC, as
-// allocation.hpp's plain data. List rather than Get: Get answers a pod it does not know with a bare error
-// (code Unknown), which cannot be told from a failure, where List's absence of the pod is an answer. The
-// kubelet limits the API to 100 calls a second with a burst of 10: a call it turns away
-// (RESOURCE_EXHAUSTED) is tried again within the deadline.
+// The kubelet's pod-resources API (/var/lib/kubelet/pod-resources/kubelet.sock, v1) over gRPC: where the
+// node enforcer's allocations come from (ports.hpp's PodResourcesSource). Its answers are taken as the bytes
+// gRPC received and read as a stream (pod_resources_reader.hpp), never converted whole. Get, where the
+// kubelet serves it (KubeletPodResourcesGet: beta and on from Kubernetes 1.34, GA from 1.36), answers one
+// pod; List answers every pod, and serves where Get does not. The kubelet limits the API to 100 calls a
+// second with a burst of 10: a call it turns away (RESOURCE_EXHAUSTED, "rejected by rate limit") is tried
+// again within the deadline; an answer over the receive limit is not.
+#include <atomic>
 #include <chrono>
 #include <filesystem>
-#include <map>
 #include <memory>
 #include <string>
 
-#include "gpuguard/enforcer/allocation.hpp"
+#include "gpuguard/enforcer/ports.hpp"
 
 namespace gpuguard::enforcer {
 
-class KubeletClient {
+class KubeletClient final : public PodResourcesSource {
  public:
+  // An answer larger than this is refused by gRPC before it is read.
+  static constexpr int kMaxReceive = 16 << 20;
+
   explicit KubeletClient(const std::filesystem::path& socket);
-  ~KubeletClient();
+  ~KubeletClient() override;
   KubeletClient(const KubeletClient&) = delete;
   KubeletClient& operator=(const KubeletClient&) = delete;
 
-  // What the kubelet allocated to the pod (by namespace and name, as pod-resources knows pods).
-  KubeletAnswer pod(const std::string& pod_namespace, const std::string& pod_name, std::chrono::milliseconds deadline);
-  // Every pod the kubelet lists, by "namespace/name"; `error` set when it could not be read.
-  std::map<std::string, PodResources> all(std::chrono::milliseconds deadline, std::string& error);
+  std::string list(std::chrono::milliseconds deadline, const Wanted& wanted, const Take& take) override;
+  std::optional<KubeletAnswer> get(const std::string& pod_namespace, const std::string& pod_name,
+                                   std::chrono::milliseconds deadline) override;
 
  private:
   struct Impl;

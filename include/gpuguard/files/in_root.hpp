@@ -5,7 +5,9 @@
 // reading container's own /run, not the host's.
 #include <filesystem>
 #include <optional>
+#include <string>
 #include <string_view>
+#include <vector>
 
 namespace gpuguard::files {
 
@@ -13,5 +15,14 @@ namespace gpuguard::files {
 // that does not exist is kept as written); nullopt when its links loop. A root of "/" or "" is the
 // process's own: the kernel's resolution is the host's, and the path is returned as it is.
 std::optional<std::filesystem::path> in_root(const std::filesystem::path& root, std::string_view absolute);
+
+// Where the host's `absolute` path leads, as the kernel resolves it when runc binds it: every link on the
+// way followed inside `root` ("/" or "" is this process's own root), the path given as the host sees it.
+struct Followed {
+  std::string path;                // absolute on the host, no link left in it (a part that does not exist kept)
+  std::vector<std::string> links;  // the host paths of the links followed, in order
+  bool loops = false;              // more than the kernel's 40 links: it does not resolve
+};
+Followed follow_in_root(const std::filesystem::path& root, std::string_view absolute);
 
 }  // namespace gpuguard::files

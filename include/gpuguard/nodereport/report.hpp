@@ -52,7 +52,8 @@ struct Facts {
   bool toolkit_config = false;
   std::string toolkit_config_file;  // the one read
   std::string mode = "auto";        // as configured
-  std::string resolved_mode;        // what auto comes to, or the mode a runtime binary forces
+  std::string runtime_mode;         // the mode a runtime binary forces, else as configured (auto unresolved)
+  std::string resolved_mode;        // what auto comes to for a container that asks by name, or runtime_mode
   bool envvar_when_unprivileged = true;
   bool volume_mounts = false;
   std::string default_kind = "nvidia.com/gpu";
@@ -61,8 +62,14 @@ struct Facts {
   // from, and swarm-resource's variables, read instead of NVIDIA_VISIBLE_DEVICES when one is set.
   std::vector<std::string> annotation_prefixes = {"cdi.k8s.io/"};
   std::vector<std::string> swarm_variables;
-  std::optional<std::string> toolkit_version;  // "1.18.2", without the package revision
-  std::string toolkit_version_source;          // the file it came from
+  // "1.18.2", without the package revision: from the Go build information of the runtime binary the
+  // container runtime runs (through the GPU Operator's wrapper script to the binary it starts), else from
+  // the package database where that binary is the package's, else from the libnvidia-container beside it.
+  std::optional<std::string> toolkit_version;
+  std::string toolkit_version_source;  // the file it came from
+  bool tegra = false;                  // the host has Tegra's files: auto is csv there
+  // Every file the facts came from, for a reader that reads them again when one changes.
+  std::vector<std::string> read_files;
   // The container runtime: containerd's or CRI-O's configuration, drop-ins included.
   std::string container_runtime;  // "containerd", "cri-o", or "" when neither is configured
   std::vector<std::string> runtime_config_files;

@@ -4,7 +4,8 @@
 // admits the pod, before the sandbox, and never changes them while the pod lives: the answer read at
 // RunPodSandbox is the one every container of that sandbox is created under, restarts included. Kept by
 // sandbox ID, which no later pod reuses. One thread lists for every sandbox waiting, so a burst of pods
-// costs the kubelet one call, not one each (it allows 100 a second).
+// costs the kubelet one call, not one each (it allows 100 a second), and keeps of the list only the pods
+// waiting.
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -14,7 +15,7 @@
 #include <string>
 #include <thread>
 
-#include "gpuguard/enforcer/kubelet_client.hpp"
+#include "gpuguard/enforcer/ports.hpp"
 
 namespace gpuguard::enforcer {
 
@@ -22,7 +23,7 @@ class AllocationCache {
  public:
   // `deadline`: each List's. Sandboxes beyond `capacity` are not fetched ahead (their containers ask the
   // kubelet at creation, as without the cache).
-  AllocationCache(KubeletClient& kubelet, std::chrono::milliseconds deadline, std::size_t capacity = 4096);
+  AllocationCache(PodResourcesSource& kubelet, std::chrono::milliseconds deadline, std::size_t capacity = 4096);
   ~AllocationCache();
   AllocationCache(const AllocationCache&) = delete;
   AllocationCache& operator=(const AllocationCache&) = delete;
@@ -36,6 +37,8 @@ class AllocationCache {
   void forget(const std::string& sandbox_id);
   // Sandboxes known, fetched or under way.
   std::size_t size();
+  // Lists made since the start.
+  std::size_t lists();
 
  private:
   struct Entry {
@@ -44,14 +47,19 @@ class AllocationCache {
   };
   void run(const std::stop_token& stop);
 
-  KubeletClient& kubelet_;
+  PodResourcesSource& kubelet_;
   std::chrono::milliseconds deadline_;
   std::size_t capacity_;
   std::mutex mutex_;
   std::condition_variable_any changed_;
   std::map<std::string, Entry> entries_;  // by sandbox ID
   std::deque<std::string> pending_;       // sandbox IDs to fetch
-  std::jthread worker_;
+  std::size_t lists_ = 0;
+  std::jthread worker_;  // last: it starts on the members above
 };
+
+// One pod's answer from the kubelet, asked now within `deadline`.
+KubeletAnswer pod_answer(PodResourcesSource& kubelet, const std::string& pod_namespace, const std::string& pod_name,
+                         std::chrono::milliseconds deadline);
 
 }  // namespace gpuguard::enforcer

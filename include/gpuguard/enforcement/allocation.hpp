@@ -11,10 +11,10 @@
 #include <string_view>
 #include <vector>
 
-#include "gpuguard/enforcer/decision.hpp"
+#include "gpuguard/enforcement/decision.hpp"
 #include "gpuguard/policy/policy.hpp"
 
-namespace gpuguard::enforcer {
+namespace gpuguard::enforcement {
 
 // The annotation gpuguard's device plugin puts on each container it allocates GPUs to: their IDs,
 // comma-separated.
@@ -35,6 +35,9 @@ struct PodResources {
     std::vector<std::string> cdi_devices;  // of its DRA claims
   };
   std::vector<Container> containers;
+  // Not empty: the kubelet's entry for the pod is over what the enforcer reads (pod_resources_reader.hpp),
+  // and says why: its allocation cannot be judged.
+  std::string unreadable;
 };
 
 struct KubeletAnswer {
@@ -43,13 +46,14 @@ struct KubeletAnswer {
   std::string error;
 };
 
-// The allocated GPU IDs the annotation trustworthily carries (see above), or nullopt.
-std::optional<std::string> trusted_annotation(const std::map<std::string, std::string>& container_annotations,
-                                              const std::map<std::string, std::string>& pod_annotations);
+// The allocated GPU IDs the annotation trustworthily carries (see above), or nullopt: on CRI-O, the value in
+// its copy of the container's own annotations; on containerd, the container's, unless the pod carries the key
+// too (an admin's pod_annotations passes a pod's on, which is the pod author's).
+std::optional<std::string> trusted_annotation(const ContainerView& container);
 
 // The allocation of `container` (its name, in the pod the answer is for): its GPUs from the resources the
 // policy counts as GPUs (gpuResources), a time-sliced replica as its GPU, and its DRA claims' CDI devices.
 Allocation allocation_for(const KubeletAnswer& kubelet, const std::string& container,
                           const std::optional<std::string>& annotation, const policy::Policy& policy);
 
-}  // namespace gpuguard::enforcer
+}  // namespace gpuguard::enforcement

@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <string>
 
-#include "gpuguard/enforcer/decision.hpp"
+#include "gpuguard/enforcement/decision.hpp"
 #include "gpuguard/metrics/counters.hpp"
 #include "gpuguard/metrics/reloads.hpp"
 #include "gpuguard/nri/plugin.hpp"
@@ -18,7 +18,7 @@ namespace gpuguard::enforcer {
 class EnforcerMetrics final : public metrics::ReloadMetrics {
  public:
   explicit EnforcerMetrics(std::string version);
-  void count_decision(const Decision& decision, double seconds);
+  void count_decision(const enforcement::Decision& decision, double seconds);
   void count_kubelet_error() { kubelet_errors_.fetch_add(1, std::memory_order_relaxed); }
   void count_validation(bool rejected) {
     (rejected ? validations_rejected_ : validations_accepted_).fetch_add(1, std::memory_order_relaxed);
@@ -30,9 +30,10 @@ class EnforcerMetrics final : public metrics::ReloadMetrics {
   }
   // Whether the break glass (break_glass.hpp) lets every container be created as it is.
   void set_break_glass(bool engaged) { break_glass_.store(engaged, std::memory_order_relaxed); }
-  void set_running(std::size_t beyond, std::size_t privileged) {
+  void set_running(std::size_t beyond, std::size_t privileged, std::size_t unjudged) {
     running_beyond_.store(beyond, std::memory_order_relaxed);
     running_privileged_.store(privileged, std::memory_order_relaxed);
+    running_unjudged_.store(unjudged, std::memory_order_relaxed);
   }
   // `mode`: the nodeEnforcement mode in force.
   std::string render(const nri::PluginStats& connection, std::string_view mode) const;
@@ -46,7 +47,7 @@ class EnforcerMetrics final : public metrics::ReloadMetrics {
   std::atomic<std::size_t> node_gpus_{0};
   std::atomic<bool> gpus_known_{false};
   std::atomic<bool> break_glass_{false};
-  std::atomic<std::size_t> running_beyond_{0}, running_privileged_{0};
+  std::atomic<std::size_t> running_beyond_{0}, running_privileged_{0}, running_unjudged_{0};
 };
 
 }  // namespace gpuguard::enforcer

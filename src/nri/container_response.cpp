@@ -1,9 +1,9 @@
-// The node enforcer's answer to a CreateContainer (include/gpuguard/enforcer/nri_response.hpp).
-#include "gpuguard/enforcer/nri_response.hpp"
+// The node enforcer's answer to a CreateContainer (include/gpuguard/nri/container_response.hpp).
+#include "gpuguard/nri/container_response.hpp"
 
 #include "nri/v1alpha1/api.pb.h"
 
-namespace gpuguard::enforcer {
+namespace gpuguard::nri {
 
 std::unique_ptr<::nri::pkg::api::v1alpha1::CreateContainerResponse> env_adjustment(
     const std::map<std::string, std::string>& set_env) {
@@ -17,4 +17,4 @@ std::unique_ptr<::nri::pkg::api::v1alpha1::CreateContainerResponse> env_adjustme
   return response;
 }
 
-}  // namespace gpuguard::enforcer
+}  // namespace gpuguard::nri

@@ -1,9 +1,7 @@
-// The kubelet's allocation of a container (include/gpuguard/enforcer/allocation.hpp).
-#include "gpuguard/enforcer/allocation.hpp"
+// The kubelet's allocation of a container (include/gpuguard/enforcement/allocation.hpp).
+#include "gpuguard/enforcement/allocation.hpp"
 
-#include <nlohmann/json.hpp>
-
-namespace gpuguard::enforcer {
+namespace gpuguard::enforcement {
 namespace {
 
 std::string normalized(std::string id) {
@@ -22,23 +20,10 @@ void add(const PodResources::Container& from, const policy::Policy& policy, Allo
 
 }  // namespace
 
-std::optional<std::string> trusted_annotation(const std::map<std::string, std::string>& container_annotations,
-                                              const std::map<std::string, std::string>& pod_annotations) {
-  const std::string key(kAllocatedAnnotation);
-  const auto crio = container_annotations.find(std::string(kCrioContainerAnnotations));
-  if (crio != container_annotations.end()) {
-    // CRI-O: the container's own CRI annotations, apart from the pod's.
-    const auto own = nlohmann::json::parse(crio->second, nullptr, false);
-    if (!own.is_object()) return std::nullopt;
-    const auto value = own.find(key);
-    return value != own.end() && value->is_string() ? std::optional<std::string>(value->get<std::string>())
-                                                    : std::nullopt;
-  }
-  // containerd shows the container's CRI annotations, and a pod annotation only where an admin passes it
-  // through (pod_annotations in its runtime config): one the pod carries too may be the pod author's.
-  if (pod_annotations.contains(key)) return std::nullopt;
-  const auto value = container_annotations.find(key);
-  return value != container_annotations.end() ? std::optional<std::string>(value->second) : std::nullopt;
+std::optional<std::string> trusted_annotation(const ContainerView& container) {
+  if (container.crio_annotations) return container.allocated_annotation;
+  if (container.allocated_annotation_on_pod) return std::nullopt;
+  return container.allocated_annotation;
 }
 
 Allocation allocation_for(const KubeletAnswer& kubelet, const std::string& container,
@@ -60,6 +45,10 @@ Allocation allocation_for(const KubeletAnswer& kubelet, const std::string& conta
     } else {
       allocation.detail = "pod-resources: " + kubelet.error;
     }
+    return allocation;
+  }
+  if (kubelet.pod && !kubelet.pod->unreadable.empty()) {
+    allocation.detail = "pod-resources: " + kubelet.pod->unreadable;
     return allocation;
   }
   allocation.source = Allocation::Source::pod_resources;
@@ -84,4 +73,4 @@ Allocation allocation_for(const KubeletAnswer& kubelet, const std::string& conta
   return allocation;
 }
 
-}  // namespace gpuguard::enforcer
+}  // namespace gpuguard::enforcement

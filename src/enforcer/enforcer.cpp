@@ -1,0 +1,488 @@
+// gpuguard-node-enforcer's core (include/gpuguard/enforcer/enforcer.hpp).
+#include "gpuguard/enforcer/enforcer.hpp"
+
+#include <deque>
+#include <future>
+#include <map>
+#include <mutex>
+#include <set>
+
+#include "gpuguard/enforcer/allocation_cache.hpp"
+#include "gpuguard/log/log.hpp"
+#include "gpuguard/nri/container_response.hpp"
+#include "gpuguard/nri/container_view.hpp"
+#include "gpuguard/nri/messages.hpp"
+#include "nri/v1alpha1/api.pb.h"
+
+namespace gpuguard::enforcer {
+namespace {
+
+using enforcement::kMessageMax;
+using enforcement::kNameMax;
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+constexpr std::size_t kServiceAccountCache = 1024;
+constexpr std::size_t kReportedMax = 20;     // containers named in one Node event
+constexpr std::size_t kSyncPodsMax = 16384;  // pods a Synchronize remembers until its last chunk
+
+// The pod labels an exemption names ("namespace/name:key=value"): the only labels a view keeps.
+std::set<std::string> exemption_label_keys(const policy::Policy& policy) {
+  std::set<std::string> keys;
+  for (const std::string& entry : policy.node_enforcement_exempt_service_accounts) {
+    const std::size_t colon = entry.find(':');
+    if (colon != std::string::npos) keys.insert(entry.substr(colon + 1, entry.find('=', colon) - colon - 1));
+  }
+  return keys;
+}
+
+// What the enforcer does with a container it could not judge at all (a request it cannot read, its own
+// error): the policy's nodeEnforcementUnknown, refuse by default.
+Decision not_judged(const std::string& who, const std::string& why, const policy::Policy& policy) {
+  Decision decision;
+  decision.why = Decision::Why::cannot_judge;
+  decision.message = "gpuguard: container " + who + " could not be judged: " + why;
+  if (policy.node_enforcement == policy::NodeEnforcement::enforce &&
+      policy.node_enforcement_unknown == policy::NodeEnforcementUnknown::refuse) {
+    decision.action = Decision::Action::refuse;
+    decision.message += ". The kubelet tries the create again; gpuguard's nodeEnforcementUnknown policy decides this";
+  }
+  decision.message.resize(std::min(decision.message.size(), kMessageMax));
+  return decision;
+}
+
+std::string who_of(const nri::PodIdentity& pod, std::string_view container) {
+  return pod.pod_namespace + "/" + pod.name + "/" + std::string(container.substr(0, kNameMax));
+}
+
+// The service accounts of the pods an exemption's namespace holds, cached by pod UID.
+class ServiceAccounts {
+ public:
+  explicit ServiceAccounts(PodDirectory& pods) : pods_(pods) {}
+  std::string of(const std::string& pod_namespace, const std::string& pod_name, const std::string& uid) {
+    {
+      const std::lock_guard lock(mutex_);
+      if (const auto known = cache_.find(uid); known != cache_.end()) return known->second;
+    }
+    const std::string account = pods_.service_account(pod_namespace, pod_name, uid);
+    if (account.empty()) return account;  // not cached: asked again at the next container
+    const std::lock_guard lock(mutex_);
+    if (cache_.size() >= kServiceAccountCache) cache_.clear();
+    cache_[uid] = account;
+    return account;
+  }
+
+ private:
+  PodDirectory& pods_;
+  std::mutex mutex_;
+  std::map<std::string, std::string> cache_;
+};
+
+// The allocations found at the last few creates, by sandbox and container ID, for their validations.
+// Bounded: a validation that finds nothing (its create was long ago, or the runtime does not validate)
+// asks again.
+class RecentAllocations {
+ public:
+  void put(const std::string& key, Allocation allocation) {
+    const std::lock_guard lock(mutex_);
+    std::erase_if(entries_, [&](const auto& e) { return e.first == key; });
+    if (entries_.size() >= kKept) entries_.pop_front();
+    entries_.emplace_back(key, std::move(allocation));
+  }
+  std::optional<Allocation> take(const std::string& key) {
+    const std::lock_guard lock(mutex_);
+    const auto found = std::find_if(entries_.begin(), entries_.end(), [&](const auto& e) { return e.first == key; });
+    if (found == entries_.end()) return std::nullopt;
+    Allocation allocation = std::move(found->second);
+    entries_.erase(found);
+    return allocation;
+  }
+
+ private:
+  static constexpr std::size_t kKept = 16;
+  std::mutex mutex_;
+  std::deque<std::pair<std::string, Allocation>> entries_;
+};
+
+struct Running {
+  std::string who;
+  bool privileged = false;
+};
+
+}  // namespace
+
+struct Enforcer::Impl {
+  Impl(EnforcerOptions o, PodResourcesSource& k, PodDirectory& p, NodeState& n, PolicySource ps, BreakGlass bg,
+       EnforcerMetrics& m)
+      : options(std::move(o)),
+        kubelet(k),
+        pods(p),
+        node(n),
+        policy_source(std::move(ps)),
+        break_glass(std::move(bg)),
+        metrics(m),
+        accounts(p),
+        fetched(k, options.kubelet_deadline, options.prefetch_capacity) {}
+
+  EnforcerOptions options;
+  PodResourcesSource& kubelet;
+  PodDirectory& pods;
+  NodeState& node;
+  PolicySource policy_source;
+  BreakGlass break_glass;
+  EnforcerMetrics& metrics;
+  ServiceAccounts accounts;
+  RecentAllocations recent;
+  AllocationCache fetched;
+
+  mutable std::mutex mutex;
+  std::shared_ptr<const policy::Policy> merged_from, merged;  // effective_policy's
+  bool merged_broken = false;                                 // the break glass merged was made with
+  std::map<std::string, Running> running;                     // by container id
+  RunningReport report;
+  std::future<void> event;  // the Node event being written; its destructor waits for it
+
+  // One Synchronize, from its first chunk to its last: the pods seen, the decisions made, and the views of
+  // containers whose pod has not come yet (NRI splits pods and containers apart when they do not fit one
+  // message). Touched only on the runtime's thread.
+  struct Sync {
+    bool started = false;
+    bool judging = false;  // nodeEnforcement is not off, and the kubelet answered
+    std::shared_ptr<const policy::Policy> policy;
+    std::shared_ptr<const NodeView> node;
+    std::set<std::string> label_keys;
+    std::map<std::string, PodResources> listed;  // by "namespace/name"
+    std::map<std::string, nri::PodFacts> pods;   // by sandbox ID
+    std::vector<std::pair<nri::ContainerIds, ContainerView>> pending;
+    std::map<std::string, Running> found;
+    std::size_t unjudged = 0;
+  } sync;
+
+  nri::HostPathResolver resolver() {
+    return [this](std::string_view path) { return node.resolve(path); };
+  }
+
+  std::shared_ptr<const policy::Policy> effective_policy() {
+    std::shared_ptr<const policy::Policy> current = policy_source();
+    const bool broken = break_glass && break_glass();
+    if (options.exempt_service_accounts.empty() && !broken) return current;
+    const std::lock_guard lock(mutex);
+    if (current != merged_from || broken != merged_broken) {
+      auto next = std::make_shared<policy::Policy>(*current);
+      auto& accounts_list = next->node_enforcement_exempt_service_accounts;
+      accounts_list.insert(accounts_list.end(), options.exempt_service_accounts.begin(),
+                           options.exempt_service_accounts.end());
+      if (broken) next->node_enforcement = policy::NodeEnforcement::off;
+      merged_from = current;
+      merged_broken = broken;
+      merged = std::move(next);
+    }
+    return merged;
+  }
+
+  // The container's allocation: the one its create found, for its validation; else from `listed` (one List
+  // for a whole Synchronize), the answer fetched when its sandbox was made, or the kubelet asked now.
+  Allocation allocation_of(const ContainerView& view, const std::string& sandbox_id, const std::string& container_id,
+                           const policy::Policy& policy, const NodeView& node_view,
+                           const std::map<std::string, PodResources>* listed, bool validating) {
+    const std::string key = sandbox_id + "/" + container_id;
+    if (validating) {
+      if (std::optional<Allocation> found = recent.take(key)) return std::move(*found);
+    }
+    KubeletAnswer answer;
+    if (listed != nullptr) {
+      answer.answered = true;
+      if (const auto found = listed->find(view.pod_namespace + "/" + view.pod_name); found != listed->end()) {
+        answer.pod = found->second;
+      }
+    } else if (auto prefetched = fetched.answer(sandbox_id, options.fetched_wait)) {
+      answer = std::move(*prefetched);
+    } else {
+      answer = pod_answer(kubelet, view.pod_namespace, view.pod_name, options.kubelet_deadline);
+      if (!answer.answered) metrics.count_kubelet_error();
+    }
+    Allocation allocation = allocation_for(answer, view.container, trusted_annotation(view), policy);
+    for (const std::string& name : allocation.cdi_devices) {
+      if (const auto spec = node_view.cdi_devices.find(name); spec != node_view.cdi_devices.end()) {
+        allocation.device_paths.insert(spec->second.begin(), spec->second.end());
+      }
+    }
+    if (!validating && !container_id.empty()) recent.put(key, allocation);
+    return allocation;
+  }
+
+  Decision decide_for(ContainerView& view, const std::string& sandbox_id, const std::string& container_id,
+                      const policy::Policy& policy, const NodeView& node_view,
+                      const std::map<std::string, PodResources>* listed, bool validating) {
+    if (policy.node_enforcement == policy::NodeEnforcement::off ||
+        policy.is_node_enforcement_exempt(view.pod_namespace, "")) {
+      return decide(view, Allocation{}, node_view, policy);
+    }
+    if (policy.names_service_accounts_in(view.pod_namespace)) {
+      view.service_account = accounts.of(view.pod_namespace, view.pod_name, view.pod_uid);
+    }
+    const Allocation allocation = allocation_of(view, sandbox_id, container_id, policy, node_view, listed, validating);
+    return decide(view, allocation, node_view, policy);
+  }
+
+  void remember(const std::string& id, const std::string& who, const Decision& decision) {
+    const std::lock_guard lock(mutex);
+    running[id] = {who, decision.why == Decision::Why::privileged};
+    publish_counts();
+  }
+
+  void publish_counts() {
+    std::size_t privileged = 0;
+    for (const auto& [id, entry] : running) privileged += entry.privileged ? 1 : 0;
+    report.beyond = running.size() - privileged;
+    report.privileged = privileged;
+    metrics.set_running(report.beyond, report.privileged, report.unjudged);
+  }
+
+  // --- Synchronize ---
+
+  void begin_sync() {
+    node.refresh();
+    publish_node();
+    sync = Sync{};
+    sync.started = true;
+    auto audit = std::make_shared<policy::Policy>(*effective_policy());
+    if (audit->node_enforcement == policy::NodeEnforcement::off) return;
+    audit->node_enforcement = policy::NodeEnforcement::audit;  // judge, never act
+    sync.policy = std::move(audit);
+    sync.node = node.current();
+    sync.label_keys = exemption_label_keys(*sync.policy);
+    const std::string error = kubelet.list(
+        options.kubelet_deadline, [](std::string_view, std::string_view) { return true; },
+        [&](std::string_view ns, std::string_view name, PodResources pod) {
+          sync.listed[std::string(ns).append("/").append(name)] = std::move(pod);
+        });
+    if (!error.empty()) {
+      metrics.count_kubelet_error();
+      log::warn("cannot read the kubelet's allocations: running containers are not judged", {{"reason", error}});
+      sync.listed.clear();
+      return;
+    }
+    sync.judging = true;
+  }
+
+  void judge_running(const nri::ContainerIds& ids, ContainerView& view) {
+    const auto pod = sync.pods.find(ids.sandbox_id);
+    nri::set_pod(view, pod->second);
+    const Decision decision = decide_for(view, ids.sandbox_id, {}, *sync.policy, *sync.node, &sync.listed, false);
+    if (decision.why != Decision::Why::audited && decision.why != Decision::Why::privileged) return;
+    const std::string who = view.pod_namespace + "/" + view.pod_name + "/" + view.container;
+    log::warn(decision.why == Decision::Why::privileged ? "running privileged container: not confined"
+                                                        : "running container sees GPUs beyond its allocation",
+              {{"container", who}, {"beyond", decision.beyond.front()}});
+    sync.found[ids.id] = {who, decision.why == Decision::Why::privileged};
+  }
+
+  void judge_pending_with_pods() {
+    std::erase_if(sync.pending, [&](auto& entry) {
+      if (!sync.pods.contains(entry.first.sandbox_id)) return false;
+      judge_running(entry.first, entry.second);
+      return true;
+    });
+  }
+
+  void sync_chunk(std::string_view request) {
+    nri::for_each_field(request, nri::field::kSyncPods, [&](std::string_view pod) {
+      nri::PodFacts facts = nri::pod_facts(pod, sync.label_keys);
+      if (sync.pods.size() < kSyncPodsMax) sync.pods[facts.identity.id] = std::move(facts);
+    });
+    judge_pending_with_pods();
+    nri::for_each_field(request, nri::field::kSyncContainers, [&](std::string_view container) {
+      const nri::ContainerIds ids = nri::container_ids(container);
+      std::optional<ContainerView> view = nri::container_view(container, *sync.node, resolver());
+      if (!view) {
+        ++sync.unjudged;
+      } else if (sync.pods.contains(ids.sandbox_id)) {
+        judge_running(ids, *view);
+      } else if (sync.pending.size() < options.sync_pending_max) {
+        sync.pending.emplace_back(ids, std::move(*view));
+      } else {
+        ++sync.unjudged;
+      }
+    });
+  }
+
+  void end_sync() {
+    sync.unjudged += sync.pending.size();  // their pod never came
+    if (sync.unjudged > 0) {
+      log::warn("running containers not judged at registration", {{"containers", sync.unjudged}});
+    }
+    std::string message;
+    std::size_t named = 0;
+    for (const auto& [id, entry] : sync.found) {
+      if (entry.privileged) continue;
+      if (named++ < kReportedMax) message.append(message.empty() ? "" : ", ").append(entry.who);
+    }
+    {
+      const std::lock_guard lock(mutex);
+      running = std::move(sync.found);
+      report.unjudged = sync.unjudged;
+      publish_counts();
+    }
+    sync = Sync{};
+    if (named == 0) return;
+    std::string text = std::to_string(named) +
+                       " running containers see GPUs the kubelet did not allocate them, and cannot be changed while "
+                       "they run: ";
+    text.append(message).append(named > kReportedMax ? ", …" : "");
+    // Written beside the connection: Synchronize is answered within the runtime's registration timeout
+    // whatever the API server does. One at a time; a report while the last is still being written is only
+    // logged.
+    if (event.valid() && event.wait_for(0s) != std::future_status::ready) {
+      log::warn("the last Node event is still being written: this report is only logged");
+    } else {
+      event = std::async(std::launch::async, [this, text = std::move(text)] { pods.node_event(text); });
+    }
+  }
+
+  void publish_node() {
+    const std::shared_ptr<const NodeView> current = node.current();
+    metrics.set_node(current->gpus.size(), current->gpus_unknown.empty());
+  }
+};
+
+Enforcer::Enforcer(EnforcerOptions options, PodResourcesSource& kubelet, PodDirectory& pods, NodeState& node,
+                   PolicySource policy, BreakGlass break_glass, EnforcerMetrics& metrics)
+    : impl_(std::make_unique<Impl>(std::move(options), kubelet, pods, node, std::move(policy), std::move(break_glass),
+                                   metrics)) {
+  impl_->publish_node();
+}
+
+Enforcer::~Enforcer() = default;
+
+void Enforcer::refresh_node() {
+  impl_->node.refresh();
+  impl_->publish_node();
+}
+
+RunningReport Enforcer::running() const {
+  const std::lock_guard lock(impl_->mutex);
+  return impl_->report;
+}
+
+std::size_t Enforcer::prefetch_lists() { return impl_->fetched.lists(); }
+
+std::shared_ptr<const policy::Policy> Enforcer::effective_policy() { return impl_->effective_policy(); }
+
+void Enforcer::connection(bool registered, bool validating, const std::string& detail) {
+  if (!registered) return;
+  log::info("registered with the container runtime over NRI", {{"runtime", detail}, {"validating", validating}});
+  if (!validating) {
+    log::warn(
+        "the runtime does not show the enforcer each container's final adjustment (NRI before v0.10.0): "
+        "devices other NRI plugins add are not judged");
+  }
+}
+
+void Enforcer::synchronize(std::string_view request, bool last) {
+  Impl& impl = *impl_;
+  if (!impl.sync.started) impl.begin_sync();
+  if (impl.sync.judging) {
+    impl.sync_chunk(request);
+  } else if (impl.sync.policy) {
+    nri::for_each_field(request, nri::field::kSyncContainers, [&](std::string_view) { ++impl.sync.unjudged; });
+  }
+  if (last) impl.end_sync();
+}
+
+nri::CreateResult Enforcer::create_container(std::string_view request) {
+  Impl& impl = *impl_;
+  const auto started = Clock::now();
+  const std::shared_ptr<const policy::Policy> policy = impl.effective_policy();
+  const std::string_view pod = nri::string_field(request, nri::field::kCreatePod);
+  const std::string_view container = nri::string_field(request, nri::field::kCreateContainer);
+  const nri::PodIdentity identity = nri::pod_identity(pod);
+  const std::string who = who_of(identity, nri::string_field(container, nri::field::kContainerName));
+  const std::string container_id = nri::container_ids(container).id;
+  Decision decision;
+  try {
+    const std::shared_ptr<const NodeView> node = impl.node.current();
+    std::optional<ContainerView> view =
+        nri::view_of(pod, container, *node, exemption_label_keys(*policy), impl.resolver());
+    decision = view ? impl.decide_for(*view, identity.id, container_id, *policy, *node, nullptr, false)
+                    : not_judged(who, "the runtime's CreateContainer request does not parse", *policy);
+  } catch (const std::exception& e) {
+    log::error("decision failed", {{"container", who}, {"reason", e.what()}});
+    decision = not_judged(who, std::string("the enforcer's own error: ") + e.what(), *policy);
+  }
+  impl.metrics.count_decision(decision, std::chrono::duration<double>(Clock::now() - started).count());
+  nri::CreateResult result;
+  switch (decision.action) {
+    case Decision::Action::refuse:
+      log::info("container refused", {{"container", who}, {"reason", decision.message}});
+      result.refusal = decision.message;
+      break;
+    case Decision::Action::adjust:
+      log::info("container adjusted", {{"container", who}, {"change", decision.message}});
+      result.response = nri::env_adjustment(decision.set_env);
+      break;
+    case Decision::Action::allow:
+      if (decision.why == Decision::Why::audited || decision.why == Decision::Why::privileged) {
+        log::info(decision.why == Decision::Why::audited ? "container would be changed (nodeEnforcement: audit)"
+                                                         : "privileged container: not confined, reported",
+                  {{"container", who}, {"beyond", decision.beyond.front()}});
+        impl.remember(container_id, who, decision);
+      } else if (decision.why == Decision::Why::cannot_judge) {
+        log::warn("container not judged, and left as it is (nodeEnforcementUnknown: allow, or audit)",
+                  {{"container", who}, {"reason", decision.message}});
+      }
+      break;
+  }
+  return result;
+}
+
+std::optional<std::string> Enforcer::validate(std::string_view request) {
+  Impl& impl = *impl_;
+  const std::shared_ptr<const policy::Policy> policy = impl.effective_policy();
+  const std::string_view pod = nri::string_field(request, nri::field::kValidatePod);
+  const std::string_view container = nri::string_field(request, nri::field::kValidateContainer);
+  const nri::PodIdentity identity = nri::pod_identity(pod);
+  const std::string who = who_of(identity, nri::string_field(container, nri::field::kContainerName));
+  Decision decision;
+  try {
+    const std::shared_ptr<const NodeView> node = impl.node.current();
+    std::optional<ContainerView> view =
+        nri::view_of(pod, container, *node, exemption_label_keys(*policy), impl.resolver());
+    if (view &&
+        nri::apply_adjustment(*view, nri::string_field(request, nri::field::kValidateAdjust), *node, impl.resolver())) {
+      decision = impl.decide_for(*view, identity.id, nri::container_ids(container).id, *policy, *node, nullptr, true);
+    } else {
+      decision = not_judged(who, "the runtime's ValidateContainerAdjustment request does not parse", *policy);
+    }
+  } catch (const std::exception& e) {
+    log::error("validation failed", {{"container", who}, {"reason", e.what()}});
+    decision = not_judged(who, std::string("the enforcer's own error: ") + e.what(), *policy);
+  }
+  // What every plugin left must be within: a change still to make means another plugin undid gpuguard's.
+  const bool rejected = decision.action != Decision::Action::allow;
+  impl.metrics.count_validation(rejected);
+  if (!rejected) return std::nullopt;
+  std::string reason =
+      decision.action == Decision::Action::refuse
+          ? decision.message
+          : "gpuguard: container " + who +
+                " would reach GPUs beyond its allocation after every NRI plugin's adjustment: " + decision.message;
+  log::info("container adjustment rejected", {{"container", who}, {"reason", reason}});
+  reason.resize(std::min(reason.size(), kMessageMax));
+  return reason;
+}
+
+void Enforcer::run_pod_sandbox(std::string_view pod) {
+  const nri::PodFacts facts = nri::pod_facts(pod, {});
+  if (facts.oversized) return;  // no pod of such a name is listed: its containers are judged as they come
+  impl_->fetched.fetch(facts.identity.id, facts.identity.pod_namespace, facts.identity.name);
+}
+
+void Enforcer::remove_pod_sandbox(std::string_view pod) { impl_->fetched.forget(nri::pod_identity(pod).id); }
+
+void Enforcer::remove_container(std::string_view /*pod*/, std::string_view container) {
+  const std::lock_guard lock(impl_->mutex);
+  if (impl_->running.erase(nri::container_ids(container).id) != 0) impl_->publish_counts();
+}
+
+}  // namespace gpuguard::enforcer
