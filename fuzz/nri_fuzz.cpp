@@ -7,7 +7,8 @@
 // to itself. Each message's payload is then read as a ttrpc request, and its payload as an NRI
 // CreateContainerRequest and ValidateContainerAdjustmentRequest: the view holds at most its bounds, and the
 // decision on it names at most kBeyondKept lines, refuses with at most kMessageMax bytes, never acts
-// under audit, and sets only the variables it may, to the allocation or void.
+// under audit, and sets only the variables it may, to the allocation or void, which is then within. The
+// same bytes as the kubelet's pod-resources answer, read as a stream: the same pods whatever the chunks.
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "gpuguard/enforcement/decision.hpp"
+#include "gpuguard/enforcer/pod_resources_reader.hpp"
 #include "gpuguard/nri/container_view.hpp"
 #include "gpuguard/nri/messages.hpp"
 #include "gpuguard/nri/wire.hpp"
@@ -60,11 +62,12 @@ Decoded decode_all(std::string_view bytes, std::size_t read_size) {
 namespace enforcement = gpuguard::enforcement;
 
 void check_view(const enforcement::ContainerView& view) {
-  if (view.mounts.size() > enforcement::kListMax || view.devices.size() > enforcement::kListMax ||
+  if (view.mounts.size() > enforcement::kMountsMax || view.devices.size() > enforcement::kListMax ||
       view.device_rules.size() > enforcement::kListMax || view.cdi_devices.size() > enforcement::kListMax ||
-      view.cdi_annotations.size() > enforcement::kListMax || view.unread.size() > enforcement::kUnreadKept) {
+      view.cdi_annotation_names.size() > enforcement::kListMax || view.unread.size() > enforcement::kUnreadKept) {
     violated("a view over its list bound");
   }
+  if (enforcement::view_bytes(view) > enforcement::view_bytes_max()) violated("a view over its byte bound");
   if (view.selections.size() > 2 + enforcement::kSwarmMax) violated("a view holding more variables than it reads");
   for (const auto& [name, selection] : view.selections) {
     if (selection.last.size() > enforcement::kValueMax) violated("a view holding a value over its bound");
@@ -80,8 +83,8 @@ void check_view(const enforcement::ContainerView& view) {
   for (const auto& name : view.cdi_devices) {
     if (name.size() > enforcement::kNameMax) violated("a view holding a name over its bound");
   }
-  for (const auto& [key, value] : view.cdi_annotations) {
-    if (key.size() > enforcement::kNameMax || value.size() > enforcement::kValueMax) {
+  for (const auto& [key, name] : view.cdi_annotation_names) {
+    if (key.size() > enforcement::kNameMax || name.size() > enforcement::kNameMax) {
       violated("a view holding an annotation over its bound");
     }
   }
@@ -165,6 +168,34 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       check_view(*view);
       check_decision(*view, node);
     }
+  }
+  // The bytes as the kubelet's pod-resources answer, in the read size's chunks and whole: the same pods and
+  // the same verdict whatever the chunks, and no pod kept past its bound.
+  const auto pods_of = [&](std::size_t chunk) {
+    std::vector<std::string_view> chunks;
+    for (std::size_t at = 0; at < bytes.size(); at += chunk) chunks.push_back(bytes.substr(at, chunk));
+    std::string taken;
+    const std::string error = gpuguard::enforcer::read_pod_resources(
+        chunks, [](std::string_view, std::string_view name) { return name.size() % 2 == 0; },
+        [&](std::string_view ns, std::string_view name, gpuguard::enforcement::PodResources pod) {
+          std::size_t kept = 0;
+          for (const auto& c : pod.containers) {
+            kept += c.name.size();
+            for (const auto& d : c.devices) {
+              kept += d.resource.size();
+              for (const auto& id : d.ids) kept += id.size() + 1;
+            }
+            for (const auto& name : c.cdi_devices) kept += name.size() + 1;
+          }
+          if (kept > gpuguard::enforcer::kPodKeptMax) violated("a pod kept past its bound");
+          if (name.size() % 2 != 0) violated("a pod taken that was not wanted");
+          taken.append(ns).append("/").append(name).append(":").append(std::to_string(pod.containers.size()));
+          taken.append(pod.unreadable).append(";");
+        });
+    return taken + "|" + error;
+  };
+  if (pods_of(read_size) != pods_of(bytes.empty() ? 1 : bytes.size())) {
+    violated("the pods read depend on the chunks the answer came in");
   }
   // The bytes themselves as a Container, without the framing.
   if (auto view = gpuguard::nri::container_view(bytes, node, gpuguard::nri::as_written)) {

@@ -440,12 +440,9 @@ void cdi_device_door(const ContainerView& container, const Scope& scope, Finding
 // internal/modifier/cdi.go).
 void annotation_door(const ContainerView& container, const Scope& scope, Findings& findings) {
   const std::string& kind = scope.node().toolkit.default_kind;
-  for (const auto& [key, value] : container.cdi_annotations) {
-    for (const std::string_view part : exact_parts(value)) {
-      const std::string name =
-          is_qualified(part) ? std::string(part) : kind + "=" + std::string(part.empty() ? "none" : part);
-      cdi_name_door(name, "the annotation " + cut(key, 96) + " naming " + cut(name, 96), scope, findings);
-    }
+  for (const auto& [key, part] : container.cdi_annotation_names) {
+    const std::string name = is_qualified(part) ? part : kind + "=" + (part.empty() ? std::string("none") : part);
+    cdi_name_door(name, "the annotation " + cut(key, 96) + " naming " + cut(name, 96), scope, findings);
   }
 }
 
@@ -667,6 +664,48 @@ Decision privileged_decision(const ContainerView& container, const Scope& scope,
 void note_unread(ContainerView& view, std::string what) {
   ++view.unread_count;
   if (view.unread.size() < kUnreadKept) view.unread.push_back(cut(std::move(what), 160));
+}
+
+namespace {
+constexpr std::size_t kUnreadLineMax = 160;
+
+std::size_t string_bytes(const std::string& s) { return sizeof(std::string) + s.size(); }
+template <typename Strings>
+std::size_t strings_bytes(const Strings& strings) {
+  std::size_t bytes = 0;
+  for (const std::string& s : strings) bytes += string_bytes(s);
+  return bytes;
+}
+}  // namespace
+
+std::size_t view_bytes(const ContainerView& view) {
+  std::size_t bytes = sizeof(ContainerView) + string_bytes(view.pod_namespace) + string_bytes(view.pod_name) +
+                      string_bytes(view.pod_uid) + string_bytes(view.container) + string_bytes(view.service_account);
+  for (const auto& [key, value] : view.pod_labels) bytes += string_bytes(key) + string_bytes(value) + 64;
+  for (const auto& [name, selection] : view.selections) {
+    bytes += string_bytes(name) + sizeof(Selection) + selection.last.size() + 64;
+  }
+  for (const Device& device : view.devices) bytes += sizeof(Device) + device.path.size() + device.type.size();
+  bytes += view.device_rules.size() * sizeof(DeviceRule);
+  for (const Mount& mount : view.mounts) {
+    bytes += sizeof(Mount) + mount.destination.size() + mount.source.size() + mount.type.size() +
+             mount.resolved.size() + mount.doubt.size() + strings_bytes(mount.options);
+  }
+  bytes += strings_bytes(view.cdi_devices);
+  for (const auto& [key, name] : view.cdi_annotation_names) bytes += string_bytes(key) + string_bytes(name);
+  if (view.allocated_annotation) bytes += view.allocated_annotation->size();
+  return bytes + strings_bytes(view.unread);
+}
+
+std::size_t view_bytes_max() {
+  // Four identity strings, the service account, the labels exemptions name (bounded by the policy, counted
+  // here at eight), the selection variables, and each list full of its longest entries.
+  const std::size_t name = sizeof(std::string) + kNameMax;
+  return sizeof(ContainerView) + 5 * name + 8 * (2 * name + 64) +
+         (2 + kSwarmMax) * (name + sizeof(Selection) + kValueMax + 64) + kListMax * (sizeof(Device) + kNameMax + 1) +
+         kListMax * sizeof(DeviceRule) +
+         kMountsMax * (sizeof(Mount) + kPathMax + 2 * kKeptPathMax + 16 + kUnreadLineMax + sizeof(std::string) + 8) +
+         kListMax * name + kListMax * 2 * name + kValueMax + kUnreadKept * (sizeof(std::string) + kUnreadLineMax);
 }
 
 bool none_honoured(const NodeView& node) {

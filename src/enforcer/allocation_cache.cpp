@@ -28,10 +28,27 @@ KubeletAnswer pod_answer(PodResourcesSource& kubelet, const std::string& pod_nam
   return answer;
 }
 
-AllocationCache::AllocationCache(PodResourcesSource& kubelet, std::chrono::milliseconds deadline, std::size_t capacity)
+std::size_t answer_bytes(const KubeletAnswer& answer) {
+  std::size_t bytes = sizeof(KubeletAnswer) + answer.error.size();
+  if (!answer.pod) return bytes;
+  bytes += answer.pod->unreadable.size();
+  for (const auto& container : answer.pod->containers) {
+    bytes += sizeof(container) + container.name.size();
+    for (const auto& devices : container.devices) {
+      bytes += sizeof(devices) + devices.resource.size();
+      for (const auto& id : devices.ids) bytes += sizeof(id) + id.size();
+    }
+    for (const auto& name : container.cdi_devices) bytes += sizeof(name) + name.size();
+  }
+  return bytes;
+}
+
+AllocationCache::AllocationCache(PodResourcesSource& kubelet, std::chrono::milliseconds deadline, std::size_t capacity,
+                                 std::size_t bytes)
     : kubelet_(kubelet),
       deadline_(deadline),
       capacity_(capacity),
+      bytes_max_(bytes),
       worker_([this](const std::stop_token& stop) { run(stop); }) {}
 
 AllocationCache::~AllocationCache() {
@@ -58,6 +75,7 @@ std::optional<KubeletAnswer> AllocationCache::answer(const std::string& sandbox_
     if (entry == entries_.end()) return std::nullopt;
     if (entry->second.answer) {
       if (entry->second.answer->answered) return entry->second.answer;
+      bytes_ -= entry->second.bytes;
       entries_.erase(entry);  // failed: the caller asks the kubelet, and a later container asks again
       return std::nullopt;
     }
@@ -67,7 +85,10 @@ std::optional<KubeletAnswer> AllocationCache::answer(const std::string& sandbox_
 
 void AllocationCache::forget(const std::string& sandbox_id) {
   const std::lock_guard lock(mutex_);
-  entries_.erase(sandbox_id);
+  if (const auto entry = entries_.find(sandbox_id); entry != entries_.end()) {
+    bytes_ -= entry->second.bytes;
+    entries_.erase(entry);
+  }
 }
 
 std::size_t AllocationCache::size() {
@@ -123,7 +144,15 @@ void AllocationCache::run(const std::stop_token& stop) {
       const auto entry = entries_.find(id);
       if (entry == entries_.end()) continue;  // forgotten meanwhile
       const auto answer = answers.find(key(entry->second.pod_namespace, entry->second.pod_name));
-      if (answer != answers.end()) entry->second.answer = answer->second;
+      if (answer == answers.end()) continue;
+      const std::size_t bytes = answer_bytes(answer->second);
+      if (bytes_ + bytes > bytes_max_) {
+        entries_.erase(entry);  // past what the cache keeps: its containers ask at their creation
+        continue;
+      }
+      bytes_ += bytes;
+      entry->second.bytes = bytes;
+      entry->second.answer = answer->second;
     }
     changed_.notify_all();
   }

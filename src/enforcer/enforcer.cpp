@@ -23,8 +23,8 @@ using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
 constexpr std::size_t kServiceAccountCache = 1024;
-constexpr std::size_t kReportedMax = 20;     // containers named in one Node event
-constexpr std::size_t kSyncPodsMax = 16384;  // pods a Synchronize remembers until its last chunk
+constexpr std::size_t kReportedMax = 20;    // containers named in one Node event
+constexpr std::size_t kSyncPodsMax = 4096;  // pods a Synchronize remembers until its last chunk
 
 // The pod labels an exemption names ("namespace/name:key=value"): the only labels a view keeps.
 std::set<std::string> exemption_label_keys(const policy::Policy& policy) {
@@ -104,10 +104,9 @@ class RecentAllocations {
   std::deque<std::pair<std::string, Allocation>> entries_;
 };
 
-struct Running {
-  std::string who;
-  bool privileged = false;
-};
+// A running container reported: beyond its allocation, or privileged. Its name is kept only for the first
+// few, which the Node event names: an entry costs its ID and a flag, whatever the container holds.
+using Running = std::map<std::string, bool>;  // container ID -> privileged
 
 }  // namespace
 
@@ -122,7 +121,7 @@ struct Enforcer::Impl {
         break_glass(std::move(bg)),
         metrics(m),
         accounts(p),
-        fetched(k, options.kubelet_deadline, options.prefetch_capacity) {}
+        fetched(k, options.kubelet_deadline, options.prefetch_capacity, options.prefetch_bytes) {}
 
   EnforcerOptions options;
   PodResourcesSource& kubelet;
@@ -138,7 +137,7 @@ struct Enforcer::Impl {
   mutable std::mutex mutex;
   std::shared_ptr<const policy::Policy> merged_from, merged;  // effective_policy's
   bool merged_broken = false;                                 // the break glass merged was made with
-  std::map<std::string, Running> running;                     // by container id
+  Running running;                                            // reported, by container ID
   RunningReport report;
   std::future<void> event;  // the Node event being written; its destructor waits for it
 
@@ -154,7 +153,9 @@ struct Enforcer::Impl {
     std::map<std::string, PodResources> listed;  // by "namespace/name"
     std::map<std::string, nri::PodFacts> pods;   // by sandbox ID
     std::vector<std::pair<nri::ContainerIds, ContainerView>> pending;
-    std::map<std::string, Running> found;
+    std::size_t pending_bytes = 0;  // enforcement::view_bytes of the views in `pending`
+    Running found;
+    std::vector<std::string> named;  // the first kReportedMax beyond, "namespace/pod/container"
     std::size_t unjudged = 0;
   } sync;
 
@@ -225,15 +226,15 @@ struct Enforcer::Impl {
     return decide(view, allocation, node_view, policy);
   }
 
-  void remember(const std::string& id, const std::string& who, const Decision& decision) {
+  void remember(const std::string& id, const Decision& decision) {
     const std::lock_guard lock(mutex);
-    running[id] = {who, decision.why == Decision::Why::privileged};
+    running[id] = decision.why == Decision::Why::privileged;
     publish_counts();
   }
 
   void publish_counts() {
     std::size_t privileged = 0;
-    for (const auto& [id, entry] : running) privileged += entry.privileged ? 1 : 0;
+    for (const auto& [id, is_privileged] : running) privileged += is_privileged ? 1 : 0;
     report.beyond = running.size() - privileged;
     report.privileged = privileged;
     metrics.set_running(report.beyond, report.privileged, report.unjudged);
@@ -275,12 +276,15 @@ struct Enforcer::Impl {
     log::warn(decision.why == Decision::Why::privileged ? "running privileged container: not confined"
                                                         : "running container sees GPUs beyond its allocation",
               {{"container", who}, {"beyond", decision.beyond.front()}});
-    sync.found[ids.id] = {who, decision.why == Decision::Why::privileged};
+    const bool privileged = decision.why == Decision::Why::privileged;
+    sync.found[ids.id] = privileged;
+    if (!privileged && sync.named.size() < kReportedMax) sync.named.push_back(who);
   }
 
   void judge_pending_with_pods() {
     std::erase_if(sync.pending, [&](auto& entry) {
       if (!sync.pods.contains(entry.first.sandbox_id)) return false;
+      sync.pending_bytes -= enforcement::view_bytes(entry.second);
       judge_running(entry.first, entry.second);
       return true;
     });
@@ -299,7 +303,9 @@ struct Enforcer::Impl {
         ++sync.unjudged;
       } else if (sync.pods.contains(ids.sandbox_id)) {
         judge_running(ids, *view);
-      } else if (sync.pending.size() < options.sync_pending_max) {
+      } else if (const std::size_t bytes = enforcement::view_bytes(*view);
+                 sync.pending_bytes + bytes <= options.sync_pending_bytes) {
+        sync.pending_bytes += bytes;
         sync.pending.emplace_back(ids, std::move(*view));
       } else {
         ++sync.unjudged;
@@ -312,12 +318,10 @@ struct Enforcer::Impl {
     if (sync.unjudged > 0) {
       log::warn("running containers not judged at registration", {{"containers", sync.unjudged}});
     }
-    std::string message;
     std::size_t named = 0;
-    for (const auto& [id, entry] : sync.found) {
-      if (entry.privileged) continue;
-      if (named++ < kReportedMax) message.append(message.empty() ? "" : ", ").append(entry.who);
-    }
+    for (const auto& [id, privileged] : sync.found) named += privileged ? 0 : 1;
+    std::string message;
+    for (const std::string& who : sync.named) message.append(message.empty() ? "" : ", ").append(who);
     {
       const std::lock_guard lock(mutex);
       running = std::move(sync.found);
@@ -426,7 +430,7 @@ nri::CreateResult Enforcer::create_container(std::string_view request) {
         log::info(decision.why == Decision::Why::audited ? "container would be changed (nodeEnforcement: audit)"
                                                          : "privileged container: not confined, reported",
                   {{"container", who}, {"beyond", decision.beyond.front()}});
-        impl.remember(container_id, who, decision);
+        impl.remember(container_id, decision);
       } else if (decision.why == Decision::Why::cannot_judge) {
         log::warn("container not judged, and left as it is (nodeEnforcementUnknown: allow, or audit)",
                   {{"container", who}, {"reason", decision.message}});

@@ -14,7 +14,9 @@ namespace {
 using enforcement::ContainerView;
 using enforcement::Device;
 using enforcement::DeviceRule;
+using enforcement::kKeptPathMax;
 using enforcement::kListMax;
+using enforcement::kMountsMax;
 using enforcement::kNameMax;
 using enforcement::kPathMax;
 using enforcement::kValueMax;
@@ -123,16 +125,26 @@ void read_annotation(ContainerView& view, Reading& reading, std::string_view key
     return;
   }
   if (!enforcement::judged_annotation(key, reading.node.toolkit)) return;
-  if (key.size() > kNameMax || value.size() > kValueMax) {
-    note_unread(view, "the annotation of " + bytes_of(key.size() + value.size()) + " with key " +
-                          std::string(key.substr(0, 64)));
+  if (key.size() > kNameMax) {
+    note_unread(view, "a CDI annotation whose key is " + bytes_of(key.size()));
     return;
   }
-  if (view.cdi_annotations.size() >= kListMax && !view.cdi_annotations.contains(std::string(key))) {
-    note_unread(view, "more CDI annotations than " + std::to_string(kListMax));
-    return;
+  // The toolkit splits the value at each comma, untrimmed (cuda_image.go): each part is one name.
+  while (true) {
+    const std::size_t comma = value.find(',');
+    const std::string_view part = value.substr(0, comma);
+    if (part.size() > kNameMax) {
+      note_unread(view,
+                  "a CDI name of " + bytes_of(part.size()) + " in the annotation " + std::string(key.substr(0, 64)));
+    } else if (view.cdi_annotation_names.size() >= kListMax) {
+      note_unread(view, "more CDI names in annotations than " + std::to_string(kListMax));
+      return;
+    } else {
+      view.cdi_annotation_names.emplace_back(key, part);
+    }
+    if (comma == std::string_view::npos) return;
+    value.remove_prefix(comma + 1);
   }
-  view.cdi_annotations[std::string(key)] = std::string(value);
 }
 
 void set_selection(ContainerView& view, std::string_view name, std::string_view value) {
@@ -166,11 +178,16 @@ std::optional<Mount> mount_of(std::string_view bytes, ContainerView& view) {
     return std::nullopt;
   }
   const std::string_view type = string_field(bytes, field::kMountType);
-  Mount mount{std::string(destination), std::string(source), std::string(type.substr(0, kOptionMax)), {}, {}, {}};
-  for_each_field(bytes, field::kMountOptions, [&](std::string_view option) {
-    if (mount.options.size() < kListMax && option.size() <= kOptionMax) mount.options.emplace_back(option);
-  });
-  return mount;
+  bool bind = type == "bind";
+  for_each_field(bytes, field::kMountOptions,
+                 [&](std::string_view option) { bind = bind || option == "bind" || option == "rbind"; });
+  // Whether it binds is all the decision reads of its type and options.
+  return Mount{std::string(destination),
+               std::string(source),
+               bind ? "bind" : std::string(type.substr(0, kOptionMax)),
+               {},
+               {},
+               {}};
 }
 
 // A mount read: a bind mount's source followed where its links lead, then kept if it may reach a GPU.
@@ -183,20 +200,33 @@ void read_mount(ContainerView& view, const Reading& reading, std::string_view by
     if (where.path != lexical) mount->resolved = std::move(where.path);
     mount->doubt = std::move(where.doubt);
   }
-  if (enforcement::judged_mount(*mount, reading.node))
-    keep(view.mounts, std::move(*mount), view, "mounts that may reach a GPU");
+  if (!enforcement::judged_mount(*mount, reading.node)) return;
+  if (mount->source.size() > kKeptPathMax || mount->resolved.size() > kKeptPathMax) {
+    note_unread(view, "a mount of a host path that may reach a GPU, of " +
+                          bytes_of(std::max(mount->source.size(), mount->resolved.size())));
+    return;
+  }
+  if (view.mounts.size() >= kMountsMax) {
+    note_unread(view, "more mounts that may reach a GPU than " + std::to_string(kMountsMax));
+    return;
+  }
+  view.mounts.push_back(std::move(*mount));
 }
 
 void read_device(ContainerView& view, std::string_view bytes) {
   const std::string_view path = string_field(bytes, field::kDevicePath);
-  if (path.size() > kPathMax) {
-    note_unread(view, "a device node whose path is longer than PATH_MAX (" + bytes_of(path.size()) + ")");
+  const std::int64_t major = as_int64(varint_field(bytes, field::kDeviceMajor));
+  if (path.starts_with('-') || !enforcement::judged_device(Device{std::string(path.substr(0, 16)), {}, major, 0})) {
     return;
   }
-  Device device{std::string(path), std::string(string_field(bytes, field::kDeviceType).substr(0, 1)),
-                as_int64(varint_field(bytes, field::kDeviceMajor)), as_int64(varint_field(bytes, field::kDeviceMinor))};
-  if (device.path.starts_with('-') || !enforcement::judged_device(device)) return;
-  keep(view.devices, std::move(device), view, "NVIDIA device nodes");
+  if (path.size() > kNameMax) {
+    note_unread(view, "an NVIDIA device node whose path is " + bytes_of(path.size()));
+    return;
+  }
+  keep(view.devices,
+       Device{std::string(path), std::string(string_field(bytes, field::kDeviceType).substr(0, 1)), major,
+              as_int64(varint_field(bytes, field::kDeviceMinor))},
+       view, "NVIDIA device nodes");
 }
 
 // A LinuxDeviceCgroup rule: every device allowed ("a", or no type, with no major and minor, as a privileged

@@ -34,13 +34,16 @@ inline constexpr std::string_view kVisibleDevices = "NVIDIA_VISIBLE_DEVICES";
 inline constexpr std::string_view kImexChannels = "NVIDIA_IMEX_CHANNELS";
 
 // What a view reads, at most. Everything the runtime sends is bounded as it is read: a longer path, value or
-// list is not kept but named in ContainerView::unread, and such a container is what the enforcer cannot judge.
-inline constexpr std::size_t kPathMax = 4096;   // PATH_MAX: a longer path cannot be mounted by the kernel anyway
-inline constexpr std::size_t kListMax = 64;     // device nodes, device rules, mounts, CDI names of one container
-inline constexpr std::size_t kValueMax = 4096;  // a selection variable's value: 99 UUIDs and their commas
-inline constexpr std::size_t kNameMax = 256;    // a name, an ID, an annotation key, one CDI device name
-inline constexpr std::size_t kSwarmMax = 8;     // swarm-resource's variables read
-inline constexpr std::size_t kUnreadKept = 4;   // what was not read, named; the rest counted
+// list is not kept but named in ContainerView::unread, and such a container is what the enforcer cannot
+// judge. So a view is of a fixed size at most, whatever the request (view_bytes_max below).
+inline constexpr std::size_t kPathMax = 4096;      // PATH_MAX: a longer path cannot be mounted by the kernel anyway
+inline constexpr std::size_t kListMax = 64;        // device nodes, device rules, CDI names of one container
+inline constexpr std::size_t kMountsMax = 16;      // mounts that may reach a GPU, of one container
+inline constexpr std::size_t kValueMax = 4096;     // a selection variable's value: 99 UUIDs and their commas
+inline constexpr std::size_t kNameMax = 256;       // a name, an ID, an annotation key, one CDI device name
+inline constexpr std::size_t kKeptPathMax = 1024;  // a device node's path, a GPU mount's host path, as kept
+inline constexpr std::size_t kSwarmMax = 4;        // swarm-resource's variables read
+inline constexpr std::size_t kUnreadKept = 4;      // what was not read, named; the rest counted
 
 struct Device {
   std::string path;
@@ -97,8 +100,9 @@ struct ContainerView {
   std::vector<DeviceRule> device_rules;  // allow rules that can reach them (judged_rule)
   std::vector<Mount> mounts;             // mounts that may reach a GPU (judged_mount)
   std::vector<std::string> cdi_devices;  // fully qualified names; containerd >= 2.3 fills them, CRI-O never
-  // The toolkit's CDI annotations (judged_annotation), key and value.
-  std::map<std::string, std::string> cdi_annotations;
+  // The names the toolkit's CDI annotations hold (judged_annotation), each with its annotation's key: the
+  // value split at each comma, untrimmed, as the toolkit splits it.
+  std::vector<std::pair<std::string, std::string>> cdi_annotation_names;
   // gpuguard's device plugin's allocation annotation as the container carries it, where the runtime shows it
   // as the container's own (allocation.hpp's trusted_annotation decides what counts).
   std::optional<std::string> allocated_annotation;
@@ -114,6 +118,11 @@ struct ContainerView {
 
 // Notes something the view did not read.
 void note_unread(ContainerView& view, std::string what);
+
+// The bytes a view holds, its own and its strings' (an upper bound of what it costs the heap, short strings
+// counted whole); view_bytes_max() is the most any view can hold within the bounds above.
+std::size_t view_bytes(const ContainerView& view);
+std::size_t view_bytes_max();
 
 // The node's GPUs as the driver lists them: a GPU's index is its place in PCI address order, as NVML and
 // NVIDIA_VISIBLE_DEVICES number them.

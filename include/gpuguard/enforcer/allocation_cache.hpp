@@ -21,9 +21,10 @@ namespace gpuguard::enforcer {
 
 class AllocationCache {
  public:
-  // `deadline`: each List's. Sandboxes beyond `capacity` are not fetched ahead (their containers ask the
-  // kubelet at creation, as without the cache).
-  AllocationCache(PodResourcesSource& kubelet, std::chrono::milliseconds deadline, std::size_t capacity = 4096);
+  // `deadline`: each List's. Sandboxes beyond `capacity`, and answers past `bytes` kept in all, are not kept
+  // (their containers ask the kubelet at creation, as without the cache).
+  AllocationCache(PodResourcesSource& kubelet, std::chrono::milliseconds deadline, std::size_t capacity = 1024,
+                  std::size_t bytes = std::size_t{4} << 20);
   ~AllocationCache();
   AllocationCache(const AllocationCache&) = delete;
   AllocationCache& operator=(const AllocationCache&) = delete;
@@ -44,12 +45,15 @@ class AllocationCache {
   struct Entry {
     std::string pod_namespace, pod_name;
     std::optional<KubeletAnswer> answer;  // empty while the fetch is under way
+    std::size_t bytes = 0;                // what the answer keeps
   };
   void run(const std::stop_token& stop);
 
   PodResourcesSource& kubelet_;
   std::chrono::milliseconds deadline_;
   std::size_t capacity_;
+  std::size_t bytes_max_;
+  std::size_t bytes_ = 0;  // kept by the answers, in all
   std::mutex mutex_;
   std::condition_variable_any changed_;
   std::map<std::string, Entry> entries_;  // by sandbox ID
@@ -57,6 +61,9 @@ class AllocationCache {
   std::size_t lists_ = 0;
   std::jthread worker_;  // last: it starts on the members above
 };
+
+// The bytes a pod's answer keeps (its names and IDs, and each string's own size).
+std::size_t answer_bytes(const KubeletAnswer& answer);
 
 // One pod's answer from the kubelet, asked now within `deadline`.
 KubeletAnswer pod_answer(PodResourcesSource& kubelet, const std::string& pod_namespace, const std::string& pod_name,

@@ -29,16 +29,18 @@ struct EnforcerOptions {
   std::chrono::milliseconds kubelet_deadline{800};
   // ...after waiting at most this for the answer fetched when the pod's sandbox was made.
   std::chrono::milliseconds fetched_wait{400};
-  std::size_t prefetch_capacity = 4096;  // sandboxes whose answers are kept
-  // A Synchronize keeps the views of at most this many containers whose pod has not come yet.
-  std::size_t sync_pending_max = 1024;
+  std::size_t prefetch_capacity = 1024;               // sandboxes whose answers are kept...
+  std::size_t prefetch_bytes = std::size_t{4} << 20;  // ...and the bytes they keep, in all
+  // A Synchronize keeps the views of containers whose pod has not come yet up to this many bytes
+  // (enforcement::view_bytes); the containers past it are counted as not judged.
+  std::size_t sync_pending_bytes = std::size_t{4} << 20;
 };
 
 // What the last registration found of the running containers.
 struct RunningReport {
   std::size_t beyond = 0;      // see GPUs beyond their allocation (would be changed or refused now)
   std::size_t privileged = 0;  // privileged: not confined
-  std::size_t unjudged = 0;    // could not be judged (their pod never came, or past sync_pending_max)
+  std::size_t unjudged = 0;    // could not be judged (their pod never came, or past sync_pending_bytes)
 };
 
 class Enforcer final : public nri::Handler {

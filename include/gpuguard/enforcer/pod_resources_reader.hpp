@@ -16,7 +16,7 @@
 namespace gpuguard::enforcer {
 
 // What one wanted pod may keep: container names, device IDs and CDI names together.
-inline constexpr std::size_t kPodKeptMax = std::size_t{256} << 10;
+inline constexpr std::size_t kPodKeptMax = std::size_t{64} << 10;
 // One container's entry is read whole: at most this long.
 inline constexpr std::size_t kContainerEntryMax = std::size_t{64} << 10;
 

@@ -1,0 +1,388 @@
+// The node enforcer's core (include/gpuguard/enforcer/enforcer.hpp) driven through its ports with fakes: NRI's
+// requests as the runtime writes them (NRI's protobuf), a kubelet that counts its calls and can be slow, a pod
+// directory and a node in memory. What lies between calls is checked here without a process or a sleep: the
+// create's allocation handed to its validation, the answer fetched when a sandbox is made, the kubelet's
+// deadline, the break glass and the flags' exemptions merged into the policy, and the running containers'
+// report, Synchronize split in chunks whose containers come before their pods, within a byte budget.
+#include <catch2/catch.hpp>
+
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "gpuguard/enforcer/enforcer.hpp"
+#include "gpuguard/nri/messages.hpp"
+#include "nri/v1alpha1/api.pb.h"
+#include "proto_writer.hpp"
+
+using namespace gpuguard;
+using namespace std::chrono_literals;
+namespace api = ::nri::pkg::api::v1alpha1;
+
+namespace {
+
+constexpr const char* kGpu0 = "GPU-11111111-1111-4111-8111-111111111111";
+constexpr const char* kGpu1 = "GPU-22222222-2222-4222-8222-222222222222";
+
+// The kubelet: the pods it lists, how long it takes, how often it was asked.
+class FakeKubelet final : public enforcer::PodResourcesSource {
+ public:
+  void set(const std::string& pod_namespace, const std::string& name, enforcement::PodResources pod) {
+    const std::lock_guard lock(mutex_);
+    pods_[pod_namespace + "/" + name] = std::move(pod);
+  }
+  void set_delay(std::chrono::milliseconds delay) {
+    const std::lock_guard lock(mutex_);
+    delay_ = delay;
+  }
+  void serve_get(bool served) {
+    const std::lock_guard lock(mutex_);
+    get_served_ = served;
+  }
+  std::string list(std::chrono::milliseconds deadline, const Wanted& wanted, const Take& take) override {
+    std::map<std::string, enforcement::PodResources> pods;
+    {
+      const std::lock_guard lock(mutex_);
+      ++lists_;
+      if (delay_ > deadline) return "List: Deadline Exceeded (code 4)";
+      pods = pods_;
+    }
+    for (auto& [key, pod] : pods) {
+      const std::size_t slash = key.find('/');
+      if (wanted(key.substr(0, slash), key.substr(slash + 1))) take(key.substr(0, slash), key.substr(slash + 1), pod);
+    }
+    return {};
+  }
+  std::optional<enforcement::KubeletAnswer> get(const std::string& pod_namespace, const std::string& pod_name,
+                                                std::chrono::milliseconds deadline) override {
+    const std::lock_guard lock(mutex_);
+    if (!get_served_) return std::nullopt;
+    ++gets_;
+    enforcement::KubeletAnswer answer;
+    if (delay_ > deadline) {
+      answer.error = "Get: Deadline Exceeded (code 4)";
+      return answer;
+    }
+    answer.answered = true;
+    if (const auto found = pods_.find(pod_namespace + "/" + pod_name); found != pods_.end()) answer.pod = found->second;
+    return answer;
+  }
+  int calls() {
+    const std::lock_guard lock(mutex_);
+    return lists_ + gets_;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::map<std::string, enforcement::PodResources> pods_;
+  std::chrono::milliseconds delay_{0};
+  bool get_served_ = false;
+  int lists_ = 0, gets_ = 0;
+};
+
+class FakePods final : public enforcer::PodDirectory {
+ public:
+  std::map<std::string, std::string> accounts;  // "namespace/name" -> service account
+  std::string service_account(const std::string& pod_namespace, const std::string& pod_name,
+                              const std::string& /*uid*/) override {
+    const auto found = accounts.find(pod_namespace + "/" + pod_name);
+    return found == accounts.end() ? "" : found->second;
+  }
+  void node_event(const std::string& message) override {
+    const std::lock_guard lock(mutex_);
+    events_.push_back(message);
+    changed_.notify_all();
+  }
+  std::vector<std::string> events(std::size_t at_least) {
+    std::unique_lock lock(mutex_);
+    changed_.wait_for(lock, 5s, [&] { return events_.size() >= at_least; });
+    return events_;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::vector<std::string> events_;
+};
+
+class FakeNode final : public enforcer::NodeState {
+ public:
+  FakeNode() {
+    auto node = std::make_shared<enforcement::NodeView>();
+    node->gpus = {{kGpu0, 0, "0000:10:00.0", {}}, {kGpu1, 1, "0000:20:00.0", {}}};
+    node->toolkit.mode = "auto";
+    node->toolkit.version = enforcement::ToolkitVersion{1, 20, 1};
+    node_ = node;
+  }
+  std::shared_ptr<const enforcement::NodeView> current() override { return node_; }
+  void refresh() override { ++refreshes; }
+  enforcement::HostPathResolution resolve(std::string_view /*host_path*/) override { return {}; }
+  int refreshes = 0;
+
+ private:
+  std::shared_ptr<const enforcement::NodeView> node_;
+};
+
+struct Fixture {
+  FakeKubelet kubelet;
+  FakePods pods;
+  FakeNode node;
+  enforcer::EnforcerMetrics metrics{"test"};
+  std::shared_ptr<const policy::Policy> policy = std::make_shared<policy::Policy>();
+  std::atomic<bool> glass{false};
+  enforcer::EnforcerOptions options;
+
+  std::unique_ptr<enforcer::Enforcer> make() {
+    return std::make_unique<enforcer::Enforcer>(
+        options, kubelet, pods, node, [this] { return policy; }, [this] { return glass.load(); }, metrics);
+  }
+};
+
+api::PodSandbox pod(const std::string& name) {
+  api::PodSandbox sandbox;
+  sandbox.set_id("sandbox-" + name);
+  sandbox.set_name(name);
+  sandbox.set_namespace_("team-a");
+  sandbox.set_uid("uid-" + name);
+  return sandbox;
+}
+
+api::Container container(const std::string& pod_name, const std::string& id, const std::vector<std::string>& env) {
+  api::Container c;
+  c.set_id(id);
+  c.set_pod_sandbox_id("sandbox-" + pod_name);
+  c.set_name("app");
+  for (const std::string& entry : env) c.add_env(entry);
+  return c;
+}
+
+std::string create_request(const api::PodSandbox& sandbox, const api::Container& c) {
+  api::CreateContainerRequest request;
+  *request.mutable_pod() = sandbox;
+  *request.mutable_container() = c;
+  return request.SerializeAsString();
+}
+
+// ValidateContainerAdjustmentRequest {1 pod, 2 container, 3 adjust}: written by hand, as proto/ keeps only
+// the messages the enforcer writes.
+std::string validate_request(const api::PodSandbox& sandbox, const api::Container& c,
+                             const std::map<std::string, std::string>& set_env) {
+  api::ContainerAdjustment adjust;
+  for (const auto& [name, value] : set_env) {
+    auto* env = adjust.add_env();
+    env->set_key(name);
+    env->set_value(value);
+  }
+  return test::ProtoWriter()
+      .bytes(1, sandbox.SerializeAsString())
+      .bytes(2, c.SerializeAsString())
+      .bytes(3, adjust.SerializeAsString())
+      .str();
+}
+
+enforcement::PodResources gpu_pod(const std::vector<std::string>& ids) {
+  enforcement::PodResources pod;
+  pod.containers.push_back({"app", {{"nvidia.com/gpu", ids}}, {}});
+  return pod;
+}
+
+// What a create's answer sets NVIDIA_VISIBLE_DEVICES to, "" where it sets nothing, "refused" where it refuses.
+std::string written(const gpuguard::nri::CreateResult& result) {
+  if (result.refusal) return "refused";
+  if (!result.response) return "";
+  for (const auto& env : result.response->adjust().env()) {
+    if (env.key() == "NVIDIA_VISIBLE_DEVICES") return env.value();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("enforcer core: a create's allocation is handed to its validation, and the kubelet asked once for both") {
+  Fixture f;
+  f.kubelet.set("team-a", "train", gpu_pod({kGpu1}));
+  const auto enforcer = f.make();
+  const api::PodSandbox sandbox = pod("train");
+  const api::Container app = container("train", "c1", {"NVIDIA_VISIBLE_DEVICES=all"});
+  CHECK(written(enforcer->create_container(create_request(sandbox, app))) == kGpu1);
+  CHECK(f.kubelet.calls() == 1);
+  // The merged adjustment, as the runtime shows it to validators: gpuguard's own write, within.
+  CHECK_FALSE(enforcer->validate(validate_request(sandbox, app, {{"NVIDIA_VISIBLE_DEVICES", kGpu1}})).has_value());
+  CHECK(f.kubelet.calls() == 1);
+  // Another plugin's change after it: rejected, on the same allocation, without asking again.
+  const auto rejected = enforcer->validate(validate_request(sandbox, app, {{"NVIDIA_VISIBLE_DEVICES", "all"}}));
+  REQUIRE(rejected.has_value());
+  CHECK_THAT(*rejected, Catch::Contains("after every NRI plugin's adjustment"));
+  CHECK(f.kubelet.calls() == 2);  // handed over once: a second validation asks
+}
+
+TEST_CASE("enforcer core: a sandbox's answer is fetched when it is made, and its containers created without asking") {
+  Fixture f;
+  f.kubelet.set("team-a", "a", gpu_pod({kGpu0}));
+  f.kubelet.set("team-a", "b", gpu_pod({kGpu1}));
+  const auto enforcer = f.make();
+  enforcer->run_pod_sandbox(pod("a").SerializeAsString());
+  for (int i = 0; i < 200 && enforcer->prefetch_lists() < 1; ++i) std::this_thread::sleep_for(5ms);
+  REQUIRE(enforcer->prefetch_lists() == 1);
+  const int before = f.kubelet.calls();
+  CHECK(written(enforcer->create_container(
+            create_request(pod("a"), container("a", "c1", {"NVIDIA_VISIBLE_DEVICES=all"})))) == kGpu0);
+  CHECK(written(enforcer->create_container(
+            create_request(pod("a"), container("a", "c2", {"NVIDIA_VISIBLE_DEVICES=all"})))) == kGpu0);
+  CHECK(f.kubelet.calls() == before);  // the fetched answer served both, a restart's included
+  // A sandbox made before the enforcer, never fetched: asked at the create.
+  CHECK(written(enforcer->create_container(
+            create_request(pod("b"), container("b", "c3", {"NVIDIA_VISIBLE_DEVICES=all"})))) == kGpu1);
+  CHECK(f.kubelet.calls() == before + 1);
+  // Removed: forgotten, so that nothing is held for it.
+  enforcer->remove_pod_sandbox(pod("a").SerializeAsString());
+  CHECK(written(enforcer->create_container(
+            create_request(pod("a"), container("a", "c4", {"NVIDIA_VISIBLE_DEVICES=all"})))) == kGpu0);
+  CHECK(f.kubelet.calls() == before + 2);
+}
+
+TEST_CASE("enforcer core: one pod is asked for by Get where the kubelet serves it, by List where it does not") {
+  Fixture f;
+  f.kubelet.set("team-a", "a", gpu_pod({kGpu0}));
+  f.kubelet.serve_get(true);
+  const auto enforcer = f.make();
+  CHECK(written(enforcer->create_container(
+            create_request(pod("a"), container("a", "c1", {"NVIDIA_VISIBLE_DEVICES=all"})))) == kGpu0);
+  // A pod the kubelet does not know is an answer too: no resources, so no GPU.
+  CHECK(written(enforcer->create_container(
+            create_request(pod("gone"), container("gone", "c2", {"NVIDIA_VISIBLE_DEVICES=all"})))) == "void");
+  CHECK(f.kubelet.calls() == 2);
+}
+
+TEST_CASE("enforcer core: a kubelet slower than its deadline: GPUs refused as not judged, a GPU-less container made") {
+  Fixture f;
+  f.kubelet.set("team-a", "slow", gpu_pod({kGpu0}));
+  f.kubelet.set_delay(2s);
+  f.options.kubelet_deadline = 50ms;
+  f.options.fetched_wait = 10ms;
+  const auto enforcer = f.make();
+  const gpuguard::nri::CreateResult refused =
+      enforcer->create_container(create_request(pod("slow"), container("slow", "c1", {"NVIDIA_VISIBLE_DEVICES=all"})));
+  REQUIRE(refused.refusal);
+  CHECK_THAT(*refused.refusal, Catch::Contains("would reach GPUs while its allocation cannot be read"));
+  CHECK_THAT(*refused.refusal, Catch::Contains("Deadline Exceeded"));
+  // Void reaches no GPU: nothing to judge, whatever the kubelet says.
+  CHECK(written(enforcer->create_container(
+            create_request(pod("slow"), container("slow", "c2", {"NVIDIA_VISIBLE_DEVICES=void"})))) == "");
+  // nodeEnforcementUnknown: allow lets it be, as it is.
+  auto allow = std::make_shared<policy::Policy>();
+  allow->node_enforcement_unknown = policy::NodeEnforcementUnknown::allow;
+  f.policy = allow;
+  CHECK(written(enforcer->create_container(
+            create_request(pod("slow"), container("slow", "c3", {"NVIDIA_VISIBLE_DEVICES=all"})))) == "");
+}
+
+TEST_CASE("enforcer core: the break glass and the flags' exemptions are merged into the policy as they change") {
+  Fixture f;
+  f.options.exempt_service_accounts = {"gpuguard/device-plugin"};
+  f.pods.accounts["gpuguard/plugin-pod"] = "device-plugin";
+  const auto enforcer = f.make();
+  const std::vector<std::string> all = {"NVIDIA_VISIBLE_DEVICES=all"};
+  api::PodSandbox plugin = pod("plugin-pod");
+  plugin.set_namespace_("gpuguard");
+  CHECK(written(enforcer->create_container(create_request(plugin, container("plugin-pod", "p1", all)))) == "");
+  CHECK(written(enforcer->create_container(create_request(pod("x"), container("x", "c1", all)))) == "void");
+  f.glass = true;
+  CHECK(enforcer->effective_policy()->node_enforcement == policy::NodeEnforcement::off);
+  CHECK(written(enforcer->create_container(create_request(pod("x"), container("x", "c2", all)))) == "");
+  f.glass = false;
+  CHECK(written(enforcer->create_container(create_request(pod("x"), container("x", "c3", all)))) == "void");
+  // A policy reloaded meanwhile keeps the flags' exemptions.
+  auto audit = std::make_shared<policy::Policy>();
+  audit->node_enforcement = policy::NodeEnforcement::audit;
+  f.policy = audit;
+  const auto merged = enforcer->effective_policy();
+  CHECK(merged->node_enforcement == policy::NodeEnforcement::audit);
+  CHECK_THAT(merged->node_enforcement_exempt_service_accounts,
+             Catch::VectorContains(std::string("gpuguard/device-plugin")));
+}
+
+TEST_CASE("enforcer core: running containers are judged at registration, their pods in later chunks, and reported") {
+  Fixture f;
+  f.kubelet.set("team-a", "old", gpu_pod({}));
+  f.kubelet.set("team-a", "gpu", gpu_pod({kGpu1}));
+  const auto enforcer = f.make();
+  // NRI splits a Synchronize that does not fit one message: pods and containers apart, so that a container
+  // may come before its pod. Here every container comes first.
+  api::SynchronizeRequest first, second;
+  *first.add_containers() = container("old", "c-old", {"NVIDIA_VISIBLE_DEVICES=all"});
+  *first.add_containers() =
+      container("gpu", "c-gpu", {"NVIDIA_VISIBLE_DEVICES=all", std::string("NVIDIA_VISIBLE_DEVICES=") + kGpu1});
+  api::Container privileged = container("old", "c-priv", {});
+  auto* rule = privileged.mutable_linux()->mutable_resources()->add_devices();
+  rule->set_allow(true);
+  rule->set_access("rwm");
+  *first.add_containers() = privileged;
+  *first.add_containers() = container("orphan", "c-orphan", {"NVIDIA_VISIBLE_DEVICES=all"});
+  first.set_more(true);
+  *second.add_pods() = pod("old");
+  *second.add_pods() = pod("gpu");
+  enforcer->synchronize(first.SerializeAsString(), false);
+  CHECK(enforcer->running().beyond == 0);  // nothing decided before the end
+  enforcer->synchronize(second.SerializeAsString(), true);
+  const enforcer::RunningReport report = enforcer->running();
+  CHECK(report.beyond == 1);      // c-old: all, with no GPU allocated
+  CHECK(report.privileged == 1);  // c-priv
+  CHECK(report.unjudged == 1);    // c-orphan: its pod never came
+  const auto events = f.pods.events(1);
+  REQUIRE(events.size() == 1);
+  CHECK_THAT(events[0], Catch::Contains("team-a/old/app"));
+  CHECK_THAT(events[0], !Catch::Contains("team-a/gpu/app"));
+  // Removed: no longer counted.
+  enforcer->remove_container(pod("old").SerializeAsString(), container("old", "c-old", {}).SerializeAsString());
+  CHECK(enforcer->running().beyond == 0);
+}
+
+TEST_CASE("enforcer core: a Synchronize keeps views of containers awaiting their pod within its byte budget") {
+  Fixture f;
+  f.kubelet.set("team-a", "p", gpu_pod({}));
+  // Room for a few views of containers that set 4 KiB values, and not for the rest: those are counted, and
+  // the memory held stays the budget's, however many the runtime sends.
+  f.options.sync_pending_bytes = 64 << 10;
+  const auto enforcer = f.make();
+  api::SynchronizeRequest containers, pods;
+  const std::string heavy(4000, '0');
+  for (int i = 0; i < 100; ++i) {
+    *containers.add_containers() = container("p", std::string("c").append(std::to_string(i)),
+                                             {"NVIDIA_VISIBLE_DEVICES=" + heavy, "NVIDIA_IMEX_CHANNELS=" + heavy});
+  }
+  containers.set_more(true);
+  *pods.add_pods() = pod("p");
+  enforcer->synchronize(containers.SerializeAsString(), false);
+  enforcer->synchronize(pods.SerializeAsString(), true);
+  const enforcer::RunningReport report = enforcer->running();
+  CHECK(report.beyond >= 1);
+  CHECK(report.unjudged > 0);
+  CHECK(report.beyond + report.unjudged == 100);
+  CHECK(report.beyond <= (64 << 10) / (2 * 4000));  // each view holds its two values: no more than fit
+}
+
+TEST_CASE("enforcer core: answers fetched ahead are kept within a byte budget, past which containers ask themselves") {
+  Fixture f;
+  f.options.prefetch_bytes = 4096;
+  enforcement::PodResources large;
+  for (int i = 0; i < 40; ++i) large.containers.push_back({std::string(60, 'c').append(std::to_string(i)), {}, {}});
+  f.kubelet.set("team-a", "large", large);
+  f.kubelet.set("team-a", "small", gpu_pod({kGpu0}));
+  const auto enforcer = f.make();
+  enforcer->run_pod_sandbox(pod("large").SerializeAsString());
+  enforcer->run_pod_sandbox(pod("small").SerializeAsString());
+  for (int i = 0; i < 200 && enforcer->prefetch_lists() < 2; ++i) std::this_thread::sleep_for(5ms);
+  REQUIRE(enforcer->prefetch_lists() >= 1);
+  const int before = f.kubelet.calls();
+  // The small pod's answer was kept: its container is created without a call.
+  CHECK(written(enforcer->create_container(
+            create_request(pod("small"), container("small", "c1", {"NVIDIA_VISIBLE_DEVICES=all"})))) == kGpu0);
+  CHECK(f.kubelet.calls() == before);
+  // The large one's was over the budget: its container asks.
+  api::Container c = container("large", "c2", {"NVIDIA_VISIBLE_DEVICES=all"});
+  c.set_name(large.containers[3].name);
+  CHECK(written(enforcer->create_container(create_request(pod("large"), c))) == "void");
+  CHECK(f.kubelet.calls() == before + 1);
+}
