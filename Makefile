@@ -35,7 +35,7 @@ NODE_COMPONENTS := k8s.io/kubernetes/cmd/kubelet github.com/containerd/container
 WERROR ?= $(if $(filter true,$(CI)),ON,OFF)
 CXX_SOURCES = $(shell git ls-files '*.cpp' '*.hpp')
 
-.PHONY: deps build run test test-sanitize test-image e2e e2e-build fuzz bench bench-enforcer-request bench-node bench-backstop bench-pod-start bench-pod-start-parts bench-webhook-ab bench-nginx-floor certs clean format lint
+.PHONY: deps build run test test-sanitize test-tsan test-image e2e e2e-build fuzz bench bench-enforcer-request bench-node bench-backstop bench-pod-start bench-pod-start-parts bench-webhook-ab bench-nginx-floor certs clean format lint
 
 deps:
 	./scripts/install-deps.sh
@@ -59,6 +59,20 @@ test-sanitize: deps
 	cmake --build --preset sanitize -j$(JOBS)
 	cd $(SANITIZE_DIR) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
 	  ctest --output-on-failure --no-tests=error -j$(JOBS)
+
+# ThreadSanitizer over the tests whose code runs threads in the test's own process (the server, the enforcer's
+# core with its fetcher and event writer, the informers, the audit loop, the claim cache) and the real node
+# enforcer under its integration tests: a race stops the test (halt_on_error). tests/tsan.supp names what is
+# not ours to fix, each with its reason.
+TSAN_DIR := build-tsan
+TSAN_TARGETS := gpuguard_server_tests gpuguard_enforcer_tests gpuguard_enforcer_integration_tests \
+  gpuguard_audit_tests gpuguard_extender_tests gpuguard_webhook_tests
+TSAN_TESTS := ^(server|enforcer|enforcer integration|audit|extender|webhook): |^integration: generate dev certificates$$
+test-tsan: deps
+	cmake --preset tsan -DGPUGUARD_WERROR=OFF
+	cmake --build --preset tsan -j$(JOBS) --target $(TSAN_TARGETS)
+	cd $(TSAN_DIR) && TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$(CURDIR)/tests/tsan.supp" \
+	  ctest --output-on-failure --no-tests=error -j$(JOBS) -R '$(TSAN_TESTS)'
 
 # The image's root filesystem as the Dockerfile assembles it, each binary run inside it read-only (as UID
 # 65532 where the image does): tests/image/image_test.sh. Needs root (unshare, chroot), no container engine.

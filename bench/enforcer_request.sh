@@ -94,3 +94,75 @@ if [ -d /sys/fs/cgroup/cpu ] && mkdir -p /sys/fs/cgroup/cpu/gpuguard-bench 2>/de
 else
   echo "cpu-100m: no cgroup v1 cpu controller here; skipped"
 fi
+
+# The second red team's memory attacks, each on a fresh enforcer, without a limit (its peak) and under the
+# chart's memory limit in a cgroup v1 memory controller (whether it lives): a CreateContainer with a mount
+# path of a megabyte under the device list root, and a registration (Synchronize) of 200 running containers
+# whose image sets the four variables the enforcer reads to 64 KiB each, each with a volume mounted at a
+# path of 64 KiB under the device list root, two to a pod. A fake kubelet answers, so that every container
+# is read and judged. BASE_ENFORCER names an earlier build, run the same way right after, for a before and
+# after in one run.
+python3 - "$out" <<'PY'
+import json, sys
+out = sys.argv[1]
+pod = {"id": "sandbox-path", "name": "path", "namespace": "team-a", "uid": "uid-path"}
+path = {"id": "path", "name": "app", "mounts": [{"destination": "/var/run/nvidia-container-devices/" + "p" * (1 << 20),
+                                                  "source": "/dev/null", "type": "bind", "options": ["rbind"]}]}
+json.dump({"steps": [{"wait_plugin": 10}, {"create": {"pod": pod, "container": path}}, {"sleep": 1}]},
+          open(out + "/path.json", "w"))
+big = "7" * (64 << 10)
+pods, containers, listed = [], [], []
+for p in range(100):
+    pods.append({"id": "sandbox-heavy-%d" % p, "name": "heavy-%d" % p, "namespace": "team-a", "uid": "uid-heavy-%d" % p})
+    listed.append({"name": "heavy-%d" % p, "namespace": "team-a", "containers": [{"name": "app"}]})
+    for c in range(2):
+        containers.append({"id": "heavy-%d-%d" % (p, c), "podSandboxId": "sandbox-heavy-%d" % p, "name": "app",
+                           "state": "CONTAINER_RUNNING",
+                           "env": ["NVIDIA_VISIBLE_DEVICES=" + big, "NVIDIA_IMEX_CHANNELS=" + big,
+                                   "CUDA_VERSION=" + big, "NVIDIA_REQUIRE_CUDA=" + big],
+                           "mounts": [{"destination": "/var/run/nvidia-container-devices/" + big, "source": "/dev/null",
+                                       "type": "bind", "options": ["rbind"]}]})
+json.dump({"existing": {"pods": pods[::-1], "containers": containers}, "steps": [{"wait_plugin": 60}, {"sleep": 1}]},
+          open(out + "/sync.json", "w"))
+json.dump({"pod_resources": listed}, open(out + "/kubelet.json", "w"))
+PY
+limit=$(awk '/^nodeEnforcer:/ {e = 1} e && /^ *limits:/ {l = 1} l && /memory:/ {sub(/Mi/, "", $2); print $2; exit}' "$root/charts/gpuguard/values.yaml")
+attack() {  # BINARY LABEL SCRIPT LIMIT_MIB (0: none)
+  local binary="$1" label="$2" script="$3" limit_mib="$4" cgroup=""
+  rm -f "$out/nri.sock" "$out/kubelet.sock"
+  if [ "$limit_mib" != 0 ]; then
+    cgroup=/sys/fs/cgroup/memory/gpuguard-bench-$$
+    mkdir -p "$cgroup" && echo $((limit_mib << 20)) > "$cgroup/memory.limit_in_bytes"
+  fi
+  "$build/bench/gpuguard_fake_kubelet" --socket "$out/kubelet.sock" --pods "$out/kubelet.json" 2> "$out/$label.kubelet.log" &
+  local kubelet=$!
+  "$build/tools/nri-runtime" --socket "$out/nri.sock" --script "$out/$script" > "$out/$label.json" 2> "$out/$label.runtime.log" &
+  local runtime=$!
+  sleep 0.5
+  ( [ -n "$cgroup" ] && echo "$BASHPID" > "$cgroup/cgroup.procs"
+    exec "$binary" --nri-socket "$out/nri.sock" --pod-resources-socket "$out/kubelet.sock" --host-root "$out/host" \
+      --metrics-address 127.0.0.1:0 ) 2> "$out/$label.enforcer.log" &
+  local enforcer=$!
+  wait "$runtime" || true
+  local hwm alive="lives"
+  hwm=$(awk '/^VmHWM:/ {print $2}' "/proc/$enforcer/status" 2>/dev/null || echo 0)
+  kill -0 "$enforcer" 2>/dev/null || alive="KILLED"
+  if [ -n "$cgroup" ] && grep -q '^oom_kill [1-9]' "$cgroup/memory.oom_control" 2>/dev/null; then alive="OOM-KILLED"; fi
+  local synced
+  synced=$(head -1 "$out/$label.json" | sed -n 's/.*"synced":\([0-9]*\).*/\1/p')
+  if [ "$limit_mib" = 0 ]; then
+    echo "$label: peak RSS $hwm KiB (synchronized: ${synced:-no})"
+  else
+    echo "$label, under ${limit_mib} MiB: $alive (synchronized: ${synced:-no})"
+  fi
+  kill "$enforcer" "$kubelet" 2>/dev/null || true
+  wait "$enforcer" "$kubelet" 2>/dev/null || true
+  if [ -n "$cgroup" ]; then rmdir "$cgroup" 2>/dev/null || true; fi
+}
+for binary in "${ENFORCER:-$build/gpuguard-node-enforcer}" ${BASE_ENFORCER:-}; do
+  name=$([ "$binary" = "${BASE_ENFORCER:-}" ] && echo before || echo now)
+  for attack_name in path sync; do
+    attack "$binary" "$name, $attack_name" "$attack_name.json" 0
+    [ -d /sys/fs/cgroup/memory ] && attack "$binary" "$name, $attack_name" "$attack_name.json" "$limit"
+  done
+done
