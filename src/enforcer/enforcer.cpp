@@ -24,7 +24,8 @@ using namespace std::chrono_literals;
 
 constexpr std::size_t kServiceAccountCache = 1024;
 constexpr std::size_t kReportedMax = 20;    // containers named in one Node event
-constexpr std::size_t kSyncPodsMax = 4096;  // pods a Synchronize remembers until its last chunk
+constexpr std::size_t kSyncPodsMax = 4096;                     // pods a Synchronize remembers until its last chunk
+constexpr std::size_t kSyncListedBytes = std::size_t{8} << 20;  // the kubelet's pods it keeps for its judgments
 
 // The pod labels an exemption names ("namespace/name:key=value"): the only labels a view keeps.
 std::set<std::string> exemption_label_keys(const policy::Policy& policy) {
@@ -151,6 +152,7 @@ struct Enforcer::Impl {
     std::shared_ptr<const NodeView> node;
     std::set<std::string> label_keys;
     std::map<std::string, PodResources> listed;  // by "namespace/name"
+    bool listed_whole = true;                    // every pod the kubelet listed was kept (within kSyncListedBytes)
     std::map<std::string, nri::PodFacts> pods;   // by sandbox ID
     std::vector<std::pair<nri::ContainerIds, ContainerView>> pending;
     std::size_t pending_bytes = 0;  // enforcement::view_bytes of the views in `pending`
@@ -253,9 +255,16 @@ struct Enforcer::Impl {
     sync.policy = std::move(audit);
     sync.node = node.current();
     sync.label_keys = exemption_label_keys(*sync.policy);
+    std::size_t listed_bytes = 0;
     const std::string error = kubelet.list(
         options.kubelet_deadline, [](std::string_view, std::string_view) { return true; },
         [&](std::string_view ns, std::string_view name, PodResources pod) {
+          const std::size_t bytes = answer_bytes(KubeletAnswer{true, pod, {}});
+          if (listed_bytes + bytes > kSyncListedBytes) {
+            sync.listed_whole = false;  // its containers are not judged: a pod not kept is not "not listed"
+            return;
+          }
+          listed_bytes += bytes;
           sync.listed[std::string(ns).append("/").append(name)] = std::move(pod);
         });
     if (!error.empty()) {
@@ -270,6 +279,10 @@ struct Enforcer::Impl {
   void judge_running(const nri::ContainerIds& ids, ContainerView& view) {
     const auto pod = sync.pods.find(ids.sandbox_id);
     nri::set_pod(view, pod->second);
+    if (!sync.listed_whole && !sync.listed.contains(view.pod_namespace + "/" + view.pod_name)) {
+      ++sync.unjudged;
+      return;
+    }
     const Decision decision = decide_for(view, ids.sandbox_id, {}, *sync.policy, *sync.node, &sync.listed, false);
     if (decision.why != Decision::Why::audited && decision.why != Decision::Why::privileged) return;
     const std::string who = view.pod_namespace + "/" + view.pod_name + "/" + view.container;

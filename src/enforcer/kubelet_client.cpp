@@ -4,6 +4,8 @@
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
+#include <condition_variable>
+#include <mutex>
 #include <thread>
 
 #include "gpuguard/enforcer/pod_resources_reader.hpp"
@@ -29,6 +31,46 @@ std::string describe(const char* call, const grpc::Status& status) {
   return std::string(call) + ": " + status.error_message() + " (code " + std::to_string(status.error_code()) + ")";
 }
 
+// One holder at a time, waited for until a deadline. Not std::timed_mutex: libstdc++ locks that with
+// pthread_mutex_clocklock, which ThreadSanitizer does not see, so make test-tsan would report every unlock.
+class Turn {
+ public:
+  bool take(Clock::time_point until) {
+    std::unique_lock lock(mutex_);
+    if (!freed_.wait_until(lock, until, [&] { return !taken_; })) return false;
+    taken_ = true;
+    return true;
+  }
+  void give_back() {
+    {
+      const std::lock_guard lock(mutex_);
+      taken_ = false;
+    }
+    freed_.notify_one();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable freed_;
+  bool taken_ = false;
+};
+
+// The turn, held for one scope when it was taken.
+class HeldTurn {
+ public:
+  HeldTurn(Turn& turn, Clock::time_point until) : turn_(turn), held_(turn.take(until)) {}
+  ~HeldTurn() {
+    if (held_) turn_.give_back();
+  }
+  HeldTurn(const HeldTurn&) = delete;
+  HeldTurn& operator=(const HeldTurn&) = delete;
+  bool held() const { return held_; }
+
+ private:
+  Turn& turn_;
+  bool held_;
+};
+
 }  // namespace
 
 struct KubeletClient::Impl {
@@ -36,6 +78,8 @@ struct KubeletClient::Impl {
   grpc::GenericStub stub;
   // Whether the kubelet serves Get: unknown until it has answered one (true), or said it does not (false).
   std::atomic<int> get_served{-1};
+  // One call and its answer at a time: the answers held at once are one, at most kMaxReceive.
+  Turn one_at_a_time;
 
   explicit Impl(std::shared_ptr<grpc::Channel> c) : channel(c), stub(c) {}
 
@@ -88,6 +132,10 @@ KubeletClient::KubeletClient(const std::filesystem::path& socket) {
 KubeletClient::~KubeletClient() = default;
 
 std::string KubeletClient::list(std::chrono::milliseconds deadline, const Wanted& wanted, const Take& take) {
+  const auto until = Clock::now() + deadline;
+  const HeldTurn turn(impl_->one_at_a_time, until);
+  if (!turn.held()) return "List: another call to the kubelet took the deadline";
+  deadline = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
   grpc::ByteBuffer response;
   const grpc::Status status = impl_->call(kList, {}, response, deadline);
   if (!status.ok()) return describe("List", status);
@@ -98,6 +146,10 @@ std::string KubeletClient::list(std::chrono::milliseconds deadline, const Wanted
 std::optional<KubeletAnswer> KubeletClient::get(const std::string& pod_namespace, const std::string& pod_name,
                                                 std::chrono::milliseconds deadline) {
   if (impl_->get_served.load() == 0) return std::nullopt;
+  const auto until = Clock::now() + deadline;
+  const HeldTurn turn(impl_->one_at_a_time, until);
+  if (!turn.held()) return KubeletAnswer{false, std::nullopt, "Get: another call to the kubelet took the deadline"};
+  deadline = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
   ::v1::GetPodResourcesRequest asked;
   asked.set_pod_name(pod_name);
   asked.set_pod_namespace(pod_namespace);

@@ -5,7 +5,8 @@
 // kubelet serves it (KubeletPodResourcesGet: beta and on from Kubernetes 1.34, GA from 1.36), answers one
 // pod; List answers every pod, and serves where Get does not. The kubelet limits the API to 100 calls a
 // second with a burst of 10: a call it turns away (RESOURCE_EXHAUSTED, "rejected by rate limit") is tried
-// again within the deadline; an answer over the receive limit is not.
+// again within the deadline; an answer over the receive limit is not. One call at a time: the bytes of one
+// answer, at most kMaxReceive, are all it holds of the kubelet's at once.
 #include <atomic>
 #include <chrono>
 #include <filesystem>
