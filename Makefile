@@ -67,12 +67,16 @@ test-sanitize: deps
 TSAN_DIR := build-tsan
 TSAN_TARGETS := gpuguard_server_tests gpuguard_enforcer_tests gpuguard_enforcer_integration_tests \
   gpuguard_audit_tests gpuguard_extender_tests gpuguard_webhook_tests
-TSAN_TESTS := ^(server|enforcer|enforcer integration|audit|extender|webhook): |^integration: generate dev certificates$$
+# catch_discover_tests names each case "<prefix without its space><case>"; the webhook's command-line tests need
+# its program, which is not built here. The enforcer's memory-limit test measures memory, which ThreadSanitizer's
+# shadow multiplies: it runs under make test.
+TSAN_TESTS := ^(server|enforcer|enforcer integration|audit|extender|webhook):|^integration: generate dev certificates$$
+TSAN_SKIP := ^webhook: audit reports|^enforcer integration:under the chart.s memory limit
 test-tsan: deps
 	cmake --preset tsan -DGPUGUARD_WERROR=OFF
 	cmake --build --preset tsan -j$(JOBS) --target $(TSAN_TARGETS)
-	cd $(TSAN_DIR) && TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$(CURDIR)/tests/tsan.supp" \
-	  ctest --output-on-failure --no-tests=error -j$(JOBS) -R '$(TSAN_TESTS)'
+	cd $(TSAN_DIR) && TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 ignore_noninstrumented_modules=1 suppressions=$(CURDIR)/tests/tsan.supp" \
+	  ctest --output-on-failure --no-tests=error -j$(JOBS) -R '$(TSAN_TESTS)' -E '$(TSAN_SKIP)'
 
 # The image's root filesystem as the Dockerfile assembles it, each binary run inside it read-only (as UID
 # 65532 where the image does): tests/image/image_test.sh. Needs root (unshare, chroot), no container engine.

@@ -53,7 +53,14 @@ class FakeKubelet final : public v1::PodResourcesLister::Service {
     builder.RegisterService(this);
     server_ = builder.BuildAndStart();
   }
-  ~FakeKubelet() override { server_->Shutdown(std::chrono::system_clock::now() + 1s); }
+  ~FakeKubelet() override {
+    server_->Shutdown(std::chrono::system_clock::now() + 1s);
+    server_->Wait();
+    // Cleared under the lock the handlers took: gRPC's own ordering of its threads is not visible to
+    // ThreadSanitizer, this lock is.
+    const std::lock_guard lock(mutex_);
+    pods_.clear();
+  }
   void set(const std::string& pod_namespace, const std::string& name, const enforcement::PodResources& pod) {
     v1::PodResources converted;
     converted.set_namespace_(pod_namespace);
@@ -210,12 +217,17 @@ class EnforcerProcess {
   pid_t pid_ = -1;
 };
 
-// Runs nri-runtime with `script` and returns its output, one JSON object per step.
-std::vector<json> run_runtime(const Node& node, const json& script, const std::string& flags = "") {
+// Runs nri-runtime with `script`. No assertion here: Catch's macros are for the test's own thread only, and
+// this runs in another while the test watches the enforcer.
+ExitResult run_runtime_process(const Node& node, const json& script, const std::string& flags = "") {
   const fs::path file = node.dir / "script.json";
   std::ofstream(file) << script.dump();
-  const ExitResult result = run_binary(GPUGUARD_NRI_RUNTIME_BIN, "--socket " + node.nri_socket.string() + " --script " +
-                                                                     file.string() + " " + flags + " 2>/dev/null");
+  return run_binary(GPUGUARD_NRI_RUNTIME_BIN,
+                    "--socket " + node.nri_socket.string() + " --script " + file.string() + " " + flags + " 2>/dev/null");
+}
+
+// The runtime's output, one JSON object per step of `script`.
+std::vector<json> runtime_steps(const ExitResult& result, const json& script) {
   INFO(result.output);
   REQUIRE(result.status == 0);
   std::vector<json> steps;
@@ -225,6 +237,11 @@ std::vector<json> run_runtime(const Node& node, const json& script, const std::s
   }
   REQUIRE(steps.size() == script["steps"].size());
   return steps;
+}
+
+// Runs nri-runtime with `script` and returns its output, one JSON object per step.
+std::vector<json> run_runtime(const Node& node, const json& script, const std::string& flags = "") {
+  return runtime_steps(run_runtime_process(node, script, flags), script);
 }
 
 // Another NRI plugin, after the enforcer (e2e/cmd/nri-injector), adding what `flags` say to each container.
@@ -664,7 +681,7 @@ TEST_CASE("running containers beyond their allocation are reported at registrati
                              {{"sleep", 0.3}},
                              {{"remove", {{"pod", old_pod}, {"container", running}}}},
                              {{"sleep", 0.3}}})}};
-  std::future<std::vector<json>> out = std::async(std::launch::async, [&] { return run_runtime(node, script); });
+  std::future<ExitResult> out = std::async(std::launch::async, [&] { return run_runtime_process(node, script); });
   // Read while the runtime is still connected: after its first sleep, before the removal.
   std::this_thread::sleep_for(150ms);
   for (int i = 0; i < 50 && enforcer.series("gpuguard_node_enforcer_running_containers{state=\"beyond\"}") != 1; ++i) {
@@ -672,7 +689,7 @@ TEST_CASE("running containers beyond their allocation are reported at registrati
   }
   CHECK(enforcer.series("gpuguard_node_enforcer_running_containers{state=\"beyond\"}") == 1);
   CHECK(enforcer.series("gpuguard_node_enforcer_running_containers{state=\"privileged\"}") == 1);
-  out.get();
+  runtime_steps(out.get(), script);
   CHECK(enforcer.series("gpuguard_node_enforcer_running_containers{state=\"beyond\"}") == 0);
   const auto events = apiserver.posts("/api/v1/namespaces/default/events");
   REQUIRE(events.size() == 1);
@@ -802,16 +819,25 @@ TEST_CASE("an enforcer that stops in the middle of a request: with validation, t
   Node node;
   FakeKubelet kubelet(node.kubelet_socket);
   EnforcerProcess enforcer(node);
-  // The runtime's timeout is short here, so that the stop is met within the test; a second step waits
-  // for the enforcer to be back. Without the validation phase NRI would create this container unjudged.
+  // The runtime's timeout is short here, so that the stop is met within the test. Without the validation
+  // phase NRI would create this container unjudged.
   const json script = {{"steps", json::array({{{"wait_plugin", 10}},
-                                              {{"sleep", 1.0}},
+                                              {{"sleep", 2.0}},
                                               create_step(gpu_less_pod("stalled"), cuda_container("c1"))})}};
-  auto runtime = std::async(std::launch::async, [&] { return run_runtime(node, script, "--request-timeout 500ms"); });
-  std::this_thread::sleep_for(600ms);  // registered by now, and the create not yet sent
+  auto runtime =
+      std::async(std::launch::async, [&] { return run_runtime_process(node, script, "--request-timeout 500ms"); });
+  // Stopped once registered and synchronized (an empty node: well within the pause), before the create. A
+  // fixed wait stopped it in the middle of registering on a loaded machine, and NRI waited for it.
+  for (int i = 0; i < 300 && enforcer.log().find("registered with the container runtime") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(10ms);
+  }
+  std::this_thread::sleep_for(500ms);
   kill(enforcer.pid(), SIGSTOP);
-  const auto out = runtime.get();
+  const bool returned = runtime.wait_for(60s) == std::future_status::ready;
   kill(enforcer.pid(), SIGCONT);
+  REQUIRE(returned);
+  const ExitResult stopped = runtime.get();
+  const auto out = runtime_steps(stopped, script);
   INFO(out[2].dump() << "\n" << enforcer.log());
   REQUIRE(out[2].contains("error"));
   CHECK_THAT(out[2]["error"].get<std::string>(), Catch::Contains("validator plugin"));
@@ -1147,7 +1173,7 @@ TEST_CASE("the toolkit's configuration changed on the node: the next create is j
                                               {{"sleep", 3}},
                                               create_step(gpu_less_pod("three"), none_twice("c3")),
                                               create_step(gpu_less_pod("four"), device)})}};
-  std::future<std::vector<json>> running = std::async(std::launch::async, [&] { return run_runtime(node, script); });
+  std::future<ExitResult> running = std::async(std::launch::async, [&] { return run_runtime_process(node, script); });
   const auto decided = [&] {
     const std::string page = http_request(enforcer.port(), "GET", "/metrics").body;
     long long count = 0;
@@ -1165,7 +1191,7 @@ TEST_CASE("the toolkit's configuration changed on the node: the next create is j
   install_toolkit(node, upgraded);
   node.host.write("proc/driver/nvidia/version", "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15\n");
   for (const auto& gpu : default_node()) node.host.add_gpu(gpu.pci_address, gpu.uuid, gpu.minor, 0);
-  const std::vector<json> out = running.get();
+  const std::vector<json> out = runtime_steps(running.get(), script);
   INFO(enforcer.log());
   // Legacy: none is no GPU, left as it is; a GPU's node with no driver cannot be named.
   CHECK(out[1]["env"] == json::array());
