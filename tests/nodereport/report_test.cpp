@@ -3,7 +3,13 @@
 // its own (links resolved inside the root) and the command over real files.
 #include <catch2/catch.hpp>
 
+#include <fcntl.h>
+#include <limits.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
 
 #include <cstdio>
 #include <filesystem>
@@ -11,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "files.hpp"
+#include "gpuguard/files/in_root.hpp"
 #include "gpuguard/nodereport/host_root.hpp"
 #include "gpuguard/nodereport/node_condition.hpp"
 #include "nodereport/go_buildinfo.hpp"
@@ -284,6 +291,75 @@ TEST_CASE("node report: host links resolve inside the host root, never into this
   CHECK(host.list("/etc/nvidia-container-runtime") == std::vector<std::string>{"config.toml"});
   CHECK(nodereport::judge(host, "void").facts.mode == "cdi");
   fs::remove_all(root);
+}
+
+TEST_CASE("node report: a path followed part by part ends where the kernel's own resolution does") {
+  // The independent implementation is the kernel: with this process's root, realpath(3) resolves the
+  // same path, and follow_in_root must agree with it on every path that exists.
+  const fs::path top = fs::temp_directory_path() / ("gpuguard-follow-" + std::to_string(::getpid()));
+  fs::remove_all(top);
+  struct Removed {
+    const fs::path& path;
+    ~Removed() { fs::remove_all(path); }
+  } removed{top};  // a failed REQUIRE leaves nothing behind either
+  fs::create_directories(top / "a/b/c");
+  fs::create_directories(top / "d");
+  std::ofstream(top / "a/b/c/file") << "x";
+  fs::create_symlink("b/c", top / "a/to-c");                       // relative, down
+  fs::create_symlink("../a/b", top / "d/up-and-over");             // relative, up
+  fs::create_symlink(top / "a", top / "d/absolute");               // absolute
+  fs::create_symlink("../../d/absolute/to-c", top / "a/b/chain");  // a link through links
+  fs::create_symlink("c/../../b/./c/file", top / "a/b/dotted");    // dots inside a target
+  for (const char* path : {"a/to-c/file", "d/up-and-over/c/file", "d/absolute/b/c", "a/b/chain/file", "a/b/dotted",
+                           "d/absolute/to-c/../c/./file", "a/b/c/../../to-c"}) {
+    const std::string asked = (top / path).string();
+    char kernel[PATH_MAX];
+    REQUIRE(::realpath(asked.c_str(), kernel) != nullptr);
+    const files::Followed followed = files::follow_in_root("/", asked);
+    INFO(path);
+    CHECK(followed.path == kernel);
+    CHECK_FALSE(followed.loops);
+    CHECK_FALSE(followed.links.empty());
+  }
+  // A part that does not exist is kept as written, and what follows it too.
+  CHECK(files::follow_in_root("/", (top / "a/to-c/missing/x").string()).path == (top / "a/b/c/missing/x").string());
+  // The links followed are named where they lie, in order.
+  CHECK(
+      files::follow_in_root("/", (top / "a/b/chain").string()).links ==
+      std::vector<std::string>{(top / "a/b/chain").string(), (top / "d/absolute").string(), (top / "a/to-c").string()});
+  // Links that loop do not resolve.
+  fs::create_symlink("loop-b", top / "loop-a");
+  fs::create_symlink("loop-a", top / "loop-b");
+  CHECK(files::follow_in_root("/", (top / "loop-a/x").string()).loops);
+
+  // A deep path costs one lookup a part, not one walk from the root a part: 1,000 parts, a link at the
+  // bottom back to the top, and a few parts more.
+  std::string relative = "deep";
+  fs::create_directory(top / relative);
+  int dir = ::open((top / relative).c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+  for (int i = 0; i < 1000; ++i) {
+    relative += "/a";
+    REQUIRE(::mkdirat(dir, "a", 0755) == 0);  // part by part: libstdc++'s create_directories says too long
+    const int child = ::openat(dir, "a", O_PATH | O_DIRECTORY | O_CLOEXEC);
+    ::close(dir);
+    dir = child;
+  }
+  REQUIRE(::symlinkat((top / "a").c_str(), dir, "up") == 0);
+  ::close(dir);
+  std::size_t steps = files::kFollowStepsMax;
+  const std::string asked = (top / relative / "up/b/c/file").string();
+  const files::Followed followed = files::follow_in_root("/", asked, &steps);
+  CHECK(followed.path == (top / "a/b/c/file").string());
+  const std::size_t parts = static_cast<std::size_t>(std::count(asked.begin(), asked.end(), '/'));
+  const std::string top_text = top.string();
+  const std::size_t target_parts = static_cast<std::size_t>(std::count(top_text.begin(), top_text.end(), '/')) + 1;
+  CHECK(files::kFollowStepsMax - steps == parts + target_parts);
+  // A budget smaller than the path: not followed to its end, the budget spent, nothing taken for where it leads.
+  std::size_t small = 500;
+  const files::Followed cut = files::follow_in_root("/", asked, &small);
+  CHECK(cut.over_budget);
+  CHECK(cut.path.empty());
+  CHECK(small == 0);
 }
 
 TEST_CASE("node report: the command prints JSON and exits 3 when the value is not honoured, 0 when it is") {

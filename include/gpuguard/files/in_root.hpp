@@ -18,11 +18,19 @@ std::optional<std::filesystem::path> in_root(const std::filesystem::path& root, 
 
 // Where the host's `absolute` path leads, as the kernel resolves it when runc binds it: every link on the
 // way followed inside `root` ("/" or "" is this process's own root), the path given as the host sees it.
+//
+// One directory descriptor is carried from part to part (openat, fstatat, readlinkat): each part is one
+// lookup, as the kernel's own walk is, not a walk from the root again. Bounded besides: at most
+// kFollowStepsMax lookups for one path (a part, a link's part, each part walked again after ".."), and
+// fewer where `steps_left` is given, which it is taken from; past either, `over_budget`.
+inline constexpr std::size_t kFollowStepsMax = 8192;
 struct Followed {
   std::string path;                // absolute on the host, no link left in it (a part that does not exist kept)
   std::vector<std::string> links;  // the host paths of the links followed, in order
-  bool loops = false;              // more than the kernel's 40 links: it does not resolve
+  bool loops = false;              // more than the kernel's 40 links, or a link unreadable: it does not resolve
+  bool over_budget = false;        // more lookups than allowed: not followed to its end
 };
-Followed follow_in_root(const std::filesystem::path& root, std::string_view absolute);
+Followed follow_in_root(const std::filesystem::path& root, std::string_view absolute,
+                        std::size_t* steps_left = nullptr);
 
 }  // namespace gpuguard::files
