@@ -23,8 +23,8 @@ using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
 constexpr std::size_t kServiceAccountCache = 1024;
-constexpr std::size_t kReportedMax = 20;    // containers named in one Node event
-constexpr std::size_t kSyncPodsMax = 4096;                     // pods a Synchronize remembers until its last chunk
+constexpr std::size_t kReportedMax = 20;                        // containers named in one Node event
+constexpr std::size_t kSyncPodsMax = 4096;                      // pods a Synchronize remembers until its last chunk
 constexpr std::size_t kSyncListedBytes = std::size_t{8} << 20;  // the kubelet's pods it keeps for its judgments
 
 // The pod labels an exemption names ("namespace/name:key=value"): the only labels a view keeps.
@@ -65,7 +65,7 @@ class ServiceAccounts {
       const std::lock_guard lock(mutex_);
       if (const auto known = cache_.find(uid); known != cache_.end()) return known->second;
     }
-    const std::string account = pods_.service_account(pod_namespace, pod_name, uid);
+    std::string account = pods_.service_account(pod_namespace, pod_name, uid);
     if (account.empty()) return account;  // not cached: asked again at the next container
     const std::lock_guard lock(mutex_);
     if (cache_.size() >= kServiceAccountCache) cache_.clear();
@@ -159,10 +159,14 @@ struct Enforcer::Impl {
     Running found;
     std::vector<std::string> named;  // the first kReportedMax beyond, "namespace/pod/container"
     std::size_t unjudged = 0;
+    Clock::time_point until;  // judging stops then (sync_budget)
   } sync;
 
+  // A resolver for one container's view: its bind mounts share one budget of lookups.
   nri::HostPathResolver resolver() {
-    return [this](std::string_view path) { return node.resolve(path); };
+    return [this, steps_left = options.resolve_steps](std::string_view path) mutable {
+      return node.resolve(path, steps_left);
+    };
   }
 
   std::shared_ptr<const policy::Policy> effective_policy() {
@@ -249,6 +253,7 @@ struct Enforcer::Impl {
     publish_node();
     sync = Sync{};
     sync.started = true;
+    sync.until = Clock::now() + options.sync_budget;
     auto audit = std::make_shared<policy::Policy>(*effective_policy());
     if (audit->node_enforcement == policy::NodeEnforcement::off) return;
     audit->node_enforcement = policy::NodeEnforcement::audit;  // judge, never act
@@ -311,18 +316,19 @@ struct Enforcer::Impl {
     judge_pending_with_pods();
     nri::for_each_field(request, nri::field::kSyncContainers, [&](std::string_view container) {
       const nri::ContainerIds ids = nri::container_ids(container);
-      std::optional<ContainerView> view = nri::container_view(container, *sync.node, resolver());
-      if (!view) {
-        ++sync.unjudged;
-      } else if (sync.pods.contains(ids.sandbox_id)) {
+      std::optional<ContainerView> view;
+      if (Clock::now() < sync.until) view = nri::container_view(container, *sync.node, resolver());
+      if (view && sync.pods.contains(ids.sandbox_id)) {
         judge_running(ids, *view);
-      } else if (const std::size_t bytes = enforcement::view_bytes(*view);
-                 sync.pending_bytes + bytes <= options.sync_pending_bytes) {
+        return;
+      }
+      const std::size_t bytes = view ? enforcement::view_bytes(*view) : 0;
+      if (view && sync.pending_bytes + bytes <= options.sync_pending_bytes) {
         sync.pending_bytes += bytes;
         sync.pending.emplace_back(ids, std::move(*view));
-      } else {
-        ++sync.unjudged;
+        return;
       }
+      ++sync.unjudged;  // past the time budget, not parsed, or past the pending views' budget
     });
   }
 

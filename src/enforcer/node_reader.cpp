@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <charconv>
 #include <set>
 
@@ -83,26 +84,66 @@ Toolkit toolkit_of(const nodereport::Facts& facts) {
   return toolkit;
 }
 
-// Whether `path` lies strictly below a pod's volume: <pods>/<uid>/volumes/<plugin>/<name>/<more>. The
-// volume's own directory is the kubelet's; what lies in it, its containers write.
-bool below_a_volume(std::string_view path, std::string_view pods) {
-  if (!k8s::is_or_under(path, pods) || path == pods) return false;
-  std::string_view rest = path.substr(pods.size() + 1);
+// Where containers write on the host: their root filesystems (containerd's snapshots and its tasks'
+// rootfs mounts, CRI-O's storage). Any directory there a container can make a link before runc binds a path
+// through it; the directories themselves are the runtime's.
+constexpr std::string_view kContainerFilesystems[] = {"/run/containerd/io.containerd.runtime.v2.task",
+                                                      "/var/lib/containers/storage", "/run/containers/storage"};
+constexpr std::string_view kSnapshotterPrefix = "/var/lib/containerd/io.containerd.snapshotter.v1.";
+
+std::vector<std::string_view> parts_of(std::string_view path) {
   std::vector<std::string_view> parts;
-  while (!rest.empty()) {
-    const std::size_t slash = rest.find('/');
-    parts.push_back(rest.substr(0, slash));
-    rest = slash == std::string_view::npos ? std::string_view{} : rest.substr(slash + 1);
+  while (!path.empty()) {
+    const std::size_t slash = path.find('/');
+    if (slash != 0) parts.push_back(path.substr(0, slash));
+    if (slash == std::string_view::npos) break;
+    path.remove_prefix(slash + 1);
   }
-  return parts.size() > 4 && parts[1] == "volumes";
+  return parts;
+}
+
+// Whether `path` lies strictly below what a pod's containers write, under <pods>: a volume's contents
+// (<uid>/volumes/<plugin>/<name>/..., or below a CSI volume's <name>/mount, the kubelet's own mount point)
+// or a subPath's (<uid>/volume-subpaths/<volume>/<container>/<index>/...). The directories named are the
+// kubelet's; what lies in them, the containers write.
+bool below_a_volume(std::string_view path, std::string_view pods) {
+  if (pods.empty() || !k8s::is_or_under(path, pods) || path == pods) return false;
+  const std::vector<std::string_view> parts = parts_of(path.substr(pods.size()));
+  if (parts.size() < 2) return false;
+  if (parts[1] == "volumes") {
+    const std::size_t root = parts.size() > 2 && parts[2] == "kubernetes.io~csi" ? 5 : 4;
+    return parts.size() > root;
+  }
+  return parts[1] == "volume-subpaths" && parts.size() > 5;
+}
+
+// Why containers may change where `path` leads before runc binds it, or empty: it lies below what they
+// write (a pod's volume, a container's root filesystem).
+std::string container_writable(std::string_view path, std::string_view pods, std::string_view pods_followed) {
+  if (below_a_volume(path, pods) || below_a_volume(path, pods_followed)) {
+    return "it lies in a pod's volume, whose containers can make it a link before runc binds it";
+  }
+  for (const std::string_view root : kContainerFilesystems) {
+    if (k8s::is_or_under(path, root) && path != root) {
+      return "it lies in a container's root filesystem, which its container can make a link before runc binds it";
+    }
+  }
+  if (path.starts_with(kSnapshotterPrefix)) {
+    const std::size_t end = path.find('/', kSnapshotterPrefix.size());
+    if (end != std::string_view::npos && end + 1 < path.size()) {
+      return "it lies in a container's root filesystem, which its container can make a link before runc binds it";
+    }
+  }
+  return {};
 }
 
 }  // namespace
 
-NodeReader::NodeReader(fs::path host_root, std::vector<std::string> mps_roots, fs::path kubelet_root)
+NodeReader::NodeReader(fs::path host_root, std::vector<std::string> mps_roots, const fs::path& kubelet_root)
     : host_root_(std::move(host_root)),
       mps_roots_(std::move(mps_roots)),
-      kubelet_pods_(k8s::lexical_path((kubelet_root / "pods").string())) {
+      kubelet_pods_(k8s::lexical_path((kubelet_root / "pods").string())),
+      kubelet_pods_followed_(std::make_shared<const std::string>()) {
   refresh();
 }
 
@@ -163,6 +204,9 @@ void NodeReader::refresh() {
     }
   }
   read_specs(*node);
+  const files::Followed pods = files::follow_in_root(host_root_, kubelet_pods_);
+  kubelet_pods_followed_.store(
+      std::make_shared<const std::string>(pods.path != kubelet_pods_ ? pods.path : std::string()));
   watched_.spec_dirs = node->cdi_spec_dirs;
   watched_.specs = stamps(watched_.spec_dirs);
   log::info("node read", {{"gpus", node->gpus.size()},
@@ -251,30 +295,49 @@ void NodeReader::read_specs(NodeView& node) const {
   add_mig_devices_from_cdi(node);
 }
 
-HostPathResolution NodeReader::resolve(std::string_view host_path) {
+HostPathResolution NodeReader::resolve(std::string_view host_path, std::size_t& steps_left) {
   HostPathResolution where;
   const std::string lexical = k8s::lexical_path(host_path);
-  if (below_a_volume(lexical, kubelet_pods_)) {
-    where.doubt = "it lies in a pod's volume, whose containers can make it a link before runc binds it";
+  const std::shared_ptr<const std::string> pods_followed = kubelet_pods_followed_.load();
+  if (std::string why = container_writable(lexical, kubelet_pods_, *pods_followed); !why.empty()) {
+    where.doubt = std::move(why);
     return where;
   }
-  const files::Followed followed = files::follow_in_root(host_root_, lexical);
+  const files::Followed followed = files::follow_in_root(host_root_, lexical, &steps_left);
+  if (followed.over_budget) {
+    where.doubt = "its links and parts are more than the enforcer follows for one container";
+    return where;
+  }
   if (followed.loops) {
     where.doubt = "its links loop, or cannot be read";
     return where;
   }
   for (const std::string& link : followed.links) {
     const std::string dir = fs::path(link).parent_path().string();
-    if (k8s::is_or_under(dir, kubelet_pods_)) {
-      where.doubt = "it leads through the link " + link + ", in a pod's directory, which its containers can change";
+    if (k8s::is_or_under(dir, kubelet_pods_) || (!pods_followed->empty() && k8s::is_or_under(dir, *pods_followed)) ||
+        !container_writable(link, kubelet_pods_, *pods_followed).empty()) {
+      where.doubt = "it leads through the link " + link + ", where containers write, which they can change";
       return where;
     }
-    const auto local = files::in_root(host_root_, dir);
+    // The directory's parts are links no more: read as they are, each part one lookup of the budget.
+    const std::size_t lookups = static_cast<std::size_t>(std::count(dir.begin(), dir.end(), '/'));
+    if (lookups > steps_left) {
+      where.doubt = "its links and parts are more than the enforcer follows for one container";
+      return where;
+    }
+    steps_left -= lookups;
+    const fs::path local = host_root_.empty() ? fs::path(dir) : host_root_ / fs::path(dir).relative_path();
     struct stat status {};
-    if (local && ::stat(local->c_str(), &status) == 0 && (status.st_mode & S_IWOTH) != 0) {
+    if (::stat(local.c_str(), &status) == 0 && (status.st_mode & S_IWOTH) != 0) {
       where.doubt = "it leads through the link " + link + ", in a directory anyone may write";
       return where;
     }
+  }
+  // Where the links lead may itself be where containers write, though no link there is seen yet: one made
+  // after the enforcer's view of the host was mounted, or made between this look and runc's.
+  if (std::string why = container_writable(followed.path, kubelet_pods_, *pods_followed); !why.empty()) {
+    where.doubt = std::move(why);
+    return where;
   }
   where.path = followed.path;
   return where;

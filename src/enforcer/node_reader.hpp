@@ -23,13 +23,13 @@ namespace gpuguard::enforcer {
 class NodeReader final : public NodeState {
  public:
   // `kubelet_root`: where the kubelet keeps pods' volumes (/var/lib/kubelet), whose contents their
-  // containers write.
+  // containers write, as they write their own root filesystems (container_writable in node_reader.cpp).
   NodeReader(std::filesystem::path host_root, std::vector<std::string> mps_roots,
-             std::filesystem::path kubelet_root = "/var/lib/kubelet");
+             const std::filesystem::path& kubelet_root = "/var/lib/kubelet");
 
   std::shared_ptr<const NodeView> current() override;
   void refresh() override;
-  HostPathResolution resolve(std::string_view host_path) override;
+  HostPathResolution resolve(std::string_view host_path, std::size_t& steps_left) override;
 
  private:
   // A file's identity and stamp, or that it is not there.
@@ -55,7 +55,9 @@ class NodeReader final : public NodeState {
   const std::filesystem::path host_root_;
   const std::vector<std::string> mps_roots_;
   const std::string kubelet_pods_;  // <kubelet root>/pods, on the host
-  std::mutex mutex_;                // one reader at a time
+  // The same where a link leads elsewhere (the kubelet's directory moved to another disk, linked back).
+  std::atomic<std::shared_ptr<const std::string>> kubelet_pods_followed_;
+  std::mutex mutex_;  // one reader at a time
   Watched watched_;
   std::atomic<std::shared_ptr<const NodeView>> node_;
 };

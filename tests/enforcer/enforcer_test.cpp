@@ -117,8 +117,15 @@ class FakeNode final : public enforcer::NodeState {
   }
   std::shared_ptr<const enforcement::NodeView> current() override { return node_; }
   void refresh() override { ++refreshes; }
-  enforcement::HostPathResolution resolve(std::string_view /*host_path*/) override { return {}; }
+  // Each path costs `cost` lookups of the budget; what each call was left with is recorded.
+  enforcement::HostPathResolution resolve(std::string_view /*host_path*/, std::size_t& steps_left) override {
+    budgets.push_back(steps_left);
+    steps_left -= std::min(steps_left, cost);
+    return {};
+  }
   int refreshes = 0;
+  std::size_t cost = 0;
+  std::vector<std::size_t> budgets;
 
  private:
   std::shared_ptr<const enforcement::NodeView> node_;
@@ -385,4 +392,70 @@ TEST_CASE("enforcer core: answers fetched ahead are kept within a byte budget, p
   c.set_name(large.containers[3].name);
   CHECK(written(enforcer->create_container(create_request(pod("large"), c))) == "void");
   CHECK(f.kubelet.calls() == before + 1);
+}
+
+TEST_CASE("enforcer core: one container's host paths share one budget of lookups, and the next container has its own") {
+  Fixture f;
+  f.options.resolve_steps = 2500;
+  f.node.cost = 1000;
+  const auto enforcer = f.make();
+  const auto with_mounts = [](const std::string& id) {
+    api::Container c = container("p", id, {"PATH=/usr/bin"});
+    for (int i = 0; i < 4; ++i) {
+      auto* mount = c.add_mounts();
+      mount->set_destination("/m" + std::to_string(i));
+      mount->set_source("/srv/m" + std::to_string(i));
+      mount->set_type("bind");
+    }
+    return c;
+  };
+  f.kubelet.set("team-a", "p", gpu_pod({}));
+  enforcer->create_container(create_request(pod("p"), with_mounts("c1")));
+  CHECK(f.node.budgets == std::vector<std::size_t>{2500, 1500, 500, 0});
+  f.node.budgets.clear();
+  enforcer->create_container(create_request(pod("p"), with_mounts("c2")));
+  CHECK(f.node.budgets == std::vector<std::size_t>{2500, 1500, 500, 0});
+}
+
+TEST_CASE("enforcer core: a Synchronize judges running containers within its time budget, and counts the rest") {
+  Fixture f;
+  f.kubelet.set("team-a", "p", gpu_pod({}));
+  api::SynchronizeRequest sync;
+  *sync.add_pods() = pod("p");
+  for (int i = 0; i < 10; ++i) {
+    *sync.add_containers() = container("p", std::string("c").append(std::to_string(i)), {"NVIDIA_VISIBLE_DEVICES=all"});
+  }
+  // With its budget: every one judged, each beyond its allocation.
+  {
+    const auto enforcer = f.make();
+    enforcer->synchronize(sync.SerializeAsString(), true);
+    CHECK(enforcer->running().beyond == 10);
+    CHECK(enforcer->running().unjudged == 0);
+  }
+  // With none left (the kubelet's List took it all): none judged, every one counted, and answered at once.
+  f.options.sync_budget = 0ms;
+  const auto enforcer = f.make();
+  enforcer->synchronize(sync.SerializeAsString(), true);
+  CHECK(enforcer->running().beyond == 0);
+  CHECK(enforcer->running().unjudged == 10);
+}
+
+TEST_CASE("enforcer core: every reason a decision gives is a series of its own on /metrics") {
+  enforcer::EnforcerMetrics metrics{"test"};
+  using Why = enforcement::Decision::Why;
+  const std::vector<Why> whys = {Why::enforced,   Why::audited,      Why::off,       Why::exempt,
+                                 Why::privileged, Why::cannot_judge, Why::oversized, Why::within};
+  for (const Why why : whys) {
+    enforcement::Decision decision;
+    decision.why = why;
+    metrics.count_decision(decision, 0.001);
+  }
+  const std::string page = metrics.render({}, "enforce");
+  for (const Why why : whys) {
+    const std::string series = std::string("gpuguard_node_enforcer_decisions_total{action=\"allow\",why=\"")
+                                   .append(enforcement::why_name(why))
+                                   .append("\"} 1\n");
+    INFO(series);
+    CHECK_THAT(page, Catch::Contains(series));
+  }
 }

@@ -34,13 +34,20 @@ struct EnforcerOptions {
   // A Synchronize keeps the views of containers whose pod has not come yet up to this many bytes
   // (enforcement::view_bytes); the containers past it are counted as not judged.
   std::size_t sync_pending_bytes = std::size_t{4} << 20;
+  // NRI gives a whole Synchronize, every message of it, one request timeout (2 s): running containers are
+  // judged until this long after it began (the node read and the kubelet's List included), the rest counted
+  // as not judged. Registering matters more than the report.
+  std::chrono::milliseconds sync_budget{1200};
+  // Lookups one container's host paths may cost, all its bind mounts together (files::follow_in_root): a
+  // path past it is one the enforcer cannot judge.
+  std::size_t resolve_steps = 16384;
 };
 
 // What the last registration found of the running containers.
 struct RunningReport {
   std::size_t beyond = 0;      // see GPUs beyond their allocation (would be changed or refused now)
   std::size_t privileged = 0;  // privileged: not confined
-  std::size_t unjudged = 0;    // could not be judged (their pod never came, or past sync_pending_bytes)
+  std::size_t unjudged = 0;    // not judged (their pod never came, past sync_pending_bytes or sync_budget)
 };
 
 class Enforcer final : public nri::Handler {

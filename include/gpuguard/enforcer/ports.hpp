@@ -59,8 +59,9 @@ class NodeState {
   virtual std::shared_ptr<const NodeView> current() = 0;
   // Everything read again.
   virtual void refresh() = 0;
-  // Where a host path leads, as runc binds it.
-  virtual HostPathResolution resolve(std::string_view host_path) = 0;
+  // Where a host path leads, as runc binds it, with at most `steps_left` lookups (taken from it): one
+  // container's mounts share one budget, so what a container's host paths cost the enforcer is bounded.
+  virtual HostPathResolution resolve(std::string_view host_path, std::size_t& steps_left) = 0;
 };
 
 }  // namespace gpuguard::enforcer
