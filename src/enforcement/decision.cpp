@@ -499,7 +499,7 @@ void device_rule_door(const ContainerView& container, const Scope& scope, Findin
       beyond = scope.minor_beyond(static_cast<unsigned>(*rule.minor), unknown);
     }
     if (beyond.empty()) continue;
-    findings.add(door + " reaches " + beyond,
+    findings.add(std::string(door).append(" reaches ").append(beyond),
                  unknown || !scope.known() ? Findings::Kind::unknown : Findings::Kind::beyond);
   }
 }
@@ -563,7 +563,7 @@ void bind_mount_door(const ContainerView& container, const Scope& scope, Finding
         beyond = scope.path_beyond(source, unknown);
       }
       if (!beyond.empty()) {
-        findings.add(at + " reaches " + beyond,
+        findings.add(std::string(at).append(" reaches ").append(beyond),
                      unknown || !scope.known() ? Findings::Kind::unknown : Findings::Kind::beyond);
       }
     }
@@ -621,6 +621,27 @@ std::string refusal(const ContainerView& container, const Decision& decision, st
 std::string ask_text(const Allocation& allocation) {
   return "It was allocated " + allocated_text(allocation) + " (" + cut(allocation.detail, kBeyondLineMax) +
          "); request the GPUs it needs, or ask the cluster admin (gpuguard's nodeEnforcement policy)";
+}
+
+// A container larger than NRI can send at a registration: refused under enforce, whatever it reaches, so
+// that the node's plugins can register again; reported under audit.
+Decision oversized_decision(const ContainerView& container, bool audit) {
+  Decision decision;
+  decision.why = Decision::Why::oversized;
+  keep_beyond(decision, "its NRI message is " + std::to_string(container.nri_bytes >> 10) + " KiB, over " +
+                            std::to_string(kNriContainerBytesMax >> 10) + " KiB");
+  if (audit) {
+    decision.message = "would be refused under nodeEnforcement: enforce: " + decision.beyond.front();
+    return decision;
+  }
+  decision.action = Decision::Action::refuse;
+  decision.message = refusal(
+      container, decision, "is larger than the container runtime can show its NRI plugins at their registration",
+      "NRI sends every running container to each plugin when it registers, no fewer than four to a message of "
+      "at most 4 MiB, so a container this large would keep every NRI plugin on the node, gpuguard's enforcer "
+      "included, from registering again. Make the container smaller: fewer or shorter environment variables, "
+      "arguments, mounts or annotations");
+  return decision;
 }
 
 // A privileged container can make and open any device node, whatever it is given now: counted and
@@ -819,6 +840,7 @@ std::string_view why_name(Decision::Why why) {
     case Decision::Why::exempt: return "exempt";
     case Decision::Why::privileged: return "privileged";
     case Decision::Why::cannot_judge: return "cannot-judge";
+    case Decision::Why::oversized: return "oversized";
     case Decision::Why::within: break;
   }
   return "within";
@@ -836,6 +858,7 @@ Decision decide(const ContainerView& container, const Allocation& allocation, co
     return decision;
   }
   const bool audit = policy.node_enforcement == policy::NodeEnforcement::audit;
+  if (container.nri_bytes > kNriContainerBytesMax) return oversized_decision(container, audit);
   const bool allow_unknown = policy.node_enforcement_unknown == policy::NodeEnforcementUnknown::allow;
   const Scope scope(node, allocation);
   if (container.all_devices_allowed) return privileged_decision(container, scope, audit, allow_unknown);

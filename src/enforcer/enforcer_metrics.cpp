@@ -9,8 +9,8 @@ namespace {
 using enforcement::Decision;
 
 constexpr std::array<std::string_view, 3> kActions = {"allow", "adjust", "refuse"};
-constexpr std::array<std::string_view, 7> kWhys = {"within", "enforced",     "audited",   "off",
-                                                   "exempt", "cannot-judge", "privileged"};
+constexpr std::array<std::string_view, 8> kWhys = {"within", "enforced",     "audited",    "off",
+                                                   "exempt", "cannot-judge", "privileged", "oversized"};
 
 std::size_t why_index(Decision::Why why) {
   const std::string_view name = enforcement::why_name(why);

@@ -234,14 +234,15 @@ void read_device(ContainerView& view, std::string_view bytes) {
 void read_rule(ContainerView& view, std::string_view rule) {
   DeviceRule numbers;
   ProtoReader reader(rule);
+  // OptionalInt64 {1 value}: present with 0 when the field is there without a value. runc reads -1 as "*"
+  // (libcontainer/devices.Wildcard), as it reads an absent one; any other negative number too, here.
+  const auto number = [](std::string_view bytes) -> std::optional<std::int64_t> {
+    const auto value = static_cast<std::int64_t>(varint_field(bytes, 1).value_or(0));
+    return value < 0 ? std::nullopt : std::optional<std::int64_t>(value);
+  };
   while (reader.next()) {
-    // OptionalInt64 {1 value}: present with 0 when the field is there without a value.
-    if (reader.field() == field::kCgroupMajor) {
-      numbers.major = static_cast<std::int64_t>(varint_field(reader.bytes(), 1).value_or(0));
-    }
-    if (reader.field() == field::kCgroupMinor) {
-      numbers.minor = static_cast<std::int64_t>(varint_field(reader.bytes(), 1).value_or(0));
-    }
+    if (reader.field() == field::kCgroupMajor) numbers.major = number(reader.bytes());
+    if (reader.field() == field::kCgroupMinor) numbers.minor = number(reader.bytes());
   }
   const std::string_view type = string_field(rule, field::kCgroupType);
   const bool allow = varint_field(rule, field::kCgroupAllow).value_or(0) != 0;
@@ -317,6 +318,7 @@ std::optional<ContainerView> container_view(std::string_view container, const en
                                             const HostPathResolver& resolve) {
   if (!well_formed(container)) return std::nullopt;
   ContainerView view;
+  view.nri_bytes = container.size();
   Reading reading{node, resolve, {}, {}, {}, {}};
   const std::string_view name = string_field(container, field::kContainerName);
   view.container = std::string(name.substr(0, kNameMax));

@@ -100,8 +100,11 @@ struct Plugin::Impl {
   Descriptor wake;  // written when a stop is requested, so that a poll returns at once
   mutable std::mutex mutex;
   PluginStats counts;
-  // A runtime that closed the connection after being asked for validation, before synchronizing, is not
-  // asked again (an NRI that does not know the event refuses the whole subscription).
+  // A runtime that did not say its NRI version and closed the connection after being asked for validation,
+  // before synchronizing, is not asked on the next connection (an NRI that does not know the event refuses
+  // the whole subscription); asked again once a connection without it ends unsynchronized too, since then
+  // the subscription was not what the runtime refused. A runtime that says NRI v0.10.0 or later knows the
+  // event: a sync it ends (a running container too large to send, a timeout) never turns validation off.
   bool validation_refused = false;
 
   // What one connection has come to.
@@ -109,6 +112,7 @@ struct Plugin::Impl {
     bool configured = false;
     bool registered = false;
     bool validating = false;
+    bool nri_version_stated = false;  // the runtime's Configure said its NRI version
     bool synchronized = false;
     bool no_listener = false;  // connect found no socket file, or nothing listening on it
   };
@@ -165,7 +169,10 @@ void Plugin::run(const std::stop_token& stop) {
                   {{"reason", why}, {"socket", impl_->options.socket.string()}});
       }
     }
-    if (state.validating && !state.synchronized && !impl_->validation_refused) {
+    if (state.configured && !state.validating && !state.synchronized && impl_->validation_refused) {
+      impl_->validation_refused = false;
+      log::info("connecting with validation again: the connection without it ended before synchronizing too");
+    } else if (state.validating && !state.nri_version_stated && !state.synchronized && !impl_->validation_refused) {
       impl_->validation_refused = true;
       log::warn(
           "the runtime ended the connection after being asked to show this plugin each container's final "
@@ -320,7 +327,9 @@ std::string Plugin::Impl::answer(const RequestEnvelope& request, Session& state,
     if (!configure.ParseFromArray(request.payload.data(), static_cast<int>(request.payload.size()))) {
       return not_parsed();
     }
-    state.validating = options.validate && !validation_refused && runtime_validates(configure);
+    state.nri_version_stated = !configure.nri_version().empty();
+    state.validating =
+        options.validate && (!validation_refused || state.nri_version_stated) && runtime_validates(configure);
     api::ConfigureResponse response;
     response.set_events(options.events | (state.validating ? event_bit(kValidateContainerAdjustmentEvent) : 0));
     state.configured = true;

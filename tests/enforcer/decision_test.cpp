@@ -155,3 +155,41 @@ TEST_CASE("enforcer: the node policy keys are parsed and refused as the others")
     CHECK_THAT(parsed.error, Catch::Contains(key));
   }
 }
+
+TEST_CASE("enforcer: a container larger than NRI can show at a registration is refused under enforce, whatever it is") {
+  // At the bound it is judged as any other; one byte more, refused, even with nothing beyond its allocation,
+  // and even privileged; reported under audit; left under off and by an exemption.
+  enforcement::NodeView node;
+  node.gpus = test::default_node();
+  node.toolkit.mode = "auto";
+  node.toolkit.version = enforcement::ToolkitVersion{1, 20, 1};
+  enforcement::ContainerView view;
+  view.pod_namespace = "team-a";
+  view.pod_name = "big";
+  view.container = "app";
+  enforcement::Allocation allocation;
+  allocation.source = enforcement::Allocation::Source::pod_resources;
+  policy::Policy enforce;
+  view.nri_bytes = enforcement::kNriContainerBytesMax;
+  CHECK(enforcement::decide(view, allocation, node, enforce).why == enforcement::Decision::Why::within);
+  view.nri_bytes = enforcement::kNriContainerBytesMax + 1;
+  for (const bool privileged : {false, true}) {
+    view.all_devices_allowed = privileged;
+    const enforcement::Decision refused = enforcement::decide(view, allocation, node, enforce);
+    CHECK(refused.action == enforcement::Decision::Action::refuse);
+    CHECK(refused.why == enforcement::Decision::Why::oversized);
+    CHECK_THAT(refused.message, Catch::StartsWith("gpuguard: container \"app\" of pod team-a/big is larger than") &&
+                                    Catch::Contains("its NRI message is 640 KiB, over 640 KiB"));
+  }
+  policy::Policy audit;
+  audit.node_enforcement = policy::NodeEnforcement::audit;
+  const enforcement::Decision reported = enforcement::decide(view, allocation, node, audit);
+  CHECK(reported.action == enforcement::Decision::Action::allow);
+  CHECK(reported.why == enforcement::Decision::Why::oversized);
+  policy::Policy off;
+  off.node_enforcement = policy::NodeEnforcement::off;
+  CHECK(enforcement::decide(view, allocation, node, off).why == enforcement::Decision::Why::off);
+  const auto exempting = policy::parse_policy({{"nodeEnforcementExemptNamespaces", "team-a"}});
+  REQUIRE(exempting.policy);
+  CHECK(enforcement::decide(view, allocation, node, *exempting.policy).why == enforcement::Decision::Why::exempt);
+}

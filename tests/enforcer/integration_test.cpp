@@ -222,8 +222,8 @@ class EnforcerProcess {
 ExitResult run_runtime_process(const Node& node, const json& script, const std::string& flags = "") {
   const fs::path file = node.dir / "script.json";
   std::ofstream(file) << script.dump();
-  return run_binary(GPUGUARD_NRI_RUNTIME_BIN,
-                    "--socket " + node.nri_socket.string() + " --script " + file.string() + " " + flags + " 2>/dev/null");
+  return run_binary(GPUGUARD_NRI_RUNTIME_BIN, "--socket " + node.nri_socket.string() + " --script " + file.string() +
+                                                  " " + flags + " 2>/dev/null");
 }
 
 // The runtime's output, one JSON object per step of `script`.
@@ -815,6 +815,50 @@ TEST_CASE("validation: devices another NRI plugin adds beyond the allocation are
   CHECK(enforcer.terminate() == 0);
 }
 
+TEST_CASE(
+    "running containers too large for NRI's Synchronize keep every plugin out: such a container is refused at "
+    "its create, and validation stays on once registering works again") {
+  Node node;
+  FakeKubelet kubelet(node.kubelet_socket);
+  EnforcerProcess enforcer(node);
+  // What NRI v0.12.3 does with them (no fix of the enforcer's can change it): three running containers of
+  // 1.5 MiB, each one small enough for a create of its own, are never sent whole to a plugin that registers:
+  // it splits no finer than four containers to a message, and closes the connection. The enforcer
+  // connects again and again meanwhile.
+  const auto filled = [](const std::string& id, std::size_t bytes) {
+    return json{{"id", id},
+                {"podSandboxId", "sandbox-big"},
+                {"name", "app"},
+                {"env", json::array({"PATH=/usr/bin", "FILLER=" + std::string(bytes, 'f')})}};
+  };
+  json running = json::array();
+  for (const char* id : {"big-1", "big-2", "big-3"}) running.push_back(filled(id, std::size_t{1536} << 10));
+  const json locked = {{"existing", {{"pods", json::array({gpu_less_pod("big")})}, {"containers", running}}},
+                       {"steps", json::array({{{"wait_plugin", 3}}})}};
+  const auto out_locked = run_runtime(node, locked);
+  CHECK(out_locked[0]["synced"] == 0);
+  // The enforcer refuses to make such a container, and makes one within the bound.
+  kubelet.set("team-a", "big", {{{"app", {}, {}}}, {}});
+  const json script = {
+      {"steps", json::array({{{"wait_plugin", 10}},
+                             create_step(gpu_less_pod("big"), filled("over", std::size_t{700} << 10)),
+                             create_step(gpu_less_pod("big"), filled("within", std::size_t{600} << 10))})}};
+  const auto out = run_runtime(node, script);
+  INFO(enforcer.log().substr(0, 6000));
+  CHECK(out[0]["synced"] == 1);
+  REQUIRE(out[1].contains("error"));
+  CHECK_THAT(out[1]["error"].get<std::string>(),
+             Catch::Contains("is larger than the container runtime can show its NRI plugins at their registration") &&
+                 Catch::Contains("its NRI message is 700 KiB, over 640 KiB"));
+  CHECK_FALSE(out[2].contains("error"));
+  CHECK(enforcer.series("gpuguard_node_enforcer_decisions_total{action=\"refuse\",why=\"oversized\"}") == 1);
+  // The syncs the runtime ended did not turn validation off: it says its NRI version, v0.12.3, which knows it.
+  // Every registration, those whose sync failed and the last, asked for validation.
+  CHECK_THAT(enforcer.log(), Catch::Contains("\"validating\":true") && !Catch::Contains("\"validating\":false") &&
+                                 !Catch::Contains("connecting again without"));
+  CHECK(enforcer.terminate() == 0);
+}
+
 TEST_CASE("an enforcer that stops in the middle of a request: with validation, that very create fails") {
   Node node;
   FakeKubelet kubelet(node.kubelet_socket);
@@ -1007,6 +1051,7 @@ pid_t start_in(const MemoryCgroup& cgroup, const Node& node, const fs::path& log
                                    "--metrics-address",
                                    "127.0.0.1:0"};
   std::vector<char*> argv;
+  argv.reserve(args.size() + 1);
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
   const pid_t pid = ::fork();
@@ -1114,7 +1159,9 @@ TEST_CASE(
   CHECK(cgroup.oom_kills() <= 0);
   CHECK(out[0]["synced"] == 1);
   REQUIRE(out[1].contains("error"));
-  CHECK_THAT(out[1]["error"].get<std::string>(), Catch::Contains("longer than PATH_MAX (1048610 bytes)"));
+  // Read within the view's bounds, and refused by its size alone (fixture mount-path-over-path-max has the
+  // path's own refusal).
+  CHECK_THAT(out[1]["error"].get<std::string>(), Catch::Contains("its NRI message is 1024 KiB, over 640 KiB"));
   CHECK(out[2]["env"] == json::array({"NVIDIA_VISIBLE_DEVICES=" + default_node()[0].uuid}));
   // Every running container reported, judged or counted as not judged within the pending budget.
   const std::string metrics = http_request(

@@ -44,6 +44,12 @@ inline constexpr std::size_t kNameMax = 256;       // a name, an ID, an annotati
 inline constexpr std::size_t kKeptPathMax = 1024;  // a device node's path, a GPU mount's host path, as kept
 inline constexpr std::size_t kSwarmMax = 4;        // swarm-resource's variables read
 inline constexpr std::size_t kUnreadKept = 4;      // what was not read, named; the rest counted
+// The largest container, as NRI sends it, that may run. At a plugin's registration NRI v0.12 sends every
+// running pod and container in Synchronize messages within ttrpc's 4 MiB, split no finer than four pods
+// and four containers to a message (pkg/adaptation recalcObjsPerSyncMsg): two containers of 2 MiB running
+// keep every NRI plugin on the node from registering again, the enforcer included. Four of these and four
+// pods (their annotations at most 256 KiB, as the API server allows) fit.
+inline constexpr std::size_t kNriContainerBytesMax = std::size_t{640} << 10;
 
 struct Device {
   std::string path;
@@ -111,6 +117,8 @@ struct ContainerView {
   // The device cgroup lets the container create and open any device (a privileged container, or one as
   // good as): it can mknod any GPU's node, so nothing at creation confines it.
   bool all_devices_allowed = false;
+  // The container's message as NRI sent it, in bytes (kNriContainerBytesMax).
+  std::size_t nri_bytes = 0;
   // What was sent that the view did not read (over a bound above), the first kUnreadKept named.
   std::vector<std::string> unread;
   std::size_t unread_count = 0;
@@ -202,7 +210,8 @@ struct Decision {
   std::size_t beyond_count = 0;
   // refuse: what the user sees in kubectl describe (at most kMessageMax bytes); otherwise what was done
   std::string message;
-  enum class Why { enforced, audited, off, exempt, privileged, cannot_judge, within } why = Why::within;
+  // oversized: larger than kNriContainerBytesMax, refused under enforce whatever it reaches.
+  enum class Why { enforced, audited, off, exempt, privileged, cannot_judge, oversized, within } why = Why::within;
 };
 
 // A refusal names this many of what a container reaches beyond its allocation, then how many more: the

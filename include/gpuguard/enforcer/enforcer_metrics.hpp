@@ -40,7 +40,7 @@ class EnforcerMetrics final : public metrics::ReloadMetrics {
 
  private:
   std::string version_;
-  metrics::LabelledCounters<3, 7> decisions_;
+  metrics::LabelledCounters<3, 8> decisions_;
   metrics::DurationHistogram durations_;
   std::atomic<std::uint64_t> kubelet_errors_{0};
   std::atomic<std::uint64_t> validations_accepted_{0}, validations_rejected_{0};
