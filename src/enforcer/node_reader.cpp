@@ -15,6 +15,7 @@
 #include "gpuguard/log/log.hpp"
 #include "gpuguard/nodereport/host_root.hpp"
 #include "gpuguard/nodereport/report.hpp"
+#include "host_places.hpp"
 
 namespace gpuguard::enforcer {
 namespace {
@@ -84,57 +85,61 @@ Toolkit toolkit_of(const nodereport::Facts& facts) {
   return toolkit;
 }
 
-// Where containers write on the host: their root filesystems (containerd's snapshots and its tasks'
-// rootfs mounts, CRI-O's storage). Any directory there a container can make a link before runc binds a path
-// through it; the directories themselves are the runtime's.
-constexpr std::string_view kContainerFilesystems[] = {"/run/containerd/io.containerd.runtime.v2.task",
-                                                      "/var/lib/containers/storage", "/run/containers/storage"};
-constexpr std::string_view kSnapshotterPrefix = "/var/lib/containerd/io.containerd.snapshotter.v1.";
+constexpr const char* kInAProcess =
+    "it leads through /proc, whose links lead where the process that follows them is, runc's own then";
 
-std::vector<std::string_view> parts_of(std::string_view path) {
-  std::vector<std::string_view> parts;
-  while (!path.empty()) {
-    const std::size_t slash = path.find('/');
-    if (slash != 0) parts.push_back(path.substr(0, slash));
-    if (slash == std::string_view::npos) break;
-    path.remove_prefix(slash + 1);
+// Where a host path leads, its links followed inside the host root with at most `steps_left` lookups; the
+// doubts a link's place raises. Run on a PathWorker: it owns what it reads.
+HostPathResolution follow(const fs::path& host_root, const std::string& lexical, const std::vector<std::string>& pods,
+                          std::size_t& steps_left) {
+  HostPathResolution where;
+  const files::Followed followed = files::follow_in_root(host_root, lexical, &steps_left);
+  if (followed.over_budget) {
+    where.doubt = "its links and parts are more than the enforcer follows for one container";
+    return where;
   }
-  return parts;
-}
-
-// Whether `path` lies strictly below what a pod's containers write, under <pods>: a volume's contents
-// (<uid>/volumes/<plugin>/<name>/..., or below a CSI volume's <name>/mount, the kubelet's own mount point)
-// or a subPath's (<uid>/volume-subpaths/<volume>/<container>/<index>/...). The directories named are the
-// kubelet's; what lies in them, the containers write.
-bool below_a_volume(std::string_view path, std::string_view pods) {
-  if (pods.empty() || !k8s::is_or_under(path, pods) || path == pods) return false;
-  const std::vector<std::string_view> parts = parts_of(path.substr(pods.size()));
-  if (parts.size() < 2) return false;
-  if (parts[1] == "volumes") {
-    const std::size_t root = parts.size() > 2 && parts[2] == "kubernetes.io~csi" ? 5 : 4;
-    return parts.size() > root;
+  if (followed.loops) {
+    where.doubt = "its links loop, or cannot be read";
+    return where;
   }
-  return parts[1] == "volume-subpaths" && parts.size() > 5;
-}
-
-// Why containers may change where `path` leads before runc binds it, or empty: it lies below what they
-// write (a pod's volume, a container's root filesystem).
-std::string container_writable(std::string_view path, std::string_view pods, std::string_view pods_followed) {
-  if (below_a_volume(path, pods) || below_a_volume(path, pods_followed)) {
-    return "it lies in a pod's volume, whose containers can make it a link before runc binds it";
-  }
-  for (const std::string_view root : kContainerFilesystems) {
-    if (k8s::is_or_under(path, root) && path != root) {
-      return "it lies in a container's root filesystem, which its container can make a link before runc binds it";
+  for (const std::string& link : followed.links) {
+    if (in_a_process(link)) {
+      where.doubt = kInAProcess;
+      return where;
+    }
+    const std::string dir = fs::path(link).parent_path().string();
+    const bool in_pods = std::any_of(pods.begin(), pods.end(),
+                                     [&](const std::string& p) { return !p.empty() && k8s::is_or_under(dir, p); });
+    if (in_pods || !written_by_containers(link, pods).empty()) {
+      where.doubt = "it leads through the link " + link + ", where containers write, which they can change";
+      return where;
+    }
+    // The directory's parts are links no more: read as they are, each part one lookup of the budget.
+    const std::size_t lookups = static_cast<std::size_t>(std::count(dir.begin(), dir.end(), '/'));
+    if (lookups > steps_left) {
+      where.doubt = "its links and parts are more than the enforcer follows for one container";
+      return where;
+    }
+    steps_left -= lookups;
+    const fs::path local = host_root.empty() ? fs::path(dir) : host_root / fs::path(dir).relative_path();
+    struct stat status {};
+    if (::stat(local.c_str(), &status) == 0 && (status.st_mode & S_IWOTH) != 0) {
+      where.doubt = "it leads through the link " + link + ", in a directory anyone may write";
+      return where;
     }
   }
-  if (path.starts_with(kSnapshotterPrefix)) {
-    const std::size_t end = path.find('/', kSnapshotterPrefix.size());
-    if (end != std::string_view::npos && end + 1 < path.size()) {
-      return "it lies in a container's root filesystem, which its container can make a link before runc binds it";
-    }
+  // Where the links lead may itself be where containers write, though no link there is seen yet: one made
+  // after the enforcer's view of the host was mounted, or made between this look and runc's.
+  if (std::string why = written_by_containers(followed.path, pods); !why.empty()) {
+    where.doubt = std::move(why);
+    return where;
   }
-  return {};
+  if (in_a_process(followed.path)) {
+    where.doubt = kInAProcess;
+    return where;
+  }
+  where.path = followed.path;
+  return where;
 }
 
 }  // namespace
@@ -298,49 +303,28 @@ void NodeReader::read_specs(NodeView& node) const {
 HostPathResolution NodeReader::resolve(std::string_view host_path, std::size_t& steps_left) {
   HostPathResolution where;
   const std::string lexical = k8s::lexical_path(host_path);
-  const std::shared_ptr<const std::string> pods_followed = kubelet_pods_followed_.load();
-  if (std::string why = container_writable(lexical, kubelet_pods_, *pods_followed); !why.empty()) {
+  std::vector<std::string> pods = {kubelet_pods_};
+  if (const auto followed = kubelet_pods_followed_.load(); !followed->empty()) pods.push_back(*followed);
+  if (std::string why = written_by_containers(lexical, pods); !why.empty()) {
     where.doubt = std::move(why);
     return where;
   }
-  const files::Followed followed = files::follow_in_root(host_root_, lexical, &steps_left);
-  if (followed.over_budget) {
-    where.doubt = "its links and parts are more than the enforcer follows for one container";
+  if (in_a_process(lexical)) {
+    where.doubt = kInAProcess;
     return where;
   }
-  if (followed.loops) {
-    where.doubt = "its links loop, or cannot be read";
+  if (made_by_the_kubelet(lexical, pods)) return where;  // bound as written; a dead NFS server never asked
+  auto left = std::make_shared<std::size_t>(steps_left);
+  std::optional<HostPathResolution> found = lookups_.run([host_root = host_root_, lexical, pods = std::move(pods),
+                                                          left] { return follow(host_root, lexical, pods, *left); });
+  if (!found) {
+    log::warn("a host path could not be looked up in time: a network filesystem may not answer",
+              {{"path", lexical.substr(0, 256)}, {"stuck_lookups", lookups_.stuck()}});
+    where.doubt = "the enforcer cannot look it up in time (a network filesystem that does not answer?)";
     return where;
   }
-  for (const std::string& link : followed.links) {
-    const std::string dir = fs::path(link).parent_path().string();
-    if (k8s::is_or_under(dir, kubelet_pods_) || (!pods_followed->empty() && k8s::is_or_under(dir, *pods_followed)) ||
-        !container_writable(link, kubelet_pods_, *pods_followed).empty()) {
-      where.doubt = "it leads through the link " + link + ", where containers write, which they can change";
-      return where;
-    }
-    // The directory's parts are links no more: read as they are, each part one lookup of the budget.
-    const std::size_t lookups = static_cast<std::size_t>(std::count(dir.begin(), dir.end(), '/'));
-    if (lookups > steps_left) {
-      where.doubt = "its links and parts are more than the enforcer follows for one container";
-      return where;
-    }
-    steps_left -= lookups;
-    const fs::path local = host_root_.empty() ? fs::path(dir) : host_root_ / fs::path(dir).relative_path();
-    struct stat status {};
-    if (::stat(local.c_str(), &status) == 0 && (status.st_mode & S_IWOTH) != 0) {
-      where.doubt = "it leads through the link " + link + ", in a directory anyone may write";
-      return where;
-    }
-  }
-  // Where the links lead may itself be where containers write, though no link there is seen yet: one made
-  // after the enforcer's view of the host was mounted, or made between this look and runc's.
-  if (std::string why = container_writable(followed.path, kubelet_pods_, *pods_followed); !why.empty()) {
-    where.doubt = std::move(why);
-    return where;
-  }
-  where.path = followed.path;
-  return where;
+  steps_left = *left;
+  return std::move(*found);
 }
 
 }  // namespace gpuguard::enforcer

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "gpuguard/enforcer/ports.hpp"
+#include "path_worker.hpp"
 
 namespace gpuguard::enforcer {
 
@@ -57,6 +58,8 @@ class NodeReader final : public NodeState {
   const std::string kubelet_pods_;  // <kubelet root>/pods, on the host
   // The same where a link leads elsewhere (the kubelet's directory moved to another disk, linked back).
   std::atomic<std::shared_ptr<const std::string>> kubelet_pods_followed_;
+  // Host paths are looked up here, each within 250 ms; two left in the kernel at most.
+  PathWorker lookups_{std::chrono::milliseconds(250), 2};
   std::mutex mutex_;  // one reader at a time
   Watched watched_;
   std::atomic<std::shared_ptr<const NodeView>> node_;

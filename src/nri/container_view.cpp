@@ -248,6 +248,11 @@ void read_rule(ContainerView& view, std::string_view rule) {
   const bool allow = varint_field(rule, field::kCgroupAllow).value_or(0) != 0;
   if (allow && (type.empty() || type == "a") && !numbers.major && !numbers.minor) {
     view.all_devices_allowed = true;
+  } else if (allow && (type.empty() || type == "a")) {
+    // "a" with numbers: cgroup v1 reads it as every device, whatever they are (runc writes "a 195:1 rwm", the
+    // kernel takes the "a"); v2's filter as both types of those numbers. Held to the widest: every GPU's
+    // node, judged as "c *:*" (not taken for privileged, which would be reported and let through).
+    keep(view.device_rules, DeviceRule{}, view, "device cgroup rules for NVIDIA's devices");
   } else if (enforcement::judged_rule(allow, type, numbers)) {
     keep(view.device_rules, numbers, view, "device cgroup rules for NVIDIA's devices");
   }
