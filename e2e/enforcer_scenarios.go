@@ -291,7 +291,7 @@ func nodeEnforcerBypassed(t *T, e *Env) {
 	// containerd lists the image's, the device plugin's and the pod's values one after the other, and NRI
 	// cannot override a variable set more than once: the create is refused rather than let all through.
 	why := n.failedCreate(t, cudaPod("bypass-gpu-all", withRequest(gpuResource, "1"), withEnv(envVariable, "all")))
-	if !strings.Contains(why, `gpuguard: container "app" of pod `+nodeNamespace+`/bypass-gpu-all`) || !strings.Contains(why, "NRI cannot override") {
+	if !strings.Contains(why, `gpuguard: container "app" of pod `+nodeNamespace+`/bypass-gpu-all`) || !strings.Contains(why, "NRI can change only the first") {
 		t.Errorf("admission bypassed, a pod with one GPU that sets NVIDIA_VISIBLE_DEVICES=all: %q; want gpuguard's refusal", why)
 	} else {
 		t.Logf("admission bypassed, a pod with one GPU that sets all: %s", why)
@@ -694,5 +694,122 @@ func nodeBreakGlassNode(t *T, e *Env) {
 	})
 	if why := n.failedCreate(t, mounting("glass-after")); !strings.Contains(why, "gpuguard: container") {
 		t.Errorf("the break glass released, the same kind of pod: %q; want gpuguard's refusal again", why)
+	}
+}
+
+// nodeEnforcerBounded: the second red team's memory attacks on the real node, against the enforcer as the
+// chart runs it, under its memory limit, which the kubelet enforces through the container's cgroup. 180
+// running containers whose image sets the four variables the enforcer reads to 64 KiB each (five to a pod,
+// so that NRI's split Synchronize keeps a pod in every message), a fresh enforcer that registers over all of
+// them, and a pod whose volume is mounted at a path of 256 KiB: the enforcer is never restarted, refuses
+// the long path by name, and every other pod comes out as before. Admission is bypassed, so that the node
+// alone decides.
+func nodeEnforcerBounded(t *T, e *Env) {
+	n := e.gpuguardFor(t)
+	n.waitForEnforcerRegistered(t)
+	defer n.bypassAdmission(t)()
+	pods := n.cluster.client.CoreV1().Pods(gpuguardNamespace)
+	enforcerPod := func() corev1.Pod {
+		var found corev1.Pod
+		t.must(eventually(t.ctx, 2*time.Minute, func() error {
+			list, err := pods.List(t.ctx, metav1.ListOptions{LabelSelector: enforcerSelector})
+			if err != nil {
+				return err
+			}
+			var ready []corev1.Pod
+			for _, p := range list.Items {
+				if p.DeletionTimestamp == nil && len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].Ready {
+					ready = append(ready, p)
+				}
+			}
+			if len(ready) != 1 {
+				return fmt.Errorf("%d ready enforcer pods, want 1", len(ready))
+			}
+			found = ready[0]
+			return nil
+		}), "waiting for the enforcer's pod to be ready")
+		return found
+	}
+	limit := enforcerPod().Spec.Containers[0].Resources.Limits.Memory()
+	if limit.IsZero() || limit.Value() > 64<<20 {
+		t.Fatalf("the enforcer runs with a memory limit of %v, want the chart's 64Mi", limit)
+	}
+
+	const heavyPods, perPod = 36, 5
+	var names []string
+	for i := 0; i < heavyPods; i++ {
+		name := fmt.Sprintf("heavy-%d", i)
+		names = append(names, name)
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: corev1.PodSpec{TerminationGracePeriodSeconds: ptr(int64(0))}}
+		for c := 0; c < perPod; c++ {
+			pod.Spec.Containers = append(pod.Spec.Containers, corev1.Container{Name: fmt.Sprintf("c%d", c),
+				Image: heavyEnvImage, ImagePullPolicy: corev1.PullNever, Command: []string{"sleep", "3600"}})
+		}
+		_, err := n.cluster.client.CoreV1().Pods(nodeNamespace).Create(t.ctx, pod, metav1.CreateOptions{})
+		t.must(err, "creating "+name)
+	}
+	defer n.deletePodsTornDown(t, names...)
+	t.must(eventually(t.ctx, 5*time.Minute, func() error {
+		running := 0
+		for _, name := range names {
+			p, err := n.cluster.client.CoreV1().Pods(nodeNamespace).Get(t.ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			for _, status := range p.Status.ContainerStatuses {
+				if status.State.Running != nil {
+					running++
+				} else if w := status.State.Waiting; w != nil && w.Reason != "ContainerCreating" {
+					return fmt.Errorf("%s/%s waits: %s: %s", name, status.Name, w.Reason, w.Message)
+				}
+			}
+		}
+		if running != heavyPods*perPod {
+			return fmt.Errorf("%d of %d heavy containers run", running, heavyPods*perPod)
+		}
+		return nil
+	}), "waiting for the heavy containers to run")
+
+	// A fresh enforcer registers over every one of them.
+	before := enforcerPod()
+	t.must(pods.Delete(t.ctx, before.Name, metav1.DeleteOptions{}), "deleting the enforcer's pod")
+	t.must(eventually(t.ctx, 2*time.Minute, func() error {
+		if p := enforcerPod(); p.Name == before.Name {
+			return fmt.Errorf("the old enforcer pod is still the ready one")
+		}
+		return nil
+	}), "waiting for a new enforcer pod")
+	page := n.waitForEnforcerRegistered(t)
+	fresh := enforcerPod()
+	t.Logf("a fresh enforcer registered over %d heavy running containers; running containers it reports: beyond %v, unjudged %v",
+		heavyPods*perPod, series(page, `gpuguard_node_enforcer_running_containers{state="beyond"}`),
+		series(page, `gpuguard_node_enforcer_running_containers{state="unjudged"}`))
+
+	// A volume mounted at a path of 256 KiB, under the device list root: refused by name, never held. (Of a
+	// megabyte, the kubelet cannot write the pod's status: it holds the path twice, past etcd's 2 MiB.)
+	defer n.deletePods(t, "long-path", "bounded-gpu-less", "bounded-gpu")
+	longPath := cudaPod("long-path", func(c *corev1.Container) {
+		c.VolumeMounts = []corev1.VolumeMount{{Name: "scratch", MountPath: "/var/run/nvidia-container-devices/" + strings.Repeat("p", 256<<10)}}
+	})
+	longPath.Spec.Volumes = []corev1.Volume{{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+	why := n.failedCreate(t, longPath)
+	if !strings.Contains(why, "gpuguard: container") || !strings.Contains(why, "longer than PATH_MAX") {
+		t.Errorf("a volume mounted at a path of 256 KiB: %.300s; want gpuguard's refusal naming the path's length", why)
+	}
+	t.Logf("a volume mounted at a path of 256 KiB: %.300s", why)
+
+	// Every other pod comes out as before.
+	expectNoGPU(t, "a GPU-less pod after the attacks", n.look(t, e, n.runPod(t, cudaPod("bounded-gpu-less"))), "void")
+	gpu := n.look(t, e, n.runPod(t, cudaPod("bounded-gpu", withRequest(gpuResource, "1"))))
+	if len(gpu.gpus()) != 1 {
+		t.Errorf("a pod that asked for one GPU after the attacks: %s", gpu)
+	}
+
+	// The enforcer was never killed or restarted through all of it.
+	after, err := pods.Get(t.ctx, fresh.Name, metav1.GetOptions{})
+	t.must(err, "reading the enforcer's pod")
+	if restarts := after.Status.ContainerStatuses[0].RestartCount; restarts != 0 {
+		t.Errorf("the enforcer restarted %d times (last state: %+v)", restarts, after.Status.ContainerStatuses[0].LastTerminationState)
 	}
 }

@@ -29,10 +29,13 @@ const (
 
 	containerdSocket = "/run/containerd/containerd.sock"
 	// What the kubelet's sandboxes run, and the two images the scenarios run, all built here.
-	pauseImage     = "registry.k8s.io/pause:3.10.1"
-	gpuguardRepo   = "e2e.gpuguard.io/gpuguard"
-	gpuguardTag    = "e2e"
-	cudaLikeImage  = "e2e.gpuguard.io/cuda-like:e2e"
+	pauseImage    = "registry.k8s.io/pause:3.10.1"
+	gpuguardRepo  = "e2e.gpuguard.io/gpuguard"
+	gpuguardTag   = "e2e"
+	cudaLikeImage = "e2e.gpuguard.io/cuda-like:e2e"
+	// The CUDA-like image with the four variables the node enforcer reads at 64 KiB each, as the second red
+	// team's running containers had them (node/enforcer-bounded).
+	heavyEnvImage  = "e2e.gpuguard.io/heavy-env:e2e"
 	nodeGPUs       = 2
 	nodeGPULabel   = "nvidia.com/gpu.present=true"
 	runtimeLogName = "nvidia-container-runtime.log"

@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 )
 
@@ -84,6 +85,9 @@ func (e *Env) importImages(n *Node) error {
 		{pauseImage, pause, imageConfig{Entrypoint: []string{"/pause"}}},
 		{cudaLikeImage, cuda, imageConfig{Env: []string{"PATH=/bin", "NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_DRIVER_CAPABILITIES=compute,utility"},
 			Cmd: []string{"sh"}}},
+		{heavyEnvImage, cuda, imageConfig{Env: []string{"PATH=/bin", "NVIDIA_VISIBLE_DEVICES=" + heavyValue,
+			"NVIDIA_IMEX_CHANNELS=" + heavyValue, "CUDA_VERSION=" + heavyValue, "NVIDIA_REQUIRE_CUDA=" + heavyValue},
+			Cmd: []string{"sh"}}},
 		// As the Dockerfile says: USER 65532:65532, the webhook as the entrypoint.
 		{gpuguardRepo + ":" + gpuguardTag, gpuguard, imageConfig{User: "65532:65532", Env: []string{"PATH=/usr/local/bin:/usr/bin:/bin"},
 			Entrypoint: []string{"/usr/local/bin/gpuguard-webhook"},
@@ -102,6 +106,9 @@ func (e *Env) importImages(n *Node) error {
 	}
 	return nil
 }
+
+// heavyValue is 64 KiB: the longest value the enforcer read before it bounded what it reads.
+var heavyValue = strings.Repeat("7", 64<<10)
 
 // writeImageArchive writes rootfs as a one-layer image named name into an OCI image layout tar.
 func writeImageArchive(path, name, rootfs string, config imageConfig) error {
