@@ -36,9 +36,9 @@ std::size_t answer_bytes(const KubeletAnswer& answer) {
     bytes += sizeof(container) + container.name.size();
     for (const auto& devices : container.devices) {
       bytes += sizeof(devices) + devices.resource.size();
-      for (const auto& id : devices.ids) bytes += sizeof(id) + id.size();
+      for (const auto& id : devices.ids) bytes += sizeof(std::string) + id.size();
     }
-    for (const auto& name : container.cdi_devices) bytes += sizeof(name) + name.size();
+    for (const auto& name : container.cdi_devices) bytes += sizeof(std::string) + name.size();
   }
   return bytes;
 }

@@ -81,7 +81,7 @@ struct KubeletClient::Impl {
   // One call and its answer at a time: the answers held at once are one, at most kMaxReceive.
   Turn one_at_a_time;
 
-  explicit Impl(std::shared_ptr<grpc::Channel> c) : channel(c), stub(c) {}
+  explicit Impl(const std::shared_ptr<grpc::Channel>& c) : channel(c), stub(c) {}
 
   // One unary call, tried again while the kubelet's rate limit turns it away, until the deadline.
   grpc::Status call(const char* method, const std::string& request, grpc::ByteBuffer& response,

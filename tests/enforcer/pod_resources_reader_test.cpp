@@ -201,6 +201,6 @@ TEST_CASE(
   CHECK_FALSE(enforcer::read_pod_resources(
                   {std::string_view("\x0a\xff\xff\xff\xff\x0f", 6)},
                   [](std::string_view, std::string_view) { return true; },
-                  [](std::string_view, std::string_view, enforcement::PodResources) {})
+                  [](std::string_view, std::string_view, const enforcement::PodResources&) {})
                   .empty());
 }
