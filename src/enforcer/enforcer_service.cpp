@@ -156,6 +156,14 @@ void serve(const EnforcerConfig& config) {
   server::ServerOptions server_options;
   server_options.listen_address = config.metrics_address;
   server_options.threads = 1;
+  // Probes and scrapes only: no bodies (ProbeRoutes refuses one unread), heads of a few hundred bytes, a
+  // handful of clients. What all clients on the pod network can hold here is thus 2.5 MiB at most: 64
+  // connections' buffers of 24 KiB, and 1 MiB of answers (docs/node-enforcer.md#memory), and a connection that has sent
+  // nothing whole yet gives its place to the kubelet's probe (HttpServer's make_room).
+  server_options.body_limit = 0;
+  server_options.header_limit = std::size_t{8} << 10;
+  server_options.max_connections = 64;
+  server_options.inflight_bytes = std::size_t{1} << 20;
   server_options.shutdown_delay = 0ms;
   server_options.shutdown_timeout = 5s;
   server::HttpServer status(server_options, server::TlsProvider{}, status_handler);

@@ -29,6 +29,7 @@ inline RequestHead request_head(RequestParser& parser) {
   head.query = question == std::string_view::npos ? std::string_view{} : target.substr(question + 1);
   head.content_type = request[boost::beast::http::field::content_type];
   if (auto length = parser.content_length()) head.content_length = *length;
+  head.body = !parser.is_done();
   return head;
 }
 

@@ -8,6 +8,7 @@
 
 #include <fcntl.h>
 #include <grpcpp/grpcpp.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
@@ -655,6 +656,48 @@ TEST_CASE("garbage, or a frame cut off, from the runtime: the enforcer drops the
   ::close(listener);
   CHECK(http_request(enforcer.port(), "GET", "/healthz").status == 200);
   CHECK(enforcer.series("gpuguard_node_enforcer_protocol_errors_total") == 2);
+  CHECK(enforcer.terminate() == 0);
+}
+
+TEST_CASE(
+    "the status port: clients that declare a body and never send it are answered at once, and the probe gets in") {
+  // Any pod reaches this port. Were such requests held for their bodies, 64 of them would keep the kubelet's
+  // liveness probe out until the enforcer was restarted, and the node ran without it.
+  Node node;
+  EnforcerProcess enforcer(node);
+  const auto open_holding = [&enforcer] {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    REQUIRE(fd >= 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_port = htons(enforcer.port());
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address) == 0);
+    const std::string head = "GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 7000000\r\n\r\n";
+    REQUIRE(::write(fd, head.data(), head.size()) == static_cast<ssize_t>(head.size()));
+    return fd;
+  };
+  std::vector<int> held;
+  held.reserve(200);
+  for (int i = 0; i < 200; ++i) held.push_back(open_holding());
+  std::size_t refused_at_once = 0;
+  for (const int fd : held) {
+    std::string answer;
+    char chunk[512];
+    bool closed = false;
+    pollfd readable{fd, POLLIN, 0};
+    while (!closed && ::poll(&readable, 1, 2000) == 1) {
+      const ssize_t n = ::read(fd, chunk, sizeof chunk);
+      closed = n <= 0;  // the server closed it after its answer (or at the connection limit, unanswered)
+      if (n > 0) answer.append(chunk, static_cast<std::size_t>(n));
+    }
+    // 413 (the status port takes no body at all) or 400 (probes take none), then closed; or closed unanswered
+    // at the connection limit.
+    if (closed && (answer.starts_with("HTTP/1.1 4") || answer.empty())) ++refused_at_once;
+    ::close(fd);
+  }
+  CHECK(refused_at_once == held.size());
+  CHECK(http_request(enforcer.port(), "GET", "/healthz").status == 200);
   CHECK(enforcer.terminate() == 0);
 }
 

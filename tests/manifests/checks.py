@@ -255,6 +255,21 @@ def check_node_enforcer(docs, policy, namespace="gpuguard-system"):
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": spec["serviceAccountName"], "namespace": namespace}]
     assert f"--break-glass-configmap={namespace}/gpuguard-break-glass" in enforcer["args"], enforcer["args"]
     assert one(docs, "Service", "gpuguard-node-enforcer-metrics")["spec"]["selector"] == {"gpuguard.io/metrics": "node-enforcer"}
+    check_enforcer_network_policy(docs, template)
+
+
+def check_enforcer_network_policy(docs, template, scrapers=True):
+    """The enforcer's NetworkPolicy: its pods, ingress to the metrics port from the scrapers only (the kubelet's
+    probes come from the node, always let in); never a rule without "from", which would let everyone in."""
+    policy = one(docs, "NetworkPolicy", "gpuguard-node-enforcer")["spec"]
+    assert policy["podSelector"]["matchLabels"].items() <= template["metadata"]["labels"].items(), policy
+    assert policy["policyTypes"] == ["Ingress"]
+    if not scrapers:
+        assert policy["ingress"] == [], policy
+        return
+    [rule] = policy["ingress"]
+    assert rule["ports"] == [{"port": "metrics", "protocol": "TCP"}]
+    assert rule["from"] == [{"namespaceSelector": {}, "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}}], rule
 
 
 def check_own_node_writes(docs, namespace="gpuguard-system"):

@@ -87,6 +87,8 @@ done
   --set nodeEnforcer.enabled=false > "$work/armed-webhook-only.yaml"
 "$helm" template gpuguard "$root/charts/gpuguard" --namespace gpuguard-system --kube-version "$kube_version" \
   --set audit.enabled=true > "$work/audit-enabled.yaml"
+"$helm" template gpuguard "$root/charts/gpuguard" --namespace gpuguard-system --kube-version "$kube_version" \
+  --set-json 'nodeEnforcer.networkPolicy.metricsFrom=[]' > "$work/enforcer-no-scrapers.yaml"
 
 /usr/bin/python3 - "$work" "$root" <<'PY'
 import base64, json, os, subprocess, sys, yaml
@@ -117,6 +119,9 @@ check_own_node_writes(docs)
 assert not [a for a in args if a.split("=")[0] in ("--discovery", "--resource-name", "--device-list-strategy", "--mig-strategy")], args
 assert check_host_devices(docs) == ["github.com/fuse=/dev/fuse:16"]
 check_node_enforcer(docs, policy)
+# No scrapers named: no rule at all (one without "from" would let every pod in), only the node's probes.
+check_enforcer_network_policy(load(f"{work}/enforcer-no-scrapers.yaml"),
+                              one(docs, "DaemonSet", "gpuguard-node-enforcer")["spec"]["template"], scrapers=False)
 check_policy(policy)
 assert policy == yaml.safe_load(open(f"{root}/manifests/base/policy.yaml"))["data"], "values.yaml's policy is not the shipped one"
 for name in ("ca.crt", "tls.crt"):

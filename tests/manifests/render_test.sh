@@ -108,7 +108,7 @@ assert kinds == sorted(["Namespace", "ServiceAccount", "ServiceAccount", "Secret
                         "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
                         # the node enforcer's, its Role for the break-glass ConfigMap among them
                         "ServiceAccount", "Service", "DaemonSet", "ClusterRole", "ClusterRoleBinding", "Role",
-                        "RoleBinding"]), kinds
+                        "RoleBinding", "NetworkPolicy"]), kinds
 check_namespaces(docs, "gpuguard-system")
 policy = check_webhook(docs, "gpuguard-system", ["kube-system", "kube-node-lease", "gpu-operator", "nvidia-device-plugin"], ca=open(sys.argv[2]).read())
 check_network_policy(docs)
@@ -140,7 +140,7 @@ plugin = {("DaemonSet", "gpuguard-device-plugin"), ("DaemonSet", "gpuguard-host-
 enforcer = {("DaemonSet", "gpuguard-node-enforcer"), ("ServiceAccount", "gpuguard-node-enforcer"),
             ("Service", "gpuguard-node-enforcer-metrics"), ("ClusterRole", "gpuguard-node-enforcer"),
             ("ClusterRoleBinding", "gpuguard-node-enforcer"), ("Role", "gpuguard-node-enforcer"),
-            ("RoleBinding", "gpuguard-node-enforcer")}
+            ("RoleBinding", "gpuguard-node-enforcer"), ("NetworkPolicy", "gpuguard-node-enforcer")}
 assert set(default) - set(alone) == plugin | enforcer and set(alone) <= set(default), sorted(set(default) ^ set(alone))
 assert all(alone[k] == default[k] for k in alone)  # the webhook itself exactly as in the default install
 print("manifests/webhook-only renders manifests/default without the device plugin, its node report and the node enforcer")

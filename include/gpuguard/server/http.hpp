@@ -21,6 +21,7 @@ struct RequestHead {
   std::string_view query;  // after '?', empty when none
   std::string_view content_type;
   std::optional<std::uint64_t> content_length;
+  bool body = false;  // a body follows the head (a Content-Length over 0, or chunked)
 };
 
 struct Response {
@@ -37,7 +38,7 @@ Response json_response(std::string body);
 // GET /readyz (`ready`; a non-empty `note` follows "ok" or "not ready" on a line of its own: what works less
 // than it might, or why it is not ready),
 // GET /metrics (`scrape()`, in the Prometheus text format). reject_early() gives 405 for another method on
-// them and nullopt for every other path; respond() builds the answer.
+// them, 400 for a request with a body, and nullopt for every other path; respond() builds the answer.
 struct ProbeRoutes {
   static bool owns(std::string_view path);
   static std::optional<Response> reject_early(const RequestHead& head);

@@ -37,11 +37,13 @@ policy::PolicyProvider default_policy() {
 TEST_CASE("webhook routes: status codes decided from the headers alone") {
   webhook::WebhookMetrics metrics("test");
   webhook::WebhookHandler handler(default_policy(), metrics);
-  auto early = [&](std::string_view method, std::string_view path, std::string_view type = "application/json") {
+  auto early = [&](std::string_view method, std::string_view path, std::string_view type = "application/json",
+                   bool body = false) {
     server::RequestHead head;
     head.method = method;
     head.path = path;
     head.content_type = type;
+    head.body = body;
     const auto response = handler.reject_early(head);
     return response ? response->status : 0u;
   };
@@ -50,6 +52,9 @@ TEST_CASE("webhook routes: status codes decided from the headers alone") {
   CHECK(early("POST", "/mutate", "text/plain") == 415);
   CHECK(early("POST", "/mutate", "") == 415);
   CHECK(early("GET", "/healthz") == 0);
+  CHECK(early("GET", "/healthz", "", true) == 400);  // a body would hold the connection until it came
+  CHECK(early("GET", "/metrics", "", true) == 400);
+  CHECK(early("POST", "/mutate", "application/json", true) == 0);
   CHECK(early("POST", "/readyz") == 405);
   CHECK(early("GET", "/metrics") == 0);
   CHECK(early("DELETE", "/metrics") == 405);
