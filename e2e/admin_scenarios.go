@@ -18,6 +18,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -331,12 +332,29 @@ func (n *Node) runRunbook(t *T, e *Env, namespace string) {
 	if len(firsts) != entries || entries < 10 {
 		t.Fatalf("docs/operations.md: %d runbook entries, %d first commands found", entries, len(firsts))
 	}
-	pods, err := n.cluster.client.CoreV1().Pods(gpuguardNamespace).List(t.ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=" + webhookDeploy})
-	t.must(err, "listing the webhook's pods")
-	if len(pods.Items) == 0 {
-		t.Fatalf("no webhook pod to fill POD with")
-	}
-	fill := strings.NewReplacer("NODE", nodeName, "NAMESPACE", namespace, "POD", pods.Items[0].Name)
+	// A pod of the webhook that stays: a helm upgrade just before may still be replacing them, and a
+	// command naming one that is going away fails for that alone.
+	pod := ""
+	t.must(eventually(t.ctx, 2*time.Minute, func() error {
+		pods, err := n.cluster.client.CoreV1().Pods(gpuguardNamespace).List(t.ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=" + webhookDeploy})
+		if err != nil {
+			return err
+		}
+		pod = ""
+		for _, p := range pods.Items {
+			if p.DeletionTimestamp != nil {
+				return fmt.Errorf("the webhook's pod %s is going away (a rollout under way)", p.Name)
+			}
+			if pod == "" && p.Status.Phase == corev1.PodRunning {
+				pod = p.Name
+			}
+		}
+		if pod == "" {
+			return fmt.Errorf("no webhook pod running")
+		}
+		return nil
+	}), "waiting for a webhook pod to fill POD with")
+	fill := strings.NewReplacer("NODE", nodeName, "NAMESPACE", namespace, "POD", pod)
 	environment := append(os.Environ(), "PATH="+filepath.Dir(e.component("kubectl"))+":"+os.Getenv("PATH"),
 		"KUBECONFIG="+e.path("node-control-plane", "admin.kubeconfig"))
 	ran := 0
