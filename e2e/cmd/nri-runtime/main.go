@@ -194,6 +194,9 @@ func main() {
 		case s.Create != nil:
 			started := time.Now()
 			container := decode(s.Create.Container, &api.Container{})
+			// NRI's adaptation strips the variables a plugin set from the request it passes on; containerd
+			// applies the adjustment to its own spec, which still has them where they were.
+			original := proto.Clone(container).(*api.Container)
 			response, err := runtime.CreateContainer(context.Background(), &api.CreateContainerRequest{
 				Pod: decode(s.Create.Pod, &api.PodSandbox{}), Container: container,
 			})
@@ -206,7 +209,7 @@ func main() {
 					env = append(env, kv.GetKey()+"="+kv.GetValue())
 				}
 				result["env"] = env
-				result["final_env"] = finalEnv(container, response.GetAdjust())
+				result["final_env"] = finalEnv(original, response.GetAdjust())
 			}
 		case s.Remove != nil:
 			err := runtime.RemoveContainer(context.Background(), &api.RemoveContainerRequest{
