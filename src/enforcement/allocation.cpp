@@ -20,8 +20,8 @@ void add(const PodResources::Container& from, const policy::Policy& policy, Allo
 
 }  // namespace
 
-std::optional<std::string> trusted_annotation(const ContainerView& container) {
-  if (container.crio_annotations) return container.allocated_annotation;
+std::optional<std::string> trusted_annotation(const ContainerView& container, bool crio) {
+  if (container.crio_annotations) return crio ? container.allocated_annotation : std::nullopt;
   if (container.allocated_annotation_on_pod) return std::nullopt;
   return container.allocated_annotation;
 }

@@ -138,7 +138,10 @@ struct Enforcer::Impl {
   mutable std::mutex mutex;
   std::shared_ptr<const policy::Policy> merged_from, merged;  // effective_policy's
   bool merged_broken = false;                                 // the break glass merged was made with
-  Running running;                                            // reported, by container ID
+  // The runtime is CRI-O (its Configure said so): only there is CRI-O's copy of a container's annotations
+  // the runtime's own. Touched only on the runtime's thread.
+  bool crio = false;
+  Running running;  // reported, by container ID
   RunningReport report;
   std::future<void> event;  // the Node event being written; its destructor waits for it
 
@@ -208,7 +211,7 @@ struct Enforcer::Impl {
       answer = pod_answer(kubelet, view.pod_namespace, view.pod_name, options.kubelet_deadline);
       if (!answer.answered) metrics.count_kubelet_error();
     }
-    Allocation allocation = allocation_for(answer, view.container, trusted_annotation(view), policy);
+    Allocation allocation = allocation_for(answer, view.container, trusted_annotation(view, crio), policy);
     for (const std::string& name : allocation.cdi_devices) {
       if (const auto spec = node_view.cdi_devices.find(name); spec != node_view.cdi_devices.end()) {
         allocation.device_paths.insert(spec->second.begin(), spec->second.end());
@@ -392,8 +395,9 @@ std::size_t Enforcer::prefetch_lists() { return impl_->fetched.lists(); }
 
 std::shared_ptr<const policy::Policy> Enforcer::effective_policy() { return impl_->effective_policy(); }
 
-void Enforcer::connection(bool registered, bool validating, const std::string& detail) {
+void Enforcer::connection(bool registered, bool validating, const std::string& runtime, const std::string& detail) {
   if (!registered) return;
+  impl_->crio = runtime == "cri-o";
   log::info("registered with the container runtime over NRI", {{"runtime", detail}, {"validating", validating}});
   if (!validating) {
     log::warn(

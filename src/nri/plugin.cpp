@@ -185,7 +185,7 @@ void Plugin::run(const std::stop_token& stop) {
         s.registered = false;
         s.validating = false;
       });
-      impl_->handler.connection(false, false, why);
+      impl_->handler.connection(false, false, {}, why);
       log::warn("NRI connection ended; connecting again",
                 {{"reason", why}, {"socket", impl_->options.socket.string()}});
       backoff = impl_->options.backoff_first;
@@ -344,7 +344,7 @@ std::string Plugin::Impl::answer(const RequestEnvelope& request, Session& state,
       s.nri_served = true;
     });
     if (was_unserved) log::info("the runtime serves NRI again", {{"socket", options.socket.string()}});
-    handler.connection(true, validating,
+    handler.connection(true, validating, configure.runtime_name(),
                        configure.runtime_name() + " " + configure.runtime_version() + ", NRI " +
                            (configure.nri_version().empty() ? "(not said)" : configure.nri_version()) +
                            ", request timeout " + std::to_string(configure.request_timeout()) + " ms");

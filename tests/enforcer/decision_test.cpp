@@ -74,8 +74,9 @@ TEST_CASE("enforcer: every fixture container gets the decision its fixture says"
     // The API server's pod of that name is known by its UID: another pod's account says nothing.
     const bool same_pod = f.raw.value("api_uid", view.pod_uid) == view.pod_uid;
     view.service_account = same_pod ? f.raw.value("service_account", "") : "";
-    enforcement::Allocation allocation =
-        enforcement::allocation_for(f.kubelet, view.container, enforcement::trusted_annotation(view), *parsed.policy);
+    enforcement::Allocation allocation = enforcement::allocation_for(
+        f.kubelet, view.container,
+        enforcement::trusted_annotation(view, f.raw.value("runtime", "containerd") == "cri-o"), *parsed.policy);
     for (const auto& name : allocation.cdi_devices) {
       if (const auto nodes = f.cdi_nodes.find(name); nodes != f.cdi_nodes.end()) {
         allocation.device_paths.insert(nodes->second.begin(), nodes->second.end());

@@ -357,8 +357,9 @@ json cuda_container(const std::string& id) {
 TEST_CASE("every fixture, sent through NRI's own runtime to the real enforcer, gets its decision") {
   // Grouped by what the node needs to be: the policy, whether the kubelet answers, whether an API
   // server tells service accounts, the toolkit's mode and version (its config and package database on the
-  // node), an MPS root of its own, the node's CDI specs. Fixtures with GPUs of their own (MIG devices, which only NVML
-  // lists, or none) are decided by the unit test alone: this node's GPUs come from procfs.
+  // node), an MPS root of its own, the node's CDI specs, the runtime's name (CRI-O's or containerd's). Fixtures with
+  // GPUs of their own (MIG devices, which only NVML lists, or none) are decided by the unit test alone: this node's
+  // GPUs come from procfs.
   std::map<std::string, std::vector<EnforcerFixture>> groups;
   std::size_t sent = 0;
   for (auto& f : enforcer_fixtures(kFixtures)) {
@@ -367,7 +368,8 @@ TEST_CASE("every fixture, sent through NRI's own runtime to the real enforcer, g
         json(f.policy_files).dump() + (f.kubelet.answered ? "+kubelet" : "-kubelet") +
         (f.raw.contains("service_account") ? "+api" : "") + f.raw.value("toolkit", json::object()).dump() +
         f.raw.value("mps_roots", json::array()).dump() + f.raw.value("cdi_specs", json::object()).dump() +
-        f.raw.value("host_paths", json::object()).dump() + (f.raw.contains("toolkit") ? "" : "(current toolkit)");
+        f.raw.value("host_paths", json::object()).dump() + (f.raw.contains("toolkit") ? "" : "(current toolkit)") +
+        " runtime " + f.raw.value("runtime", "containerd");
     groups[key].push_back(std::move(f));
   }
   for (auto& [key, fixtures] : groups) {
@@ -436,7 +438,8 @@ TEST_CASE("every fixture, sent through NRI's own runtime to the real enforcer, g
       steps.push_back(create_step(pod, f.raw["container"]));
     }
     EnforcerProcess enforcer(node, flags);
-    const auto out = run_runtime(node, {{"steps", steps}});
+    const auto out =
+        run_runtime(node, {{"steps", steps}}, "--runtime-name " + fixtures.front().raw.value("runtime", "containerd"));
     REQUIRE(out[0]["synced"] == 1);
     for (std::size_t i = 0; i < fixtures.size(); ++i) {
       const auto& f = fixtures[i];

@@ -5,7 +5,7 @@
 // gpuguard-node-enforcer's integration tests drive it: an implementation of the protocol that is not
 // gpuguard's, and the decision's fixtures sent through it.
 //
-//	nri-runtime --socket PATH --script FILE [--required-plugins gpuguard] [--request-timeout 2s]
+//	nri-runtime --socket PATH --script FILE [--required-plugins gpuguard] [--request-timeout 2s] [--runtime-name cri-o]
 //
 // The script: {"existing": {"pods": [PodSandbox], "containers": [Container]}, "steps": [step...]}, each
 // step one of {"wait_plugin": seconds[, "count": plugins]}, {"run_pod": PodSandbox}, {"create": {"pod": PodSandbox, "container": Container}[, "concurrent": n]},
@@ -103,6 +103,7 @@ func main() {
 	scriptFile := flag.String("script", "", "the script (JSON)")
 	required := flag.String("required-plugins", "", "comma-separated: NRI's default validator refuses every create while one of them is not registered")
 	requestTimeout := flag.Duration("request-timeout", 2*time.Second, "how long a plugin has to answer a request")
+	runtimeName := flag.String("runtime-name", "nri-runtime", "the runtime's name, as Configure tells plugins (containerd, cri-o)")
 	flag.Parse()
 	text, err := os.ReadFile(*scriptFile)
 	if err != nil {
@@ -145,7 +146,7 @@ func main() {
 			Enable: true, RequiredPlugins: strings.Split(*required, ","),
 		}))
 	}
-	runtime, err := nri.New("nri-runtime", "v0.0.0", synchronize, update, options...)
+	runtime, err := nri.New(*runtimeName, "v0.0.0", synchronize, update, options...)
 	if err != nil {
 		fail("%v", err)
 	}

@@ -46,10 +46,11 @@ struct KubeletAnswer {
   std::string error;
 };
 
-// The allocated GPU IDs the annotation trustworthily carries (see above), or nullopt: on CRI-O, the value in
-// its copy of the container's own annotations; on containerd, the container's, unless the pod carries the key
-// too (an admin's pod_annotations passes a pod's on, which is the pod author's).
-std::optional<std::string> trusted_annotation(const ContainerView& container);
+// The allocated GPU IDs the annotation trustworthily carries (see above), or nullopt: on CRI-O (`crio`: the
+// runtime said so at registration), the value in its copy of the container's own annotations; on
+// containerd, the container's, unless the pod carries the key too (an admin's pod_annotations passes a pod's
+// on, which is the pod author's), and never where CRI-O's key is there (the pod's too, passed on).
+std::optional<std::string> trusted_annotation(const ContainerView& container, bool crio);
 
 // The allocation of `container` (its name, in the pod the answer is for): its GPUs from the resources the
 // policy counts as GPUs (gpuResources), a time-sliced replica as its GPU, and its DRA claims' CDI devices.

@@ -61,7 +61,7 @@ class Enforcer final : public nri::Handler {
   Enforcer(const Enforcer&) = delete;
   Enforcer& operator=(const Enforcer&) = delete;
 
-  void connection(bool registered, bool validating, const std::string& detail) override;
+  void connection(bool registered, bool validating, const std::string& runtime, const std::string& detail) override;
   void synchronize(std::string_view request, bool last) override;
   nri::CreateResult create_container(std::string_view request) override;
   std::optional<std::string> validate(std::string_view request) override;

@@ -50,8 +50,9 @@ class Handler {
  public:
   virtual ~Handler() = default;
   // Connected and configured (registered), or disconnected, and why; `validating` says whether the
-  // runtime shows this plugin every container's final adjustment (validate below).
-  virtual void connection(bool registered, bool validating, const std::string& detail) = 0;
+  // runtime shows this plugin every container's final adjustment (validate below); `runtime` is the name
+  // the runtime's Configure gave ("containerd", "cri-o"; empty when disconnected).
+  virtual void connection(bool registered, bool validating, const std::string& runtime, const std::string& detail) = 0;
   // Each chunk of the runtime's state (a SynchronizeRequest); `last` on the final one.
   virtual void synchronize(std::string_view request, bool last) = 0;
   // A CreateContainerRequest: what to change, or a refusal.
