@@ -684,7 +684,10 @@ Decision privileged_decision(const ContainerView& container, const Scope& scope,
 
 void note_unread(ContainerView& view, std::string what) {
   ++view.unread_count;
-  if (view.unread.size() < kUnreadKept) view.unread.push_back(cut(std::move(what), 160));
+  std::string line = cut(std::move(what), 160);
+  // Each reason once: a thousand mounts past one bound would otherwise hide the next bound's name.
+  if (view.unread.size() < kUnreadKept && std::find(view.unread.begin(), view.unread.end(), line) == view.unread.end())
+    view.unread.push_back(std::move(line));
 }
 
 namespace {

@@ -231,6 +231,8 @@ struct Enforcer::Impl {
     if (policy.names_service_accounts_in(view.pod_namespace)) {
       view.service_account = accounts.of(view.pod_namespace, view.pod_name, view.pod_uid);
     }
+    // Over the size NRI can show at a registration: decided on its size alone, the kubelet not asked.
+    if (view.nri_bytes > enforcement::kNriContainerBytesMax) return decide(view, Allocation{}, node_view, policy);
     const Allocation allocation = allocation_of(view, sandbox_id, container_id, policy, node_view, listed, validating);
     return decide(view, allocation, node_view, policy);
   }

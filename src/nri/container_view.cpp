@@ -28,6 +28,11 @@ constexpr std::size_t kCrioAnnotationsMax = std::size_t{64} << 10;
 constexpr std::size_t kOptionMax = 64;
 constexpr std::string_view kCudaVersion = "CUDA_VERSION";
 constexpr std::string_view kRequireCuda = "NVIDIA_REQUIRE_CUDA";
+// Bind mounts of one message whose host paths are followed (each a turn of the node state's path worker);
+// past them the container is one the enforcer cannot judge. Kubernetes gives a container a bind mount per
+// volume mount and a few of its own: a thousand is more than any pod needs, and costs milliseconds, where
+// the 90,000 mounts of one hostPath that fit in a message would cost seconds, past NRI's 2 s.
+constexpr std::size_t kBindMountsFollowedMax = 1024;
 
 // A map<string, string> field's entries, each key and value.
 template <typename Visit>
@@ -112,24 +117,17 @@ struct Reading {
   std::optional<std::string> own_allocated;        // the container's allocation key, as the runtime shows it
   std::optional<std::string> crio_allocated;       // the same key in CRI-O's copy of the container's own
   std::optional<bool> cuda_version, require_cuda;  // the last entry of each: set to a non-empty value
+  std::size_t binds_followed = 0;                  // kBindMountsFollowedMax
 };
 
-void read_annotation(ContainerView& view, Reading& reading, std::string_view key, std::string_view value) {
-  if (key == enforcement::kCrioContainerAnnotations) {
-    view.crio_annotations = true;
-    reading.crio_allocated = crio_allocated(value);
-    return;
-  }
-  if (key == enforcement::kAllocatedAnnotation) {
-    reading.own_allocated = value.size() <= kValueMax ? std::optional<std::string>(value) : std::nullopt;
-    return;
-  }
-  if (!enforcement::judged_annotation(key, reading.node.toolkit)) return;
+// An annotation's value of CDI names, each with the annotation's key.
+void read_cdi_names(ContainerView& view, std::string_view key, std::string_view value) {
   if (key.size() > kNameMax) {
     note_unread(view, "a CDI annotation whose key is " + bytes_of(key.size()));
     return;
   }
-  // The toolkit splits the value at each comma, untrimmed (cuda_image.go): each part is one name.
+  // The toolkit splits the value at each comma, untrimmed (cuda_image.go), as NVIDIA's NRI plugin does: each
+  // part is one name.
   while (true) {
     const std::size_t comma = value.find(',');
     const std::string_view part = value.substr(0, comma);
@@ -145,6 +143,20 @@ void read_annotation(ContainerView& view, Reading& reading, std::string_view key
     if (comma == std::string_view::npos) return;
     value.remove_prefix(comma + 1);
   }
+}
+
+void read_annotation(ContainerView& view, Reading& reading, std::string_view key, std::string_view value) {
+  if (key == enforcement::kCrioContainerAnnotations) {
+    view.crio_annotations = true;
+    reading.crio_allocated = crio_allocated(value);
+    return;
+  }
+  if (key == enforcement::kAllocatedAnnotation) {
+    reading.own_allocated = value.size() <= kValueMax ? std::optional<std::string>(value) : std::nullopt;
+    return;
+  }
+  if (!enforcement::judged_annotation(key, reading.node.toolkit)) return;
+  read_cdi_names(view, key, value);
 }
 
 void set_selection(ContainerView& view, std::string_view name, std::string_view value) {
@@ -191,10 +203,15 @@ std::optional<Mount> mount_of(std::string_view bytes, ContainerView& view) {
 }
 
 // A mount read: a bind mount's source followed where its links lead, then kept if it may reach a GPU.
-void read_mount(ContainerView& view, const Reading& reading, std::string_view bytes) {
+void read_mount(ContainerView& view, Reading& reading, std::string_view bytes) {
   std::optional<Mount> mount = mount_of(bytes, view);
   if (!mount) return;
   if (enforcement::is_bind(*mount)) {
+    if (reading.binds_followed == kBindMountsFollowedMax) {
+      note_unread(view, "more bind mounts than " + std::to_string(kBindMountsFollowedMax));
+      return;
+    }
+    ++reading.binds_followed;
     const std::string lexical = k8s::lexical_path(mount->source);
     enforcement::HostPathResolution where = reading.resolve(lexical);
     if (where.path != lexical) mount->resolved = std::move(where.path);
@@ -267,6 +284,28 @@ void read_cdi_device(ContainerView& view, std::string_view bytes) {
   keep(view.cdi_devices, std::string(name), view, "CDI devices");
 }
 
+// NVIDIA's own NRI plugin (nvidia-ctk-installer --enable-nri-plugin) adds, as CDI devices, what the pod's
+// annotation names for the container, the key found as NRI's GetEffectiveAnnotation finds it: the
+// container's, else the pod's, else the bare domain. Read at the create: a runtime without NRI's validation
+// (containerd before 2.2, CRI-O before 1.34) never shows the enforcer what that plugin added.
+void read_nvidia_nri_annotation(ContainerView& view, std::string_view pod) {
+  constexpr std::string_view kDomain = "nvidia.cdi.k8s.io";
+  const std::string keys[] = {std::string(kDomain) + "/container." + view.container, std::string(kDomain) + "/pod",
+                              std::string(kDomain)};
+  std::optional<std::string_view> values[std::size(keys)];
+  for_each_entry(pod, field::kPodAnnotations, [&](std::string_view key, std::string_view value) {
+    for (std::size_t i = 0; i < std::size(keys); ++i) {
+      if (key == keys[i]) values[i] = value;  // the last of a key, as protobuf's map keeps it
+    }
+  });
+  for (std::size_t i = 0; i < std::size(keys); ++i) {
+    if (values[i]) {
+      read_cdi_names(view, keys[i], *values[i]);
+      return;
+    }
+  }
+}
+
 void finish(ContainerView& view, const Reading& reading) {
   view.allocated_annotation = view.crio_annotations ? reading.crio_allocated : reading.own_allocated;
   if (reading.cuda_version) view.legacy_cuda_image = *reading.cuda_version && !reading.require_cuda.value_or(false);
@@ -315,7 +354,10 @@ std::optional<ContainerView> view_of(std::string_view pod, std::string_view cont
                                      const HostPathResolver& resolve) {
   if (!well_formed(pod)) return std::nullopt;
   std::optional<ContainerView> view = container_view(container, node, resolve);
-  if (view) set_pod(*view, pod_facts(pod, label_keys));
+  if (view) {
+    set_pod(*view, pod_facts(pod, label_keys));
+    read_nvidia_nri_annotation(*view, pod);
+  }
   return view;
 }
 
@@ -324,14 +366,19 @@ std::optional<ContainerView> container_view(std::string_view container, const en
   if (!well_formed(container)) return std::nullopt;
   ContainerView view;
   view.nri_bytes = container.size();
-  Reading reading{node, resolve, {}, {}, {}, {}};
+  Reading reading{node, resolve, {}, {}, {}, {}, 0};
   const std::string_view name = string_field(container, field::kContainerName);
   view.container = std::string(name.substr(0, kNameMax));
   if (name.size() > kNameMax) note_unread(view, "the container's name, of " + bytes_of(name.size()));
   for_each_entry(container, field::kContainerAnnotations,
                  [&](std::string_view key, std::string_view value) { read_annotation(view, reading, key, value); });
   for_each_field(container, field::kContainerEnv, [&](std::string_view entry) { read_variable(view, reading, entry); });
-  for_each_field(container, field::kContainerMounts, [&](std::string_view bytes) { read_mount(view, reading, bytes); });
+  // A container over the size the decision refuses is refused whatever its mounts are: they are not
+  // followed, which would cost time in proportion to what was sent.
+  if (container.size() <= enforcement::kNriContainerBytesMax) {
+    for_each_field(container, field::kContainerMounts,
+                   [&](std::string_view bytes) { read_mount(view, reading, bytes); });
+  }
   for_each_field(container, field::kContainerLinux, [&](std::string_view linux_part) {
     for_each_field(linux_part, field::kLinuxDevices, [&](std::string_view bytes) { read_device(view, bytes); });
     for_each_field(linux_part, field::kLinuxResources, [&](std::string_view resources) {
@@ -346,7 +393,7 @@ std::optional<ContainerView> container_view(std::string_view container, const en
 bool apply_adjustment(ContainerView& view, std::string_view adjustment, const enforcement::NodeView& node,
                       const HostPathResolver& resolve) {
   if (!well_formed(adjustment)) return false;
-  Reading reading{node, resolve, {}, {}, {}, {}};
+  Reading reading{node, resolve, {}, {}, {}, {}, 0};
   std::map<std::string, std::string> set_env;
   for_each_field(adjustment, field::kAdjustEnv, [&](std::string_view pair) {
     const std::string_view key = string_field(pair, field::kKeyValueKey);

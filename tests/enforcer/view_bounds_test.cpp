@@ -55,10 +55,16 @@ TEST_CASE("enforcer: a view holds at most its fixed bound, and names what it did
   (*c.mutable_annotations())["cdi.k8s.io/many"] = std::string(20000, ',');
   const std::string bytes = c.SerializeAsString();
   REQUIRE(bytes.size() > std::size_t{3} << 20);
-  const auto view = gpuguard::nri::container_view(bytes, node(), gpuguard::nri::as_written);
+  std::size_t followed = 0;
+  const auto view = gpuguard::nri::container_view(bytes, node(), [&followed](std::string_view source) {
+    ++followed;
+    return gpuguard::nri::as_written(source);
+  });
   REQUIRE(view);
   CHECK(enforcement::view_bytes(*view) <= enforcement::view_bytes_max());
-  CHECK(view->mounts.size() == enforcement::kMountsMax);
+  // Over the size the decision refuses whatever it reaches: its mounts are not even followed.
+  CHECK(followed == 0);
+  CHECK(view->mounts.empty());
   CHECK(view->devices.size() == enforcement::kListMax);
   CHECK(view->cdi_devices.size() == enforcement::kListMax);
   CHECK(view->cdi_annotation_names.size() == enforcement::kListMax);
@@ -69,12 +75,55 @@ TEST_CASE("enforcer: a view holds at most its fixed bound, and names what it did
   std::string unread;
   for (const std::string& line : view->unread) unread += line + "\n";
   CHECK_THAT(unread, Catch::Contains("more CDI names in annotations than 64"));
-  CHECK_THAT(unread, Catch::Contains("longer than PATH_MAX (1048610 bytes)"));
-  CHECK_THAT(unread, Catch::Contains("more mounts that may reach a GPU than 16"));
   // What was not read cannot be judged: refused, never let through.
   enforcement::Allocation allocation;
   allocation.source = enforcement::Allocation::Source::pod_resources;
   const auto decision = enforcement::decide(*view, allocation, node(), policy::Policy{});
   CHECK(decision.action == enforcement::Decision::Action::refuse);
   CHECK(decision.message.size() <= enforcement::kMessageMax);
+}
+
+TEST_CASE("enforcer: a container's mounts are followed up to a bound, and one past it cannot be judged") {
+  api::Container c;
+  c.set_id("c");
+  c.set_name("app");
+  // A path over PATH_MAX under the device list root, more mounts that may reach a GPU than kept, and
+  // thousands of binds of one hostPath: what fits under the size the decision takes.
+  auto* long_path = c.add_mounts();
+  long_path->set_destination(std::string("/var/run/nvidia-container-devices/").append(std::string(5000, 'x')));
+  long_path->set_source("/dev/null");
+  long_path->set_type("bind");
+  for (int i = 0; i < 100; ++i) {
+    auto* mount = c.add_mounts();
+    mount->set_destination(std::string("/var/run/nvidia-container-devices/").append(std::string(3000, 'a')) +
+                           std::to_string(i));
+    mount->set_source("/dev/nvidia0");
+    mount->add_options("rbind");
+  }
+  for (int i = 0; i < 5000; ++i) {
+    auto* mount = c.add_mounts();
+    mount->set_destination("/a" + std::to_string(i));
+    mount->set_source("/etc/containerd");
+    mount->set_type("bind");
+  }
+  const std::string bytes = c.SerializeAsString();
+  REQUIRE(bytes.size() <= enforcement::kNriContainerBytesMax);
+  std::size_t followed = 0;
+  const auto view = gpuguard::nri::container_view(bytes, node(), [&followed](std::string_view source) {
+    ++followed;
+    return gpuguard::nri::as_written(source);
+  });
+  REQUIRE(view);
+  CHECK(followed == 1024);  // container_view.cpp's kBindMountsFollowedMax; the long path is not followed
+  CHECK(view->mounts.size() == enforcement::kMountsMax);
+  std::string unread;
+  for (const std::string& line : view->unread) unread += line + "\n";
+  CHECK_THAT(unread, Catch::Contains("longer than PATH_MAX (5034 bytes)"));
+  CHECK_THAT(unread, Catch::Contains("more mounts that may reach a GPU than 16"));
+  CHECK_THAT(unread, Catch::Contains("more bind mounts than 1024"));
+  enforcement::Allocation allocation;
+  allocation.source = enforcement::Allocation::Source::pod_resources;
+  allocation.gpus = {"GPU-11111111-1111-4111-8111-111111111111"};
+  const auto decision = enforcement::decide(*view, allocation, node(), policy::Policy{});
+  CHECK(decision.action == enforcement::Decision::Action::refuse);
 }

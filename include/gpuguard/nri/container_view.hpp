@@ -46,7 +46,8 @@ struct ContainerIds {
 ContainerIds container_ids(std::string_view container);
 
 // The view of a container from its NRI PodSandbox and Container; `label_keys` are the pod labels the
-// policy's exemptions name. nullopt when either message is malformed.
+// policy's exemptions name. The CDI names NVIDIA's NRI plugin reads from the pod's nvidia.cdi.k8s.io
+// annotations for this container are among its cdi_annotation_names. nullopt when either message is malformed.
 std::optional<enforcement::ContainerView> view_of(std::string_view pod, std::string_view container,
                                                   const enforcement::NodeView& node,
                                                   const std::set<std::string>& label_keys,
