@@ -376,7 +376,35 @@ const Selection* selection(const ContainerView& container, std::string_view name
   return found == container.selections.end() ? nullptr : &found->second;
 }
 
+// A variable the enforcer writes empty: within only where the container leaves it so (or sets it not at all).
+void emptied_door(std::string_view name, const Selection* selection, std::string_view reaches, Findings& findings) {
+  if (selection == nullptr || selection->entries == 0 || (!selection->last_over && selection->last.empty())) return;
+  const std::string what = shown(name, *selection) + ", " + std::string(reaches);
+  if (selection->entries > 1) {
+    findings.add(what + " (set " + std::to_string(selection->entries) + " times; NRI can change only the first, and " +
+                     "NVIDIA's runtime reads the last: remove the container's own " + std::string(name) + ")",
+                 Findings::Kind::beyond);
+    return;
+  }
+  findings.set_env[std::string(name)] = "";
+  findings.add(what, Findings::Kind::writable);
+}
+
 void selection_doors(const ContainerView& container, const Scope& scope, Findings& findings) {
+  if (scope.node().toolkit.swarm_over) {
+    findings.add("the toolkit's swarm-resource names more variables than the " + std::to_string(kSwarmMax) +
+                     " gpuguard reads, and any of them may select GPUs",
+                 Findings::Kind::unknown);
+  }
+  for (const std::string_view name : {kMigConfigDevices, kMigMonitorDevices}) {
+    emptied_door(name, selection(container, name), "MIG configuration or monitoring of every GPU", findings);
+  }
+  const Allocation& allocation = scope.allocation();
+  if (scope.known() && allocation.gpus.empty() && allocation.cdi_devices.empty()) {
+    for (const std::string_view name : kFeatureVariables) {
+      emptied_door(name, selection(container, name), "device nodes for a container allocated no GPU", findings);
+    }
+  }
   selection_door(kVisibleDevices, selection(container, kVisibleDevices), false, container, scope, findings);
   for (const std::string& swarm : scope.node().toolkit.swarm_variables) {
     if (const Selection* set = selection(container, swarm))
@@ -726,8 +754,8 @@ std::size_t view_bytes_max() {
   // here at eight), the selection variables, and each list full of its longest entries.
   const std::size_t name = sizeof(std::string) + kNameMax;
   return sizeof(ContainerView) + 5 * name + 8 * (2 * name + 64) +
-         (2 + kSwarmMax) * (name + sizeof(Selection) + kValueMax + 64) + kListMax * (sizeof(Device) + kNameMax + 1) +
-         kListMax * sizeof(DeviceRule) +
+         (4 + std::size(kFeatureVariables) + kSwarmMax) * (name + sizeof(Selection) + kValueMax + 64) +
+         kListMax * (sizeof(Device) + kNameMax + 1) + kListMax * sizeof(DeviceRule) +
          kMountsMax * (sizeof(Mount) + kPathMax + 2 * kKeptPathMax + 16 + kUnreadLineMax + sizeof(std::string) + 8) +
          kListMax * name + kListMax * 2 * name + kValueMax + kUnreadKept * (sizeof(std::string) + kUnreadLineMax);
 }
@@ -781,6 +809,8 @@ void add_mig_devices_from_cdi(NodeView& node) {
 
 bool judged_variable(std::string_view name, const Toolkit& toolkit) {
   return name == kVisibleDevices || name == kImexChannels || name == kCudaVersion || name == kRequireCuda ||
+         name == kMigConfigDevices || name == kMigMonitorDevices ||
+         std::find(std::begin(kFeatureVariables), std::end(kFeatureVariables), name) != std::end(kFeatureVariables) ||
          std::find(toolkit.swarm_variables.begin(), toolkit.swarm_variables.end(), name) !=
              toolkit.swarm_variables.end();
 }

@@ -81,7 +81,8 @@ Toolkit toolkit_of(const nodereport::Facts& facts) {
   toolkit.default_kind = facts.default_kind;
   toolkit.annotation_prefixes = facts.annotation_prefixes;
   toolkit.swarm_variables = facts.swarm_variables;
-  if (toolkit.swarm_variables.size() > kSwarmMax) toolkit.swarm_variables.resize(kSwarmMax);
+  toolkit.swarm_over = toolkit.swarm_variables.size() > kSwarmMax;
+  if (toolkit.swarm_over) toolkit.swarm_variables.resize(kSwarmMax);
   return toolkit;
 }
 

@@ -162,13 +162,15 @@ class Judge {
         if (const auto text = prefix.value<std::string>()) facts().annotation_prefixes.push_back(*text);
       }
     }
-    // A comma-separated list, each name trimmed (internal/config/image/builder.go).
+    // A comma-separated list, each name trimmed of white space as Go's strings.TrimSpace does
+    // (internal/config/image/builder.go).
     std::string_view swarm = t["swarm-resource"].value_or(std::string_view{});
+    constexpr std::string_view kSpace = " \t\n\r\v\f";
     while (!swarm.empty()) {
       const std::size_t comma = swarm.find(',');
       std::string_view name = swarm.substr(0, comma);
-      while (!name.empty() && name.front() == ' ') name.remove_prefix(1);
-      while (!name.empty() && name.back() == ' ') name.remove_suffix(1);
+      while (!name.empty() && kSpace.find(name.front()) != std::string_view::npos) name.remove_prefix(1);
+      while (!name.empty() && kSpace.find(name.back()) != std::string_view::npos) name.remove_suffix(1);
       if (!name.empty()) facts().swarm_variables.emplace_back(name);
       swarm = comma == std::string_view::npos ? std::string_view{} : swarm.substr(comma + 1);
     }

@@ -194,3 +194,27 @@ TEST_CASE("enforcer: a container larger than NRI can show at a registration is r
   REQUIRE(exempting.policy);
   CHECK(enforcement::decide(view, allocation, node, *exempting.policy).why == enforcement::Decision::Why::exempt);
 }
+
+TEST_CASE(
+    "enforcer: a toolkit that names more swarm-resource variables than the enforcer reads leaves nothing judged") {
+  // The toolkit reads every variable its swarm-resource names; one the enforcer did not read may be set to
+  // all. So none is taken for unset: the container is what it cannot judge.
+  enforcement::NodeView node;
+  node.gpus = test::default_node();
+  node.toolkit.mode = "legacy";
+  node.toolkit.version = enforcement::ToolkitVersion{1, 20, 1};
+  for (std::size_t i = 0; i < enforcement::kSwarmMax; ++i)
+    node.toolkit.swarm_variables.push_back("R" + std::to_string(i));
+  enforcement::ContainerView view;
+  view.pod_namespace = "team-a";
+  view.pod_name = "p";
+  view.container = "app";
+  enforcement::Allocation allocation;
+  allocation.source = enforcement::Allocation::Source::pod_resources;
+  CHECK(enforcement::decide(view, allocation, node, policy::Policy{}).why == enforcement::Decision::Why::within);
+  node.toolkit.swarm_over = true;
+  const enforcement::Decision refused = enforcement::decide(view, allocation, node, policy::Policy{});
+  CHECK(refused.action == enforcement::Decision::Action::refuse);
+  CHECK(refused.why == enforcement::Decision::Why::cannot_judge);
+  CHECK_THAT(refused.message, Catch::Contains("swarm-resource names more variables than the 16 gpuguard reads"));
+}

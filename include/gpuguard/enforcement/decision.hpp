@@ -32,6 +32,16 @@ namespace gpuguard::enforcement {
 
 inline constexpr std::string_view kVisibleDevices = "NVIDIA_VISIBLE_DEVICES";
 inline constexpr std::string_view kImexChannels = "NVIDIA_IMEX_CHANNELS";
+// Variables that reach more than the GPUs selected, which the enforcer writes empty (every toolkit version
+// reads an empty one as unset): MIG configuration and monitoring of every GPU, in any container (NVIDIA's
+// runtime takes a container with CAP_SYS_ADMIN in its bounding set, which a pod adds without being
+// privileged, for privileged: internal/config/image/privileged.go)...
+inline constexpr std::string_view kMigConfigDevices = "NVIDIA_MIG_CONFIG_DEVICES";
+inline constexpr std::string_view kMigMonitorDevices = "NVIDIA_MIG_MONITOR_DEVICES";
+// ...and the features whose device nodes come beside any device request (GPUDirect Storage, MOFED, NVSwitch,
+// GDRCopy: internal/modifier/gated.go; legacy mode counts none as a request), in a container allocated none.
+inline constexpr std::string_view kFeatureVariables[] = {"NVIDIA_GDS", "NVIDIA_MOFED", "NVIDIA_NVSWITCH",
+                                                         "NVIDIA_GDRCOPY"};
 
 // What a view reads, at most. Everything the runtime sends is bounded as it is read: a longer path, value or
 // list is not kept but named in ContainerView::unread, and such a container is what the enforcer cannot
@@ -42,7 +52,7 @@ inline constexpr std::size_t kMountsMax = 16;      // mounts that may reach a GP
 inline constexpr std::size_t kValueMax = 4096;     // a selection variable's value: 99 UUIDs and their commas
 inline constexpr std::size_t kNameMax = 256;       // a name, an ID, an annotation key, one CDI device name
 inline constexpr std::size_t kKeptPathMax = 1024;  // a device node's path, a GPU mount's host path, as kept
-inline constexpr std::size_t kSwarmMax = 4;        // swarm-resource's variables read
+inline constexpr std::size_t kSwarmMax = 16;       // swarm-resource's variables read (more: none judged)
 inline constexpr std::size_t kUnreadKept = 4;      // what was not read, named; the rest counted
 // The largest container, as NRI sends it, that may run. At a plugin's registration NRI v0.12 sends every
 // running pod and container in Synchronize messages within ttrpc's 4 MiB, split no finer than four pods
@@ -97,7 +107,8 @@ struct ContainerView {
   std::string service_account;
   std::map<std::string, std::string> pod_labels;  // the labels exemptions name, as the kubelet gave them
   // The variables NVIDIA's runtime selects GPUs by that the container sets: NVIDIA_VISIBLE_DEVICES,
-  // NVIDIA_IMEX_CHANNELS and swarm-resource's.
+  // NVIDIA_IMEX_CHANNELS and swarm-resource's; and those the enforcer writes empty (kMigConfigDevices,
+  // kFeatureVariables).
   std::map<std::string, Selection, std::less<>> selections;
   // A legacy CUDA image (CUDA_VERSION set, NVIDIA_REQUIRE_CUDA not): without NVIDIA_VISIBLE_DEVICES, NVIDIA's
   // runtime gives it every GPU (internal/config/image/cuda_image.go).
@@ -160,8 +171,9 @@ struct Toolkit {
   bool tegra = false;  // the host has Tegra's files: auto is csv there
   std::string default_kind = "nvidia.com/gpu";
   std::vector<std::string> annotation_prefixes = {"cdi.k8s.io/"};
-  // swarm-resource: variables read instead of NVIDIA_VISIBLE_DEVICES when any is set.
+  // swarm-resource: variables read instead of NVIDIA_VISIBLE_DEVICES when any is set; the first kSwarmMax.
   std::vector<std::string> swarm_variables;
+  bool swarm_over = false;  // the toolkit names more than kSwarmMax: no container can be judged
 };
 
 // What the enforcer knows of its node.
