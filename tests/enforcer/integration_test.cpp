@@ -973,7 +973,7 @@ TEST_CASE("a kubelet that answers too much: a container that reaches GPUs is ref
   Node node;
   FakeKubelet kubelet(node.kubelet_socket);
   kubelet.set("team-a", "big", {{{"app", {}, {}}}, {}});
-  kubelet.set_padding(100'000);  // about 21 MB, over the enforcer's 16 MiB
+  kubelet.set_padding(100'000);  // about 21 MB, over the enforcer's 8 MiB
   EnforcerProcess enforcer(node);
   json without_gpu = cuda_container("c2");
   without_gpu["env"] = json::array({"NVIDIA_VISIBLE_DEVICES=void"});
@@ -996,7 +996,7 @@ TEST_CASE("a kubelet whose List is too large but that serves Get: each pod read 
   Node node;
   FakeKubelet kubelet(node.kubelet_socket);
   kubelet.set("team-a", "big", {{{"app", {{"nvidia.com/gpu", {default_node()[1].uuid}}}, {}}}, {}});
-  kubelet.set_padding(100'000);  // about 21 MB, over the enforcer's 16 MiB
+  kubelet.set_padding(100'000);  // about 21 MB, over the enforcer's 8 MiB
   kubelet.serve_get(true);
   EnforcerProcess enforcer(node);
   const auto out =

@@ -20,7 +20,8 @@ namespace gpuguard::enforcer {
 class KubeletClient final : public PodResourcesSource {
  public:
   // An answer larger than this is refused by gRPC before it is read.
-  static constexpr int kMaxReceive = 16 << 20;
+  // 8 MiB: gRPC holds up to about two and a half times a message while it receives it (docs/node-enforcer.md#memory).
+  static constexpr int kMaxReceive = 8 << 20;
 
   explicit KubeletClient(const std::filesystem::path& socket);
   ~KubeletClient() override;
