@@ -204,7 +204,8 @@ TEST_CASE(
   node.toolkit.mode = "legacy";
   node.toolkit.version = enforcement::ToolkitVersion{1, 20, 1};
   for (std::size_t i = 0; i < enforcement::kSwarmMax; ++i)
-    node.toolkit.swarm_variables.push_back("R" + std::to_string(i));
+    node.toolkit.swarm_variables.push_back(
+        std::string("R").append(std::to_string(i)));  // not "R" + …: GCC 12 -Wrestrict
   enforcement::ContainerView view;
   view.pod_namespace = "team-a";
   view.pod_name = "p";
