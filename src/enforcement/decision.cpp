@@ -376,6 +376,17 @@ const Selection* selection(const ContainerView& container, std::string_view name
   return found == container.selections.end() ? nullptr : &found->second;
 }
 
+// Whether the allocation holds a GPU: a device plugin's, or a claim's CDI device of a GPU kind or vendor.
+bool allocates_gpu(const Allocation& allocation) {
+  return !allocation.gpus.empty() ||
+         std::any_of(allocation.cdi_devices.begin(), allocation.cdi_devices.end(), [](const std::string& name) {
+           const std::string_view kind = std::string_view(name).substr(0, name.find('='));
+           return std::find(std::begin(kGpuKinds), std::end(kGpuKinds), kind) != std::end(kGpuKinds) ||
+                  std::any_of(std::begin(kGpuVendors), std::end(kGpuVendors),
+                              [&](std::string_view vendor) { return kind.starts_with(vendor); });
+         });
+}
+
 // A variable the enforcer writes empty: within only where the container leaves it so (or sets it not at all).
 void emptied_door(std::string_view name, const Selection* selection, std::string_view reaches, Findings& findings) {
   if (selection == nullptr || selection->entries == 0 || (!selection->last_over && selection->last.empty())) return;
@@ -399,8 +410,9 @@ void selection_doors(const ContainerView& container, const Scope& scope, Finding
   for (const std::string_view name : {kMigConfigDevices, kMigMonitorDevices}) {
     emptied_door(name, selection(container, name), "MIG configuration or monitoring of every GPU", findings);
   }
-  const Allocation& allocation = scope.allocation();
-  if (scope.known() && allocation.gpus.empty() && allocation.cdi_devices.empty()) {
+  // Where the allocation is not known to hold a GPU: not known at all either (its none is left where honoured,
+  // and legacy 1.17 counts none as a request for them), or a claim of another vendor's devices only.
+  if (!scope.known() || !allocates_gpu(scope.allocation())) {
     for (const std::string_view name : kFeatureVariables) {
       emptied_door(name, selection(container, name), "device nodes for a container allocated no GPU", findings);
     }

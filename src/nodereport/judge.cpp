@@ -162,8 +162,8 @@ class Judge {
         if (const auto text = prefix.value<std::string>()) facts().annotation_prefixes.push_back(*text);
       }
     }
-    // A comma-separated list, each name trimmed of white space as Go's strings.TrimSpace does
-    // (internal/config/image/builder.go).
+    // A comma-separated list, each name trimmed of white space (internal/config/image/builder.go:
+    // strings.TrimSpace, which also trims U+0085 and U+00A0; ASCII white space here).
     std::string_view swarm = t["swarm-resource"].value_or(std::string_view{});
     constexpr std::string_view kSpace = " \t\n\r\v\f";
     while (!swarm.empty()) {
