@@ -224,6 +224,9 @@ def check_node_enforcer(docs, policy, namespace="gpuguard-system"):
     assert volumes[host["/"]["name"]]["hostPath"].get("type") == "Directory", volumes[host["/"]["name"]]
     assert "--host-root=/host" in enforcer["args"] and any(a.startswith("--mps-root=/") for a in enforcer["args"]), enforcer["args"]
     assert [p["containerPort"] for p in enforcer["ports"]] == [8080]
+    # Ready or not, never restarted by a probe any client of the port could fail (docs/security.md, "Network").
+    assert enforcer["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+    assert "livenessProbe" not in enforcer and "startupProbe" not in enforcer, enforcer
     # Exempt by namespace, account and label together: gpuguard's GPU plugin, and the enforcer itself (its
     # host root lies above every MPS root), as its own pods are made.
     exempt = [a.split("=", 1)[1].split(",") for a in enforcer["args"] if a.startswith("--exempt-service-accounts=")]
