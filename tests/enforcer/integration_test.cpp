@@ -1129,8 +1129,16 @@ TEST_CASE(
     "the enforcer answering everyone, within its bound") {
   Node node;
   FakeKubelet kubelet(node.kubelet_socket);
+  // Under AddressSanitizer (make test-sanitize) the heap is the sanitizer's: frees held in its quarantine
+  // (256 MiB by default) and redzones around every block. There this test looks for memory errors on the
+  // path, with room for the sanitizer; the bound itself is held by make test's build, at the chart's limit.
+#if defined(__SANITIZE_ADDRESS__)
+  constexpr bool kAddressSanitizer = true;
+#else
+  constexpr bool kAddressSanitizer = false;
+#endif
   const std::size_t limit = chart_memory_limit();
-  MemoryCgroup cgroup(limit);
+  MemoryCgroup cgroup(kAddressSanitizer ? limit * 16 : limit);
   // Running containers as an ordinary user makes them, 200 of them, two to a pod. In 75 pods, the red team's:
   // their image sets the four variables the enforcer reads to 64 KiB each, and a volume is mounted at a path
   // of 64 KiB (before the enforcer bounded what it reads, a registration held all of it, and the kernel
@@ -1230,8 +1238,10 @@ TEST_CASE(
   const std::size_t peak = peak_rss(pid);
   INFO("peak resident " << (peak >> 10) << " KiB; cgroup peak " << (cgroup.value("memory.max_usage_in_bytes") >> 10)
                         << " KiB; limit " << (limit >> 10) << " KiB");
-  CHECK(peak < std::size_t{40} << 20);
-  CHECK(peak < limit / 3 * 2);
+  if (!kAddressSanitizer) {
+    CHECK(peak < std::size_t{40} << 20);
+    CHECK(peak < limit / 3 * 2);
+  }
   ::kill(pid, SIGTERM);
   ::waitpid(pid, &status, 0);
   guard.pid = -1;
