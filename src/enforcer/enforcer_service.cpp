@@ -3,7 +3,10 @@
 // policy ConfigMap, the break glass, and /healthz, /readyz and /metrics.
 #include "enforcer_service.hpp"
 
+#include <grpc/grpc.h>
 #include <nlohmann/json.hpp>
+
+#include <thread>
 
 #include "break_glass.hpp"
 #include "gpuguard/enforcer/enforcer.hpp"
@@ -103,6 +106,22 @@ class ApiPodDirectory final : public PodDirectory {
   std::string node_;
 };
 
+// gRPC's library held for the whole service, and let go last. gRPC joins its own threads when its last user lets
+// go; where that last user is one of gRPC's threads (a channel's end runs there), it does so on a detached thread
+// of its own, which the process's exit can outrun: make test-tsan saw gRPC's timer thread left unjoined at exit.
+// Held here, the last release is the main thread's, after every channel is gone, and the clean-up runs on it;
+// the bounded wait covers a clean-up already handed to gRPC's thread.
+class GrpcLibraryHeld {
+ public:
+  GrpcLibraryHeld() { grpc_init(); }
+  ~GrpcLibraryHeld() {
+    grpc_shutdown();
+    for (int i = 0; i < 200 && grpc_is_initialized() != 0; ++i) std::this_thread::sleep_for(10ms);
+  }
+  GrpcLibraryHeld(const GrpcLibraryHeld&) = delete;
+  GrpcLibraryHeld& operator=(const GrpcLibraryHeld&) = delete;
+};
+
 // /healthz, /readyz (registered with the runtime, or the runtime serves no NRI: nothing to wait for, and
 // the metrics say the node is not enforced) and /metrics, over plain HTTP.
 class StatusHandler final : public server::Handler {
@@ -131,6 +150,7 @@ class StatusHandler final : public server::Handler {
 }  // namespace
 
 void serve(const EnforcerConfig& config) {
+  const GrpcLibraryHeld grpc;  // first made, last gone
   EnforcerMetrics metrics(GPUGUARD_VERSION);
   policy::PolicyWatcher policy(config.policy_dir, metrics, kPolicyKeys, policy::PolicyWatcher::AtStart::defaults);
   std::unique_ptr<BreakGlass> break_glass;

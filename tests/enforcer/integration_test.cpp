@@ -20,6 +20,7 @@
 #include <chrono>
 #include <fstream>
 #include <future>
+#include <iostream>
 #include <mutex>
 #include <set>
 #include <sstream>
@@ -188,7 +189,15 @@ class EnforcerProcess {
     int status = 0;
     for (int i = 0; i < 100 && waitpid(pid_, &status, WNOHANG) != pid_; ++i) std::this_thread::sleep_for(50ms);
     pid_ = -1;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    // A sanitizer's report (ThreadSanitizer exits 66) is the enforcer's last words on stderr, which is its log in
+    // the test's own directory: shown here, as the directory goes with the test.
+    if (code != 0) {
+      const std::string text = log();
+      std::cerr << "the node enforcer exited " << code << "; the end of its log:\n"
+                << text.substr(text.size() > 16384 ? text.size() - 16384 : 0) << "\n";
+    }
+    return code;
   }
   std::string log() const {
     std::ifstream in(log_);
