@@ -16,10 +16,10 @@
 #include "audit_stores.hpp"
 #include "gpuguard/audit/pod_audit.hpp"
 #include "gpuguard/audit/policy_report.hpp"
+#include "gpuguard/claims/claim_cache.hpp"
 #include "gpuguard/kube/informer.hpp"
 #include "gpuguard/kube/request.hpp"
 #include "gpuguard/log/log.hpp"
-#include "gpuguard/webhook/claim_cache.hpp"
 
 namespace gpuguard::audit {
 namespace {
@@ -44,14 +44,14 @@ struct AuditLoop::Impl {
       : options(std::move(o)),
         policy(std::move(p)),
         metrics(m),
-        claims(options.resource_claims ? std::make_unique<webhook::ClaimCache>() : nullptr),
+        claims(options.resource_claims ? std::make_unique<claims::ClaimCache>() : nullptr),
         pods(policy, claims.get(), metrics),
         election(options.identity, options.timing) {}
 
   AuditLoopOptions options;
   PolicySource policy;
   AuditMetrics& metrics;
-  std::unique_ptr<webhook::ClaimCache> claims;
+  std::unique_ptr<claims::ClaimCache> claims;
   PodStore pods;
   NodeStore nodes;
   kube::LeaderElection election;
@@ -378,7 +378,7 @@ void AuditLoop::start() {
   kube::InformerOptions informer_options;
   informer_options.user_agent = i.options.user_agent;
   informer_options.on_discovery = [](const std::string&, const kube::GroupDiscovery& found) {
-    webhook::log_claims_discovery(found);
+    claims::log_claims_discovery(found);
   };
   i.other_informers = std::make_unique<kube::Informers>(
       i.options.apiserver, std::move(others), informer_options,

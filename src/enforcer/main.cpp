@@ -42,7 +42,7 @@ bool valid_name(const std::string& name) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // A request can be 4 MiB, held once (src/nri/wire.hpp). glibc raises its mmap threshold to the largest
+  // A request can be 4 MiB, held once (include/gpuguard/nri/wire.hpp). glibc raises its mmap threshold to the largest
   // block freed so far, so after one such request the next comes from the heap and stays there; a fixed
   // threshold keeps every large block mapped apart, and given back when freed (docs/benchmarks.md).
   mallopt(M_MMAP_THRESHOLD, 128 * 1024);

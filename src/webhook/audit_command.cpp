@@ -9,9 +9,9 @@
 #include <nlohmann/json.hpp>
 
 #include "gpuguard/audit/pod_audit.hpp"
+#include "gpuguard/claims/claim_cache.hpp"
 #include "gpuguard/log/log.hpp"
 #include "gpuguard/nodereport/node_condition.hpp"
-#include "gpuguard/webhook/claim_cache.hpp"
 #include "offline.hpp"
 
 namespace gpuguard::webhook {
@@ -203,9 +203,9 @@ int run_audit_command(const std::vector<std::string>& args) {
   const auto policy = load_policy("audit", policy_dir);
   if (!policy) return 2;
 
-  ClaimCache claims;
+  claims::ClaimCache claims;
   if (flags.count("claims") && !load_claims("audit", flags["claims"].as<std::string>(), claims)) return 2;
-  const ClaimCache* lookup = flags.count("claims") ? &claims : nullptr;
+  const claims::ClaimCache* lookup = flags.count("claims") ? &claims : nullptr;
   std::optional<Nodes> nodes;
   if (flags.count("nodes") && !read_nodes(flags["nodes"].as<std::string>(), nodes.emplace())) return 2;
 

@@ -13,6 +13,7 @@
 #include "arm_command.hpp"
 #include "audit_command.hpp"
 #include "audit_controller_command.hpp"
+#include "gpuguard/claims/claim_cache.hpp"
 #include "gpuguard/cli/apiserver_flags.hpp"
 #include "gpuguard/cli/command_line.hpp"
 #include "gpuguard/cli/server_flags.hpp"
@@ -22,7 +23,6 @@
 #include "gpuguard/policy/policy_watcher.hpp"
 #include "gpuguard/server/http_server.hpp"
 #include "gpuguard/tls/server_context.hpp"
-#include "gpuguard/webhook/claim_cache.hpp"
 #include "gpuguard/webhook/memory_plan.hpp"
 #include "gpuguard/webhook/webhook_handler.hpp"
 #include "review_command.hpp"
@@ -120,16 +120,16 @@ int serve(const po::variables_map& flags) {
     policy::PolicyWatcher policy(cli::path_flag(flags, "policy-dir"), metrics);
     tls::CertificateWatcher certificate(flags["tls-cert-file"].as<std::string>(),
                                         flags["tls-private-key-file"].as<std::string>(), metrics);
-    std::unique_ptr<webhook::ClaimCache> claims;
+    std::unique_ptr<claims::ClaimCache> claims;
     std::unique_ptr<kube::Informers> informers;
     if (apiserver) {
-      claims = std::make_unique<webhook::ClaimCache>();
+      claims = std::make_unique<claims::ClaimCache>();
       kube::InformerOptions informer_options;
       informer_options.user_agent = std::string("gpuguard-webhook/") + GPUGUARD_VERSION;
       informer_options.rediscover_interval =
           std::chrono::milliseconds(static_cast<long long>(flags["api-discovery-interval"].as<double>() * 1000));
       informer_options.on_discovery = [](const std::string&, const kube::GroupDiscovery& found) {
-        webhook::log_claims_discovery(found);
+        claims::log_claims_discovery(found);
       };
       informers = std::make_unique<kube::Informers>(*apiserver, claims->watched_resources(), informer_options);
     } else {
@@ -143,7 +143,7 @@ int serve(const po::variables_map& flags) {
         claims ? std::function<bool()>([&claims] { return claims->synced(); }) : std::function<bool()>());
     if (informers) {
       handler.set_readiness_note(
-          [&informers] { return webhook::claims_off_note(informers->discovered(webhook::ClaimCache::kGroup)); });
+          [&informers] { return claims::claims_off_note(informers->discovered(claims::ClaimCache::kGroup)); });
     }
     options.on_shutdown = [&handler] { handler.set_ready(false); };
     options.counters = &metrics.server_counters();

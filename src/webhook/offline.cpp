@@ -33,7 +33,7 @@ std::shared_ptr<const policy::Policy> load_policy(const std::string& command,
   }
 }
 
-bool load_claims(const std::string& command, const std::string& source, ClaimCache& cache) {
+bool load_claims(const std::string& command, const std::string& source, claims::ClaimCache& cache) {
   std::string text;
   const nlohmann::json list =
       read_source(source, text) ? nlohmann::json::parse(text, nullptr, false) : nlohmann::json();

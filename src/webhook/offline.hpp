@@ -8,8 +8,8 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "gpuguard/claims/claim_cache.hpp"
 #include "gpuguard/policy/policy.hpp"
-#include "gpuguard/webhook/claim_cache.hpp"
 
 namespace gpuguard::webhook {
 
@@ -23,6 +23,6 @@ std::shared_ptr<const policy::Policy> load_policy(const std::string& command,
 
 // The claims in a list file (`kubectl get resourceclaims,resourceclaimtemplates -A -o json`) into `cache`;
 // false after printing why to standard error.
-bool load_claims(const std::string& command, const std::string& source, webhook::ClaimCache& cache);
+bool load_claims(const std::string& command, const std::string& source, claims::ClaimCache& cache);
 
 }  // namespace gpuguard::webhook

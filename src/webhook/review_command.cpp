@@ -73,7 +73,7 @@ int run_review_command(const std::vector<std::string>& args) {
   if (flags.count("policy-dir")) policy_dir = flags["policy-dir"].as<std::string>();
   const auto policy = load_policy("review", policy_dir);
   if (!policy) return 1;
-  ClaimCache claims;
+  claims::ClaimCache claims;
   if (flags.count("claims") && !load_claims("review", flags["claims"].as<std::string>(), claims)) return 1;
   const admission::ReviewOutcome outcome =
       admission::review(std::move(text), *policy, flags.count("claims") ? &claims : nullptr);

@@ -14,9 +14,9 @@
 #include "audit/audit_stores.hpp"
 #include "files.hpp"
 #include "gpuguard/audit/policy_report.hpp"
+#include "gpuguard/claims/claim_cache.hpp"
 #include "gpuguard/kube/leader_election.hpp"
 #include "gpuguard/policy/policy.hpp"
-#include "gpuguard/webhook/claim_cache.hpp"
 #include "stores.hpp"
 
 using namespace gpuguard;
@@ -43,7 +43,7 @@ json exposure_json(const std::string& ns, const std::string& pod, const admissio
 // The pods of the fixture, listed into a PodStore as the informer lists them.
 struct Loop {
   std::shared_ptr<const policy::Policy> policy = fixture_policy();
-  webhook::ClaimCache claims;
+  claims::ClaimCache claims;
   audit::AuditMetrics metrics{"test"};
   audit::PodStore pods{[this] { return policy; }, &claims, metrics};
   audit::NodeStore nodes;
@@ -146,7 +146,7 @@ TEST_CASE("audit loop: watch events add, change and remove a pod's exposures") {
 }
 
 TEST_CASE("audit loop: a node whose GPUIsolation is not True exposes its GPU-less containers") {
-  webhook::ClaimCache claims;
+  claims::ClaimCache claims;
   audit::AuditMetrics metrics{"test"};
   auto policy = std::make_shared<const policy::Policy>();
   audit::PodStore pods{[&] { return policy; }, &claims, metrics};
@@ -187,7 +187,7 @@ TEST_CASE("audit loop: a node whose GPUIsolation is not True exposes its GPU-les
 }
 
 TEST_CASE("audit loop: a pod that cannot be read is counted and left out, never a crash") {
-  webhook::ClaimCache claims;
+  claims::ClaimCache claims;
   audit::AuditMetrics metrics{"test"};
   auto policy = std::make_shared<const policy::Policy>();
   audit::PodStore pods{[&] { return policy; }, &claims, metrics};
@@ -207,7 +207,7 @@ TEST_CASE("audit loop: a pod that cannot be read is counted and left out, never 
 }
 
 TEST_CASE("audit loop: a new policy applies once the pods are listed again under it") {
-  webhook::ClaimCache claims;
+  claims::ClaimCache claims;
   audit::AuditMetrics metrics{"test"};
   auto policy = std::make_shared<const policy::Policy>();
   audit::PodStore pods{[&] { return policy; }, &claims, metrics};

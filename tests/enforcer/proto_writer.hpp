@@ -1,7 +1,7 @@
 #pragma once
 // protobuf's wire format written by hand, for tests that make NRI's messages without protobuf's library (the
 // fuzzers link none): each field's key, then a varint or a length and the bytes, as protobuf.dev's encoding
-// guide says. Nothing here is read back by it: src/nri/proto_reader.hpp does that.
+// guide says. Nothing here is read back by it: include/gpuguard/nri/proto_reader.hpp does that.
 #include <cstdint>
 #include <string>
 #include <string_view>

@@ -4,8 +4,8 @@
 #include <catch2/catch.hpp>
 
 #include "files.hpp"
+#include "gpuguard/claims/claim_cache.hpp"
 #include "gpuguard/kube/discovery.hpp"
-#include "gpuguard/webhook/claim_cache.hpp"
 
 using namespace gpuguard;
 using Outcome = kube::GroupDiscovery::Outcome;
@@ -65,17 +65,17 @@ TEST_CASE("kube discovery: a versioned path names its group") {
 }
 
 TEST_CASE("kube discovery: the claim cache watches a versioned path in resource.k8s.io, and says when claims are off") {
-  webhook::ClaimCache cache;
+  claims::ClaimCache cache;
   for (const kube::WatchedResource& resource : cache.watched_resources()) {
     INFO(resource.name);
-    CHECK(kube::group_of_versioned_path(resource.path) == webhook::ClaimCache::kGroup);
+    CHECK(kube::group_of_versioned_path(resource.path) == claims::ClaimCache::kGroup);
     CHECK(resource.versions == kClaimVersions);
   }
-  CHECK(webhook::claims_off_note(discover(200, "resource-1.33-betas.json")).empty());
-  CHECK(webhook::claims_off_note(kube::GroupDiscovery{}).empty());
-  CHECK(webhook::claims_off_note(discover(404, "not-found-status.json")) ==
+  CHECK(claims::claims_off_note(discover(200, "resource-1.33-betas.json")).empty());
+  CHECK(claims::claims_off_note(kube::GroupDiscovery{}).empty());
+  CHECK(claims::claims_off_note(discover(404, "not-found-status.json")) ==
         "DRA claims off: the API server serves no resource.k8s.io version gpuguard reads (v1, v1beta2, v1beta1; "
         "served: none)");
-  CHECK(webhook::claims_off_note(discover(200, "resource-alpha-only.json")).find("served: v1alpha3)") !=
+  CHECK(claims::claims_off_note(discover(200, "resource-alpha-only.json")).find("served: v1alpha3)") !=
         std::string::npos);
 }

@@ -353,7 +353,7 @@ TEST_CASE("JsonObjectSplitter finds whole objects in a watch stream, however it 
   CHECK_FALSE(broken.feed("[1]", [](std::string_view) {}));
   kube::JsonObjectSplitter closing;
   CHECK_FALSE(closing.feed("{}}", [](std::string_view) {}));
-  kube::JsonObjectSplitter mismatched;  // found by fuzz/extender_fuzz
+  kube::JsonObjectSplitter mismatched;  // found by fuzz/extender_fuzz.cpp
   CHECK_FALSE(mismatched.feed(R"({"Pod": {"spec": {}}, "NodeName\ud800"]})", [](std::string_view) {}));
 }
 

@@ -1,7 +1,7 @@
 #pragma once
 // What the admission core needs to know of the DRA claims a pod names: the device classes each request of
 // a ResourceClaim or ResourceClaimTemplate asks for. Finding them is I/O (the webhook's list-and-watch
-// cache, src/webhook/claim_cache), so the core only asks this interface and gets plain data back.
+// cache, src/claims/claim_cache.cpp), so the core only asks this interface and gets plain data back.
 #include <string>
 #include <string_view>
 #include <vector>

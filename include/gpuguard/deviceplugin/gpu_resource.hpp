@@ -97,7 +97,7 @@ GpuPlan plan_gpu_resources(const std::vector<Gpu>& gpus, MigStrategy strategy, c
 enum class Strategy { envvar, volume_mounts, cdi_cri, cdi_annotations };
 
 // The container annotation every GPU allocation carries, the allocated GPUs' UUIDs comma-separated, for
-// gpuguard-node-enforcer (its src/enforcer/allocation.cpp reads the same key).
+// gpuguard-node-enforcer (its src/enforcement/allocation.cpp reads the same key).
 inline constexpr const char* kAllocatedGpusAnnotation = "gpuguard.io/allocated-gpus";
 // "envvar", "volume-mounts", "cdi-cri" (also "cdi"), "cdi-annotations"
 std::optional<Strategy> parse_strategy(std::string_view name);

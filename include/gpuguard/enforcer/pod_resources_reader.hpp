@@ -5,7 +5,7 @@
 // at most kPodKeptMax bytes. So the enforcer holds nothing in proportion to the node's pods but the bytes
 // gRPC holds (at most its receive limit), and a pod too large to keep is an answer that cannot be judged,
 // not a larger allocation. Pure: bytes in, pods out (tests/enforcer/pod_resources_reader_test.cpp,
-// fuzz/pod_resources_fuzz.cpp).
+// fuzz/nri_fuzz.cpp, which reads it too).
 #include <cstddef>
 #include <string>
 #include <string_view>

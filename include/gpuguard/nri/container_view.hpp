@@ -1,10 +1,11 @@
 #pragma once
 // NRI's PodSandbox, Container and ContainerAdjustment messages as the node enforcer's decision reads them
-// (enforcement::ContainerView), read in place from their bytes (messages.hpp): the one place that knows NRI's
-// field numbers for them, pure itself. Everything is bounded as it is read (decision.hpp's kPathMax,
-// kListMax, kValueMax, kNameMax): a longer path or value is never copied, only named in the view's `unread`,
-// and a view holds at most a fixed size whatever the request holds: a 4 MiB request makes a view of a few
-// KiB at most (tests/enforcer/view_bounds_test.cpp).
+// (enforcement::ContainerView), read in place from their bytes by messages.hpp's field numbers: the one
+// translation of these messages into the decision's view, pure itself (the plugin and the enforcer's core read
+// the same numbers only for the requests' envelopes and a container's name). Everything is bounded as it is read
+// (decision.hpp's kPathMax, kListMax, kValueMax, kNameMax): a longer path or value is never copied, only named in the
+// view's `unread`, and a view holds at most a fixed size whatever the request holds: a 4 MiB request makes a view of a
+// few KiB at most (tests/enforcer/view_bounds_test.cpp).
 #include <cstddef>
 #include <functional>
 #include <map>

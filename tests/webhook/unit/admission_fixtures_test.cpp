@@ -9,7 +9,7 @@
 #include "files.hpp"
 #include "gpuguard/admission/base64.hpp"
 #include "gpuguard/admission/review.hpp"
-#include "gpuguard/webhook/claim_cache.hpp"
+#include "gpuguard/claims/claim_cache.hpp"
 
 using gpuguard::admission::review;
 using gpuguard::policy::Policy;
@@ -47,9 +47,9 @@ Policy policy_of(const std::filesystem::path& dir) {
 
 // A case's claims.json is the cluster's ResourceClaims and ResourceClaimTemplates, as `kubectl get
 // resourceclaims,resourceclaimtemplates -A -o json` lists them; without it, no claim can be looked up.
-std::unique_ptr<gpuguard::webhook::ClaimCache> claims_of(const std::filesystem::path& dir) {
+std::unique_ptr<gpuguard::claims::ClaimCache> claims_of(const std::filesystem::path& dir) {
   if (!std::filesystem::exists(dir / "claims.json")) return nullptr;
-  auto cache = std::make_unique<gpuguard::webhook::ClaimCache>();
+  auto cache = std::make_unique<gpuguard::claims::ClaimCache>();
   cache->load_list(t::read_json(dir / "claims.json"));
   return cache;
 }

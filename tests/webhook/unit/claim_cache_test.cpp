@@ -5,12 +5,12 @@
 
 #include <nlohmann/json.hpp>
 
-#include "gpuguard/webhook/claim_cache.hpp"
+#include "gpuguard/claims/claim_cache.hpp"
 #include "stores.hpp"
 
 using gpuguard::admission::ClaimLookupResult;
-using gpuguard::webhook::ClaimCache;
-using gpuguard::webhook::trim_claim;
+using gpuguard::claims::ClaimCache;
+using gpuguard::claims::trim_claim;
 using nlohmann::json;
 using Status = ClaimLookupResult::Status;
 

@@ -1,5 +1,5 @@
 #pragma once
-// The DRA claims the webhook knows: every ResourceClaim and ResourceClaimTemplate of the cluster, kept by
+// The DRA claims the webhook and the audit know: every ResourceClaim and ResourceClaimTemplate of the cluster, kept by
 // list-and-watch (kube::Informers) in whichever resource.k8s.io version the API server serves, each reduced
 // as it arrives to its requests' device classes. The admission core asks it through admission::ClaimLookup;
 // the audit command fills it from a file instead.
@@ -17,7 +17,7 @@
 #include "gpuguard/kube/discovery.hpp"
 #include "gpuguard/kube/informer.hpp"
 
-namespace gpuguard::webhook {
+namespace gpuguard::claims {
 
 class ClaimCache final : public admission::ClaimLookup {
  public:
@@ -65,4 +65,4 @@ std::string claims_off_note(const kube::GroupDiscovery& found);
 // {"key": "namespace/name", "requests": [{"name": ..., "classes": [...]}]}.
 nlohmann::json trim_claim(const nlohmann::json& object);
 
-}  // namespace gpuguard::webhook
+}  // namespace gpuguard::claims

@@ -1,4 +1,4 @@
-#include "gpuguard/webhook/claim_cache.hpp"
+#include "gpuguard/claims/claim_cache.hpp"
 
 #include <mutex>
 
@@ -6,7 +6,7 @@
 
 #include "gpuguard/log/log.hpp"
 
-namespace gpuguard::webhook {
+namespace gpuguard::claims {
 namespace {
 
 using nlohmann::json;
@@ -186,4 +186,4 @@ admission::ClaimLookupResult ClaimCache::claim_template(std::string_view pod_nam
   return lookup(templates_, templates_listed_, pod_namespace, name);
 }
 
-}  // namespace gpuguard::webhook
+}  // namespace gpuguard::claims
