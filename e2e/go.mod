@@ -12,6 +12,7 @@ require (
 
 require (
 	github.com/containerd/nri v0.12.3
+	github.com/containerd/ttrpc v1.2.9
 	github.com/opencontainers/runtime-spec v1.3.0
 	google.golang.org/grpc v1.84.0
 	google.golang.org/protobuf v1.36.12
@@ -115,7 +116,6 @@ require (
 	github.com/containerd/otelttrpc v0.1.0 // indirect
 	github.com/containerd/platforms v1.0.0-rc.5 // indirect
 	github.com/containerd/plugin v1.1.0 // indirect
-	github.com/containerd/ttrpc v1.2.9 // indirect
 	github.com/containerd/typeurl/v2 v2.3.0 // indirect
 	github.com/containerd/zfs/v2 v2.0.0 // indirect
 	github.com/containernetworking/cni v1.3.1 // indirect

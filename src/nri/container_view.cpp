@@ -254,7 +254,7 @@ void read_rule(ContainerView& view, std::string_view rule) {
   // OptionalInt64 {1 value}: present with 0 when the field is there without a value. runc reads -1 as "*"
   // (libcontainer/devices.Wildcard), as it reads an absent one; any other negative number too, here.
   const auto number = [](std::string_view bytes) -> std::optional<std::int64_t> {
-    const auto value = static_cast<std::int64_t>(varint_field(bytes, 1).value_or(0));
+    const auto value = static_cast<std::int64_t>(varint_field(bytes, field::kOptionalValue).value_or(0));
     return value < 0 ? std::nullopt : std::optional<std::int64_t>(value);
   };
   while (reader.next()) {

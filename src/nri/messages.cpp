@@ -10,9 +10,9 @@ std::optional<RequestEnvelope> read_request(std::string_view bytes) {
   ProtoReader reader(bytes);
   while (reader.next()) {
     if (reader.type() != ProtoReader::WireType::length_delimited) continue;
-    if (reader.field() == 1) envelope.service = reader.bytes();
-    if (reader.field() == 2) envelope.method = reader.bytes();
-    if (reader.field() == 3) envelope.payload = reader.bytes();
+    if (reader.field() == field::kRequestService) envelope.service = reader.bytes();
+    if (reader.field() == field::kRequestMethod) envelope.method = reader.bytes();
+    if (reader.field() == field::kRequestPayload) envelope.payload = reader.bytes();
   }
   if (reader.malformed()) return std::nullopt;
   return envelope;

@@ -9,15 +9,17 @@
 
 namespace gpuguard::nri {
 
-// ttrpc's Request: {1 service, 2 method, 3 payload, 4 timeout_nano, 5 metadata}.
+// ttrpc's Request: {1 service, 2 method, 3 payload, 4 timeout_nano, 5 metadata} (field::kRequest*).
 struct RequestEnvelope {
   std::string_view service, method, payload;
 };
 // nullopt when the bytes are not such a message.
 std::optional<RequestEnvelope> read_request(std::string_view bytes);
 
-// NRI's field numbers, where the plugin or the node enforcer reads them.
+// NRI's and ttrpc's field numbers, where the plugin or the node enforcer reads them. Each is held to the
+// descriptors NRI's and ttrpc's Go modules were generated from (tests/nri/field_numbers_test.cpp).
 namespace field {
+inline constexpr std::uint32_t kRequestService = 1, kRequestMethod = 2, kRequestPayload = 3;  // ttrpc's Request
 inline constexpr std::uint32_t kCreatePod = 1, kCreateContainer = 2;  // Create/RemoveContainerRequest
 inline constexpr std::uint32_t kValidatePod = 1, kValidateContainer = 2, kValidateAdjust = 3;
 inline constexpr std::uint32_t kSyncPods = 1, kSyncContainers = 2, kSyncMore = 3;    // SynchronizeRequest
@@ -32,6 +34,7 @@ inline constexpr std::uint32_t kResourcesDevices = 7;                   // Linux
 inline constexpr std::uint32_t kDevicePath = 1, kDeviceType = 2, kDeviceMajor = 3, kDeviceMinor = 4;
 inline constexpr std::uint32_t kCgroupAllow = 1, kCgroupType = 2, kCgroupMajor = 3, kCgroupMinor = 4;
 inline constexpr std::uint32_t kCdiDeviceName = 1;
+inline constexpr std::uint32_t kOptionalValue = 1;          // OptionalInt64, OptionalString, ...
 inline constexpr std::uint32_t kMapKey = 1, kMapValue = 2;  // a map entry, as protobuf writes maps
 // ContainerAdjustment, in a ValidateContainerAdjustmentRequest.
 inline constexpr std::uint32_t kAdjustAnnotations = 2, kAdjustMounts = 3, kAdjustEnv = 4, kAdjustLinux = 6,
