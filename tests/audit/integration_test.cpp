@@ -14,7 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "extender/fake_apiserver.hpp"
+#include "fake_apiserver.hpp"
 #include "files.hpp"
 #include "http_client.hpp"
 #include "server_process.hpp"

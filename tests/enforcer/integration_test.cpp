@@ -27,7 +27,7 @@
 #include <thread>
 
 #include "../deviceplugin/fake_host.hpp"
-#include "extender/fake_apiserver.hpp"
+#include "fake_apiserver.hpp"
 #include "fixture.hpp"
 #include "http_client.hpp"
 #include "podresources/v1/api.grpc.pb.h"

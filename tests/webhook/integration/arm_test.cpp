@@ -13,7 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "extender/fake_apiserver.hpp"
+#include "fake_apiserver.hpp"
 #include "server_process.hpp"
 
 using namespace gpuguard::test;

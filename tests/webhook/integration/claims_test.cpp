@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "extender/fake_apiserver.hpp"
+#include "fake_apiserver.hpp"
 #include "gpuguard/admission/base64.hpp"
 #include "http_client.hpp"
 #include "server_process.hpp"
