@@ -17,6 +17,7 @@
 #include "fake_apiserver.hpp"
 #include "files.hpp"
 #include "http_client.hpp"
+#include "promtool.hpp"
 #include "server_process.hpp"
 
 using namespace gpuguard::test;
@@ -106,6 +107,7 @@ TEST_CASE("reports and metrics follow the pods and the policy, and the Lease is 
   CHECK(series(*controller,
                "gpuguard_audit_exposed_pods{namespace=\"team-a\",reason=\"image-default\",result=\"fail\"}") == 1);
   CHECK(series(*controller, "gpuguard_audit_pods") == 3);
+  check_promtool_clean(http_request(controller->port(), "GET", "/metrics").body);
   CHECK(series(*controller, "gpuguard_audit_nodes{verdict=\"no-gpu\"}") == 1);  // n1 has no GPU, nor the condition
   CHECK(series(*controller, "gpuguard_audit_policy_reports_available") == 1);
 

@@ -12,6 +12,7 @@
 
 #include "files.hpp"
 #include "plugin_harness.hpp"
+#include "promtool.hpp"
 #include "server_process.hpp"
 
 using namespace gpuguard::test;
@@ -388,6 +389,7 @@ TEST_CASE("probes and metrics: ready once registered, the discovery and health s
     status = http_get(port, "/readyz").first;
   CHECK(status == "200");
   const std::string metrics = http_get(port, "/metrics").second;
+  check_promtool_clean(metrics);
   CHECK_THAT(metrics, Catch::Contains("gpuguard_device_plugin_info{version=\"") &&
                           Catch::Contains("\",discovery=\"procfs\",health=\"presence\",gpus=\"served\"} 1"));
   CHECK_THAT(metrics,

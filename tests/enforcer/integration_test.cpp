@@ -31,6 +31,7 @@
 #include "fixture.hpp"
 #include "http_client.hpp"
 #include "podresources/v1/api.grpc.pb.h"
+#include "promtool.hpp"
 #include "property.hpp"
 #include "server_process.hpp"
 
@@ -1297,6 +1298,7 @@ TEST_CASE("the toolkit's configuration changed on the node: the next create is j
   };
   for (int i = 0; i < 200 && decided() < 2; ++i) std::this_thread::sleep_for(10ms);
   REQUIRE(decided() == 2);
+  check_promtool_clean(http_request(enforcer.port(), "GET", "/metrics").body);
   // The toolkit becomes 1.18.1 in auto mode (jit-cdi, which reads none as all), and the driver loads.
   EnforcerFixture upgraded;
   upgraded.raw = {{"toolkit", {{"mode", "auto"}, {"version", {1, 18, 1}}}}};

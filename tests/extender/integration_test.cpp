@@ -18,6 +18,7 @@
 #include "fake_apiserver.hpp"
 #include "files.hpp"
 #include "http_client.hpp"
+#include "promtool.hpp"
 #include "server_process.hpp"
 #include "tls_client.hpp"
 
@@ -360,8 +361,9 @@ TEST_CASE("over TLS with the webhook's certificate flags") {
   const HttpReply reply = client.request("POST", "/gpu/prioritize", names_args(gpu_pod("x", 1), {"n1"}).dump());
   CHECK(reply.status == 200);
   CHECK(json::parse(reply.body) == json::parse(R"([{"Host":"n1","Score":5}])"));
-  CHECK_THAT(client.request("GET", "/metrics").body,
-             Catch::Contains("gpuguard_tls_certificate_expiry_timestamp_seconds"));
+  const std::string page = client.request("GET", "/metrics").body;
+  CHECK_THAT(page, Catch::Contains("gpuguard_tls_certificate_expiry_timestamp_seconds"));
+  check_promtool_clean(page);
   CHECK(client.request("POST", "/scheduler/prioritize", "{}").status == 404);
 }
 

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "files.hpp"
+#include "promtool.hpp"
 #include "server_process.hpp"
 #include "tls_client.hpp"
 
@@ -134,6 +135,7 @@ TEST_CASE("metrics: the scrape has every series, and counts what was served") {
   REQUIRE(reply.status == 200);
   CHECK_THAT(reply.headers.at("content-type"), Catch::StartsWith("text/plain; version=0.0.4"));
   const std::string& text = reply.body;
+  check_promtool_clean(text);
   for (const char* expected : {
            "gpuguard_admission_requests_total{operation=\"CREATE\",result=\"patched\"} 3",
            "gpuguard_admission_requests_total{operation=\"CREATE\",result=\"allowed\"} 1",
