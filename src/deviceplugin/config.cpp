@@ -12,6 +12,9 @@
 #include "gpuguard/files/read_file.hpp"
 
 namespace gpuguard::deviceplugin {
+
+using discovery::DiscoveryMode;
+using discovery::parse_discovery_mode;
 namespace {
 
 // A bad key or value: where it is (flags.plugin.deviceListStrategy) and why.

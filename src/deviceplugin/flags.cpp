@@ -6,6 +6,8 @@
 #include <utility>
 
 namespace gpuguard::deviceplugin {
+
+using discovery::parse_discovery_mode;
 namespace {
 
 namespace po = boost::program_options;

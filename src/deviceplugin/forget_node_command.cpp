@@ -12,11 +12,13 @@
 
 #include "gpuguard/cli/command_line.hpp"
 #include "gpuguard/deviceplugin/cdi_spec.hpp"
-#include "gpuguard/deviceplugin/discovery.hpp"
 #include "gpuguard/deviceplugin/flags.hpp"
+#include "gpuguard/discovery/discovery.hpp"
 #include "gpuguard/log/log.hpp"
 
 namespace gpuguard::deviceplugin {
+
+using discovery::host_path;
 namespace fs = std::filesystem;
 namespace {
 

@@ -9,6 +9,9 @@
 #include "gpuguard/deviceplugin/mps.hpp"
 
 namespace gpuguard::deviceplugin {
+
+using discovery::Gpu;
+using discovery::MigDevice;
 namespace {
 
 constexpr const char* kVisibleDevices = "NVIDIA_VISIBLE_DEVICES";
@@ -21,8 +24,8 @@ GpuUnit whole(const Gpu& gpu) {
 
 GpuUnit part(const Gpu& gpu, const MigDevice& mig) {
   GpuUnit unit{mig.uuid, gpu.uuid, gpu.numa_node, {"/dev/nvidia" + std::to_string(gpu.minor)}, {}};
-  for (const auto& minor : {mig.gi_cap_minor, mig.ci_cap_minor}) {
-    if (minor) unit.device_nodes.push_back("/dev/nvidia-caps/nvidia-cap" + std::to_string(*minor));
+  for (const unsigned minor : mig.cap_minors) {
+    unit.device_nodes.push_back("/dev/nvidia-caps/nvidia-cap" + std::to_string(minor));
   }
   return unit;
 }

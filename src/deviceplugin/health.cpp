@@ -6,6 +6,10 @@
 #include "gpuguard/log/log.hpp"
 
 namespace gpuguard::deviceplugin {
+
+using discovery::Gpu;
+using discovery::host_path;
+using discovery::Nvml;
 namespace {
 
 namespace fs = std::filesystem;

@@ -25,14 +25,18 @@
 #include <thread>
 
 #include "gpuguard/cli/command_line.hpp"
-#include "gpuguard/deviceplugin/discovery.hpp"
 #include "gpuguard/deviceplugin/flags.hpp"
 #include "gpuguard/deviceplugin/mps.hpp"
+#include "gpuguard/discovery/discovery.hpp"
 #include "gpuguard/log/log.hpp"
 
 extern char** environ;
 
 namespace gpuguard::deviceplugin {
+
+using discovery::discover;
+using discovery::Discovery;
+using discovery::host_path;
 namespace {
 
 namespace fs = std::filesystem;

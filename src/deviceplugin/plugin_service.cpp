@@ -16,7 +16,6 @@
 
 #include "gpuguard/cli/command_line.hpp"
 #include "gpuguard/deviceplugin/cdi_spec.hpp"
-#include "gpuguard/deviceplugin/discovery.hpp"
 #include "gpuguard/deviceplugin/gpu_resource.hpp"
 #include "gpuguard/deviceplugin/health.hpp"
 #include "gpuguard/deviceplugin/host_device.hpp"
@@ -25,6 +24,7 @@
 #include "gpuguard/deviceplugin/node_condition_writer.hpp"
 #include "gpuguard/deviceplugin/plugin_server.hpp"
 #include "gpuguard/deviceplugin/status_handler.hpp"
+#include "gpuguard/discovery/discovery.hpp"
 #include "gpuguard/files/poller.hpp"
 #include "gpuguard/files/write_file.hpp"
 #include "gpuguard/log/log.hpp"
@@ -33,6 +33,15 @@
 #include "gpuguard/server/http_server.hpp"
 
 namespace gpuguard::deviceplugin {
+
+using discovery::control_device_nodes;
+using discovery::discover;
+using discovery::Discovery;
+using discovery::DiscoveryMode;
+using discovery::driver_version;
+using discovery::Gpu;
+using discovery::host_path;
+using discovery::MigDevice;
 namespace {
 
 using namespace std::chrono_literals;

@@ -133,24 +133,25 @@ class Scope {
   Scope(const NodeView& node, const Allocation& allocation) : node_(node), allocation_(allocation) {
     gpus_ = node.gpus;
     std::sort(gpus_.begin(), gpus_.end(),
-              [](const NodeGpu& a, const NodeGpu& b) { return a.pci_address < b.pci_address; });
+              [](const discovery::Gpu& a, const discovery::Gpu& b) { return a.pci_address < b.pci_address; });
     for (std::size_t index = 0; index < gpus_.size(); ++index) {
-      const NodeGpu& gpu = gpus_[index];
+      const discovery::Gpu& gpu = gpus_[index];
       // A device plugin names a GPU by UUID, or by index where its ID strategy says so.
       if (allocation.gpus.contains(gpu.uuid) || allocation.gpus.contains(std::to_string(index))) {
         allowed_minors_.insert(gpu.minor);
         allowed_names_.insert(gpu.uuid);
       }
-      for (const auto& [mig, caps] : gpu.mig_cap_minors) {
-        if (!allocation.gpus.contains(mig)) continue;
+      for (const discovery::MigDevice& mig : gpu.mig_devices) {
+        if (!allocation.gpus.contains(mig.uuid)) continue;
         allowed_minors_.insert(gpu.minor);  // a MIG device's container opens its parent GPU's node too
-        allowed_caps_.insert(caps.begin(), caps.end());
+        allowed_caps_.insert(mig.cap_minors.begin(), mig.cap_minors.end());
       }
     }
     for (const std::string& id : allocation.gpus) {
       allowed_names_.insert(id);
-      if (id.starts_with("MIG-") && std::none_of(gpus_.begin(), gpus_.end(),
-                                                 [&](const NodeGpu& gpu) { return gpu.mig_cap_minors.contains(id); })) {
+      if (id.starts_with("MIG-") && std::none_of(gpus_.begin(), gpus_.end(), [&](const discovery::Gpu& gpu) {
+            return discovery::find_mig(gpu, id) != nullptr;
+          })) {
         unmapped_mig_ = id;
       }
     }
@@ -174,9 +175,9 @@ class Scope {
     const Toolkit& toolkit = node_.toolkit;
     const bool csv = !toolkit.mode || toolkit.mode == "csv" || (toolkit.mode == "auto" && toolkit.tegra);
     if (!csv || (toolkit.version && *toolkit.version >= ToolkitVersion{1, 19, 0})) return {};
-    const bool every = node_.gpus_unknown.empty() && std::all_of(gpus_.begin(), gpus_.end(), [&](const NodeGpu& gpu) {
-                         return allowed_names_.contains(gpu.uuid);
-                       });
+    const bool every = node_.gpus_unknown.empty() &&
+                       std::all_of(gpus_.begin(), gpus_.end(),
+                                   [&](const discovery::Gpu& gpu) { return allowed_names_.contains(gpu.uuid); });
     if (every) return {};
     return toolkit.mode ? "csv mode before 1.19 gives every device for any request but void, and the container is "
                           "allocated only some of the node's GPUs"
@@ -207,7 +208,7 @@ class Scope {
   std::string minor_beyond(unsigned minor, bool& unknown) const {
     unknown = false;
     if (allowed_minors_.contains(minor)) return {};  // its own GPU, or the parent of its MIG device
-    for (const NodeGpu& gpu : gpus_) {
+    for (const discovery::Gpu& gpu : gpus_) {
       if (gpu.minor != minor) continue;
       if (unmapped_mig_.empty()) return gpu.uuid;
       unknown = true;
@@ -227,10 +228,14 @@ class Scope {
     if (allowed_caps_.contains(cap)) return {};
     if (cap == kUnknownCap) return "a capability the enforcer does not know";
     std::vector<std::string> migs;
-    for (const NodeGpu& gpu : gpus_) {
-      for (const auto& [mig, caps] : gpu.mig_cap_minors) {
-        if (std::find(caps.begin(), caps.end(), cap) != caps.end()) migs.push_back(mig);
+    for (const discovery::Gpu& gpu : gpus_) {
+      const std::size_t first = migs.size();
+      for (const discovery::MigDevice& mig : gpu.mig_devices) {
+        if (std::find(mig.cap_minors.begin(), mig.cap_minors.end(), cap) != mig.cap_minors.end()) {
+          migs.push_back(mig.uuid);
+        }
       }
+      std::sort(migs.begin() + static_cast<std::ptrdiff_t>(first), migs.end());  // by GPU, then UUID
     }
     if (!migs.empty()) return join(migs, ", ");
     if (node_.gpus_unknown.empty() && unmapped_mig_.empty()) {
@@ -262,7 +267,7 @@ class Scope {
     unknown = !node_.gpus_unknown.empty();
     if (unknown) return "every GPU, which cannot be named: " + node_.gpus_unknown;
     std::vector<std::string> beyond;
-    for (const NodeGpu& gpu : gpus_) {
+    for (const discovery::Gpu& gpu : gpus_) {
       if (!allowed_minors_.contains(gpu.minor)) beyond.push_back(gpu.uuid);
     }
     return join(beyond, ", ");
@@ -271,7 +276,7 @@ class Scope {
  private:
   const NodeView& node_;
   const Allocation& allocation_;
-  std::vector<NodeGpu> gpus_;
+  std::vector<discovery::Gpu> gpus_;
   std::set<std::string> allowed_names_;
   std::set<unsigned> allowed_minors_;
   std::set<unsigned> allowed_caps_;
@@ -813,8 +818,10 @@ void add_mig_devices_from_cdi(NodeView& node) {
       }
     }
     if (!parent) continue;
-    for (NodeGpu& gpu : node.gpus) {
-      if (gpu.minor == *parent && !gpu.mig_cap_minors.contains(uuid)) gpu.mig_cap_minors[uuid] = caps;
+    for (discovery::Gpu& gpu : node.gpus) {
+      if (gpu.minor == *parent && discovery::find_mig(gpu, uuid) == nullptr) {
+        gpu.mig_devices.push_back({uuid, 0, 0, "", caps});  // a CDI spec names no GPU or compute instance
+      }
     }
   }
 }

@@ -8,7 +8,7 @@
 #include <charconv>
 #include <set>
 
-#include "gpuguard/deviceplugin/discovery.hpp"
+#include "gpuguard/discovery/discovery.hpp"
 #include "gpuguard/files/in_root.hpp"
 #include "gpuguard/files/read_file.hpp"
 #include "gpuguard/k8s/host_path.hpp"
@@ -23,7 +23,6 @@ namespace {
 namespace fs = std::filesystem;
 using enforcement::add_mig_devices_from_cdi;
 using enforcement::kSwarmMax;
-using enforcement::NodeGpu;
 using enforcement::Toolkit;
 using enforcement::ToolkitVersion;
 
@@ -226,20 +225,10 @@ void NodeReader::read_gpus(NodeView& node) const {
   node.gpus.clear();
   node.gpus_unknown.clear();
   try {
-    const deviceplugin::Discovery found = deviceplugin::discover(deviceplugin::DiscoveryMode::automatic, host_root_);
-    for (const deviceplugin::Gpu& gpu : found.gpus) {
-      NodeGpu entry{gpu.uuid, gpu.minor, gpu.pci_address, {}, gpu.mig_enabled, gpu.mig_listed};
-      for (const deviceplugin::MigDevice& mig : gpu.mig_devices) {
-        std::vector<unsigned> caps;
-        if (mig.gi_cap_minor) caps.push_back(*mig.gi_cap_minor);
-        if (mig.ci_cap_minor) caps.push_back(*mig.ci_cap_minor);
-        entry.mig_cap_minors[mig.uuid] = std::move(caps);
-      }
-      node.gpus.push_back(std::move(entry));
-    }
+    node.gpus = discovery::discover(discovery::DiscoveryMode::automatic, host_root_).gpus;
     if (node.gpus.empty()) {
       std::error_code ec;
-      node.gpus_unknown = fs::exists(deviceplugin::host_path(host_root_, "/proc/driver/nvidia"), ec)
+      node.gpus_unknown = fs::exists(discovery::host_path(host_root_, "/proc/driver/nvidia"), ec)
                               ? "the driver lists no GPU (/proc/driver/nvidia/gpus)"
                               : "no driver is loaded (/proc/driver/nvidia)";
     }
@@ -268,10 +257,10 @@ void NodeReader::read_specs(NodeView& node) const {
   node.cdi_devices.clear();
   for (const std::string& dir : node.cdi_spec_dirs) {
     std::error_code ec;
-    for (const auto& entry : fs::directory_iterator(deviceplugin::host_path(host_root_, dir), ec)) {
+    for (const auto& entry : fs::directory_iterator(discovery::host_path(host_root_, dir), ec)) {
       const std::string extension = entry.path().extension().string();
       // A spec may be a link, which the host follows from its own root.
-      const fs::path spec_path = deviceplugin::host_path(host_root_, dir + "/" + entry.path().filename().string());
+      const fs::path spec_path = discovery::host_path(host_root_, dir + "/" + entry.path().filename().string());
       if ((extension != ".yaml" && extension != ".yml" && extension != ".json") ||
           fs::file_size(spec_path, ec) > kCdiSpecMax || ec) {
         continue;

@@ -10,6 +10,7 @@
 #include "gpuguard/deviceplugin/flags.hpp"
 
 using namespace gpuguard::deviceplugin;
+using namespace gpuguard::discovery;
 namespace fs = std::filesystem;
 
 namespace {

@@ -12,6 +12,7 @@
 #include "gpuguard/deviceplugin/mps.hpp"
 
 using namespace gpuguard::deviceplugin;
+using namespace gpuguard::discovery;
 
 namespace {
 
@@ -28,7 +29,7 @@ Gpu gpu(const std::string& uuid, unsigned minor, std::vector<MigDevice> migs = {
 }
 
 MigDevice mig(const std::string& uuid, unsigned gi, const std::string& profile) {
-  return {uuid, gi, 0, profile, gi * 10, gi * 10 + 1};
+  return {uuid, gi, 0, profile, {gi * 10, gi * 10 + 1}};
 }
 
 std::map<std::string, std::vector<std::string>> advertised(const GpuPlan& plan) {

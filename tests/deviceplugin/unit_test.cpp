@@ -6,12 +6,13 @@
 #include <mutex>
 
 #include "fake_host.hpp"
-#include "gpuguard/deviceplugin/discovery.hpp"
 #include "gpuguard/deviceplugin/gpu_resource.hpp"
 #include "gpuguard/deviceplugin/health.hpp"
 #include "gpuguard/deviceplugin/host_device.hpp"
+#include "gpuguard/discovery/discovery.hpp"
 
 using namespace gpuguard::deviceplugin;
+using namespace gpuguard::discovery;
 using gpuguard::test::FakeHost;
 using namespace std::chrono_literals;
 
@@ -498,16 +499,15 @@ TEST_CASE("NVML discovery: MIG devices with their capability minors from procfs"
   host.add_gpu("0000:18:00.0", kGpu0, 0, 1);
   host.add_mig(0, 1, 0, 12, 13);
   FakeNvml nvml;
-  nvml.listed = {{kGpu0, 0, true, {{"MIG-a", 1, 0, "1g.10gb", {}, {}}, {"MIG-b", 5, 0, "1g.10gb", {}, {}}}, {}},
+  nvml.listed = {{kGpu0, 0, true, {{"MIG-a", 1, 0, "1g.10gb", {}}, {"MIG-b", 5, 0, "1g.10gb", {}}}, {}},
                  {kGpu1, 1, true, {}, {}}};
   const auto gpus = discover_nvml(nvml, host.root());
   REQUIRE(gpus.size() == 2);
   CHECK(gpus[0].mig_enabled);
   CHECK(gpus[0].mig_listed);
   REQUIRE(gpus[0].mig_devices.size() == 2);
-  CHECK(gpus[0].mig_devices[0].gi_cap_minor == 12u);
-  CHECK(gpus[0].mig_devices[0].ci_cap_minor == 13u);
-  CHECK_FALSE(gpus[0].mig_devices[1].gi_cap_minor.has_value());  // procfs does not show gi5
+  CHECK(gpus[0].mig_devices[0].cap_minors == std::vector<unsigned>{12, 13});  // the GPU instance's, then the CI's
+  CHECK(gpus[0].mig_devices[1].cap_minors.empty());                           // procfs does not show gi5
   CHECK(gpus[1].mig_enabled);
   CHECK(gpus[1].mig_devices.empty());
 }
@@ -531,7 +531,7 @@ TEST_CASE("MIG profile names as NVIDIA writes them") {
 TEST_CASE("NVML health: an XID on a GPU reaches its MIG devices and its replicas, in every resource") {
   std::vector<Gpu> gpus = {make_gpu(kGpu0, 0, "", "", 0), make_gpu(kGpu1, 1, "", "", 0)};
   gpus[0].mig_enabled = gpus[0].mig_listed = true;
-  gpus[0].mig_devices = {{"MIG-a", 1, 0, "3g.40gb", {}, {}}, {"MIG-b", 2, 0, "3g.40gb", {}, {}}};
+  gpus[0].mig_devices = {{"MIG-a", 1, 0, "3g.40gb", {}}, {"MIG-b", 2, 0, "3g.40gb", {}}};
   Sharing sharing;
   sharing.resources = {{"nvidia.com/gpu", "", 3}};
   const GpuPlan plan = plan_gpu_resources(gpus, MigStrategy::mixed, "nvidia.com/gpu", sharing);

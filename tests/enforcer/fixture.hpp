@@ -36,7 +36,7 @@ struct EnforcerFixture {
   }
 };
 
-inline std::vector<enforcement::NodeGpu> default_node() {
+inline std::vector<discovery::Gpu> default_node() {
   return {{"GPU-11111111-1111-4111-8111-111111111111", 0, "0000:10:00.0", {}},
           {"GPU-22222222-2222-4222-8222-222222222222", 1, "0000:20:00.0", {}}};
 }
@@ -55,10 +55,10 @@ inline std::vector<EnforcerFixture> enforcer_fixtures(const std::filesystem::pat
     for (const auto& [key, value] : policy.items()) f.policy_files[key] = value;
     if (f.raw.contains("node")) {
       for (const auto& gpu : f.raw["node"]) {
-        enforcement::NodeGpu node{gpu["uuid"], gpu["minor"], gpu["pci"], {}};
+        discovery::Gpu node{gpu["uuid"], gpu["minor"], gpu["pci"], {}};
         const nlohmann::json migs = gpu.value("mig", nlohmann::json::object());
         for (const auto& [mig, caps] : migs.items()) {
-          node.mig_cap_minors[mig] = caps.get<std::vector<unsigned>>();
+          node.mig_devices.push_back({mig, 0, 0, "", caps.get<std::vector<unsigned>>()});
         }
         node.mig_enabled = node.mig_listed = !migs.empty();  // MIG devices a fixture lists come from NVML
         f.node.gpus.push_back(std::move(node));

@@ -69,7 +69,7 @@ std::string device_value(Choices& c, const Case& made) {
     std::string lower = gpu.uuid;
     std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char ch) { return std::tolower(ch); });
     ids.push_back(lower);
-    for (const auto& [mig, caps] : gpu.mig_cap_minors) ids.push_back(mig);
+    for (const auto& mig : gpu.mig_devices) ids.push_back(mig.uuid);
   }
   std::vector<std::string> parts;
   const std::size_t count = 1 + c.pick(3);
@@ -107,20 +107,20 @@ std::string list_destination(Choices& c, const std::string& name) {
 void make_node(Choices& c, Case& made) {
   const std::size_t gpus = 1 + c.pick(3);
   for (std::size_t i = 0; i < gpus; ++i) {
-    enforcement::NodeGpu gpu{
+    discovery::Gpu gpu{
         uuid("GPU", static_cast<int>(i)), static_cast<unsigned>(i), "0000:" + std::to_string(10 + i) + ":00.0", {}};
     made.node.cdi["nvidia.com/gpu=" + std::to_string(i)] = {"/dev/nvidia" + std::to_string(i)};
     made.node.cdi["nvidia.com/gpu=" + gpu.uuid] = {"/dev/nvidia" + std::to_string(i)};
     made.node.gpus.push_back(std::move(gpu));
   }
   if (c.chance(30)) {  // the last GPU in MIG mode, with two MIG devices
-    enforcement::NodeGpu& gpu = made.node.gpus.back();
+    discovery::Gpu& gpu = made.node.gpus.back();
     gpu.mig_enabled = true;
     gpu.mig_listed = true;
     for (int j = 0; j < 2; ++j) {
       const std::string mig = uuid("MIG", 5 + j);
       const unsigned gi = 20 + 2 * static_cast<unsigned>(j), ci = gi + 1;
-      gpu.mig_cap_minors[mig] = {gi, ci};
+      gpu.mig_devices.push_back({mig, 0, 0, "", {gi, ci}});
       const std::vector<std::string> nodes = {"/dev/nvidia" + std::to_string(gpu.minor),
                                               "/dev/nvidia-caps/nvidia-cap" + std::to_string(gi),
                                               "/dev/nvidia-caps/nvidia-cap" + std::to_string(ci)};
@@ -140,7 +140,7 @@ void make_node(Choices& c, Case& made) {
   made.known.gpus = made.node.gpus;
   if (c.chance(20)) {
     for (auto& gpu : made.known.gpus) {  // no NVML: the specs may still name them
-      gpu.mig_cap_minors.clear();
+      gpu.mig_devices.clear();
       gpu.mig_listed = false;
     }
   }
@@ -194,8 +194,8 @@ void make_allocation(Choices& c, Case& made) {
       c.chance(90) ? enforcement::Allocation::Source::pod_resources : enforcement::Allocation::Source::unknown;
   if (made.allocation.source == enforcement::Allocation::Source::unknown) return;
   for (const auto& gpu : made.node.gpus) {
-    if (!gpu.mig_cap_minors.empty()) {
-      if (c.chance(40)) made.allocation.gpus.insert(gpu.mig_cap_minors.begin()->first);
+    if (!gpu.mig_devices.empty()) {
+      if (c.chance(40)) made.allocation.gpus.insert(gpu.mig_devices.front().uuid);
     } else if (c.chance(40)) {
       made.allocation.gpus.insert(gpu.uuid);
     }
@@ -217,10 +217,11 @@ void plugin_part(Choices& c, Case& made) {
       for (const auto& gpu : made.node.gpus) {
         if (made.allocation.gpus.contains(gpu.uuid))
           add_device(made, "/dev/nvidia" + std::to_string(gpu.minor), 195, gpu.minor);
-        for (const auto& [mig, caps] : gpu.mig_cap_minors) {
-          if (!made.allocation.gpus.contains(mig)) continue;
+        for (const auto& mig : gpu.mig_devices) {
+          if (!made.allocation.gpus.contains(mig.uuid)) continue;
           add_device(made, "/dev/nvidia" + std::to_string(gpu.minor), 195, gpu.minor);
-          for (unsigned cap : caps) add_device(made, "/dev/nvidia-caps/nvidia-cap" + std::to_string(cap), 238, cap);
+          for (unsigned cap : mig.cap_minors)
+            add_device(made, "/dev/nvidia-caps/nvidia-cap" + std::to_string(cap), 238, cap);
         }
       }
       break;
@@ -408,11 +409,11 @@ std::optional<std::string> check(const Case& c) {
   std::set<unsigned> minors, caps, imex;
   for (const auto& gpu : c.node.gpus) {
     if (uuids.contains(gpu.uuid)) minors.insert(gpu.minor);
-    for (const auto& [mig, mig_caps] : gpu.mig_cap_minors) {
-      if (!c.allocation.gpus.contains(mig)) continue;
+    for (const auto& mig : gpu.mig_devices) {
+      if (!c.allocation.gpus.contains(mig.uuid)) continue;
       uuids.insert(gpu.uuid);
       minors.insert(gpu.minor);
-      caps.insert(mig_caps.begin(), mig_caps.end());
+      caps.insert(mig.cap_minors.begin(), mig.cap_minors.end());
     }
   }
   if (c.allocation.device_paths.contains("/dev/nvidia-caps-imex-channels/channel0")) imex.insert(0);

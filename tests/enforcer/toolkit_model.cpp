@@ -269,20 +269,20 @@ class Reading {
   bool legacy_select(const std::string& id) {
     if (id.empty()) return true;  // skipped
     if (iequals(id, "all")) {
-      for (const enforcement::NodeGpu& gpu : node_.gpus) {
+      for (const discovery::Gpu& gpu : node_.gpus) {
         add_gpu(gpu);
-        for (const auto& [mig, caps] : gpu.mig_cap_minors) add_mig(gpu, mig);
+        for (const auto& mig : gpu.mig_devices) add_mig(gpu, mig.uuid);
       }
       return true;
     }
-    for (const enforcement::NodeGpu& gpu : node_.gpus) {
+    for (const discovery::Gpu& gpu : node_.gpus) {
       if (id.size() > 4 && iequals(id.substr(0, 4), "GPU-") && iequals(id, gpu.uuid)) {
         add_gpu(gpu);
         return true;
       }
     }
     if (const auto bus = scan_pci(id)) {
-      for (const enforcement::NodeGpu& gpu : node_.gpus) {
+      for (const discovery::Gpu& gpu : node_.gpus) {
         if (const auto own = scan_pci(gpu.pci_address); own && *own == *bus) {
           add_gpu(gpu);
           return true;
@@ -293,18 +293,18 @@ class Reading {
       add_gpu(node_.gpus[std::stoul(id)]);
       return true;
     }
-    for (const enforcement::NodeGpu& gpu : node_.gpus) {
-      for (const auto& [mig, caps] : gpu.mig_cap_minors) {
-        if (id.size() > 4 && iequals(id.substr(0, 4), "MIG-") && iequals(id, mig)) {
-          add_mig(gpu, mig);
+    for (const discovery::Gpu& gpu : node_.gpus) {
+      for (const auto& mig : gpu.mig_devices) {
+        if (id.size() > 4 && iequals(id.substr(0, 4), "MIG-") && iequals(id, mig.uuid)) {
+          add_mig(gpu, mig.uuid);
           return true;
         }
       }
     }
     if (const auto pair = scan_two(id); pair && pair->first < node_.gpus.size()) {
-      const enforcement::NodeGpu& gpu = node_.gpus[pair->first];
-      if (pair->second < gpu.mig_cap_minors.size()) {
-        add_mig(gpu, std::next(gpu.mig_cap_minors.begin(), static_cast<std::ptrdiff_t>(pair->second))->first);
+      const discovery::Gpu& gpu = node_.gpus[pair->first];
+      if (pair->second < gpu.mig_devices.size()) {
+        add_mig(gpu, gpu.mig_devices[pair->second].uuid);
         return true;
       }
     }
@@ -361,26 +361,26 @@ class Reading {
     if (!decimal(gpu_part)) return false;
     const std::size_t index = std::stoul(gpu_part);
     if (index >= node_.gpus.size()) return false;
-    const enforcement::NodeGpu& gpu = node_.gpus[index];
+    const discovery::Gpu& gpu = node_.gpus[index];
     if (colon == std::string::npos) {
       add_gpu(gpu);
       return true;
     }
     const std::string mig_part = id.substr(colon + 1);
-    if (!decimal(mig_part) || std::stoul(mig_part) >= gpu.mig_cap_minors.size()) return false;
-    add_mig(gpu, std::next(gpu.mig_cap_minors.begin(), static_cast<std::ptrdiff_t>(std::stoul(mig_part)))->first);
+    if (!decimal(mig_part) || std::stoul(mig_part) >= gpu.mig_devices.size()) return false;
+    add_mig(gpu, gpu.mig_devices[std::stoul(mig_part)].uuid);
     return true;
   }
 
-  void add_gpu(const enforcement::NodeGpu& gpu) {
+  void add_gpu(const discovery::Gpu& gpu) {
     given_.gpus.insert(gpu.uuid);
     given_.gpu_nodes.insert(gpu.minor);
   }
 
-  void add_mig(const enforcement::NodeGpu& gpu, const std::string& mig) {
+  void add_mig(const discovery::Gpu& gpu, const std::string& mig) {
     given_.gpus.insert(mig);
     given_.gpu_nodes.insert(gpu.minor);  // a MIG device's container opens its parent's node
-    const auto& caps = gpu.mig_cap_minors.at(mig);
+    const auto& caps = discovery::find_mig(gpu, mig)->cap_minors;
     given_.cap_nodes.insert(caps.begin(), caps.end());
   }
 
@@ -537,10 +537,10 @@ class Reading {
     for (const std::string& name : names) {
       if (name.starts_with(std::string(kManagementKind) + "=")) {
         // Every GPU's node and every IMEX channel (pkg/nvcdi/management.go:96-108).
-        for (const enforcement::NodeGpu& gpu : node_.gpus) {
+        for (const discovery::Gpu& gpu : node_.gpus) {
           given_.gpu_nodes.insert(gpu.minor);
           given_.gpus.insert(gpu.uuid);
-          for (const auto& [mig, caps] : gpu.mig_cap_minors) given_.cap_nodes.insert(caps.begin(), caps.end());
+          for (const auto& mig : gpu.mig_devices) given_.cap_nodes.insert(mig.cap_minors.begin(), mig.cap_minors.end());
         }
         given_.imex.insert(node_.imex_channels.begin(), node_.imex_channels.end());
         continue;
@@ -557,7 +557,7 @@ class Reading {
     if (!list) return;
     if (csv && !at_least({1, 19, 0})) {
       // 1.14 to 1.18: any request but void is the whole CSV spec (internal/modifier/csv.go NewCSVModifier).
-      for (const enforcement::NodeGpu& gpu : node_.gpus) add_gpu(gpu);
+      for (const discovery::Gpu& gpu : node_.gpus) add_gpu(gpu);
       return;
     }
     if (csv && node_.gpus.size() <= 1) {
@@ -568,7 +568,7 @@ class Reading {
           return;
         }
       }
-      for (const enforcement::NodeGpu& gpu : node_.gpus) add_gpu(gpu);
+      for (const discovery::Gpu& gpu : node_.gpus) add_gpu(gpu);
       return;
     }
     std::vector<std::string> names;
@@ -582,7 +582,7 @@ class Reading {
     }
     if (names.empty()) {
       // GetSpec with no ids is all (wrapper.go:52-55).
-      for (const enforcement::NodeGpu& gpu : node_.gpus) add_gpu(gpu);
+      for (const discovery::Gpu& gpu : node_.gpus) add_gpu(gpu);
       imex(false, true);
       return;
     }
@@ -599,11 +599,11 @@ class Reading {
         return;
       }
       if (id == "all") {
-        for (const enforcement::NodeGpu& gpu : node_.gpus) {
-          if (gpu.mig_cap_minors.empty()) {
+        for (const discovery::Gpu& gpu : node_.gpus) {
+          if (gpu.mig_devices.empty()) {
             add_gpu(gpu);
           } else {
-            for (const auto& [mig, caps] : gpu.mig_cap_minors) add_mig(gpu, mig);
+            for (const auto& mig : gpu.mig_devices) add_mig(gpu, mig.uuid);
           }
         }
         return;
@@ -611,14 +611,14 @@ class Reading {
     }
     for (const std::string& id : ids) {
       bool found = false;
-      for (const enforcement::NodeGpu& gpu : node_.gpus) {
+      for (const discovery::Gpu& gpu : node_.gpus) {
         if (id == gpu.uuid) {
           add_gpu(gpu);
           found = true;
         }
-        for (const auto& [mig, caps] : gpu.mig_cap_minors) {
-          if (id == mig) {
-            add_mig(gpu, mig);
+        for (const auto& mig : gpu.mig_devices) {
+          if (id == mig.uuid) {
+            add_mig(gpu, mig.uuid);
             found = true;
           }
         }
@@ -643,15 +643,15 @@ class Reading {
     }
     for (const auto& [major, minor] : spec_.cgroup_allows) {
       if (major && *major != kNvidiaMajor) continue;
-      for (const enforcement::NodeGpu& gpu : node_.gpus) {
+      for (const discovery::Gpu& gpu : node_.gpus) {
         if (!minor || *minor == gpu.minor) given_.gpu_nodes.insert(gpu.minor);
       }
     }
     if (spec_.every_device) {
-      for (const enforcement::NodeGpu& gpu : node_.gpus) add_gpu(gpu);
+      for (const discovery::Gpu& gpu : node_.gpus) add_gpu(gpu);
     }
-    for (const enforcement::NodeGpu& gpu : node_.gpus) {
-      if (given_.gpu_nodes.contains(gpu.minor) && gpu.mig_cap_minors.empty()) given_.gpus.insert(gpu.uuid);
+    for (const discovery::Gpu& gpu : node_.gpus) {
+      if (given_.gpu_nodes.contains(gpu.minor) && gpu.mig_devices.empty()) given_.gpus.insert(gpu.uuid);
     }
   }
 

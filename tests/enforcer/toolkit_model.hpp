@@ -42,7 +42,7 @@ struct Config {
 
 struct Node {
   // By PCI order, which is NVML's index order.
-  std::vector<enforcement::NodeGpu> gpus;
+  std::vector<discovery::Gpu> gpus;
   std::map<std::string, std::vector<std::string>> cdi;  // the CDI registry: "vendor/class=name" -> device nodes
   std::set<unsigned> imex_channels;                     // /dev/nvidia-caps-imex-channels/channel<N> that exist
 };

@@ -26,9 +26,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "deviceplugin/nvml_abi.hpp"
+#include "discovery/nvml_abi.hpp"
 
-using namespace gpuguard::deviceplugin::nvml;
+using namespace gpuguard::discovery::nvml;
 
 namespace {
 

@@ -8,10 +8,10 @@
 #include <string_view>
 #include <vector>
 
-#include "gpuguard/deviceplugin/discovery.hpp"
 #include "gpuguard/deviceplugin/gpu_resource.hpp"
 #include "gpuguard/deviceplugin/health.hpp"
 #include "gpuguard/deviceplugin/host_device.hpp"
+#include "gpuguard/discovery/discovery.hpp"
 
 namespace gpuguard::deviceplugin {
 
@@ -23,7 +23,7 @@ std::optional<GpuServing> parse_gpu_serving(std::string_view name);  // serve, r
 struct PluginConfig {
   std::filesystem::path plugin_dir = "/var/lib/kubelet/device-plugins/";
   std::filesystem::path host_root = "/";
-  DiscoveryMode discovery = DiscoveryMode::automatic;
+  discovery::DiscoveryMode discovery = discovery::DiscoveryMode::automatic;
   // Exit non-zero when no GPU can be served (NVML failing, no GPU found, the MIG strategy not fitting),
   // instead of serving the host devices alone.
   bool fail_on_init_error = false;

@@ -10,8 +10,8 @@
 #include <string_view>
 #include <vector>
 
-#include "gpuguard/deviceplugin/discovery.hpp"
 #include "gpuguard/deviceplugin/resource.hpp"
+#include "gpuguard/discovery/discovery.hpp"
 
 namespace gpuguard::deviceplugin {
 
@@ -89,8 +89,8 @@ struct GpuPlan {
 // entry (time-slicing or MPS) that shares only some devices of a resource must rename them: the others keep the
 // resource's name, so whole devices and replicas never stand under one name. A GPU's index is its place in `gpus` (the
 // discovery's order, by minor number); a MIG device's, its place in its GPU's list.
-GpuPlan plan_gpu_resources(const std::vector<Gpu>& gpus, MigStrategy strategy, const std::string& resource_name,
-                           const Sharing& sharing);
+GpuPlan plan_gpu_resources(const std::vector<discovery::Gpu>& gpus, MigStrategy strategy,
+                           const std::string& resource_name, const Sharing& sharing);
 
 // How Allocate names the devices (NVIDIA's deviceListStrategy). envvar and volume-mounts are read by the
 // NVIDIA container toolkit; the CDI ones by a CDI-enabled runtime, from the spec the plugin writes.

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "gpuguard/deviceplugin/discovery.hpp"
 #include "gpuguard/deviceplugin/resource.hpp"
+#include "gpuguard/discovery/discovery.hpp"
 
 namespace gpuguard::deviceplugin {
 
@@ -21,7 +21,7 @@ struct PresenceCheck {
   std::vector<std::filesystem::path> paths;
 };
 std::vector<PresenceCheck> presence_checks(const std::filesystem::path& host_root, const std::vector<DeviceSet*>& sets,
-                                           const std::vector<Gpu>& gpus);
+                                           const std::vector<discovery::Gpu>& gpus);
 void run_presence_checks(const std::vector<PresenceCheck>& checks);  // one pass; logs each change
 
 // "48,79, 94" -> {48, 79, 94}; empty text is an empty list. nullopt, with `error` naming the item, for
@@ -50,7 +50,7 @@ class NvmlHealth {
   using Clock = std::function<std::chrono::steady_clock::time_point()>;
 
   NvmlHealth(
-      Nvml& nvml, std::vector<DeviceSet*> sets, NvmlHealthOptions options,
+      discovery::Nvml& nvml, std::vector<DeviceSet*> sets, NvmlHealthOptions options,
       Clock clock = [] { return std::chrono::steady_clock::now(); });
   // Waits up to `wait` for an XID, then probes if a probe is due. A thread calls it in a loop.
   void step(std::chrono::milliseconds wait);
@@ -65,7 +65,7 @@ class NvmlHealth {
   bool set_health(const std::string& uuid, bool healthy);  // in every set; true when anything changed
   std::map<std::string, bool> gpus() const;                // each GPU's UUID, and whether all of it is healthy
 
-  Nvml& nvml_;
+  discovery::Nvml& nvml_;
   std::vector<DeviceSet*> sets_;
   NvmlHealthOptions options_;
   Clock clock_;

@@ -26,6 +26,7 @@
 #include <tuple>
 #include <vector>
 
+#include "gpuguard/discovery/gpu.hpp"
 #include "gpuguard/policy/policy.hpp"
 
 namespace gpuguard::enforcement {
@@ -143,20 +144,6 @@ void note_unread(ContainerView& view, std::string what);
 std::size_t view_bytes(const ContainerView& view);
 std::size_t view_bytes_max();
 
-// The node's GPUs as the driver lists them: a GPU's index is its place in PCI address order, as NVML and
-// NVIDIA_VISIBLE_DEVICES number them.
-struct NodeGpu {
-  std::string uuid;
-  unsigned minor = 0;
-  std::string pci_address;
-  // Its MIG devices' UUIDs and their /dev/nvidia-caps minors, where known (NVML, or the node's CDI specs).
-  std::map<std::string, std::vector<unsigned>> mig_cap_minors;
-  // MIG mode is on (procfs says so without NVML): then all names its MIG devices, which may not be known.
-  bool mig_enabled = false;
-  // mig_cap_minors is every MIG device it has (NVML's list), not only those a CDI spec names.
-  bool mig_listed = false;
-};
-
 using ToolkitVersion = std::tuple<int, int, int>;
 
 // How the node's NVIDIA toolkit reads a container, as far as it changes what the enforcer may leave: only
@@ -178,7 +165,11 @@ struct Toolkit {
 
 // What the enforcer knows of its node.
 struct NodeView {
-  std::vector<NodeGpu> gpus;
+  // The node's GPUs as discovery lists them (a GPU's index is its place in PCI address order, as NVML and
+  // NVIDIA_VISIBLE_DEVICES number them), with their MIG devices and /dev/nvidia-caps minors where known: NVML's
+  // (mig_listed: every one the GPU has), and those the node's CDI specs name (add_mig_devices_from_cdi). MIG
+  // mode on (mig_enabled, which procfs shows without NVML) means `all` names MIG devices that may not be known.
+  std::vector<discovery::Gpu> gpus;
   // Empty when the driver's list of GPUs was read; otherwise why not (no GPU found, procfs unreadable):
   // then device nodes name GPUs that cannot be named.
   std::string gpus_unknown;

@@ -6,10 +6,10 @@
 #include <mutex>
 #include <thread>
 
-#include "gpuguard/deviceplugin/discovery.hpp"
+#include "gpuguard/discovery/discovery.hpp"
 #include "nvml_abi.hpp"
 
-namespace gpuguard::deviceplugin {
+namespace gpuguard::discovery {
 
 using namespace nvml;
 
@@ -289,4 +289,4 @@ std::unique_ptr<Nvml> load_nvml(std::string& why_not) {
   return nvml;
 }
 
-}  // namespace gpuguard::deviceplugin
+}  // namespace gpuguard::discovery

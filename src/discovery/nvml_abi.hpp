@@ -4,7 +4,7 @@
 // so that the stand-in is held to the same layouts.
 // NOLINTBEGIN(readability-identifier-naming): NVML's own names.
 
-namespace gpuguard::deviceplugin::nvml {
+namespace gpuguard::discovery::nvml {
 
 using nvmlReturn_t = int;
 using nvmlDevice_t = struct nvmlDevice_st*;
@@ -88,6 +88,6 @@ inline constexpr unsigned kMigEnabled = 1;
 // NVML_GPU_INSTANCE_PROFILE_1_SLICE (0) to NVML_GPU_INSTANCE_PROFILE_2_SLICE_ALL_ME (0x10).
 inline constexpr unsigned kGpuInstanceProfileCount = 0x11;
 
-}  // namespace gpuguard::deviceplugin::nvml
+}  // namespace gpuguard::discovery::nvml
 
 // NOLINTEND(readability-identifier-naming)

@@ -13,35 +13,13 @@
 #include <string_view>
 #include <vector>
 
-namespace gpuguard::deviceplugin {
+#include "gpuguard/discovery/gpu.hpp"
+
+namespace gpuguard::discovery {
 
 // A path as the host sees it ("/dev/nvidia0"), resolved under the host root, its links followed inside
 // that root (files::in_root).
 std::filesystem::path host_path(const std::filesystem::path& host_root, std::string_view absolute);
-
-// A MIG device: a compute instance (ci) of a GPU instance (gi) of a GPU in MIG mode.
-struct MigDevice {
-  std::string uuid;  // "MIG-…", as NVML names it: what the kubelet and the toolkit see
-  unsigned gi = 0, ci = 0;
-  std::string profile;  // NVIDIA's name: "1g.10gb", "1g.10gb+me", "1c.3g.40gb"
-  // /dev/nvidia-caps/nvidia-cap<minor> of the GPU instance and of the compute instance, from procfs.
-  std::optional<unsigned> gi_cap_minor, ci_cap_minor;
-};
-
-struct Gpu {
-  std::string uuid;         // "GPU-…", the device ID the kubelet sees
-  unsigned minor = 0;       // /dev/nvidia<minor>
-  std::string pci_address;  // "0000:3b:00.0", the directory name under /proc/driver/nvidia/gpus
-  std::string model;
-  std::optional<std::int64_t> numa_node;
-  std::optional<std::uint64_t> memory_bytes;  // NVML's total; procfs does not say
-  // NVML: MIG mode is on. procfs: the driver lists MIG instances under capabilities/gpu<minor>/mig.
-  bool mig_enabled = false;
-  // Only NVML lists MIG devices (procfs knows neither their UUIDs nor their profiles): mig_listed says
-  // whether mig_devices is the whole list.
-  bool mig_listed = false;
-  std::vector<MigDevice> mig_devices;
-};
 
 // The MIG instances procfs shows for one GPU: /proc/driver/nvidia/capabilities/gpu<minor>/mig/gi<N>/access
 // and gi<N>/ci<M>/access, each holding "DeviceFileMinor: <minor>" of its /dev/nvidia-caps node.
@@ -125,4 +103,4 @@ struct Discovery {
 // Throws std::runtime_error when NVML was asked for and cannot be used.
 Discovery discover(DiscoveryMode mode, const std::filesystem::path& host_root);
 
-}  // namespace gpuguard::deviceplugin
+}  // namespace gpuguard::discovery

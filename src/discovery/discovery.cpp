@@ -1,4 +1,4 @@
-#include "gpuguard/deviceplugin/discovery.hpp"
+#include "gpuguard/discovery/discovery.hpp"
 
 #include <algorithm>
 #include <system_error>
@@ -7,7 +7,7 @@
 #include "gpuguard/files/in_root.hpp"
 #include "gpuguard/files/read_file.hpp"
 
-namespace gpuguard::deviceplugin {
+namespace gpuguard::discovery {
 namespace {
 
 namespace fs = std::filesystem;
@@ -156,10 +156,7 @@ std::vector<Gpu> discover_nvml(Nvml& nvml, const fs::path& host_root) {
       for (MigDevice& mig : gpu.mig_devices) {
         const auto cap = std::find_if(capabilities.begin(), capabilities.end(),
                                       [&](const MigCapability& c) { return c.gi == mig.gi && c.ci == mig.ci; });
-        if (cap != capabilities.end()) {
-          mig.gi_cap_minor = cap->gi_cap_minor;
-          mig.ci_cap_minor = cap->ci_cap_minor;
-        }
+        if (cap != capabilities.end()) mig.cap_minors = {cap->gi_cap_minor, cap->ci_cap_minor};
       }
     }
     const auto known =
@@ -208,4 +205,4 @@ Discovery discover(DiscoveryMode mode, const fs::path& host_root) {
   return found;
 }
 
-}  // namespace gpuguard::deviceplugin
+}  // namespace gpuguard::discovery
