@@ -22,6 +22,11 @@ KubeletSession::KubeletSession(std::vector<std::unique_ptr<PluginServer>>& serve
 void KubeletSession::reconcile() {
   std::lock_guard lock(mutex_);
   if (stopped_) return;
+  reconcile_locked();
+  passes_.fetch_add(1);
+}
+
+void KubeletSession::reconcile_locked() {
   for (auto& server : servers_) {
     if (server->serving()) continue;
     server->serve();

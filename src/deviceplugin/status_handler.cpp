@@ -50,6 +50,10 @@ std::string StatusHandler::render_metrics() const {
   metrics::header(out, "gpuguard_device_plugin_registered", "gauge",
                   "1 while every resource is registered with the kubelet.sock that exists now.");
   out.append("gpuguard_device_plugin_registered ").append(kubelet_.registered() ? "1" : "0").append("\n");
+  metrics::header(out, "gpuguard_device_plugin_kubelet_passes_total", "counter",
+                  "Passes over the kubelet's socket and the plugin's own (each second): served again where a socket "
+                  "was gone, registered again with a new kubelet.");
+  out.append("gpuguard_device_plugin_kubelet_passes_total ").append(std::to_string(kubelet_.passes())).append("\n");
   isolation_.render_metrics(out);
   return out;
 }

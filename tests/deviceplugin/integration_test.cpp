@@ -258,7 +258,7 @@ TEST_CASE("gpus auto: where NVIDIA's plugin answers for the resource, the GPUs a
     CHECK(http_get(port, "/readyz").first == "200");
     CHECK_THAT(plugin.log(), Catch::Contains("GPUs not served: the node is judged and reported only") &&
                                  Catch::Contains("nvidia-gpu.sock answers"));
-    std::this_thread::sleep_for(300ms);
+    wait_for_passes(port, 2);
     CHECK(kubelet.wait_for(1, 0ms).size() == 1);  // nothing registered since
     CHECK(plugin.terminate() == 0);
   }
@@ -269,6 +269,7 @@ TEST_CASE("gpus auto: served where NVIDIA's plugin never was, and once it is, le
   auto kubelet = std::make_unique<FakeKubelet>(node.plugin_dir);
   PluginProcess plugin(node.plugin_dir, node.host.root(),
                        {"--gpus", "auto", "--cdi-root", "", "--host-device", "github.com/fuse=/dev/fuse"});
+  const int port = plugin.status_port();
   REQUIRE(kubelet->wait_for(2).size() == 2);
   // The kubelet restarts (it empties its plugin directory) and NVIDIA's plugin starts: both register, and
   // the kubelet would keep whichever came last; gpuguard's leaves the GPUs to it, the host device its own.
@@ -281,14 +282,14 @@ TEST_CASE("gpus auto: served where NVIDIA's plugin never was, and once it is, le
     const auto registered = kubelet->wait_for(1);
     REQUIRE(registered.size() == 1);
     CHECK(registered[0].resource_name() == "github.com/fuse");
-    std::this_thread::sleep_for(1500ms);
+    wait_for_passes(port, 2);
     CHECK(kubelet->wait_for(2, 0ms).size() == 1);
   };
   // NVIDIA's plugin starts beside it, on its own socket: gpuguard's leaves that file alone.
   auto nvidia = std::make_unique<NvidiaPluginSocket>(node.plugin_dir);
   struct stat nvidia_file {};
   REQUIRE(::stat(nvidia->path().c_str(), &nvidia_file) == 0);
-  std::this_thread::sleep_for(2500ms);  // the plugin looks every second
+  wait_for_passes(port, 2);
   struct stat after {};
   REQUIRE(::stat(nvidia->path().c_str(), &after) == 0);
   CHECK(after.st_ino == nvidia_file.st_ino);
@@ -315,7 +316,8 @@ TEST_CASE("gpus auto: a socket NVIDIA's plugin left when it failed leaves the GP
   for (int i = 0; i < 60 && status != "200"; ++i, std::this_thread::sleep_for(50ms))
     status = http_get(port, "/readyz").first;
   CHECK(status == "200");
-  CHECK(kubelet.wait_for(1, 1500ms).empty());
+  wait_for_passes(port, 2);
+  CHECK(kubelet.wait_for(1, 0ms).empty());
   CHECK_THAT(plugin.log(), Catch::Contains("is there and does not answer"));
   CHECK(plugin.terminate() == 0);
 }
@@ -440,6 +442,7 @@ TEST_CASE("kubelet restart: sockets deleted and kubelet.sock re-created, every r
   Node node;
   auto kubelet = std::make_unique<FakeKubelet>(node.plugin_dir);
   PluginProcess plugin(node.plugin_dir, node.host.root(), {"--host-device", "github.com/fuse=/dev/fuse"});
+  const int port = plugin.status_port();
   REQUIRE(kubelet->wait_for(2).size() == 2);
 
   // What the kubelet does on restart: remove every socket in the directory, then serve a new kubelet.sock.
@@ -447,7 +450,10 @@ TEST_CASE("kubelet restart: sockets deleted and kubelet.sock re-created, every r
   for (const auto& entry : fs::directory_iterator(node.plugin_dir)) {
     if (entry.is_socket()) fs::remove(entry.path());
   }
-  std::this_thread::sleep_for(300ms);
+  // The plugin sees the kubelet gone, and its own sockets too, before the new kubelet is there.
+  for (int i = 0; i < 100 && plugin_series(port, "gpuguard_device_plugin_registered") != 0; ++i)
+    std::this_thread::sleep_for(50ms);
+  REQUIRE(plugin_series(port, "gpuguard_device_plugin_registered") == 0);
   const auto restarted = std::chrono::steady_clock::now();
   kubelet = std::make_unique<FakeKubelet>(node.plugin_dir);
   REQUIRE(kubelet->wait_for(2).size() == 2);
@@ -488,7 +494,7 @@ TEST_CASE("a node without GPUs serves its host devices and keeps running") {
   const auto registrations = kubelet.wait_for(1);
   REQUIRE(registrations.size() == 1);
   CHECK(registrations[0].resource_name() == "github.com/fuse");
-  std::this_thread::sleep_for(1500ms);
+  wait_for_passes(plugin.status_port(), 2);
   CHECK(kubelet.wait_for(1, 0ms).size() == 1);  // no crash loop, no second registration
   CHECK(plugin.terminate() == 0);
   CHECK_THAT(plugin.log(), Catch::Contains("no NVIDIA GPU found"));

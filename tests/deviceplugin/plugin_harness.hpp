@@ -218,6 +218,28 @@ inline std::pair<std::string, std::string> http_get(int port, const std::string&
   return {response.substr(9, 3), body == std::string::npos ? std::string{} : response.substr(body + 4)};
 }
 
+// A series' whole value from the plugin's /metrics; -1 when it is not there.
+inline long long plugin_series(int port, const std::string& name) {
+  const std::string page = http_get(port, "/metrics").second;
+  const auto at = page.find("\n" + name + " ");
+  return at == std::string::npos ? -1 : std::stoll(page.substr(at + name.size() + 2));
+}
+
+// Waits until the plugin has run `more` further passes over the kubelet's socket and its own (one a second):
+// what it has not done by then (registered again, served again) it did not do on a pass, rather than had no
+// pass to do it in. Fails the test when the passes stop.
+inline void wait_for_passes(int port, long long more) {
+  const long long from = plugin_series(port, "gpuguard_device_plugin_kubelet_passes_total");
+  REQUIRE(from >= 0);
+  long long now = from;
+  for (int i = 0; i < 100 && now < from + more; ++i) {
+    std::this_thread::sleep_for(50ms);
+    now = plugin_series(port, "gpuguard_device_plugin_kubelet_passes_total");
+  }
+  INFO("passes went from " << from << " to " << now << " in 5 s");
+  REQUIRE(now >= from + more);
+}
+
 inline grpc::Status allocate(v1beta1::DevicePlugin::Stub& stub, const std::vector<std::string>& ids,
                              v1beta1::AllocateResponse& response) {
   grpc::ClientContext context;

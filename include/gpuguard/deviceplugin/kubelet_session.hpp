@@ -2,6 +2,7 @@
 // Keeping the plugin's sockets served and registered with whichever kubelet runs now: a kubelet deletes
 // every socket in its directory when it restarts, then creates a new kubelet.sock.
 #include <atomic>
+#include <cstdint>
 #include <filesystem>
 #include <functional>
 #include <memory>
@@ -34,8 +35,13 @@ class KubeletSession {
   void stop();
   // Every resource is registered with the kubelet.sock that exists now.
   bool registered() const { return registered_.load(); }
+  // Passes of reconcile() run to their end: what shows that the plugin has looked again, so that what it did
+  // not do (register, serve again) can be told from what it has not yet got to.
+  std::uint64_t passes() const { return passes_.load(); }
 
  private:
+  void reconcile_locked();
+
   std::vector<std::unique_ptr<PluginServer>>& servers_;
   std::filesystem::path kubelet_socket_;
   Yield yield_;
@@ -47,6 +53,7 @@ class KubeletSession {
   std::string last_error_;
   bool stopped_ = false;
   std::atomic<bool> registered_{false};
+  std::atomic<std::uint64_t> passes_{0};
 };
 
 }  // namespace gpuguard::deviceplugin
