@@ -145,6 +145,7 @@ struct AuditLoop::Impl {
     }
     next_lease = started + options.timing.retry_period;
     set_leading(election.leading(Clock::now()));
+    metrics.count_lease_round();
   }
 
   // `released`: this replica gave the Lease up itself, and says so elsewhere.

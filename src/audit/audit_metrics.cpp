@@ -42,6 +42,11 @@ void AuditMetrics::count_unreadable_pod() {
   ++unreadable_pods_;
 }
 
+void AuditMetrics::count_lease_round() {
+  const std::lock_guard lock(mutex_);
+  ++lease_rounds_;
+}
+
 void AuditMetrics::count_informer(std::string_view resource, kube::ReflectorOutcome outcome) {
   const std::lock_guard lock(mutex_);
   for (std::size_t i = 0; i < kResources.size(); ++i) {
@@ -66,6 +71,10 @@ std::string AuditMetrics::render(bool synced) const {
   metrics::header(out, "gpuguard_audit_leader", "gauge",
                   "1 on the replica that holds the audit Lease and writes the PolicyReports.");
   out.append("gpuguard_audit_leader ").append(leading_ ? "1" : "0").append("\n");
+  metrics::header(out, "gpuguard_audit_lease_rounds_total", "counter",
+                  "Rounds of the audit Lease this replica ran (read, and renewed or taken where due), each retry "
+                  "period: that it goes up shows the replica is still contending.");
+  out.append("gpuguard_audit_lease_rounds_total ").append(std::to_string(lease_rounds_)).append("\n");
   metrics::header(out, "gpuguard_audit_synced", "gauge", "1 once pods and nodes have been listed.");
   out.append("gpuguard_audit_synced ").append(synced ? "1" : "0").append("\n");
   metrics::header(out, "gpuguard_audit_policy_reports_available", "gauge",

@@ -40,6 +40,8 @@ class AuditMetrics final : public metrics::ReloadMetrics {
   void count_write(ReportWrite write, bool succeeded);
   void count_unreadable_pod();
   void count_informer(std::string_view resource, kube::ReflectorOutcome outcome);
+  // A round of the Lease run to its end (read, and written where due), leading or not.
+  void count_lease_round();
   // A pass that ended at `at` and took `took`.
   void set_pass(PassSummary summary, std::chrono::steady_clock::time_point at, std::chrono::nanoseconds took);
 
@@ -52,6 +54,7 @@ class AuditMetrics final : public metrics::ReloadMetrics {
   bool reports_available_ = false;
   std::array<std::array<std::uint64_t, 2>, 2> writes_{};  // [apply, remove][ok, error]
   std::uint64_t unreadable_pods_ = 0;
+  std::uint64_t lease_rounds_ = 0;
   std::array<std::array<std::uint64_t, 5>, 3> informer_{};  // [pods, nodes, claims][outcome]
   std::optional<PassSummary> pass_;
   std::chrono::steady_clock::time_point pass_at_{};
