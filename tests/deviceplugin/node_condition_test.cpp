@@ -95,7 +95,9 @@ TEST_CASE("node condition: GPUIsolation follows the policy's value, keeps its tr
 
     // The admin sets visibleDevicesValue: void in the ConfigMap: the condition judges void from the next
     // re-read on (the policy within 1 s, the node every 10 s).
-    std::this_thread::sleep_for(1100ms);  // so that the transition time, in whole seconds, differs
+    // The transition time is in whole seconds: the next one begins before the change, so that it differs.
+    std::this_thread::sleep_until(std::chrono::floor<std::chrono::seconds>(std::chrono::system_clock::now()) +
+                                  std::chrono::seconds(1));
     node.host.write("policy/visibleDevicesValue", "void\n");
     const json honoured = condition_when(apiserver, "gpu-1", [](const json& c) { return c["status"] == "True"; });
     REQUIRE(honoured.is_object());

@@ -738,8 +738,7 @@ TEST_CASE("running containers beyond their allocation are reported at registrati
                              {{"remove", {{"pod", old_pod}, {"container", running}}}},
                              {{"sleep", 0.3}}})}};
   std::future<ExitResult> out = std::async(std::launch::async, [&] { return run_runtime_process(node, script); });
-  // Read while the runtime is still connected: after its first sleep, before the removal.
-  std::this_thread::sleep_for(150ms);
+  // Read while the runtime is still connected: from its registration to the removal, 0.3 s later.
   for (int i = 0; i < 50 && enforcer.series("gpuguard_node_enforcer_running_containers{state=\"beyond\"}") != 1; ++i) {
     std::this_thread::sleep_for(20ms);
   }

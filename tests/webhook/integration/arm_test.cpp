@@ -60,9 +60,13 @@ struct Install {
            "--webhook-configuration gpuguard --backstop-binding gpuguard-visible-devices --timeout " +
            std::to_string(timeout);
   }
-  std::size_t patches() const {
+  std::size_t patches() const { return count("PATCH", ""); }
+  // The requests of a method, to a path when one is given.
+  std::size_t count(const std::string& method, const std::string& path) const {
     std::size_t n = 0;
-    for (const auto& request : apiserver.requests()) n += request.method == "PATCH" ? 1 : 0;
+    for (const auto& request : apiserver.requests()) {
+      n += request.method == method && (path.empty() || request.path == path) ? 1 : 0;
+    }
     return n;
   }
 };
@@ -72,8 +76,9 @@ struct Install {
 TEST_CASE("arm: once a replica is available, the webhook configuration fails closed and the backstop denies") {
   Install install;
   auto arm = std::async(std::launch::async, [&] { return run_webhook(install.args(30)); });
-  std::this_thread::sleep_for(2500ms);
-  // No replica yet: nothing armed, nothing refuses pods.
+  // Two looks at the Deployment (one every 2 s) that found no replica: nothing armed, nothing refuses pods.
+  for (int i = 0; i < 200 && install.count("GET", kDeployment) < 2; ++i) std::this_thread::sleep_for(50ms);
+  REQUIRE(install.count("GET", kDeployment) >= 2);
   CHECK(install.patches() == 0);
   CHECK(install.apiserver.at(kConfiguration)["webhooks"][0]["failurePolicy"] == "Ignore");
   install.apiserver.put_at(kDeployment, deployment(1));
