@@ -143,7 +143,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     violated("what comes out depends on the size of the reads");
   }
   gpuguard::enforcement::NodeView node;
-  node.gpus = {{"GPU-a", 0, "0000:01:00.0", {{"MIG-m", {7, 8}}}}, {"GPU-b", 1, "0000:02:00.0", {}}};
+  node.gpus = {{"GPU-a", 0, "0000:01:00.0"}, {"GPU-b", 1, "0000:02:00.0"}};
+  node.gpus[0].mig_devices = {{"MIG-m", 0, 0, "", {7, 8}}};
   node.cdi_devices["nvidia.com/gpu=all"] = {"/dev/nvidia0", "/dev/nvidia1"};
   for (const gpuguard::nri::Message& message : chunked.messages) {
     // Encoded again, it decodes to itself.
