@@ -23,7 +23,7 @@
 #include "gpuguard/deviceplugin/mps.hpp"
 #include "gpuguard/deviceplugin/node_condition_writer.hpp"
 #include "gpuguard/deviceplugin/plugin_server.hpp"
-#include "gpuguard/deviceplugin/status_handler.hpp"
+#include "gpuguard/deviceplugin/status_page.hpp"
 #include "gpuguard/discovery/discovery.hpp"
 #include "gpuguard/files/poller.hpp"
 #include "gpuguard/files/write_file.hpp"
@@ -31,6 +31,7 @@
 #include "gpuguard/nodereport/host_root.hpp"
 #include "gpuguard/policy/policy_watcher.hpp"
 #include "gpuguard/server/http_server.hpp"
+#include "gpuguard/server/status_routes.hpp"
 
 namespace gpuguard::deviceplugin {
 
@@ -347,13 +348,13 @@ void serve(const PluginConfig& c, const std::vector<std::string>& config_warning
   // The status server takes SIGTERM and SIGINT from its construction on, and one that came during the
   // start-up is delivered to it then: a signal at any moment ends in the orderly stop below.
   const char* gpus = found.gpus.empty() ? "none" : report_only.empty() ? "served" : "report-only";
-  StatusHandler handler({GPUGUARD_VERSION, found.source, health, gpus}, resources, kubelet, isolation);
-  server::ServerOptions options;
-  options.listen_address = c.metrics_address;
-  options.threads = 1;
-  options.shutdown_delay = 0ms;
-  options.shutdown_timeout = 5s;
-  server::HttpServer status(options, server::TlsProvider{}, handler);  // plain HTTP: probes and metrics
+  const StatusPage page({GPUGUARD_VERSION, found.source, health, gpus}, resources, kubelet, isolation);
+  const server::StatusRoutes routes(
+      [&page] {
+        return server::StatusRoutes::Readiness{page.ready(), ""};
+      },
+      [&page] { return page.render_metrics(); });
+  server::HttpServer status(server::status_server_options(c.metrics_address, 5s), server::TlsProvider{}, routes);
   stop_signals.release();
   log::info("serving probes and metrics", {{"address", status.bind()}});
 

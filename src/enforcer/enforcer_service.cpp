@@ -17,6 +17,7 @@
 #include "gpuguard/nri/plugin.hpp"
 #include "gpuguard/policy/policy_watcher.hpp"
 #include "gpuguard/server/http_server.hpp"
+#include "gpuguard/server/status_routes.hpp"
 #include "node_reader.hpp"
 
 namespace gpuguard::enforcer {
@@ -122,31 +123,6 @@ class GrpcLibraryHeld {
   GrpcLibraryHeld& operator=(const GrpcLibraryHeld&) = delete;
 };
 
-// /healthz, /readyz (registered with the runtime, or the runtime serves no NRI: nothing to wait for, and
-// the metrics say the node is not enforced) and /metrics, over plain HTTP.
-class StatusHandler final : public server::Handler {
- public:
-  StatusHandler(const nri::Plugin& plugin, const EnforcerMetrics& metrics, policy::PolicyWatcher& policy)
-      : plugin_(plugin), metrics_(metrics), policy_(policy) {}
-  std::optional<server::Response> reject_early(const server::RequestHead& head) const override {
-    if (server::ProbeRoutes::owns(head.path)) return server::ProbeRoutes::reject_early(head);
-    return server::text_response(404, "not found");
-  }
-  server::Response handle(const server::RequestHead& head, std::string) const override {
-    const nri::PluginStats stats = plugin_.stats();
-    const bool ready = stats.registered || !stats.nri_served;
-    return server::ProbeRoutes::respond(
-        head.path, ready,
-        [&] { return metrics_.render(stats, policy::node_enforcement_name(policy_.current()->node_enforcement)); },
-        stats.nri_served ? "" : "not enforced: the container runtime serves no NRI socket");
-  }
-
- private:
-  const nri::Plugin& plugin_;
-  const EnforcerMetrics& metrics_;
-  policy::PolicyWatcher& policy_;
-};
-
 }  // namespace
 
 void serve(const EnforcerConfig& config) {
@@ -172,21 +148,19 @@ void serve(const EnforcerConfig& config) {
   plugin_options.name = config.plugin_name;
   plugin_options.index = config.plugin_index;
   nri::Plugin plugin(plugin_options, enforcer);
-  StatusHandler status_handler(plugin, metrics, policy);
-  server::ServerOptions server_options;
-  server_options.listen_address = config.metrics_address;
-  server_options.threads = 1;
-  // Probes and scrapes only: no bodies (ProbeRoutes refuses one unread), heads of a few hundred bytes, a
-  // handful of clients. What all clients on the pod network can hold here is thus 2.5 MiB at most: 64
-  // connections' buffers of 24 KiB, and 1 MiB of answers (docs/node-enforcer.md#memory), and a connection that has sent
-  // nothing whole yet gives its place to the kubelet's probe (HttpServer's make_room).
-  server_options.body_limit = 0;
-  server_options.header_limit = std::size_t{8} << 10;
-  server_options.max_connections = 64;
-  server_options.inflight_bytes = std::size_t{1} << 20;
-  server_options.shutdown_delay = 0ms;
-  server_options.shutdown_timeout = 5s;
-  server::HttpServer status(server_options, server::TlsProvider{}, status_handler);
+  // Ready once registered with the runtime, or when the runtime serves no NRI: nothing to wait for, and the
+  // metrics say the node is not enforced. The port's bounds are in docs/node-enforcer.md#memory.
+  const server::StatusRoutes status_routes(
+      [&plugin]() -> server::StatusRoutes::Readiness {
+        const nri::PluginStats stats = plugin.stats();
+        return {stats.registered || !stats.nri_served,
+                stats.nri_served ? "" : "not enforced: the container runtime serves no NRI socket"};
+      },
+      [&] {
+        return metrics.render(plugin.stats(), policy::node_enforcement_name(policy.current()->node_enforcement));
+      });
+  server::HttpServer status(server::status_server_options(config.metrics_address, 5s), server::TlsProvider{},
+                            status_routes);
   log::info("serving probes and metrics", {{"address", status.bind()}});
   policy.watch(1s);
   // The GPUs again every minute, for what procfs does not stamp; the rest is read again as it changes.

@@ -17,6 +17,7 @@
 #include "gpuguard/log/log.hpp"
 #include "gpuguard/policy/policy_watcher.hpp"
 #include "gpuguard/server/http_server.hpp"
+#include "gpuguard/server/status_routes.hpp"
 
 namespace gpuguard::webhook {
 namespace {
@@ -34,24 +35,6 @@ constexpr const char* kUsage =
     "In a pod it reaches the Kubernetes API with its service account; elsewhere give --apiserver-url,\n"
     "--token-file and --ca-file.\n\n"
     "Options";
-
-// Probes and metrics: /readyz once pods and nodes are listed.
-class StatusHandler final : public server::Handler {
- public:
-  StatusHandler(const audit::AuditLoop& loop, const audit::AuditMetrics& metrics) : loop_(loop), metrics_(metrics) {}
-  std::optional<server::Response> reject_early(const server::RequestHead& head) const override {
-    if (server::ProbeRoutes::owns(head.path)) return server::ProbeRoutes::reject_early(head);
-    return server::text_response(404, "not found");
-  }
-  server::Response handle(const server::RequestHead& head, std::string) const override {
-    const bool synced = loop_.synced();
-    return server::ProbeRoutes::respond(head.path, synced, [&] { return metrics_.render(synced); });
-  }
-
- private:
-  const audit::AuditLoop& loop_;
-  const audit::AuditMetrics& metrics_;
-};
 
 // The namespace this pod runs in, as its service account says; empty elsewhere.
 std::string own_namespace() {
@@ -139,13 +122,14 @@ int run_audit_controller_command(int argc, char** argv) {
     policy::PolicyWatcher policy(cli::path_flag(flags, "policy-dir"), metrics);
     audit::AuditLoop loop(
         options, [&policy] { return policy.current(); }, metrics);
-    StatusHandler handler(loop, metrics);
-    server::ServerOptions server_options;
-    server_options.listen_address = flags["listen-address"].as<std::string>();
-    server_options.threads = 1;
-    server_options.shutdown_delay = 0ms;
-    server_options.shutdown_timeout = 10s;
-    server::HttpServer server(server_options, server::TlsProvider{}, handler);
+    // Probes and metrics: ready once pods and nodes are listed.
+    const server::StatusRoutes routes(
+        [&loop] {
+          return server::StatusRoutes::Readiness{loop.synced(), ""};
+        },
+        [&] { return metrics.render(loop.synced()); });
+    server::HttpServer server(server::status_server_options(flags["listen-address"].as<std::string>(), 10s),
+                              server::TlsProvider{}, routes);
     const std::string address = server.bind();
     policy.watch(1s);
     loop.start();

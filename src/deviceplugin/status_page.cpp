@@ -1,20 +1,13 @@
-#include "gpuguard/deviceplugin/status_handler.hpp"
+// The device plugin's readiness and series (include/gpuguard/deviceplugin/status_page.hpp).
+#include "gpuguard/deviceplugin/status_page.hpp"
 
 #include "gpuguard/metrics/text.hpp"
 
 namespace gpuguard::deviceplugin {
 
-std::optional<server::Response> StatusHandler::reject_early(const server::RequestHead& head) const {
-  if (server::ProbeRoutes::owns(head.path)) return server::ProbeRoutes::reject_early(head);
-  return server::text_response(404, "not found");
-}
+bool StatusPage::ready() const { return status_.gpus == "report-only" ? isolation_.judged() : kubelet_.registered(); }
 
-server::Response StatusHandler::handle(const server::RequestHead& head, std::string) const {
-  const bool ready = status_.gpus == "report-only" ? isolation_.judged() : kubelet_.registered();
-  return server::ProbeRoutes::respond(head.path, ready, [this] { return render_metrics(); });
-}
-
-std::string StatusHandler::render_metrics() const {
+std::string StatusPage::render_metrics() const {
   std::string out;
   metrics::header(
       out, "gpuguard_device_plugin_info", "gauge",
