@@ -9,6 +9,34 @@ namespace {
 constexpr std::array<std::string_view, 3> kResources = {"pods", "nodes", "claims"};
 constexpr std::array<std::string_view, 2> kWrites = {"apply", "delete"};
 
+constexpr metrics::Family kLeader{"gpuguard_audit_leader", "gauge",
+                                  "1 on the replica that holds the audit Lease and writes the PolicyReports."};
+constexpr metrics::Family kLeaseRounds{
+    "gpuguard_audit_lease_rounds_total", "counter",
+    "Rounds of the audit Lease this replica ran (read, and renewed or taken where due), each retry "
+    "period: that it goes up shows the replica is still contending."};
+constexpr metrics::Family kSynced{"gpuguard_audit_synced", "gauge", "1 once pods and nodes have been listed."};
+constexpr metrics::Family kReportsAvailable{
+    "gpuguard_audit_policy_reports_available", "gauge",
+    "1 when the leader can write PolicyReports (the wgpolicyk8s.io/v1alpha2 API is served)."};
+constexpr metrics::Family kReportWrites{"gpuguard_audit_report_writes_total", "counter",
+                                        "PolicyReports applied or deleted by this replica, by result."};
+constexpr metrics::Family kUnreadablePods{"gpuguard_audit_unreadable_pods_total", "counter",
+                                          "Pods the admission core could not read (left out of the reports, logged)."};
+constexpr metrics::Family kLastPassDuration{"gpuguard_audit_last_pass_duration_seconds", "gauge",
+                                            "How long this replica's last pass over every running pod took."};
+constexpr metrics::Family kExposedPods{
+    "gpuguard_audit_exposed_pods", "gauge",
+    "Running pods with a container that can see GPUs it did not ask for, by namespace, reason and "
+    "PolicyReport result (fail, warn under policy mode audit, skip when exempt)."};
+constexpr metrics::Family kNodes{
+    "gpuguard_audit_nodes", "gauge",
+    "Nodes by the verdict of their GPUIsolation condition (unreported: a GPU node no gpuguard plugin "
+    "judges; no-gpu: a node without GPUs or the condition)."};
+constexpr metrics::Family kPods{"gpuguard_audit_pods", "gauge", "Running pods judged in the last pass."};
+constexpr metrics::Family kLastPassAge{"gpuguard_audit_last_pass_age_seconds", "gauge",
+                                       "Seconds since the last full pass over every running pod ended."};
+
 }  // namespace
 
 std::string_view verdict_label(std::optional<std::string_view> reason) {
@@ -68,85 +96,46 @@ void AuditMetrics::set_pass(PassSummary summary, std::chrono::steady_clock::time
 std::string AuditMetrics::render(bool synced) const {
   const std::lock_guard lock(mutex_);
   std::string out;
-  metrics::header(out, "gpuguard_audit_leader", "gauge",
-                  "1 on the replica that holds the audit Lease and writes the PolicyReports.");
-  out.append("gpuguard_audit_leader ").append(leading_ ? "1" : "0").append("\n");
-  metrics::header(out, "gpuguard_audit_lease_rounds_total", "counter",
-                  "Rounds of the audit Lease this replica ran (read, and renewed or taken where due), each retry "
-                  "period: that it goes up shows the replica is still contending.");
-  out.append("gpuguard_audit_lease_rounds_total ").append(std::to_string(lease_rounds_)).append("\n");
-  metrics::header(out, "gpuguard_audit_synced", "gauge", "1 once pods and nodes have been listed.");
-  out.append("gpuguard_audit_synced ").append(synced ? "1" : "0").append("\n");
-  metrics::header(out, "gpuguard_audit_policy_reports_available", "gauge",
-                  "1 when the leader can write PolicyReports (the wgpolicyk8s.io/v1alpha2 API is served).");
-  out.append("gpuguard_audit_policy_reports_available ").append(reports_available_ ? "1" : "0").append("\n");
-  metrics::header(out, "gpuguard_audit_report_writes_total", "counter",
-                  "PolicyReports applied or deleted by this replica, by result.");
+  metrics::single(out, kLeader, leading_ ? "1" : "0");
+  metrics::single(out, kLeaseRounds, lease_rounds_);
+  metrics::single(out, kSynced, synced ? "1" : "0");
+  metrics::single(out, kReportsAvailable, reports_available_ ? "1" : "0");
+  metrics::header(out, kReportWrites);
   for (std::size_t w = 0; w < kWrites.size(); ++w) {
     for (std::size_t r = 0; r < 2; ++r) {
-      out.append("gpuguard_audit_report_writes_total{operation=\"")
-          .append(kWrites[w])
-          .append("\",result=\"")
-          .append(r == 0 ? "success" : "failure")
-          .append("\"} ")
-          .append(std::to_string(writes_[w][r]))
-          .append("\n");
+      metrics::sample(out, kReportWrites,
+                      metrics::labels({{"operation", kWrites[w]}, {"result", r == 0 ? "success" : "failure"}}),
+                      writes_[w][r]);
     }
   }
-  metrics::header(out, "gpuguard_audit_unreadable_pods_total", "counter",
-                  "Pods the admission core could not read (left out of the reports, logged).");
-  out.append("gpuguard_audit_unreadable_pods_total ").append(std::to_string(unreadable_pods_)).append("\n");
-  metrics::header(out, "gpuguard_kube_informer_outcomes_total", "counter",
-                  "Lists and watch ends against the Kubernetes API, by resource and outcome.");
+  metrics::single(out, kUnreadablePods, unreadable_pods_);
+  metrics::header(out, metrics::kInformerOutcomes);
   for (std::size_t i = 0; i < kResources.size(); ++i) {
     for (std::size_t o = 0; o < informer_[i].size(); ++o) {
-      out.append("gpuguard_kube_informer_outcomes_total{resource=\"")
-          .append(kResources[i])
-          .append("\",outcome=\"")
-          .append(kube::kReflectorOutcomes[o])
-          .append("\"} ")
-          .append(std::to_string(informer_[i][o]))
-          .append("\n");
+      metrics::sample(out, metrics::kInformerOutcomes,
+                      metrics::labels({{"resource", kResources[i]}, {"outcome", kube::kReflectorOutcomes[o]}}),
+                      informer_[i][o]);
     }
   }
   if (pass_) {
-    metrics::header(out, "gpuguard_audit_last_pass_duration_seconds", "gauge",
-                    "How long this replica's last pass over every running pod took.");
-    out.append("gpuguard_audit_last_pass_duration_seconds ")
-        .append(metrics::number(std::chrono::duration<double>(pass_took_).count()))
-        .append("\n");
+    metrics::single(out, kLastPassDuration, metrics::number(std::chrono::duration<double>(pass_took_).count()));
   }
   // The leader's view of the cluster: followers leave these out, so a sum over replicas is the cluster's.
   if (leading_ && pass_) {
-    metrics::header(out, "gpuguard_audit_exposed_pods", "gauge",
-                    "Running pods with a container that can see GPUs it did not ask for, by namespace, reason and "
-                    "PolicyReport result (fail, warn under policy mode audit, skip when exempt).");
+    metrics::header(out, kExposedPods);
     for (const auto& [key, count] : pass_->exposed_pods) {
       const auto& [ns, reason, result] = key;
-      out.append("gpuguard_audit_exposed_pods{namespace=\"")
-          .append(ns)
-          .append("\",reason=\"")
-          .append(reason)
-          .append("\",result=\"")
-          .append(result)
-          .append("\"} ")
-          .append(std::to_string(count))
-          .append("\n");
+      metrics::sample(out, kExposedPods, metrics::labels({{"namespace", ns}, {"reason", reason}, {"result", result}}),
+                      count);
     }
-    metrics::header(out, "gpuguard_audit_nodes", "gauge",
-                    "Nodes by the verdict of their GPUIsolation condition (unreported: a GPU node no gpuguard plugin "
-                    "judges; no-gpu: a node without GPUs or the condition).");
+    metrics::header(out, kNodes);
     for (const auto& [verdict, count] : pass_->nodes) {
-      out.append("gpuguard_audit_nodes{verdict=\"").append(verdict).append("\"} ");
-      out.append(std::to_string(count)).append("\n");
+      metrics::sample(out, kNodes, metrics::labels({{"verdict", verdict}}), count);
     }
-    metrics::header(out, "gpuguard_audit_pods", "gauge", "Running pods judged in the last pass.");
-    out.append("gpuguard_audit_pods ").append(std::to_string(pass_->pods)).append("\n");
-    metrics::header(out, "gpuguard_audit_last_pass_age_seconds", "gauge",
-                    "Seconds since the last full pass over every running pod ended.");
-    out.append("gpuguard_audit_last_pass_age_seconds ")
-        .append(metrics::number(std::chrono::duration<double>(std::chrono::steady_clock::now() - pass_at_).count()))
-        .append("\n");
+    metrics::single(out, kPods, pass_->pods);
+    metrics::single(
+        out, kLastPassAge,
+        metrics::number(std::chrono::duration<double>(std::chrono::steady_clock::now() - pass_at_).count()));
   }
   render_reloads(out, false);
   metrics::render_build_info(out, version_);

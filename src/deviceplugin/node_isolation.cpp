@@ -6,6 +6,26 @@
 #include "gpuguard/metrics/text.hpp"
 
 namespace gpuguard::deviceplugin {
+namespace {
+
+constexpr metrics::Family kConditionWrites{
+    "gpuguard_device_plugin_node_condition_writes_total", "counter",
+    "Writes of this node's GPUIsolation condition to its Node object, by result."};
+constexpr metrics::Family kValueHonoured{"gpuguard_device_plugin_value_honoured", "gauge",
+                                         "1 when NVIDIA_VISIBLE_DEVICES=<value> keeps GPUs out of a container without "
+                                         "one on this node: the node report's verdict (label) is honoured or "
+                                         "not-acted-on."};
+constexpr metrics::Family kInjectedHonoured{"gpuguard_device_plugin_injected_value_honoured", "gauge",
+                                            "1 when the value the policy injects (label) keeps GPUs out of a container "
+                                            "without one on this node, as the GPUIsolation condition says."};
+constexpr metrics::Family kFindings{"gpuguard_device_plugin_node_findings", "gauge",
+                                    "The node report's findings under NVIDIA_VISIBLE_DEVICES=none, by severity."};
+
+std::string verdict_labels(const nodereport::Report& report) {
+  return "value=\"" + report.value + "\",verdict=\"" + std::string(nodereport::verdict_name(report.verdict)) + "\"";
+}
+
+}  // namespace
 
 bool NodeIsolation::judged() const {
   const std::lock_guard lock(mutex_);
@@ -32,48 +52,22 @@ void NodeIsolation::count_condition_write(bool success) {
 void NodeIsolation::render_metrics(std::string& out) const {
   render_reloads(out, false, false);
   const std::lock_guard lock(mutex_);
-  metrics::header(out, "gpuguard_device_plugin_node_condition_writes_total", "counter",
-                  "Writes of this node's GPUIsolation condition to its Node object, by result.");
-  out.append("gpuguard_device_plugin_node_condition_writes_total{result=\"success\"} ")
-      .append(std::to_string(condition_writes_[0]))
-      .append("\ngpuguard_device_plugin_node_condition_writes_total{result=\"failure\"} ")
-      .append(std::to_string(condition_writes_[1]))
-      .append("\n");
+  metrics::two_results(out, kConditionWrites, condition_writes_);
   if (!none_ || !void_) return;
-  metrics::header(out, "gpuguard_device_plugin_value_honoured", "gauge",
-                  "1 when NVIDIA_VISIBLE_DEVICES=<value> keeps GPUs out of a container without one on this "
-                  "node: the node report's verdict (label) is honoured or not-acted-on.");
+  metrics::header(out, kValueHonoured);
   for (const nodereport::Report* report : {&*none_, &*void_}) {
-    out.append("gpuguard_device_plugin_value_honoured{value=\"")
-        .append(report->value)
-        .append("\",verdict=\"")
-        .append(nodereport::verdict_name(report->verdict))
-        .append("\"} ")
-        .append(report->value_honoured() ? "1" : "0")
-        .append("\n");
+    metrics::sample(out, kValueHonoured, verdict_labels(*report), report->value_honoured() ? "1" : "0");
   }
   const nodereport::Report& injected = injected_ == "void" ? *void_ : *none_;
-  metrics::header(out, "gpuguard_device_plugin_injected_value_honoured", "gauge",
-                  "1 when the value the policy injects (label) keeps GPUs out of a container without one on this "
-                  "node, as the GPUIsolation condition says.");
-  out.append("gpuguard_device_plugin_injected_value_honoured{value=\"")
-      .append(injected.value)
-      .append("\",verdict=\"")
-      .append(nodereport::verdict_name(injected.verdict))
-      .append("\"} ")
-      .append(injected.value_honoured() ? "1" : "0")
-      .append("\n");
-  metrics::header(out, "gpuguard_device_plugin_node_findings", "gauge",
-                  "The node report's findings under NVIDIA_VISIBLE_DEVICES=none, by severity.");
+  metrics::header(out, kInjectedHonoured);
+  metrics::sample(out, kInjectedHonoured, verdict_labels(injected), injected.value_honoured() ? "1" : "0");
+  metrics::header(out, kFindings);
   std::array<std::size_t, 3> counts{};
   for (const nodereport::Finding& finding : none_->findings) ++counts.at(static_cast<std::size_t>(finding.severity));
   for (const auto severity :
        {nodereport::Severity::critical, nodereport::Severity::warning, nodereport::Severity::info}) {
-    out.append("gpuguard_device_plugin_node_findings{severity=\"")
-        .append(nodereport::severity_name(severity))
-        .append("\"} ")
-        .append(std::to_string(counts.at(static_cast<std::size_t>(severity))))
-        .append("\n");
+    metrics::sample(out, kFindings, "severity=\"" + std::string(nodereport::severity_name(severity)) + "\"",
+                    counts.at(static_cast<std::size_t>(severity)));
   }
 }
 

@@ -9,6 +9,14 @@ constexpr std::array<std::string_view, 2> kVerbs = {"filter", "prioritize"};
 constexpr std::array<std::string_view, 3> kResults = {"ok", "invalid", "not_synced"};
 constexpr std::array<std::string_view, 2> kResources = {"nodes", "pods"};
 
+constexpr metrics::Family kRequests{"gpuguard_extender_requests_total", "counter",
+                                    "Scheduler extender calls answered, by verb and result."};
+constexpr metrics::Family kDuration{"gpuguard_extender_request_duration_seconds", "histogram",
+                                    "Time to decode, decide and encode one call."};
+constexpr metrics::Family kSynced{"gpuguard_extender_synced", "gauge", "1 once pods and nodes have been listed."};
+constexpr metrics::Family kCached{"gpuguard_extender_cached_objects", "gauge",
+                                  "Objects in the cache: nodes, and bound unfinished pods holding extended resources."};
+
 std::array<std::string_view, 5> outcomes() {
   std::array<std::string_view, 5> names{};
   for (std::size_t i = 0; i < names.size(); ++i) names[i] = kube::kReflectorOutcomes[i];
@@ -36,23 +44,18 @@ void ExtenderMetrics::count_informer(std::string_view resource, kube::ReflectorO
 
 std::string ExtenderMetrics::render(const CacheStats& cache) const {
   std::string out;
-  metrics::header(out, "gpuguard_extender_requests_total", "counter",
-                  "Scheduler extender calls answered, by verb and result.");
-  requests_.render(out, "gpuguard_extender_requests_total");
-  metrics::header(out, "gpuguard_extender_request_duration_seconds", "histogram",
-                  "Time to decode, decide and encode one call.");
+  metrics::header(out, kRequests);
+  requests_.render(out, kRequests);
+  metrics::header(out, kDuration);
   for (std::size_t i = 0; i < kVerbs.size(); ++i) {
-    durations_[i].render(out, "gpuguard_extender_request_duration_seconds", "verb=\"" + std::string(kVerbs[i]) + "\",");
+    durations_[i].render(out, kDuration, "verb=\"" + std::string(kVerbs[i]) + "\",");
   }
-  metrics::header(out, "gpuguard_kube_informer_outcomes_total", "counter",
-                  "Lists and watch ends against the Kubernetes API, by resource and outcome.");
-  informer_.render(out, "gpuguard_kube_informer_outcomes_total");
-  metrics::header(out, "gpuguard_extender_synced", "gauge", "1 once pods and nodes have been listed.");
-  out.append("gpuguard_extender_synced ").append(cache.synced ? "1" : "0").append("\n");
-  metrics::header(out, "gpuguard_extender_cached_objects", "gauge",
-                  "Objects in the cache: nodes, and bound unfinished pods holding extended resources.");
-  out.append("gpuguard_extender_cached_objects{resource=\"nodes\"} ").append(std::to_string(cache.nodes)).append("\n");
-  out.append("gpuguard_extender_cached_objects{resource=\"pods\"} ").append(std::to_string(cache.pods)).append("\n");
+  metrics::header(out, metrics::kInformerOutcomes);
+  informer_.render(out, metrics::kInformerOutcomes);
+  metrics::single(out, kSynced, cache.synced ? "1" : "0");
+  metrics::header(out, kCached);
+  metrics::sample(out, kCached, "resource=\"nodes\"", cache.nodes);
+  metrics::sample(out, kCached, "resource=\"pods\"", cache.pods);
   render_reloads(out, serves_tls_);
   metrics::render_build_info(out, version_);
   return out;

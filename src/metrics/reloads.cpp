@@ -3,6 +3,17 @@
 #include "gpuguard/metrics/text.hpp"
 
 namespace gpuguard::metrics {
+namespace {
+
+constexpr Family kPolicyReloads{"gpuguard_policy_reloads_total", "counter",
+                                "Policy loads from --policy-dir, by result."};
+constexpr Family kPolicyInfo{"gpuguard_policy_info", "gauge", "The policy mode in force."};
+constexpr Family kCertificateExpiry{"gpuguard_tls_certificate_expiry_timestamp_seconds", "gauge",
+                                    "notAfter of the serving certificate."};
+constexpr Family kCertificateReloads{"gpuguard_tls_certificate_reloads_total", "counter",
+                                     "Serving certificate loads, by result."};
+
+}  // namespace
 
 void ReloadMetrics::count_policy_reload(bool success) {
   std::lock_guard lock(mutex_);
@@ -26,17 +37,14 @@ void ReloadMetrics::set_certificate_expiry(double unix_seconds) {
 
 void ReloadMetrics::render_reloads(std::string& out, bool with_certificate, bool with_policy_mode) const {
   std::lock_guard lock(mutex_);
-  header(out, "gpuguard_policy_reloads_total", "counter", "Policy loads from --policy-dir, by result.");
-  two_results(out, "gpuguard_policy_reloads_total", policy_reloads_);
+  two_results(out, kPolicyReloads, policy_reloads_);
   if (with_policy_mode) {
-    header(out, "gpuguard_policy_info", "gauge", "The policy mode in force.");
-    out.append("gpuguard_policy_info{mode=\"").append(policy_mode_).append("\"} 1\n");
+    header(out, kPolicyInfo);
+    sample(out, kPolicyInfo, "mode=\"" + policy_mode_ + "\"", "1");
   }
   if (!with_certificate) return;
-  header(out, "gpuguard_tls_certificate_expiry_timestamp_seconds", "gauge", "notAfter of the serving certificate.");
-  out.append("gpuguard_tls_certificate_expiry_timestamp_seconds ").append(number(certificate_expiry_)).append("\n");
-  header(out, "gpuguard_tls_certificate_reloads_total", "counter", "Serving certificate loads, by result.");
-  two_results(out, "gpuguard_tls_certificate_reloads_total", certificate_reloads_);
+  single(out, kCertificateExpiry, number(certificate_expiry_));
+  two_results(out, kCertificateReloads, certificate_reloads_);
 }
 
 }  // namespace gpuguard::metrics

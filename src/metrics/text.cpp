@@ -12,19 +12,47 @@ std::string number(double value) {
   return text;
 }
 
-void header(std::string& out, std::string_view name, std::string_view type, std::string_view help) {
-  out.append("# HELP ").append(name).append(" ").append(help).append("\n");
-  out.append("# TYPE ").append(name).append(" ").append(type).append("\n");
+std::string labels(std::initializer_list<std::pair<std::string_view, std::string_view>> pairs) {
+  std::string text;
+  for (const auto& [name, value] : pairs) {
+    if (!text.empty()) text += ',';
+    text.append(name).append("=\"").append(value).append("\"");
+  }
+  return text;
 }
 
-void two_results(std::string& out, std::string_view name, const std::array<std::uint64_t, 2>& counts) {
-  out.append(name).append("{result=\"success\"} ").append(std::to_string(counts[0])).append("\n");
-  out.append(name).append("{result=\"failure\"} ").append(std::to_string(counts[1])).append("\n");
+void header(std::string& out, const Family& family) {
+  out.append("# HELP ").append(family.name).append(" ").append(family.help).append("\n");
+  out.append("# TYPE ").append(family.name).append(" ").append(family.type).append("\n");
+}
+
+void sample(std::string& out, const Family& family, std::string_view labels, std::string_view value) {
+  out.append(family.name);
+  if (!labels.empty()) out.append("{").append(labels).append("}");
+  out.append(" ").append(value).append("\n");
+}
+
+void sample(std::string& out, const Family& family, std::string_view labels, std::uint64_t value) {
+  sample(out, family, labels, std::to_string(value));
+}
+
+void single(std::string& out, const Family& family, std::string_view value) {
+  header(out, family);
+  sample(out, family, "", value);
+}
+
+void single(std::string& out, const Family& family, std::uint64_t value) { single(out, family, std::to_string(value)); }
+
+void two_results(std::string& out, const Family& family, const std::array<std::uint64_t, 2>& counts) {
+  header(out, family);
+  sample(out, family, "result=\"success\"", counts[0]);
+  sample(out, family, "result=\"failure\"", counts[1]);
 }
 
 void render_build_info(std::string& out, std::string_view version) {
-  header(out, "gpuguard_build_info", "gauge", "The running version.");
-  out.append("gpuguard_build_info{version=\"").append(version).append("\"} 1\n");
+  constexpr Family kBuildInfo{"gpuguard_build_info", "gauge", "The running version."};
+  header(out, kBuildInfo);
+  sample(out, kBuildInfo, "version=\"" + std::string(version) + "\"", "1");
 }
 
 void DurationHistogram::observe(double seconds) {
@@ -35,7 +63,8 @@ void DurationHistogram::observe(double seconds) {
   sum_.fetch_add(seconds, std::memory_order_relaxed);
 }
 
-void DurationHistogram::render(std::string& out, std::string_view name, std::string_view labels) const {
+void DurationHistogram::render(std::string& out, const Family& family, std::string_view labels) const {
+  const std::string_view name = family.name;
   std::string_view plain_labels = labels.empty() ? labels : labels.substr(0, labels.size() - 1);
   for (std::size_t i = 0; i < kBuckets.size(); ++i) {
     out.append(name)

@@ -61,24 +61,20 @@ std::uint64_t ServerCounters::shed(Shed why) const {
 }
 
 void ServerCounters::render(std::string& out) const {
-  metrics::header(out, "gpuguard_http_responses_total", "counter",
-                  "HTTP answers sent, by status code, the server's own (413, 431, 503, malformed requests) included.");
+  static constexpr metrics::Family kResponses{
+      "gpuguard_http_responses_total", "counter",
+      "HTTP answers sent, by status code, the server's own (413, 431, 503, malformed requests) included."};
+  static constexpr metrics::Family kShed{"gpuguard_http_connections_shed_total", "counter",
+                                         "Connections closed at the connection limit: refused when accepted, or "
+                                         "evicted while idle to make room."};
+  metrics::header(out, kResponses);
   for (std::size_t i = 0; i <= kStatuses.size(); ++i) {
-    out.append("gpuguard_http_responses_total{code=\"")
-        .append(i < kStatuses.size() ? std::to_string(kStatuses[i]) : std::string("other"))
-        .append("\"} ")
-        .append(std::to_string(answers_[i].load(std::memory_order_relaxed)))
-        .append("\n");
+    const std::string code = i < kStatuses.size() ? std::to_string(kStatuses[i]) : std::string("other");
+    metrics::sample(out, kResponses, metrics::labels({{"code", code}}), answers_[i].load(std::memory_order_relaxed));
   }
-  metrics::header(out, "gpuguard_http_connections_shed_total", "counter",
-                  "Connections closed at the connection limit: refused when accepted, or evicted while idle to "
-                  "make room.");
-  out.append("gpuguard_http_connections_shed_total{reason=\"refused\"} ")
-      .append(std::to_string(shed(Shed::refused)))
-      .append("\n");
-  out.append("gpuguard_http_connections_shed_total{reason=\"evicted\"} ")
-      .append(std::to_string(shed(Shed::evicted)))
-      .append("\n");
+  metrics::header(out, kShed);
+  metrics::sample(out, kShed, "reason=\"refused\"", shed(Shed::refused));
+  metrics::sample(out, kShed, "reason=\"evicted\"", shed(Shed::evicted));
 }
 
 bool ProbeRoutes::owns(std::string_view path) { return path == "/healthz" || path == "/readyz" || path == "/metrics"; }

@@ -9,6 +9,17 @@ namespace {
 constexpr std::array<std::string_view, 5> kOperations = {"CREATE", "UPDATE", "DELETE", "CONNECT", "unknown"};
 constexpr std::array<std::string_view, 4> kResults = {"allowed", "patched", "denied", "invalid"};
 
+constexpr metrics::Family kRequests{"gpuguard_admission_requests_total", "counter",
+                                    "Admission reviews answered, by operation and result."};
+constexpr metrics::Family kDuration{"gpuguard_admission_duration_seconds", "histogram",
+                                    "Time to decode, decide and encode one review."};
+constexpr metrics::Family kMutated{"gpuguard_containers_mutated_total", "counter", "Containers patched, by reason."};
+constexpr metrics::Family kDoors{
+    "gpuguard_doors_total", "counter",
+    "Containers found at a door to devices that NVIDIA_VISIBLE_DEVICES does not close, by the policy's action."};
+constexpr metrics::Family kClaimsSynced{"gpuguard_resource_claims_synced", "gauge",
+                                        "1 once ResourceClaims and ResourceClaimTemplates have been listed."};
+
 std::size_t operation_index(std::string_view operation) {
   for (std::size_t i = 0; i + 1 < kOperations.size(); ++i) {
     if (operation == kOperations[i]) return i;
@@ -44,29 +55,18 @@ void WebhookMetrics::count_doors(const admission::DoorCounts& doors) {
 
 std::string WebhookMetrics::render(std::optional<bool> claims_synced) const {
   std::string out;
-  metrics::header(out, "gpuguard_admission_requests_total", "counter",
-                  "Admission reviews answered, by operation and result.");
-  requests_.render(out, "gpuguard_admission_requests_total");
-  metrics::header(out, "gpuguard_admission_duration_seconds", "histogram",
-                  "Time to decode, decide and encode one review.");
-  durations_.render(out, "gpuguard_admission_duration_seconds", "");
-  metrics::header(out, "gpuguard_containers_mutated_total", "counter", "Containers patched, by reason.");
+  metrics::header(out, kRequests);
+  requests_.render(out, kRequests);
+  metrics::header(out, kDuration);
+  durations_.render(out, kDuration, "");
+  metrics::header(out, kMutated);
   for (std::size_t i = 0; i < mutations_.size(); ++i) {
-    out.append("gpuguard_containers_mutated_total{reason=\"")
-        .append(admission::kMutationReasons[i])
-        .append("\"} ")
-        .append(std::to_string(mutations_[i].load(std::memory_order_relaxed)))
-        .append("\n");
+    metrics::sample(out, kMutated, metrics::labels({{"reason", admission::kMutationReasons[i]}}),
+                    mutations_[i].load(std::memory_order_relaxed));
   }
-  metrics::header(
-      out, "gpuguard_doors_total", "counter",
-      "Containers found at a door to devices that NVIDIA_VISIBLE_DEVICES does not close, by the policy's action.");
-  doors_.render(out, "gpuguard_doors_total");
-  if (claims_synced) {
-    metrics::header(out, "gpuguard_resource_claims_synced", "gauge",
-                    "1 once ResourceClaims and ResourceClaimTemplates have been listed.");
-    out.append("gpuguard_resource_claims_synced ").append(*claims_synced ? "1" : "0").append("\n");
-  }
+  metrics::header(out, kDoors);
+  doors_.render(out, kDoors);
+  if (claims_synced) metrics::single(out, kClaimsSynced, *claims_synced ? "1" : "0");
   server_.render(out);
   render_reloads(out, true);
   metrics::render_build_info(out, version_);

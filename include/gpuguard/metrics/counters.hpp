@@ -27,22 +27,14 @@ class LabelledCounters {
   std::uint64_t value(std::size_t row, std::size_t column) const {
     return counts_[row][column].load(std::memory_order_relaxed);
   }
-  // name{first="<row>",second="<column>"} count, one line per combination.
-  void render(std::string& out, std::string_view name) const {
+  // The family's samples {first="<row>",second="<column>"} count, one line per combination (no header).
+  void render(std::string& out, const Family& family) const {
     for (std::size_t r = 0; r < Rows; ++r) {
       for (std::size_t c = 0; c < Columns; ++c) {
-        out.append(name)
-            .append("{")
-            .append(first_)
-            .append("=\"")
-            .append(rows_[r])
-            .append("\",")
-            .append(second_)
-            .append("=\"")
-            .append(columns_[c])
-            .append("\"} ")
-            .append(std::to_string(value(r, c)))
-            .append("\n");
+        std::string labels;
+        labels.append(first_).append("=\"").append(rows_[r]).append("\",");
+        labels.append(second_).append("=\"").append(columns_[c]).append("\"");
+        sample(out, family, labels, value(r, c));
       }
     }
   }
@@ -60,8 +52,9 @@ class DurationHistogram {
   static constexpr std::array<double, 14> kBuckets = {0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
                                                       0.01,    0.025,  0.05,    0.1,    0.25,  0.5,    1.0};
   void observe(double seconds);
-  // `labels` is empty or `name="value",` pairs ending in a comma, put before `le`.
-  void render(std::string& out, std::string_view name, std::string_view labels) const;
+  // The family's _bucket, _sum and _count samples (no header). `labels` is empty or `name="value",` pairs
+  // ending in a comma, put before `le`.
+  void render(std::string& out, const Family& family, std::string_view labels) const;
 
  private:
   std::array<std::atomic<std::uint64_t>, kBuckets.size()> buckets_{};
