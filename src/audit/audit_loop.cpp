@@ -61,7 +61,7 @@ struct AuditLoop::Impl {
   std::mutex stop_mutex;
   std::condition_variable stop_signal;
   bool stopping = false;
-  std::atomic<bool> started{false};
+  std::atomic<bool> running{false};  // start() called, stop() not yet
   std::atomic<bool> synced_now{false};
   std::shared_ptr<const policy::Policy> relisting_for;  // the policy a re-list of the pods is under way for
 
@@ -386,13 +386,13 @@ void AuditLoop::start() {
       [&i](std::string_view resource, kube::ReflectorOutcome outcome) { i.metrics.count_informer(resource, outcome); });
   i.other_informers->start();
   i.start_pod_informer();
-  i.started = true;
+  i.running = true;
   i.thread = std::thread([&i] { i.run(); });
 }
 
 void AuditLoop::stop() {
   Impl& i = *impl_;
-  if (!i.started.exchange(false)) return;
+  if (!i.running.exchange(false)) return;
   {
     const std::lock_guard lock(i.stop_mutex);
     i.stopping = true;

@@ -261,6 +261,62 @@ class StopSignalsHeld {
   bool held_ = true;
 };
 
+// What the plugin serves: the GPU resources (none where another plugin serves the GPUs) and the host devices,
+// each by a name of its own.
+struct Served {
+  std::vector<std::unique_ptr<Resource>> resources;
+  std::vector<DeviceSet*> gpu_sets;
+  std::vector<MpsReadiness> mps_daemons;  // an MPS GPU's replicas wait for its daemon
+  std::vector<HostDeviceResource*> host_devices;
+  std::string report_only;  // why the GPUs are reported and not served; empty when served (or none found)
+};
+
+Served resources_to_serve(const PluginConfig& c, const Discovery& found) {
+  Served served;
+  std::map<std::string, std::string> feature_labels;
+  served.report_only = found.gpus.empty() ? "" : report_only_reason(c);
+  if (!served.report_only.empty()) {
+    log::info("GPUs not served: the node is judged and reported only", {{"reason", served.report_only}});
+  } else {
+    for (auto& gpu : gpu_resources(c, found, feature_labels)) {
+      served.gpu_sets.push_back(&gpu->devices());
+      if (gpu->mps()) {
+        for (const GpuUnit& unit : gpu->units()) {
+          const auto ready = host_path(c.host_root, mps_paths(c.gpu.mps_root, unit.gpu_uuid).ready.string());
+          gpu->devices().withhold(unit.gpu_uuid, true);  // until its daemon is seen ready
+          log::info("MPS GPU: its replicas wait for its daemon", {{"gpu", unit.gpu_uuid}, {"ready", ready.string()}});
+          served.mps_daemons.push_back({&gpu->devices(), unit.gpu_uuid, ready, false});
+        }
+      }
+      served.resources.push_back(std::move(gpu));
+    }
+  }
+  publish_feature_labels(c, feature_labels);
+  for (const HostDevice& device : c.host_devices) {
+    auto resource = std::make_unique<HostDeviceResource>(device, c.host_root);
+    served.host_devices.push_back(resource.get());
+    served.resources.push_back(std::move(resource));
+  }
+  std::set<std::string> names;
+  for (const auto& resource : served.resources) {
+    if (!names.insert(resource->name()).second) {
+      throw std::runtime_error("resource " + resource->name() +
+                               " would be served twice (a host device named like a GPU resource)");
+    }
+  }
+  if (served.resources.empty()) log::warn("nothing to serve: no GPU and no --host-device; idling until stopped");
+  return served;
+}
+
+// With --gpus auto, each registration first asks whether NVIDIA's plugin serves the GPU resource now: after a
+// kubelet restart both register again, and the kubelet keeps whichever registered last.
+KubeletSession::Yield yield_to_nvidia(const PluginConfig& c) {
+  if (c.gpus != GpuServing::automatic) return {};
+  return [&c, host = host_device_names(c)](const std::string& resource) {
+    return host.contains(resource) ? std::string() : other_gpu_plugin(c.plugin_dir, resource);
+  };
+}
+
 }  // namespace
 
 void serve(const PluginConfig& c, const std::vector<std::string>& config_warnings,
@@ -268,7 +324,7 @@ void serve(const PluginConfig& c, const std::vector<std::string>& config_warning
   StopSignalsHeld stop_signals;
   for (const std::string& warning : config_warnings) log::warn("config file", {{"reason", warning}});
   Discovery found = discover(c.discovery, c.host_root);
-  const std::string health = !c.health_checks ? "off" : found.nvml ? "nvml" : "presence";
+  const std::string health_source = !c.health_checks ? "off" : found.nvml ? "nvml" : "presence";
   if (!found.nvml_unavailable.empty()) {
     log::warn(
         "NVML not available: GPUs discovered through procfs, and their health is the presence of their "
@@ -276,30 +332,14 @@ void serve(const PluginConfig& c, const std::vector<std::string>& config_warning
         {{"reason", found.nvml_unavailable}});
   }
   if (!c.health_checks) log::warn("health checks are off: every device stays Healthy");
-  if (!found.gpus.empty()) log_gpus(found, health, c.host_root);
+  if (!found.gpus.empty()) log_gpus(found, health_source, c.host_root);
 
-  std::vector<std::unique_ptr<Resource>> resources;
-  std::vector<DeviceSet*> gpu_sets;
-  std::vector<MpsReadiness> mps_daemons;
-  std::map<std::string, std::string> feature_labels;
-  const std::string report_only = found.gpus.empty() ? "" : report_only_reason(c);
-  if (!report_only.empty()) {
-    log::info("GPUs not served: the node is judged and reported only", {{"reason", report_only}});
-  } else {
-    for (auto& gpu : gpu_resources(c, found, feature_labels)) {
-      gpu_sets.push_back(&gpu->devices());
-      if (gpu->mps()) {
-        for (const GpuUnit& unit : gpu->units()) {
-          const auto ready = host_path(c.host_root, mps_paths(c.gpu.mps_root, unit.gpu_uuid).ready.string());
-          gpu->devices().withhold(unit.gpu_uuid, true);  // until its daemon is seen ready
-          log::info("MPS GPU: its replicas wait for its daemon", {{"gpu", unit.gpu_uuid}, {"ready", ready.string()}});
-          mps_daemons.push_back({&gpu->devices(), unit.gpu_uuid, ready, false});
-        }
-      }
-      resources.push_back(std::move(gpu));
-    }
-  }
-  publish_feature_labels(c, feature_labels);
+  Served served = resources_to_serve(c, found);
+  auto& resources = served.resources;
+  auto& gpu_sets = served.gpu_sets;
+  auto& mps_daemons = served.mps_daemons;
+  const auto& host_devices = served.host_devices;
+  const std::string& report_only = served.report_only;
   const bool judged = !gpu_sets.empty() || !report_only.empty();  // a GPU node
   NodeIsolation isolation;
   // The plugin judges the injected value alone: a bad value of any other key (mode, say) is the
@@ -317,38 +357,16 @@ void serve(const PluginConfig& c, const std::vector<std::string>& config_warning
   } else if (condition) {
     log::info("no GPU served: no node condition written", {{"node", c.node_name}});
   }
-  std::vector<HostDeviceResource*> host_devices;
-  for (const HostDevice& device : c.host_devices) {
-    auto resource = std::make_unique<HostDeviceResource>(device, c.host_root);
-    host_devices.push_back(resource.get());
-    resources.push_back(std::move(resource));
-  }
-  std::set<std::string> names;
-  for (const auto& resource : resources) {
-    if (!names.insert(resource->name()).second) {
-      throw std::runtime_error("resource " + resource->name() +
-                               " would be served twice (a host device named like a GPU resource)");
-    }
-  }
-  if (resources.empty()) log::warn("nothing to serve: no GPU and no --host-device; idling until stopped");
 
   std::vector<std::unique_ptr<PluginServer>> servers;
   servers.reserve(resources.size());
   for (auto& resource : resources) servers.push_back(std::make_unique<PluginServer>(*resource, c.plugin_dir));
-  // With --gpus auto, each registration first asks whether NVIDIA's plugin serves the GPU resource now:
-  // after a kubelet restart both register again, and the kubelet keeps whichever registered last.
-  KubeletSession::Yield yield;
-  if (c.gpus == GpuServing::automatic) {
-    yield = [&c, host = host_device_names(c)](const std::string& resource) {
-      return host.contains(resource) ? std::string() : other_gpu_plugin(c.plugin_dir, resource);
-    };
-  }
-  KubeletSession kubelet(servers, c.plugin_dir / "kubelet.sock", yield);
+  KubeletSession kubelet(servers, c.plugin_dir / "kubelet.sock", yield_to_nvidia(c));
 
   // The status server takes SIGTERM and SIGINT from its construction on, and one that came during the
   // start-up is delivered to it then: a signal at any moment ends in the orderly stop below.
   const char* gpus = found.gpus.empty() ? "none" : report_only.empty() ? "served" : "report-only";
-  const StatusPage page({GPUGUARD_VERSION, found.source, health, gpus}, resources, kubelet, isolation);
+  const StatusPage page({GPUGUARD_VERSION, found.source, health_source, gpus}, resources, kubelet, isolation);
   const server::StatusRoutes routes(
       [&page] {
         return server::StatusRoutes::Readiness{page.ready(), ""};

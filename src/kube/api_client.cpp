@@ -497,11 +497,12 @@ asio::awaitable<WatchEnd> ApiClient::watch(WatchedResource& resource, std::strin
       error = "malformed watch event";
       end = WatchEnd::failed;
     } else if (type == "ERROR") {
-      const Status status = status_of(json_, padded_inside(object));
-      if (status.code == 410) {
+      const Status error_status = status_of(json_, padded_inside(object));
+      if (error_status.code == 410) {
         end = WatchEnd::gone;
       } else {
-        error = "watch error event: " + (status.message.empty() ? std::string(object.substr(0, 200)) : status.message);
+        error = "watch error event: " +
+                (error_status.message.empty() ? std::string(object.substr(0, 200)) : error_status.message);
         end = WatchEnd::failed;
       }
     } else if (type == "ADDED" || type == "MODIFIED" || type == "DELETED") {

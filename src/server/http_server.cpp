@@ -226,11 +226,11 @@ struct HttpServer::Impl {
   // The connections' loops. The acceptor, the signals and the drain run on a loop of their own, so that
   // a busy connection never delays accepting the next one.
   std::vector<std::unique_ptr<asio::io_context>> loops;
-  asio::io_context control{1};
+  asio::io_context control_loop{1};
   std::size_t next_loop = 0;  // round robin; touched only by the accept loop
-  asio::basic_socket_acceptor<tcp, Executor> acceptor{control};
-  asio::basic_signal_set<Executor> signals{control, SIGINT, SIGTERM};
-  Timer drain_timer{control};
+  asio::basic_socket_acceptor<tcp, Executor> acceptor{control_loop};
+  asio::basic_signal_set<Executor> signals{control_loop, SIGINT, SIGTERM};
+  Timer drain_timer{control_loop};
 
   Task<> accept_loop();
   Task<> session(Socket socket);
@@ -265,7 +265,7 @@ Task<> HttpServer::Impl::accept_loop() {
       if (stopping || ec == asio::error::operation_aborted) co_return;
       // Typically EMFILE: back off instead of spinning, existing connections keep being served.
       log::warn("accept failed", {{"reason", ec.message()}});
-      Timer pause(control, 50ms);
+      Timer pause(control_loop, 50ms);
       co_await pause.async_wait(kNoThrow);
       continue;
     }
@@ -277,7 +277,7 @@ Task<> HttpServer::Impl::accept_loop() {
     for (auto waited = 0ms; !room && !stopping; waited += 1ms) {
       room = sessions < options.max_connections || make_room();
       if (room || waited >= kRoomWait) break;
-      Timer pause(control, 1ms);
+      Timer pause(control_loop, 1ms);
       co_await pause.async_wait(kNoThrow);
     }
     if (!room) {
@@ -587,7 +587,7 @@ void HttpServer::Impl::wait_for_sessions(std::chrono::steady_clock::time_point d
   if (sessions == 0 || std::chrono::steady_clock::now() >= deadline) {
     if (sessions != 0) log::warn("shutdown timeout reached with connections open", {{"connections", sessions.load()}});
     for (const auto& loop : loops) loop->stop();
-    control.stop();
+    control_loop.stop();
     return;
   }
   drain_timer.expires_after(10ms);
@@ -621,7 +621,7 @@ void HttpServer::run() {
                                 {"timeout_ms", impl_->options.shutdown_timeout.count()}});
     impl_->begin_shutdown();
   });
-  asio::co_spawn(impl_->control, impl_->accept_loop(), [](const std::exception_ptr&) {});
+  asio::co_spawn(impl_->control_loop, impl_->accept_loop(), [](const std::exception_ptr&) {});
   // The connections' loops wait for connections until the drain stops every loop.
   std::vector<asio::executor_work_guard<Executor>> waiting;
   std::vector<std::jthread> threads;
@@ -629,11 +629,11 @@ void HttpServer::run() {
     waiting.push_back(asio::make_work_guard(*loop));
     threads.emplace_back([&context = *loop] { context.run(); });
   }
-  impl_->control.run();
+  impl_->control_loop.run();
 }
 
 void HttpServer::stop() {
-  asio::post(impl_->control, [this] { impl_->begin_shutdown(); });
+  asio::post(impl_->control_loop, [this] { impl_->begin_shutdown(); });
 }
 
 }  // namespace gpuguard::server

@@ -80,7 +80,7 @@ class FakeKubelet final : public v1::PodResourcesLister::Service {
       }
       if (!container.cdi_devices.empty()) {
         auto* claim = c->add_dynamic_resources()->add_claim_resources();
-        for (const auto& name : container.cdi_devices) claim->add_cdi_devices()->set_name(name);
+        for (const auto& device : container.cdi_devices) claim->add_cdi_devices()->set_name(device);
       }
     }
     const std::lock_guard lock(mutex_);

@@ -106,7 +106,7 @@ namespace {
 // One file in memory, at a host path: for the rpm database as it is and as corrupted.
 class OneFile : public nodereport::HostFiles {
  public:
-  OneFile(std::string path, std::string bytes) : path_(std::move(path)), bytes(std::move(bytes)) {}
+  OneFile(std::string path, std::string content) : path_(std::move(path)), bytes(std::move(content)) {}
   std::optional<std::string> read(const std::string& path) const override {
     return path == path_ ? std::optional(bytes) : std::nullopt;
   }

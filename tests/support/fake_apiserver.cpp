@@ -232,11 +232,11 @@ void FakeApiserver::serve(std::shared_ptr<Connection> connection) {
     } else if (const auto [found, status, body] = answer_by_path(seen); found) {
       reply(status, body);
     } else if (seen.path.starts_with("/apis/wgpolicyk8s.io/")) {
-      const auto [status, body] = answer_policy_reports(seen);
-      reply(status, body);
+      const auto [report_status, report_body] = answer_policy_reports(seen);
+      reply(report_status, report_body);
     } else if (request.method() == http::verb::patch) {
-      const auto [status, body] = patch_node_status(seen);
-      reply(status, body);
+      const auto [patch_status, patch_body] = patch_node_status(seen);
+      reply(patch_status, patch_body);
     } else if (resource.empty()) {
       reply(404, status_object(404, "NotFound", "the server could not find the requested resource"));
     } else if (query.count("watch") && query.at("watch") != "false" && query.at("watch") != "0") {
