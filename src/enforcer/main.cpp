@@ -5,6 +5,8 @@
 #include <malloc.h>
 
 #include <iostream>
+#include <optional>
+#include <string>
 
 #include "enforcer_service.hpp"
 #include "gpuguard/cli/apiserver_flags.hpp"
@@ -39,15 +41,7 @@ bool valid_name(const std::string& name) {
   });
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  // A request can be 4 MiB, held once (include/gpuguard/nri/wire.hpp). glibc raises its mmap threshold to the largest
-  // block freed so far, so after one such request the next comes from the heap and stays there; a fixed
-  // threshold keeps every large block mapped apart, and given back when freed (docs/benchmarks.md).
-  mallopt(M_MMAP_THRESHOLD, 128 * 1024);
-  po::options_description description(kUsage);
-  cli::add_apiserver_flags(description);
+void add_flags(po::options_description& description) {
   description.add_options()("nri-socket", po::value<std::string>()->default_value("/var/run/nri/nri.sock"),
                             "the runtime's NRI socket")(
       "nri-unserved-after", po::value<unsigned>()->default_value(30),
@@ -82,78 +76,92 @@ int main(int argc, char** argv) {
       "break-glass-configmap", po::value<std::string>(),
       "NAMESPACE/NAME of a ConfigMap watched through the API: while it exists, every container is created as it is, "
       "nothing enforced or refused (the chart's: <release namespace>/<release>-break-glass; default: none)");
-  const cli::Parsed parsed = cli::parse_command_line(kProgram, GPUGUARD_VERSION, description, argc, argv);
-  if (!parsed.flags) return parsed.exit_status;
-  const po::variables_map& flags = *parsed.flags;
+}
 
-  enforcer::EnforcerConfig config;
+// Each step reads its flags into the configuration, or says why it cannot (the message after "<program>: ").
+using Problem = std::optional<std::string>;
+
+Problem read_nri_flags(const po::variables_map& flags, enforcer::EnforcerConfig& config) {
   config.nri_socket = flags["nri-socket"].as<std::string>();
   const unsigned unserved_after = flags["nri-unserved-after"].as<unsigned>();
-  if (unserved_after < 1 || unserved_after > 3600) {
-    std::cerr << kProgram << ": --nri-unserved-after must be 1 to 3600 seconds\n";
-    return 2;
-  }
+  if (unserved_after < 1 || unserved_after > 3600) return "--nri-unserved-after must be 1 to 3600 seconds";
   config.nri_unserved_after = std::chrono::seconds(unserved_after);
   config.plugin_name = flags["plugin-name"].as<std::string>();
   config.plugin_index = flags["plugin-index"].as<std::string>();
+  if (!valid_index(config.plugin_index)) return "--plugin-index must be two digits, such as 50";
+  if (!valid_name(config.plugin_name)) return "--plugin-name may hold only letters, digits and _ . + -";
+  return std::nullopt;
+}
+
+Problem read_node_flags(const po::variables_map& flags, enforcer::EnforcerConfig& config) {
   config.pod_resources_socket = flags["pod-resources-socket"].as<std::string>();
   config.host_root = flags["host-root"].as<std::string>();
   config.kubelet_root = flags["kubelet-root"].as<std::string>();
-  if (!config.kubelet_root.is_absolute()) {
-    std::cerr << kProgram << ": --kubelet-root must be an absolute path on the host\n";
-    return 2;
-  }
+  if (!config.kubelet_root.is_absolute()) return "--kubelet-root must be an absolute path on the host";
   config.policy_dir = cli::path_flag(flags, "policy-dir");
   config.metrics_address = flags["metrics-address"].as<std::string>();
   if (flags.count("node-name")) config.node_name = flags["node-name"].as<std::string>();
   if (flags.count("mps-root")) {
     const std::string root = flags["mps-root"].as<std::string>();
-    if (!root.starts_with('/')) {
-      std::cerr << kProgram << ": --mps-root must be an absolute path on the host\n";
-      return 2;
-    }
+    if (!root.starts_with('/')) return "--mps-root must be an absolute path on the host";
     config.mps_roots.push_back(root);
   }
-  if (flags.count("exempt-service-accounts")) {
-    const std::string accounts = flags["exempt-service-accounts"].as<std::string>();
-    const policy::PolicyParse parsed_accounts =
-        policy::parse_policy({{"nodeEnforcementExemptServiceAccounts", accounts}});
-    if (!parsed_accounts.policy) {
-      std::cerr << kProgram << ": --exempt-service-accounts: " << parsed_accounts.error << "\n";
-      return 2;
-    }
-    config.exempt_service_accounts = parsed_accounts.policy->node_enforcement_exempt_service_accounts;
-  }
+  return std::nullopt;
+}
+
+Problem read_exemptions(const po::variables_map& flags, enforcer::EnforcerConfig& config) {
+  if (!flags.count("exempt-service-accounts")) return std::nullopt;
+  const std::string accounts = flags["exempt-service-accounts"].as<std::string>();
+  const policy::PolicyParse parsed = policy::parse_policy({{"nodeEnforcementExemptServiceAccounts", accounts}});
+  if (!parsed.policy) return "--exempt-service-accounts: " + parsed.error;
+  config.exempt_service_accounts = parsed.policy->node_enforcement_exempt_service_accounts;
+  return std::nullopt;
+}
+
+// The API server, and the break glass, which is read through it.
+Problem read_api_flags(const po::variables_map& flags, enforcer::EnforcerConfig& config) {
   if (flags.count("break-glass-configmap")) {
     const std::string configmap = flags["break-glass-configmap"].as<std::string>();
     const std::size_t slash = configmap.find('/');
     if (slash == std::string::npos || slash == 0 || slash + 1 == configmap.size() ||
         configmap.find('/', slash + 1) != std::string::npos) {
-      std::cerr << kProgram << ": --break-glass-configmap must be NAMESPACE/NAME\n";
-      return 2;
+      return "--break-glass-configmap must be NAMESPACE/NAME";
     }
     config.break_glass_namespace = configmap.substr(0, slash);
     config.break_glass_name = configmap.substr(slash + 1);
-  }
-  if (!valid_index(config.plugin_index)) {
-    std::cerr << kProgram << ": --plugin-index must be two digits, such as 50\n";
-    return 2;
-  }
-  if (!valid_name(config.plugin_name)) {
-    std::cerr << kProgram << ": --plugin-name may hold only letters, digits and _ . + -\n";
-    return 2;
   }
   if (cli::apiserver_known(flags)) {
     try {
       config.apiserver = cli::api_server(flags);
     } catch (const std::exception& e) {
-      std::cerr << kProgram << ": " << e.what() << "\n";
-      return 2;
+      return std::string(e.what());
     }
   }
   if (!config.break_glass_name.empty() && !config.apiserver) {
-    std::cerr << kProgram << ": --break-glass-configmap needs the API (--apiserver-url, or run in a pod)\n";
-    return 2;
+    return "--break-glass-configmap needs the API (--apiserver-url, or run in a pod)";
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // A request can be 4 MiB, held once (include/gpuguard/nri/wire.hpp). glibc raises its mmap threshold to the largest
+  // block freed so far, so after one such request the next comes from the heap and stays there; a fixed
+  // threshold keeps every large block mapped apart, and given back when freed (docs/benchmarks.md).
+  mallopt(M_MMAP_THRESHOLD, 128 * 1024);
+  po::options_description description(kUsage);
+  cli::add_apiserver_flags(description);
+  add_flags(description);
+  const cli::Parsed parsed = cli::parse_command_line(kProgram, GPUGUARD_VERSION, description, argc, argv);
+  if (!parsed.flags) return parsed.exit_status;
+
+  enforcer::EnforcerConfig config;
+  for (const auto& step : {read_nri_flags, read_node_flags, read_exemptions, read_api_flags}) {
+    if (const Problem problem = step(*parsed.flags, config)) {
+      std::cerr << kProgram << ": " << *problem << "\n";
+      return 2;
+    }
   }
   return cli::run_service([&] { enforcer::serve(config); });
 }
