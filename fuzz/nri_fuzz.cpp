@@ -186,7 +186,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
               kept += d.resource.size();
               for (const auto& id : d.ids) kept += id.size() + 1;
             }
-            for (const auto& name : c.cdi_devices) kept += name.size() + 1;
+            for (const auto& device : c.cdi_devices) kept += device.size() + 1;
           }
           if (kept > gpuguard::enforcer::kPodKeptMax) violated("a pod kept past its bound");
           if (name.size() % 2 != 0) violated("a pod taken that was not wanted");

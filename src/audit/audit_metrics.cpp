@@ -14,7 +14,7 @@ constexpr metrics::Family kLeader{"gpuguard_audit_leader", "gauge",
 constexpr metrics::Family kLeaseRounds{
     "gpuguard_audit_lease_rounds_total", "counter",
     "Rounds of the audit Lease this replica ran (read, and renewed or taken where due), each retry "
-    "period: that it goes up shows the replica is still contending."};
+    "period, whether or not the API answered: that it goes up shows the replica's loop runs."};
 constexpr metrics::Family kSynced{"gpuguard_audit_synced", "gauge", "1 once pods and nodes have been listed."};
 constexpr metrics::Family kReportsAvailable{
     "gpuguard_audit_policy_reports_available", "gauge",

@@ -16,14 +16,15 @@ Response StatusRoutes::handle(const RequestHead& head, std::string) const {
   return ProbeRoutes::respond(head.path, now.ready, scrape_, now.note);
 }
 
-ServerOptions status_server_options(std::string listen_address, std::chrono::milliseconds shutdown_timeout) {
+ServerOptions status_server_options(std::string listen_address, std::chrono::milliseconds shutdown_timeout,
+                                    std::size_t answer_bytes) {
   ServerOptions options;
   options.listen_address = std::move(listen_address);
   options.threads = 1;
   options.body_limit = 0;
   options.header_limit = std::size_t{8} << 10;
   options.max_connections = 64;
-  options.inflight_bytes = std::size_t{1} << 20;
+  options.inflight_bytes = answer_bytes;
   options.shutdown_delay = std::chrono::milliseconds{0};
   options.shutdown_timeout = shutdown_timeout;
   return options;

@@ -128,8 +128,12 @@ int run_audit_controller_command(int argc, char** argv) {
           return server::StatusRoutes::Readiness{loop.synced(), ""};
         },
         [&] { return metrics.render(loop.synced()); });
-    server::HttpServer server(server::status_server_options(flags["listen-address"].as<std::string>(), 10s),
-                              server::TlsProvider{}, routes);
+    // Its page grows with the cluster (a series per namespace, reason and result exposed): 16 MiB of answers
+    // in flight, as it had before the status ports shared their options, holds two scrapes of a page for about
+    // 80,000 such series.
+    server::HttpServer server(
+        server::status_server_options(flags["listen-address"].as<std::string>(), 10s, std::size_t{16} << 20),
+        server::TlsProvider{}, routes);
     const std::string address = server.bind();
     policy.watch(1s);
     loop.start();

@@ -178,7 +178,7 @@ TEST_CASE("two replicas, one writer, and the other takes over when the leader di
   REQUIRE(eventually([&] { return cluster.apiserver.policy_reports().size() == 2; }));
   auto b = cluster.controller("replica-b");
   REQUIRE(eventually([&] { return http_request(b->port(), "GET", "/readyz").status == 200; }));
-  // Two rounds of the Lease in which the follower found it held, and did not take it.
+  // Two rounds of the Lease after the follower became ready, in which it did not take the Lease.
   const double rounds = series(*b, "gpuguard_audit_lease_rounds_total").value_or(-1);
   REQUIRE(rounds >= 0);
   REQUIRE(eventually([&] { return series(*b, "gpuguard_audit_lease_rounds_total") >= rounds + 2; }));
@@ -201,11 +201,12 @@ TEST_CASE("two replicas, one writer, and the other takes over when the leader di
   CHECK(cluster.apiserver.lease(kLease)["spec"]["leaseTransitions"] == 1);
   CHECK(eventually([&] { return series(*b, "gpuguard_audit_pods") == 3; }));
   // A new pod makes the new leader pass over every namespace: it writes the new one's report, and none of
-  // those the old leader wrote, which are already true.
-  cluster.apiserver.put("pods", pod("late", "created-unpatched", false));
-  CHECK(eventually([&] { return cluster.apiserver.report_writes()["late"] == 1; }));
+  // those the old leader wrote, which are already true. Reports are written in namespace order, and this one
+  // sorts last: a rewrite of the others would have come before it.
+  cluster.apiserver.put("pods", pod("zz-late", "created-unpatched", false));
+  CHECK(eventually([&] { return cluster.apiserver.report_writes()["zz-late"] == 1; }));
   auto after = cluster.apiserver.report_writes();
-  after.erase("late");
+  after.erase("zz-late");
   CHECK(after == writes);
   CHECK(b->terminate() == 0);
 }

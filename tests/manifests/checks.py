@@ -498,7 +498,7 @@ def series_names(expression):
 def check_series_exist(expressions, root):
     """Each series an alert or panel reads is one gpuguard's code exports (or Kubernetes' own, named above)."""
     import pathlib
-    code = "".join(p.read_text() for p in pathlib.Path(root, "src").rglob("*.cpp"))
+    code = "".join(p.read_text() for top in ("src", "include") for p in pathlib.Path(root, top).rglob("*.[ch]pp"))
     for expression in expressions:
         names = series_names(expression)
         assert names, f"no series in {expression!r}"

@@ -6,6 +6,7 @@
 // there is thus 2.5 MiB at most: 64 connections' buffers of 24 KiB and 1 MiB of answers, and a connection
 // that has sent nothing whole yet gives its place to the kubelet's probe (HttpServer's make_room).
 #include <chrono>
+#include <cstddef>
 #include <functional>
 #include <optional>
 #include <string>
@@ -34,7 +35,10 @@ class StatusRoutes final : public Handler {
 };
 
 // The options of a status port on `listen_address`: one thread, the bounds above, no drain delay (nothing
-// routes traffic by these probes), and an exit at most `shutdown_timeout` after SIGTERM.
-ServerOptions status_server_options(std::string listen_address, std::chrono::milliseconds shutdown_timeout);
+// routes traffic by these probes), and an exit at most `shutdown_timeout` after SIGTERM. `answer_bytes` is what
+// the answers over 16 KiB in flight may hold together: a page larger than that is answered 503, so a program
+// whose page grows with the cluster (the audit's, by namespace) gives its largest page room for two scrapes.
+ServerOptions status_server_options(std::string listen_address, std::chrono::milliseconds shutdown_timeout,
+                                    std::size_t answer_bytes = std::size_t{1} << 20);
 
 }  // namespace gpuguard::server
