@@ -22,7 +22,7 @@ constexpr metrics::Family kFindings{"gpuguard_device_plugin_node_findings", "gau
                                     "The node report's findings under NVIDIA_VISIBLE_DEVICES=none, by severity."};
 
 std::string verdict_labels(const nodereport::Report& report) {
-  return "value=\"" + report.value + "\",verdict=\"" + std::string(nodereport::verdict_name(report.verdict)) + "\"";
+  return metrics::labels({{"value", report.value}, {"verdict", nodereport::verdict_name(report.verdict)}});
 }
 
 }  // namespace
@@ -66,7 +66,7 @@ void NodeIsolation::render_metrics(std::string& out) const {
   for (const nodereport::Finding& finding : none_->findings) ++counts.at(static_cast<std::size_t>(finding.severity));
   for (const auto severity :
        {nodereport::Severity::critical, nodereport::Severity::warning, nodereport::Severity::info}) {
-    metrics::sample(out, kFindings, "severity=\"" + std::string(nodereport::severity_name(severity)) + "\"",
+    metrics::sample(out, kFindings, metrics::labels({{"severity", nodereport::severity_name(severity)}}),
                     counts.at(static_cast<std::size_t>(severity)));
   }
 }

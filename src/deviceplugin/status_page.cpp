@@ -27,8 +27,10 @@ std::string StatusPage::render_metrics() const {
   std::string out;
   metrics::header(out, kInfo);
   metrics::sample(out, kInfo,
-                  "version=\"" + status_.version + "\",discovery=\"" + status_.discovery + "\",health=\"" +
-                      status_.health + "\",gpus=\"" + status_.gpus + "\"",
+                  metrics::labels({{"version", status_.version},
+                                   {"discovery", status_.discovery},
+                                   {"health", status_.health},
+                                   {"gpus", status_.gpus}}),
                   "1");
   metrics::header(out, kDevices);
   for (const auto& resource : resources_) {

@@ -40,7 +40,7 @@ void ReloadMetrics::render_reloads(std::string& out, bool with_certificate, bool
   two_results(out, kPolicyReloads, policy_reloads_);
   if (with_policy_mode) {
     header(out, kPolicyInfo);
-    sample(out, kPolicyInfo, "mode=\"" + policy_mode_ + "\"", "1");
+    sample(out, kPolicyInfo, labels({{"mode", policy_mode_}}), "1");
   }
   if (!with_certificate) return;
   single(out, kCertificateExpiry, number(certificate_expiry_));

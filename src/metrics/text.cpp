@@ -52,7 +52,7 @@ void two_results(std::string& out, const Family& family, const std::array<std::u
 void render_build_info(std::string& out, std::string_view version) {
   constexpr Family kBuildInfo{"gpuguard_build_info", "gauge", "The running version."};
   header(out, kBuildInfo);
-  sample(out, kBuildInfo, "version=\"" + std::string(version) + "\"", "1");
+  sample(out, kBuildInfo, labels({{"version", version}}), "1");
 }
 
 void DurationHistogram::observe(double seconds) {

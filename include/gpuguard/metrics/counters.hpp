@@ -31,10 +31,7 @@ class LabelledCounters {
   void render(std::string& out, const Family& family) const {
     for (std::size_t r = 0; r < Rows; ++r) {
       for (std::size_t c = 0; c < Columns; ++c) {
-        std::string labels;
-        labels.append(first_).append("=\"").append(rows_[r]).append("\",");
-        labels.append(second_).append("=\"").append(columns_[c]).append("\"");
-        sample(out, family, labels, value(r, c));
+        sample(out, family, labels({{first_, rows_[r]}, {second_, columns_[c]}}), value(r, c));
       }
     }
   }
