@@ -1,5 +1,6 @@
 #include "gpuguard/server/http.hpp"
 
+#include <algorithm>
 #include <cctype>
 #include <charconv>
 
@@ -48,6 +49,10 @@ void ServerCounters::count_answer(unsigned status) {
   answers_[status_index(status)].fetch_add(1, std::memory_order_relaxed);
 }
 
+void ServerCounters::hold_bytes(std::int64_t delta) { bytes_held_.fetch_add(delta, std::memory_order_relaxed); }
+
+void ServerCounters::hold_request(int delta) { requests_in_flight_.fetch_add(delta, std::memory_order_relaxed); }
+
 void ServerCounters::count_shed(Shed why) {
   shed_[static_cast<std::size_t>(why)].fetch_add(1, std::memory_order_relaxed);
 }
@@ -72,9 +77,21 @@ void ServerCounters::render(std::string& out) const {
     const std::string code = i < kStatuses.size() ? std::to_string(kStatuses[i]) : std::string("other");
     metrics::sample(out, kResponses, metrics::labels({{"code", code}}), answers_[i].load(std::memory_order_relaxed));
   }
+  static constexpr metrics::Family kBytesHeld{
+      "gpuguard_http_budget_bytes_held", "gauge",
+      "Bytes of the server's byte budget held now by request bodies and large answers."};
+  static constexpr metrics::Family kInFlight{"gpuguard_http_requests_in_flight", "gauge",
+                                             "Connections whose request head has been read and whose answer has "
+                                             "not been written: never closed to make room."};
   metrics::header(out, kShed);
   metrics::sample(out, kShed, "reason=\"refused\"", shed(Shed::refused));
   metrics::sample(out, kShed, "reason=\"evicted\"", shed(Shed::evicted));
+  // A gauge moved by another thread both ways: never below 0 when read, whatever the order.
+  const auto now = [](const std::atomic<std::int64_t>& gauge) {
+    return static_cast<std::uint64_t>(std::max<std::int64_t>(0, gauge.load(std::memory_order_relaxed)));
+  };
+  metrics::single(out, kBytesHeld, now(bytes_held_));
+  metrics::single(out, kInFlight, now(requests_in_flight_));
 }
 
 bool ProbeRoutes::owns(std::string_view path) { return path == "/healthz" || path == "/readyz" || path == "/metrics"; }

@@ -82,20 +82,42 @@ constexpr std::size_t kUncountedAnswer = std::size_t{16} * 1024;
 
 // The bytes of request bodies and answers that all connections together may hold at once. A request takes
 // its share before any room is made for its body; without it, it is answered 503 and its body never read.
+// What is held is shown on /metrics, so that a test sees the budget come back rather than waits for it.
 class ByteBudget {
  public:
-  explicit ByteBudget(std::size_t total) : left_(total) {}
+  ByteBudget(std::size_t total, ServerCounters* counters) : left_(total), counters_(counters) {}
   bool take(std::size_t bytes) {
     std::size_t left = left_.load(std::memory_order_relaxed);
     do {
       if (left < bytes) return false;
     } while (!left_.compare_exchange_weak(left, left - bytes, std::memory_order_relaxed));
+    if (counters_ != nullptr) counters_->hold_bytes(static_cast<std::int64_t>(bytes));
     return true;
   }
-  void give(std::size_t bytes) { left_.fetch_add(bytes, std::memory_order_relaxed); }
+  void give(std::size_t bytes) {
+    if (counters_ != nullptr && bytes != 0) counters_->hold_bytes(-static_cast<std::int64_t>(bytes));
+    left_.fetch_add(bytes, std::memory_order_relaxed);
+  }
 
  private:
   std::atomic<std::size_t> left_;
+  ServerCounters* counters_;
+};
+
+// A request between its head and its answer, counted for as long as this lives.
+class RequestInFlight {
+ public:
+  explicit RequestInFlight(ServerCounters* counters) : counters_(counters) {
+    if (counters_ != nullptr) counters_->hold_request(1);
+  }
+  ~RequestInFlight() {
+    if (counters_ != nullptr) counters_->hold_request(-1);
+  }
+  RequestInFlight(const RequestInFlight&) = delete;
+  RequestInFlight& operator=(const RequestInFlight&) = delete;
+
+ private:
+  ServerCounters* counters_;
 };
 
 // What one request holds of the budget, given back when it goes out of scope.
@@ -209,7 +231,7 @@ struct HttpServer::Impl {
       : options(std::move(o)),
         tls(std::move(t)),
         handler(h),
-        budget(options.inflight_bytes),
+        budget(options.inflight_bytes, options.counters),
         loops(make_loops(options.threads)) {}
 
   ServerOptions options;
@@ -417,6 +439,7 @@ Task<> HttpServer::Impl::serve_requests(Stream& stream, Expiry& expiry, SessionC
       co_await answer_read_error(stream, expiry, read_error, options.request_timeout);
       break;
     }
+    const RequestInFlight in_flight(options.counters);
 
     auto& request = parser.get();
     const RequestHead head = request_head(parser);

@@ -57,14 +57,21 @@ class ServerCounters {
 
   void count_answer(unsigned status);
   void count_shed(Shed why);
+  // What clients hold now: bytes of the server's byte budget, and connections between a request's head
+  // and its answer. Each is moved by the same amount both ways.
+  void hold_bytes(std::int64_t delta);
+  void hold_request(int delta);
   std::uint64_t answers(unsigned status) const;  // kStatuses' own; any other status counts as "other"
   std::uint64_t shed(Shed why) const;
-  // gpuguard_http_responses_total{code} and gpuguard_http_connections_shed_total{reason}.
+  // gpuguard_http_responses_total{code}, gpuguard_http_connections_shed_total{reason},
+  // gpuguard_http_budget_bytes_held and gpuguard_http_requests_in_flight.
   void render(std::string& out) const;
 
  private:
   std::array<std::atomic<std::uint64_t>, kStatuses.size() + 1> answers_{};
   std::array<std::atomic<std::uint64_t>, 2> shed_{};
+  std::atomic<std::int64_t> bytes_held_{0};
+  std::atomic<std::int64_t> requests_in_flight_{0};
 };
 
 // For a route that takes only POST with a JSON body: 405 or 415, or nullopt when the request may go on.
