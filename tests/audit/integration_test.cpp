@@ -14,13 +14,16 @@
 
 #include <nlohmann/json.hpp>
 
+#include "eventually.hpp"
 #include "fake_apiserver.hpp"
 #include "files.hpp"
 #include "http_client.hpp"
 #include "promtool.hpp"
+#include "series.hpp"
 #include "server_process.hpp"
 
 using namespace gpuguard::test;
+using namespace std::chrono_literals;
 using nlohmann::json;
 namespace fs = std::filesystem;
 
@@ -74,15 +77,10 @@ struct Cluster {
   }
 };
 
-// A series' value from /metrics; nullopt when absent.
-std::optional<double> series(const ServerProcess& process, const std::string& name) {
+// A series' value from /metrics; -1 when absent.
+long long series(const ServerProcess& process, const std::string& name) {
   const Reply reply = http_request(process.port(), "GET", "/metrics");
-  if (reply.status != 200) return std::nullopt;
-  for (std::size_t at = reply.body.find(name + " "); at != std::string::npos;
-       at = reply.body.find(name + " ", at + 1)) {
-    if (at == 0 || reply.body[at - 1] == '\n') return std::stod(reply.body.substr(at + name.size() + 1));
-  }
-  return std::nullopt;
+  return reply.status == 200 ? series_value(reply.body, name) : -1;
 }
 
 std::string result_of(const json& report) { return report["results"][0]["result"]; }
@@ -117,8 +115,8 @@ TEST_CASE("reports and metrics follow the pods and the policy, and the Lease is 
   cluster.apiserver.remove("pods", "debug");
   CHECK(eventually([&] { return cluster.apiserver.policy_reports().count("tools") == 0; }));
   CHECK(eventually([&] {
-    return !series(*controller,
-                   "gpuguard_audit_exposed_pods{namespace=\"tools\",reason=\"image-default\",result=\"fail\"}");
+    return series(*controller,
+                  "gpuguard_audit_exposed_pods{namespace=\"tools\",reason=\"image-default\",result=\"fail\"}") == -1;
   }));
 
   // Policy mode audit: the pods are listed again, and the same exposure is a warning.
@@ -140,7 +138,7 @@ TEST_CASE("a pass over 1,000 pods in 100 namespaces: its Lease and 100 reports o
     }
   }
   auto controller = cluster.controller("replica-a");
-  const bool all_written = eventually([&] { return cluster.apiserver.policy_reports().size() == 102; }, 30);
+  const bool all_written = eventually([&] { return cluster.apiserver.policy_reports().size() == 102; }, 30s);
   INFO(cluster.apiserver.policy_reports().size() << " reports");
   REQUIRE(all_written);
   const auto lease_requests = [&] {
@@ -150,7 +148,7 @@ TEST_CASE("a pass over 1,000 pods in 100 namespaces: its Lease and 100 reports o
     });
   };
   // Three more rounds of the Lease after the reports, each on the connection the reports were written on.
-  const double rounds = series(*controller, "gpuguard_audit_lease_rounds_total").value_or(-1);
+  const long long rounds = series(*controller, "gpuguard_audit_lease_rounds_total");
   REQUIRE(rounds >= 1);
   CHECK(eventually([&] { return series(*controller, "gpuguard_audit_lease_rounds_total") >= rounds + 3; }));
   const auto requests = cluster.apiserver.requests().size();
@@ -179,12 +177,12 @@ TEST_CASE("two replicas, one writer, and the other takes over when the leader di
   auto b = cluster.controller("replica-b");
   REQUIRE(eventually([&] { return http_request(b->port(), "GET", "/readyz").status == 200; }));
   // Two rounds of the Lease after the follower became ready, in which it did not take the Lease.
-  const double rounds = series(*b, "gpuguard_audit_lease_rounds_total").value_or(-1);
+  const long long rounds = series(*b, "gpuguard_audit_lease_rounds_total");
   REQUIRE(rounds >= 0);
   REQUIRE(eventually([&] { return series(*b, "gpuguard_audit_lease_rounds_total") >= rounds + 2; }));
   CHECK(series(*b, "gpuguard_audit_leader") == 0);
   // The follower exports no view of the cluster, so a sum over the replicas counts each pod once.
-  CHECK_FALSE(series(*b, "gpuguard_audit_pods"));
+  CHECK(series(*b, "gpuguard_audit_pods") == -1);
   CHECK(series(*a, "gpuguard_audit_pods") == 3);
   const auto writes = cluster.apiserver.report_writes();
   CHECK(writes == std::map<std::string, unsigned>{{"team-a", 1}, {"tools", 1}});
@@ -193,8 +191,8 @@ TEST_CASE("two replicas, one writer, and the other takes over when the leader di
   // retry periods, and writes nothing that is already true.
   const auto killed = std::chrono::steady_clock::now();
   kill(a->pid(), SIGKILL);
-  a->wait_exit(10);
-  REQUIRE(eventually([&] { return series(*b, "gpuguard_audit_leader") == 1; }, 20));
+  a->wait_exit(10s);
+  REQUIRE(eventually([&] { return series(*b, "gpuguard_audit_leader") == 1; }, 20s));
   const auto took = std::chrono::steady_clock::now() - killed;
   CHECK(took < std::chrono::seconds(9));
   CHECK(cluster.apiserver.lease(kLease)["spec"]["holderIdentity"] == "replica-b");

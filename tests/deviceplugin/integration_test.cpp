@@ -197,10 +197,12 @@ TEST_CASE("node report: the verdict for each value in /metrics, judged again whe
                   "cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n- name: none\n"
                   "  containerEdits: {env: [NO_GPU=]}\n");
   std::string after;
-  for (int i = 0; i < 150 && after.find(R"({value="none",verdict="honoured"} 1)") == std::string::npos; ++i) {
-    std::this_thread::sleep_for(100ms);
-    after = http_get(port, "/metrics").second;
-  }
+  eventually(
+      [&] {
+        after = http_get(port, "/metrics").second;
+        return after.find(R"({value="none",verdict="honoured"} 1)") != std::string::npos;
+      },
+      15s);
   CHECK_THAT(after, Catch::Contains(R"(gpuguard_device_plugin_value_honoured{value="none",verdict="honoured"} 1)"));
   CHECK_THAT(after, Catch::Contains(R"(gpuguard_device_plugin_node_findings{severity="critical"} 0)"));
   CHECK_THAT(plugin.log(), Catch::Contains(R"("msg":"node report","none":"honoured")"));
@@ -248,10 +250,10 @@ TEST_CASE("gpus auto: where NVIDIA's plugin answers for the resource, the GPUs a
     REQUIRE(registered.size() == 1);
     CHECK(registered[0].resource_name() == "github.com/fuse");
     std::string metrics;
-    for (int i = 0; i < 60 && metrics.find("value_honoured") == std::string::npos; ++i) {
-      std::this_thread::sleep_for(50ms);
+    eventually([&] {
       metrics = http_get(port, "/metrics").second;
-    }
+      return metrics.find("value_honoured") != std::string::npos;
+    });
     CHECK_THAT(metrics, Catch::Contains("gpus=\"report-only\"} 1"));
     // The node is judged all the same: on a GPU Operator node the condition exists too.
     CHECK_THAT(metrics, Catch::Contains(R"(gpuguard_device_plugin_value_honoured{value="void",verdict="honoured"} 1)"));
@@ -312,10 +314,7 @@ TEST_CASE("gpus auto: a socket NVIDIA's plugin left when it failed leaves the GP
   nvidia.reset();  // the file stays: a plugin that stops removes it, one that fails does not
   PluginProcess plugin(node.plugin_dir, node.host.root(), {"--gpus", "auto", "--cdi-root", ""});
   const int port = plugin.status_port();
-  std::string status;
-  for (int i = 0; i < 60 && status != "200"; ++i, std::this_thread::sleep_for(50ms))
-    status = http_get(port, "/readyz").first;
-  CHECK(status == "200");
+  CHECK(eventually([&] { return http_get(port, "/readyz").first == "200"; }));
   wait_for_passes(port, 2);
   CHECK(kubelet.wait_for(1, 0ms).empty());
   CHECK_THAT(plugin.log(), Catch::Contains("is there and does not answer"));
@@ -328,10 +327,7 @@ TEST_CASE("gpus report-only: nothing registered for the GPUs, ready once the nod
   // No kubelet at all: the smaller DaemonSet on GPU Operator nodes mounts no device plugin directory.
   PluginProcess plugin(node.plugin_dir, node.host.root(), {"--gpus", "report-only", "--cdi-root", ""});
   const int port = plugin.status_port();
-  std::string status;
-  for (int i = 0; i < 60 && status != "200"; ++i, std::this_thread::sleep_for(50ms))
-    status = http_get(port, "/readyz").first;
-  CHECK(status == "200");
+  CHECK(eventually([&] { return http_get(port, "/readyz").first == "200"; }));
   CHECK_THAT(http_get(port, "/metrics").second,
              Catch::Contains(R"(gpuguard_device_plugin_value_honoured{value="none",verdict="breaks-pods"} 0)"));
   CHECK_THAT(plugin.log(), Catch::Contains("--gpus report-only"));
@@ -344,8 +340,7 @@ TEST_CASE("SIGTERM during the start-up ends in the orderly stop, not in death by
   PluginProcess plugin(node.plugin_dir, node.host.root(), {"--host-device", "github.com/fuse=/dev/fuse:4"});
   // Its first line comes from discovery, before its files, its sockets and its status server: the signal
   // is sent while it is still starting.
-  for (int i = 0; i < 5000 && plugin.log().find("GPUs found") == std::string::npos; ++i)
-    std::this_thread::sleep_for(1ms);
+  eventually([&] { return plugin.log().find("GPUs found") != std::string::npos; }, 5s);
   REQUIRE_THAT(plugin.log(), Catch::Contains("GPUs found"));
   CHECK(plugin.terminate() == 0);
   CHECK_THAT(plugin.log(), Catch::Contains("serving probes and metrics"));
@@ -386,10 +381,7 @@ TEST_CASE("probes and metrics: ready once registered, the discovery and health s
 
   FakeKubelet kubelet(node.plugin_dir);
   REQUIRE(kubelet.wait_for(2).size() == 2);
-  std::string status;
-  for (int i = 0; i < 60 && status != "200"; ++i, std::this_thread::sleep_for(50ms))
-    status = http_get(port, "/readyz").first;
-  CHECK(status == "200");
+  CHECK(eventually([&] { return http_get(port, "/readyz").first == "200"; }));
   const std::string metrics = http_get(port, "/metrics").second;
   check_promtool_clean(metrics);
   CHECK_THAT(metrics, Catch::Contains("gpuguard_device_plugin_info{version=\"") &&
@@ -451,9 +443,7 @@ TEST_CASE("kubelet restart: sockets deleted and kubelet.sock re-created, every r
     if (entry.is_socket()) fs::remove(entry.path());
   }
   SECTION("the plugin sees the kubelet gone, and its own sockets too, before the new kubelet is there") {
-    for (int i = 0; i < 100 && plugin_series(port, "gpuguard_device_plugin_registered") != 0; ++i)
-      std::this_thread::sleep_for(50ms);
-    REQUIRE(plugin_series(port, "gpuguard_device_plugin_registered") == 0);
+    REQUIRE(eventually([&] { return plugin_series(port, "gpuguard_device_plugin_registered") == 0; }, 5s));
   }
   SECTION("the new kubelet is there at once: the plugin finds both in one pass") {
     // A new kubelet.sock may take the old one's inode number: only a registration after serving again counts.
@@ -597,9 +587,7 @@ TEST_CASE(
     // Serving no GPU, it takes the labels away.
     PluginProcess report_only(node.plugin_dir, node.host.root(),
                               {"--gpus", "report-only", "--cdi-root", "", "--nfd-feature-file", features});
-    for (int i = 0; i < 100 && std::filesystem::exists(node.host.root() / features.substr(1)); ++i)
-      std::this_thread::sleep_for(50ms);
-    CHECK_FALSE(std::filesystem::exists(node.host.root() / features.substr(1)));
+    CHECK(eventually([&] { return !std::filesystem::exists(node.host.root() / features.substr(1)); }, 5s));
     CHECK(report_only.terminate() == 0);
   }
   node.host.write("plugin.yaml",

@@ -3,6 +3,7 @@
 // given), in a mount namespace of its own so that its tmpfs mounts end with it; and the real plugin
 // serving MPS replicas to the fake kubelet: Unhealthy until the GPU's daemon is ready, and each
 // container given its GPU's pipe directory, shm and limits.
+#include "eventually.hpp"
 #include "plugin_harness.hpp"
 
 #include <nlohmann/json.hpp>
@@ -60,85 +61,42 @@ struct MpsNode : Node {
 
 // gpuguard-device-plugin mps-control under `unshare --mount --propagation private`, which executes it in
 // place: the PID is the daemon's own, and its mounts leave with its namespace.
-class MpsControl {
+class MpsControl : public ChildProcess {
  public:
-  MpsControl(const MpsNode& node, const fs::path& config, std::vector<std::string> extra_env = {}) {
-    std::vector<std::string> args = {"unshare",
-                                     "--mount",
-                                     "--propagation",
-                                     "private",
-                                     GPUGUARD_DEVICE_PLUGIN_BIN,
-                                     "mps-control",
-                                     "--discovery",
-                                     "nvml",
-                                     "--host-root",
-                                     node.host.root().string(),
-                                     "--config-file",
-                                     config.string(),
-                                     "--nvidia-smi",
-                                     (kStandIns / "nvidia-smi").string(),
-                                     "--mps-control",
-                                     (kStandIns / "nvidia-cuda-mps-control").string(),
-                                     "--shm-size",
-                                     "16m",
-                                     "--check-interval",
-                                     "1"};
-    std::vector<char*> argv;
-    argv.reserve(args.size() + 1);
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    std::vector<std::string> env = node.env();
-    env.insert(env.end(), extra_env.begin(), extra_env.end());
-    std::vector<char*> envp;
-    for (char** e = environ; *e != nullptr; ++e) envp.push_back(*e);
-    for (auto& e : env) envp.push_back(e.data());
-    envp.push_back(nullptr);
-    log_ = node.host.root() / "mps-control.log";
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    REQUIRE(posix_spawnp(&pid_, "unshare", &actions, nullptr, argv.data(), envp.data()) == 0);
-    posix_spawn_file_actions_destroy(&actions);
-  }
-  ~MpsControl() {
-    if (pid_ > 0) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
-  }
-  pid_t pid() const { return pid_; }
-  int stop() {
-    kill(pid_, SIGTERM);
-    return wait_exit(20s);
-  }
-  int wait_exit(std::chrono::milliseconds limit) {
-    int status = 0;
-    for (auto waited = 0ms; waited < limit; waited += 50ms) {
-      if (waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = -1;
-        return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-      }
-      std::this_thread::sleep_for(50ms);
-    }
-    return -2;
-  }
-  std::string log() const {
-    std::ifstream in(log_);
-    return std::string(std::istreambuf_iterator<char>(in), {});
-  }
+  MpsControl(const MpsNode& node, const fs::path& config, std::vector<std::string> extra_env = {})
+      : ChildProcess(argv(node, config),
+                     {.env = env(node, std::move(extra_env)), .log = node.host.root() / "mps-control.log"}) {}
+  int stop() { return terminate(20s); }
 
  private:
-  pid_t pid_ = -1;
-  fs::path log_;
-};
-
-bool eventually(const std::function<bool()>& condition, std::chrono::milliseconds limit = 20s) {
-  for (auto waited = 0ms; waited < limit; waited += 50ms) {
-    if (condition()) return true;
-    std::this_thread::sleep_for(50ms);
+  static std::vector<std::string> argv(const MpsNode& node, const fs::path& config) {
+    return {"unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            GPUGUARD_DEVICE_PLUGIN_BIN,
+            "mps-control",
+            "--discovery",
+            "nvml",
+            "--host-root",
+            node.host.root().string(),
+            "--config-file",
+            config.string(),
+            "--nvidia-smi",
+            (kStandIns / "nvidia-smi").string(),
+            "--mps-control",
+            (kStandIns / "nvidia-cuda-mps-control").string(),
+            "--shm-size",
+            "16m",
+            "--check-interval",
+            "1"};
   }
-  return condition();
-}
+  static std::vector<std::string> env(const MpsNode& node, std::vector<std::string> extra) {
+    std::vector<std::string> all = node.env();
+    all.insert(all.end(), extra.begin(), extra.end());
+    return all;
+  }
+};
 
 std::size_t count(const std::string& text, const std::string& what) {
   std::size_t n = 0;
@@ -153,7 +111,7 @@ TEST_CASE("mps-control: a daemon per GPU seeing that GPU alone, its own shm, lim
   const fs::path config = node.host.root() / "plugin.yaml";
   std::ofstream(config) << "sharing: {mps: {resources: [{name: gpu, replicas: 4}]}}\n";
   MpsControl control(node, config);
-  REQUIRE(eventually([&] { return fs::exists(node.ready(kGpu0)) && fs::exists(node.ready(kGpu1)); }));
+  REQUIRE(eventually([&] { return fs::exists(node.ready(kGpu0)) && fs::exists(node.ready(kGpu1)); }, 20s));
   INFO(control.log());
   const std::string started = node.transcript_text();
   INFO(started);
@@ -195,8 +153,8 @@ TEST_CASE("mps-control: a daemon per GPU seeing that GPU alone, its own shm, lim
   // GPU 1's daemon dies: the next check finds it silent, and it is started again.
   const pid_t gpu1_daemon = node.stand_in_daemons()[1];
   kill(gpu1_daemon, SIGKILL);
-  REQUIRE(eventually([&] { return count(node.transcript_text(), "-d CUDA_VISIBLE_DEVICES=" + kGpu1) == 2; }));
-  REQUIRE(eventually([&] { return fs::exists(node.ready(kGpu1)) && node.stand_in_daemons().size() == 2; }));
+  REQUIRE(eventually([&] { return count(node.transcript_text(), "-d CUDA_VISIBLE_DEVICES=" + kGpu1) == 2; }, 20s));
+  REQUIRE(eventually([&] { return fs::exists(node.ready(kGpu1)) && node.stand_in_daemons().size() == 2; }, 20s));
   CHECK_THAT(control.log(), Catch::Contains("MPS daemon does not answer") && Catch::Contains(kGpu1));
   CHECK(count(node.transcript_text(), "-d CUDA_VISIBLE_DEVICES=" + kGpu0) == 1);
 
@@ -230,7 +188,7 @@ TEST_CASE("mps-control: without sharing.mps it starts no daemon and idles until 
   const fs::path config = node.host.root() / "plugin.yaml";
   std::ofstream(config) << "sharing: {timeSlicing: {resources: [{name: gpu, replicas: 2}]}}\n";
   MpsControl control(node, config);
-  REQUIRE(eventually([&] { return control.log().find("no GPU is shared with MPS") != std::string::npos; }));
+  REQUIRE(eventually([&] { return control.log().find("no GPU is shared with MPS") != std::string::npos; }, 20s));
   CHECK(control.stop() == 0);
   CHECK_FALSE(fs::exists(node.transcript));
 }

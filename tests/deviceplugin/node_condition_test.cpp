@@ -24,14 +24,17 @@ json node_object(const std::string& name) {
 // The GPUIsolation condition on the fake's Node once `pred` holds for it (null when it never did in 20 s).
 template <typename Pred>
 json condition_when(const FakeApiserver& apiserver, const std::string& node, Pred pred) {
-  for (int i = 0; i < 200; ++i) {
-    json object = apiserver.object("nodes", node);
-    for (const json& c : object["status"]["conditions"]) {
-      if (c.value("type", "") == "GPUIsolation" && pred(c)) return c;
-    }
-    std::this_thread::sleep_for(100ms);
-  }
-  return nullptr;
+  json found = nullptr;
+  eventually(
+      [&] {
+        json object = apiserver.object("nodes", node);
+        for (const json& c : object["status"]["conditions"]) {
+          if (c.value("type", "") == "GPUIsolation" && pred(c)) found = c;
+        }
+        return !found.is_null();
+      },
+      20s);
+  return found;
 }
 
 struct ConditionNode : Node {
@@ -86,11 +89,11 @@ TEST_CASE("node condition: GPUIsolation follows the policy's value, keeps its tr
     // The write is counted once its answer is read, which may come after the API server stored it.
     const int port = plugin.status_port();
     const std::string counted = "gpuguard_device_plugin_node_condition_writes_total{result=\"success\"} 1\n";
-    std::string metrics = http_get(port, "/metrics").second;
-    for (int i = 0; i < 100 && metrics.find(counted) == std::string::npos; ++i) {
-      std::this_thread::sleep_for(50ms);
+    std::string metrics;
+    eventually([&] {
       metrics = http_get(port, "/metrics").second;
-    }
+      return metrics.find(counted) != std::string::npos;
+    });
     CHECK_THAT(metrics, Catch::Contains(counted));
 
     // The admin sets visibleDevicesValue: void in the ConfigMap: the condition judges void from the next
@@ -111,8 +114,8 @@ TEST_CASE("node condition: GPUIsolation follows the policy's value, keeps its tr
   // Started again on the same node: the condition it writes is the same, so lastTransitionTime stays.
   const std::size_t patches_before = apiserver.requests().size();
   PluginProcess again(node.plugin_dir, node.host.root(), node.flags(apiserver));
-  for (int i = 0; i < 100 && apiserver.requests().size() < patches_before + 2; ++i) std::this_thread::sleep_for(100ms);
-  REQUIRE(apiserver.requests().size() >= patches_before + 2);  // the empty patch, then the condition
+  REQUIRE(eventually(
+      [&] { return apiserver.requests().size() >= patches_before + 2; }));  // the empty patch, then the condition
   CHECK(apiserver.requests()[patches_before].body == "{}");
   const json kept = apiserver.object("nodes", "gpu-1")["status"]["conditions"][1];
   CHECK(kept["status"] == "True");
@@ -127,10 +130,12 @@ TEST_CASE("node condition: a refused write is counted, logged once, and tried ag
   PluginProcess plugin(node.plugin_dir, node.host.root(), node.flags(apiserver));
   const int port = plugin.status_port();
   std::string metrics;
-  for (int i = 0; i < 150 && metrics.find("writes_total{result=\"failure\"} 2") == std::string::npos; ++i) {
-    std::this_thread::sleep_for(100ms);
-    metrics = http_get(port, "/metrics").second;
-  }
+  eventually(
+      [&] {
+        metrics = http_get(port, "/metrics").second;
+        return metrics.find("writes_total{result=\"failure\"} 2") != std::string::npos;
+      },
+      15s);
   CHECK_THAT(metrics, Catch::Contains("gpuguard_device_plugin_node_condition_writes_total{result=\"failure\"} 2\n"));
   const std::string log = plugin.log();
   const std::string line = R"("msg":"cannot write the node condition")";

@@ -9,7 +9,6 @@
 #include <grpcpp/grpcpp.h>
 #include <netinet/in.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 
@@ -22,10 +21,11 @@
 #include <sstream>
 #include <thread>
 
+#include "child_process.hpp"
 #include "deviceplugin/v1beta1/api.grpc.pb.h"
+#include "eventually.hpp"
 #include "fake_host.hpp"
-
-extern char** environ;
+#include "series.hpp"
 
 namespace gpuguard::test {
 
@@ -87,82 +87,29 @@ class FakeKubelet final : public v1beta1::Registration::Service {
   std::vector<v1beta1::RegisterRequest> registrations_;
 };
 
-class PluginProcess {
+inline std::vector<std::string> plugin_argv(const fs::path& plugin_dir, const fs::path& host_root,
+                                            std::vector<std::string> extra) {
+  std::vector<std::string> args = {
+      GPUGUARD_DEVICE_PLUGIN_BIN, "--device-plugin-dir", plugin_dir.string(), "--host-root",
+      host_root.string(),         "--metrics-address",   "127.0.0.1:0"};
+  if (std::find(extra.begin(), extra.end(), "--discovery") == extra.end()) {
+    args.insert(args.end(), {"--discovery", "procfs"});
+  }
+  args.insert(args.end(), extra.begin(), extra.end());
+  return args;
+}
+
+// The device plugin, its log in the plugin directory.
+class PluginProcess : public ChildProcess {
  public:
   // `env`: NAME=value entries added to this process's environment (the stand-in NVML's, say).
   PluginProcess(const fs::path& plugin_dir, const fs::path& host_root, std::vector<std::string> extra,
-                std::vector<std::string> env = {}) {
-    std::vector<std::string> args = {
-        GPUGUARD_DEVICE_PLUGIN_BIN, "--device-plugin-dir", plugin_dir.string(), "--host-root",
-        host_root.string(),         "--metrics-address",   "127.0.0.1:0"};
-    if (std::find(extra.begin(), extra.end(), "--discovery") == extra.end()) {
-      args.insert(args.end(), {"--discovery", "procfs"});
-    }
-    args.insert(args.end(), extra.begin(), extra.end());
-    std::vector<char*> argv;
-    argv.reserve(args.size() + 1);
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    log_ = plugin_dir / "plugin.log";
-    posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    std::vector<char*> envp;
-    for (char** e = environ; *e != nullptr; ++e) envp.push_back(*e);
-    for (auto& e : env) envp.push_back(e.data());
-    envp.push_back(nullptr);
-    REQUIRE(posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), envp.data()) == 0);
-    posix_spawn_file_actions_destroy(&actions);
-  }
-  ~PluginProcess() {
-    if (pid_ > 0) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
-  }
-  int terminate() {
-    kill(pid_, SIGTERM);
-    return wait_exit(5s, "of SIGTERM");
-  }
-  // Its exit status once it exits by itself; -1 when it did not within `limit`, or ended by a signal.
-  int wait_exit(std::chrono::milliseconds limit, const char* what = "") {
-    int status = 0;
-    for (auto waited = 0ms; waited < limit; waited += 50ms) {
-      if (waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = -1;
-        if (WIFEXITED(status)) return WEXITSTATUS(status);
-        WARN("the plugin ended by signal " << WTERMSIG(status) << "; its log:\n" << log());
-        return -1;
-      }
-      std::this_thread::sleep_for(50ms);
-    }
-    WARN("the plugin did not exit within " << limit.count() << " ms " << what << "; its log:\n" << log());
-    return -1;
-  }
-  std::string log() const {
-    std::ifstream in(log_);
-    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  }
+                std::vector<std::string> env = {})
+      : ChildProcess(plugin_argv(plugin_dir, host_root, std::move(extra)),
+                     {.env = std::move(env), .log = plugin_dir / "plugin.log"}) {}
+  int terminate() { return ChildProcess::terminate(5s); }
   // The port of its probe and metrics listener, from its start-up log line.
-  int status_port() const {
-    const std::string address = "\"address\":\"127.0.0.1:";
-    for (int i = 0; i < 100; ++i) {
-      std::istringstream lines(log());
-      for (std::string line; std::getline(lines, line);) {
-        const auto at = line.find(address);
-        if (at != std::string::npos && line.find("serving probes and metrics") != std::string::npos) {
-          return std::stoi(line.substr(at + address.size()));
-        }
-      }
-      std::this_thread::sleep_for(50ms);
-    }
-    FAIL("no \"serving probes and metrics\" line in the plugin's log:\n" << log());
-    return 0;
-  }
-
- private:
-  pid_t pid_ = -1;
-  fs::path log_;
+  int status_port() const { return logged_port("serving probes and metrics"); }
 };
 
 inline std::unique_ptr<v1beta1::DevicePlugin::Stub> plugin_client(const fs::path& dir, const std::string& endpoint) {
@@ -220,24 +167,20 @@ inline std::pair<std::string, std::string> http_get(int port, const std::string&
 
 // A series' whole value from the plugin's /metrics; -1 when it is not there.
 inline long long plugin_series(int port, const std::string& name) {
-  const std::string page = http_get(port, "/metrics").second;
-  const auto at = page.find("\n" + name + " ");
-  return at == std::string::npos ? -1 : std::stoll(page.substr(at + name.size() + 2));
+  return series_value(http_get(port, "/metrics").second, name);
 }
 
 // Waits until the plugin has run `more` further passes over the kubelet's socket and its own (one a second):
 // what it has not done by then (registered again, served again) it did not do on a pass, rather than had no
 // pass to do it in. Fails the test when the passes stop.
 inline void wait_for_passes(int port, long long more) {
-  const long long from = plugin_series(port, "gpuguard_device_plugin_kubelet_passes_total");
+  const auto passes = [&] { return plugin_series(port, "gpuguard_device_plugin_kubelet_passes_total"); };
+  const long long from = passes();
   REQUIRE(from >= 0);
   long long now = from;
-  for (int i = 0; i < 100 && now < from + more; ++i) {
-    std::this_thread::sleep_for(50ms);
-    now = plugin_series(port, "gpuguard_device_plugin_kubelet_passes_total");
-  }
+  const bool passed = eventually([&] { return (now = passes()) >= from + more; }, 5s);
   INFO("passes went from " << from << " to " << now << " in 5 s");
-  REQUIRE(now >= from + more);
+  REQUIRE(passed);
 }
 
 inline grpc::Status allocate(v1beta1::DevicePlugin::Stub& stub, const std::vector<std::string>& ids,

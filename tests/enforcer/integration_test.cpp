@@ -11,7 +11,6 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -27,15 +26,15 @@
 #include <thread>
 
 #include "../deviceplugin/fake_host.hpp"
+#include "child_process.hpp"
+#include "eventually.hpp"
 #include "fake_apiserver.hpp"
 #include "fixture.hpp"
 #include "http_client.hpp"
 #include "podresources/v1/api.grpc.pb.h"
 #include "promtool.hpp"
 #include "property.hpp"
-#include "server_process.hpp"
-
-extern char** environ;
+#include "series.hpp"
 
 using namespace gpuguard;
 using namespace gpuguard::test;
@@ -154,78 +153,32 @@ struct Node {
   }
 };
 
-class EnforcerProcess {
+std::vector<std::string> enforcer_argv(const Node& node, std::vector<std::string> extra = {}) {
+  std::vector<std::string> args = {GPUGUARD_NODE_ENFORCER_BIN,
+                                   "--nri-socket",
+                                   node.nri_socket.string(),
+                                   "--pod-resources-socket",
+                                   node.kubelet_socket.string(),
+                                   "--host-root",
+                                   node.host.root().string(),
+                                   "--policy-dir",
+                                   node.policy.string(),
+                                   "--metrics-address",
+                                   "127.0.0.1:0"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return args;
+}
+
+// The enforcer, its log in the test's directory.
+class EnforcerProcess : public ChildProcess {
  public:
-  EnforcerProcess(const Node& node, std::vector<std::string> extra = {}) : log_(node.dir / "enforcer.log") {
-    std::vector<std::string> args = {GPUGUARD_NODE_ENFORCER_BIN,
-                                     "--nri-socket",
-                                     node.nri_socket.string(),
-                                     "--pod-resources-socket",
-                                     node.kubelet_socket.string(),
-                                     "--host-root",
-                                     node.host.root().string(),
-                                     "--policy-dir",
-                                     node.policy.string(),
-                                     "--metrics-address",
-                                     "127.0.0.1:0"};
-    args.insert(args.end(), extra.begin(), extra.end());
-    std::vector<char*> argv;
-    argv.reserve(args.size() + 1);
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    REQUIRE(posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ) == 0);
-    posix_spawn_file_actions_destroy(&actions);
-  }
-  ~EnforcerProcess() {
-    if (pid_ > 0) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
-  }
-  int terminate() {
-    kill(pid_, SIGTERM);
-    int status = 0;
-    for (int i = 0; i < 100 && waitpid(pid_, &status, WNOHANG) != pid_; ++i) std::this_thread::sleep_for(50ms);
-    pid_ = -1;
-    const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    // A sanitizer's report (ThreadSanitizer exits 66) is the enforcer's last words on stderr, which is its log in
-    // the test's own directory: shown here, as the directory goes with the test.
-    if (code != 0) {
-      const std::string text = log();
-      std::cerr << "the node enforcer exited " << code << "; the end of its log:\n"
-                << text.substr(text.size() > 16384 ? text.size() - 16384 : 0) << "\n";
-    }
-    return code;
-  }
-  std::string log() const {
-    std::ifstream in(log_);
-    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-  }
-  pid_t pid() const { return pid_; }
-  int port() const {
-    const std::string marker = "\"address\":\"127.0.0.1:";
-    for (int i = 0; i < 100; ++i) {
-      const std::string text = log();
-      const auto at = text.find(marker);
-      if (at != std::string::npos) return std::stoi(text.substr(at + marker.size()));
-      std::this_thread::sleep_for(50ms);
-    }
-    FAIL("the enforcer never said where it serves: " << log());
-    return 0;
-  }
+  EnforcerProcess(const Node& node, std::vector<std::string> extra = {}, const fs::path& cgroup = {})
+      : ChildProcess(enforcer_argv(node, std::move(extra)), {.log = node.dir / "enforcer.log", .cgroup = cgroup}) {}
+  unsigned short port() const { return logged_port("serving probes and metrics"); }
   // The value of one series on /metrics, or -1.
   long long series(const std::string& name) const {
-    const std::string text = http_request(port(), "GET", "/metrics").body;
-    const auto at = text.find("\n" + name + " ");
-    return at == std::string::npos ? -1 : std::stoll(text.substr(at + name.size() + 2));
+    return series_value(http_request(port(), "GET", "/metrics").body, name);
   }
-
- private:
-  fs::path log_;
-  pid_t pid_ = -1;
 };
 
 // Runs nri-runtime with `script`. No assertion here: Catch's macros are for the test's own thread only, and
@@ -255,27 +208,29 @@ std::vector<json> run_runtime(const Node& node, const json& script, const std::s
   return runtime_steps(run_runtime_process(node, script, flags), script);
 }
 
+// A point where the runtime waits for the test (nri-runtime's wait_file step): the test sees it arrive there,
+// does what it must while the runtime is held, then lets it go on.
+struct Hold {
+  fs::path path;
+  json step() const { return {{"wait_file", path.string()}}; }
+  bool reached() const {
+    return eventually([&] { return fs::exists(path.string() + ".reached"); }, 30s);
+  }
+  void release() const { std::ofstream(path).flush(); }
+};
+
 // Another NRI plugin, after the enforcer (e2e/cmd/nri-injector), adding what `flags` say to each container.
-class InjectorProcess {
+class InjectorProcess : public ChildProcess {
  public:
-  InjectorProcess(const Node& node, const std::vector<std::string>& flags) {
-    std::vector<std::string> args = {GPUGUARD_NRI_INJECTOR_BIN, "--socket", node.nri_socket.string()};
-    args.insert(args.end(), flags.begin(), flags.end());
-    std::vector<char*> argv;
-    argv.reserve(args.size() + 1);
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    REQUIRE(posix_spawn(&pid_, argv[0], nullptr, nullptr, argv.data(), environ) == 0);
-  }
-  ~InjectorProcess() {
-    kill(pid_, SIGKILL);
-    waitpid(pid_, nullptr, 0);
-  }
-  InjectorProcess(const InjectorProcess&) = delete;
-  InjectorProcess& operator=(const InjectorProcess&) = delete;
+  InjectorProcess(const Node& node, const std::vector<std::string>& flags)
+      : ChildProcess(argv(node, flags), {.log = node.dir / "injector.log"}) {}
 
  private:
-  pid_t pid_ = -1;
+  static std::vector<std::string> argv(const Node& node, const std::vector<std::string>& flags) {
+    std::vector<std::string> args = {GPUGUARD_NRI_INJECTOR_BIN, "--socket", node.nri_socket.string()};
+    args.insert(args.end(), flags.begin(), flags.end());
+    return args;
+  }
 };
 
 // A binary carrying Go's build information as NVIDIA's release build stamps it (-X
@@ -537,8 +492,7 @@ TEST_CASE("a runtime that serves no NRI: the enforcer is ready and says the node
   CHECK(enforcer.series("gpuguard_node_enforcer_nri_served") == 1);
   // Past it (seen at the next try, the backoff's 250 ms doubling): ready (an install waiting on the
   // DaemonSet goes on), the node reported not enforced.
-  const auto deadline = std::chrono::steady_clock::now() + 15s;
-  while (ready().status != 200 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(100ms);
+  eventually([&] { return ready().status == 200; }, 15s);
   const auto unserved = ready();
   CHECK(unserved.status == 200);
   CHECK_THAT(unserved.body, Catch::Contains("not enforced: the container runtime serves no NRI socket"));
@@ -567,14 +521,21 @@ TEST_CASE("sandboxes made at once are fetched in one List, and their containers 
   EnforcerProcess enforcer(node);
   json steps = json::array({{{"wait_plugin", 10}}});
   for (const std::string name : {"a", "b", "c"}) steps.push_back({{"run_pod", gpu_less_pod(name)}});
-  // Time for the fetch before the creates: on a loaded machine a create that waited 400 ms for it asks
-  // the kubelet itself (as it must), which is another call, and not what this test is about.
-  steps.push_back({{"sleep", 1}});
+  // The creates wait for the fetch: on a loaded machine a create that waited 400 ms for it asks the kubelet
+  // itself (as it must), which is another call, and not what this test is about.
+  const Hold fetched{node.dir / "fetched"};
+  steps.push_back(fetched.step());
   for (const std::string name : {"a", "b", "c"}) {
     steps.push_back(create_step(gpu_less_pod(name), cuda_container("app")));
     steps.push_back(create_step(gpu_less_pod(name), cuda_container("app")));  // a restart of the same container
   }
-  const auto out = run_runtime(node, {{"steps", steps}});
+  const json script = {{"steps", steps}};
+  std::future<ExitResult> running = std::async(std::launch::async, [&] { return run_runtime_process(node, script); });
+  REQUIRE(fetched.reached());
+  // The List at registration, and the sandboxes' fetch answered (the kubelet answers at once).
+  CHECK(eventually([&] { return kubelet.calls() >= 2; }));
+  fetched.release();
+  const auto out = runtime_steps(running.get(), script);
   INFO(enforcer.log());
   for (std::size_t i = 5; i < 11; ++i) {
     INFO(out[i].dump());
@@ -731,21 +692,23 @@ TEST_CASE("running containers beyond their allocation are reported at registrati
   privileged["id"] = "c-priv";
   privileged["name"] = "agent";
   privileged["linux"] = {{"resources", {{"devices", json::array({{{"allow", true}, {"access", "rwm"}}})}}}};
+  const Hold registered{node.dir / "registered"}, removed{node.dir / "removed"};
   const json script = {
       {"existing", {{"pods", json::array({old_pod})}, {"containers", json::array({running, privileged})}}},
       {"steps", json::array({{{"wait_plugin", 10}},
-                             {{"sleep", 0.3}},
+                             registered.step(),
                              {{"remove", {{"pod", old_pod}, {"container", running}}}},
-                             {{"sleep", 0.3}}})}};
+                             removed.step()})}};
   std::future<ExitResult> out = std::async(std::launch::async, [&] { return run_runtime_process(node, script); });
-  // Read while the runtime is still connected: from its registration to the removal, 0.3 s later.
-  for (int i = 0; i < 50 && enforcer.series("gpuguard_node_enforcer_running_containers{state=\"beyond\"}") != 1; ++i) {
-    std::this_thread::sleep_for(20ms);
-  }
+  // Read while the runtime is still connected: after its registration, and again after the removal.
+  REQUIRE(registered.reached());
   CHECK(enforcer.series("gpuguard_node_enforcer_running_containers{state=\"beyond\"}") == 1);
   CHECK(enforcer.series("gpuguard_node_enforcer_running_containers{state=\"privileged\"}") == 1);
-  runtime_steps(out.get(), script);
+  registered.release();
+  REQUIRE(removed.reached());
   CHECK(enforcer.series("gpuguard_node_enforcer_running_containers{state=\"beyond\"}") == 0);
+  removed.release();
+  runtime_steps(out.get(), script);
   const auto events = apiserver.posts("/api/v1/namespaces/default/events");
   REQUIRE(events.size() == 1);
   CHECK(events[0]["involvedObject"]["name"] == "gpu-node-1");
@@ -774,10 +737,7 @@ TEST_CASE(
   };
   const auto wait_for = [&enforcer](long long engaged) {
     const auto started = std::chrono::steady_clock::now();
-    while (enforcer.series("gpuguard_node_enforcer_break_glass") != engaged &&
-           std::chrono::steady_clock::now() - started < 10s) {
-      std::this_thread::sleep_for(50ms);
-    }
+    eventually([&] { return enforcer.series("gpuguard_node_enforcer_break_glass") == engaged; });
     return std::chrono::steady_clock::now() - started;
   };
   CHECK(create("c1")["env"] == json::array({"NVIDIA_VISIBLE_DEVICES=void"}));
@@ -920,24 +880,24 @@ TEST_CASE("an enforcer that stops in the middle of a request: with validation, t
   EnforcerProcess enforcer(node);
   // The runtime's timeout is short here, so that the stop is met within the test. Without the validation
   // phase NRI would create this container unjudged.
+  const Hold synchronized{node.dir / "synchronized"};
   const json script = {{"steps", json::array({{{"wait_plugin", 10}},
-                                              {{"sleep", 2.0}},
+                                              synchronized.step(),
                                               create_step(gpu_less_pod("stalled"), cuda_container("c1"))})}};
   auto runtime =
       std::async(std::launch::async, [&] { return run_runtime_process(node, script, "--request-timeout 500ms"); });
-  // Stopped once registered and synchronized (an empty node: well within the pause), before the create. A
-  // fixed wait stopped it in the middle of registering on a loaded machine, and NRI waited for it.
-  for (int i = 0; i < 300 && enforcer.log().find("registered with the container runtime") == std::string::npos; ++i) {
-    std::this_thread::sleep_for(10ms);
-  }
-  std::this_thread::sleep_for(500ms);
-  kill(enforcer.pid(), SIGSTOP);
+  // Stopped once registered and synchronized (the runtime is past wait_plugin), before the create. A fixed
+  // wait stopped it in the middle of registering on a loaded machine, and NRI waited for it.
+  REQUIRE(synchronized.reached());
+  enforcer.signal(SIGSTOP);
+  synchronized.release();
   const bool returned = runtime.wait_for(60s) == std::future_status::ready;
-  kill(enforcer.pid(), SIGCONT);
+  enforcer.signal(SIGCONT);
   REQUIRE(returned);
   const ExitResult stopped = runtime.get();
   const auto out = runtime_steps(stopped, script);
   INFO(out[2].dump() << "\n" << enforcer.log());
+  CHECK(out[1]["released"] == true);
   REQUIRE(out[2].contains("error"));
   CHECK_THAT(out[2]["error"].get<std::string>(), Catch::Contains("validator plugin"));
   CHECK(enforcer.terminate() == 0);
@@ -1082,55 +1042,6 @@ class MemoryCgroup {
   fs::path dir_;
 };
 
-// The enforcer started inside the cgroup (the child joins it before it executes the binary), killed with
-// the guard whatever the test came to.
-struct ChildGuard {
-  pid_t pid = -1;
-  ~ChildGuard() {
-    if (pid > 0) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, nullptr, 0);
-    }
-  }
-};
-
-pid_t start_in(const MemoryCgroup& cgroup, const Node& node, const fs::path& log) {
-  const std::string procs = (cgroup.dir() / "cgroup.procs").string();
-  std::vector<std::string> args = {GPUGUARD_NODE_ENFORCER_BIN,
-                                   "--nri-socket",
-                                   node.nri_socket.string(),
-                                   "--pod-resources-socket",
-                                   node.kubelet_socket.string(),
-                                   "--host-root",
-                                   node.host.root().string(),
-                                   "--metrics-address",
-                                   "127.0.0.1:0"};
-  std::vector<char*> argv;
-  argv.reserve(args.size() + 1);
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    const int fd = ::open(procs.c_str(), O_WRONLY);
-    if (fd < 0 || ::write(fd, "0", 1) != 1) ::_exit(125);
-    ::close(fd);
-    const int out = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    ::dup2(out, STDERR_FILENO);
-    ::execv(argv[0], argv.data());
-    ::_exit(126);
-  }
-  return pid;
-}
-
-// The peak of a process's resident memory (VmHWM), in bytes.
-std::size_t peak_rss(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  for (std::string line; std::getline(in, line);) {
-    if (line.starts_with("VmHWM:")) return std::stoul(line.substr(6)) << 10;
-  }
-  return 0;
-}
-
 }  // namespace
 
 TEST_CASE(
@@ -1202,10 +1113,8 @@ TEST_CASE(
                                {"type", "bind"}}})}};
   kubelet.set("team-a", "long-path", {{{"app", {}, {}}}, {}});
   kubelet.set("team-a", "after", {{{"app", {{"nvidia.com/gpu", {default_node()[0].uuid}}}, {}}}, {}});
-  const fs::path log = node.dir / "enforcer.log";
-  ChildGuard guard{start_in(cgroup, node, log)};
-  const pid_t pid = guard.pid;
-  REQUIRE(pid > 0);
+  // Started inside the cgroup: the child joins it before it executes the binary.
+  EnforcerProcess enforcer(node, {}, cgroup.dir());
   const json script = {{"existing", {{"pods", pods}, {"containers", containers}}},
                        {"steps", json::array({{{"wait_plugin", 30}},
                                               create_step(path_pod, path_container),
@@ -1213,12 +1122,9 @@ TEST_CASE(
   // NRI gives a Synchronize its request timeout in all, and marshalling some 60 MB in Go takes this machine
   // longer than the 2 s default: this is about memory, not time.
   const auto out = run_runtime(node, script, "--request-timeout 60s");
-  std::ifstream in(log);
-  const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-  INFO(text.substr(0, 4000));
+  INFO(enforcer.log().substr(0, 4000));
   // Alive, never killed, and registered once: the runtime synchronized it and it answered every call.
-  int status = 0;
-  CHECK(::waitpid(pid, &status, WNOHANG) == 0);
+  CHECK(enforcer.running());
   CHECK(cgroup.oom_kills() <= 0);
   CHECK(out[0]["synced"] == 1);
   REQUIRE(out[1].contains("error"));
@@ -1227,35 +1133,19 @@ TEST_CASE(
   CHECK_THAT(out[1]["error"].get<std::string>(), Catch::Contains("its NRI message is 1024 KiB, over 640 KiB"));
   CHECK(out[2]["env"] == json::array({"NVIDIA_VISIBLE_DEVICES=" + default_node()[0].uuid}));
   // Every running container reported, judged or counted as not judged within the pending budget.
-  const std::string metrics = http_request(
-                                  [&] {
-                                    const std::string marker = "\"address\":\"127.0.0.1:";
-                                    const auto at = text.find(marker);
-                                    return at == std::string::npos ? 0 : std::stoi(text.substr(at + marker.size()));
-                                  }(),
-                                  "GET", "/metrics")
-                                  .body;
-  const auto series = [&](const std::string& name) {
-    const auto at = metrics.find("\n" + name + " ");
-    return at == std::string::npos ? -1LL : std::stoll(metrics.substr(at + name.size() + 2));
-  };
-  CHECK(series("gpuguard_node_enforcer_running_containers{state=\"beyond\"}") +
-            series("gpuguard_node_enforcer_running_containers{state=\"unjudged\"}") ==
+  CHECK(enforcer.series("gpuguard_node_enforcer_running_containers{state=\"beyond\"}") +
+            enforcer.series("gpuguard_node_enforcer_running_containers{state=\"unjudged\"}") ==
         200);
   // The bound docs/node-enforcer.md#memory states: at rest, the one request held, its answer, and the
   // Synchronize's pending views within their budget (4 MiB), whatever the containers hold.
-  const std::size_t peak = peak_rss(pid);
+  const std::size_t peak = enforcer.status_kib("VmHWM") << 10;
   INFO("peak resident " << (peak >> 10) << " KiB; cgroup peak " << (cgroup.value("memory.max_usage_in_bytes") >> 10)
                         << " KiB; limit " << (limit >> 10) << " KiB");
   if (!kAddressSanitizer) {
     CHECK(peak < std::size_t{40} << 20);
     CHECK(peak < limit / 3 * 2);
   }
-  ::kill(pid, SIGTERM);
-  ::waitpid(pid, &status, 0);
-  guard.pid = -1;
-  CHECK(WIFEXITED(status));
-  CHECK(WEXITSTATUS(status) == 0);
+  CHECK(enforcer.terminate() == 0);
 }
 
 TEST_CASE("the toolkit's configuration changed on the node: the next create is judged under it, without a restart") {
@@ -1277,12 +1167,13 @@ TEST_CASE("the toolkit's configuration changed on the node: the next create is j
   device["linux"] = {
       {"devices", json::array({{{"path", "/dev/nvidia1"}, {"type", "c"}, {"major", 195}, {"minor", 1}}})}};
   for (const char* name : {"one", "two", "three", "four"}) kubelet.set("team-a", name, {{{"app", {}, {}}}, {}});
-  // One connection throughout (a registration reads the node anew anyway): two creates, a pause in which the
+  // One connection throughout (a registration reads the node anew anyway): two creates, a hold in which the
   // node changes, two more.
+  const Hold changed{node.dir / "changed"};
   const json script = {{"steps", json::array({{{"wait_plugin", 10}},
                                               create_step(gpu_less_pod("one"), none_twice("c1")),
                                               create_step(gpu_less_pod("two"), device),
-                                              {{"sleep", 3}},
+                                              changed.step(),
                                               create_step(gpu_less_pod("three"), none_twice("c3")),
                                               create_step(gpu_less_pod("four"), device)})}};
   std::future<ExitResult> running = std::async(std::launch::async, [&] { return run_runtime_process(node, script); });
@@ -1295,7 +1186,7 @@ TEST_CASE("the toolkit's configuration changed on the node: the next create is j
     }
     return count;
   };
-  for (int i = 0; i < 200 && decided() < 2; ++i) std::this_thread::sleep_for(10ms);
+  REQUIRE(changed.reached());
   REQUIRE(decided() == 2);
   check_promtool_clean(http_request(enforcer.port(), "GET", "/metrics").body);
   // The toolkit becomes 1.18.1 in auto mode (jit-cdi, which reads none as all), and the driver loads.
@@ -1304,6 +1195,7 @@ TEST_CASE("the toolkit's configuration changed on the node: the next create is j
   install_toolkit(node, upgraded);
   node.host.write("proc/driver/nvidia/version", "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15\n");
   for (const auto& gpu : default_node()) node.host.add_gpu(gpu.pci_address, gpu.uuid, gpu.minor, 0);
+  changed.release();
   const std::vector<json> out = runtime_steps(running.get(), script);
   INFO(enforcer.log());
   // Legacy: none is no GPU, left as it is; a GPU's node with no driver cannot be named.

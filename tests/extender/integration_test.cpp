@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "eventually.hpp"
 #include "fake_apiserver.hpp"
 #include "files.hpp"
 #include "http_client.hpp"
@@ -301,7 +302,8 @@ TEST_CASE("/readyz fails and filter errs for GPU pods until pods and nodes have 
   Cluster cluster;
   cluster.apiserver.hold_lists(true);
   Extender extender(cluster.apiserver, cluster.token);
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  // Its lists of pods and of nodes are both asked for, and wait.
+  REQUIRE(eventually([&] { return cluster.apiserver.held_lists() == 2; }));
   CHECK(http_request(extender.port(), "GET", "/readyz").status == 503);
   CHECK(http_request(extender.port(), "GET", "/healthz").status == 200);
   const json waiting = json::parse(extender.post("filter", names_args(gpu_pod("x", 1), {"n1"})).body);

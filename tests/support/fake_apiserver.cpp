@@ -100,6 +100,7 @@ struct FakeApiserver::Impl {
   bool gone_as_status = false;
   std::uint64_t drop_epoch = 0;
   bool holding_lists = false;
+  std::size_t held_lists = 0;  // list requests waiting while holding_lists
   bool stopping = false;
   std::vector<Request> requests;
   std::map<std::string, json> leases;   // "namespace/name" -> Lease
@@ -465,7 +466,11 @@ void FakeApiserver::answer_list(Connection& connection, const std::string& resou
   json page;
   {
     std::unique_lock lock(impl_->mutex);
-    impl_->changed.wait(lock, [&] { return !impl_->holding_lists || impl_->stopping; });
+    if (impl_->holding_lists) {
+      ++impl_->held_lists;
+      impl_->changed.wait(lock, [&] { return !impl_->holding_lists || impl_->stopping; });
+      --impl_->held_lists;
+    }
     json items = json::array();
     const std::string only = named_by(query);
     for (const auto& [name, object] : impl_->objects[resource]) {
@@ -619,6 +624,11 @@ std::size_t FakeApiserver::handshakes() const {
 void FakeApiserver::set_token(std::string token) {
   std::lock_guard lock(impl_->mutex);
   impl_->token = std::move(token);
+}
+
+std::size_t FakeApiserver::held_lists() const {
+  std::lock_guard lock(impl_->mutex);
+  return impl_->held_lists;
 }
 
 void FakeApiserver::hold_lists(bool hold) {

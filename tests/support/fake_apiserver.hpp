@@ -44,6 +44,8 @@ class FakeApiserver {
   void set_token(std::string token);
   // While held, list requests wait (to observe an extender that has not synced).
   void hold_lists(bool hold);
+  // How many list requests wait now, held.
+  std::size_t held_lists() const;
   std::string resource_version() const;
 
   // nullptr when there is no such object.

@@ -45,13 +45,4 @@ Reply http_request(unsigned short port, const std::string& method, const std::st
   return reply;
 }
 
-bool eventually(const std::function<bool()>& condition, int seconds) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (condition()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return condition();
-}
-
 }  // namespace gpuguard::test

@@ -1,7 +1,6 @@
 #pragma once
 // Plain HTTP/1.1 from a test to a server on 127.0.0.1 (the extender's verbs, the status ports of the device
-// plugin and the audit controller), and waiting for a condition with a bound.
-#include <functional>
+// plugin and the audit controller).
 #include <string>
 
 namespace gpuguard::test {
@@ -14,8 +13,5 @@ struct Reply {
 // One request on a fresh connection (Connection: close); reads bounded by SO_RCVTIMEO.
 Reply http_request(unsigned short port, const std::string& method, const std::string& path,
                    const std::string& body = "", const std::string& content_type = "application/json");
-
-// Polls `condition` every 20 ms until it holds or `seconds` pass; its last answer.
-bool eventually(const std::function<bool()>& condition, int seconds = 10);
 
 }  // namespace gpuguard::test

@@ -1,36 +1,22 @@
 #pragma once
-#include <sys/types.h>
-
-#include <cstddef>
+// A gpuguard server binary started for a test, known by the port it reports: the webhook, the extender and
+// the audit controller.
 #include <string>
 #include <vector>
 
+#include "child_process.hpp"
+
 namespace gpuguard::test {
 
-// Starts a gpuguard server binary (argv[0] is its path) and waits for its "listening" log line, which
-// names the address (tests pass port 0 and read the kernel's choice). stderr is drained afterwards so
-// that the server never blocks on a full pipe. The process is killed when this object goes away.
-class ServerProcess {
+// Starts a gpuguard server binary (argv[0] is its path) and waits for its "listening" log line, which names
+// the address (tests pass port 0 and read the kernel's choice).
+class ServerProcess : public ChildProcess {
  public:
   explicit ServerProcess(std::vector<std::string> argv);
-  ~ServerProcess();
-  ServerProcess(const ServerProcess&) = delete;
-  ServerProcess& operator=(const ServerProcess&) = delete;
 
   unsigned short port() const { return port_; }
-  pid_t pid() const { return pid_; }
-  // A field of /proc/PID/status in KiB, such as "VmRSS" or "VmHWM" (the peak); 0 when absent.
-  std::size_t status_kib(const std::string& field) const;
-  // Sends SIGTERM and returns the exit status (-1 when it did not exit normally within 30 s).
-  int terminate();
-  void send_sigterm() const;
-  // The exit status once it exits (-1 when it did not exit normally within `seconds`).
-  int wait_exit(int seconds);
-  bool running();
 
  private:
-  pid_t pid_ = -1;
-  int stderr_fd_ = -1;
   unsigned short port_ = 0;
 };
 
@@ -44,13 +30,7 @@ class WebhookProcess : public ServerProcess {
 
 std::string certs_dir();
 
-struct ExitResult {
-  int status = -1;
-  std::string output;  // stdout and stderr together
-};
-// Runs `binary` with `args` (a shell word list) to completion, for start-up failures and one-shot commands.
-ExitResult run_binary(const std::string& binary, const std::string& args);
-// The same for gpuguard-webhook.
+// Runs gpuguard-webhook with `args` (a shell word list) to completion.
 ExitResult run_webhook(const std::string& args);
 
 }  // namespace gpuguard::test

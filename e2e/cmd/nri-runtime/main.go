@@ -9,7 +9,10 @@
 //
 // The script: {"existing": {"pods": [PodSandbox], "containers": [Container]}, "steps": [step...]}, each
 // step one of {"wait_plugin": seconds[, "count": plugins]}, {"run_pod": PodSandbox}, {"create": {"pod": PodSandbox, "container": Container}[, "concurrent": n]},
-// {"remove": {...}}, {"sleep": seconds}; the messages in NRI's protojson. A create prints the adjustment's
+// {"remove": {...}}, {"sleep": seconds}, {"wait_file": path[, "seconds": limit]}; the messages in NRI's protojson.
+// wait_file is how a test holds the runtime between two steps for as long as it needs, instead of for a fixed
+// time: the runtime makes PATH.reached when it gets there, then waits (30 s unless told) until the test makes
+// PATH, and says whether it came ("released"). A create prints the adjustment's
 // env ("env") and the container's environment after NRI's own generator applied it as containerd does
 // ("final_env").
 package main
@@ -48,6 +51,8 @@ type step struct {
 	Concurrent int             `json:"concurrent"` // with create: that many creates of it at once (each its own container ID)
 	Remove     *event          `json:"remove"`
 	Sleep      *float64        `json:"sleep"`
+	WaitFile   string          `json:"wait_file"`
+	Seconds    float64         `json:"seconds"` // with wait_file: how long at most (30 when not given)
 }
 
 type script struct {
@@ -221,6 +226,8 @@ func main() {
 			}
 		case s.Sleep != nil:
 			time.Sleep(time.Duration(*s.Sleep * float64(time.Second)))
+		case s.WaitFile != "":
+			result["released"] = waitFile(s.WaitFile, s.Seconds)
 		default:
 			fail("step %d: nothing to do", i)
 		}
@@ -228,4 +235,22 @@ func main() {
 			fail("%v", err)
 		}
 	}
+}
+
+// waitFile says it has reached the step (PATH.reached), then waits until PATH exists or the limit passes.
+func waitFile(path string, seconds float64) bool {
+	if seconds <= 0 {
+		seconds = 30
+	}
+	if err := os.WriteFile(path+".reached", nil, 0o644); err != nil {
+		fail("wait_file: %v", err)
+	}
+	deadline := time.Now().Add(time.Duration(seconds * float64(time.Second)))
+	for time.Now().Before(deadline) {
+		if _, err := os.Stat(path); err == nil {
+			return true
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return false
 }

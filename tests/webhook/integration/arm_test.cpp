@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "eventually.hpp"
 #include "fake_apiserver.hpp"
 #include "server_process.hpp"
 
@@ -77,8 +78,7 @@ TEST_CASE("arm: once a replica is available, the webhook configuration fails clo
   Install install;
   auto arm = std::async(std::launch::async, [&] { return run_webhook(install.args(30)); });
   // Two looks at the Deployment (one every 2 s) that found no replica: nothing armed, nothing refuses pods.
-  for (int i = 0; i < 200 && install.count("GET", kDeployment) < 2; ++i) std::this_thread::sleep_for(50ms);
-  REQUIRE(install.count("GET", kDeployment) >= 2);
+  REQUIRE(eventually([&] { return install.count("GET", kDeployment) >= 2; }));
   CHECK(install.patches() == 0);
   CHECK(install.apiserver.at(kConfiguration)["webhooks"][0]["failurePolicy"] == "Ignore");
   install.apiserver.put_at(kDeployment, deployment(1));

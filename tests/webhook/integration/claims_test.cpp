@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "eventually.hpp"
 #include "fake_apiserver.hpp"
 #include "gpuguard/admission/base64.hpp"
 #include "http_client.hpp"

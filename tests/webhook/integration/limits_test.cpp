@@ -20,7 +20,9 @@
 #include <thread>
 #include <vector>
 
+#include "eventually.hpp"
 #include "files.hpp"
+#include "series.hpp"
 #include "server_process.hpp"
 #include "tls_client.hpp"
 
@@ -45,9 +47,7 @@ std::string fixture_review(const std::string& name) {
 
 // The value of one series (`name{labels}`, exactly) on the webhook's /metrics, or -1 when absent.
 long long scraped(unsigned short port, const std::string& series) {
-  const std::string text = TlsClient(port).request("GET", "/metrics").body;
-  const std::size_t at = text.find("\n" + series + " ");
-  return at == std::string::npos ? -1 : std::stoll(text.substr(at + series.size() + 2));
+  return series_value(TlsClient(port).request("GET", "/metrics").body, series);
 }
 
 // A plain TCP connection to 127.0.0.1:port, or -1.
@@ -220,8 +220,13 @@ TEST_CASE("40 connections holding large bodies: what the byte budget cannot hold
     const std::size_t length = i % 2 == 0 ? 7 * kMiB - 1024 : 4 * kMiB - 1024;
     auto client = std::make_unique<TlsClient>(webhook.port());
     REQUIRE(client->request("GET", "/healthz").status == 200);  // reads the session tickets too
+    const long long held_before = scraped(webhook.port(), "gpuguard_http_budget_bytes_held");
     client->write_raw(post_head(length));
-    if (client->answered_within(300ms)) {
+    // Answered at once (413 over the body limit, 503 over the byte budget), or room taken for the body.
+    REQUIRE(eventually([&] {
+      return client->answered_within(0ms) || scraped(webhook.port(), "gpuguard_http_budget_bytes_held") > held_before;
+    }));
+    if (client->answered_within(0ms)) {
       const std::string early = client->read_until_closed(2s).first;
       INFO(early);
       if (early.starts_with("HTTP/1.1 413")) ++too_large;
@@ -243,7 +248,7 @@ TEST_CASE("40 connections holding large bodies: what the byte budget cannot hold
   if (kMeasuresMemory) CHECK(peak < std::size_t{128} * 1024);  // the pod's limit, which the plan is sized for
   holders.clear();
   // The budget comes back with the connections.
-  std::this_thread::sleep_for(200ms);
+  REQUIRE(eventually([&] { return scraped(webhook.port(), "gpuguard_http_budget_bytes_held") == 0; }));
   TlsClient after(webhook.port());
   std::string padded = fixture_review("no-env");
   padded.append(4 * kMiB - padded.size(), ' ');
@@ -254,8 +259,8 @@ TEST_CASE("40 connections holding large bodies: what the byte budget cannot hold
 }
 
 TEST_CASE("at the connection limit a new connection replaces an idle one, and is refused when none is idle") {
-  WebhookProcess webhook({"--max-connections", "8"});
   SECTION("connections that never sent a request make room, the longest waiting first; served ones stay") {
+    WebhookProcess webhook({"--max-connections", "8"});
     std::vector<std::unique_ptr<TlsClient>> served;
     served.reserve(8);
     for (int i = 0; i < 4; ++i) {
@@ -279,11 +284,24 @@ TEST_CASE("at the connection limit a new connection replaces an idle one, and is
     // The scrape's own connection takes a served one's place, or is refused: read it once the four
     // silent ones are gone and one served connection is closed to make room for it.
     served.pop_back();
-    std::this_thread::sleep_for(100ms);
-    CHECK(scraped(webhook.port(), "gpuguard_http_connections_shed_total{reason=\"evicted\"}") == 4);
+    // Refused until the server has seen that connection close.
+    long long evicted = -1;
+    REQUIRE(eventually([&] {
+      try {
+        evicted = scraped(webhook.port(), "gpuguard_http_connections_shed_total{reason=\"evicted\"}");
+        return true;
+      } catch (const std::exception&) {
+        return false;
+      }
+    }));
+    CHECK(evicted == 4);
     CHECK(scraped(webhook.port(), "gpuguard_http_connections_shed_total{reason=\"refused\"}") >= 1);
   }
   SECTION("connections in the middle of a request are never closed to make room") {
+    // The ninth connection reads /metrics: served just now, it is not closed to make room either.
+    WebhookProcess webhook({"--max-connections", "9"});
+    TlsClient scraper(webhook.port());
+    REQUIRE(scraper.request("GET", "/healthz").status == 200);
     const std::string review = fixture_review("no-env");
     std::vector<std::unique_ptr<TlsClient>> busy;
     busy.reserve(8);
@@ -291,7 +309,10 @@ TEST_CASE("at the connection limit a new connection replaces an idle one, and is
       busy.push_back(std::make_unique<TlsClient>(webhook.port()));
       busy.back()->write_raw(post_head(review.size()) + review.substr(0, 1));
     }
-    std::this_thread::sleep_for(200ms);  // their headers are read
+    // Their heads are read (the scrape's own request is the ninth in flight).
+    REQUIRE(eventually([&] {
+      return series_value(scraper.request("GET", "/metrics").body, "gpuguard_http_requests_in_flight") == 9;
+    }));
     CHECK_THROWS(TlsClient(webhook.port()));
     for (auto& client : busy) {
       client->write_raw(review.substr(1));

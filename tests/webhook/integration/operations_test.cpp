@@ -7,16 +7,19 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <thread>
 #include <vector>
 
+#include "eventually.hpp"
 #include "files.hpp"
 #include "promtool.hpp"
 #include "server_process.hpp"
@@ -70,17 +73,12 @@ bool is_patched(const HttpReply& reply) { return json::parse(reply.body)["respon
 
 std::string scrape(unsigned short port) { return TlsClient(port).request("GET", "/metrics").body; }
 
-// Waits up to `limit` for `condition`, checking every 50 ms; returns how long it took.
-template <typename Condition>
-std::optional<std::chrono::milliseconds> wait_for(std::chrono::milliseconds limit, Condition condition) {
+// Waits up to `limit` for `condition`; how long it took, for the test's report.
+std::optional<std::chrono::milliseconds> wait_for(std::chrono::milliseconds limit,
+                                                  const std::function<bool()>& condition) {
   const auto start = std::chrono::steady_clock::now();
-  while (std::chrono::steady_clock::now() - start < limit) {
-    if (condition()) {
-      return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
-    }
-    std::this_thread::sleep_for(50ms);
-  }
-  return std::nullopt;
+  if (!eventually(condition, limit)) return std::nullopt;
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
 }
 
 }  // namespace
@@ -195,6 +193,12 @@ class Load {
   std::mutex serials_mutex;
   std::vector<std::string> serials;  // presented certificate, per successful request, in order
 
+  // Successful requests under the certificate with `serial`.
+  long served_under(const std::string& serial) {
+    std::lock_guard lock(serials_mutex);
+    return std::count(serials.begin(), serials.end(), serial);
+  }
+
  private:
   void run(unsigned short port, bool fresh_connections) {
     const std::string body = fixture_review("no-env");
@@ -266,7 +270,8 @@ TEST_CASE("certificates: rotation under continuous requests, without a failed re
                           (secret.dir() / "tls.key").string()});
   Load load(webhook.port(), 3, true);
   Load keep_alive(webhook.port(), 1, false);
-  std::this_thread::sleep_for(300ms);
+  // Every client has been served under the first certificate before it changes.
+  REQUIRE(eventually([&] { return load.served_under(first_serial) >= 6 && keep_alive.ok >= 2; }));
 
   // A new serving pair from the same CA, as cert-manager or certs/generate.sh --force issues it.
   const std::string reissue = std::string(GPUGUARD_SOURCE_DIR) + "/certs/generate.sh --force --out " + work.string();
@@ -278,7 +283,8 @@ TEST_CASE("certificates: rotation under continuous requests, without a failed re
   const auto took = wait_for(10s, [&] { return TlsClient(webhook.port()).peer_serial() == second_serial; });
   REQUIRE(took.has_value());
   INFO("new certificate served after " << took->count() << " ms");
-  std::this_thread::sleep_for(300ms);
+  // Served under the second one, each request on a connection of its own, without a failure.
+  REQUIRE(eventually([&] { return load.served_under(second_serial) >= 6; }));
 
   // A pair whose key does not match: refused, counted, and the second pair stays.
   secret.publish({{"tls.crt", read_file(work / "tls.crt")}, {"tls.key", read_file(work / "ca.key")}});
@@ -286,7 +292,9 @@ TEST_CASE("certificates: rotation under continuous requests, without a failed re
     return scrape(webhook.port()).find("gpuguard_tls_certificate_reloads_total{result=\"failure\"} 1") !=
            std::string::npos;
   }));
-  std::this_thread::sleep_for(300ms);
+  // And after the refusal, still served.
+  const int ok_at_refusal = load.ok;
+  REQUIRE(eventually([&] { return load.ok >= ok_at_refusal + 6; }));
   load.stop();
   keep_alive.stop();
 
@@ -295,30 +303,28 @@ TEST_CASE("certificates: rotation under continuous requests, without a failed re
   CHECK(load.ok > 20);
   CHECK(TlsClient(webhook.port()).peer_serial() == second_serial);
   CHECK_THAT(scrape(webhook.port()), Catch::Contains("gpuguard_tls_certificate_reloads_total{result=\"success\"} 1"));
-  {
-    std::lock_guard lock(load.serials_mutex);
-    CHECK(std::count(load.serials.begin(), load.serials.end(), first_serial) > 0);
-    CHECK(std::count(load.serials.begin(), load.serials.end(), second_serial) > 0);
-  }
+  CHECK(load.served_under(first_serial) > 0);
+  CHECK(load.served_under(second_serial) > 0);
   fs::remove_all(work);
 }
 
 TEST_CASE("SIGTERM under continuous requests: readyz fails at once, no accepted request fails, exit 0") {
   WebhookProcess webhook({"--shutdown-delay", "1", "--shutdown-timeout", "10"});
   Load load(webhook.port(), 4, false);
-  std::this_thread::sleep_for(300ms);
+  // Keep-alive connections in use when the signal comes.
+  REQUIRE(eventually([&] { return load.ok >= 8; }));
   TlsClient probe(webhook.port());
   REQUIRE(probe.request("GET", "/readyz").status == 200);
   const int ok_before = load.ok;
 
   load.draining();
   const auto signalled = std::chrono::steady_clock::now();
-  webhook.send_sigterm();
+  webhook.signal(SIGTERM);
   const auto unready = wait_for(1s, [&] { return TlsClient(webhook.port()).request("GET", "/readyz").status == 503; });
   REQUIRE(unready.has_value());
   CHECK(*unready < 500ms);
 
-  const int status = webhook.wait_exit(15);
+  const int status = webhook.wait_exit(15s);
   const auto exited_after = std::chrono::steady_clock::now() - signalled;
   load.stop();
   CHECK(status == 0);

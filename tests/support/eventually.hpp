@@ -1,0 +1,11 @@
+#pragma once
+// Waiting for evidence with a bound: the one way tests wait for something another process does.
+#include <chrono>
+#include <functional>
+
+namespace gpuguard::test {
+
+// Polls `condition` every 20 ms until it holds or `limit` passes; its last answer.
+bool eventually(const std::function<bool()>& condition, std::chrono::milliseconds limit = std::chrono::seconds(10));
+
+}  // namespace gpuguard::test
