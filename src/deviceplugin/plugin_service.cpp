@@ -317,13 +317,8 @@ KubeletSession::Yield yield_to_nvidia(const PluginConfig& c) {
   };
 }
 
-}  // namespace
-
-void serve(const PluginConfig& c, const std::vector<std::string>& config_warnings,
-           const std::optional<kube::ApiServer>& apiserver) {
-  StopSignalsHeld stop_signals;
-  for (const std::string& warning : config_warnings) log::warn("config file", {{"reason", warning}});
-  Discovery found = discover(c.discovery, c.host_root);
+// Says what was found and how its health will be known; that source ("nvml", "presence" or "off").
+std::string log_discovery(const PluginConfig& c, const Discovery& found) {
   const std::string health_source = !c.health_checks ? "off" : found.nvml ? "nvml" : "presence";
   if (!found.nvml_unavailable.empty()) {
     log::warn(
@@ -333,6 +328,28 @@ void serve(const PluginConfig& c, const std::vector<std::string>& config_warning
   }
   if (!c.health_checks) log::warn("health checks are off: every device stays Healthy");
   if (!found.gpus.empty()) log_gpus(found, health_source, c.host_root);
+  return health_source;
+}
+
+// NVML's health events, followed on a thread of their own while it runs; none without NVML or checks.
+std::jthread follow_nvml_health(const PluginConfig& c, const Discovery& found,
+                                const std::vector<DeviceSet*>& gpu_sets) {
+  if (!found.nvml || !c.health_checks || gpu_sets.empty()) return {};
+  return std::jthread([&found, &gpu_sets, &c](const std::stop_token& stop) {
+    NvmlHealth health(*found.nvml, gpu_sets, c.health);
+    // Short waits, so that a stop is not held up by a wait for events.
+    while (!stop.stop_requested()) health.step(250ms);
+  });
+}
+
+}  // namespace
+
+void serve(const PluginConfig& c, const std::vector<std::string>& config_warnings,
+           const std::optional<kube::ApiServer>& apiserver) {
+  StopSignalsHeld stop_signals;
+  for (const std::string& warning : config_warnings) log::warn("config file", {{"reason", warning}});
+  Discovery found = discover(c.discovery, c.host_root);
+  const std::string health_source = log_discovery(c, found);
 
   Served served = resources_to_serve(c, found);
   auto& resources = served.resources;
@@ -388,14 +405,7 @@ void serve(const PluginConfig& c, const std::vector<std::string>& config_warning
   };
   check_presence();
   files::Poller presence(1s, check_presence);
-  std::jthread nvml_health;
-  if (found.nvml && c.health_checks && !gpu_sets.empty()) {
-    nvml_health = std::jthread([&found, &gpu_sets, &c](const std::stop_token& stop) {
-      NvmlHealth health(*found.nvml, gpu_sets, c.health);
-      // Short waits, so that a stop is not held up by a wait for events.
-      while (!stop.stop_requested()) health.step(250ms);
-    });
-  }
+  std::jthread nvml_health = follow_nvml_health(c, found, gpu_sets);
   kubelet.reconcile();
   files::Poller session(1s, [&kubelet] { kubelet.reconcile(); });
   policy.watch(1s);

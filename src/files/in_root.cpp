@@ -65,89 +65,119 @@ void push_parts(std::vector<std::string>& pending, std::string_view path) {
   pending.insert(pending.end(), parts.rbegin(), parts.rend());
 }
 
+// One walk of a path inside the root, a part at a time, each part a step of the budget.
+class Walk {
+ public:
+  Walk(const fs::path& base, std::size_t steps)
+      : top_(::open(base.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC)), dir_(at_top()), steps_(steps) {}
+
+  Followed follow(std::string_view absolute) {
+    push_parts(pending_, absolute);
+    while (!pending_.empty()) {
+      if (!spend()) {
+        followed_.over_budget = true;
+        break;
+      }
+      const std::string part = std::move(pending_.back());
+      pending_.pop_back();
+      if (!take(part)) break;
+    }
+    if (!followed_.loops && !followed_.over_budget) followed_.path = joined(resolved_);
+    return std::move(followed_);
+  }
+  std::size_t steps_left() const { return steps_; }
+
+ private:
+  Dir at_top() const { return Dir(top_.open() ? ::dup(top_.fd()) : -1); }
+
+  bool spend() {
+    if (steps_ == 0) return false;
+    --steps_;
+    return true;
+  }
+
+  // `dir_` opened again down the `present_` directories, after a step up; false when over budget.
+  bool reopen() {
+    dir_ = at_top();
+    for (std::size_t i = 0; i < present_ && dir_.open(); ++i) {
+      if (!spend()) return false;
+      dir_ = dir_.child(resolved_[i]);
+    }
+    if (!dir_.open()) present_ = 0;  // changed while read: what follows is taken as written
+    return true;
+  }
+
+  // One part of the path; false when the walk ends with it.
+  bool take(const std::string& part) {
+    if (part == ".") return true;
+    if (part == "..") return up();
+    struct stat status {};
+    const bool here = present_ == resolved_.size() && dir_.open() &&
+                      ::fstatat(dir_.fd(), part.c_str(), &status, AT_SYMLINK_NOFOLLOW) == 0;
+    if (here && S_ISLNK(status.st_mode)) return through_link(part);
+    if (here && S_ISDIR(status.st_mode)) {
+      Dir child = dir_.child(part);
+      if (child.open()) {
+        dir_ = std::move(child);
+        ++present_;
+      }
+    }
+    resolved_.push_back(part);
+    return true;
+  }
+
+  bool up() {
+    if (resolved_.empty()) return true;  // at the root, stays there
+    resolved_.pop_back();
+    if (present_ > resolved_.size()) {
+      present_ = resolved_.size();
+      if (!reopen()) {
+        followed_.over_budget = true;
+        return false;
+      }
+    }
+    return true;
+  }
+
+  // The link's target takes the link's place among the parts still to walk.
+  bool through_link(const std::string& part) {
+    char target[PATH_MAX];
+    const ssize_t length = ::readlinkat(dir_.fd(), part.c_str(), target, sizeof target);
+    if (++links_ > kMaxLinks || length <= 0 || static_cast<std::size_t>(length) >= sizeof target) {
+      followed_.loops = true;
+      return false;
+    }
+    std::string link = joined(resolved_);
+    followed_.links.push_back(link.append(link == "/" ? "" : "/").append(part));
+    const std::string_view to(target, static_cast<std::size_t>(length));
+    if (to.starts_with('/')) {
+      resolved_.clear();
+      present_ = 0;
+      dir_ = at_top();
+    }
+    push_parts(pending_, to);
+    return true;
+  }
+
+  const Dir top_;
+  Dir dir_;
+  // Every part a directory, a file or a part that does not exist, never a link. The first `present_` of them
+  // are directories there, and `dir_` is the last of those (the root when none is).
+  std::vector<std::string> resolved_;
+  std::size_t present_ = 0;
+  std::vector<std::string> pending_;  // what is still to walk, the next part last
+  int links_ = 0;
+  std::size_t steps_;
+  Followed followed_;
+};
+
 }  // namespace
 
 Followed follow_in_root(const fs::path& root, std::string_view absolute, std::size_t* steps_left) {
-  const fs::path base = root.empty() ? fs::path("/") : root;
-  Followed followed;
-  std::size_t steps = std::min(kFollowStepsMax, steps_left != nullptr ? *steps_left : kFollowStepsMax);
-  const std::size_t allowed = steps;
-  const auto spend = [&] {
-    if (steps == 0) return false;
-    --steps;
-    return true;
-  };
-  const Dir top(::open(base.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
-  // `resolved`: every part a directory, a file or a part that does not exist, never a link. The first
-  // `present` of them are directories there, and `dir` is the last of those (the root when none is).
-  std::vector<std::string> resolved;
-  std::size_t present = 0;
-  Dir dir(top.open() ? ::dup(top.fd()) : -1);
-  const auto reopen = [&] {
-    dir = Dir(top.open() ? ::dup(top.fd()) : -1);
-    for (std::size_t i = 0; i < present && dir.open(); ++i) {
-      if (!spend()) return false;
-      dir = dir.child(resolved[i]);
-    }
-    if (!dir.open()) present = 0;  // changed while read: what follows is taken as written
-    return true;
-  };
-  std::vector<std::string> pending;
-  push_parts(pending, absolute);
-  int links = 0;
-  while (!pending.empty()) {
-    if (!spend()) {
-      followed.over_budget = true;
-      break;
-    }
-    const std::string part = std::move(pending.back());
-    pending.pop_back();
-    if (part == ".") continue;
-    if (part == "..") {
-      if (resolved.empty()) continue;  // at the root, stays there
-      resolved.pop_back();
-      if (present > resolved.size()) {
-        present = resolved.size();
-        if (!reopen()) {
-          followed.over_budget = true;
-          break;
-        }
-      }
-      continue;
-    }
-    struct stat status {};
-    const bool here = present == resolved.size() && dir.open() &&
-                      ::fstatat(dir.fd(), part.c_str(), &status, AT_SYMLINK_NOFOLLOW) == 0;
-    if (here && S_ISLNK(status.st_mode)) {
-      char target[PATH_MAX];
-      const ssize_t length = ::readlinkat(dir.fd(), part.c_str(), target, sizeof target);
-      if (++links > kMaxLinks || length <= 0 || static_cast<std::size_t>(length) >= sizeof target) {
-        followed.loops = true;
-        break;
-      }
-      std::string link = joined(resolved);
-      followed.links.push_back(link.append(link == "/" ? "" : "/").append(part));
-      const std::string_view to(target, static_cast<std::size_t>(length));
-      if (to.starts_with('/')) {
-        resolved.clear();
-        present = 0;
-        dir = Dir(top.open() ? ::dup(top.fd()) : -1);
-      }
-      push_parts(pending, to);
-      continue;
-    }
-    if (here && S_ISDIR(status.st_mode)) {
-      Dir child = dir.child(part);
-      if (child.open()) {
-        dir = std::move(child);
-        ++present;
-      }
-    }
-    resolved.push_back(part);
-  }
-  if (steps_left != nullptr) *steps_left -= allowed - steps;
-  if (followed.loops || followed.over_budget) return followed;
-  followed.path = joined(resolved);
+  const std::size_t allowed = std::min(kFollowStepsMax, steps_left != nullptr ? *steps_left : kFollowStepsMax);
+  Walk walk(root.empty() ? fs::path("/") : root, allowed);
+  Followed followed = walk.follow(absolute);
+  if (steps_left != nullptr) *steps_left -= allowed - walk.steps_left();
   return followed;
 }
 

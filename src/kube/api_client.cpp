@@ -150,6 +150,42 @@ std::optional<std::string> read_page(od::parser& parser, std::string& body, Stor
   return std::nullopt;
 }
 
+// One event of a watch stream, applied to the resource's store (`event` is the room it is copied into, for
+// simdjson's padding). How the watch ends, when this event ends it, with `error` saying why it failed.
+std::optional<WatchEnd> apply_watch_event(od::parser& json, std::string_view text, std::string& event,
+                                          WatchedResource& resource, std::string& version, std::string& error) {
+  event.assign(text);
+  std::string type;
+  std::string_view object;
+  od::document document;
+  od::object fields;
+  if (!json.iterate(padded(event)).get(document) && !document.get_object().get(fields)) {
+    for (auto field : fields) {
+      std::string_view key, value;
+      od::object inner;
+      if (field.unescaped_key().get(key)) break;
+      if (key == "type" && !field.value().get_string().get(value)) type = value;
+      if (key == "object" && !field.value().get_object().get(inner) && inner.raw_json().get(object)) object = {};
+    }
+  }
+  if (type.empty() || object.empty()) {
+    error = "malformed watch event";
+    return WatchEnd::failed;
+  }
+  if (type == "ERROR") {
+    const Status error_status = status_of(json, padded_inside(object));
+    if (error_status.code == 410) return WatchEnd::gone;
+    error = "watch error event: " +
+            (error_status.message.empty() ? std::string(object.substr(0, 200)) : error_status.message);
+    return WatchEnd::failed;
+  }
+  if (type == "ADDED" || type == "MODIFIED" || type == "DELETED") resource.store->apply(type, object);
+  if (type == "ADDED" || type == "MODIFIED" || type == "DELETED" || type == "BOOKMARK") {
+    if (auto v = resource_version_of(json, object); !v.empty()) version = std::move(v);
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 // The stream's TLS context lives as long as the stream.
@@ -478,39 +514,7 @@ asio::awaitable<WatchEnd> ApiClient::watch(WatchedResource& resource, std::strin
   std::optional<WatchEnd> end;
   std::string event;  // each event copied out of the stream with room after it for simdjson
   auto on_event = [&](std::string_view text) {
-    if (end) return;
-    event.assign(text);
-    std::string type;
-    std::string_view object;
-    od::document document;
-    od::object fields;
-    if (!json_.iterate(padded(event)).get(document) && !document.get_object().get(fields)) {
-      for (auto field : fields) {
-        std::string_view key, value;
-        od::object inner;
-        if (field.unescaped_key().get(key)) break;
-        if (key == "type" && !field.value().get_string().get(value)) type = value;
-        if (key == "object" && !field.value().get_object().get(inner) && inner.raw_json().get(object)) object = {};
-      }
-    }
-    if (type.empty() || object.empty()) {
-      error = "malformed watch event";
-      end = WatchEnd::failed;
-    } else if (type == "ERROR") {
-      const Status error_status = status_of(json_, padded_inside(object));
-      if (error_status.code == 410) {
-        end = WatchEnd::gone;
-      } else {
-        error = "watch error event: " +
-                (error_status.message.empty() ? std::string(object.substr(0, 200)) : error_status.message);
-        end = WatchEnd::failed;
-      }
-    } else if (type == "ADDED" || type == "MODIFIED" || type == "DELETED") {
-      resource.store->apply(type, object);
-      if (auto v = resource_version_of(json_, object); !v.empty()) version = std::move(v);
-    } else if (type == "BOOKMARK") {
-      if (auto v = resource_version_of(json_, object); !v.empty()) version = std::move(v);
-    }
+    if (!end) end = apply_watch_event(json_, text, event, resource, version, error);
   };
   char chunk[64 * 1024];
   while (!parser.is_done() && !end) {

@@ -117,14 +117,28 @@ struct Plugin::Impl {
     bool no_listener = false;  // connect found no socket file, or nothing listening on it
   };
 
+  // What a connection reads through: frames by connection, then whole messages on each.
+  struct Wire {
+    Demultiplexer frames;
+    MessageDecoder calls;    // connection 1: the runtime calls the plugin
+    MessageDecoder answers;  // connection 2: the answer to the plugin's registration
+  };
+
   // One connection, from connect to whatever ended it; returns why it ended.
   std::string session(const std::stop_token& stop, Session& state);
+  // Connects `fd` to the runtime's socket and asks to register; empty, or why it could not.
+  std::string connect_and_register(int fd, Session& state);
+  // One read's bytes, demultiplexed, and its whole calls answered; why the connection is to end, if it is.
+  std::optional<std::string> take(int fd, std::string_view bytes, Wire& wire, Session& state);
   bool write_message(int fd, std::uint32_t conn, std::uint32_t stream, MessageType type, const std::string& payload,
                      std::string& why);
   // Serves one call of the runtime; false (with `why`) when the connection is to end.
   bool serve(int fd, const Message& message, Session& state, std::string& why);
   // The answer to one call; `keep` false when the connection is to end after it.
   std::string answer(const RequestEnvelope& request, Session& state, bool& keep, std::string& why);
+  std::string answer_configure(const RequestEnvelope& request, Session& state);
+  // The answer to one of the runtime's lifecycle events; nullopt when `method` is not one.
+  std::optional<std::string> answer_event(const std::string& method, std::string_view payload);
   void wait(const std::stop_token& stop, std::chrono::milliseconds pause) const;
   template <typename Change>
   void count(Change change) {
@@ -209,19 +223,16 @@ void Plugin::Impl::wait(const std::stop_token& stop, std::chrono::milliseconds p
   ::poll(&woken, 1, static_cast<int>(pause.count()));
 }
 
-std::string Plugin::Impl::session(const std::stop_token& stop, Session& state) {
+std::string Plugin::Impl::connect_and_register(int fd, Session& state) {
   sockaddr_un address{};
   address.sun_family = AF_UNIX;
   const std::string path = options.socket.string();
   if (path.size() >= sizeof address.sun_path) return "socket path too long: " + path;
   std::memcpy(address.sun_path, path.c_str(), path.size() + 1);
-  const Descriptor socket(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
-  if (socket.get() < 0) return errno_text("socket");
-  if (::connect(socket.get(), reinterpret_cast<const sockaddr*>(&address), sizeof address) != 0) {
+  if (::connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address) != 0) {
     state.no_listener = errno == ENOENT || errno == ECONNREFUSED;
     return errno_text(("connect " + path).c_str());
   }
-
   std::string why;
   ::nri::pkg::api::v1alpha1::RegisterPluginRequest registration;
   registration.set_plugin_name(options.name);
@@ -230,14 +241,45 @@ std::string Plugin::Impl::session(const std::stop_token& stop, Session& state) {
   request.set_service(kRuntimeService);
   request.set_method("RegisterPlugin");
   request.set_payload(registration.SerializeAsString());
-  if (!write_message(socket.get(), kRuntimeServiceConn, kRegisterStream, MessageType::request,
-                     request.SerializeAsString(), why)) {
-    return why;
-  }
+  write_message(fd, kRuntimeServiceConn, kRegisterStream, MessageType::request, request.SerializeAsString(), why);
+  return why;
+}
 
-  Demultiplexer frames;
-  MessageDecoder calls;    // connection 1: the runtime calls the plugin
-  MessageDecoder answers;  // connection 2: the answer to the plugin's registration
+std::optional<std::string> Plugin::Impl::take(int fd, std::string_view bytes, Wire& wire, Session& state) {
+  wire.frames.feed(bytes, [&wire](std::uint32_t conn, std::string_view frame) {
+    if (conn == kPluginServiceConn) wire.calls.feed(frame);
+    if (conn == kRuntimeServiceConn) wire.answers.feed(frame);
+    // Frames on other connections are dropped, as NRI's own multiplexer drops them.
+  });
+  while (auto answer = wire.answers.next()) {
+    if (answer->type != MessageType::response || answer->stream != kRegisterStream) continue;
+    ttrpc::Response response;
+    if (!response.ParseFromString(answer->payload)) return "protocol error: a registration answer that does not parse";
+    if (response.has_status() && response.status().code() != 0) {
+      return "the runtime refused the registration: " + response.status().message();
+    }
+  }
+  std::string why;
+  while (auto call = wire.calls.next()) {
+    if (call->type != MessageType::request) continue;
+    if (!serve(fd, *call, state, why)) return why;
+  }
+  // Calls that came whole before bytes that are not the protocol are answered; then the connection ends.
+  for (const std::string* error : {&wire.frames.error(), &wire.calls.error(), &wire.answers.error()}) {
+    if (!error->empty()) {
+      count([](PluginStats& s) { ++s.protocol_errors; });
+      return "protocol error: " + *error;
+    }
+  }
+  return std::nullopt;
+}
+
+std::string Plugin::Impl::session(const std::stop_token& stop, Session& state) {
+  const Descriptor socket(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  if (socket.get() < 0) return errno_text("socket");
+  if (std::string why = connect_and_register(socket.get(), state); !why.empty()) return why;
+
+  Wire wire;
   const auto configure_deadline = Clock::now() + options.configure_timeout;
   // Each read is demultiplexed and its whole calls answered before the next read, so at most one large
   // request is held: the rest waits in the socket.
@@ -264,31 +306,8 @@ std::string Plugin::Impl::session(const std::stop_token& stop, Session& state) {
       return errno_text("read");
     }
     if (read == 0) return "the runtime closed the connection";
-    frames.feed(std::string_view(chunk.data(), static_cast<std::size_t>(read)),
-                [&](std::uint32_t conn, std::string_view bytes) {
-                  if (conn == kPluginServiceConn) calls.feed(bytes);
-                  if (conn == kRuntimeServiceConn) answers.feed(bytes);
-                  // Frames on other connections are dropped, as NRI's own multiplexer drops them.
-                });
-    while (auto answer = answers.next()) {
-      if (answer->type != MessageType::response || answer->stream != kRegisterStream) continue;
-      ttrpc::Response response;
-      if (!response.ParseFromString(answer->payload))
-        return "protocol error: a registration answer that does not parse";
-      if (response.has_status() && response.status().code() != 0) {
-        return "the runtime refused the registration: " + response.status().message();
-      }
-    }
-    while (auto call = calls.next()) {
-      if (call->type != MessageType::request) continue;
-      if (!serve(socket.get(), *call, state, why)) return why;
-    }
-    // Calls that came whole before bytes that are not the protocol are answered; then the connection ends.
-    for (const std::string* error : {&frames.error(), &calls.error(), &answers.error()}) {
-      if (!error->empty()) {
-        count([](PluginStats& s) { ++s.protocol_errors; });
-        return "protocol error: " + *error;
-      }
+    if (auto ended = take(socket.get(), std::string_view(chunk.data(), static_cast<std::size_t>(read)), wire, state)) {
+      return *ended;
     }
   }
   return "stopped";
@@ -313,44 +332,66 @@ bool Plugin::Impl::serve(int fd, const Message& message, Session& state, std::st
   return keep;
 }
 
+std::string Plugin::Impl::answer_configure(const RequestEnvelope& request, Session& state) {
+  namespace api = ::nri::pkg::api::v1alpha1;
+  api::ConfigureRequest configure;
+  if (!configure.ParseFromArray(request.payload.data(), static_cast<int>(request.payload.size()))) {
+    return response_with_status(kInvalidArgument, "gpuguard: a Configure request that does not parse");
+  }
+  state.nri_version_stated = !configure.nri_version().empty();
+  state.validating =
+      options.validate && (!validation_refused || state.nri_version_stated) && runtime_validates(configure);
+  api::ConfigureResponse response;
+  response.set_events(options.events | (state.validating ? event_bit(kValidateContainerAdjustmentEvent) : 0));
+  state.configured = true;
+  state.registered = true;
+  const bool validating = state.validating;
+  bool was_unserved = false;
+  count([validating, &was_unserved](PluginStats& s) {
+    ++s.connections;
+    s.registered = true;
+    s.validating = validating;
+    was_unserved = !s.nri_served;
+    s.nri_served = true;
+  });
+  if (was_unserved) log::info("the runtime serves NRI again", {{"socket", options.socket.string()}});
+  handler.connection(true, validating, configure.runtime_name(),
+                     configure.runtime_name() + " " + configure.runtime_version() + ", NRI " +
+                         (configure.nri_version().empty() ? "(not said)" : configure.nri_version()) +
+                         ", request timeout " + std::to_string(configure.request_timeout()) + " ms");
+  return response_with_payload(response);
+}
+
+std::optional<std::string> Plugin::Impl::answer_event(const std::string& method, std::string_view payload) {
+  if (method == "RemoveContainer") {
+    handler.remove_container(string_field(payload, field::kCreatePod), string_field(payload, field::kCreateContainer));
+  } else if (method == "RunPodSandbox") {
+    handler.run_pod_sandbox(string_field(payload, field::kCreatePod));
+  } else if (method == "RemovePodSandbox") {
+    handler.remove_pod_sandbox(string_field(payload, field::kCreatePod));
+  } else if (method == "StateChange") {
+    // How older NRI versions relay the events that have no method of their own.
+    const auto event = static_cast<std::int32_t>(varint_field(payload, field::kStateEvent).value_or(0));
+    const std::string_view pod = string_field(payload, field::kStatePod);
+    if (event == kRunPodSandboxEvent) handler.run_pod_sandbox(pod);
+    if (event == kRemovePodSandboxEvent) handler.remove_pod_sandbox(pod);
+    if (event == kRemoveContainerEvent) handler.remove_container(pod, string_field(payload, field::kStateContainer));
+  } else {
+    return std::nullopt;
+  }
+  return response_with_payload(::nri::pkg::api::v1alpha1::Empty());
+}
+
 std::string Plugin::Impl::answer(const RequestEnvelope& request, Session& state, bool& keep, std::string& why) {
   namespace api = ::nri::pkg::api::v1alpha1;
   const std::string method(request.method);
-  const auto not_parsed = [&] {
-    return response_with_status(kInvalidArgument, "gpuguard: a " + method + " request that does not parse");
-  };
   if (request.service != kPluginService) {
     return response_with_status(kUnimplemented, "service " + std::string(request.service));
   }
-  if (method == "Configure") {
-    api::ConfigureRequest configure;
-    if (!configure.ParseFromArray(request.payload.data(), static_cast<int>(request.payload.size()))) {
-      return not_parsed();
-    }
-    state.nri_version_stated = !configure.nri_version().empty();
-    state.validating =
-        options.validate && (!validation_refused || state.nri_version_stated) && runtime_validates(configure);
-    api::ConfigureResponse response;
-    response.set_events(options.events | (state.validating ? event_bit(kValidateContainerAdjustmentEvent) : 0));
-    state.configured = true;
-    state.registered = true;
-    const bool validating = state.validating;
-    bool was_unserved = false;
-    count([validating, &was_unserved](PluginStats& s) {
-      ++s.connections;
-      s.registered = true;
-      s.validating = validating;
-      was_unserved = !s.nri_served;
-      s.nri_served = true;
-    });
-    if (was_unserved) log::info("the runtime serves NRI again", {{"socket", options.socket.string()}});
-    handler.connection(true, validating, configure.runtime_name(),
-                       configure.runtime_name() + " " + configure.runtime_version() + ", NRI " +
-                           (configure.nri_version().empty() ? "(not said)" : configure.nri_version()) +
-                           ", request timeout " + std::to_string(configure.request_timeout()) + " ms");
-    return response_with_payload(response);
+  if (method == "Configure") return answer_configure(request, state);
+  if (!well_formed(request.payload)) {
+    return response_with_status(kInvalidArgument, "gpuguard: a " + method + " request that does not parse");
   }
-  if (!well_formed(request.payload)) return not_parsed();
   if (method == "Synchronize") {
     const bool more = varint_field(request.payload, field::kSyncMore).value_or(0) != 0;
     handler.synchronize(request.payload, !more);
@@ -374,28 +415,7 @@ std::string Plugin::Impl::answer(const RequestEnvelope& request, Session& state,
     }
     return response_with_payload(response);
   }
-  if (method == "RemoveContainer") {
-    handler.remove_container(string_field(request.payload, field::kCreatePod),
-                             string_field(request.payload, field::kCreateContainer));
-    return response_with_payload(api::Empty());
-  }
-  if (method == "RunPodSandbox" || method == "RemovePodSandbox") {
-    const std::string_view pod = string_field(request.payload, field::kCreatePod);
-    if (method == "RunPodSandbox") handler.run_pod_sandbox(pod);
-    if (method == "RemovePodSandbox") handler.remove_pod_sandbox(pod);
-    return response_with_payload(api::Empty());
-  }
-  if (method == "StateChange") {
-    // How older NRI versions relay the events that have no method of their own.
-    const auto event = static_cast<std::int32_t>(varint_field(request.payload, field::kStateEvent).value_or(0));
-    const std::string_view pod = string_field(request.payload, field::kStatePod);
-    if (event == kRunPodSandboxEvent) handler.run_pod_sandbox(pod);
-    if (event == kRemovePodSandboxEvent) handler.remove_pod_sandbox(pod);
-    if (event == kRemoveContainerEvent) {
-      handler.remove_container(pod, string_field(request.payload, field::kStateContainer));
-    }
-    return response_with_payload(api::Empty());
-  }
+  if (auto event = answer_event(method, request.payload)) return *event;
   if (method == "Shutdown") {
     keep = false;
     why = "the runtime shut the plugin down";

@@ -70,10 +70,7 @@ bool arm_object(const kube::ApiServer& api, const std::string& path, const std::
   return true;
 }
 
-}  // namespace
-
-int run_arm_command(int argc, char** argv) {
-  po::options_description description(kUsage);
+void add_arm_flags(po::options_description& description) {
   cli::add_apiserver_flags(description);
   description.add_options()("namespace", po::value<std::string>(), "the webhook's namespace")(
       "deployment", po::value<std::string>(), "the webhook's Deployment, in --namespace")(
@@ -84,9 +81,10 @@ int run_arm_command(int argc, char** argv) {
                                            "the ValidatingAdmissionPolicyBinding to set to Deny; none when not given")(
       "timeout", po::value<unsigned>()->default_value(300),
       "seconds to wait for an available replica; then exit 1 and leave everything as it is");
-  const cli::Parsed parsed = cli::parse_command_line(kProgram, GPUGUARD_VERSION, description, argc, argv);
-  if (!parsed.flags) return parsed.exit_status;
-  const po::variables_map& flags = *parsed.flags;
+}
+
+// 0, or 2 after saying which flag is missing.
+int check_arm_flags(const po::variables_map& flags) {
   for (const char* required : {"namespace", "deployment"}) {
     if (flags.count(required) == 0 || flags[required].as<std::string>().empty()) {
       std::cerr << kProgram << ": --" << required << " is required (see --help)\n";
@@ -97,30 +95,34 @@ int run_arm_command(int argc, char** argv) {
     std::cerr << kProgram << ": nothing to arm: give --webhook-configuration, --backstop-binding or both\n";
     return 2;
   }
-  kube::ApiServer api;
-  if (const int status = cli::require_api_server(kProgram, flags, api); status != 0) return status;
+  return 0;
+}
 
+// What the Deployment says of its replicas, or why it cannot be read.
+arming::Availability read_availability(const kube::ApiServer& api, const std::string& deployment_path) {
+  const kube::Reply reply = get(api, deployment_path);
+  if (reply.status == 200) return arming::deployment_availability(reply.body);
+  arming::Availability availability;
+  if (reply.status == 404) {
+    availability.waiting = "the Deployment is not there yet";
+  } else {
+    availability.waiting = "cannot read the Deployment: " + std::to_string(reply.status);
+    if (!reply.error.empty()) availability.waiting.append(" ").append(reply.error);
+  }
+  return availability;
+}
+
+// True once the webhook's Deployment has a replica available; false, after saying why, at --timeout.
+bool wait_for_replica(const kube::ApiServer& api, const po::variables_map& flags) {
   const std::string ns = flags["namespace"].as<std::string>();
   const std::string deployment = flags["deployment"].as<std::string>();
   const std::string deployment_path = "/apis/apps/v1/namespaces/" + ns + "/deployments/" + deployment;
   const std::string deployment_name = ns + "/" + deployment;
-  std::string next_step = "fix the Deployment (kubectl -n ";
-  next_step.append(ns).append(" describe deployment ").append(deployment).append("), then run helm upgrade again");
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(flags["timeout"].as<unsigned>());
+  const unsigned timeout_s = flags["timeout"].as<unsigned>();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
   std::string last;
   for (;;) {
-    const kube::Reply reply = get(api, deployment_path);
-    arming::Availability availability;
-    if (reply.status == 200) {
-      availability = arming::deployment_availability(reply.body);
-    } else {
-      if (reply.status == 404) {
-        availability.waiting = "the Deployment is not there yet";
-      } else {
-        availability.waiting = "cannot read the Deployment: " + std::to_string(reply.status);
-        if (!reply.error.empty()) availability.waiting.append(" ").append(reply.error);
-      }
-    }
+    const arming::Availability availability = read_availability(api, deployment_path);
     if (availability.available) break;
     if (availability.waiting != last) {
       log::info("waiting for a replica of the webhook",
@@ -128,16 +130,23 @@ int run_arm_command(int argc, char** argv) {
       last = availability.waiting;
     }
     if (std::chrono::steady_clock::now() + kPoll > deadline) {
+      std::string next_step = "fix the Deployment (kubectl -n ";
+      next_step.append(ns).append(" describe deployment ").append(deployment).append("), then run helm upgrade again");
       log::error("no replica of the webhook became available: nothing was armed, so nothing refuses pods for it",
                  {{"deployment", deployment_name},
                   {"waiting", availability.waiting},
-                  {"timeout_s", flags["timeout"].as<unsigned>()},
+                  {"timeout_s", timeout_s},
                   {"next", next_step}});
-      return 1;
+      return false;
     }
     std::this_thread::sleep_for(kPoll);
   }
-  log::info("a replica of the webhook is available", {{"deployment", ns + "/" + deployment}});
+  log::info("a replica of the webhook is available", {{"deployment", deployment_name}});
+  return true;
+}
+
+// Arms what the flags name; false when any of it could not be armed.
+bool arm_named(const kube::ApiServer& api, const po::variables_map& flags) {
   bool armed = true;
   if (flags.count("webhook-configuration") != 0) {
     const std::string configuration = flags["webhook-configuration"].as<std::string>();
@@ -152,7 +161,22 @@ int run_arm_command(int argc, char** argv) {
                        "ValidatingAdmissionPolicyBinding " + binding, arming::binding_step) &&
             armed;
   }
-  return armed ? 0 : 1;
+  return armed;
+}
+
+}  // namespace
+
+int run_arm_command(int argc, char** argv) {
+  po::options_description description(kUsage);
+  add_arm_flags(description);
+  const cli::Parsed parsed = cli::parse_command_line(kProgram, GPUGUARD_VERSION, description, argc, argv);
+  if (!parsed.flags) return parsed.exit_status;
+  const po::variables_map& flags = *parsed.flags;
+  if (const int status = check_arm_flags(flags); status != 0) return status;
+  kube::ApiServer api;
+  if (const int status = cli::require_api_server(kProgram, flags, api); status != 0) return status;
+  if (!wait_for_replica(api, flags)) return 1;
+  return arm_named(api, flags) ? 0 : 1;
 }
 
 }  // namespace gpuguard::webhook

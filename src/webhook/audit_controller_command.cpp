@@ -61,10 +61,7 @@ std::string default_identity() {
   return name + "_" + suffix;
 }
 
-}  // namespace
-
-int run_audit_controller_command(int argc, char** argv) {
-  po::options_description description(kUsage);
+void add_audit_controller_flags(po::options_description& description) {
   cli::add_apiserver_flags(description);
   description.add_options()("policy-dir", po::value<std::string>(),
                             "the mounted gpuguard-policy ConfigMap (the webhook's), re-read on change; a new policy "
@@ -86,16 +83,15 @@ int run_audit_controller_command(int argc, char** argv) {
       "auto: list and watch DRA ResourceClaims and ResourceClaimTemplates to judge the pods that use them, "
       "through the newest resource.k8s.io version served of v1, v1beta2 and v1beta1 (none served: off); "
       "off: never");
-  const cli::Parsed parsed = cli::parse_command_line(kProgram, GPUGUARD_VERSION, description, argc, argv);
-  if (!parsed.flags) return parsed.exit_status;
-  const po::variables_map& flags = *parsed.flags;
+}
 
+// The loop's options from the flags: 0, or 2 after saying which flag is wrong.
+int read_loop_options(const po::variables_map& flags, audit::AuditLoopOptions& options) {
   const std::string claims_mode = flags["resource-claims"].as<std::string>();
   if (claims_mode != "auto" && claims_mode != "off") {
     std::cerr << kProgram << ": --resource-claims must be auto or off\n";
     return 2;
   }
-  audit::AuditLoopOptions options;
   options.lease_namespace =
       flags.count("lease-namespace") ? flags["lease-namespace"].as<std::string>() : own_namespace();
   options.lease_name = flags["lease-name"].as<std::string>();
@@ -116,7 +112,11 @@ int run_audit_controller_command(int argc, char** argv) {
     std::cerr << kProgram << ": --lease-namespace (outside a pod), --lease-name and --identity must not be empty\n";
     return 2;
   }
-  if (const int status = cli::require_api_server(kProgram, flags, options.apiserver); status != 0) return status;
+  return cli::require_api_server(kProgram, flags, options.apiserver);
+}
+
+// Runs the audit loop and its status port until a signal ends it.
+int serve_audit(const po::variables_map& flags, const audit::AuditLoopOptions& options) {
   return cli::run_service([&] {
     audit::AuditMetrics metrics(GPUGUARD_VERSION);
     policy::PolicyWatcher policy(cli::path_flag(flags, "policy-dir"), metrics);
@@ -145,6 +145,19 @@ int run_audit_controller_command(int argc, char** argv) {
     server.run();
     loop.stop();
   });
+}
+
+}  // namespace
+
+int run_audit_controller_command(int argc, char** argv) {
+  po::options_description description(kUsage);
+  add_audit_controller_flags(description);
+  const cli::Parsed parsed = cli::parse_command_line(kProgram, GPUGUARD_VERSION, description, argc, argv);
+  if (!parsed.flags) return parsed.exit_status;
+  const po::variables_map& flags = *parsed.flags;
+  audit::AuditLoopOptions options;
+  if (const int status = read_loop_options(flags, options); status != 0) return status;
+  return serve_audit(flags, options);
 }
 
 }  // namespace gpuguard::webhook
