@@ -85,6 +85,26 @@ struct Attack {
   std::atomic<long> count{0};
 };
 
+// Each attack (those in `only`, ",name,...,", when it is not empty) on a thread of its own until `until`;
+// how many times each ran, by name.
+std::map<std::string, long> run_attacks(std::deque<Attack>& attacks, const std::string& only, Clock::time_point until) {
+  std::vector<std::thread> threads;
+  for (auto& attack : attacks) {
+    if (!only.empty() && only.find(std::string(",") + attack.name + ",") == std::string::npos) continue;
+    threads.emplace_back([&attack, until] {
+      while (Clock::now() < until) {
+        attack.once();
+        ++attack.count;
+        std::this_thread::sleep_for(attack.pause);
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  std::map<std::string, long> totals;
+  for (const auto& attack : attacks) totals[attack.name] += attack.count;
+  return totals;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -163,21 +183,7 @@ int main(int argc, char** argv) {
 
   // Only the attacks named, when a list is given (to see what each costs on its own).
   const std::string only = argc == 4 ? std::string(",") + argv[3] + "," : std::string();
-  std::vector<std::thread> threads;
-  for (auto& attack : attacks) {
-    if (!only.empty() && only.find(std::string(",") + attack.name + ",") == std::string::npos) continue;
-    threads.emplace_back([&attack, until] {
-      while (Clock::now() < until) {
-        attack.once();
-        ++attack.count;
-        std::this_thread::sleep_for(attack.pause);
-      }
-    });
-  }
-  for (auto& thread : threads) thread.join();
-  std::map<std::string, long> totals;
-  for (const auto& attack : attacks) totals[attack.name] += attack.count;
-  for (const auto& [name, count] : totals) std::printf("%s: %ld\n", name.c_str(), count);
+  for (const auto& [name, count] : run_attacks(attacks, only, until)) std::printf("%s: %ld\n", name.c_str(), count);
   std::printf("idle connections opened: %ld\n", opened.load());
   SSL_CTX_free(context);
   return 0;

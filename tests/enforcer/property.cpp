@@ -104,6 +104,44 @@ std::string list_destination(Choices& c, const std::string& name) {
   }
 }
 
+// The node's toolkit, what the enforcer reads of it, and every toolkit that reading allows.
+void make_toolkit(Choices& c, Case& made) {
+  Config actual;
+  actual.mode = c.one_of(kModes);
+  actual.version = c.one_of(kVersions);
+  if (actual.mode == "jit-cdi" && actual.version < std::tuple{1, 18, 0}) actual.mode = "auto";
+  actual.volume_mounts = c.chance(50);
+  actual.envvar_when_unprivileged = c.chance(70);
+  if (c.chance(10)) actual.swarm = {"DOCKER_RESOURCE_GPU"};
+  made.known.toolkit.swarm_variables = actual.swarm;
+  const bool mode_known = c.chance(60);
+  const bool version_known = c.chance(60);
+  if (mode_known) made.known.toolkit.mode = actual.mode;  // as configured: auto is not resolved
+  if (version_known) {
+    const auto [a, b, d] = actual.version;
+    made.known.toolkit.version = enforcement::ToolkitVersion{a, b, d};
+  }
+  // Every toolkit the enforcer's reading allows: the settings it does not read all vary.
+  for (const std::string& mode : kModes) {
+    for (const auto& version : kVersions) {
+      if (mode == "jit-cdi" && version < std::tuple{1, 18, 0}) continue;
+      if (version_known && version != actual.version) continue;
+      if (mode_known && mode != *made.known.toolkit.mode) continue;
+      for (const bool mounts : {false, true}) {
+        for (const bool envvar : {false, true}) {
+          Config config;
+          config.mode = mode;
+          config.version = version;
+          config.volume_mounts = mounts;
+          config.envvar_when_unprivileged = envvar;
+          config.swarm = actual.swarm;
+          made.configs.push_back(config);
+        }
+      }
+    }
+  }
+}
+
 void make_node(Choices& c, Case& made) {
   const std::size_t gpus = 1 + c.pick(3);
   for (std::size_t i = 0; i < gpus; ++i) {
@@ -153,40 +191,7 @@ void make_node(Choices& c, Case& made) {
   }
   enforcement::add_mig_devices_from_cdi(made.known);
 
-  Config actual;
-  actual.mode = c.one_of(kModes);
-  actual.version = c.one_of(kVersions);
-  if (actual.mode == "jit-cdi" && actual.version < std::tuple{1, 18, 0}) actual.mode = "auto";
-  actual.volume_mounts = c.chance(50);
-  actual.envvar_when_unprivileged = c.chance(70);
-  if (c.chance(10)) actual.swarm = {"DOCKER_RESOURCE_GPU"};
-  made.known.toolkit.swarm_variables = actual.swarm;
-  const bool mode_known = c.chance(60);
-  const bool version_known = c.chance(60);
-  if (mode_known) made.known.toolkit.mode = actual.mode;  // as configured: auto is not resolved
-  if (version_known) {
-    const auto [a, b, d] = actual.version;
-    made.known.toolkit.version = enforcement::ToolkitVersion{a, b, d};
-  }
-  // Every toolkit the enforcer's reading allows: the settings it does not read all vary.
-  for (const std::string& mode : kModes) {
-    for (const auto& version : kVersions) {
-      if (mode == "jit-cdi" && version < std::tuple{1, 18, 0}) continue;
-      if (version_known && version != actual.version) continue;
-      if (mode_known && mode != *made.known.toolkit.mode) continue;
-      for (const bool mounts : {false, true}) {
-        for (const bool envvar : {false, true}) {
-          Config config;
-          config.mode = mode;
-          config.version = version;
-          config.volume_mounts = mounts;
-          config.envvar_when_unprivileged = envvar;
-          config.swarm = actual.swarm;
-          made.configs.push_back(config);
-        }
-      }
-    }
-  }
+  make_toolkit(c, made);
 }
 
 void make_allocation(Choices& c, Case& made) {

@@ -73,6 +73,34 @@ std::string chunk(const std::string& data) {
   return size + data + "\r\n";
 }
 
+// The collection a list or watch of `path` reads: "pods", "nodes", "configmaps" (one namespace's, the
+// enforcer's break glass; a test puts them in one namespace), DRA's claims and templates at the versions
+// served; empty for any other path.
+std::string listed_resource(const std::string& path, const std::vector<std::string>& claim_versions) {
+  if (path == "/api/v1/pods") return "pods";
+  if (path == "/api/v1/nodes") return "nodes";
+  if (path.starts_with("/api/v1/namespaces/") && path.ends_with("/configmaps")) return "configmaps";
+  for (const std::string& version : claim_versions) {
+    for (const char* kind : {"resourceclaims", "resourceclaimtemplates"}) {
+      if (path == "/apis/resource.k8s.io/" + version + "/" + kind) return kind;
+    }
+  }
+  return "";
+}
+
+// The APIGroup discovery answers for resource.k8s.io, the first version preferred.
+json resource_group(const std::vector<std::string>& claim_versions) {
+  json versions = json::array();
+  for (const std::string& version : claim_versions) {
+    versions.push_back({{"groupVersion", "resource.k8s.io/" + version}, {"version", version}});
+  }
+  return {{"kind", "APIGroup"},
+          {"apiVersion", "v1"},
+          {"name", "resource.k8s.io"},
+          {"versions", versions},
+          {"preferredVersion", versions[0]}};
+}
+
 }  // namespace
 
 struct FakeApiserver::Connection {
@@ -186,11 +214,6 @@ void FakeApiserver::serve(std::shared_ptr<Connection> connection) {
                  std::string(request[http::field::content_type]),
                  request.body()};
     const auto query = parse_query(seen.query);
-    std::string resource;
-    if (seen.path == "/api/v1/pods") resource = "pods";
-    if (seen.path == "/api/v1/nodes") resource = "nodes";
-    // One namespace's ConfigMaps (the enforcer's break glass); a test puts them in one namespace.
-    if (seen.path.starts_with("/api/v1/namespaces/") && seen.path.ends_with("/configmaps")) resource = "configmaps";
     std::string token;
     std::vector<std::string> claim_versions;
     {
@@ -198,11 +221,7 @@ void FakeApiserver::serve(std::shared_ptr<Connection> connection) {
       token = impl_->token;
       claim_versions = impl_->claim_versions;
     }
-    for (const std::string& version : claim_versions) {
-      for (const char* kind : {"resourceclaims", "resourceclaimtemplates"}) {
-        if (seen.path == "/apis/resource.k8s.io/" + version + "/" + kind) resource = kind;
-      }
-    }
+    const std::string resource = listed_resource(seen.path, claim_versions);
     auto reply = [&](unsigned status, const json& body) {
       seen.status = status;
       {
@@ -221,15 +240,7 @@ void FakeApiserver::serve(std::shared_ptr<Connection> connection) {
       const auto [status, body] = answer_lease(seen);
       reply(status, body);
     } else if (seen.path == "/apis/resource.k8s.io" && !claim_versions.empty()) {
-      json versions = json::array();
-      for (const std::string& version : claim_versions) {
-        versions.push_back({{"groupVersion", "resource.k8s.io/" + version}, {"version", version}});
-      }
-      reply(200, {{"kind", "APIGroup"},
-                  {"apiVersion", "v1"},
-                  {"name", "resource.k8s.io"},
-                  {"versions", versions},
-                  {"preferredVersion", versions[0]}});
+      reply(200, resource_group(claim_versions));
     } else if (const auto [found, status, body] = answer_by_path(seen); found) {
       reply(status, body);
     } else if (seen.path.starts_with("/apis/wgpolicyk8s.io/")) {
