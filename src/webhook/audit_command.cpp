@@ -171,6 +171,50 @@ bool read_nodes(const std::string& source, Nodes& nodes) {
   return true;
 }
 
+// The pods of a PodList (kubectl get pods -A -o json) or of one Pod, from a file or "-"; false after saying why not.
+bool read_pods(const std::string& source, std::vector<json>& pods) {
+  std::string text;
+  if (!read_source(source, text)) {
+    std::cerr << "gpuguard-webhook audit: cannot read " << (source == "-" ? "standard input" : source) << "\n";
+    return false;
+  }
+  const json document = json::parse(text, nullptr, false);
+  if (document.is_object() && document.contains("items") && document["items"].is_array()) {
+    for (const json& item : document["items"]) pods.push_back(item);
+  } else if (document.is_object() && text_at(document, "kind") == "Pod") {
+    pods.push_back(document);
+  } else {
+    std::cerr << "gpuguard-webhook audit: " << source << " is not a PodList (kubectl get pods -A -o json) or a Pod\n";
+    return false;
+  }
+  return true;
+}
+
+// A row for each exposure of each pod, and of its node where the nodes are given; false after saying which pod
+// cannot be read.
+bool audit_rows(const std::vector<json>& pods, const policy::Policy& policy, const claims::ClaimCache* lookup,
+                const std::optional<Nodes>& nodes, std::vector<Row>& rows) {
+  for (const json& pod : pods) {
+    std::string error;
+    const auto audit = audit::audit_pod(pod.dump(), policy, lookup, error);
+    if (!audit) {
+      const json& metadata = pod.is_object() && pod.contains("metadata") ? pod["metadata"] : json::object();
+      std::cerr << "gpuguard-webhook audit: pod "
+                << (metadata.is_object() ? text_at(metadata, "namespace") + "/" + text_at(metadata, "name") : "")
+                << " cannot be read: " << error << "\n";
+      return false;
+    }
+    for (const admission::Exposure& e : audit->exposures()) rows.push_back({audit->namespace_, audit->name, e});
+    if (!nodes) continue;
+    const auto condition = nodes->conditions.find(audit->node);
+    for (admission::Exposure& e :
+         audit::node_exposures(*audit, condition != nodes->conditions.end() ? &condition->second : nullptr)) {
+      rows.push_back({audit->namespace_, audit->name, std::move(e)});
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 int run_audit_command(const std::vector<std::string>& args) {
@@ -209,42 +253,10 @@ int run_audit_command(const std::vector<std::string>& args) {
   std::optional<Nodes> nodes;
   if (flags.count("nodes") && !read_nodes(flags["nodes"].as<std::string>(), nodes.emplace())) return 2;
 
-  std::string text;
-  const std::string source = flags["pods"].as<std::string>();
-  if (!read_source(source, text)) {
-    std::cerr << "gpuguard-webhook audit: cannot read " << (source == "-" ? "standard input" : source) << "\n";
-    return 2;
-  }
-  const json document = json::parse(text, nullptr, false);
   std::vector<json> pods;
-  if (document.is_object() && document.contains("items") && document["items"].is_array()) {
-    for (const json& item : document["items"]) pods.push_back(item);
-  } else if (document.is_object() && text_at(document, "kind") == "Pod") {
-    pods.push_back(document);
-  } else {
-    std::cerr << "gpuguard-webhook audit: " << source << " is not a PodList (kubectl get pods -A -o json) or a Pod\n";
-    return 2;
-  }
-
+  if (!read_pods(flags["pods"].as<std::string>(), pods)) return 2;
   std::vector<Row> rows;
-  for (const json& pod : pods) {
-    std::string error;
-    const auto audit = audit::audit_pod(pod.dump(), *policy, lookup, error);
-    if (!audit) {
-      const json& metadata = pod.is_object() && pod.contains("metadata") ? pod["metadata"] : json::object();
-      std::cerr << "gpuguard-webhook audit: pod "
-                << (metadata.is_object() ? text_at(metadata, "namespace") + "/" + text_at(metadata, "name") : "")
-                << " cannot be read: " << error << "\n";
-      return 2;
-    }
-    for (const admission::Exposure& e : audit->exposures()) rows.push_back({audit->namespace_, audit->name, e});
-    if (!nodes) continue;
-    const auto condition = nodes->conditions.find(audit->node);
-    for (admission::Exposure& e :
-         audit::node_exposures(*audit, condition != nodes->conditions.end() ? &condition->second : nullptr)) {
-      rows.push_back({audit->namespace_, audit->name, std::move(e)});
-    }
-  }
+  if (!audit_rows(pods, *policy, lookup, nodes, rows)) return 2;
   if (output == "json") {
     print_json(rows, pods.size(), nodes);
   } else {
