@@ -319,7 +319,7 @@ KubeletSession::Yield yield_to_nvidia(const PluginConfig& c) {
 
 // Says what was found and how its health will be known; that source ("nvml", "presence" or "off").
 std::string log_discovery(const PluginConfig& c, const Discovery& found) {
-  const std::string health_source = !c.health_checks ? "off" : found.nvml ? "nvml" : "presence";
+  std::string health_source = !c.health_checks ? "off" : found.nvml ? "nvml" : "presence";
   if (!found.nvml_unavailable.empty()) {
     log::warn(
         "NVML not available: GPUs discovered through procfs, and their health is the presence of their "
