@@ -126,7 +126,8 @@ struct Plugin::Impl {
 
   // One connection, from connect to whatever ended it; returns why it ended.
   std::string session(const std::stop_token& stop, Session& state);
-  // Connects `fd` to the runtime's socket and asks to register; empty, or why it could not.
+  // Connects `fd` to the runtime's socket (a path that fits sun_path) and asks to register; empty, or why it
+  // could not.
   std::string connect_and_register(int fd, Session& state);
   // One read's bytes, demultiplexed, and its whole calls answered; why the connection is to end, if it is.
   std::optional<std::string> take(int fd, std::string_view bytes, Wire& wire, Session& state);
@@ -227,8 +228,7 @@ std::string Plugin::Impl::connect_and_register(int fd, Session& state) {
   sockaddr_un address{};
   address.sun_family = AF_UNIX;
   const std::string path = options.socket.string();
-  if (path.size() >= sizeof address.sun_path) return "socket path too long: " + path;
-  std::memcpy(address.sun_path, path.c_str(), path.size() + 1);
+  path.copy(address.sun_path, sizeof address.sun_path - 1);  // session() has refused a path that does not fit
   if (::connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address) != 0) {
     state.no_listener = errno == ENOENT || errno == ECONNREFUSED;
     return errno_text(("connect " + path).c_str());
@@ -275,6 +275,9 @@ std::optional<std::string> Plugin::Impl::take(int fd, std::string_view bytes, Wi
 }
 
 std::string Plugin::Impl::session(const std::stop_token& stop, Session& state) {
+  if (options.socket.string().size() >= sizeof(sockaddr_un::sun_path)) {
+    return "socket path too long: " + options.socket.string();
+  }
   const Descriptor socket(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
   if (socket.get() < 0) return errno_text("socket");
   if (std::string why = connect_and_register(socket.get(), state); !why.empty()) return why;

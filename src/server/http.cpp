@@ -1,6 +1,5 @@
 #include "gpuguard/server/http.hpp"
 
-#include <algorithm>
 #include <cctype>
 #include <charconv>
 
@@ -86,12 +85,9 @@ void ServerCounters::render(std::string& out) const {
   metrics::header(out, kShed);
   metrics::sample(out, kShed, "reason=\"refused\"", shed(Shed::refused));
   metrics::sample(out, kShed, "reason=\"evicted\"", shed(Shed::evicted));
-  // A gauge moved by another thread both ways: never below 0 when read, whatever the order.
-  const auto now = [](const std::atomic<std::int64_t>& gauge) {
-    return static_cast<std::uint64_t>(std::max<std::int64_t>(0, gauge.load(std::memory_order_relaxed)));
-  };
-  metrics::single(out, kBytesHeld, now(bytes_held_));
-  metrics::single(out, kInFlight, now(requests_in_flight_));
+  // As they are, signed: a give without its take would show, not read as 0.
+  metrics::single(out, kBytesHeld, std::to_string(bytes_held_.load(std::memory_order_relaxed)));
+  metrics::single(out, kInFlight, std::to_string(requests_in_flight_.load(std::memory_order_relaxed)));
 }
 
 bool ProbeRoutes::owns(std::string_view path) { return path == "/healthz" || path == "/readyz" || path == "/metrics"; }

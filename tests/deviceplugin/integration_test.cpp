@@ -340,7 +340,8 @@ TEST_CASE("SIGTERM during the start-up ends in the orderly stop, not in death by
   PluginProcess plugin(node.plugin_dir, node.host.root(), {"--host-device", "github.com/fuse=/dev/fuse:4"});
   // Its first line comes from discovery, before its files, its sockets and its status server: the signal
   // is sent while it is still starting.
-  eventually([&] { return plugin.log().find("GPUs found") != std::string::npos; }, 5s);
+  // Looked at every millisecond: the signal must come while it is still starting.
+  eventually([&] { return plugin.log().find("GPUs found") != std::string::npos; }, 5s, 1ms);
   REQUIRE_THAT(plugin.log(), Catch::Contains("GPUs found"));
   CHECK(plugin.terminate() == 0);
   CHECK_THAT(plugin.log(), Catch::Contains("serving probes and metrics"));

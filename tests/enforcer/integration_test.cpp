@@ -537,6 +537,7 @@ TEST_CASE("sandboxes made at once are fetched in one List, and their containers 
   fetched.release();
   const auto out = runtime_steps(running.get(), script);
   INFO(enforcer.log());
+  CHECK(out[4]["released"] == true);
   for (std::size_t i = 5; i < 11; ++i) {
     INFO(out[i].dump());
     CHECK(out[i]["env"] == json::array({"NVIDIA_VISIBLE_DEVICES=" + first_gpu}));
@@ -708,9 +709,12 @@ TEST_CASE("running containers beyond their allocation are reported at registrati
   REQUIRE(removed.reached());
   CHECK(enforcer.series("gpuguard_node_enforcer_running_containers{state=\"beyond\"}") == 0);
   removed.release();
-  runtime_steps(out.get(), script);
+  const auto steps = runtime_steps(out.get(), script);
+  CHECK(steps[1]["released"] == true);
+  CHECK(steps[3]["released"] == true);
+  // The event is posted from a thread of its own, over a connection of its own.
+  REQUIRE(eventually([&] { return apiserver.posts("/api/v1/namespaces/default/events").size() == 1; }));
   const auto events = apiserver.posts("/api/v1/namespaces/default/events");
-  REQUIRE(events.size() == 1);
   CHECK(events[0]["involvedObject"]["name"] == "gpu-node-1");
   CHECK(events[0]["reason"] == "GPUsBeyondAllocation");
   CHECK_THAT(events[0]["message"].get<std::string>(), Catch::Contains("team-a/old/app"));
@@ -897,6 +901,7 @@ TEST_CASE("an enforcer that stops in the middle of a request: with validation, t
   const ExitResult stopped = runtime.get();
   const auto out = runtime_steps(stopped, script);
   INFO(out[2].dump() << "\n" << enforcer.log());
+  CHECK(out[0]["synced"] == 1);  // stopped after its registration, not during it
   CHECK(out[1]["released"] == true);
   REQUIRE(out[2].contains("error"));
   CHECK_THAT(out[2]["error"].get<std::string>(), Catch::Contains("validator plugin"));
@@ -1197,6 +1202,7 @@ TEST_CASE("the toolkit's configuration changed on the node: the next create is j
   for (const auto& gpu : default_node()) node.host.add_gpu(gpu.pci_address, gpu.uuid, gpu.minor, 0);
   changed.release();
   const std::vector<json> out = runtime_steps(running.get(), script);
+  CHECK(out[3]["released"] == true);
   INFO(enforcer.log());
   // Legacy: none is no GPU, left as it is; a GPU's node with no driver cannot be named.
   CHECK(out[1]["env"] == json::array());

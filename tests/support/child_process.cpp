@@ -1,11 +1,15 @@
+// Starting, watching and ending the processes tests start (child_process.hpp says why).
 #include "child_process.hpp"
 
 #include <fcntl.h>
 #include <signal.h>
+#include <spawn.h>
 #include <stdlib.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <iterator>
@@ -50,8 +54,8 @@ fs::path own_log() {
 
 ChildProcess::ChildProcess(std::vector<std::string> args, ChildOptions options)
     : log_(std::move(options.log)), own_log_(log_.empty()) {
-  if (own_log_) log_ = own_log();
   const std::string program = executable(args.at(0));
+  if (own_log_) log_ = own_log();
   std::vector<char*> argv;
   argv.reserve(args.size() + 1);
   for (auto& a : args) argv.push_back(a.data());
@@ -60,30 +64,49 @@ ChildProcess::ChildProcess(std::vector<std::string> args, ChildOptions options)
   for (char** e = environ; *e != nullptr; ++e) envp.push_back(*e);
   for (auto& e : options.env) envp.push_back(e.data());
   envp.push_back(nullptr);
-  const std::string procs = options.cgroup.empty() ? std::string() : (options.cgroup / "cgroup.procs").string();
   // Emptied here, before the constructor returns: what the test reads next is this process's log, never
   // the one before it in the same file.
   const int out = ::open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (out < 0) throw std::runtime_error("cannot open " + log_.string());
+  const int error = out < 0                  ? errno
+                    : options.cgroup.empty() ? spawn(program, argv.data(), envp.data(), out)
+                                             : fork_into(options.cgroup, program, argv.data(), envp.data(), out);
+  if (out >= 0) ::close(out);
+  if (error != 0) {
+    pid_ = -1;
+    std::error_code ignored;
+    if (own_log_) fs::remove(log_, ignored);
+    throw std::runtime_error("cannot start " + program + ": " + std::strerror(error));
+  }
+}
 
+int ChildProcess::spawn(const std::string& program, char* const* argv, char* const* envp, int log_fd) {
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, log_fd, STDERR_FILENO);
+  const int error = ::posix_spawn(&pid_, program.c_str(), &actions, nullptr, argv, envp);
+  posix_spawn_file_actions_destroy(&actions);
+  return error;
+}
+
+int ChildProcess::fork_into(const fs::path& cgroup, const std::string& program, char* const* argv, char* const* envp,
+                            int log_fd) {
+  // posix_spawn has no step between the fork and the exec to join a cgroup in: this child forks, and
+  // makes only async-signal-safe calls until it executes.
+  const std::string procs = (cgroup / "cgroup.procs").string();
   pid_ = ::fork();
+  if (pid_ < 0) return errno;
   if (pid_ == 0) {
-    // The child: only async-signal-safe calls until it executes.
-    if (!procs.empty()) {
-      const int fd = ::open(procs.c_str(), O_WRONLY | O_CLOEXEC);
-      if (fd < 0 || ::write(fd, "0", 1) != 1) ::_exit(125);
-      ::close(fd);
-    }
-    if (::dup2(out, STDERR_FILENO) < 0) ::_exit(125);
-    ::execve(program.c_str(), argv.data(), envp.data());
+    const int fd = ::open(procs.c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd < 0 || ::write(fd, "0", 1) != 1) ::_exit(125);
+    if (::dup2(log_fd, STDERR_FILENO) < 0) ::_exit(125);
+    ::execve(program.c_str(), argv, envp);
     ::_exit(126);
   }
-  ::close(out);
-  if (pid_ < 0) throw std::runtime_error("cannot fork for " + program);
+  return 0;
 }
 
 ChildProcess::~ChildProcess() {
-  if (pid_ > 0) {
+  if (pid_ > 0 && !reaped_) {
     ::kill(pid_, SIGKILL);
     ::waitpid(pid_, nullptr, 0);
   }
@@ -94,31 +117,28 @@ ChildProcess::~ChildProcess() {
 }
 
 bool ChildProcess::running() {
-  if (pid_ <= 0) return false;
-  int status = 0;
-  if (::waitpid(pid_, &status, WNOHANG) == 0) return true;
-  pid_ = -1;
+  if (pid_ <= 0 || reaped_) return false;
+  if (::waitpid(pid_, &status_, WNOHANG) != pid_) return true;
+  reaped_ = true;  // its status kept for wait_exit
   return false;
 }
 
 void ChildProcess::signal(int number) const {
-  if (pid_ > 0) ::kill(pid_, number);
+  if (pid_ > 0 && !reaped_) ::kill(pid_, number);
 }
 
 int ChildProcess::wait_exit(std::chrono::milliseconds limit) {
   if (pid_ <= 0) return -1;
   const auto deadline = std::chrono::steady_clock::now() + limit;
-  int status = 0;
-  while (::waitpid(pid_, &status, WNOHANG) != pid_) {
+  while (running()) {
     if (std::chrono::steady_clock::now() >= deadline) {
       show_log_end("did not exit within " + std::to_string(limit.count()) + " ms");
       return -2;
     }
     std::this_thread::sleep_for(20ms);
   }
-  pid_ = -1;
-  if (WIFEXITED(status)) return WEXITSTATUS(status);
-  show_log_end("ended by signal " + std::to_string(WTERMSIG(status)));
+  if (WIFEXITED(status_)) return WEXITSTATUS(status_);
+  show_log_end("ended by signal " + std::to_string(WTERMSIG(status_)));
   return -1;
 }
 
@@ -141,8 +161,8 @@ unsigned short ChildProcess::logged_port(const std::string& message, std::chrono
   do {
     // Exited (a zombie not yet reaped): the line will not come.
     siginfo_t exited{};
-    const bool gone =
-        ::waitid(P_PID, static_cast<id_t>(pid_), &exited, WEXITED | WNOHANG | WNOWAIT) == 0 && exited.si_pid == pid_;
+    const bool gone = reaped_ || (::waitid(P_PID, static_cast<id_t>(pid_), &exited, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+                                  exited.si_pid == pid_);
     std::istringstream lines(log());
     for (std::string line; std::getline(lines, line);) {
       const auto entry = nlohmann::json::parse(line, nullptr, false);

@@ -27,6 +27,7 @@ class ChildProcess {
   ChildProcess& operator=(const ChildProcess&) = delete;
 
   pid_t pid() const { return pid_; }
+  // False once it has exited (then reaped, its status kept for wait_exit).
   bool running();
   void signal(int number) const;
   // Its exit status once it exits; -1 when a signal ended it, -2 when it still runs after `limit` (it is
@@ -44,9 +45,15 @@ class ChildProcess {
   std::size_t status_kib(const std::string& field) const;
 
  private:
+  // Each starts `program` with its stderr on `log_fd`; 0, or the errno of what failed.
+  int spawn(const std::string& program, char* const* argv, char* const* envp, int log_fd);
+  int fork_into(const std::filesystem::path& cgroup, const std::string& program, char* const* argv, char* const* envp,
+                int log_fd);
   void show_log_end(const std::string& why) const;
 
   pid_t pid_ = -1;
+  bool reaped_ = false;
+  int status_ = 0;  // as waitpid gave it, once reaped
   std::filesystem::path log_;
   bool own_log_ = false;
 };

@@ -5,7 +5,8 @@
 
 namespace gpuguard::test {
 
-// Polls `condition` every 20 ms until it holds or `limit` passes; its last answer.
-bool eventually(const std::function<bool()>& condition, std::chrono::milliseconds limit = std::chrono::seconds(10));
+// Polls `condition` every `every` until it holds or `limit` passes; its last answer.
+bool eventually(const std::function<bool()>& condition, std::chrono::milliseconds limit = std::chrono::seconds(10),
+                std::chrono::milliseconds every = std::chrono::milliseconds(20));
 
 }  // namespace gpuguard::test

@@ -1,3 +1,4 @@
+// One series off a /metrics page (series.hpp says why).
 #include "series.hpp"
 
 namespace gpuguard::test {
