@@ -11,6 +11,7 @@
 #include <mutex>
 #include <thread>
 
+#include "eventually.hpp"
 #include "gpuguard/enforcer/enforcer.hpp"
 #include "gpuguard/nri/messages.hpp"
 #include "nri/v1alpha1/api.pb.h"
@@ -230,7 +231,7 @@ TEST_CASE("enforcer core: a sandbox's answer is fetched when it is made, and its
   f.kubelet.set("team-a", "b", gpu_pod({kGpu1}));
   const auto enforcer = f.make();
   enforcer->run_pod_sandbox(pod("a").SerializeAsString());
-  for (int i = 0; i < 200 && enforcer->prefetch_lists() < 1; ++i) std::this_thread::sleep_for(5ms);
+  test::eventually([&] { return enforcer->prefetch_lists() >= 1; }, 5s, 5ms);
   REQUIRE(enforcer->prefetch_lists() == 1);
   const int before = f.kubelet.calls();
   CHECK(written(enforcer->create_container(
@@ -378,10 +379,13 @@ TEST_CASE("enforcer core: answers fetched ahead are kept within a byte budget, p
   f.kubelet.set("team-a", "large", large);
   f.kubelet.set("team-a", "small", gpu_pod({kGpu0}));
   const auto enforcer = f.make();
+  // One sandbox at a time, so that each has a fetch of its own to wait for (made at once, they may share one).
   enforcer->run_pod_sandbox(pod("large").SerializeAsString());
+  test::eventually([&] { return enforcer->prefetch_lists() >= 1; }, 5s, 5ms);
+  REQUIRE(enforcer->prefetch_lists() == 1);
   enforcer->run_pod_sandbox(pod("small").SerializeAsString());
-  for (int i = 0; i < 200 && enforcer->prefetch_lists() < 2; ++i) std::this_thread::sleep_for(5ms);
-  REQUIRE(enforcer->prefetch_lists() >= 1);
+  test::eventually([&] { return enforcer->prefetch_lists() >= 2; }, 5s, 5ms);
+  REQUIRE(enforcer->prefetch_lists() == 2);
   const int before = f.kubelet.calls();
   // The small pod's answer was kept: its container is created without a call.
   CHECK(written(enforcer->create_container(

@@ -8,6 +8,7 @@
 #include <mutex>
 #include <thread>
 
+#include "eventually.hpp"
 #include "host_places.hpp"
 #include "path_worker.hpp"
 
@@ -148,7 +149,7 @@ TEST_CASE(
     gate->open = true;
   }
   gate->opened.notify_all();
-  for (int i = 0; i < 200 && lookups.stuck() != 0; ++i) std::this_thread::sleep_for(5ms);
+  test::eventually([&] { return lookups.stuck() == 0; }, 5s, 5ms);
   CHECK(lookups.stuck() == 0);
   auto again = lookups.run(answer("/srv/b"));
   REQUIRE(again);
