@@ -956,6 +956,7 @@ TEST_CASE("a kubelet that answers too much: a container that reaches GPUs is ref
                                               create_step(gpu_less_pod("big"), without_gpu)})}};
   const auto out = run_runtime(node, script);
   INFO(enforcer.log().substr(0, 3000));
+  CHECK(out[0]["synced"] == 1);
   REQUIRE(out[1].contains("error"));
   CHECK_THAT(out[1]["error"].get<std::string>(), Catch::Contains("while its allocation cannot be read"));
   CHECK_FALSE(out[2].contains("error"));  // one that reaches no GPU is created all the same
