@@ -11,7 +11,8 @@ CLUSTER_SCOPED = {"Namespace", "MutatingWebhookConfiguration", "ValidatingAdmiss
 # Series the alerts read that Kubernetes exports, not gpuguard: the API server's account of its webhook calls.
 # The API server's own series, and kube-state-metrics' (which most clusters scrape).
 KUBERNETES_SERIES = {"apiserver_admission_webhook_fail_open_count", "apiserver_admission_webhook_rejection_count",
-                     "kube_deployment_status_replicas_available", "kube_daemonset_status_number_unavailable"}
+                     "kube_deployment_status_replicas_available", "kube_daemonset_status_number_unavailable",
+                     "kube_node_status_capacity", "kube_node_labels", "kube_pod_info"}
 POLICY_KEYS = {"mode", "visibleDevicesValue", "gpuResources", "gpuAnnotations", "gpuDeviceClasses",
                "exemptNamespaces", "exemptServiceAccounts", "privileged", "hostDeviceMounts", "cdiAnnotations",
                "nvidiaCdiAnnotations", "featureEnvVars", "runtimeClasses", "runtimeClassAction",
@@ -546,6 +547,10 @@ def check_audit(docs, namespace, root):
     for a in alerts:
         assert a["labels"]["severity"] in ("warning", "critical") and a["annotations"]["summary"], a
     check_series_exist([a["expr"] for a in alerts], root)
+    # With every audit pod gone, the Deployment's replicas (kube-state-metrics) still say so.
+    audit = one(docs, "Deployment", "gpuguard-audit")["metadata"]
+    stale = next(a["expr"] for a in alerts if a["alert"] == "GPUGuardAuditStale")
+    assert f'namespace="{audit["namespace"]}",deployment="{audit["name"]}"' in stale, stale
 
     dashboards = one(docs, "ConfigMap", "gpuguard-audit-dashboard")
     assert dashboards["metadata"]["labels"]["grafana_dashboard"] == "1"
@@ -598,7 +603,8 @@ def check_monitoring(docs, namespace, root, ca_suffix="-tls"):
                                             "GPUGuardConnectionsShed", "GPUGuardNodeEnforcerNotRegistered",
                                             "GPUGuardContainersBeyondAllocation", "GPUGuardPolicyRefused",
                                             "GPUGuardWebhookUnavailable", "GPUGuardNodeEnforcerNotRunning", "GPUGuardNodeNotEnforced",
-                                            "GPUGuardNodeEnforcerRefusals", "GPUGuardNodeBreakGlass"}
+                                            "GPUGuardNodeEnforcerRefusals", "GPUGuardNodeBreakGlass",
+                                            "GPUGuardNodeEnforcementNotEnforcing", "GPUGuardGPUNodeWithoutEnforcer"}
     for a in alerts:
         assert a["labels"]["severity"] in ("warning", "critical") and a["annotations"]["summary"], a
         assert "absent(" not in a["expr"], f"{a['alert']} fires on missing data"
@@ -611,3 +617,8 @@ def check_monitoring(docs, namespace, root, ca_suffix="-tls"):
     assert f'namespace="{deployment["namespace"]}",deployment="{deployment["name"]}"' in by_name["GPUGuardWebhookUnavailable"]
     enforcer = one(docs, "DaemonSet", "gpuguard-node-enforcer")["metadata"]
     assert f'namespace="{enforcer["namespace"]}",daemonset="{enforcer["name"]}"' in by_name["GPUGuardNodeEnforcerNotRunning"]
+    assert (f'namespace="{enforcer["namespace"]}",created_by_kind="DaemonSet",created_by_name="{enforcer["name"]}"'
+            in by_name["GPUGuardGPUNodeWithoutEnforcer"])
+    # Neither "not enforcing" alert is by pod: a replica's restart must not start its timer again.
+    for name in ("GPUGuardPolicyNotEnforcing", "GPUGuardNodeEnforcementNotEnforcing"):
+        assert "pod" not in re.findall(r"by \(([^)]*)\)", by_name[name])[0], by_name[name]
