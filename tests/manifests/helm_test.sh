@@ -268,6 +268,23 @@ for case in "policy.mode=enforcing /policy/mode" "policy.privilegd=deny /policy"
 done
 echo "values.schema.json: typos refused, each naming its key"
 
+# A disruption budget that keeps every replica would block every drain of their nodes: refused at render,
+# naming the values; one that leaves a replica to evict renders.
+for case in "webhook.replicas=1" "webhook.podDisruptionBudget.minAvailable=3" "webhook.podDisruptionBudget.minAvailable=100%" \
+    "webhook.replicas=2,webhook.podDisruptionBudget.minAvailable=51%" \
+    "schedulerExtender.enabled=true,schedulerExtender.replicas=1"; do
+  if "$helm" template gpuguard "$root/charts/gpuguard" --namespace gpuguard-system --kube-version "$kube_version" --set "$case" > "$work/pdb.out" 2>&1; then
+    echo "helm template --set $case rendered: a disruption budget that keeps every replica should be refused"; exit 1
+  fi
+  grep -q "podDisruptionBudget.minAvailable .* keeps all .* so no drain of their nodes could ever evict one" "$work/pdb.out" \
+    || { cat "$work/pdb.out"; echo "helm template --set $case: the refusal does not say why"; exit 1; }
+done
+for case in "webhook.replicas=2" "webhook.podDisruptionBudget.minAvailable=50%" "webhook.replicas=2,webhook.podDisruptionBudget.minAvailable=50%"; do
+  "$helm" template gpuguard "$root/charts/gpuguard" --namespace gpuguard-system --kube-version "$kube_version" --set "$case" > "$work/pdb.out" 2>&1 \
+    || { cat "$work/pdb.out"; echo "helm template --set $case: refused, though it leaves a replica to evict"; exit 1; }
+done
+echo "disruption budgets: one that keeps every replica is refused at render"
+
 # What the strict values render is accepted by the binaries themselves.
 "$webhook" review --policy-dir "$work/strict-policy" "$root/tests/fixtures/admission/mixed/review.json" > /dev/null
 mapfile -t plugin_args < "$work/device-plugin.args"

@@ -138,3 +138,20 @@ for every GPU node (the node enforcer). */}}
 {{- define "gpuguard.mps" -}}
 {{- if and .Values.devicePlugin.enabled (dig "sharing" "mps" "" .Values.devicePlugin.config) -}}true{{- end -}}
 {{- end -}}
+
+{{/* A PodDisruptionBudget's minAvailable (a number, or a percentage that Kubernetes rounds up), refused at
+render when it keeps every replica: a drain of their nodes could then never evict one, and would wait for
+ever. Takes .what (the values' section), .replicas and .minAvailable. */}}
+{{- define "gpuguard.minAvailable" -}}
+{{- $replicas := int .replicas -}}
+{{- $kept := 0 -}}
+{{- if and (kindIs "string" .minAvailable) (hasSuffix "%" .minAvailable) -}}
+{{- $kept = div (add (mul $replicas (trimSuffix "%" .minAvailable | int)) 99) 100 -}}
+{{- else -}}
+{{- $kept = int .minAvailable -}}
+{{- end -}}
+{{- if ge (int $kept) $replicas -}}
+{{- fail (printf "%s.podDisruptionBudget.minAvailable %v keeps all %d of %s.replicas, so no drain of their nodes could ever evict one: raise %s.replicas, or lower minAvailable" .what .minAvailable $replicas .what .what) -}}
+{{- end -}}
+{{- .minAvailable -}}
+{{- end -}}
