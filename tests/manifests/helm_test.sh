@@ -259,7 +259,8 @@ for case in "policy.mode=enforcing /policy/mode" "policy.privilegd=deny /policy"
     "devicePlugin.gpus=maybe /devicePlugin/gpus" "imageTag=x additional properties 'imageTag'" \
     "webhook.resources.limts.memory=1Gi /webhook/resources" "nodeEnforcer.nodeSelector.gpu=1 /nodeEnforcer/nodeSelector/gpu" \
     "monitoring.prometheusRule.labels.release=1 /monitoring/prometheusRule/labels/release" \
-    "gpuInfrastructure[0]=gpu-operator/sa /gpuInfrastructure/0" "webhook.replicas=three /webhook/replicas"; do
+    "gpuInfrastructure[0]=gpu-operator/sa /gpuInfrastructure/0" "webhook.replicas=three /webhook/replicas" \
+    "fullnameOverride=Bad_Name /fullnameOverride"; do
   bad="${case%% *}" where="${case#* }"
   if "$helm" lint --strict "$root/charts/gpuguard" --set "$bad" > "$work/bad.lint" 2>&1; then
     echo "helm lint --set $bad passed: values.schema.json should refuse it"; exit 1
@@ -284,6 +285,26 @@ for case in "webhook.replicas=2" "webhook.podDisruptionBudget.minAvailable=50%" 
     || { cat "$work/pdb.out"; echo "helm template --set $case: refused, though it leaves a replica to evict"; exit 1; }
 done
 echo "disruption budgets: one that keeps every replica is refused at render"
+
+# nameOverride and fullnameOverride name every object, whatever the release is called, and what refers to
+# an object by name follows it: the webhook configuration its Service, the certificate's names that Service.
+for case in "fullnameOverride=gpu-isolation gpu-isolation" "nameOverride=guard acme-guard" "nameOverride=acme acme"; do
+  "$helm" template acme "$root/charts/gpuguard" --namespace ops --kube-version "$kube_version" --set "${case%% *}" \
+    > "$work/names.yaml"
+  /usr/bin/python3 - "$work/names.yaml" "${case#* }" <<'PY'
+import sys, yaml
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+prefix = sys.argv[2]
+assert len(docs) > 20, len(docs)
+stray = [(d["kind"], d["metadata"]["name"]) for d in docs if not d["metadata"]["name"].startswith(prefix)]
+assert not stray, (prefix, stray)
+[configuration] = [d for d in docs if d["kind"] == "MutatingWebhookConfiguration"]
+service = configuration["webhooks"][0]["clientConfig"]["service"]
+assert service == {**service, "name": prefix + "-webhook", "namespace": "ops"}, service
+assert any(d["kind"] == "Service" and d["metadata"]["name"] == service["name"] for d in docs)
+PY
+done
+echo "names: nameOverride and fullnameOverride name every object"
 
 # What the strict values render is accepted by the binaries themselves.
 "$webhook" review --policy-dir "$work/strict-policy" "$root/tests/fixtures/admission/mixed/review.json" > /dev/null

@@ -1,9 +1,15 @@
-{{/* Names: "gpuguard" for a release named gpuguard, so that its objects are named as manifests/ names them. */}}
+{{/* Names: fullnameOverride when given; else "<release>-<name>", or the release's name alone when it holds
+<name> (nameOverride, or "gpuguard": a release named gpuguard names its objects as manifests/ names them). */}}
 {{- define "gpuguard.fullname" -}}
-{{- if contains "gpuguard" .Release.Name -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 40 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := .Values.nameOverride | default "gpuguard" -}}
+{{- if contains $name .Release.Name -}}
 {{- .Release.Name | trunc 40 | trimSuffix "-" -}}
 {{- else -}}
-{{- printf "%s-gpuguard" .Release.Name | trunc 40 | trimSuffix "-" -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 40 | trimSuffix "-" -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 
