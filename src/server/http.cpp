@@ -71,17 +71,17 @@ void ServerCounters::render(std::string& out) const {
   static constexpr metrics::Family kShed{"gpuguard_http_connections_shed_total", "counter",
                                          "Connections closed at the connection limit: refused when accepted, or "
                                          "evicted while idle to make room."};
-  metrics::header(out, kResponses);
-  for (std::size_t i = 0; i <= kStatuses.size(); ++i) {
-    const std::string code = i < kStatuses.size() ? std::to_string(kStatuses[i]) : std::string("other");
-    metrics::sample(out, kResponses, metrics::labels({{"code", code}}), answers_[i].load(std::memory_order_relaxed));
-  }
   static constexpr metrics::Family kBytesHeld{
       "gpuguard_http_budget_bytes_held", "gauge",
       "Bytes of the server's byte budget held now by request bodies and large answers."};
   static constexpr metrics::Family kInFlight{"gpuguard_http_requests_in_flight", "gauge",
                                              "Connections whose request head has been read and whose answer has "
                                              "not been written: never closed to make room."};
+  metrics::header(out, kResponses);
+  for (std::size_t i = 0; i <= kStatuses.size(); ++i) {
+    const std::string code = i < kStatuses.size() ? std::to_string(kStatuses[i]) : std::string("other");
+    metrics::sample(out, kResponses, metrics::labels({{"code", code}}), answers_[i].load(std::memory_order_relaxed));
+  }
   metrics::header(out, kShed);
   metrics::sample(out, kShed, "reason=\"refused\"", shed(Shed::refused));
   metrics::sample(out, kShed, "reason=\"evicted\"", shed(Shed::evicted));
