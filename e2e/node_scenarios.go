@@ -613,9 +613,13 @@ func (n *Node) devicePluginMetrics(t *T) string {
 	return string(body)
 }
 
-// nodeFuse: /dev/fuse through the host-devices plugin, for an unprivileged pod that requests it only.
+// nodeFuse: /dev/fuse through the host-devices plugin, for an unprivileged pod that requests it only. The
+// plugin's pod is started again first, with the node enforcer registered: it mounts the host's /dev, so
+// the enforcer refuses it unless it exempts it, which an install's start order alone would not show.
 func nodeFuse(t *T, e *Env) {
 	n := e.gpuguardFor(t)
+	n.waitForEnforcerRegistered(t)
+	n.restartGpuguardPods(t, "gpuguard-host-devices")
 	defer n.deletePods(t, "fuse-requested", "fuse-not-requested")
 	// <> would create a plain file where there is no device: the node is tested first.
 	open := []string{"sh", "-c", "test -c /dev/fuse && exec 3<>/dev/fuse && echo opened"}
@@ -960,7 +964,7 @@ var nodeScenarios = []scenario{
 	{"node/none-void", "the plugin adds nvidia.com/gpu=none; none and void both start with no GPU; its node report and Node condition agree", nodeNoneVoid},
 	{"node/report-flip", "without the device none the report and the Node condition say breaks-pods, audit lists the node, and a GPU-less pod fails; with it back, honoured", nodeReportFlip},
 	{"node/policy-reload", "a ConfigMap change reaches the webhook pods through the kubelet's volume, without a restart", nodePolicyReload},
-	{"node/fuse", "an unprivileged pod opens /dev/fuse when it requests it, and only then", nodeFuse},
+	{"node/fuse", "the host-devices plugin started again under the node enforcer is Ready; an unprivileged pod opens /dev/fuse when it requests it, and only then", nodeFuse},
 	{"node/image-hardened", "gpuguard's containers run as 65532 (the plugins and the node enforcer as root) on a read-only root, probes passing", nodeImageHardened},
 	{"node/cert-rotation", "the chart's certificate rotation reaches every webhook replica, no restart, no failed create", nodeCertRotation},
 	{"node/rollout", "a rollout restart fails no create; with no replica creates are refused, then admitted", nodeRollout},

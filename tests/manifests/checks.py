@@ -260,6 +260,38 @@ def check_node_enforcer(docs, policy, namespace="gpuguard-system"):
     assert f"--break-glass-configmap={namespace}/gpuguard-break-glass" in enforcer["args"], enforcer["args"]
     assert one(docs, "Service", "gpuguard-node-enforcer-metrics")["spec"]["selector"] == {"gpuguard.io/metrics": "node-enforcer"}
     check_enforcer_network_policy(docs, template)
+    check_own_pods_exempt(docs)
+
+
+# What the node enforcer refuses a GPU-less container's hostPath to reach: a GPU's device node and every
+# directory above one, NVIDIA's MPS root and gpuguard's, and every directory above them (/var/run is /run).
+def reaches_gpus(path, mps_root):
+    path = path.rstrip("/") or "/"
+    for door in ("/dev/nvidia0", "/run/nvidia/mps", "/var/run/nvidia/mps", mps_root):
+        if door == path or door.startswith(path.rstrip("/") + "/") or path.startswith(door + "/"):
+            return True
+    return path.startswith("/dev/nvidia")
+
+
+def check_own_pods_exempt(docs, mps_root="/run/gpuguard/mps"):
+    """Every workload of gpuguard's whose hostPath reaches a GPU or an MPS root is exempt by namespace,
+    account and label: one that is not starts while the enforcer is away (an install) and is refused at its
+    next start (a rollout, a reboot), as gpuguard-host-devices was."""
+    [enforcer] = one(docs, "DaemonSet", "gpuguard-node-enforcer")["spec"]["template"]["spec"]["containers"]
+    [exempt] = [a.split("=", 1)[1].split(",") for a in enforcer["args"] if a.startswith("--exempt-service-accounts=")]
+    reaching = 0
+    for doc in docs:
+        if doc["kind"] not in ("DaemonSet", "Deployment", "StatefulSet", "Job"):
+            continue
+        template = doc["spec"]["template"]
+        paths = [v["hostPath"]["path"] for v in template["spec"].get("volumes", []) if "hostPath" in v]
+        if not any(reaches_gpus(p, mps_root) for p in paths):
+            continue
+        reaching += 1
+        entry = (f"{doc['metadata']['namespace']}/{template['spec'].get('serviceAccountName', 'default')}"
+                 f":app.kubernetes.io/name={template['metadata']['labels']['app.kubernetes.io/name']}")
+        assert entry in exempt, (doc["metadata"]["name"], paths, entry, exempt)
+    assert reaching >= 2, reaching  # the enforcer and the GPU plugin at least: the check sees them
 
 
 def check_enforcer_network_policy(docs, template, scrapers=True):
@@ -380,6 +412,7 @@ def check_mps(docs, namespace="gpuguard-system", root="/run/gpuguard/mps"):
     exempt = [a.split("=", 1)[1].split(",") for a in enforcer["args"] if a.startswith("--exempt-service-accounts=")]
     assert len(exempt) == 1 and f"{namespace}/gpuguard-mps-control:app.kubernetes.io/name={label}" in exempt[0], enforcer["args"]
     assert label == "gpuguard-mps-control"
+    check_own_pods_exempt(docs, root)
 
 
 def check_node_report(docs, gpu_plugin):
