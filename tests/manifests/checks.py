@@ -462,11 +462,16 @@ def check_host_paths(docs, mps_root="/run/gpuguard/mps"):
 
 
 def check_host_devices(docs):
-    """Host devices on every node, with no GPU resource of their own."""
+    """Host devices on every GPU node, past the GPU DaemonSet's taints alone (root pods on every node, past
+    every taint, are more than gpuguard should install unasked), with no GPU resource of their own."""
     hosts = one(docs, "DaemonSet", "gpuguard-host-devices")["spec"]["template"]["spec"]
     assert hosts["automountServiceAccountToken"] is False
     [devices] = hosts["containers"]
-    assert hosts["tolerations"] == [{"operator": "Exists"}] and "affinity" not in hosts and "nodeSelector" not in hosts
+    terms = hosts["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert [t["matchExpressions"] for t in terms] == gpu_node_terms(None), terms
+    gpu_plugin = one(docs, "DaemonSet", "gpuguard-device-plugin")["spec"]["template"]["spec"]
+    assert hosts["tolerations"] == gpu_plugin["tolerations"] and {"operator": "Exists"} not in hosts["tolerations"], hosts
+    assert "nodeSelector" not in hosts
     assert "--discovery=none" in devices["args"]
     check_plugin_container(hosts)
     return [a.split("=", 1)[1] for a in devices["args"] if a.startswith("--host-device=")]

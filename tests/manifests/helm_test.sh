@@ -89,6 +89,8 @@ done
   --set audit.enabled=true > "$work/audit-enabled.yaml"
 "$helm" template gpuguard "$root/charts/gpuguard" --namespace gpuguard-system --kube-version "$kube_version" \
   --set-json 'nodeEnforcer.networkPolicy.metricsFrom=[]' > "$work/enforcer-no-scrapers.yaml"
+"$helm" template gpuguard "$root/charts/gpuguard" --namespace gpuguard-system --kube-version "$kube_version" \
+  --set hostDevices.gpuNodesOnly=false --set-json 'hostDevices.tolerations=[{"operator":"Exists"}]' > "$work/host-devices-everywhere.yaml"
 
 /usr/bin/python3 - "$work" "$root" <<'PY'
 import base64, json, os, subprocess, sys, yaml
@@ -120,6 +122,9 @@ assert not [a for a in args if a.split("=")[0] in ("--discovery", "--resource-na
 assert check_host_devices(docs) == ["github.com/fuse=/dev/fuse:16"]
 check_node_enforcer(docs, policy)
 # No scrapers named: no rule at all (one without "from" would let every pod in), only the node's probes.
+# Host devices beyond the GPU nodes only when asked: no affinity, the tolerations given.
+everywhere = one(load(f"{work}/host-devices-everywhere.yaml"), "DaemonSet", "gpuguard-host-devices")["spec"]["template"]["spec"]
+assert "affinity" not in everywhere and everywhere["tolerations"] == [{"operator": "Exists"}], everywhere
 check_enforcer_network_policy(load(f"{work}/enforcer-no-scrapers.yaml"),
                               one(docs, "DaemonSet", "gpuguard-node-enforcer")["spec"]["template"], scrapers=False)
 check_policy(policy)
