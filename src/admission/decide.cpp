@@ -205,8 +205,12 @@ bool already_running(const Container& c, const Review& review) {
              review.old_ephemeral_names.end();
 }
 
+// A GPU-less container's entry kept as it is: the policy's value, or void, which hides strictly more than
+// none (the toolkit sets nothing up for it, where none still mounts the driver's libraries) and which
+// NVIDIA's own components set on purpose (the DRA driver's kubelet plugin).
 bool is_exact(const VisibleDevicesEntry& entry, const Policy& policy) {
-  return entry.has_value && entry.value == policy.visible_devices_value && !entry.has_value_from;
+  return entry.has_value && !entry.has_value_from &&
+         (entry.value == policy.visible_devices_value || entry.value == "void");
 }
 
 // Does the container set NVIDIA_VISIBLE_DEVICES itself, beyond the one exact entry gpuguard injects and

@@ -102,7 +102,7 @@ TEST_CASE("audit loop: its decision is the audit command's on every fixture pod"
   for (const json& e : expected["exposures"]) want.insert(e.dump());
   for (const json& e : seen) got.insert(e.dump());
   CHECK(got == want);
-  CHECK(want.size() > 30);  // the fixture is what it claims to be: many doors, many pods
+  CHECK(want.size() >= 30);  // the fixture is what it claims to be: many doors, many pods
 }
 
 TEST_CASE("audit loop: watch events add, change and remove a pod's exposures") {
