@@ -5,6 +5,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
+
 #include <chrono>
 #include <thread>
 
@@ -35,8 +37,13 @@ Reply http_request(unsigned short port, const std::string& method, const std::st
   }
   std::string response;
   char chunk[8192];
-  ssize_t n;
-  while ((n = recv(fd, chunk, sizeof chunk, 0)) > 0) response.append(chunk, static_cast<std::size_t>(n));
+  for (;;) {
+    const ssize_t n = recv(fd, chunk, sizeof chunk, 0);
+    // Under SO_RCVTIMEO the kernel does not restart a read that a signal for another thread interrupted.
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    response.append(chunk, static_cast<std::size_t>(n));
+  }
   close(fd);
   Reply reply;
   if (response.size() > 12) reply.status = static_cast<unsigned>(std::stoi(response.substr(9, 3)));

@@ -20,7 +20,8 @@ struct TlsOptions {
 };
 
 // A blocking HTTPS/1.1 client that verifies the server against the test CA (host 127.0.0.1) and keeps
-// its connection alive between requests. Every socket read is bounded by SO_RCVTIMEO.
+// its connection alive between requests. Its reads wait for the server (the test's ctest TIMEOUT bounds
+// them), except read_until_closed's, which its limit bounds.
 class TlsClient {
  public:
   explicit TlsClient(unsigned short port, const TlsOptions& options = {});

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <memory>
@@ -102,7 +103,11 @@ class RawTls {
     const timeval timeout{3, 0};
     setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
     std::string answer(4096, '\0');  // the whole answer: one record
-    const int got = SSL_read(ssl_.get(), answer.data(), static_cast<int>(answer.size()));
+    int got = 0;
+    do {  // under SO_RCVTIMEO a read interrupted by another thread's signal is not restarted
+      errno = 0;
+      got = SSL_read(ssl_.get(), answer.data(), static_cast<int>(answer.size()));
+    } while (got <= 0 && errno == EINTR);
     answer.resize(got > 0 ? static_cast<std::size_t>(got) : 0);
     return answer;
   }

@@ -193,6 +193,14 @@ class Load {
   std::mutex serials_mutex;
   std::vector<std::string> serials;  // presented certificate, per successful request, in order
 
+  // Why the first few requests failed, and when, for the test's message.
+  std::string failures() {
+    std::lock_guard lock(serials_mutex);
+    std::string text;
+    for (const std::string& f : failures_) text += f + "; ";
+    return text;
+  }
+
   // Successful requests under the certificate with `serial`.
   long served_under(const std::string& serial) {
     std::lock_guard lock(serials_mutex);
@@ -207,12 +215,12 @@ class Load {
       if (!client) {
         try {
           client = std::make_unique<TlsClient>(port);
-        } catch (const std::exception&) {
+        } catch (const std::exception& e) {
           if (draining_) {
             ++refused;
             return;
           }
-          ++failed;
+          fail(std::string("connecting: ") + e.what());
           std::this_thread::sleep_for(10ms);
           continue;
         }
@@ -232,14 +240,21 @@ class Load {
         } else if (fresh_connections) {
           client.reset();
         }
-      } catch (const std::exception&) {
-        ++failed;
+      } catch (const std::exception& e) {
+        fail(std::string("a request after ") + std::to_string(ok) + " served: " + e.what());
         client.reset();
       }
     }
   }
 
+  void fail(std::string why) {
+    ++failed;
+    std::lock_guard lock(serials_mutex);
+    if (failures_.size() < 4) failures_.push_back(std::move(why));
+  }
+
   std::atomic<bool> stop_{false}, draining_{false};
+  std::vector<std::string> failures_;  // under serials_mutex
   std::vector<std::thread> threads_;
 };
 
@@ -298,6 +313,7 @@ TEST_CASE("certificates: rotation under continuous requests, without a failed re
   load.stop();
   keep_alive.stop();
 
+  INFO("failed: " << load.failures() << keep_alive.failures());
   CHECK(load.failed == 0);
   CHECK(keep_alive.failed == 0);
   CHECK(load.ok > 20);
@@ -330,6 +346,7 @@ TEST_CASE("SIGTERM under continuous requests: readyz fails at once, no accepted 
   CHECK(status == 0);
   CHECK(exited_after >= 1s);  // served through the delay
   CHECK(exited_after < 10s);  // and left well inside the timeout
+  INFO("failed: " << load.failures());
   CHECK(load.failed == 0);
   CHECK(load.ok > ok_before);  // requests kept being answered after the signal
   CHECK(load.closed_by_server > 0);
