@@ -511,9 +511,14 @@ void nvidia_cdi_annotations_door(Pass& pass, const Container& c) {
             "nvidia-cdi-annotations", c.name);
 }
 
-// Under void the runtime sets nothing up for the container, so these variables take no effect.
+// Under void the runtime sets nothing up for the container, so these variables take no effect: void from
+// the policy, or the container's own, which the webhook keeps (its first entry, the one that stays).
 void feature_env_vars_door(Pass& pass, const Container& c) {
   if (pass.policy.visible_devices_value == "void") return;
+  if (!c.visible_devices.empty() && is_exact(c.visible_devices.front(), pass.policy) &&
+      c.visible_devices.front().value == "void") {
+    return;
+  }
   for (auto it = c.feature_variables.begin(); it != c.feature_variables.end(); ++it) {
     // The last entry of a name is the one the runtime sees.
     const bool last = std::none_of(it + 1, c.feature_variables.end(),

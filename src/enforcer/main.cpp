@@ -65,8 +65,8 @@ void add_flags(po::options_description& description) {
                                                  "IP:port of /healthz, /readyz and /metrics, plain HTTP")(
       "exempt-service-accounts", po::value<std::string>(),
       "namespace/name pairs, comma-separated, exempt besides the policy's exemptions; namespace/name:key=value "
-      "exempts only that account's pods carrying that label (the chart names its own device plugin's and MPS "
-      "daemons')")(
+      "exempts only that account's pods carrying that label (the chart names its own device plugin's, node "
+      "report's, host-devices plugin's, MPS daemons' and the enforcer's)")(
       "mps-root", po::value<std::string>(),
       "the device plugin's MPS root on the host (its --mps-root; default /run/gpuguard/mps): a bind mount of it, "
       "of a GPU's directory under it, or of a directory above it reaches MPS servers (NVIDIA's /run/nvidia/mps "
