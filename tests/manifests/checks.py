@@ -117,7 +117,30 @@ def check_webhook(docs, namespace, excluded, ca=None, cert_manager=False, failur
     else:
         assert pod["automountServiceAccountToken"] is False and args.get("resource-claims") == "off"
         assert not find(docs, "ClusterRole", "gpuguard-webhook")
+    check_trusted_namespaces(docs, webhook)
     return one(docs, "ConfigMap", "gpuguard-policy")["data"]
+
+
+def check_trusted_namespaces(docs, webhook):
+    """Every namespace the webhook does not look at can be created only with create on
+    trustednamespaces.gpuguard.io, by name (cluster-admin's wildcard): the same list in the policy's
+    condition, the creator role and the webhook's namespaceSelector, and the binding denies."""
+    [selector] = [e["values"] for e in webhook["namespaceSelector"]["matchExpressions"]
+                  if e["key"] == "kubernetes.io/metadata.name" and e["operator"] == "NotIn"]
+    policy = one(docs, "ValidatingAdmissionPolicy", "gpuguard-trusted-namespaces")["spec"]
+    assert policy["failurePolicy"] == "Fail"
+    assert policy["matchConstraints"]["resourceRules"] == [
+        {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["namespaces"]}]
+    [condition] = policy["matchConditions"]
+    listed = re.fullmatch(r"object\.metadata\.name in \[(.*)\]", condition["expression"].strip())[1]
+    assert [n.strip().strip("'") for n in listed.split(",")] == selector, (listed, selector)
+    [validation] = policy["validations"]
+    assert re.sub(r"\s+", "", validation["expression"]) == (
+        "authorizer.group('gpuguard.io').resource('trustednamespaces').name(object.metadata.name).check('create').allowed()")
+    binding = one(docs, "ValidatingAdmissionPolicyBinding", "gpuguard-trusted-namespaces")["spec"]
+    assert binding == {"policyName": "gpuguard-trusted-namespaces", "validationActions": ["Deny"]}, binding
+    assert one(docs, "ClusterRole", "gpuguard-trusted-namespaces-creator")["rules"] == [
+        {"apiGroups": ["gpuguard.io"], "resources": ["trustednamespaces"], "resourceNames": selector, "verbs": ["create"]}]
 
 
 def check_policy(data):

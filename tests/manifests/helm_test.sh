@@ -91,6 +91,9 @@ done
   --set-json 'nodeEnforcer.networkPolicy.metricsFrom=[]' > "$work/enforcer-no-scrapers.yaml"
 "$helm" template gpuguard "$root/charts/gpuguard" --namespace gpuguard-system --kube-version "$kube_version" \
   --set hostDevices.gpuNodesOnly=false --set-json 'hostDevices.tolerations=[{"operator":"Exists"}]' > "$work/host-devices-everywhere.yaml"
+"$helm" template gpuguard "$root/charts/gpuguard" --namespace gpuguard-system --kube-version "$kube_version" \
+  --set-json 'devicePlugin.tolerations=[{"key":"dedicated","operator":"Equal","value":"gpu","effect":"NoSchedule"}]' \
+  > "$work/host-devices-follow.yaml"
 
 /usr/bin/python3 - "$work" "$root" <<'PY'
 import base64, json, os, subprocess, sys, yaml
@@ -125,6 +128,12 @@ check_node_enforcer(docs, policy)
 # Host devices beyond the GPU nodes only when asked: no affinity, the tolerations given.
 everywhere = one(load(f"{work}/host-devices-everywhere.yaml"), "DaemonSet", "gpuguard-host-devices")["spec"]["template"]["spec"]
 assert "affinity" not in everywhere and everywhere["tolerations"] == [{"operator": "Exists"}], everywhere
+# Unset, its tolerations are the GPU DaemonSet's, whatever taint an admin added there.
+follow = load(f"{work}/host-devices-follow.yaml")
+assert one(follow, "DaemonSet", "gpuguard-host-devices")["spec"]["template"]["spec"]["tolerations"] == [
+    {"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}]
+assert one(follow, "DaemonSet", "gpuguard-host-devices")["spec"]["template"]["spec"]["tolerations"] == \
+    one(follow, "DaemonSet", "gpuguard-device-plugin")["spec"]["template"]["spec"]["tolerations"]
 check_enforcer_network_policy(load(f"{work}/enforcer-no-scrapers.yaml"),
                               one(docs, "DaemonSet", "gpuguard-node-enforcer")["spec"]["template"], scrapers=False)
 check_policy(policy)
@@ -149,7 +158,9 @@ assert not find(docs, "Secret"), "cert-manager makes every Secret"
 docs = load(f"{work}/webhook-only.yaml")
 check_webhook(docs, ns, excluded, ca=secret_pem(docs, "gpuguard-ca", "tls.crt"), failure_policy="Ignore")
 check_arming(docs, ns, armed=False, backstop=False)
-assert not find(docs, "DaemonSet") and not find(docs, "ValidatingAdmissionPolicy"), sorted(d["kind"] for d in docs)
+# No backstop: the trusted namespaces' guard alone, which judges namespace creates only.
+assert not find(docs, "DaemonSet") and [d["metadata"]["name"] for d in find(docs, "ValidatingAdmissionPolicy")] == [
+    "gpuguard-trusted-namespaces"], sorted(d["kind"] for d in docs)
 
 # Strict, Ignore, no DRA lookups, and a device plugin config file.
 docs = load(f"{work}/strict.yaml")

@@ -106,6 +106,8 @@ assert kinds == sorted(["Namespace", "ServiceAccount", "ServiceAccount", "Secret
                         "ClusterRoleBinding", "ClusterRole", "ClusterRoleBinding",
                         # the device plugin's own-node policy
                         "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
+                        # the trusted namespaces' guard and its creator role
+                        "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "ClusterRole",
                         # the node enforcer's, its Role for the break-glass ConfigMap among them
                         "ServiceAccount", "Service", "DaemonSet", "ClusterRole", "ClusterRoleBinding", "Role",
                         "RoleBinding", "NetworkPolicy"]), kinds
