@@ -26,10 +26,11 @@ const (
 	// The socket NVIDIA's plugin serves nvidia.com/gpu on; one it leaves when it fails keeps gpuguard's off
 	// the GPUs.
 	nvidiaPluginSocket = "/var/lib/kubelet/device-plugins/nvidia-gpu.sock"
-	// Its Helm chart's names for release nvdp in namespace nvidia-device-plugin, as gpuguard's defaults
-	// recognise them (gpuInfrastructure).
+	// Its Helm chart's names for a release other than the README's nvdp, in namespace nvidia-device-plugin:
+	// gpuguard's defaults recognise the chart there by its label, under any release name (gpuInfrastructure).
 	nvidiaHelmNamespace = "nvidia-device-plugin"
-	nvidiaHelmAccount   = "nvdp-nvidia-device-plugin-service-account"
+	nvidiaHelmRelease   = "gpu-sharing"
+	nvidiaHelmAccount   = nvidiaHelmRelease + "-nvidia-device-plugin-service-account"
 )
 
 // nvidiaPluginRootfs lays out NVIDIA's plugin image: its binary as the image's entrypoint, the stand-in
@@ -100,14 +101,14 @@ type nvidiaPluginLayout struct {
 var nvidiaStatic = nvidiaPluginLayout{namespace: "kube-system", name: "nvidia-device-plugin-daemonset",
 	labels: map[string]string{"name": "nvidia-device-plugin-ds"}}
 
-// The Helm chart 0.20.0 with its defaults, release nvdp (deployments/helm/nvidia-device-plugin, which the
+// The Helm chart 0.20.0 with its defaults, release gpu-sharing (deployments/helm/nvidia-device-plugin, which the
 // peer's tarball lacks: its templates as NVIDIA's repository has them at v0.20.0): its own namespace and
 // account, NVIDIA_VISIBLE_DEVICES=all and the MPS root set, the driver root (/) read-only at /driver-root,
 // the MPS root, its shm and /var/run/cdi from the host. The chart's config-manager sidecar (which needs
 // config.map) is not rendered by default, nor here.
-var nvidiaHelm = nvidiaPluginLayout{namespace: nvidiaHelmNamespace, name: "nvdp-nvidia-device-plugin",
+var nvidiaHelm = nvidiaPluginLayout{namespace: nvidiaHelmNamespace, name: nvidiaHelmRelease + "-nvidia-device-plugin",
 	account: nvidiaHelmAccount, helm: true,
-	labels: map[string]string{"app.kubernetes.io/name": "nvidia-device-plugin", "app.kubernetes.io/instance": "nvdp"}}
+	labels: map[string]string{"app.kubernetes.io/name": "nvidia-device-plugin", "app.kubernetes.io/instance": nvidiaHelmRelease}}
 
 func (l nvidiaPluginLayout) daemonSet() *appsv1.DaemonSet {
 	hostPath := func(name, path string, kind *corev1.HostPathType) corev1.Volume {

@@ -140,13 +140,20 @@ std::vector<std::string> service_accounts(std::string_view value) {
 }
 
 // namespace/name, each optionally with ":key=value", a label the pod must carry too. What precedes the
-// ':' is taken exactly as the matching compares it: "ns/sa :app=x" or ":app=x" would name nobody.
+// ':' is taken exactly as the matching compares it: "ns/sa :app=x" or ":app=x" would name nobody. The name
+// may be "*", any account of the namespace, only with a label: a chart's account carries its release's name
+// (NVIDIA's: <release>-nvidia-device-plugin-service-account), its pods' label does not.
 std::vector<std::string> labelled_service_accounts(std::string_view value) {
   auto entries = split_list(value);
   for (const auto& entry : entries) {
     const std::size_t colon = entry.find(':');
-    if (!is_service_account(std::string_view(entry).substr(0, colon))) {
-      throw InvalidValue("\"" + entry + "\" is not namespace/name or namespace/name:key=value");
+    const std::string_view pair = std::string_view(entry).substr(0, colon);
+    const bool any_account = pair.ends_with("/*") && is_dns_label(pair.substr(0, pair.size() - 2));
+    if (any_account && colon == std::string::npos) {
+      throw InvalidValue("\"" + entry + "\": namespace/* names every account of the namespace, so it needs :key=value");
+    }
+    if (!any_account && !is_service_account(pair)) {
+      throw InvalidValue("\"" + entry + "\" is not namespace/name, namespace/name:key=value or namespace/*:key=value");
     }
     if (colon == std::string::npos) continue;
     const std::string_view label = std::string_view(entry).substr(colon + 1);
@@ -297,6 +304,12 @@ bool is_pair(std::string_view entry, std::string_view pod_namespace, std::string
   return entry.substr(0, slash) == pod_namespace && entry.substr(slash + 1) == name;
 }
 
+// As is_pair, where a labelled entry's name may be "*" (any account; the parser lets it only with a label).
+bool is_labelled_pair(std::string_view entry, std::string_view pod_namespace, std::string_view name) {
+  const std::size_t slash = entry.find('/');
+  return entry.substr(0, slash) == pod_namespace && (entry.substr(slash + 1) == name || entry.substr(slash + 1) == "*");
+}
+
 bool names_pair(const std::vector<std::string>& entries, std::string_view pod_namespace, std::string_view name) {
   return std::any_of(entries.begin(), entries.end(),
                      [&](const std::string& entry) { return is_pair(entry, pod_namespace, name); });
@@ -308,8 +321,8 @@ bool names_labelled_pair(const std::vector<std::string>& entries, std::string_vi
                          const std::map<std::string, std::string>* labels) {
   return std::any_of(entries.begin(), entries.end(), [&](const std::string& entry) {
     const std::size_t colon = entry.find(':');
-    if (!is_pair(std::string_view(entry).substr(0, colon), pod_namespace, name)) return false;
-    if (colon == std::string::npos) return true;
+    if (colon == std::string::npos) return is_pair(entry, pod_namespace, name);
+    if (!is_labelled_pair(std::string_view(entry).substr(0, colon), pod_namespace, name)) return false;
     if (labels == nullptr) return false;
     const std::size_t equals = entry.find('=', colon);
     const auto found = labels->find(entry.substr(colon + 1, equals - colon - 1));

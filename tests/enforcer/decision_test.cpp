@@ -143,12 +143,23 @@ TEST_CASE("enforcer: the node policy keys are parsed and refused as the others")
   CHECK_FALSE(parsed.policy->is_node_enforcement_exempt("gpuguard", "mps"));
   CHECK_FALSE(parsed.policy->is_node_enforcement_exempt("elsewhere", "mps", &labelled));
   CHECK(parsed.policy->names_service_accounts_in("gpuguard"));
+  // A chart that names its account after its release: any account of the namespace, with the label.
+  parsed = policy::parse_policy({{"nodeEnforcementExemptServiceAccounts", "nvidia/*:app.kubernetes.io/name=mps"}});
+  REQUIRE(parsed.policy);
+  CHECK(parsed.policy->is_node_enforcement_exempt("nvidia", "any-release-service-account", &labelled));
+  CHECK_FALSE(parsed.policy->is_node_enforcement_exempt("nvidia", "any-release-service-account", &other));
+  CHECK_FALSE(parsed.policy->is_node_enforcement_exempt("nvidia", "any-release-service-account"));
+  CHECK_FALSE(parsed.policy->is_node_enforcement_exempt("nvidia", "", &labelled));  // account unknown
+  CHECK_FALSE(parsed.policy->is_node_enforcement_exempt("elsewhere", "any", &labelled));
   for (const auto& [key, value] :
        std::vector<std::pair<std::string, std::string>>{{"nodeEnforcement", "enforcing"},
                                                         {"nodeEnforcementExemptNamespaces", "Not_A_Name"},
                                                         {"nodeEnforcementExemptServiceAccounts", "nosa"},
                                                         {"nodeEnforcementExemptServiceAccounts", "a/b:no-equals"},
                                                         {"nodeEnforcementExemptServiceAccounts", "a/b:key=not a value"},
+                                                        {"nodeEnforcementExemptServiceAccounts", "a/*"},
+                                                        {"nodeEnforcementExemptServiceAccounts", "*/b:key=value"},
+                                                        {"nodeEnforcementExemptServiceAccounts", "a/b*:key=value"},
                                                         {"nriTolerationAnnotation", "a b"}}) {
     INFO(key);
     parsed = policy::parse_policy({{key, value}});

@@ -264,7 +264,7 @@ def check_node_enforcer(docs, policy, namespace="gpuguard-system"):
     [excluded] = [e["values"] for e in one(docs, "MutatingWebhookConfiguration")["webhooks"][0]["namespaceSelector"]["matchExpressions"]
                   if e["key"] == "kubernetes.io/metadata.name" and e["operator"] == "NotIn"]
     for entry in exempt[0]:
-        assert re.fullmatch(r"[a-z0-9-]+/[a-z0-9.-]+:[A-Za-z0-9./_-]+=[A-Za-z0-9._-]*", entry), entry
+        assert re.fullmatch(r"[a-z0-9-]+/([a-z0-9.-]+|\*):[A-Za-z0-9./_-]+=[A-Za-z0-9._-]*", entry), entry
         assert entry.split("/")[0] in excluded, (entry, excluded)
     assert "kube-system/default:name=nvidia-device-plugin-ds" in exempt[0] and any(e.startswith("gpu-operator/") for e in exempt[0])
     assert "--policy-dir=/etc/gpuguard/policy" in enforcer["args"] and "--nri-socket=/var/run/nri/nri.sock" in enforcer["args"]
