@@ -37,7 +37,10 @@ func renderedState(t *T, objects []*unstructured.Unstructured) string {
 				policy, _ = webhooks[0].(map[string]any)["failurePolicy"].(string)
 			}
 		case "ValidatingAdmissionPolicyBinding":
-			actions, _, _ = unstructured.NestedSlice(o.Object, "spec", "validationActions")
+			// The backstop's, which arming changes; not the trusted namespaces' guard, always Deny.
+			if strings.HasSuffix(o.GetName(), "-visible-devices") {
+				actions, _, _ = unstructured.NestedSlice(o.Object, "spec", "validationActions")
+			}
 		}
 	}
 	return fmt.Sprintf("%s %v", policy, actions)
@@ -150,7 +153,7 @@ func nodeGitOps(t *T, e *Env) {
 	t.must(err, "helm get manifest: "+stored)
 	var refusing []*unstructured.Unstructured
 	for _, o := range decodeObjects(t, []byte(stored)) {
-		if o.GetKind() == "MutatingWebhookConfiguration" || o.GetKind() == "ValidatingAdmissionPolicyBinding" {
+		if o.GetLabels()["gpuguard.io/refuses-pods"] == "true" {
 			refusing = append(refusing, o)
 		}
 	}
