@@ -253,8 +253,7 @@ def check_node_enforcer(docs, policy, namespace="gpuguard-system"):
     assert "livenessProbe" not in enforcer and "startupProbe" not in enforcer, enforcer
     # Exempt by namespace, account and label together: gpuguard's GPU plugin, and the enforcer itself (its
     # host root lies above every MPS root), as its own pods are made.
-    exempt = [a.split("=", 1)[1].split(",") for a in enforcer["args"] if a.startswith("--exempt-service-accounts=")]
-    assert len(exempt) == 1, enforcer["args"]
+    exempt = [enforcer_exemptions(docs)]
     own = f"{namespace}/{spec['serviceAccountName']}:app.kubernetes.io/name=" + template["metadata"]["labels"]["app.kubernetes.io/name"]
     assert own == f"{namespace}/gpuguard-node-enforcer:app.kubernetes.io/name=gpuguard-node-enforcer", own
     assert own in exempt[0], exempt
@@ -296,12 +295,19 @@ def reaches_gpus(path, mps_root):
     return path.startswith("/dev/nvidia")
 
 
+def enforcer_exemptions(docs):
+    """The entries of the node enforcer's one --exempt-service-accounts flag."""
+    [enforcer] = one(docs, "DaemonSet", "gpuguard-node-enforcer")["spec"]["template"]["spec"]["containers"]
+    exempt = [a.split("=", 1)[1].split(",") for a in enforcer["args"] if a.startswith("--exempt-service-accounts=")]
+    assert len(exempt) == 1, enforcer["args"]
+    return exempt[0]
+
+
 def check_own_pods_exempt(docs, mps_root="/run/gpuguard/mps"):
     """Every workload of gpuguard's whose hostPath reaches a GPU or an MPS root is exempt by namespace,
     account and label: one that is not starts while the enforcer is away (an install) and is refused at its
     next start (a rollout, a reboot), as gpuguard-host-devices was."""
-    [enforcer] = one(docs, "DaemonSet", "gpuguard-node-enforcer")["spec"]["template"]["spec"]["containers"]
-    [exempt] = [a.split("=", 1)[1].split(",") for a in enforcer["args"] if a.startswith("--exempt-service-accounts=")]
+    exempt = enforcer_exemptions(docs)
     reaching = 0
     for doc in docs:
         if doc["kind"] not in ("DaemonSet", "Deployment", "StatefulSet", "Job"):
@@ -429,11 +435,10 @@ def check_mps(docs, namespace="gpuguard-system", root="/run/gpuguard/mps"):
     [ready] = [m for m in gpu_plugin["volumeMounts"] if m["mountPath"] == "/host" + root]
     assert ready.get("readOnly") is True
     assert {v["name"]: v for v in plugin["volumes"]}[ready["name"]]["hostPath"]["path"] == root
-    [enforcer] = one(docs, "DaemonSet", "gpuguard-node-enforcer")["spec"]["template"]["spec"]["containers"]
     # Exempt by namespace, service account and the daemons' label together.
     label = daemonset["metadata"]["labels"]["app.kubernetes.io/name"]
-    exempt = [a.split("=", 1)[1].split(",") for a in enforcer["args"] if a.startswith("--exempt-service-accounts=")]
-    assert len(exempt) == 1 and f"{namespace}/gpuguard-mps-control:app.kubernetes.io/name={label}" in exempt[0], enforcer["args"]
+    exempt = enforcer_exemptions(docs)
+    assert f"{namespace}/gpuguard-mps-control:app.kubernetes.io/name={label}" in exempt, exempt
     assert label == "gpuguard-mps-control"
     check_own_pods_exempt(docs, root)
 
