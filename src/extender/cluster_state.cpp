@@ -1,6 +1,7 @@
 #include "gpuguard/extender/cluster_state.hpp"
 
 #include <algorithm>
+#include <map>
 #include <mutex>
 
 namespace gpuguard::extender {
@@ -44,7 +45,8 @@ std::optional<std::uint32_t> NameTable::find(std::string_view name) const {
 }
 
 // A list of pods is decoded into records aside from the live ones, which go on serving until it is
-// complete; the numbers the new records take are references like any other.
+// complete; the numbers the new records take are references like any other. Its unreadable pods are
+// reported only once the list is complete, so that a list cut short and retried says nothing twice.
 class ClusterState::PodStore final : public kube::Store {
  public:
   explicit PodStore(ClusterState& state) : state_(state) {}
@@ -59,37 +61,67 @@ class ClusterState::PodStore final : public kube::Store {
     if (const auto found = pending_.find(pod->key); found != pending_.end()) {
       state_.release(found->second);  // the same uid twice in one list: the later wins
       found->second = std::move(*record);
+      return;
+    }
+    pending_.emplace(pod->key, std::move(*record));
+    if (!pod->unreadable.any() || state_.pods_.contains(pod->key)) return;  // known: reported before
+    if (reports_.size() < kNamedReports) {
+      reports_.emplace_back(pod->key, pod->unreadable.first());
     } else {
-      pending_.emplace(pod->key, std::move(*record));
+      ++unnamed_;
     }
   }
   void list_end(bool complete) override {
     if (!complete) return drop();
-    std::unique_lock lock(state_.mutex_);
-    state_.replace_pods(std::move(pending_));
-    pending_ = {};
+    std::vector<std::pair<std::string, std::string>> reports;
+    std::size_t unnamed = 0;
+    {
+      std::unique_lock lock(state_.mutex_);
+      state_.replace_pods(std::move(pending_));
+      pending_ = {};
+      reports.swap(reports_);
+      std::swap(unnamed, unnamed_);
+      state_.unreadable_pods_ += reports.size() + unnamed;
+    }
+    for (const auto& [key, why] : reports) state_.report("pods", key, why);
+    if (unnamed > 0) {
+      state_.report("pods", "", std::to_string(unnamed) + " more pods in this list, not named one by one");
+    }
   }
   void apply(std::string_view type, std::string_view object) override {
     const std::optional<PodUsage> pod = decode_pod(object);
     if (!pod) return;
-    std::unique_lock lock(state_.mutex_);
-    state_.remove_pod(pod->key);
-    if (type == "DELETED") return;
-    if (std::optional<PodRecord> record = state_.record_of(*pod)) {  // MODIFIED may mean finished: no record
+    {
+      std::unique_lock lock(state_.mutex_);
+      const bool known = state_.pods_.contains(pod->key);
+      state_.remove_pod(pod->key);
+      if (type == "DELETED") return;
+      std::optional<PodRecord> record = state_.record_of(*pod);  // MODIFIED may mean finished: no record
+      if (!record) return;
       state_.add_allocated(*record, +1);
       state_.pods_.emplace(pod->key, std::move(*record));
+      if (known || !pod->unreadable.any()) return;
+      ++state_.unreadable_pods_;
     }
+    state_.report("pods", pod->key, pod->unreadable.first());
   }
 
  private:
+  // A list names at most this many unreadable pods in the log, and counts the rest in one line.
+  static constexpr std::size_t kNamedReports = 64;
+
   void drop() {
     std::unique_lock lock(state_.mutex_);
     for (const auto& [key, record] : pending_) state_.release(record);
     pending_ = {};
+    reports_.clear();
+    unnamed_ = 0;
   }
 
   ClusterState& state_;
   PodMap pending_;
+  std::vector<std::pair<std::string, std::string>> reports_;  // (key, why), at most kNamedReports
+  std::size_t unnamed_ = 0;
 };
 
 class ClusterState::NodeStore final : public kube::Store {
@@ -98,46 +130,73 @@ class ClusterState::NodeStore final : public kube::Store {
 
   void list_begin() override { drop(); }
   void list_item(std::string_view object) override {
-    const std::optional<NodeCapacity> node = decode_node(object);
+    std::optional<NodeCapacity> node = decode_node(object);
     if (!node) return;
     std::unique_lock lock(state_.mutex_);
-    pending_.emplace_back(state_.acquire_node(node->name), state_.intern(node->allocatable));
+    pending_.push_back(
+        {state_.acquire_node(node->name), state_.intern(node->allocatable), std::move(node->unreadable)});
   }
   void list_end(bool complete) override {
     if (!complete) return drop();
-    std::unique_lock lock(state_.mutex_);
-    state_.replace_nodes(std::move(pending_));
-    pending_ = {};
+    std::vector<std::pair<std::string, std::string>> reports;
+    {
+      std::unique_lock lock(state_.mutex_);
+      // Those unreadable now and not before; a node listed twice counts as its last listing, as set_node
+      // makes it.
+      std::vector<bool> seen(state_.nodes_.size());
+      for (auto listing = pending_.rbegin(); listing != pending_.rend(); ++listing) {
+        if (seen[listing->id]) continue;
+        seen[listing->id] = true;
+        if (listing->unreadable.any() && !state_.nodes_[listing->id].unreadable.any()) {
+          reports.emplace_back(state_.node_names_.name(listing->id), listing->unreadable.first());
+        }
+      }
+      state_.replace_nodes(std::move(pending_));
+      pending_ = {};
+      state_.unreadable_nodes_ += reports.size();
+    }
+    for (const auto& [name, why] : reports) state_.report("nodes", name, why);
   }
   void apply(std::string_view type, std::string_view object) override {
-    const std::optional<NodeCapacity> node = decode_node(object);
+    std::optional<NodeCapacity> node = decode_node(object);
     if (!node) return;
-    std::unique_lock lock(state_.mutex_);
-    const std::uint32_t id = state_.acquire_node(node->name);
-    if (type == "DELETED") {
-      state_.unlist_node(id);
-      state_.release_node(id);
-    } else {
-      state_.set_node(id, state_.intern(node->allocatable));
+    const std::string why = node->unreadable.first();
+    {
+      std::unique_lock lock(state_.mutex_);
+      const std::uint32_t id = state_.acquire_node(node->name);
+      if (type == "DELETED") {
+        state_.unlist_node(id);
+        state_.release_node(id);
+        return;
+      }
+      if (!state_.set_node({id, state_.intern(node->allocatable), std::move(node->unreadable)})) return;
+      ++state_.unreadable_nodes_;
     }
+    state_.report("nodes", node->name, why);
   }
 
  private:
   void drop() {
     std::unique_lock lock(state_.mutex_);
-    for (const auto& [id, allocatable] : pending_) {
-      state_.release(allocatable);
-      state_.release_node(id);
+    for (const NodeListing& listing : pending_) {
+      state_.release(listing.allocatable);
+      state_.release_node(listing.id);
     }
     pending_.clear();
   }
 
   ClusterState& state_;
-  std::vector<std::pair<std::uint32_t, Usages>> pending_;
+  std::vector<NodeListing> pending_;
 };
 
-ClusterState::ClusterState()
-    : pod_store_(std::make_unique<PodStore>(*this)), node_store_(std::make_unique<NodeStore>(*this)) {}
+ClusterState::ClusterState(UnreadableReport report)
+    : report_(std::move(report)),
+      pod_store_(std::make_unique<PodStore>(*this)),
+      node_store_(std::make_unique<NodeStore>(*this)) {}
+
+void ClusterState::report(std::string_view resource, std::string_view name, std::string_view why) const {
+  if (report_) report_(resource, name, why);
+}
 ClusterState::~ClusterState() = default;
 
 kube::Store& ClusterState::pods() { return *pod_store_; }
@@ -210,36 +269,41 @@ void ClusterState::replace_pods(PodMap fresh) {
   for (const auto& [key, record] : pods_) add_allocated(record, +1);
 }
 
-// The caller holds a reference to `id`: it becomes the listing's, or is dropped if the node is listed.
-void ClusterState::set_node(std::uint32_t id, Usages allocatable) {
-  NodeRecord& record = nodes_[id];
+// The caller holds a reference to `listing.id`: it becomes the listing's, or is dropped if the node is
+// listed.
+bool ClusterState::set_node(NodeListing listing) {
+  NodeRecord& record = nodes_[listing.id];
   release(record.allocatable);
-  record.allocatable = std::move(allocatable);
+  record.allocatable = std::move(listing.allocatable);
+  const bool became_unreadable = listing.unreadable.any() && !record.unreadable.any();
+  record.unreadable = std::move(listing.unreadable);
   if (record.listed) {
-    release_node(id);
+    release_node(listing.id);
   } else {
     record.listed = true;
     ++listed_nodes_;
   }
+  return became_unreadable;
 }
 
 void ClusterState::unlist_node(std::uint32_t id) {
   NodeRecord& record = nodes_[id];
   if (!record.listed) return;
   record.listed = false;
+  record.unreadable = {};
   --listed_nodes_;
   release(record.allocatable);
   record.allocatable.clear();
   release_node(id);  // the listing's reference; the caller's keeps the record alive
 }
 
-void ClusterState::replace_nodes(std::vector<std::pair<std::uint32_t, Usages>>&& fresh) {
+void ClusterState::replace_nodes(std::vector<NodeListing>&& fresh) {
   std::vector<bool> kept(nodes_.size());
-  for (const auto& [id, allocatable] : fresh) kept[id] = true;
+  for (const NodeListing& listing : fresh) kept[listing.id] = true;
   for (std::uint32_t id = 0; id < nodes_.size(); ++id) {
     if (nodes_[id].listed && !kept[id]) unlist_node(id);
   }
-  for (auto& [id, allocatable] : fresh) set_node(id, std::move(allocatable));
+  for (NodeListing& listing : fresh) set_node(std::move(listing));
 }
 
 ResourceCounts ClusterState::counts_of(const Usages& usages) const {
@@ -255,6 +319,7 @@ NodeState ClusterState::node(std::string_view name) const {
   if (!id) return state;
   const NodeRecord& record = nodes_[*id];
   state.known = record.listed;
+  state.unreadable = record.unreadable;
   state.allocatable = counts_of(record.allocatable);
   state.allocated = counts_of(record.allocated);
   return state;
@@ -263,6 +328,11 @@ NodeState ClusterState::node(std::string_view name) const {
 std::size_t ClusterState::pod_count() const {
   std::shared_lock lock(mutex_);
   return pods_.size();
+}
+
+std::size_t ClusterState::unreadable_count(std::string_view resource) const {
+  std::shared_lock lock(mutex_);
+  return resource == "nodes" ? unreadable_nodes_ : unreadable_pods_;
 }
 
 std::size_t ClusterState::node_count() const {

@@ -26,7 +26,8 @@ server::Response ExtenderHandler::handle(const server::RequestHead& head, std::s
   const bool synced = synced_();
   if (head.path != filter_path_ && head.path != prioritize_path_) {
     return server::ProbeRoutes::respond(head.path, synced && !shutting_down_.load(), [&] {
-      return metrics_.render({synced, state_.pod_count(), state_.node_count()});
+      return metrics_.render({synced, state_.pod_count(), state_.node_count(), state_.unreadable_count("pods"),
+                              state_.unreadable_count("nodes")});
     });
   }
   const bool is_filter = head.path == filter_path_;

@@ -17,6 +17,11 @@ constexpr metrics::Family kSynced{"gpuguard_extender_synced", "gauge", "1 once p
 constexpr metrics::Family kCached{"gpuguard_extender_cached_objects", "gauge",
                                   "Objects in the cache: nodes, and bound unfinished pods holding extended resources."};
 
+constexpr metrics::Family kUnreadable{
+    "gpuguard_extender_unreadable_objects_total", "counter",
+    "Nodes and pods holding a quantity the extender cannot count as written (not a non-negative quantity, or "
+    "beyond 2^40), each logged once; such a node takes no pod asking for that resource."};
+
 std::array<std::string_view, 5> outcomes() {
   std::array<std::string_view, 5> names{};
   for (std::size_t i = 0; i < names.size(); ++i) names[i] = kube::kReflectorOutcomes[i];
@@ -56,6 +61,9 @@ std::string ExtenderMetrics::render(const CacheStats& cache) const {
   metrics::header(out, kCached);
   metrics::sample(out, kCached, "resource=\"nodes\"", cache.nodes);
   metrics::sample(out, kCached, "resource=\"pods\"", cache.pods);
+  metrics::header(out, kUnreadable);
+  metrics::sample(out, kUnreadable, "resource=\"nodes\"", cache.unreadable_nodes);
+  metrics::sample(out, kUnreadable, "resource=\"pods\"", cache.unreadable_pods);
   render_reloads(out, serves_tls_);
   metrics::render_build_info(out, version_);
   return out;

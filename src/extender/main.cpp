@@ -70,7 +70,14 @@ int serve(const po::variables_map& flags) {
                                                               flags["tls-private-key-file"].as<std::string>(), metrics);
       tls = [&certificate] { return certificate->current(); };
     }
-    extender::ClusterState state;
+    extender::ClusterState state([](std::string_view resource, std::string_view name, std::string_view why) {
+      log::warn("quantity not counted as written",
+                {{"resource", resource},
+                 {"name", name},
+                 {"why", why},
+                 {"effect", resource == "nodes" ? "no GPU pod is placed on this node"
+                                                : "counted as 0, or as 2^40 beyond it, on its node"}});
+    });
     kube::InformerOptions informer_options;
     informer_options.user_agent = std::string(kProgram) + "/" + GPUGUARD_VERSION;
     kube::Informers informers(

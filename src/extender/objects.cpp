@@ -24,14 +24,31 @@ namespace od = simdjson::ondemand;
 constexpr std::int64_t kLargestCount = std::int64_t{1} << 40;
 constexpr std::int64_t kLargestSum = std::int64_t{1} << 62;
 
-std::int64_t count_of_text(std::string_view quantity) {
-  return std::min(k8s::quantity_count(quantity).value_or(0), kLargestCount);
+constexpr const char* kNegativeOrMalformed = "not a non-negative quantity";
+constexpr const char* kBeyond = "beyond the 2^40 the extender counts";
+constexpr const char* kNotAQuantity = "not a quantity";
+
+// A count read from a quantity, and why it is not the count written there when it is not: a quantity
+// the extender cannot read counts as 0, one beyond kLargestCount as kLargestCount.
+struct Count {
+  std::int64_t n = 0;
+  const char* unreadable = nullptr;
+};
+
+Count count_of_text(std::string_view quantity) {
+  const std::optional<std::int64_t> n = k8s::quantity_count(quantity);
+  if (!n) return {0, kNegativeOrMalformed};
+  if (*n > kLargestCount) return {kLargestCount, kBeyond};
+  return {*n};
 }
-std::int64_t count_of_unsigned(std::uint64_t n) {
-  return static_cast<std::int64_t>(std::min<std::uint64_t>(n, kLargestCount));
+Count count_of_unsigned(std::uint64_t n) {
+  if (n > std::uint64_t{kLargestCount}) return {kLargestCount, kBeyond};
+  return {static_cast<std::int64_t>(n)};
 }
-std::int64_t count_of_double(double n) {
-  return static_cast<std::int64_t>(std::clamp(std::ceil(n), 0.0, double(kLargestCount)));
+Count count_of_double(double n) {
+  if (!(n >= 0)) return {0, kNegativeOrMalformed};  // NaN too
+  if (std::ceil(n) > double(kLargestCount)) return {kLargestCount, kBeyond};
+  return {static_cast<std::int64_t>(std::ceil(n))};
 }
 
 // Saturating, so that no sum can overflow; below the cap (every real cluster) it is exact.
@@ -47,8 +64,10 @@ void max_into(ResourceCounts& total, const ResourceCounts& other) {
 }
 
 // An extended resource's count, kept only when positive; the last duplicate key decides.
-void set_count(ResourceCounts& counts, std::string_view name, std::int64_t n) {
+void set_count(ResourceCounts& counts, std::string_view name, Count count, Unreadable& unreadable) {
   if (name.find('/') == std::string_view::npos) return;
+  if (count.unreadable != nullptr) unreadable.note(name, count.unreadable);
+  const std::int64_t n = count.n;
   if (n > 0) {
     counts.insert_or_assign(std::string(name), n);
   } else if (const auto found = counts.find(name); found != counts.end()) {
@@ -64,21 +83,21 @@ ContainerRequests with_limits(ResourceCounts requests, const ResourceCounts& lim
 // --- The DOM reader. ---
 
 // Quantities are strings on the wire; JSON numbers are accepted too.
-std::int64_t count_of(const json& quantity) {
+Count count_of(const json& quantity) {
   if (quantity.is_string()) return count_of_text(quantity.get_ref<const std::string&>());
   if (quantity.is_number_unsigned()) return count_of_unsigned(quantity.get<std::uint64_t>());
   if (quantity.is_number()) return count_of_double(quantity.get<double>());
-  return 0;
+  return {0, kNotAQuantity};
 }
 
-ResourceCounts extended_resources(const json* list) {
+ResourceCounts extended_resources(const json* list, Unreadable& unreadable) {
   ResourceCounts counts;
   if (list == nullptr || !list->is_object()) return counts;
-  for (const auto& [name, quantity] : list->items()) set_count(counts, name, count_of(quantity));
+  for (const auto& [name, quantity] : list->items()) set_count(counts, name, count_of(quantity), unreadable);
   return counts;
 }
 
-std::vector<ContainerRequests> containers_of(const json* spec, std::string_view list) {
+std::vector<ContainerRequests> containers_of(const json* spec, std::string_view list, Unreadable& unreadable) {
   std::vector<ContainerRequests> containers;
   const json* array = spec == nullptr ? nullptr : member(*spec, list);
   if (array == nullptr || !array->is_array()) return containers;
@@ -89,35 +108,37 @@ std::vector<ContainerRequests> containers_of(const json* spec, std::string_view 
       containers.push_back({{}, sidecar});
       continue;
     }
-    containers.push_back(with_limits(extended_resources(member(*resources, "requests")),
-                                     extended_resources(member(*resources, "limits")), sidecar));
+    containers.push_back(with_limits(extended_resources(member(*resources, "requests"), unreadable),
+                                     extended_resources(member(*resources, "limits"), unreadable), sidecar));
   }
   return containers;
 }
 
 // --- The On-Demand reader: one pass over the text, no DOM. Errors read as absent, as in the DOM reader. ---
 
-std::int64_t count_of(od::value quantity) {
+Count count_of(od::value quantity) {
+  constexpr Count kNotAQuantityCount{0, kNotAQuantity};
   od::json_type type;
-  if (quantity.type().get(type)) return 0;
+  if (quantity.type().get(type)) return kNotAQuantityCount;
   if (type == od::json_type::string) {
     std::string_view text;
-    return quantity.get_string().get(text) ? 0 : count_of_text(text);
+    return quantity.get_string().get(text) ? kNotAQuantityCount : count_of_text(text);
   }
-  if (type != od::json_type::number) return 0;
+  if (type != od::json_type::number) return kNotAQuantityCount;
   const std::string_view token = quantity.raw_json_token();
   od::number number;
   // simdjson refuses an integer beyond 64 bits, which nlohmann reads as a double: beyond the cap either way.
-  if (quantity.get_number().get(number)) return token.starts_with('-') ? 0 : kLargestCount;
+  if (quantity.get_number().get(number)) return token.starts_with('-') ? count_of_double(-1) : count_of_double(1e300);
   switch (number.get_number_type()) {
     case od::number_type::unsigned_integer: return count_of_unsigned(number.get_uint64());
     case od::number_type::signed_integer:
-      return number.get_int64() < 0 ? 0 : count_of_unsigned(static_cast<std::uint64_t>(number.get_int64()));
+      return number.get_int64() < 0 ? count_of_double(-1)
+                                    : count_of_unsigned(static_cast<std::uint64_t>(number.get_int64()));
     default: return count_of_double(number.get_double());
   }
 }
 
-ResourceCounts extended_resources(od::value list) {
+ResourceCounts extended_resources(od::value list, Unreadable& unreadable) {
   ResourceCounts counts;
   od::object object;
   if (list.get_object().get(object)) return counts;
@@ -126,12 +147,12 @@ ResourceCounts extended_resources(od::value list) {
     od::value quantity;
     if (field.unescaped_key().get(name) || field.value().get(quantity)) return {};
     if (name.find('/') == std::string_view::npos) continue;  // cpu, memory: skipped unread
-    set_count(counts, name, count_of(quantity));
+    set_count(counts, name, count_of(quantity), unreadable);
   }
   return counts;
 }
 
-std::vector<ContainerRequests> containers_of(od::value list) {
+std::vector<ContainerRequests> containers_of(od::value list, Unreadable& unreadable) {
   std::vector<ContainerRequests> containers;
   od::array array;
   if (list.get_array().get(array)) return containers;
@@ -157,8 +178,8 @@ std::vector<ContainerRequests> containers_of(od::value list) {
           std::string_view name;
           od::value counts;
           if (kind.unescaped_key().get(name) || kind.value().get(counts)) break;
-          if (name == "requests") requests = extended_resources(counts);
-          if (name == "limits") limits = extended_resources(counts);
+          if (name == "requests") requests = extended_resources(counts, unreadable);
+          if (name == "limits") limits = extended_resources(counts, unreadable);
         }
       }
     }
@@ -185,6 +206,25 @@ bool iterate_object(std::string_view text, od::document& document, od::object& o
 
 }  // namespace
 
+bool Unreadable::names(std::string_view resource) const {
+  return more || std::any_of(entries.begin(), entries.end(), [&](const Entry& e) { return e.resource == resource; });
+}
+
+std::string Unreadable::first() const {
+  return entries.empty() ? std::string{} : entries.front().resource + ": " + entries.front().why;
+}
+
+void Unreadable::note(std::string_view resource, const char* why) {
+  constexpr std::size_t kLongestName = 317;  // a qualified resource name: 253 + '/' + 63
+  resource = resource.substr(0, kLongestName);
+  if (std::any_of(entries.begin(), entries.end(), [&](const Entry& e) { return e.resource == resource; })) return;
+  if (entries.size() == kKept) {
+    more = true;
+    return;
+  }
+  entries.push_back({std::string(resource), why});
+}
+
 ResourceCounts effective_requests(const std::vector<ContainerRequests>& containers,
                                   const std::vector<ContainerRequests>& init_containers) {
   ResourceCounts total;
@@ -208,15 +248,22 @@ ResourceCounts effective_requests(const std::vector<ContainerRequests>& containe
   return total;
 }
 
-ResourceCounts pod_requests(const json& pod) {
+ResourceCounts pod_requests(const json& pod, Unreadable* unreadable) {
   const json* spec = member(pod, "spec");
   if (spec == nullptr) return {};
-  return effective_requests(containers_of(spec, "containers"), containers_of(spec, "initContainers"));
+  Unreadable first;
+  auto containers = containers_of(spec, "containers", first);
+  auto init_containers = containers_of(spec, "initContainers", first);
+  if (unreadable != nullptr) *unreadable = std::move(first);
+  return effective_requests(containers, init_containers);
 }
 
-ResourceCounts node_allocatable(const json& node) {
+ResourceCounts node_allocatable(const json& node, Unreadable* unreadable) {
   const json* status = member(node, "status");
-  return extended_resources(status == nullptr ? nullptr : member(*status, "allocatable"));
+  Unreadable first;
+  ResourceCounts counts = extended_resources(status == nullptr ? nullptr : member(*status, "allocatable"), first);
+  if (unreadable != nullptr) *unreadable = std::move(first);
+  return counts;
 }
 
 std::optional<PodUsage> decode_pod(std::string_view text) {
@@ -224,6 +271,7 @@ std::optional<PodUsage> decode_pod(std::string_view text) {
   od::object pod;
   if (!iterate_object(text, document, pod)) return std::nullopt;
   std::string uid, name, pod_namespace, node, phase;
+  Unreadable unreadable;  // in document order, a repeated key's discarded value included
   std::vector<ContainerRequests> containers, init_containers;
   for (auto field : pod) {
     std::string_view key;
@@ -255,8 +303,8 @@ std::optional<PodUsage> decode_pod(std::string_view text) {
         if (entry_key == "namespace") pod_namespace = string_of(value);
       } else if (section == "spec") {
         if (entry_key == "nodeName") node = string_of(value);
-        if (entry_key == "containers") containers = containers_of(value);
-        if (entry_key == "initContainers") init_containers = containers_of(value);
+        if (entry_key == "containers") containers = containers_of(value, unreadable);
+        if (entry_key == "initContainers") init_containers = containers_of(value, unreadable);
       } else if (entry_key == "phase") {
         phase = string_of(value);
       }
@@ -267,6 +315,7 @@ std::optional<PodUsage> decode_pod(std::string_view text) {
   usage.occupies_node = !node.empty() && phase != "Succeeded" && phase != "Failed";
   usage.node = std::move(node);
   usage.requests = effective_requests(containers, init_containers);
+  usage.unreadable = std::move(unreadable);
   return usage;
 }
 
@@ -281,14 +330,20 @@ std::optional<NodeCapacity> decode_node(std::string_view text) {
     if (field.unescaped_key().get(key)) break;
     const bool metadata = key == "metadata", status = key == "status";
     if (metadata) capacity.name.clear();
-    if (status) capacity.allocatable.clear();
+    if (status) {
+      capacity.allocatable.clear();
+      capacity.unreadable = {};
+    }
     if ((!metadata && !status) || field.value().get_object().get(object)) continue;
     for (auto entry : object) {
       std::string_view name;
       od::value value;
       if (entry.unescaped_key().get(name) || entry.value().get(value)) break;
       if (metadata && name == "name") capacity.name = string_of(value);
-      if (status && name == "allocatable") capacity.allocatable = extended_resources(value);
+      if (status && name == "allocatable") {
+        capacity.unreadable = {};  // a repeated key: the last decides, as in a DOM
+        capacity.allocatable = extended_resources(value, capacity.unreadable);
+      }
     }
   }
   return capacity;

@@ -22,6 +22,7 @@ std::int64_t count_in(const ResourceCounts& counts, const std::string& name) {
 struct Args {
   json document;
   ResourceCounts gpus;
+  Unreadable unreadable;  // the pod's, objects.hpp
   bool full_nodes = false;
   std::vector<std::string> names;         // in request order, both forms
   std::vector<const json*> node_objects;  // full_nodes only, parallel to names
@@ -44,7 +45,7 @@ std::optional<std::string> parse_args(std::string_view body, const policy::Polic
       if (!container.is_object()) return std::string("ExtenderArgs.Pod.spec.") + list + " holds a non-object";
     }
   }
-  args.gpus = gpu_request(pod_requests(*pod), policy);
+  args.gpus = gpu_request(pod_requests(*pod, &args.unreadable), policy);
 
   const auto nodes = doc.find("Nodes");
   const auto names = doc.find("NodeNames");
@@ -79,7 +80,8 @@ NodeState state_of(const Args& args, std::size_t index, const ClusterState& stat
   NodeState node = state.node(args.names[index]);
   if (args.full_nodes) {
     node.known = true;
-    node.allocatable = node_allocatable(*args.node_objects[index]);
+    node.unreadable = {};
+    node.allocatable = node_allocatable(*args.node_objects[index], &node.unreadable);
   }
   return node;
 }
@@ -99,6 +101,13 @@ ResourceCounts gpu_request(const ResourceCounts& pod_requests, const policy::Pol
 std::optional<std::string> insufficient_gpus(const ResourceCounts& gpus, const NodeState& node) {
   if (gpus.empty()) return std::nullopt;
   if (!node.known) return "node not (yet) seen by gpuguard-scheduler-extender's watch of the Kubernetes API";
+  for (const auto& [name, requested] : gpus) {
+    if (node.unreadable.names(name)) {
+      return "node's status.allocatable of " + name +
+             " is not a count gpuguard-scheduler-extender can take as written (its log says why); no pod asking for "
+             "it is placed there";
+    }
+  }
   std::string reason;
   for (const auto& [name, requested] : gpus) {
     const std::int64_t allocatable = count_in(node.allocatable, name);
@@ -121,7 +130,9 @@ int bin_packing_score(const ResourceCounts& gpus, const NodeState& node) {
     allocatable += count_in(node.allocatable, name);
     used += __int128{requested} + count_in(node.allocated, name);
   }
-  if (gpus.empty() || allocatable <= 0) return 0;
+  const bool unreadable =
+      std::any_of(gpus.begin(), gpus.end(), [&](const auto& g) { return node.unreadable.names(g.first); });
+  if (gpus.empty() || allocatable <= 0 || unreadable) return 0;
   // round(used / allocatable x 10) in integers, halves up.
   const __int128 score = (20 * used + allocatable) / (2 * allocatable);
   return static_cast<int>(std::clamp<__int128>(score, 0, 10));
@@ -140,8 +151,23 @@ VerbResult filter(std::string_view body, const ClusterState& state, const policy
     return {200, result.dump(-1, ' ', false, json::error_handler_t::replace)};
   }
   json passing = json::array();
+  // A GPU count the pod cannot have meant is refused on every node by name, not compared as if it were.
+  std::optional<std::string> pod_unreadable;
+  for (const Unreadable::Entry& entry : args.unreadable.entries) {
+    if (!pod_unreadable && policy.is_gpu_resource(entry.resource)) {
+      pod_unreadable =
+          "pod's request of " + entry.resource + " is " + entry.why + "; gpuguard-scheduler-extender places it nowhere";
+    }
+  }
+  if (!pod_unreadable && args.unreadable.more && !args.gpus.empty()) {
+    pod_unreadable =
+        "pod's requests hold more quantities not counted as written than gpuguard-scheduler-extender "
+        "names; it places the pod nowhere";
+  }
   for (std::size_t i = 0; i < args.names.size(); ++i) {
-    if (auto reason = insufficient_gpus(args.gpus, state_of(args, i, state))) {
+    if (pod_unreadable) {
+      result["FailedNodes"][args.names[i]] = *pod_unreadable;
+    } else if (auto reason = insufficient_gpus(args.gpus, state_of(args, i, state))) {
       result["FailedNodes"][args.names[i]] = std::move(*reason);
     } else if (args.full_nodes) {
       passing.push_back(*args.node_objects[i]);

@@ -255,6 +255,59 @@ TEST_CASE("NameTable: a name keeps its number while referenced, and the number i
   CHECK(names.capacity() == 2);
 }
 
+TEST_CASE("ClusterState reports a node when its allocatable becomes unreadable, and a pod when first kept") {
+  std::vector<std::string> reports;
+  extender::ClusterState state([&](std::string_view resource, std::string_view name, std::string_view why) {
+    reports.push_back(std::string(resource) + " " + std::string(name) + ": " + std::string(why));
+  });
+  test::list(state.nodes(), {node("n1", {{"nvidia.com/gpu", "8"}})});
+  CHECK_FALSE(state.node("n1").unreadable.any());
+  test::event(state.nodes(), "MODIFIED", node("n1", {{"nvidia.com/gpu", "-1"}}));
+  test::event(state.nodes(), "MODIFIED", node("n1", {{"nvidia.com/gpu", "-1"}}));  // a heartbeat: no new report
+  CHECK(state.node("n1").unreadable.any());
+  test::event(state.nodes(), "MODIFIED", node("n1", {{"nvidia.com/gpu", "8"}}));
+  CHECK_FALSE(state.node("n1").unreadable.any());
+  test::event(state.nodes(), "MODIFIED", node("n1", {{"example.com/x", json::array()}}));
+  test::event(state.pods(), "ADDED", pod("p", "n1", "Running", {{"nvidia.com/gpu", "1e19"}}));
+  test::event(state.pods(), "MODIFIED", pod("p", "n1", "Running", {{"nvidia.com/gpu", "1e19"}}));
+  test::event(state.nodes(), "DELETED", node("n1", {}));
+  test::list(state.nodes(), {node("n1", {{"nvidia.com/gpu", "1e19"}})});  // unlisted, then seen again
+  CHECK(reports == std::vector<std::string>{"nodes n1: nvidia.com/gpu: not a non-negative quantity",
+                                            "nodes n1: example.com/x: not a quantity",
+                                            "pods uid-p: nvidia.com/gpu: beyond the 2^40 the extender counts",
+                                            "nodes n1: nvidia.com/gpu: beyond the 2^40 the extender counts"});
+  CHECK(state.unreadable_count("nodes") == 3);
+  CHECK(state.unreadable_count("pods") == 1);
+}
+
+TEST_CASE("a list cut short and retried reports its unreadable pods once, and names at most 64 of them") {
+  std::vector<std::string> reports;
+  extender::ClusterState state([&](std::string_view resource, std::string_view name, std::string_view why) {
+    reports.push_back(std::string(resource) + " " + std::string(name) + ": " + std::string(why));
+  });
+  const std::vector<json> pods = {pod("a", "n1", "Running", {{"nvidia.com/gpu", "1e30"}}),
+                                  pod("b", "n1", "Running", {{"nvidia.com/gpu", "2"}}),
+                                  pod("c", "n1", "Running", {{"nvidia.com/gpu", "9223372036854775807"}})};
+  state.pods().list_begin();  // a list whose continue token expired after its first page: nothing reported
+  for (const json& p : pods) state.pods().list_item(kube::PaddedText(p.dump()).view());
+  state.pods().list_end(false);
+  CHECK(reports.empty());
+  test::list(state.pods(), pods);  // the retry, complete
+  CHECK(reports == std::vector<std::string>{"pods uid-a: nvidia.com/gpu: beyond the 2^40 the extender counts",
+                                            "pods uid-c: nvidia.com/gpu: beyond the 2^40 the extender counts"});
+  test::list(state.pods(), pods);  // a re-list: already known
+  CHECK(reports.size() == 2);
+
+  std::vector<json> many(70);
+  for (std::size_t i = 0; i < many.size(); ++i) {
+    many[i] = pod(std::string("q").append(std::to_string(i)), "n1", "Running", {{"nvidia.com/gpu", "1e30"}});
+  }
+  test::list(state.pods(), many);
+  REQUIRE(reports.size() == 2 + 64 + 1);
+  CHECK(reports.back() == "pods : 6 more pods in this list, not named one by one");
+  CHECK(state.unreadable_count("pods") == 72);
+}
+
 TEST_CASE("filter and prioritize: the fixture table (tests/fixtures/extender/cases.json)") {
   const json table = test::read_json(test::fixtures_dir() / "extender" / "cases.json");
   REQUIRE(table.size() >= 10);
@@ -262,12 +315,19 @@ TEST_CASE("filter and prioritize: the fixture table (tests/fixtures/extender/cas
     const std::string name = c["name"];
     DYNAMIC_SECTION(name) {
       const policy::Policy policy = policy_of(c);
-      extender::ClusterState state;
+      json reported = json::object();
+      extender::ClusterState state([&](std::string_view resource, std::string_view object, std::string_view why) {
+        CHECK_FALSE(reported[std::string(resource)].contains(std::string(object)));  // once each
+        reported[std::string(resource)][std::string(object)] = why;
+      });
       std::vector<json> nodes, pods;
       for (const auto& [node_name, allocatable] : c["nodes"].items()) nodes.push_back(node(node_name, allocatable));
       for (const json& p : c["pods"]) pods.push_back(pod(p["name"], p["node"], p["phase"], p["requests"]));
-      test::list(state.nodes(), nodes);
-      test::list(state.pods(), pods);
+      for (int round = 0; round < 2; ++round) {  // a relist reports nothing again
+        test::list(state.nodes(), nodes);
+        test::list(state.pods(), pods);
+      }
+      CHECK(reported == c.value("unreadable", json::object()));
 
       json args = {{"Pod", pod("incoming", "", "Pending", c["request"])}, {"Nodes", nullptr}, {"NodeNames", nullptr}};
       const bool full_nodes = c.value("form", "NodeNames") == "Nodes";

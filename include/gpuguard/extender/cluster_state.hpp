@@ -8,6 +8,7 @@
 // extended resource (most of them) are not kept at all. docs/benchmarks.md has the measured bytes per pod.
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <shared_mutex>
@@ -23,6 +24,9 @@ namespace gpuguard::extender {
 
 struct NodeState {
   bool known = false;  // listed or watched; false for a name the API has not shown us
+  // The quantities of its status.allocatable the extender cannot count as written (objects.hpp): no pod
+  // asking for one of those is placed there, rather than trusting a count that is nonsense.
+  Unreadable unreadable;
   ResourceCounts allocatable;
   ResourceCounts allocated;
 };
@@ -48,9 +52,16 @@ class NameTable {
   std::unordered_map<std::string_view, std::uint32_t> index_;
 };
 
+// Told of each object whose quantities could not be counted as written, for the log: a node when it
+// becomes so (not again on a re-list, again after it was readable in between), a pod when it is first
+// kept (a list names at most 64 and then says how many more, with an empty name). resource is "pods" or
+// "nodes"; name is the node's name or the pod's key; why is Unreadable::first(). Called on the
+// informer's thread, outside the state's lock.
+using UnreadableReport = std::function<void(std::string_view resource, std::string_view name, std::string_view why)>;
+
 class ClusterState {
  public:
-  ClusterState();
+  explicit ClusterState(UnreadableReport report = {});
   ~ClusterState();
   ClusterState(const ClusterState&) = delete;
   ClusterState& operator=(const ClusterState&) = delete;
@@ -64,6 +75,8 @@ class ClusterState {
   // Pods kept: bound, not finished, and holding at least one extended resource.
   std::size_t pod_count() const;
   std::size_t node_count() const;
+  // How many objects of "pods" or "nodes" have been reported (UnreadableReport) since the start.
+  std::size_t unreadable_count(std::string_view resource) const;
 
  private:
   struct Usage {
@@ -77,8 +90,14 @@ class ClusterState {
   };
   struct NodeRecord {
     bool listed = false;
+    Unreadable unreadable;
     Usages allocatable;
     Usages allocated;
+  };
+  struct NodeListing {
+    std::uint32_t id;
+    Usages allocatable;
+    Unreadable unreadable;
   };
   using PodMap = std::unordered_map<std::string, PodRecord>;
   class PodStore;
@@ -94,15 +113,19 @@ class ClusterState {
   void add_allocated(const PodRecord& record, int sign);
   void remove_pod(const std::string& key);
   void replace_pods(PodMap fresh);
-  void replace_nodes(std::vector<std::pair<std::uint32_t, Usages>>&& fresh);
-  void set_node(std::uint32_t id, Usages allocatable);
+  void replace_nodes(std::vector<NodeListing>&& fresh);
+  // True when the node was not already known to be unreadable and now is: the moment to report it.
+  bool set_node(NodeListing listing);
   void unlist_node(std::uint32_t id);
   ResourceCounts counts_of(const Usages& usages) const;
+  void report(std::string_view resource, std::string_view name, std::string_view why) const;
 
+  const UnreadableReport report_;
   mutable std::shared_mutex mutex_;
   NameTable node_names_, resource_names_;
   std::vector<NodeRecord> nodes_;  // by node name number
   std::size_t listed_nodes_ = 0;
+  std::size_t unreadable_nodes_ = 0, unreadable_pods_ = 0;
   PodMap pods_;  // by uid
   std::unique_ptr<PodStore> pod_store_;
   std::unique_ptr<NodeStore> node_store_;

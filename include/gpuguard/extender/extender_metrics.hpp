@@ -18,6 +18,8 @@ struct CacheStats {
   bool synced = false;
   std::size_t pods = 0;
   std::size_t nodes = 0;
+  std::size_t unreadable_pods = 0;  // ClusterState::unreadable_count
+  std::size_t unreadable_nodes = 0;
 };
 
 class ExtenderMetrics final : public metrics::ReloadMetrics {

@@ -31,9 +31,29 @@ struct ContainerRequests {
 ResourceCounts effective_requests(const std::vector<ContainerRequests>& containers,
                                   const std::vector<ContainerRequests>& init_containers);
 
+// The quantities a reader could not count as written: not a non-negative quantity (counted as 0), or
+// beyond the 2^40 any one count is capped at (counted as 2^40). Bounded whatever the input: the first
+// kKept resources in document order, each with why, and whether there were more.
+struct Unreadable {
+  static constexpr std::size_t kKept = 16;
+  struct Entry {
+    std::string resource;  // truncated to a qualified name's longest, 317 bytes
+    const char* why;       // a static string
+  };
+  std::vector<Entry> entries;
+  bool more = false;
+
+  bool any() const { return !entries.empty(); }
+  // True when `resource` is among them, or may be (more than kKept).
+  bool names(std::string_view resource) const;
+  // The first, for a log line: "nvidia.com/gpu: beyond the 2^40 the extender counts"; "" when none.
+  std::string first() const;
+  void note(std::string_view resource, const char* why);
+};
+
 // From a DOM: a Pod's effective requests, and a Node's status.allocatable.
-ResourceCounts pod_requests(const nlohmann::json& pod);
-ResourceCounts node_allocatable(const nlohmann::json& node);
+ResourceCounts pod_requests(const nlohmann::json& pod, Unreadable* unreadable = nullptr);
+ResourceCounts node_allocatable(const nlohmann::json& node, Unreadable* unreadable = nullptr);
 
 // What the cache keeps of a Pod. `key` is its uid, or namespace/name without one.
 struct PodUsage {
@@ -41,10 +61,12 @@ struct PodUsage {
   std::string node;            // spec.nodeName
   bool occupies_node = false;  // bound, and not Succeeded or Failed
   ResourceCounts requests;
+  Unreadable unreadable;
 };
 struct NodeCapacity {
   std::string name;
   ResourceCounts allocatable;
+  Unreadable unreadable;
 };
 
 // From JSON text followed by at least kube::kJsonPadding readable bytes (as kube::Store hands it over);
