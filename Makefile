@@ -22,7 +22,8 @@ CONTROL_PLANE := k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube
   k8s.io/kubernetes/cmd/kube-scheduler
 GO := $(CURDIR)/scripts/go
 K8S_COMPONENTS := k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
-  k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl sigs.k8s.io/kustomize/kustomize/v5 ./cmd/etcd
+  k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl sigs.k8s.io/kustomize/kustomize/v5 ./cmd/etcd \
+  sigs.k8s.io/kwok/cmd/kwok
 # The real node: the kubelet, containerd v2 (no snapshotters that need C libraries), NVIDIA's runtime (cgo;
 # NVML is dlopened, so no driver is needed to build it; its bindings' deprecation warnings are not ours), and
 # nvidia-cdi-hook, which the CDI specs of NVIDIA's DRA driver name as hooks.

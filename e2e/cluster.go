@@ -41,6 +41,7 @@ const (
 )
 
 type Cluster struct {
+	dir      string // its files: certificates, kubeconfigs, etcd's data
 	server   string // https://127.0.0.1:port
 	port     int
 	caFile   string
@@ -55,6 +56,15 @@ type Cluster struct {
 	// reads (v1, v1beta2, v1beta1), empty when none.
 	version    *version.Info
 	draVersion string
+	// etcd, kube-apiserver and kube-controller-manager, for stop.
+	processes []*process
+}
+
+// stop ends a control plane that a scenario started for itself (the run's own ones end with the run).
+func (c *Cluster) stop() {
+	for i := len(c.processes) - 1; i >= 0; i-- {
+		c.processes[i].stop()
+	}
 }
 
 // The release of a Kubernetes binary, from its --version ("Kubernetes v1.33.13" -> "v1.33.13").
@@ -116,8 +126,8 @@ func (e *Env) clusterFor(t *T) *Cluster {
 
 // startCluster starts a control plane whose files and logs are named after name. With a nodeAddress, it
 // is the real node's: the API server also listens there (in the run's own network namespace), for the
-// pods, which reach it through the kubernetes Service.
-func (e *Env) startCluster(name, nodeAddress string) (*Cluster, error) {
+// pods, which reach it through the kubernetes Service. apiserverFlags are added to the API server's.
+func (e *Env) startCluster(name, nodeAddress string, apiserverFlags ...string) (*Cluster, error) {
 	dir := e.path(name)
 	logPrefix, bindAddress, advertiseAddress := "", "127.0.0.1", "127.0.0.1"
 	controllers := "serviceaccount-controller,deployment-controller,replicaset-controller"
@@ -138,7 +148,10 @@ func (e *Env) startCluster(name, nodeAddress string) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{ca: ca, caPEM: ca.certPEM, caFile: filepath.Join(dir, "ca.crt"), auditLog: e.path("logs", logPrefix+"audit.log")}
+	if nodeAddress == "" && name != "control-plane" {
+		logPrefix = name + "-" // a scenario's own control plane
+	}
+	c := &Cluster{dir: dir, ca: ca, caPEM: ca.certPEM, caFile: filepath.Join(dir, "ca.crt"), auditLog: e.path("logs", logPrefix+"audit.log")}
 	files := map[string]string{
 		c.caFile: string(ca.certPEM),
 		filepath.Join(dir, "tokens.csv"): adminToken + ",gpuguard-e2e-admin,1,\"system:masters\"\n" + schedulerToken + ",system:kube-scheduler,2\n" +
@@ -186,6 +199,7 @@ rules:
 	if err != nil {
 		return nil, err
 	}
+	c.processes = append(c.processes, etcd)
 	if err := eventually(e.ctx, time.Minute, func() error {
 		if err := etcd.alive(); err != nil {
 			return err
@@ -229,10 +243,11 @@ rules:
 		"--allow-privileged=true",
 		"--audit-policy-file=" + filepath.Join(dir, "audit-policy.yaml"), "--audit-log-path=" + c.auditLog,
 		"--audit-log-mode=blocking",
-		"--profiling=false"}, draFlags(minor)...)...)
+		"--profiling=false"}, append(draFlags(minor), apiserverFlags...)...)...)
 	if err != nil {
 		return nil, err
 	}
+	c.processes = append(c.processes, apiserver)
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(ca.certPEM)
 	probe := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
@@ -294,6 +309,7 @@ rules:
 	if err != nil {
 		return nil, err
 	}
+	c.processes = append(c.processes, manager)
 	// The service account controller creates "default" in every namespace; pods need it.
 	if err := eventually(e.ctx, time.Minute, func() error {
 		if err := manager.alive(); err != nil {

@@ -59,6 +59,7 @@ var scenarios = []scenario{
 	{"dra-claims", "containers claiming a GPU device class (learned by list and watch) keep their GPUs; others, and unknown claims, get none", draClaims},
 	{"other-doors", "hostPath device mounts, CDI annotations and listed RuntimeClasses are warned about or refused", otherDoors},
 	{"scheduler-extender", "kube-scheduler binds 1, 1, 2 GPU pods with the extender and with MostAllocated, not with the defaults", schedulerExtender},
+	{"scale/extender", "about 100 kwok nodes and 1,000 pods through kube-scheduler with the extender: every pod bound, no GPU over-committed, best fit's whole nodes left free; nonsense nodes and an overflowing pod skipped with a reason", scaleExtender},
 	{"manifests-validate", "every kustomize overlay and every Helm values file is accepted by the apiserver's strict server-side dry run", validateManifests},
 	{"audit-reports", "the audit controller's PolicyReports and series: a pod admitted unpatched, an exempt one, a deleted one; the leader killed, the other takes over", auditReports},
 	{"device-plugin", "the kubelet's device manager registers, allocates (time-sliced and MIG too) and tracks health through gpuguard-device-plugin", devicePlugin},

@@ -159,13 +159,13 @@ func writeSchedulerConfig(t *T, e *Env, c *Cluster, name string, config map[stri
 	if config == nil {
 		config = map[string]any{"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration"}
 	}
-	kubeconfig := e.path("control-plane", "scheduler.kubeconfig")
+	kubeconfig := filepath.Join(c.dir, "scheduler.kubeconfig")
 	t.must(c.writeKubeconfig(kubeconfig, schedulerToken), "writing the scheduler's kubeconfig")
 	config["clientConnection"] = map[string]any{"kubeconfig": kubeconfig}
 	config["leaderElection"] = map[string]any{"leaderElect": false}
 	text, err := yaml.Marshal(config)
 	t.must(err, "encoding the scheduler configuration")
-	path := e.path("control-plane", "scheduler-"+name+".yaml")
+	path := filepath.Join(c.dir, "scheduler-"+name+".yaml")
 	t.must(os.WriteFile(path, text, 0o644), "writing the scheduler configuration")
 	return path
 }
