@@ -36,7 +36,7 @@ NODE_COMPONENTS := k8s.io/kubernetes/cmd/kubelet github.com/containerd/container
 WERROR ?= $(if $(filter true,$(CI)),ON,OFF)
 CXX_SOURCES = $(shell git ls-files '*.cpp' '*.hpp')
 
-.PHONY: deps build run test test-sanitize test-tsan test-image e2e e2e-build fuzz bench bench-enforcer-request bench-node bench-backstop bench-pod-start bench-pod-start-parts bench-webhook-ab bench-nginx-floor certs clean format lint
+.PHONY: deps build run test test-sanitize test-tsan test-image e2e e2e-build fuzz bench bench-enforcer-request bench-node bench-backstop bench-pod-start bench-pod-start-parts bench-scale bench-webhook-ab bench-nginx-floor certs clean format lint
 
 deps:
 	./scripts/install-deps.sh
@@ -123,6 +123,14 @@ bench-pod-start: build e2e-build
 # a create's path, against uninstalled (e2e/podstart_bench.go; docs/benchmarks.md). Not part of make e2e.
 bench-pod-start-parts: build e2e-build
 	$(E2E_DIR)/gpuguard-e2e -components $(E2E_DIR) -gpuguard $(BUILD_DIR) -source $(CURDIR) -bench '^node/pod-start-parts$$'
+
+# gpuguard at cluster scale through the real control plane, over kwok GPU nodes: kube-scheduler's defaults,
+# MostAllocated and the extender (pods bound per second at 500 and 5,000 nodes; the packing a steady state
+# of arrivals and departures leaves), pod creates at 100 and 500/s with and without the webhook, and the
+# audit, extender and claim cache at 5,000 nodes and 150,000 pods (e2e/scale_bench.go,
+# e2e/scale_cluster_bench.go; docs/benchmarks.md). SCALE_* variables size a quicker run. Not in make e2e.
+bench-scale: build e2e-build
+	$(E2E_DIR)/gpuguard-e2e -components $(E2E_DIR) -gpuguard $(BUILD_DIR) -source $(CURDIR) -bench '^scale/(scheduling|packing|admission|cluster-caches)$$'
 
 # This tree's webhook beside commit BASE's (default 36e283f) in one run: requests/s with wrk, system calls
 # and callgrind instructions per request (bench/webhook_ab.sh; docs/benchmarks.md).

@@ -41,6 +41,10 @@ var benchmarks = []scenario{
 	{"backstop/update", "pod UPDATEs through the API server with gpuguard installed, an annotation's value (judged by the backstop) and a label's (not evaluated), with and without the backstop's binding", benchBackstopUpdate},
 	{"node/pod-start", "pod create to container running on the real node, with gpuguard installed and without, in turn; one at a time and 8 at once", benchPodStart},
 	{"node/pod-start-parts", "pod create to container running, one at a time, with gpuguard uninstalled, installed, without its enforcer, and with nothing of it on the path: where its cost lies", benchPodStartParts},
+	{"scale/scheduling", "pods bound per second over kwok GPU nodes (500 and 5,000): kube-scheduler's defaults, MostAllocated and gpuguard's extender in one run", benchScaleScheduling},
+	{"scale/admission", "pod creates at 100 and 500 per second through the API server with the webhook (two replicas) and the backstop, and without: the API server's admission latency for the webhook, and the throughput", benchScaleAdmission},
+	{"scale/cluster-caches", "5,000 kwok nodes and 150,000 pods bound to them: the audit's full pass, the extender's memory and prioritize latency through its watch, the webhook's claim cache", benchScaleCaches},
+	{"scale/packing", "arrivals and departures to a steady state over 150 kwok GPU nodes, three ways: nodes wholly free, 8-GPU pods that fit, pods Pending while there was room", benchScalePacking},
 }
 
 // fakePodResources answers List as a kubelet with a full node would: the bench's pod and 109 others.

@@ -130,7 +130,8 @@ func startExtender(t *T, e *Env, c *Cluster) *runningExtender {
 	t.must(err, "starting gpuguard-scheduler-extender")
 	w := &webhookInstall{certs: certs} // for its HTTPS client
 	r := &runningExtender{process: p, port: port, client: w.httpClient(t)}
-	t.must(eventually(t.ctx, time.Minute, func() error {
+	// A minute's list of 150,000 pods (make bench-scale) and then some.
+	t.must(eventually(t.ctx, 3*time.Minute, func() error {
 		if err := p.alive(); err != nil {
 			return err
 		}
