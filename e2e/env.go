@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -203,6 +204,11 @@ func runScenario(ctx context.Context, e *Env, s scenario) (t *T) {
 
 // eventually calls check until it returns nil or the timeout passes; the last error is returned.
 func eventually(ctx context.Context, timeout time.Duration, check func() error) error {
+	return eventuallyEvery(ctx, timeout, 200*time.Millisecond, check)
+}
+
+// eventuallyEvery is eventually with another pause between checks.
+func eventuallyEvery(ctx context.Context, timeout, every time.Duration, check func() error) error {
 	deadline := time.Now().Add(timeout)
 	for {
 		err := check()
@@ -215,7 +221,7 @@ func eventually(ctx context.Context, timeout time.Duration, check func() error) 
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(200 * time.Millisecond):
+		case <-time.After(every):
 		}
 	}
 }
@@ -331,6 +337,15 @@ var errExited = errors.New("exited")
 
 // scrape reads one series' integer value from a Prometheus text endpoint.
 func scrape(client *http.Client, url, series string) (int, error) {
+	value, err := scrapeFloat(client, url, series)
+	if err == nil && value != math.Trunc(value) {
+		err = fmt.Errorf("%s is %v in %s, not a whole number", series, value, url)
+	}
+	return int(value), err
+}
+
+// scrapeFloat reads one series' value from a Prometheus text endpoint.
+func scrapeFloat(client *http.Client, url, series string) (float64, error) {
 	resp, err := client.Get(url)
 	if err != nil {
 		return 0, err
@@ -340,11 +355,11 @@ func scrape(client *http.Client, url, series string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(series) + ` (\d+)$`).FindSubmatch(body)
+	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(series) + ` (\S+)$`).FindSubmatch(body)
 	if m == nil {
 		return 0, fmt.Errorf("no %s in %s", series, url)
 	}
-	return strconv.Atoi(string(m[1]))
+	return strconv.ParseFloat(string(m[1]), 64)
 }
 
 // alive fails once the process has exited, so that waits on it end at once with its log's name.

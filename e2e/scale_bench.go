@@ -212,21 +212,7 @@ func (s *scaleCluster) deleteWorkload(t *T, extender *runningExtender) {
 // promptly is eventually at a 5 ms pace: a packing run waits for about 2,000 bindings and deletions one
 // after the other, and eventually's 200 ms between checks would be most of its time.
 func promptly(t *T, timeout time.Duration, check func() error) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		err := check()
-		if err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("after %s: %w", timeout, err)
-		}
-		select {
-		case <-t.ctx.Done():
-			return t.ctx.Err()
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
+	return eventuallyEvery(t.ctx, timeout, 5*time.Millisecond, check)
 }
 
 // packingResult is what a steady state leaves.

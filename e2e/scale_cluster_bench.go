@@ -297,23 +297,6 @@ func peakMemory(p *process) (peak, now float64) {
 	return peak, now
 }
 
-func scrapeFloat(client *http.Client, url, series string) (float64, error) {
-	resp, err := client.Get(url)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return 0, err
-	}
-	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(series) + ` (\S+)$`).FindSubmatch(body)
-	if m == nil {
-		return 0, fmt.Errorf("no %s in %s", series, url)
-	}
-	return strconv.ParseFloat(string(m[1]), 64)
-}
-
 // SCALE_CACHE_NODES (default 5000) and SCALE_CACHE_PODS (default 150000) size scale/cluster-caches; a
 // quarter of the pods hold a GPU, spread over 1,000 namespaces.
 func benchScaleCaches(t *T, e *Env) {
