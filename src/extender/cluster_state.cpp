@@ -1,7 +1,6 @@
 #include "gpuguard/extender/cluster_state.hpp"
 
 #include <algorithm>
-#include <map>
 #include <mutex>
 
 namespace gpuguard::extender {
@@ -194,10 +193,11 @@ ClusterState::ClusterState(UnreadableReport report)
       pod_store_(std::make_unique<PodStore>(*this)),
       node_store_(std::make_unique<NodeStore>(*this)) {}
 
+ClusterState::~ClusterState() = default;
+
 void ClusterState::report(std::string_view resource, std::string_view name, std::string_view why) const {
   if (report_) report_(resource, name, why);
 }
-ClusterState::~ClusterState() = default;
 
 kube::Store& ClusterState::pods() { return *pod_store_; }
 kube::Store& ClusterState::nodes() { return *node_store_; }

@@ -75,7 +75,7 @@ int serve(const po::variables_map& flags) {
                 {{"resource", resource},
                  {"name", name},
                  {"why", why},
-                 {"effect", resource == "nodes" ? "no GPU pod is placed on this node"
+                 {"effect", resource == "nodes" ? "no pod asking for that resource is placed on this node"
                                                 : "counted as 0, or as 2^40 beyond it, on its node"}});
     });
     kube::InformerOptions informer_options;

@@ -128,11 +128,13 @@ Count count_of(od::value quantity) {
   const std::string_view token = quantity.raw_json_token();
   od::number number;
   // simdjson refuses an integer beyond 64 bits, which nlohmann reads as a double: beyond the cap either way.
-  if (quantity.get_number().get(number)) return token.starts_with('-') ? count_of_double(-1) : count_of_double(1e300);
+  if (quantity.get_number().get(number)) {
+    return token.starts_with('-') ? Count{0, kNegativeOrMalformed} : Count{kLargestCount, kBeyond};
+  }
   switch (number.get_number_type()) {
     case od::number_type::unsigned_integer: return count_of_unsigned(number.get_uint64());
     case od::number_type::signed_integer:
-      return number.get_int64() < 0 ? count_of_double(-1)
+      return number.get_int64() < 0 ? Count{0, kNegativeOrMalformed}
                                     : count_of_unsigned(static_cast<std::uint64_t>(number.get_int64()));
     default: return count_of_double(number.get_double());
   }
@@ -251,18 +253,18 @@ ResourceCounts effective_requests(const std::vector<ContainerRequests>& containe
 ResourceCounts pod_requests(const json& pod, Unreadable* unreadable) {
   const json* spec = member(pod, "spec");
   if (spec == nullptr) return {};
-  Unreadable first;
-  auto containers = containers_of(spec, "containers", first);
-  auto init_containers = containers_of(spec, "initContainers", first);
-  if (unreadable != nullptr) *unreadable = std::move(first);
+  Unreadable found;
+  auto containers = containers_of(spec, "containers", found);
+  auto init_containers = containers_of(spec, "initContainers", found);
+  if (unreadable != nullptr) *unreadable = std::move(found);
   return effective_requests(containers, init_containers);
 }
 
 ResourceCounts node_allocatable(const json& node, Unreadable* unreadable) {
   const json* status = member(node, "status");
-  Unreadable first;
-  ResourceCounts counts = extended_resources(status == nullptr ? nullptr : member(*status, "allocatable"), first);
-  if (unreadable != nullptr) *unreadable = std::move(first);
+  Unreadable found;
+  ResourceCounts counts = extended_resources(status == nullptr ? nullptr : member(*status, "allocatable"), found);
+  if (unreadable != nullptr) *unreadable = std::move(found);
   return counts;
 }
 
