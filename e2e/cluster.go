@@ -152,6 +152,13 @@ func (e *Env) startCluster(name, nodeAddress string, apiserverFlags ...string) (
 		logPrefix = name + "-" // a scenario's own control plane
 	}
 	c := &Cluster{dir: dir, ca: ca, caPEM: ca.certPEM, caFile: filepath.Join(dir, "ca.crt"), auditLog: e.path("logs", logPrefix+"audit.log")}
+	// A control plane that fails to start stops what it started, rather than leaving it to the run's end.
+	started := false
+	defer func() {
+		if !started {
+			c.stop()
+		}
+	}()
 	files := map[string]string{
 		c.caFile: string(ca.certPEM),
 		filepath.Join(dir, "tokens.csv"): adminToken + ",gpuguard-e2e-admin,1,\"system:masters\"\n" + schedulerToken + ",system:kube-scheduler,2\n" +
@@ -320,6 +327,7 @@ rules:
 	}); err != nil {
 		return nil, fmt.Errorf("kube-controller-manager did not create the default service account: %w", err)
 	}
+	started = true
 	return c, nil
 }
 

@@ -3,7 +3,8 @@
 // pinned release (go.mod), and the kubelet's own device manager in-process; then, in the node/ scenarios,
 // on a real node (node.go): the kubelet, containerd and NVIDIA's runtime, with gpuguard installed by Helm.
 // Every scenario asserts on what the real API server stored or answered, on what the real device manager
-// hands a container, or on what a container sees from inside; none reads gpuguard's logs. It runs in
+// hands a container, or on what a container sees from inside; gpuguard's logs are read only where what
+// they say is the subject (scale/extender: the extender's reasons for what it skips). It runs in
 // namespaces of its own (namespace.go), so it needs root; everything listens on 127.0.0.1 or in them.
 //
 //	gpuguard-e2e -components DIR -gpuguard DIR -source DIR [-control-plane DIR] [-peers DIR] [-run REGEXP] [-work DIR] [-keep]

@@ -48,25 +48,28 @@ type scaleCluster struct {
 
 func (e *Env) startScaleCluster(t *T, name string) *scaleCluster {
 	// TaintNodesByCondition would taint every new node not-ready until the node lifecycle controller,
-	// which this control plane does not run (kwok keeps no lease), lifts it.
+	// which this control plane does not run (nothing here reads node heartbeats or leases), lifts it.
 	c, err := e.startCluster(name, "", "--disable-admission-plugins=TaintNodesByCondition",
 		"--max-requests-inflight=800", "--max-mutating-requests-inflight=400")
 	t.must(err, "starting the control plane "+name)
 	s := &scaleCluster{Cluster: c}
 	unlimited := rest.CopyConfig(c.config)
 	unlimited.QPS = -1
-	s.bulk, err = kubernetes.NewForConfig(unlimited)
-	t.must(err, "making a client without a rate limit")
+	if s.bulk, err = kubernetes.NewForConfig(unlimited); err != nil {
+		c.stop()
+		t.must(err, "making a client without a rate limit")
+	}
 
 	// kwok's own stages: a node becomes Ready with the capacity it was created with; a bound pod becomes
-	// Running, and a deleted one goes. No heartbeat: nothing here would mark a silent node NotReady.
+	// Running, and a deleted one goes. No heartbeat and no lease: nothing here would mark a silent node
+	// NotReady.
 	stages := strings.Join([]string{kwoknode.DefaultNodeInit, kwokpod.DefaultPodReady, kwokpod.DefaultPodComplete,
 		kwokpod.DefaultPodDelete}, "\n---\n")
 	config := filepath.Join(c.dir, "kwok.yaml")
 	t.must(os.WriteFile(config, []byte(stages), 0o600), "writing kwok's stages")
 	s.kwok, err = e.start(name+"-kwok", e.component("kwok"), "--kubeconfig="+filepath.Join(c.dir, "admin.kubeconfig"),
 		"--config="+config, "--manage-nodes-with-annotation-selector="+kwokAnnotation+"=fake",
-		"--cidr=10.64.0.0/12", "--node-ip=10.63.0.1")
+		"--cidr=10.64.0.0/12", "--node-ip=10.63.0.1", "--node-lease-duration-seconds=0")
 	if err != nil {
 		c.stop()
 		t.must(err, "starting kwok")
@@ -314,6 +317,7 @@ func scaleExtender(t *T, e *Env) {
 		t.Fatalf("the API server refused a node with 9223372036854775807 GPUs; the scenario cannot show the extender's skip (accepted: %v)", accepted)
 	}
 
+	logged := logSize(e, "gpuguard-scheduler-extender") // what earlier scenarios' extenders wrote is not this one's
 	extender := startExtender(t, e, s.Cluster)
 	defer extender.process.stop()
 	// A pod bound by its author, not the scheduler, to the last GPU node, asking for more than a 64-bit
@@ -360,6 +364,16 @@ func scaleExtender(t *T, e *Env) {
 		_, err := pods.Create(t.ctx, scalePod(fmt.Sprintf("cpu-%04d", i), 0), metav1.CreateOptions{})
 		return err
 	}), "creating the GPU-less pods")
+	t.must(eventually(t.ctx, 5*time.Minute, func() error {
+		if err := scheduler.alive(); err != nil {
+			return err
+		}
+		_, bound, _ := s.gpuUse(t)
+		if bound < 1+ciGPUlessPods {
+			return fmt.Errorf("%d of the %d GPU-less pods bound", bound-1, ciGPUlessPods)
+		}
+		return nil
+	}), "waiting for the GPU-less pods to be bound")
 	// GPU pods one at a time, each after the extender has seen the last binding: the packing is then
 	// the one the extender decides, not one its watch was too late for (bench-scale measures that).
 	arrivals := ciArrivals()
@@ -403,6 +417,13 @@ func scaleExtender(t *T, e *Env) {
 			free++
 		}
 	}
+	// kube-scheduler goes on without an extender that errs or times out (ignorable): then its own fit,
+	// wrapped by the overflowing pod's request, would let pods onto that pod's node.
+	list, err := pods.List(t.ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + gpuNames[gpuNodes-1]})
+	t.must(err, "listing the pods on the overflowing pod's node")
+	if len(list.Items) != 1 {
+		t.Errorf("%d pods are bound to %s, which the overflowing pod fills; want only it", len(list.Items), gpuNames[gpuNodes-1])
+	}
 	for _, name := range accepted {
 		if use[name] != 0 {
 			t.Errorf("the extender let GPU pods onto %s, whose allocatable is nonsense: %d GPUs bound there", name, use[name])
@@ -418,14 +439,16 @@ func scaleExtender(t *T, e *Env) {
 	t.Logf("%d of %d GPU nodes wholly free after %d GPU pods (best fit in the same order: %d)", free, gpuNodes-1, len(arrivals), promised)
 
 	t.must(extender.process.alive(), "the extender after the nonsense")
-	logged, err := os.ReadFile(e.path("logs", "gpuguard-scheduler-extender.log"))
+	// The reasons themselves, as an admin reads them: one line each, naming the object.
+	text, err := os.ReadFile(e.path("logs", "gpuguard-scheduler-extender.log"))
 	t.must(err, "reading the extender's log")
+	ours := string(text[min(logged, int64(len(text))):])
 	for _, name := range append(slices.Clone(accepted), string(overflow.UID)) {
-		if !strings.Contains(string(logged), `"name":"`+name+`"`) {
-			t.Errorf("the extender's log does not name %s as not counted as written", name)
+		if n := strings.Count(ours, `"name":"`+name+`"`); n != 1 {
+			t.Errorf("the extender's log names %s %d times as not counted as written, want once", name, n)
 		}
 	}
-	if n := strings.Count(string(logged), "quantity not counted as written"); n < len(accepted)+1 {
-		t.Errorf("the extender's log says %d times that a quantity was not counted as written, want at least %d", n, len(accepted)+1)
+	if n := strings.Count(ours, "quantity not counted as written"); n != len(accepted)+1 {
+		t.Errorf("the extender's log says %d times that a quantity was not counted as written, want %d", n, len(accepted)+1)
 	}
 }
