@@ -316,6 +316,16 @@ func cpuByCommand() map[string]time.Duration {
 	return used
 }
 
+// cpuPerUnit says, for each command, the CPU milliseconds it spent between two cpuByCommand reads per unit
+// of work (a pod bound, a create), in the order given.
+func cpuPerUnit(before, after map[string]time.Duration, units int, commands ...string) string {
+	spent := make([]string, 0, len(commands))
+	for _, command := range commands {
+		spent = append(spent, fmt.Sprintf("%s %.2f", command, ms(after[command]-before[command])/float64(max(units, 1))))
+	}
+	return strings.Join(spent, ", ")
+}
+
 // installForPodStart installs gpuguard with Helm and waits until its enforcer is registered.
 func (n *Node) installForPodStart(t *T, e *Env) {
 	e.gpuguardFor(t)

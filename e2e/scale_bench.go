@@ -181,32 +181,10 @@ func (s *scaleCluster) throughput(t *T, e *Env, way schedulingWay, sizes []int, 
 	}
 	cpuAfter := cpuByCommand()
 	scheduler.stop()
-	var spent []string
-	for _, command := range []string{"kube-scheduler", "gpuguard-schedu", "kube-apiserver", "etcd", "kwok"} {
-		spent = append(spent, fmt.Sprintf("%s %.2f", command, ms(cpuAfter[command]-cpuBefore[command])/float64(len(bound))))
-	}
-	t.Logf("CPU ms per pod bound, %s (from the scheduler's start to the last binding): %s", way.name, strings.Join(spent, ", "))
-	s.deleteWorkload(t, extender)
+	t.Logf("CPU ms per pod bound, %s (from the scheduler's start to the last binding): %s", way.name,
+		cpuPerUnit(cpuBefore, cpuAfter, len(bound), "kube-scheduler", "gpuguard-schedu", "kube-apiserver", "etcd", "kwok"))
+	deletePods(t, s.bulk, scaleNamespace, extender)
 	return float64(len(bound)-1) / last.Sub(first).Seconds()
-}
-
-// deleteWorkload deletes every pod in the workload's namespace and waits until kwok has let them go and
-// the extender's cache is empty again.
-func (s *scaleCluster) deleteWorkload(t *T, extender *runningExtender) {
-	pods := s.bulk.CoreV1().Pods(scaleNamespace)
-	t.must(pods.DeleteCollection(t.ctx, metav1.DeleteOptions{}, metav1.ListOptions{}), "deleting the workload")
-	t.must(eventually(t.ctx, 5*time.Minute, func() error {
-		left, err := pods.List(t.ctx, metav1.ListOptions{ResourceVersion: "0"})
-		if err == nil && len(left.Items) > 0 {
-			err = fmt.Errorf("%d pods still there", len(left.Items))
-		}
-		if err == nil && extender != nil {
-			if cached, cerr := extender.cachedPods(); cerr != nil || cached != 0 {
-				err = fmt.Errorf("the extender still caches %d pods (%v)", cached, cerr)
-			}
-		}
-		return err
-	}), "waiting for the workload to go")
 }
 
 // promptly is eventually at a 5 ms pace: a packing run waits for about 2,000 bindings and deletions one
@@ -330,6 +308,6 @@ func (s *scaleCluster) packing(t *T, e *Env, way schedulingWay, gpuNodes []strin
 			result.eightGPUFits++
 		}
 	}
-	s.deleteWorkload(t, extender)
+	deletePods(t, s.bulk, scaleNamespace, extender)
 	return result
 }

@@ -16,6 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
 )
 
@@ -216,15 +217,28 @@ func scheduleThree(t *T, e *Env, c *Cluster, name, config string, extender *runn
 			}), "waiting for the extender to see the binding")
 		}
 	}
-	list, err := pods.List(t.ctx, metav1.ListOptions{})
-	t.must(err, "listing pods")
-	for _, pod := range list.Items {
-		t.must(pods.Delete(t.ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))}), "deleting pod "+pod.Name)
+	deletePods(t, c.client, schedulingNamespace, extender)
+	for i, why := range pending {
+		if why != "" {
+			t.Logf("%s: pod %d is Pending: %s", name, i, why)
+		}
 	}
-	t.must(eventually(t.ctx, 30*time.Second, func() error {
-		left, err := pods.List(t.ctx, metav1.ListOptions{})
+	return placed
+}
+
+// deletePods deletes a namespace's pods and waits until they are gone and, when an extender is given, until
+// its cache holds none of them. A collection of thousands can outlast the API server's request timeout,
+// which it answers while it goes on deleting.
+func deletePods(t *T, client kubernetes.Interface, namespace string, extender *runningExtender) {
+	pods := client.CoreV1().Pods(namespace)
+	err := pods.DeleteCollection(t.ctx, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))}, metav1.ListOptions{})
+	if err != nil && !apierrors.IsTimeout(err) && !apierrors.IsServerTimeout(err) {
+		t.must(err, "deleting the pods of "+namespace)
+	}
+	t.must(eventually(t.ctx, 5*time.Minute, func() error {
+		left, err := pods.List(t.ctx, metav1.ListOptions{Limit: 1})
 		if err == nil && len(left.Items) > 0 {
-			err = fmt.Errorf("%d pods still there", len(left.Items))
+			err = fmt.Errorf("pods of %s are still there", namespace)
 		}
 		if err == nil && extender != nil {
 			if cached, cerr := extender.cachedPods(); cerr != nil || cached != 0 {
@@ -232,11 +246,5 @@ func scheduleThree(t *T, e *Env, c *Cluster, name, config string, extender *runn
 			}
 		}
 		return err
-	}), "deleting the pods")
-	for i, why := range pending {
-		if why != "" {
-			t.Logf("%s: pod %d is Pending: %s", name, i, why)
-		}
-	}
-	return placed
+	}), "waiting for the pods of "+namespace+" to go")
 }
