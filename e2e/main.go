@@ -214,6 +214,7 @@ var skipDetail = map[string]string{
 	"needs the pinned kubelet": "the real node runs the pinned release's kubelet, which may not be newer than the API server",
 	"needs no API server":      "the device plugin meets only the kubelet's device manager, so the pinned release's run covers it",
 	"needs the peers":          "NVIDIA's device plugin and DRA driver are built from ../shared/peers: make e2e E2E_PEERS=../shared/peers (.ci/run passes it)",
+	"runs once":                "the extender's counting and packing over 100 nodes are the same on every minor; scheduler-extender shows each minor's kube-scheduler calling it",
 }
 
 // The scenarios that run a peer (-peers).
@@ -227,6 +228,9 @@ func skipReason(cfg Config, cluster *Cluster, s scenario) string {
 		}
 		if s.name == "device-plugin" {
 			return "needs no API server"
+		}
+		if s.name == "scale/extender" {
+			return "runs once"
 		}
 	}
 	if cfg.Peers == "" && slices.Contains(scenariosWithPeers, s.name) {
