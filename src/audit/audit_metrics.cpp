@@ -45,6 +45,7 @@ std::string_view verdict_label(std::optional<std::string_view> reason) {
   if (*reason == "NotActedOn") return "not-acted-on";
   if (*reason == "Leaks") return "leaks";
   if (*reason == "BreaksPods") return "breaks-pods";
+  if (*reason == "CannotJudge") return "cannot-judge";
   return "unknown";
 }
 

@@ -70,7 +70,10 @@ std::vector<std::string> spec_dirs(const std::vector<std::string>& toolkit_dirs)
 // The toolkit as the decision needs it, from the node report's facts.
 Toolkit toolkit_of(const nodereport::Facts& facts) {
   Toolkit toolkit;
-  if (!facts.container_runtime.empty() && !facts.default_is_nvidia && facts.nvidia_handlers.empty()) {
+  if (!facts.runtime_config_unreadable.empty()) {
+    // The runtime's configuration cannot be read: whether NVIDIA's runtime runs containers is not known, so
+    // neither is the mode (unknown: judged as the strictest, and the log says why).
+  } else if (!facts.container_runtime.empty() && !facts.default_is_nvidia && facts.nvidia_handlers.empty()) {
     toolkit.mode = "absent";  // no runtime handler runs NVIDIA's runtime: no variable selects anything
   } else if (std::find(std::begin(kKnownModes), std::end(kKnownModes), facts.runtime_mode) != std::end(kKnownModes)) {
     toolkit.mode = facts.runtime_mode;  // as configured (auto where the toolkit's configuration is absent)
@@ -241,6 +244,12 @@ void NodeReader::read_toolkit(NodeView& node, Watched& watched) const {
   const nodereport::HostRoot host(host_root_);
   const nodereport::Facts facts = nodereport::judge(host, "void").facts;
   node.toolkit = toolkit_of(facts);
+  if (!facts.runtime_config_unreadable.empty()) {
+    log::warn(
+        "cannot judge the container runtime's configuration: the toolkit's mode is unknown, and judged as the "
+        "strictest until it can be read",
+        {{"runtime", facts.container_runtime}, {"unreadable", facts.runtime_config_unreadable}});
+  }
   node.cdi_spec_dirs = spec_dirs(facts.spec_dirs);
   std::set<std::string> paths(std::begin(kRuntimeConfigDirs), std::end(kRuntimeConfigDirs));
   paths.insert(facts.runtime_config_files.begin(), facts.runtime_config_files.end());

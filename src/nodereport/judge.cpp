@@ -99,7 +99,8 @@ class Judge {
     report_.findings.push_back({severity, std::move(code), std::move(message), std::move(file), line});
   }
 
-  std::optional<toml::table> parse_toml(const std::string& path) {
+  // A file that is there and does not parse is a finding, with `then` saying what follows from it.
+  std::optional<toml::table> parse_toml(const std::string& path, std::string_view then = "read as if it were absent") {
     auto text = host_.read(path);
     if (!text) return std::nullopt;
     // toml++ 3.3's Unicode tables reach __builtin_unreachable for some characters (the fuzzer found
@@ -110,9 +111,11 @@ class Judge {
     toml::parse_result parsed = toml::parse(*text, path);
     if (!parsed) {
       const auto& error = parsed.error();
-      find(Severity::warning, "malformed-file",
-           path + ": " + std::string(error.description()) + "; read as if it were absent", path,
+      const std::string why =
+          std::string(error.description()) + " (line " + std::to_string(error.source().begin.line) + ")";
+      find(Severity::warning, "malformed-file", path + ": " + why + "; " + std::string(then), path,
            static_cast<int>(error.source().begin.line));
+      last_parse_error_ = why;
       return std::nullopt;
     }
     return std::move(parsed).table();
@@ -296,42 +299,54 @@ class Judge {
     return matches;
   }
 
+  // One of the container runtime's files, parsed; when it is there but does not parse, the first such is
+  // recorded, and the report cannot judge (decide).
+  std::optional<toml::table> parse_runtime_config(const std::string& path) {
+    auto table = parse_toml(path, "the container runtime's configuration cannot be judged");
+    if (table) {
+      facts().runtime_config_files.push_back(path);
+    } else if (host_.exists(path)) {
+      facts().runtime_config_files.push_back(path);
+      if (facts().runtime_config_unreadable.empty()) {
+        facts().runtime_config_unreadable =
+            path + ": " + (last_parse_error_.empty() ? std::string("it cannot be read") : last_parse_error_);
+      }
+    }
+    last_parse_error_.clear();
+    return table;
+  }
+
   void read_runtime() {
     const std::string containerd_path(kContainerdConfig);
-    if (auto config = parse_toml(containerd_path)) {
+    if (host_.exists(containerd_path)) {
       facts().container_runtime = "containerd";
-      facts().runtime_config_files.push_back(containerd_path);
+      auto config = parse_runtime_config(containerd_path);
+      if (!config) return;
       if (const toml::array* imports = (*config)["imports"].as_array()) {
         for (const auto& entry : *imports) {
           for (const std::string& file : expand_import(entry.value_or(std::string()), containerd_path)) {
-            if (auto imported = parse_toml(file)) {
-              merge(*config, *imported);
-              facts().runtime_config_files.push_back(file);
-            }
+            if (auto imported = parse_runtime_config(file)) merge(*config, *imported);
           }
         }
       }
       read_containerd(*config);
       return;
     }
-    if (!host_.exists(containerd_path)) {
-      toml::table crio;
-      bool found = false;
-      std::vector<std::string> files = {std::string(kCrioConfig)};
-      for (const std::string& name : host_.list(std::string(kCrioDropIns))) {
-        if (name.ends_with(".conf")) files.push_back(std::string(kCrioDropIns) + "/" + name);
+    toml::table crio;
+    bool found = false;
+    std::vector<std::string> files = {std::string(kCrioConfig)};
+    for (const std::string& name : host_.list(std::string(kCrioDropIns))) {
+      if (name.ends_with(".conf")) files.push_back(std::string(kCrioDropIns) + "/" + name);
+    }
+    for (const std::string& file : files) {
+      if (auto part = parse_runtime_config(file)) {
+        merge(crio, *part);
+        found = true;
       }
-      for (const std::string& file : files) {
-        if (auto part = parse_toml(file)) {
-          merge(crio, *part);
-          facts().runtime_config_files.push_back(file);
-          found = true;
-        }
-      }
-      if (found || host_.exists(std::string(kCrioConfig))) {
-        facts().container_runtime = "cri-o";
-        read_crio(crio);
-      }
+    }
+    if (found || host_.exists(std::string(kCrioConfig))) {
+      facts().container_runtime = "cri-o";
+      read_crio(crio);
     }
   }
 
@@ -469,6 +484,13 @@ class Judge {
 
   void decide() {
     Report& r = report_;
+    if (!facts().runtime_config_unreadable.empty()) {
+      r.verdict = Verdict::cannot_judge;
+      r.reason = "cannot judge: the " + facts().container_runtime + " configuration " +
+                 facts().runtime_config_unreadable +
+                 ", so which runtime handler creates containers, and what the value does there, is not known";
+      return;
+    }
     if (!facts().default_is_nvidia) {
       r.verdict = Verdict::not_acted_on;
       r.reason = facts().container_runtime.empty()
@@ -550,7 +572,12 @@ class Judge {
   void judge_hardening() {
     const Facts& f = facts();
     const bool nvidia_used = f.default_is_nvidia || !f.nvidia_handlers.empty();
-    if (!nvidia_used) {
+    if (!f.runtime_config_unreadable.empty()) {
+      report_.hardened = false;
+      report_.hardening =
+          "the container runtime's configuration cannot be read, so whether NVIDIA's runtime reads "
+          "containers' environments is not known";
+    } else if (!nvidia_used) {
       report_.hardened = true;
       report_.hardening = "no runtime handler runs NVIDIA's runtime: no container's environment selects GPUs";
     } else if (!f.envvar_when_unprivileged) {
@@ -647,6 +674,7 @@ class Judge {
   const HostFiles& host_;
   std::string runtime_executable_;  // the binary NVIDIA's runtime is: the one named, or what its wrapper starts
   std::string wrapper_config_;      // the configuration a wrapper script points the runtime at
+  std::string last_parse_error_;    // why parse_toml's last file did not parse
   Report report_;
 };
 
@@ -658,6 +686,7 @@ std::string_view verdict_name(Verdict verdict) {
     case Verdict::leaks: return "leaks";
     case Verdict::breaks_pods: return "breaks-pods";
     case Verdict::not_acted_on: return "not-acted-on";
+    case Verdict::cannot_judge: return "cannot-judge";
   }
   return "";
 }

@@ -15,6 +15,7 @@ Condition condition_of(const Report& report) {
     case Verdict::not_acted_on: condition.reason = "NotActedOn"; break;
     case Verdict::leaks: condition.reason = "Leaks"; break;
     case Verdict::breaks_pods: condition.reason = "BreaksPods"; break;
+    case Verdict::cannot_judge: condition.reason = "CannotJudge"; break;
   }
   condition.message = "NVIDIA_VISIBLE_DEVICES=" + report.value + ": " + report.reason;
   if (report.verdict == Verdict::not_acted_on && !report.doors.empty()) {

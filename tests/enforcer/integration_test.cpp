@@ -1217,3 +1217,39 @@ TEST_CASE("the toolkit's configuration changed on the node: the next create is j
   CHECK_THAT(enforcer.log(), Catch::Contains("node read again, as what it is read from changed"));
   CHECK(enforcer.terminate() == 0);
 }
+
+TEST_CASE(
+    "a CRI-O drop-in that does not parse: the toolkit's mode is not guessed, and the next create after a fix reads "
+    "it") {
+  Node node;
+  FakeKubelet kubelet(node.kubelet_socket);
+  // No handler runs NVIDIA's runtime: read whole, no variable selects anything, and a create that sets none
+  // after all is left as it is. With a drop-in cut short, which handlers there are is not known.
+  node.host.write("etc/crio/crio.conf", "[crio.runtime]\ndefault_runtime = \"crun\"\n");
+  node.host.write("etc/crio/crio.conf.d/50-edit.conf", "[crio.runtime.runtimes.nvidia\nruntime_path = \"x\"\n");
+  EnforcerProcess enforcer(node);
+  const auto none_twice = [](const std::string& id) {
+    json c = cuda_container(id);
+    c["env"] = json::array({"NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_VISIBLE_DEVICES=none"});
+    return c;
+  };
+  for (const char* name : {"one", "two"}) kubelet.set("team-a", name, {{{"app", {}, {}}}, {}});
+  const Hold fixed{node.dir / "fixed"};
+  const json script = {{"steps", json::array({{{"wait_plugin", 10}},
+                                              create_step(gpu_less_pod("one"), none_twice("c1")),
+                                              fixed.step(),
+                                              create_step(gpu_less_pod("two"), none_twice("c2"))})}};
+  std::future<ExitResult> running = std::async(std::launch::async, [&] { return run_runtime_process(node, script); });
+  REQUIRE(fixed.reached());
+  node.host.write("etc/crio/crio.conf.d/50-edit.conf", "[crio.runtime]\nlog_level = \"info\"\n");
+  fixed.release();
+  const std::vector<json> out = runtime_steps(running.get(), script);
+  INFO(enforcer.log());
+  REQUIRE(out[1].contains("error"));
+  CHECK_THAT(out[1]["error"].get<std::string>(), Catch::Contains("NVIDIA_VISIBLE_DEVICES=none"));
+  CHECK_THAT(enforcer.log(), Catch::Contains("cannot judge the container runtime's configuration"));
+  CHECK_THAT(enforcer.log(), Catch::Contains("/etc/crio/crio.conf.d/50-edit.conf: "));
+  CHECK_FALSE(out[3].contains("error"));
+  CHECK(out[3]["env"] == json::array());
+  CHECK(enforcer.terminate() == 0);
+}

@@ -48,6 +48,9 @@ TEST_CASE("node report: every fixture host root gets its verdict for none and fo
       INFO(entry.path().filename().string()
            << " (" << expect["about"].get<std::string>() << "), value " << value << ": " << report.reason);
       CHECK(nodereport::verdict_name(report.verdict) == expect[value].get<std::string>());
+      if (expect.contains("reasonContains")) {
+        CHECK_THAT(report.reason, Catch::Contains(expect["reasonContains"].get<std::string>()));
+      }
       CHECK(report.value_honoured() == (expect[value] == "honoured" || expect[value] == "not-acted-on"));
       if (report.verdict == nodereport::Verdict::not_acted_on) CHECK_FALSE(report.doors.empty());
       const auto json = nlohmann::json::parse(nodereport::to_json(report));  // whatever bytes the files held

@@ -31,6 +31,7 @@ enum class Verdict {
   leaks,         // it sees GPUs
   breaks_pods,   // its creation fails
   not_acted_on,  // the variable is not the door on this node; `doors` names the doors there are
+  cannot_judge,  // the container runtime's configuration is there but cannot be read: `reason` names it
 };
 std::string_view verdict_name(Verdict verdict);
 
@@ -73,6 +74,9 @@ struct Facts {
   // The container runtime: containerd's or CRI-O's configuration, drop-ins included.
   std::string container_runtime;  // "containerd", "cri-o", or "" when neither is configured
   std::vector<std::string> runtime_config_files;
+  // "<file>: <why>" for the first of those files that is there and does not parse: which handler runs
+  // containers is then unknown, and nothing is guessed in its place (a cannot_judge verdict).
+  std::string runtime_config_unreadable;
   std::string default_runtime;         // the CRI's default runtime handler
   std::string default_runtime_binary;  // what that handler runs
   bool default_is_nvidia = false;
