@@ -363,6 +363,9 @@ void selection_door(std::string_view name, const Selection* selection, bool imex
   const std::optional<std::string> value =
       imex ? std::optional<std::string>(scope.imex_value()) : scope.devices_value();
   if (!imex && value && *value != kVoid && !scope.spread().empty()) {
+    // Written all the same, for nodeEnforcementUnknown: allow: the allocation, where the mode may select by
+    // it, is never more than what the container asked for.
+    findings.set_env[std::string(name)] = *value;
     findings.add(what + "; it cannot be written: " + scope.spread(), Findings::Kind::unknown);
     return;
   }

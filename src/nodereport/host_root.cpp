@@ -48,6 +48,19 @@ std::vector<std::string> HostRoot::list(const std::string& directory) const {
   return names;
 }
 
+std::vector<std::string> HostRoot::subdirectories(const std::string& directory) const {
+  std::vector<std::string> names;
+  const auto resolved = resolve(directory);
+  if (!resolved) return names;
+  std::error_code ec;
+  for (fs::directory_iterator it(*resolved, ec), end; !ec && it != end; it.increment(ec)) {
+    const auto inside = resolve(directory + "/" + it->path().filename().string());
+    if (inside && fs::is_directory(*inside, ec)) names.push_back(it->path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
 bool HostRoot::exists(const std::string& path) const {
   const auto resolved = resolve(path);
   std::error_code ec;

@@ -30,6 +30,8 @@ constexpr std::string_view kDpkgStatus = "/var/lib/dpkg/status";
 constexpr std::string_view kContainerdConfig = "/etc/containerd/config.toml";
 constexpr std::string_view kCrioConfig = "/etc/crio/crio.conf";
 constexpr std::string_view kCrioDropIns = "/etc/crio/crio.conf.d";
+constexpr std::size_t kCrioDropInsMax = 256;
+constexpr int kCrioDropInsDepth = 8;
 
 using Version = std::tuple<int, int, int>;
 
@@ -322,11 +324,14 @@ class Judge {
       facts().container_runtime = "containerd";
       auto config = parse_runtime_config(containerd_path);
       if (!config) return;
-      if (const toml::array* imports = (*config)["imports"].as_array()) {
-        for (const auto& entry : *imports) {
-          for (const std::string& file : expand_import(entry.value_or(std::string()), containerd_path)) {
-            if (auto imported = parse_runtime_config(file)) merge(*config, *imported);
-          }
+      // Copied first: merging an imported file that has imports of its own replaces the array.
+      std::vector<std::string> imports;
+      if (const toml::array* listed = (*config)["imports"].as_array()) {
+        for (const auto& entry : *listed) imports.push_back(entry.value_or(std::string()));
+      }
+      for (const std::string& pattern : imports) {
+        for (const std::string& file : expand_import(pattern, containerd_path)) {
+          if (auto imported = parse_runtime_config(file)) merge(*config, *imported);
         }
       }
       read_containerd(*config);
@@ -335,18 +340,42 @@ class Judge {
     toml::table crio;
     bool found = false;
     std::vector<std::string> files = {std::string(kCrioConfig)};
-    for (const std::string& name : host_.list(std::string(kCrioDropIns))) {
-      if (name.ends_with(".conf")) files.push_back(std::string(kCrioDropIns) + "/" + name);
-    }
+    std::size_t budget = kCrioDropInsMax;
+    crio_drop_ins(std::string(kCrioDropIns), 0, budget, files);
     for (const std::string& file : files) {
       if (auto part = parse_runtime_config(file)) {
         merge(crio, *part);
         found = true;
       }
     }
-    if (found || host_.exists(std::string(kCrioConfig))) {
+    if (found || host_.exists(std::string(kCrioConfig)) || !facts().runtime_config_unreadable.empty()) {
       facts().container_runtime = "cri-o";
       read_crio(crio);
+    }
+  }
+
+  // CRI-O's drop-ins as it walks them (pkg/config UpdateFromPath: filepath.Walk, every file whatever its
+  // name, directories entered in their place in lexical order), up to kCrioDropInsMax files and
+  // kCrioDropInsDepth levels; past them the configuration cannot be judged.
+  void crio_drop_ins(const std::string& directory, int depth, std::size_t& budget, std::vector<std::string>& files) {
+    std::vector<std::pair<std::string, bool>> entries;  // name, is a directory
+    for (std::string& name : host_.list(directory)) entries.emplace_back(std::move(name), false);
+    for (std::string& name : host_.subdirectories(directory)) entries.emplace_back(std::move(name), true);
+    std::sort(entries.begin(), entries.end());
+    for (const auto& [name, is_directory] : entries) {
+      const std::string path = directory + "/" + name;
+      if (is_directory && depth + 1 < kCrioDropInsDepth) {
+        crio_drop_ins(path, depth + 1, budget, files);
+      } else if (is_directory || budget == 0) {
+        if (facts().runtime_config_unreadable.empty()) {
+          facts().runtime_config_unreadable = path + ": past the " + std::to_string(kCrioDropInsMax) + " files and " +
+                                              std::to_string(kCrioDropInsDepth) + " levels of drop-ins this reads";
+        }
+        return;
+      } else {
+        files.push_back(path);
+        --budget;
+      }
     }
   }
 

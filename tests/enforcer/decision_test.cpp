@@ -230,3 +230,31 @@ TEST_CASE(
   CHECK(refused.why == enforcement::Decision::Why::cannot_judge);
   CHECK_THAT(refused.message, Catch::Contains("swarm-resource names more variables than the 16 gpuguard reads"));
 }
+
+TEST_CASE("enforcer: a selection it cannot judge is refused, and under nodeEnforcementUnknown: allow still written") {
+  // The toolkit's mode unknown (the container runtime's configuration unreadable): csv mode before 1.19 may be
+  // what runs, which gives every device for any request but void, so a selection of some of the node's GPUs
+  // cannot be judged. Refused by default; under allow, left to run with the allocation written over all.
+  enforcement::NodeView node;
+  node.gpus = test::default_node();
+  REQUIRE(node.gpus.size() >= 2);
+  enforcement::ContainerView view;
+  view.pod_namespace = "team-a";
+  view.pod_name = "p";
+  view.container = "app";
+  view.selections["NVIDIA_VISIBLE_DEVICES"] = {.entries = 1, .last = "all"};
+  enforcement::Allocation allocation;
+  allocation.source = enforcement::Allocation::Source::pod_resources;
+  allocation.gpus = {node.gpus[0].uuid};
+  const enforcement::Decision refused = enforcement::decide(view, allocation, node, policy::Policy{});
+  CHECK(refused.action == enforcement::Decision::Action::refuse);
+  CHECK(refused.why == enforcement::Decision::Why::cannot_judge);
+  CHECK_THAT(refused.message, Catch::Contains("the node's toolkit mode cannot be read"));
+  policy::Policy allow;
+  allow.node_enforcement_unknown = policy::NodeEnforcementUnknown::allow;
+  const enforcement::Decision allowed = enforcement::decide(view, allocation, node, allow);
+  CHECK(allowed.why == enforcement::Decision::Why::cannot_judge);
+  CHECK(allowed.action == enforcement::Decision::Action::adjust);
+  REQUIRE(allowed.set_env.contains("NVIDIA_VISIBLE_DEVICES"));
+  CHECK(allowed.set_env.at("NVIDIA_VISIBLE_DEVICES") == node.gpus[0].uuid);
+}

@@ -119,6 +119,7 @@ class OneFile : public nodereport::HostFiles {
     return offset >= bytes.size() ? std::string() : bytes.substr(offset, length);
   }
   std::vector<std::string> list(const std::string&) const override { return {}; }
+  std::vector<std::string> subdirectories(const std::string&) const override { return {}; }
   bool exists(const std::string& path) const override { return path == path_; }
 
  private:

@@ -15,6 +15,7 @@ class HostRoot : public HostFiles {
   std::optional<std::string> read_range(const std::string& path, std::uint64_t offset,
                                         std::size_t length) const override;
   std::vector<std::string> list(const std::string& directory) const override;
+  std::vector<std::string> subdirectories(const std::string& directory) const override;
   bool exists(const std::string& path) const override;
 
  private:
