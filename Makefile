@@ -14,6 +14,9 @@ FUZZ_SECONDS ?= 60
 # The end-to-end harness and the real Kubernetes components, built from e2e/go.mod by scripts/go.
 E2E_DIR := $(BUILD_DIR)/e2e
 E2E_RUN ?=
+E2E_RUNTIME ?=
+# The node's peers and runtime, for make e2e and the node's benchmarks (bench-node, bench-pod-start*).
+E2E_NODE = $(if $(E2E_PEERS),-peers $(E2E_DIR)/peers) $(if $(E2E_RUNTIME),-runtime $(E2E_RUNTIME))
 # K8S=1.30 (or 1.32, 1.33): the control plane of that minor, from its own wrapper module e2e/k8s-<minor>, for
 # the control-plane scenarios; empty: the release e2e/go.mod pins, for every scenario.
 K8S ?=
@@ -107,7 +110,7 @@ bench-enforcer-request: build
 # The node enforcer's cost to a container's creation through containerd on the real node, and its memory
 # (e2e/enforcer_bench.go; docs/benchmarks.md). Not part of make e2e: it stops the node's kubelet.
 bench-node: build e2e-build
-	$(E2E_DIR)/gpuguard-e2e -components $(E2E_DIR) -gpuguard $(BUILD_DIR) -source $(CURDIR) -bench '^node/enforcer-create$$'
+	$(E2E_DIR)/gpuguard-e2e -components $(E2E_DIR) -gpuguard $(BUILD_DIR) -source $(CURDIR) $(E2E_NODE) -bench '^node/enforcer-create$$'
 
 # The backstop's cost to a pod's creation, and to pod UPDATEs, through the real API server, with gpuguard
 # installed (e2e/backstop_bench.go; docs/benchmarks.md). Not part of make e2e.
@@ -117,12 +120,12 @@ bench-backstop: build e2e-build
 # Pod create to container running on the real node, with gpuguard installed and without, in turn
 # (e2e/podstart_bench.go; docs/benchmarks.md). Not part of make e2e.
 bench-pod-start: build e2e-build
-	$(E2E_DIR)/gpuguard-e2e -components $(E2E_DIR) -gpuguard $(BUILD_DIR) -source $(CURDIR) -bench '^node/pod-start$$'
+	$(E2E_DIR)/gpuguard-e2e -components $(E2E_DIR) -gpuguard $(BUILD_DIR) -source $(CURDIR) $(E2E_NODE) -bench '^node/pod-start$$'
 
 # Where gpuguard's cost to a pod's start lies: installed, without its enforcer, and with nothing of it on
 # a create's path, against uninstalled (e2e/podstart_bench.go; docs/benchmarks.md). Not part of make e2e.
 bench-pod-start-parts: build e2e-build
-	$(E2E_DIR)/gpuguard-e2e -components $(E2E_DIR) -gpuguard $(BUILD_DIR) -source $(CURDIR) -bench '^node/pod-start-parts$$'
+	$(E2E_DIR)/gpuguard-e2e -components $(E2E_DIR) -gpuguard $(BUILD_DIR) -source $(CURDIR) $(E2E_NODE) -bench '^node/pod-start-parts$$'
 
 # gpuguard at cluster scale through the real control plane, over kwok GPU nodes: kube-scheduler's defaults,
 # MostAllocated and the extender (pods bound per second at 500 and 5,000 nodes; the packing a steady state
@@ -153,10 +156,11 @@ fuzz: deps
 # control plane of that minor instead, and the scenarios that need a newer one are skipped by name.
 # E2E_PEERS=../shared/peers (.ci/run passes it): NVIDIA's device plugin built from that vendored source
 # (scripts/build-peers) for the scenarios that run it beside gpuguard; without it they are skipped by name.
+# E2E_RUNTIME=crio: the real node on CRI-O, built with the peers (so E2E_PEERS too), instead of containerd.
 e2e: build e2e-build
 	$(E2E_DIR)/gpuguard-e2e -components $(E2E_DIR) -gpuguard $(BUILD_DIR) -source $(CURDIR) \
 	  $(if $(K8S),-control-plane $(E2E_K8S_DIR)) $(if $(E2E_RUN),-run '$(E2E_RUN)') \
-	  $(if $(E2E_PEERS),-peers $(E2E_DIR)/peers)
+	  $(E2E_NODE)
 
 e2e-build: deps
 	@mkdir -p $(E2E_DIR)

@@ -31,7 +31,7 @@ const refusingLabel = "gpuguard.io/refuses-pods=true"
 func (n *Node) helmOther(t *T, e *Env, command, release string, args ...string) (string, error) {
 	all := []string{command, release}
 	if command == "install" || command == "upgrade" || command == "template" {
-		all = append(all, e.source("charts", "gpuguard"))
+		all = append(append(all, e.source("charts", "gpuguard")), n.runtime.helmValues()...)
 	}
 	all = append(append(all, "--kubeconfig", e.path("node-control-plane", "admin.kubeconfig")), args...)
 	out, err := exec.CommandContext(t.ctx, e.component("helm"), all...).CombinedOutput()

@@ -102,8 +102,8 @@ func benchEnforcerCreate(t *T, e *Env) {
 	go server.Serve(listener)
 	defer server.Stop()
 
-	conn, err := grpc.NewClient("unix://"+containerdSocket, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	t.must(err, "connecting to containerd's CRI")
+	conn, err := grpc.NewClient("unix://"+e.nodeRuntime().socket(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	t.must(err, "connecting to the runtime's CRI")
 	defer conn.Close()
 	cri := runtimeapi.NewRuntimeServiceClient(conn)
 	// A sandbox of its own for each phase, made after the phase's enforcer started, as a pod's is: the

@@ -35,16 +35,6 @@ const (
 	infraNamespace       = "e2e-gpu-infra"
 )
 
-// failClosed is what docs/node-enforcer.md tells an admin to add to containerd's config: NRI's default
-// validator, with gpuguard required and the chart's toleration key.
-const failClosed = `
-[plugins.'io.containerd.nri.v1.nri']
-  [plugins.'io.containerd.nri.v1.nri'.default_validator]
-    enable = true
-    required_plugins = ["gpuguard"]
-    tolerate_missing_plugins_annotation = "` + tolerationAnnotation + `"
-`
-
 // runPodIn creates the pod in a namespace and waits until its container runs.
 func (n *Node) runPodIn(t *T, namespace string, pod *corev1.Pod) *corev1.Pod {
 	_, err := n.cluster.client.CoreV1().Pods(namespace).Create(t.ctx, pod, metav1.CreateOptions{})
@@ -276,7 +266,7 @@ func nodeEnforcerBypassed(t *T, e *Env) {
 	n.waitForEnforcerRegistered(t)
 	n.cluster.namespace(t, infraNamespace, nil)
 	defer n.bypassAdmission(t)()
-	defer n.deletePods(t, "bypass-gpu-less", "bypass-gpu", "bypass-gpu-all", "bypass-forged", "bypass-audit")
+	defer n.deletePods(t, "bypass-gpu-less", "bypass-gpu", "bypass-gpu-all", "bypass-forged", "bypass-cdi", "bypass-audit")
 	defer n.deletePodsIn(t, infraNamespace, "infra")
 
 	expectNoGPU(t, "admission bypassed, a GPU-less pod", n.look(t, e, n.runPod(t, cudaPod("bypass-gpu-less"))), "void")
@@ -288,18 +278,46 @@ func nodeEnforcerBypassed(t *T, e *Env) {
 	} else {
 		t.Logf("admission bypassed, a pod with one GPU: %s", gpu)
 	}
-	// containerd lists the image's, the device plugin's and the pod's values one after the other, and NRI
-	// cannot override a variable set more than once: the create is refused rather than let all through.
-	why := n.failedCreate(t, cudaPod("bypass-gpu-all", withRequest(gpuResource, "1"), withEnv(envVariable, "all")))
-	if !strings.Contains(why, `gpuguard: container "app" of pod `+nodeNamespace+`/bypass-gpu-all`) || !strings.Contains(why, "NRI can change only the first") {
-		t.Errorf("admission bypassed, a pod with one GPU that sets NVIDIA_VISIBLE_DEVICES=all: %q; want gpuguard's refusal", why)
+	setsAll := cudaPod("bypass-gpu-all", withRequest(gpuResource, "1"), withEnv(envVariable, "all"))
+	if _, isCRIO := n.runtime.(crio); isCRIO {
+		// CRI-O keeps one entry per name, the pod's last (its server/utils.go mergeEnvs): the enforcer writes
+		// the allocation over it, and the pod sees its own GPU alone: the one bypass-gpu does not hold.
+		if s := n.look(t, e, n.runPod(t, setsAll)); len(s.gpus()) != 1 || slices.Equal(s.gpus(), gpu.gpus()) {
+			t.Errorf("admission bypassed on CRI-O, a pod with one GPU that sets NVIDIA_VISIBLE_DEVICES=all: %s; want its own GPU alone", s)
+		} else {
+			t.Logf("admission bypassed on CRI-O, a pod with one GPU that sets all: %s", s)
+		}
 	} else {
-		t.Logf("admission bypassed, a pod with one GPU that sets all: %s", why)
+		// containerd lists the image's, the device plugin's and the pod's values one after the other, and NRI
+		// cannot override a variable set more than once: the create is refused rather than let all through.
+		why := n.failedCreate(t, setsAll)
+		if !strings.Contains(why, `gpuguard: container "app" of pod `+nodeNamespace+`/bypass-gpu-all`) || !strings.Contains(why, "NRI can change only the first") {
+			t.Errorf("admission bypassed, a pod with one GPU that sets NVIDIA_VISIBLE_DEVICES=all: %q; want gpuguard's refusal", why)
+		} else {
+			t.Logf("admission bypassed, a pod with one GPU that sets all: %s", why)
+		}
 	}
 
 	forged := cudaPod("bypass-forged")
 	forged.Annotations = map[string]string{allocatedAnnotation: fakeGPUUUID(1)}
 	expectNoGPU(t, "admission bypassed, a pod forging the allocation annotation", n.look(t, e, n.runPod(t, forged)), "void")
+
+	// A pod annotation in CDI's form naming a GPU the pod was not allocated. CRI-O copies pod annotations
+	// into the container's, and NVIDIA's runtime in cdi mode reads cdi.k8s.io/ ones before the
+	// environment, so there the enforcer refuses the create; containerd leaves pod annotations on the
+	// sandbox, and the pod runs with what the enforcer wrote.
+	cdiAnnotated := cudaPod("bypass-cdi")
+	cdiAnnotated.Annotations = map[string]string{"cdi.k8s.io/gpus": "nvidia.com/gpu=" + fakeGPUUUID(1)}
+	if _, isCRIO := n.runtime.(crio); isCRIO {
+		why := n.failedCreate(t, cdiAnnotated)
+		if !strings.Contains(why, `gpuguard: container "app" of pod `+nodeNamespace+`/bypass-cdi`) || !strings.Contains(why, "cdi.k8s.io/gpus") {
+			t.Errorf("admission bypassed on CRI-O, a GPU-less pod annotated cdi.k8s.io/gpus=nvidia.com/gpu=%s: %q; want gpuguard's refusal naming the annotation", fakeGPUUUID(1), why)
+		} else {
+			t.Logf("admission bypassed on CRI-O, a GPU-less pod whose cdi.k8s.io/ annotation names a GPU: %s", why)
+		}
+	} else {
+		expectNoGPU(t, "admission bypassed, a GPU-less pod whose cdi.k8s.io/ annotation names a GPU", n.look(t, e, n.runPod(t, cdiAnnotated)), "void")
+	}
 
 	n.setEnforcerPolicy(t, "nodeEnforcementExemptNamespaces", infraNamespace)
 	defer n.setEnforcerPolicy(t, "nodeEnforcementExemptNamespaces", "")
@@ -441,11 +459,11 @@ func nodeEnforcerFailure(t *T, e *Env) {
 	expectBothGPUs(t, "fail-open, the enforcer gone: a kube-system pod, which the webhook does not cover",
 		n.look(t, e, n.runPodIn(t, "kube-system", cudaPod("open-uncovered"))))
 
-	t.must(e.restartContainerd(n, failClosed), "restarting containerd fail-closed")
+	t.must(e.restartRuntime(n, n.runtime.failClosed()), "restarting the runtime fail-closed")
 	closed := true
 	defer func() {
 		if closed {
-			t.must(e.restartContainerd(n, ""), "restarting containerd as shipped")
+			t.must(e.restartRuntime(n, ""), "restarting the runtime as shipped")
 		}
 	}()
 	why := n.failedCreate(t, cudaPod("closed-refused"))
@@ -469,24 +487,18 @@ func nodeEnforcerFailure(t *T, e *Env) {
 	registered := `gpuguard_node_enforcer_connections_total{event="registered"}`
 	before := series(n.waitForEnforcerRegistered(t), registered)
 	// Back to the config as shipped: fail-open again, and the restart this part is about.
-	t.must(e.restartContainerd(n, ""), "restarting containerd")
+	t.must(e.restartRuntime(n, ""), "restarting the runtime")
 	closed = false
 	started := time.Now()
-	n.waitForEnforcer(t, "registering again after containerd's restart", func(page string) error {
+	n.waitForEnforcer(t, "registering again after "+n.runtime.title()+"'s restart", func(page string) error {
 		if series(page, registered) <= before || series(page, "gpuguard_node_enforcer_registered") != 1 {
 			return fmt.Errorf("not registered again")
 		}
 		return nil
 	})
-	t.Logf("containerd restarted: the enforcer registered again within %s", time.Since(started).Round(100*time.Millisecond))
-	expectNoGPU(t, "after containerd's restart, a kube-system pod", n.look(t, e, n.runPodIn(t, "kube-system", cudaPod("after-restart"))), "void")
+	t.Logf("%s restarted: the enforcer registered again within %s", n.runtime.title(), time.Since(started).Round(100*time.Millisecond))
+	expectNoGPU(t, "after "+n.runtime.title()+"'s restart, a kube-system pod", n.look(t, e, n.runPodIn(t, "kube-system", cudaPod("after-restart"))), "void")
 }
-
-// noNRI switches NRI off in containerd (its internal/nri config's key), as a node of containerd 1.7 has it.
-const noNRI = `
-[plugins.'io.containerd.nri.v1.nri']
-  disable = true
-`
 
 // nodeNoNRI: containerd with NRI off. The enforcer's pod becomes ready all the same, so that an install or
 // a rollout waiting on the DaemonSet goes on, and it says the node is not enforced (its /readyz,
@@ -496,11 +508,11 @@ func nodeNoNRI(t *T, e *Env) {
 	n := e.gpuguardFor(t)
 	n.waitForEnforcerRegistered(t)
 	defer n.deletePodsIn(t, "kube-system", "nri-off", "nri-back")
-	t.must(e.restartContainerd(n, noNRI), "restarting containerd with NRI off")
+	t.must(e.restartRuntime(n, n.runtime.noNRI()), "restarting the runtime with NRI off")
 	restored := false
 	defer func() {
 		if !restored {
-			t.must(e.restartContainerd(n, ""), "restarting containerd as shipped")
+			t.must(e.restartRuntime(n, ""), "restarting the runtime as shipped")
 		}
 	}()
 	started := time.Now()
@@ -541,10 +553,10 @@ func nodeNoNRI(t *T, e *Env) {
 	if !strings.Contains(readyz, "not enforced") {
 		t.Errorf("the enforcer's /readyz without NRI: %q; want it to say the node is not enforced", readyz)
 	}
-	t.Logf("NRI off: reported not enforced %s after containerd's restart, pod Ready, /readyz %q", reported.Round(time.Second), readyz)
+	t.Logf("NRI off: reported not enforced %s after %s's restart, pod Ready, /readyz %q", reported.Round(time.Second), n.runtime.title(), readyz)
 	expectBothGPUs(t, "NRI off: a kube-system pod, which the webhook does not cover", n.look(t, e, n.runPodIn(t, "kube-system", cudaPod("nri-off"))))
 
-	t.must(e.restartContainerd(n, ""), "restarting containerd with NRI on")
+	t.must(e.restartRuntime(n, ""), "restarting the runtime with NRI on")
 	restored = true
 	n.waitForEnforcer(t, "registered and served again", func(page string) error {
 		if series(page, "gpuguard_node_enforcer_registered") != 1 || series(page, "gpuguard_node_enforcer_nri_served") != 1 {
@@ -643,8 +655,8 @@ func nodeBreakGlassNode(t *T, e *Env) {
 	defer n.deletePods(t, "glass-before", "glass-during", "glass-after")
 	registered := `gpuguard_node_enforcer_connections_total{event="registered"}`
 	before := series(n.waitForEnforcerRegistered(t), registered)
-	t.must(e.restartContainerd(n, failClosed), "restarting containerd fail-closed")
-	defer func() { t.must(e.restartContainerd(n, ""), "restarting containerd as shipped") }()
+	t.must(e.restartRuntime(n, n.runtime.failClosed()), "restarting the runtime fail-closed")
+	defer func() { t.must(e.restartRuntime(n, ""), "restarting the runtime as shipped") }()
 	n.waitForEnforcer(t, "registering with containerd fail-closed", func(page string) error {
 		if series(page, registered) <= before || series(page, "gpuguard_node_enforcer_registered") != 1 {
 			return fmt.Errorf("not registered again")

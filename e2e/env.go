@@ -32,8 +32,10 @@ type Config struct {
 	Source       string
 	// Peers, when set, holds what scripts/build-peers built: NVIDIA's device plugin and DRA kubelet plugin.
 	Peers string
-	Work  string
-	Keep  bool
+	// Runtime is the real node's container runtime: containerd (the default) or crio, built with the peers.
+	Runtime string
+	Work    string
+	Keep    bool
 }
 
 func (c *Config) validate() error {
@@ -58,6 +60,20 @@ func (c *Config) validate() error {
 				return fmt.Errorf("-peers: %w (make e2e E2E_PEERS=../shared/peers builds it)", err)
 			}
 		}
+	}
+	switch c.Runtime {
+	case runtimeContainerd:
+	case runtimeCRIO:
+		if c.Peers == "" {
+			return fmt.Errorf("-runtime crio: CRI-O is built with the peers; give -peers (make e2e E2E_RUNTIME=crio E2E_PEERS=../shared/peers)")
+		}
+		for _, path := range []string{filepath.Join(c.Peers, "crio"), filepath.Join(c.Peers, "pinns"), filepath.Join(c.Peers, "crio-import"), "/usr/bin/conmon"} {
+			if _, err := os.Stat(path); err != nil {
+				return fmt.Errorf("-runtime crio: %w (scripts/build-peers builds CRI-O; scripts/install-deps.sh installs conmon)", err)
+			}
+		}
+	default:
+		return fmt.Errorf("-runtime %q: containerd or crio", c.Runtime)
 	}
 	if c.ControlPlane != "" {
 		abs, err := filepath.Abs(c.ControlPlane)
@@ -152,6 +168,7 @@ func (e *Env) component(name string) string {
 	return filepath.Join(e.cfg.Components, name)
 }
 func (e *Env) gpuguard(name string) string { return filepath.Join(e.cfg.Gpuguard, name) }
+func (e *Env) peer(name string) string     { return filepath.Join(e.cfg.Peers, name) }
 func (e *Env) source(parts ...string) string {
 	return filepath.Join(append([]string{e.cfg.Source}, parts...)...)
 }

@@ -69,6 +69,9 @@ var scenarios = []scenario{
 func init() { scenarios = append(scenarios, nodeScenarios...) }
 
 func main() {
+	if filepath.Base(os.Args[0]) == hostClampName {
+		os.Exit(hostClamp(os.Args[1:]))
+	}
 	if len(os.Args) > 1 && os.Args[1] == deviceManagerChildArg {
 		os.Exit(deviceManagerChild(os.Args[2:]))
 	}
@@ -78,6 +81,7 @@ func main() {
 	flag.StringVar(&cfg.Gpuguard, "gpuguard", "", "directory with gpuguard-webhook, gpuguard-scheduler-extender, gpuguard-device-plugin and gpuguard-node-enforcer")
 	flag.StringVar(&cfg.Source, "source", "", "the gpuguard source tree (manifests/, certs/generate.sh)")
 	flag.StringVar(&cfg.Peers, "peers", "", "directory with the peers scripts/build-peers built from ../shared/peers (nvidia-device-plugin, gpu-kubelet-plugin); without it the scenarios that run them are skipped")
+	flag.StringVar(&cfg.Runtime, "runtime", runtimeContainerd, "the real node's container runtime: containerd, or crio (CRI-O, built with -peers)")
 	flag.StringVar(&cfg.Work, "work", "", "working directory for certificates, data and logs (default: a new temporary one)")
 	flag.BoolVar(&cfg.Keep, "keep", false, "keep the working directory (logs of every component) after the run")
 	run := flag.String("run", "", "run only the scenarios whose name matches this regular expression")
@@ -214,8 +218,12 @@ var skipDetail = map[string]string{
 	"needs the pinned kubelet": "the real node runs the pinned release's kubelet, which may not be newer than the API server",
 	"needs no API server":      "the device plugin meets only the kubelet's device manager, so the pinned release's run covers it",
 	"needs the peers":          "NVIDIA's device plugin and DRA driver are built from ../shared/peers: make e2e E2E_PEERS=../shared/peers (.ci/run passes it)",
+	"containerd's only":        "it stops and kills containerd's shims and removes containerd's state; not yet written for CRI-O's conmon and store",
 	"runs once":                "the extender's counting and packing over 100 nodes are the same on every minor; scheduler-extender shows each minor's kube-scheduler calling it",
 }
+
+// The scenarios that know containerd's processes and state (-runtime crio skips them).
+var containerdOnly = []string{"node/restart"}
 
 // The scenarios that run a peer (-peers).
 var scenariosWithPeers = []string{"node/nvidia-device-plugin", "node/nvidia-dra-driver"}
@@ -232,6 +240,9 @@ func skipReason(cfg Config, cluster *Cluster, s scenario) string {
 		if s.name == "scale/extender" {
 			return "runs once"
 		}
+	}
+	if cfg.Runtime == runtimeCRIO && slices.Contains(containerdOnly, s.name) {
+		return "containerd's only"
 	}
 	if cfg.Peers == "" && slices.Contains(scenariosWithPeers, s.name) {
 		return "needs the peers"

@@ -7,7 +7,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -47,11 +46,13 @@ func fakeGPUUUID(minor int) string {
 }
 
 type Node struct {
-	cluster    *Cluster
-	dir        string
-	kubelet    *process
-	containerd *process
-	installed  bool // gpuguard, by helm install (gpuguardFor)
+	cluster *Cluster
+	dir     string
+	kubelet *process
+	// runtime is containerd or CRI-O (runtime.go); runtimeProcess, the one running now.
+	runtime        nodeRuntime
+	runtimeProcess *process
+	installed      bool // gpuguard, by helm install (gpuguardFor)
 }
 
 // nodeFor starts the node and its control plane on first use.
@@ -82,7 +83,7 @@ func (e *Env) nodeFor(t *T) *Node {
 }
 
 func (e *Env) startNode() (*Node, error) {
-	n := &Node{dir: e.path("node")}
+	n := &Node{dir: e.path("node"), runtime: e.nodeRuntime()}
 	if err := os.MkdirAll(n.dir, 0o755); err != nil {
 		return nil, err
 	}
@@ -103,7 +104,7 @@ func (e *Env) startNode() (*Node, error) {
 	if err := e.writeNodeConfigs(n); err != nil {
 		return nil, err
 	}
-	if err := e.startContainerd(n); err != nil {
+	if err := e.startRuntime(n); err != nil {
 		return nil, err
 	}
 	if err := e.importImages(n); err != nil {
@@ -118,39 +119,16 @@ func (e *Env) startNode() (*Node, error) {
 	return n, nil
 }
 
-// startContainerd starts the node's containerd with /etc/containerd/config.toml and waits until it answers.
-func (e *Env) startContainerd(n *Node) error {
-	// containerd finds its shim, and NVIDIA's runtime finds runc, on PATH.
-	path := "PATH=" + e.cfg.Components + ":/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-	containerd, err := e.startWithEnv("containerd", e.component("containerd"), []string{path}, "--config=/etc/containerd/config.toml")
-	if err != nil {
-		return err
-	}
-	n.containerd = containerd
-	if err := eventually(e.ctx, time.Minute, func() error {
-		if err := containerd.alive(); err != nil {
-			return err
-		}
-		_, err := e.ctr("version")
-		return err
-	}); err != nil {
-		return fmt.Errorf("containerd did not answer: %w", err)
-	}
-	return nil
-}
-
-// restartContainerd restarts containerd with its config plus `extra` (TOML appended; "" for none), as an
-// admin does after editing it: the running containers stay, their shims keep them.
-func (e *Env) restartContainerd(n *Node, extra string) error {
-	if err := os.WriteFile("/etc/containerd/config.toml", []byte(e.containerdConfig(n)+extra), 0o644); err != nil {
-		return err
-	}
-	n.containerd.stop()
-	return e.startContainerd(n)
-}
-
 // prepareNodeHost gives the node what a node owns, in the run's mount and network namespaces.
 func prepareNodeHost(dir string) error {
+	// Every mount shared, as systemd makes a host's: CRI-O gives a hostPath of / (gpuguard's node agents
+	// mount it) HostToContainer propagation, because it holds CRI-O's store, and refuses it on a private
+	// mount; node-exporter and CSI plugins ask for HostToContainer and Bidirectional themselves. The run's
+	// mounts were made private first (namespace.go), so the peer groups made here are the run's own and
+	// nothing propagates to the machine.
+	if err := syscall.Mount("", "/", "", syscall.MS_REC|syscall.MS_SHARED, ""); err != nil {
+		return fmt.Errorf("making the node's mounts shared: %w", err)
+	}
 	for _, overlay := range []string{"/etc", "/var"} {
 		upper, work := filepath.Join(dir, "overlay", overlay, "upper"), filepath.Join(dir, "overlay", overlay, "work")
 		if err := os.MkdirAll(upper, 0o755); err != nil {
@@ -182,6 +160,9 @@ func prepareNodeHost(dir string) error {
 	if err := makeNodeDev(); err != nil {
 		return err
 	}
+	if err := hideUnmountedControllers(dir); err != nil {
+		return err
+	}
 	if err := makeFakeDriver(); err != nil {
 		return err
 	}
@@ -193,6 +174,51 @@ func prepareNodeHost(dir string) error {
 		if err := run("ip", args...); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// hideUnmountedControllers gives the node a /proc/cgroups that lists only the cgroup v1 controllers mounted
+// under /sys/fs/cgroup, as on a systemd host, which mounts every one the kernel has. This machine's kernel
+// lists hugetlb but no hierarchy of it is mounted: CRI-O reads /proc/cgroups, writes hugetlb limits into
+// every spec, and runc fails each create ("cannot set hugetlb limit"); containerd leaves hugetlb out by
+// default (disable_hugetlb_controller). A bind mount in the run's own mount namespace, gone with it.
+func hideUnmountedControllers(dir string) error {
+	listed, err := os.ReadFile("/proc/cgroups")
+	if err != nil {
+		return err
+	}
+	mounts, err := os.ReadFile("/proc/self/mounts")
+	if err != nil {
+		return err
+	}
+	mounted := map[string]bool{} // a v1 hierarchy's mount options name its controllers
+	for _, line := range strings.Split(string(mounts), "\n") {
+		if fields := strings.Fields(line); len(fields) > 3 && fields[2] == "cgroup" {
+			for _, option := range strings.Split(fields[3], ",") {
+				mounted[option] = true
+			}
+		}
+	}
+	var kept []string
+	hidden := false
+	for _, line := range strings.Split(strings.TrimSuffix(string(listed), "\n"), "\n") {
+		fields := strings.Fields(line)
+		if len(fields) == 4 && !strings.HasPrefix(fields[0], "#") && !mounted[fields[0]] {
+			hidden = true
+			continue
+		}
+		kept = append(kept, line)
+	}
+	if !hidden {
+		return nil
+	}
+	copied := filepath.Join(dir, "proc-cgroups")
+	if err := os.WriteFile(copied, []byte(strings.Join(kept, "\n")+"\n"), 0o444); err != nil {
+		return err
+	}
+	if err := syscall.Mount(copied, "/proc/cgroups", "", syscall.MS_BIND, ""); err != nil {
+		return fmt.Errorf("binding the node's /proc/cgroups: %w", err)
 	}
 	return nil
 }
@@ -260,15 +286,6 @@ func makeFakeDriver() error {
 // writeNodeConfigs writes containerd's, NVIDIA's runtime's and the CNI's configs where a node has them
 // (in the /etc overlay), so that the device plugin's node report reads this node as it is.
 func (e *Env) writeNodeConfigs(n *Node) error {
-	// cdi mode, the toolkit's defaults otherwise: NVIDIA_VISIBLE_DEVICES=X is the CDI device
-	// nvidia.com/gpu=X.
-	runtimeConfig := fmt.Sprintf(`[nvidia-container-runtime]
-mode = "cdi"
-log-level = "info"
-debug = %q
-runtimes = ["runc"]
-`, e.path("logs", runtimeLogName))
-
 	cni := fmt.Sprintf(`{
   "cniVersion": "1.0.0",
   "name": "gpuguard-e2e",
@@ -292,13 +309,21 @@ runtimes = ["runc"]
 			return err
 		}
 	}
-	for path, content := range map[string]string{
+	files := map[string]string{
 		"/etc/cdi/nvidia.yaml":                         nvidiaCtkSpec(standIns),
-		"/etc/containerd/config.toml":                  e.containerdConfig(n),
-		"/etc/nvidia-container-runtime/config.toml":    runtimeConfig,
+		"/etc/nvidia-container-runtime/config.toml":    nvidiaRuntimeConfig(e, "runc"),
 		"/etc/cni/net.d/10-gpuguard-e2e.conflist":      cni,
 		filepath.Join(n.dir, "kubelet", "config.yaml"): e.kubeletConfig(n),
-	} {
+	}
+	// The runtime's own, which may run NVIDIA's runtime over something else than runc (runtime.go says why).
+	own, err := n.runtime.configFiles(e, n)
+	if err != nil {
+		return err
+	}
+	for path, content := range own {
+		files[path] = content
+	}
+	for path, content := range files {
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 			return err
 		}
@@ -396,7 +421,7 @@ resolvConf: /etc/resolv.conf
 # Static pods, which the kubelet runs whatever admission says.
 staticPodPath: %s
 fileCheckFrequency: 2s
-`, os.Getenv(cgroupRootEnv), containerdSocket, nodeAddress, n.cluster.caFile, filepath.Join(n.dir, "static-pods"))
+`, os.Getenv(cgroupRootEnv), n.runtime.socket(), nodeAddress, n.cluster.caFile, filepath.Join(n.dir, "static-pods"))
 }
 
 func (e *Env) startNodeScheduler(n *Node) error {
@@ -446,18 +471,6 @@ func (e *Env) startKubelet(n *Node) error {
 		}
 		return fmt.Errorf("node %s is not Ready: %v", nodeName, node.Status.Conditions)
 	})
-}
-
-// ctr runs containerd's own client against the node's containerd, in the CRI's namespace.
-func (e *Env) ctr(args ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(e.ctx, 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, e.component("ctr"), append([]string{"--address", containerdSocket, "--namespace", "k8s.io"}, args...)...)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return string(out), fmt.Errorf("ctr %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
-	}
-	return string(out), nil
 }
 
 // run runs a host tool (ip, iptables) and returns its output with the error.

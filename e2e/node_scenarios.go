@@ -172,10 +172,10 @@ func containerID(t *T, pod *corev1.Pod) string {
 	return id
 }
 
-// execIn runs a command inside the pod's first container, through containerd (as kubectl exec would
-// through the kubelet), and returns its output.
-func (e *Env) execIn(t *T, pod *corev1.Pod, execID string, command ...string) (string, error) {
-	return e.ctr(append([]string{"task", "exec", "--exec-id", execID, containerID(t, pod)}, command...)...)
+// execIn runs a command inside the pod's first container, through the runtime's CRI (as kubectl exec
+// would through the kubelet), and returns its output.
+func (e *Env) execIn(t *T, pod *corev1.Pod, command ...string) (string, error) {
+	return criExec(t.ctx, e.nodeRuntime().socket(), containerID(t, pod), command...)
 }
 
 // look lists /dev and reads PID 1's environment inside the pod's container; from the host, through
@@ -184,9 +184,9 @@ func (n *Node) look(t *T, e *Env, pod *corev1.Pod) sight {
 	if image := pod.Spec.Containers[0].Image; strings.HasPrefix(image, gpuguardRepo) || image == nvidiaPluginImage {
 		return lookFromHost(t, e, pod)
 	}
-	listing, err := e.execIn(t, pod, "look-dev-"+pod.Name, "ls", "/dev")
+	listing, err := e.execIn(t, pod, "ls", "/dev")
 	t.must(err, "listing /dev in "+pod.Name)
-	environ, err := e.execIn(t, pod, "look-env-"+pod.Name, "cat", "/proc/1/environ")
+	environ, err := e.execIn(t, pod, "cat", "/proc/1/environ")
 	t.must(err, "reading PID 1's environment in "+pod.Name)
 	s := sight{value: "(unset)"}
 	for _, name := range strings.Fields(listing) {
@@ -225,16 +225,10 @@ func lookFromHost(t *T, e *Env, pod *corev1.Pod) sight {
 	return s
 }
 
-// taskPIDs is containerd's PID of each running container, by container ID.
+// taskPIDs is the node's PID of each running container, by container ID.
 func taskPIDs(t *T, e *Env) map[string]string {
-	tasks, err := e.ctr("task", "ls")
-	t.must(err, "listing containerd's tasks")
-	pids := map[string]string{}
-	for _, line := range strings.Split(tasks, "\n")[1:] {
-		if fields := strings.Fields(line); len(fields) >= 2 {
-			pids[fields[0]] = fields[1]
-		}
-	}
+	pids, err := criPIDs(t.ctx, e.nodeRuntime().socket())
+	t.must(err, "listing the runtime's running containers")
 	return pids
 }
 
@@ -292,6 +286,9 @@ func (n *Node) helm(t *T, e *Env, command string, args ...string) {
 	release := []string{command, helmRelease}
 	if command != "uninstall" {
 		release = append(release, e.source("charts", "gpuguard"))
+	}
+	if command != "uninstall" {
+		release = append(release, n.runtime.helmValues()...)
 	}
 	args = append(append(release, "--kubeconfig", e.path("node-control-plane", "admin.kubeconfig"),
 		"--namespace", gpuguardNamespace, "--wait", "--timeout", "5m"), args...)
@@ -426,12 +423,22 @@ func nodeReportFlip(t *T, e *Env) {
 	n.waitForMetric(t, `gpuguard_device_plugin_value_honoured{value="none",verdict="breaks-pods"} 0`)
 	broken := n.waitForCondition(t, "False", "BreaksPods", "NVIDIA_VISIBLE_DEVICES=none: ")
 	defer n.deletePods(t, "flip-broken", "flip-restored")
-	// It fails either way: the node enforcer refuses it first (none no longer gives no GPU here, and a
-	// variable the image and the webhook both set cannot be rewritten), else the runtime fails on the device.
-	why := n.failedCreate(t, cudaPod("flip-broken"))
-	if !strings.Contains(why, "unresolvable CDI devices nvidia.com/gpu=none") &&
-		!strings.Contains(why, "NVIDIA_VISIBLE_DEVICES=none, not what gpuguard writes for the allocation") {
-		t.Errorf("without the device none, a GPU-less pod: %q; want the create to fail on nvidia.com/gpu=none", why)
+	var why string
+	if _, isCRIO := n.runtime.(crio); isCRIO {
+		// CRI-O keeps one entry per name: the node enforcer writes void over none, and the pod starts with
+		// no GPU where the report, which judges the value alone, says none breaks pods.
+		seen := n.look(t, e, n.runPod(t, cudaPod("flip-broken")))
+		expectNoGPU(t, "without the device none on CRI-O, a GPU-less pod", seen, "void")
+		why = seen.String()
+	} else {
+		// It fails either way: the node enforcer refuses it first (none no longer gives no GPU here, and a
+		// variable the image and the webhook both set cannot be rewritten), else the runtime fails on the
+		// device.
+		why = n.failedCreate(t, cudaPod("flip-broken"))
+		if !strings.Contains(why, "unresolvable CDI devices nvidia.com/gpu=none") &&
+			!strings.Contains(why, "NVIDIA_VISIBLE_DEVICES=none, not what gpuguard writes for the allocation") {
+			t.Errorf("without the device none, a GPU-less pod: %q; want the create to fail on nvidia.com/gpu=none", why)
+		}
 	}
 	n.auditNodes(t, e, []string{nodeName})
 	t.must(os.WriteFile(noneSpec, saved, 0o644), "putting the device none back")
@@ -624,11 +631,11 @@ func nodeFuse(t *T, e *Env) {
 	// <> would create a plain file where there is no device: the node is tested first.
 	open := []string{"sh", "-c", "test -c /dev/fuse && exec 3<>/dev/fuse && echo opened"}
 	with := n.runPod(t, cudaPod("fuse-requested", withRequest(fuseResource, "1")))
-	if out, err := e.execIn(t, with, "fuse", open...); err != nil || !strings.Contains(out, "opened") {
+	if out, err := e.execIn(t, with, open...); err != nil || !strings.Contains(out, "opened") {
 		t.Errorf("a pod that requested %s cannot open /dev/fuse: %v %s", fuseResource, err, out)
 	}
 	without := n.runPod(t, cudaPod("fuse-not-requested"))
-	if out, err := e.execIn(t, without, "fuse", open...); err == nil {
+	if out, err := e.execIn(t, without, open...); err == nil {
 		t.Errorf("a pod that did not request %s opened /dev/fuse: %s", fuseResource, out)
 	}
 }
@@ -881,12 +888,16 @@ func nodeKustomize(t *T, e *Env) {
 	e.render(t, "default") // copies manifests/ and makes the overlay's certificates
 	overlay := e.path("manifests", "node-image")
 	t.must(os.MkdirAll(overlay, 0o755), "creating the image overlay")
+	components := ""
+	if _, isCRIO := n.runtime.(crio); isCRIO {
+		components = "components: [../cri-o]\n" // node-enforcer.md tells a CRI-O admin to add it
+	}
 	t.must(os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(fmt.Sprintf(`apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization
 resources: [../default]
-images:
+%simages:
   - {name: gpuguard, newName: %s, newTag: %s}
-`, gpuguardRepo, gpuguardTag)), 0o644), "writing the image overlay")
+`, components, gpuguardRepo, gpuguardTag)), 0o644), "writing the image overlay")
 	e.render(t, "node-image") // the pinned kustomize renders it, as the manifest tests do
 	out, err := n.kubectl(t, e, "apply", "-k", overlay, "-l", "gpuguard.io/refuses-pods!=true")
 	t.must(err, "kubectl apply -k of everything but what refuses pods: "+out)
@@ -947,7 +958,7 @@ var nodeScenarios = []scenario{
 	{"node/own-node-writes", "the device plugin's token bound to its pod may patch its own Node's status, not another's, and one bound to no pod none (gpuguard-device-plugin-own-node); the admin may", nodeOwnNodeWrites},
 	{"node/enforcer-static-pod", "a static pod of the CUDA-like image sees no GPU: the node enforcer set void", nodeEnforcerStaticPod},
 	{"node/enforcer-running", "a pod started before the enforcer is reported (a series and a Node event) and left running, seeing both GPUs", nodeEnforcerRunning},
-	{"node/enforcer-bypassed", "the webhook configuration and the backstop binding deleted: a GPU-less pod sees no GPU, a GPU pod its own GPU (one that sets all itself is refused), a forged annotation nothing; an allowlisted namespace and gpuguard's device plugin keep both, a pod of its account without its label none; audit changes nothing and counts", nodeEnforcerBypassed},
+	{"node/enforcer-bypassed", "the webhook configuration and the backstop binding deleted: a GPU-less pod sees no GPU, a GPU pod its own GPU (one that sets all itself is refused on containerd), a forged annotation nothing, a cdi.k8s.io/ annotation naming a GPU nothing (refused on CRI-O); an allowlisted namespace and gpuguard's device plugin keep both, a pod of its account without its label none; audit changes nothing and counts", nodeEnforcerBypassed},
 	{"node/gpu-infrastructure", "NVIDIA's components recognised by default, by namespace, account and label together: the GPU Operator's device plugin (privileged, all, NVIDIA's MPS root) and NVIDIA's static manifest see both GPUs; without the label refused; the same account and label in a user namespace gets none", nodeGPUInfrastructure},
 	{"node/nvidia-device-plugin", "NVIDIA's device plugin v0.20.0 (-peers) as its static manifest and as its Helm chart runs it (release gpu-sharing, not nvdp): it registers and serves both GPUs and sees both; gpuguard's plugin, started after it, leaves them to it; its pods see the GPU it allocated alone, also time-sliced (UUID::n), GPU-less pods none; gone and the kubelet restarted, gpuguard's does not take them", nodeNvidiaDevicePlugin},
 	{"node/nvidia-dra-driver", "NVIDIA's DRA driver (-peers) publishes both GPUs; a pod claiming one through gpu.nvidia.com sees that GPU alone (void, from the claim's CDI spec); the same claim with the other GPU mounted is refused by the enforcer, which read the claim's CDI devices from pod-resources; a GPU-less pod none; nothing of the pods left once the driver stops", leftoverChecked(nodeNvidiaDRADriver)},
@@ -962,7 +973,7 @@ var nodeScenarios = []scenario{
 	{"node/time-slicing", "the plugin's config time-slices GPU 0 alone as nvidia.com/gpu.shared: two pods holding its replicas see GPU 0 alone by its UUID, a whole-GPU pod GPU 1, a GPU-less pod none; both whole again once the config goes", nodeTimeSlicing},
 	{"node/mps", "the plugin's config shares GPU 0 through MPS: the chart's daemon for GPU 0 alone; a client sees GPU 0's pipe and shm alone and its limit, also one that set the CUDA variables itself; a GPU-less pod no MPS directory; a config change registers again and the client keeps its mounts", nodeMPS},
 	{"node/none-void", "the plugin adds nvidia.com/gpu=none; none and void both start with no GPU; its node report and Node condition agree", nodeNoneVoid},
-	{"node/report-flip", "without the device none the report and the Node condition say breaks-pods, audit lists the node, and a GPU-less pod fails; with it back, honoured", nodeReportFlip},
+	{"node/report-flip", "without the device none the report and the Node condition say breaks-pods, audit lists the node, and a GPU-less pod fails (on CRI-O starts with void, which the enforcer wrote); with it back, honoured", nodeReportFlip},
 	{"node/policy-reload", "a ConfigMap change reaches the webhook pods through the kubelet's volume, without a restart", nodePolicyReload},
 	{"node/fuse", "the host-devices plugin started again under the node enforcer is Ready; an unprivileged pod opens /dev/fuse when it requests it, and only then", nodeFuse},
 	{"node/image-hardened", "gpuguard's containers run as 65532 (the plugins and the node enforcer as root) on a read-only root, probes passing", nodeImageHardened},

@@ -97,11 +97,8 @@ func (e *Env) importImages(n *Node) error {
 		if err := writeImageArchive(archive, image.name, image.dir, image.config); err != nil {
 			return fmt.Errorf("image %s: %w", image.name, err)
 		}
-		if _, err := e.ctr("images", "import", "--platform", "linux/amd64", archive); err != nil {
+		if err := n.runtime.importImage(e, n, archive, image.name); err != nil {
 			return err
-		}
-		if out, err := e.ctr("images", "check", "name=="+image.name); err != nil || !bytes.Contains([]byte(out), []byte("complete")) {
-			return fmt.Errorf("image %s is not complete in containerd after the import: %v %s", image.name, err, out)
 		}
 	}
 	return nil

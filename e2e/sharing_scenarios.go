@@ -61,7 +61,7 @@ type mpsView struct {
 
 func (e *Env) lookMPS(t *T, pod *corev1.Pod, step string) mpsView {
 	v := mpsView{mounts: map[string]string{}, env: map[string]string{}}
-	mountinfo, err := e.execIn(t, pod, "mps-mounts-"+step, "cat", "/proc/self/mountinfo")
+	mountinfo, err := e.execIn(t, pod, "cat", "/proc/self/mountinfo")
 	t.must(err, "reading /proc/self/mountinfo in "+pod.Name)
 	v.mountinfo = mountinfo
 	for _, line := range strings.Split(mountinfo, "\n") {
@@ -69,17 +69,17 @@ func (e *Env) lookMPS(t *T, pod *corev1.Pod, step string) mpsView {
 			v.mounts[fields[4]] = fields[3]
 		}
 	}
-	environ, err := e.execIn(t, pod, "mps-env-"+step, "cat", "/proc/1/environ")
+	environ, err := e.execIn(t, pod, "cat", "/proc/1/environ")
 	t.must(err, "reading PID 1's environment in "+pod.Name)
 	for _, entry := range strings.Split(environ, "\x00") {
 		if name, value, ok := strings.Cut(entry, "="); ok && (strings.HasPrefix(name, "CUDA_") || strings.HasPrefix(name, "NVIDIA_VISIBLE")) {
 			v.env[name] = value
 		}
 	}
-	if listing, err := e.execIn(t, pod, "mps-pipe-"+step, "ls", mpsClientPipe); err == nil {
+	if listing, err := e.execIn(t, pod, "ls", mpsClientPipe); err == nil {
 		v.pipe = names(listing)
 	}
-	if listing, err := e.execIn(t, pod, "mps-shm-"+step, "ls", "/dev/shm"); err == nil {
+	if listing, err := e.execIn(t, pod, "ls", "/dev/shm"); err == nil {
 		v.shm = names(listing)
 	}
 	return v

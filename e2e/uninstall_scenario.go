@@ -106,16 +106,26 @@ func nodeUninstall(t *T, e *Env) {
 	left, _ := filepath.Glob("/var/run/cdi/*gpuguard*")
 	// /run/gpuguard itself is the harness's (a shared mount, as on a systemd node; node.go): its MPS root is
 	// the plugin's.
-	for _, path := range append(left, "/run/gpuguard/mps", "/etc/kubernetes/node-feature-discovery/features.d/gpuguard",
-		"/etc/crio", "/var/lib/rpm", "/usr/local/nvidia/toolkit") {
+	left = append(left, "/run/gpuguard/mps", "/etc/kubernetes/node-feature-discovery/features.d/gpuguard", "/var/lib/rpm",
+		"/usr/local/nvidia/toolkit")
+	if _, isCRIO := n.runtime.(crio); isCRIO {
+		left = append(left, crioDropIn)
+	} else {
+		left = append(left, "/etc/crio")
+	}
+	for _, path := range left {
 		if _, err := os.Stat(path); err == nil {
 			t.Errorf("left on the node: %s", path)
 		}
 	}
-	config, err := os.ReadFile("/etc/containerd/config.toml")
-	t.must(err, "reading containerd's config")
-	if string(config) != e.containerdConfig(n) {
-		t.Errorf("containerd's config is not as shipped:\n%s", config)
+	shipped, err := n.runtime.configFiles(e, n)
+	t.must(err, "the runtime's config as shipped")
+	for path, want := range shipped {
+		config, err := os.ReadFile(path)
+		t.must(err, "reading "+path)
+		if string(config) != want {
+			t.Errorf("%s is not as shipped:\n%s", path, config)
+		}
 	}
 	defer n.deletePods(t, "after-uninstall")
 	expectBothGPUs(t, "after the uninstall, a pod that asked for no GPU (as before gpuguard)", n.look(t, e, n.runPod(t, cudaPod("after-uninstall"))))

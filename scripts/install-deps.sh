@@ -34,6 +34,10 @@ packages=(
   # `make e2e`'s real node: runc under NVIDIA's runtime, the CNI bridge, its network and the CUDA-like
   # test image's shell (containerd, the kubelet and NVIDIA's runtime are built from e2e/go.mod)
   runc containernetworking-plugins iproute2 iptables busybox-static
+  # the real node on CRI-O (make e2e E2E_RUNTIME=crio): its monitor at run time, and what crio, built by
+  # scripts/build-peers from ../shared/peers, links (seccomp; SQLite in place of the amalgamation the
+  # vendored tarball lacks)
+  conmon libseccomp-dev libsqlite3-dev
 )
 
 # The admission-policy test evaluates CEL with @bufbuild/cel (tests/vap/package-lock.json) under Node.js.

@@ -156,3 +156,31 @@ assert reviewed["review"]["response"]["allowed"] is True
 assert len(reviewed["patch"]) == 4, reviewed["patch"]  # the shipped policy behaves as the defaults do
 print("the shipped policy ConfigMap is accepted and behaves as the defaults")
 PY
+
+# manifests/cri-o: a component that turns the host's / recursively read-only off, and nothing else.
+mkdir -p "$work/cri-o-overlay"
+printf 'apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [../default]\ncomponents: [../cri-o]\n' \
+  > "$work/cri-o-overlay/kustomization.yaml"
+"$kustomize" build "$work/cri-o-overlay" > "$work/cri-o.yaml"
+/usr/bin/python3 - "$work/rendered.yaml" "$work/cri-o.yaml" <<'PY'
+import sys
+import yaml
+default, crio = ([d for d in yaml.safe_load_all(open(path)) if d] for path in sys.argv[1:3])
+def host_mounts(docs):
+    return {d["metadata"]["name"]: [m for c in d["spec"]["template"]["spec"]["containers"]
+                                    for m in c.get("volumeMounts", []) if m["mountPath"] == "/host"]
+            for d in docs if d["kind"] == "DaemonSet"}
+before, after = host_mounts(default), host_mounts(crio)
+changed = {name for name in before if before[name]}
+assert changed == {"gpuguard-device-plugin", "gpuguard-node-report", "gpuguard-node-enforcer"}, changed
+for name in changed:
+    assert [m["recursiveReadOnly"] for m in before[name]] == ["IfPossible"], before[name]
+    assert after[name] == [dict(before[name][0], recursiveReadOnly="Disabled")], after[name]
+for doc in crio:
+    doc_default = next(d for d in default if d["kind"] == doc["kind"] and d["metadata"].get("name") == doc["metadata"].get("name")
+                       and d["metadata"].get("namespace") == doc["metadata"].get("namespace"))
+    if doc["metadata"].get("name") not in changed:
+        assert doc == doc_default, doc["metadata"]
+assert len(crio) == len(default)
+print("manifests/cri-o turns the host's / recursively read-only off in the three DaemonSets that mount it, and changes nothing else")
+PY

@@ -1,0 +1,114 @@
+// What the node scenarios ask of a running container, through the CRI that containerd and CRI-O both
+// serve, as the kubelet asks it: a command run inside it (kubectl exec's path) and its PID on the node, from
+// which the scenarios look at /proc. One way for both runtimes, so that a scenario reads the same on each.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// criCall dials the runtime's CRI socket for one call of at most two minutes.
+func criCall(ctx context.Context, socket string, call func(context.Context, *grpc.ClientConn) error) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	return call(ctx, conn)
+}
+
+// criVersion is nil once the runtime answers the CRI.
+func criVersion(ctx context.Context, socket string) error {
+	return criCall(ctx, socket, func(ctx context.Context, conn *grpc.ClientConn) error {
+		_, err := runtimeapi.NewRuntimeServiceClient(conn).Version(ctx, &runtimeapi.VersionRequest{})
+		return err
+	})
+}
+
+// criImagePresent is nil when the runtime's image store holds name.
+func criImagePresent(ctx context.Context, socket, name string) error {
+	return criCall(ctx, socket, func(ctx context.Context, conn *grpc.ClientConn) error {
+		status, err := runtimeapi.NewImageServiceClient(conn).ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: name}})
+		if err == nil && status.GetImage() == nil {
+			err = fmt.Errorf("image %s is not in the runtime's store after the import", name)
+		}
+		return err
+	})
+}
+
+// criExec runs command in the container and returns its output; a non-zero exit is an error.
+func criExec(ctx context.Context, socket, containerID string, command ...string) (string, error) {
+	var out string
+	err := criCall(ctx, socket, func(ctx context.Context, conn *grpc.ClientConn) error {
+		answer, err := runtimeapi.NewRuntimeServiceClient(conn).ExecSync(ctx, &runtimeapi.ExecSyncRequest{ContainerId: containerID, Cmd: command, Timeout: 60})
+		if err != nil {
+			return err
+		}
+		out = string(answer.Stdout) + string(answer.Stderr)
+		if answer.ExitCode != 0 {
+			return fmt.Errorf("%v exited %d: %s", command, answer.ExitCode, out)
+		}
+		return nil
+	})
+	return out, err
+}
+
+// criPIDs is the node's PID of each running container's first process, and of each ready sandbox's
+// where it has one (containerd's pause; CRI-O runs none unless the pod shares its PID namespace), by ID,
+// from the runtime's verbose status: its "info" holds the pid, in containerd's and CRI-O's alike.
+func criPIDs(ctx context.Context, socket string) (map[string]string, error) {
+	pids := map[string]string{}
+	err := criCall(ctx, socket, func(ctx context.Context, conn *grpc.ClientConn) error {
+		client := runtimeapi.NewRuntimeServiceClient(conn)
+		containers, err := client.ListContainers(ctx, &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{
+			State: &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_RUNNING}}})
+		if err != nil {
+			return err
+		}
+		for _, c := range containers.Containers {
+			status, err := client.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: c.Id, Verbose: true})
+			if err != nil {
+				continue // gone since the list
+			}
+			pid := infoPID(status.Info)
+			if pid == 0 {
+				return fmt.Errorf("container %s: no pid in the runtime's verbose status", c.Id)
+			}
+			pids[c.Id] = strconv.Itoa(pid)
+		}
+		sandboxes, err := client.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{Filter: &runtimeapi.PodSandboxFilter{
+			State: &runtimeapi.PodSandboxStateValue{State: runtimeapi.PodSandboxState_SANDBOX_READY}}})
+		if err != nil {
+			return err
+		}
+		for _, sandbox := range sandboxes.Items {
+			status, err := client.PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: sandbox.Id, Verbose: true})
+			if err == nil && infoPID(status.Info) != 0 {
+				pids[sandbox.Id] = strconv.Itoa(infoPID(status.Info))
+			}
+		}
+		return nil
+	})
+	return pids, err
+}
+
+// infoPID is the pid in a verbose status's "info", 0 where there is none.
+func infoPID(info map[string]string) int {
+	var parsed struct {
+		Pid int `json:"pid"`
+	}
+	if json.Unmarshal([]byte(info["info"]), &parsed) != nil {
+		return 0
+	}
+	return parsed.Pid
+}
