@@ -511,15 +511,19 @@ class Judge {
     }
   }
 
+  // The container runtime's configuration does not parse: which handler creates containers is not known.
+  bool cannot_judge() {
+    if (facts().runtime_config_unreadable.empty()) return false;
+    report_.verdict = Verdict::cannot_judge;
+    report_.reason = "cannot judge: the " + facts().container_runtime + " configuration " +
+                     facts().runtime_config_unreadable +
+                     ", so which runtime handler creates containers, and what the value does there, is not known";
+    return true;
+  }
+
   void decide() {
     Report& r = report_;
-    if (!facts().runtime_config_unreadable.empty()) {
-      r.verdict = Verdict::cannot_judge;
-      r.reason = "cannot judge: the " + facts().container_runtime + " configuration " +
-                 facts().runtime_config_unreadable +
-                 ", so which runtime handler creates containers, and what the value does there, is not known";
-      return;
-    }
+    if (cannot_judge()) return;
     if (!facts().default_is_nvidia) {
       r.verdict = Verdict::not_acted_on;
       r.reason = facts().container_runtime.empty()
