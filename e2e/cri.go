@@ -1,5 +1,5 @@
 // What the node scenarios ask of a running container, through the CRI that containerd and CRI-O both
-// serve, as the kubelet asks it: a command run inside it (kubectl exec's path) and its PID on the node, from
+// serve, as the kubelet asks it: a command run inside it (ExecSync, the kubelet's exec probes' call) and its PID on the node, from
 // which the scenarios look at /proc. One way for both runtimes, so that a scenario reads the same on each.
 package main
 
@@ -81,6 +81,9 @@ func criPIDs(ctx context.Context, socket string) (map[string]string, error) {
 				continue // gone since the list
 			}
 			pid := infoPID(status.Info)
+			if pid == 0 && status.GetStatus().GetState() != runtimeapi.ContainerState_CONTAINER_RUNNING {
+				continue // exited since the list
+			}
 			if pid == 0 {
 				return fmt.Errorf("container %s: no pid in the runtime's verbose status", c.Id)
 			}

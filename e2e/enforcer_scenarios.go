@@ -126,7 +126,7 @@ func (n *Node) waitForEnforcer(t *T, what string, ok func(page string) error) st
 }
 
 func (n *Node) waitForEnforcerRegistered(t *T) string {
-	return n.waitForEnforcer(t, "registered with containerd", func(page string) error {
+	return n.waitForEnforcer(t, "registered with "+n.runtime.title(), func(page string) error {
 		if series(page, "gpuguard_node_enforcer_registered") != 1 {
 			return fmt.Errorf("not registered")
 		}
@@ -280,7 +280,7 @@ func nodeEnforcerBypassed(t *T, e *Env) {
 	}
 	setsAll := cudaPod("bypass-gpu-all", withRequest(gpuResource, "1"), withEnv(envVariable, "all"))
 	if _, isCRIO := n.runtime.(crio); isCRIO {
-		// CRI-O keeps one entry per name, the pod's last (its server/utils.go mergeEnvs): the enforcer writes
+		// CRI-O keeps one entry per name, the pod's last (its server/container_create.go: the runtime-tools generator's AddProcessEnv replaces an entry of the same name): the enforcer writes
 		// the allocation over it, and the pod sees its own GPU alone: the one bypass-gpu does not hold.
 		if s := n.look(t, e, n.runPod(t, setsAll)); len(s.gpus()) != 1 || slices.Equal(s.gpus(), gpu.gpus()) {
 			t.Errorf("admission bypassed on CRI-O, a pod with one GPU that sets NVIDIA_VISIBLE_DEVICES=all: %s; want its own GPU alone", s)
@@ -657,7 +657,7 @@ func nodeBreakGlassNode(t *T, e *Env) {
 	before := series(n.waitForEnforcerRegistered(t), registered)
 	t.must(e.restartRuntime(n, n.runtime.failClosed()), "restarting the runtime fail-closed")
 	defer func() { t.must(e.restartRuntime(n, ""), "restarting the runtime as shipped") }()
-	n.waitForEnforcer(t, "registering with containerd fail-closed", func(page string) error {
+	n.waitForEnforcer(t, "registering with "+n.runtime.title()+" fail-closed", func(page string) error {
 		if series(page, registered) <= before || series(page, "gpuguard_node_enforcer_registered") != 1 {
 			return fmt.Errorf("not registered again")
 		}

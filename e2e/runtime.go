@@ -71,7 +71,9 @@ func (e *Env) runtimePath() string {
 // startRuntime starts the node's runtime with its config as shipped.
 func (e *Env) startRuntime(n *Node) error {
 	p, err := n.runtime.start(e, n, "")
-	n.runtimeProcess = p
+	if p != nil { // one that never started leaves the last, stopped, to be stopped again
+		n.runtimeProcess = p
+	}
 	return err
 }
 
@@ -81,7 +83,9 @@ func (e *Env) startRuntime(n *Node) error {
 func (e *Env) restartRuntime(n *Node, extra string) error {
 	n.runtimeProcess.stop()
 	p, err := n.runtime.start(e, n, extra)
-	n.runtimeProcess = p
+	if p != nil {
+		n.runtimeProcess = p
+	}
 	return err
 }
 

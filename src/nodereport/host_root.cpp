@@ -42,7 +42,8 @@ std::vector<std::string> HostRoot::list(const std::string& directory) const {
   std::error_code ec;
   for (fs::directory_iterator it(*resolved, ec), end; !ec && it != end; it.increment(ec)) {
     const auto inside = resolve(directory + "/" + it->path().filename().string());
-    if (inside && fs::is_regular_file(*inside, ec)) names.push_back(it->path().filename().string());
+    std::error_code entry_ec;  // an entry gone or a dangling link is not a file; the listing goes on
+    if (inside && fs::is_regular_file(*inside, entry_ec)) names.push_back(it->path().filename().string());
   }
   std::sort(names.begin(), names.end());
   return names;
@@ -54,8 +55,9 @@ std::vector<std::string> HostRoot::subdirectories(const std::string& directory) 
   if (!resolved) return names;
   std::error_code ec;
   for (fs::directory_iterator it(*resolved, ec), end; !ec && it != end; it.increment(ec)) {
-    const auto inside = resolve(directory + "/" + it->path().filename().string());
-    if (inside && fs::is_directory(*inside, ec)) names.push_back(it->path().filename().string());
+    // Directories themselves, not links to them: a walk that follows no link cannot loop.
+    std::error_code entry_ec;
+    if (it->is_directory(entry_ec) && !it->is_symlink(entry_ec)) names.push_back(it->path().filename().string());
   }
   std::sort(names.begin(), names.end());
   return names;

@@ -355,26 +355,28 @@ class Judge {
   }
 
   // CRI-O's drop-ins as it walks them (pkg/config UpdateFromPath: filepath.Walk, every file whatever its
-  // name, directories entered in their place in lexical order), up to kCrioDropInsMax files and
-  // kCrioDropInsDepth levels; past them the configuration cannot be judged.
+  // name, directories entered in their place in lexical order, links to directories not followed), up to
+  // kCrioDropInsMax entries and kCrioDropInsDepth levels; past them the configuration cannot be judged, and
+  // the walk stops. Each directory is read again when it changes (read_files).
   void crio_drop_ins(const std::string& directory, int depth, std::size_t& budget, std::vector<std::string>& files) {
+    facts().read_files.push_back(directory);
     std::vector<std::pair<std::string, bool>> entries;  // name, is a directory
     for (std::string& name : host_.list(directory)) entries.emplace_back(std::move(name), false);
     for (std::string& name : host_.subdirectories(directory)) entries.emplace_back(std::move(name), true);
     std::sort(entries.begin(), entries.end());
     for (const auto& [name, is_directory] : entries) {
+      if (!facts().runtime_config_unreadable.empty()) return;
       const std::string path = directory + "/" + name;
-      if (is_directory && depth + 1 < kCrioDropInsDepth) {
-        crio_drop_ins(path, depth + 1, budget, files);
-      } else if (is_directory || budget == 0) {
-        if (facts().runtime_config_unreadable.empty()) {
-          facts().runtime_config_unreadable = path + ": past the " + std::to_string(kCrioDropInsMax) + " files and " +
-                                              std::to_string(kCrioDropInsDepth) + " levels of drop-ins this reads";
-        }
+      if (budget == 0 || (is_directory && depth + 1 >= kCrioDropInsDepth)) {
+        facts().runtime_config_unreadable = path + ": past the " + std::to_string(kCrioDropInsMax) + " entries and " +
+                                            std::to_string(kCrioDropInsDepth) + " levels of drop-ins this reads";
         return;
+      }
+      --budget;
+      if (is_directory) {
+        crio_drop_ins(path, depth + 1, budget, files);
       } else {
         files.push_back(path);
-        --budget;
       }
     }
   }

@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 
 #include <cstdio>
@@ -16,6 +17,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "../deviceplugin/fake_host.hpp"
 #include "files.hpp"
 #include "gpuguard/files/in_root.hpp"
 #include "gpuguard/nodereport/host_root.hpp"
@@ -391,4 +393,34 @@ TEST_CASE("node report: the command prints JSON and exits 3 when the value is no
   const auto [empty_status, empty] = run("--host-root " + (cases_dir() / "no-such-root").string() + " --format json");
   CHECK(empty_status == 0);
   CHECK(nlohmann::json::parse(empty)["verdict"] == "not-acted-on");
+}
+
+TEST_CASE("node report: CRI-O's drop-ins are walked as CRI-O walks them, links to directories not followed, bounded") {
+  test::FakeHost host("crio-walk");
+  host.write("etc/crio/crio.conf", "[crio.runtime]\ndefault_runtime = \"crun\"\n");
+  host.write("etc/crio/crio.conf.d/10-gpu/nested/nvidia.toml",
+             "[crio.runtime]\ndefault_runtime = \"nvidia\"\n[crio.runtime.runtimes.nvidia]\n"
+             "runtime_path = \"/usr/bin/nvidia-container-runtime\"\n");
+  // A link to its own directory: followed, it would be walked again and again.
+  fs::create_directory_symlink(".", host.root() / "etc/crio/crio.conf.d/10-gpu/loop");
+  const nodereport::Report read = nodereport::judge(nodereport::HostRoot(host.root()), "void");
+  INFO(read.reason);
+  CHECK(read.facts.container_runtime == "cri-o");
+  CHECK(read.facts.default_is_nvidia);
+  CHECK(read.verdict != nodereport::Verdict::cannot_judge);
+  CHECK(std::count(read.facts.runtime_config_files.begin(), read.facts.runtime_config_files.end(),
+                   "/etc/crio/crio.conf.d/10-gpu/nested/nvidia.toml") == 1);
+
+  // Eight levels deep: past what the report reads, so it cannot judge, and says where.
+  host.write("etc/crio/crio.conf.d/20/a/b/c/d/e/f/g/deep.conf", "[crio.runtime]\n");
+  const nodereport::Report deep = nodereport::judge(nodereport::HostRoot(host.root()), "void");
+  CHECK(deep.verdict == nodereport::Verdict::cannot_judge);
+  CHECK_THAT(deep.reason, Catch::Contains("/etc/crio/crio.conf.d/20/a/b/c/d/e/f/g: past the 256 entries and 8 levels"));
+  fs::remove_all(host.root() / "etc/crio/crio.conf.d/20");
+
+  // More entries than it reads: the same.
+  for (int i = 0; i < 260; ++i) host.write("etc/crio/crio.conf.d/30-many/" + std::to_string(1000 + i) + ".conf", "");
+  const nodereport::Report many = nodereport::judge(nodereport::HostRoot(host.root()), "void");
+  CHECK(many.verdict == nodereport::Verdict::cannot_judge);
+  CHECK_THAT(many.reason, Catch::Contains("past the 256 entries"));
 }

@@ -23,7 +23,8 @@ class HostFiles {
                                                 std::size_t length) const = 0;
   // The names of the regular files in a directory, sorted; empty when there is no such directory.
   virtual std::vector<std::string> list(const std::string& directory) const = 0;
-  // The names of the directories in a directory, sorted; empty when there is no such directory.
+  // The names of the directories in a directory, not links to them, sorted; empty when there is no such
+  // directory.
   virtual std::vector<std::string> subdirectories(const std::string& directory) const = 0;
   virtual bool exists(const std::string& path) const = 0;
 };
