@@ -366,7 +366,8 @@ class Judge {
     std::sort(entries.begin(), entries.end());
     for (const auto& [name, is_directory] : entries) {
       if (!facts().runtime_config_unreadable.empty()) return;
-      const std::string path = directory + "/" + name;
+      std::string path = directory;
+      path.append("/").append(name);
       if (budget == 0 || (is_directory && depth + 1 >= kCrioDropInsDepth)) {
         facts().runtime_config_unreadable = path + ": past the " + std::to_string(kCrioDropInsMax) + " entries and " +
                                             std::to_string(kCrioDropInsDepth) + " levels of drop-ins this reads";
