@@ -4,11 +4,13 @@
 // of a file in its install directory (where a libnvidia-container's name carries the version), and rpm's
 // SQLite database.
 // Besides "no crash, no sanitizer finding" (a malformed file is a finding, never an error), it asserts
-// what the report promises: void is honoured or not acted on on every node (no mode reads it as a device
-// request), valueHonoured matches the verdict, a verdict of not-acted-on names its doors, every finding
+// what the report promises: void is honoured or not acted on on every node whose runtime configuration
+// can be read (no mode reads it as a device request), cannot-judge exactly where it cannot and naming the
+// file and why, valueHonoured matches the verdict, a verdict of not-acted-on names its doors, every finding
 // has a code and a message and a malformed one its file, the JSON parses and says what the report says,
 // the Node condition is True exactly when the value is honoured and reads back as written, and judging
 // is deterministic.
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -53,6 +55,19 @@ class MemoryHost : public HostFiles {
       if (path.starts_with(prefix) && path.find('/', prefix.size()) == std::string::npos)
         names.push_back(path.substr(prefix.size()));
     }
+    return names;
+  }
+  // The directories a file's path passes through just below `directory`, each once, sorted.
+  std::vector<std::string> subdirectories(const std::string& directory) const override {
+    std::vector<std::string> names;
+    const std::string prefix = directory + "/";
+    for (const auto& [path, content] : files) {
+      const std::size_t slash = path.starts_with(prefix) ? path.find('/', prefix.size()) : std::string::npos;
+      if (slash == std::string::npos) continue;
+      std::string name = path.substr(prefix.size(), slash - prefix.size());
+      if (names.empty() || names.back() != name) names.push_back(std::move(name));  // a directory's paths are adjacent
+    }
+    std::sort(names.begin(), names.end());
     return names;
   }
   bool exists(const std::string& path) const override {
@@ -123,7 +138,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const Report report = judge(host, value);
     check(report, input);
     if (to_json(judge(host, value)) != to_json(report)) violated("judging is deterministic", input);
-    if (value == "void" && !report.value_honoured()) violated("void is honoured or not acted on", input);
+    if (value == "void" && !report.value_honoured() && report.verdict != Verdict::cannot_judge)
+      violated("void is honoured or not acted on, where the runtime's configuration can be read", input);
+    if ((report.verdict == Verdict::cannot_judge) != !report.facts.runtime_config_unreadable.empty())
+      violated("cannot-judge exactly when a runtime configuration file cannot be read", input);
+    if (report.verdict == Verdict::cannot_judge &&
+        report.reason.find(report.facts.runtime_config_unreadable) == std::string::npos)
+      violated("cannot-judge names the file and why", input);
   }
   return 0;
 }
