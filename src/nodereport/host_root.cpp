@@ -35,32 +35,37 @@ std::optional<std::string> HostRoot::read_range(const std::string& path, std::ui
   return bytes;
 }
 
-std::vector<std::string> HostRoot::list(const std::string& directory) const {
+std::vector<std::string> HostRoot::names_in(
+    const std::string& directory,
+    const std::function<bool(const fs::directory_entry&, const std::string&)>& keep) const {
   std::vector<std::string> names;
   const auto resolved = resolve(directory);
   if (!resolved) return names;
   std::error_code ec;
   for (fs::directory_iterator it(*resolved, ec), end; !ec && it != end; it.increment(ec)) {
-    const auto inside = resolve(directory + "/" + it->path().filename().string());
-    std::error_code entry_ec;  // an entry gone or a dangling link is not a file; the listing goes on
-    if (inside && fs::is_regular_file(*inside, entry_ec)) names.push_back(it->path().filename().string());
+    std::string name = it->path().filename().string();
+    std::string host_path = directory;
+    host_path.append("/").append(name);
+    if (keep(*it, host_path)) names.push_back(std::move(name));
   }
   std::sort(names.begin(), names.end());
   return names;
 }
 
+std::vector<std::string> HostRoot::list(const std::string& directory) const {
+  return names_in(directory, [this](const fs::directory_entry&, const std::string& host_path) {
+    const auto inside = resolve(host_path);
+    std::error_code ec;  // an entry gone or a dangling link is not a file; the listing goes on
+    return inside && fs::is_regular_file(*inside, ec);
+  });
+}
+
 std::vector<std::string> HostRoot::subdirectories(const std::string& directory) const {
-  std::vector<std::string> names;
-  const auto resolved = resolve(directory);
-  if (!resolved) return names;
-  std::error_code ec;
-  for (fs::directory_iterator it(*resolved, ec), end; !ec && it != end; it.increment(ec)) {
-    // Directories themselves, not links to them: a walk that follows no link cannot loop.
-    std::error_code entry_ec;
-    if (it->is_directory(entry_ec) && !it->is_symlink(entry_ec)) names.push_back(it->path().filename().string());
-  }
-  std::sort(names.begin(), names.end());
-  return names;
+  // Directories themselves, not links to them: a walk that follows no link cannot loop.
+  return names_in(directory, [](const fs::directory_entry& entry, const std::string&) {
+    std::error_code ec;
+    return entry.is_directory(ec) && !entry.is_symlink(ec);
+  });
 }
 
 bool HostRoot::exists(const std::string& path) const {

@@ -101,8 +101,10 @@ class Judge {
     report_.findings.push_back({severity, std::move(code), std::move(message), std::move(file), line});
   }
 
-  // A file that is there and does not parse is a finding, with `then` saying what follows from it.
-  std::optional<toml::table> parse_toml(const std::string& path, std::string_view then = "read as if it were absent") {
+  // A file that is there and does not parse is a finding, with `then` saying what follows from it, and
+  // why it does not parse in `why` where given.
+  std::optional<toml::table> parse_toml(const std::string& path, std::string_view then = "read as if it were absent",
+                                        std::string* why = nullptr) {
     auto text = host_.read(path);
     if (!text) return std::nullopt;
     // toml++ 3.3's Unicode tables reach __builtin_unreachable for some characters (the fuzzer found
@@ -113,11 +115,11 @@ class Judge {
     toml::parse_result parsed = toml::parse(*text, path);
     if (!parsed) {
       const auto& error = parsed.error();
-      const std::string why =
+      const std::string reason =
           std::string(error.description()) + " (line " + std::to_string(error.source().begin.line) + ")";
-      find(Severity::warning, "malformed-file", path + ": " + why + "; " + std::string(then), path,
+      find(Severity::warning, "malformed-file", path + ": " + reason + "; " + std::string(then), path,
            static_cast<int>(error.source().begin.line));
-      last_parse_error_ = why;
+      if (why != nullptr) *why = reason;
       return std::nullopt;
     }
     return std::move(parsed).table();
@@ -304,17 +306,14 @@ class Judge {
   // One of the container runtime's files, parsed; when it is there but does not parse, the first such is
   // recorded, and the report cannot judge (decide).
   std::optional<toml::table> parse_runtime_config(const std::string& path) {
-    auto table = parse_toml(path, "the container runtime's configuration cannot be judged");
+    std::string why = "it cannot be read";
+    auto table = parse_toml(path, "the container runtime's configuration cannot be judged", &why);
     if (table) {
       facts().runtime_config_files.push_back(path);
     } else if (host_.exists(path)) {
       facts().runtime_config_files.push_back(path);
-      if (facts().runtime_config_unreadable.empty()) {
-        facts().runtime_config_unreadable =
-            path + ": " + (last_parse_error_.empty() ? std::string("it cannot be read") : last_parse_error_);
-      }
+      if (facts().runtime_config_unreadable.empty()) facts().runtime_config_unreadable = path + ": " + why;
     }
-    last_parse_error_.clear();
     return table;
   }
 
@@ -338,17 +337,14 @@ class Judge {
       return;
     }
     toml::table crio;
-    bool found = false;
     std::vector<std::string> files = {std::string(kCrioConfig)};
     std::size_t budget = kCrioDropInsMax;
     crio_drop_ins(std::string(kCrioDropIns), 0, budget, files);
     for (const std::string& file : files) {
-      if (auto part = parse_runtime_config(file)) {
-        merge(crio, *part);
-        found = true;
-      }
+      if (auto part = parse_runtime_config(file)) merge(crio, *part);
     }
-    if (found || host_.exists(std::string(kCrioConfig)) || !facts().runtime_config_unreadable.empty()) {
+    // CRI-O is configured where any of its files is there, read or not.
+    if (!facts().runtime_config_files.empty() || !facts().runtime_config_unreadable.empty()) {
       facts().container_runtime = "cri-o";
       read_crio(crio);
     }
@@ -710,7 +706,6 @@ class Judge {
   const HostFiles& host_;
   std::string runtime_executable_;  // the binary NVIDIA's runtime is: the one named, or what its wrapper starts
   std::string wrapper_config_;      // the configuration a wrapper script points the runtime at
-  std::string last_parse_error_;    // why parse_toml's last file did not parse
   Report report_;
 };
 

@@ -3,6 +3,7 @@
 // read-only into the device plugin's pod, or a fixture), with symbolic links resolved inside that root,
 // so that an absolute link on the host never reads the container's own files instead.
 #include <filesystem>
+#include <functional>
 
 #include "gpuguard/nodereport/report.hpp"
 
@@ -22,6 +23,10 @@ class HostRoot : public HostFiles {
   // The path below the root that a host path leads to, following links inside the root; nullopt when
   // it leads nowhere or loops.
   std::optional<std::filesystem::path> resolve(const std::string& path) const;
+  // The names of a directory's entries that `keep` (the entry, and the host path it names) keeps, sorted.
+  std::vector<std::string> names_in(
+      const std::string& directory,
+      const std::function<bool(const std::filesystem::directory_entry&, const std::string&)>& keep) const;
   std::filesystem::path root_;
 };
 
