@@ -279,7 +279,7 @@ func nodeEnforcerBypassed(t *T, e *Env) {
 		t.Logf("admission bypassed, a pod with one GPU: %s", gpu)
 	}
 	setsAll := cudaPod("bypass-gpu-all", withRequest(gpuResource, "1"), withEnv(envVariable, "all"))
-	if _, isCRIO := n.runtime.(crio); isCRIO {
+	if n.onCRIO() {
 		// CRI-O keeps one entry per name, the pod's last (its server/container_create.go: the runtime-tools generator's AddProcessEnv replaces an entry of the same name): the enforcer writes
 		// the allocation over it, and the pod sees its own GPU alone: the one bypass-gpu does not hold.
 		if s := n.look(t, e, n.runPod(t, setsAll)); len(s.gpus()) != 1 || slices.Equal(s.gpus(), gpu.gpus()) {
@@ -308,7 +308,7 @@ func nodeEnforcerBypassed(t *T, e *Env) {
 	// sandbox, and the pod runs with what the enforcer wrote.
 	cdiAnnotated := cudaPod("bypass-cdi")
 	cdiAnnotated.Annotations = map[string]string{"cdi.k8s.io/gpus": "nvidia.com/gpu=" + fakeGPUUUID(1)}
-	if _, isCRIO := n.runtime.(crio); isCRIO {
+	if n.onCRIO() {
 		why := n.failedCreate(t, cdiAnnotated)
 		if !strings.Contains(why, `gpuguard: container "app" of pod `+nodeNamespace+`/bypass-cdi`) || !strings.Contains(why, "cdi.k8s.io/gpus") {
 			t.Errorf("admission bypassed on CRI-O, a GPU-less pod annotated cdi.k8s.io/gpus=nvidia.com/gpu=%s: %q; want gpuguard's refusal naming the annotation", fakeGPUUUID(1), why)

@@ -424,7 +424,7 @@ func nodeReportFlip(t *T, e *Env) {
 	broken := n.waitForCondition(t, "False", "BreaksPods", "NVIDIA_VISIBLE_DEVICES=none: ")
 	defer n.deletePods(t, "flip-broken", "flip-restored")
 	var why string
-	if _, isCRIO := n.runtime.(crio); isCRIO {
+	if n.onCRIO() {
 		// CRI-O keeps one entry per name: the node enforcer writes void over none, and the pod starts with
 		// no GPU where the report, which judges the value alone, says none breaks pods.
 		seen := n.look(t, e, n.runPod(t, cudaPod("flip-broken")))
@@ -889,7 +889,7 @@ func nodeKustomize(t *T, e *Env) {
 	overlay := e.path("manifests", "node-image")
 	t.must(os.MkdirAll(overlay, 0o755), "creating the image overlay")
 	components := ""
-	if _, isCRIO := n.runtime.(crio); isCRIO {
+	if n.onCRIO() {
 		components = "components: [../cri-o]\n" // node-enforcer.md tells a CRI-O admin to add it
 	}
 	t.must(os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(fmt.Sprintf(`apiVersion: kustomize.config.k8s.io/v1beta1

@@ -89,6 +89,12 @@ func (e *Env) restartRuntime(n *Node, extra string) error {
 	return err
 }
 
+// onCRIO: where what a container sees, or what the harness checks, differs on CRI-O.
+func (n *Node) onCRIO() bool {
+	_, is := n.runtime.(crio)
+	return is
+}
+
 type containerd struct{}
 
 func (containerd) title() string  { return "containerd" }

@@ -108,7 +108,7 @@ func nodeUninstall(t *T, e *Env) {
 	// the plugin's.
 	left = append(left, "/run/gpuguard/mps", "/etc/kubernetes/node-feature-discovery/features.d/gpuguard", "/var/lib/rpm",
 		"/usr/local/nvidia/toolkit")
-	if _, isCRIO := n.runtime.(crio); isCRIO {
+	if n.onCRIO() {
 		left = append(left, crioDropIn)
 	} else {
 		left = append(left, "/etc/crio")
