@@ -9,6 +9,7 @@
 // decision on it names at most kBeyondKept lines, refuses with at most kMessageMax bytes, never acts
 // under audit, and sets only the variables it may, to the allocation or void, which is then within. The
 // same bytes as the kubelet's pod-resources answer, read as a stream: the same pods whatever the chunks.
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -19,6 +20,7 @@
 
 #include "gpuguard/enforcement/decision.hpp"
 #include "gpuguard/enforcer/pod_resources_reader.hpp"
+#include "gpuguard/k8s/host_path.hpp"
 #include "gpuguard/nri/container_view.hpp"
 #include "gpuguard/nri/messages.hpp"
 #include "gpuguard/nri/wire.hpp"
@@ -120,10 +122,24 @@ void check_decision(const gpuguard::enforcement::ContainerView& view, const gpug
     // Written, it is within: the same container made with the adjustment is left as it is, or refused for
     // what no variable takes away.
     if (decision.action == gpuguard::enforcement::Decision::Action::adjust) {
-      const auto again = gpuguard::enforcement::decide(gpuguard::enforcement::with_env_set(view, decision.set_env),
-                                                       allocation, node, policy);
+      const auto again = gpuguard::enforcement::decide(
+          gpuguard::enforcement::with_masks(gpuguard::enforcement::with_env_set(view, decision.set_env),
+                                            decision.masks),
+          allocation, node, policy);
       if (again.action == gpuguard::enforcement::Decision::Action::adjust) violated("written, and not within");
     }
+    // A mask goes over an MPS root, strictly below a bind mount's destination, and nowhere else.
+    for (const std::string& at : decision.masks) {
+      if (!at.ends_with("/gpuguard") && !at.ends_with("/nvidia/mps")) violated("a mask over no MPS root");
+      const bool below_a_bind = std::any_of(view.mounts.begin(), view.mounts.end(), [&](const auto& mount) {
+        const std::string destination = gpuguard::k8s::lexical_path(mount.destination);
+        return gpuguard::enforcement::is_bind(mount) && destination != at &&
+               gpuguard::k8s::is_or_under(at, destination);
+      });
+      if (!below_a_bind) violated("a mask below no bind mount");
+    }
+    if (!decision.masks.empty() && decision.action != gpuguard::enforcement::Decision::Action::adjust)
+      violated("masks that are not written");
     if (decision.action == gpuguard::enforcement::Decision::Action::refuse &&
         decision.message.find("gpuguard: ") != 0) {
       violated("a refusal that does not say it is gpuguard's");
@@ -146,6 +162,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   node.gpus = {{"GPU-a", 0, "0000:01:00.0"}, {"GPU-b", 1, "0000:02:00.0"}};
   node.gpus[0].mig_devices = {{"MIG-m", 0, 0, "", {7, 8}}};
   node.cdi_devices["nvidia.com/gpu=all"] = {"/dev/nvidia0", "/dev/nvidia1"};
+  node.mps_roots_maskable = {"/run/gpuguard", "/run/nvidia/mps"};
   for (const gpuguard::nri::Message& message : chunked.messages) {
     // Encoded again, it decodes to itself.
     gpuguard::nri::MessageDecoder again;

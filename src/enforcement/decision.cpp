@@ -12,6 +12,13 @@
 #include "gpuguard/k8s/host_path.hpp"
 
 namespace gpuguard::enforcement {
+
+std::string host_path(std::string_view source) {
+  std::string path = k8s::lexical_path(source);
+  if (k8s::is_or_under(path, "/var/run")) path.replace(0, std::string_view("/var/run").size(), "/run");
+  return path;
+}
+
 namespace {
 
 constexpr std::int64_t kNvidiaMajor = 195;  // the driver's character devices; 254 is nvidia-modeset, 255 nvidiactl
@@ -117,13 +124,6 @@ std::optional<unsigned> gpu_minor(const Device& device) {
 std::optional<unsigned> cap_minor(std::string_view path) {
   if (const auto cap = number_after(path, kCapNode, 6)) return cap;
   return path.starts_with("/dev/nvidia-caps/") ? std::optional<unsigned>(kUnknownCap) : std::nullopt;
-}
-
-// The host's /var/run is /run: a path under one is under the other.
-std::string host_path(std::string_view source) {
-  std::string path = k8s::lexical_path(source);
-  if (k8s::is_or_under(path, "/var/run")) path.replace(0, std::string_view("/var/run").size(), "/run");
-  return path;
 }
 
 // The node's GPUs by minor and index, and what the allocation allows of them: the one place that maps
@@ -293,6 +293,7 @@ struct Findings {
   };
   std::vector<Finding> all;
   std::map<std::string, std::string> set_env;  // what writing the selection sets
+  std::set<std::string> masks;                 // where writing masks goes (Decision::masks)
 
   void add(std::string line, Kind kind) { all.push_back({cut(std::move(line), kBeyondLineMax), kind}); }
   bool any(Kind kind) const {
@@ -552,34 +553,78 @@ void device_rule_door(const ContainerView& container, const Scope& scope, Findin
   }
 }
 
-// What a bind mount reaches of the MPS servers: a GPU's directory under an MPS root reaches that GPU's; the
-// root itself, or a directory above it, every shared GPU's. Empty when neither.
-std::string mps_reach(std::string_view source, const NodeView& node, std::string& gpu) {
-  for (const std::string& configured : node.mps_roots) {
-    const std::string root = host_path(configured);
-    if (k8s::is_or_under(root, source) && root != source) {
-      return "every shared GPU's MPS server (" + root + " lies under it)";
-    }
-    if (!k8s::is_or_under(source, root)) continue;
-    std::string_view rest = source.substr(root.size());
-    while (!rest.empty() && gpu.empty()) {
-      while (rest.starts_with('/')) rest.remove_prefix(1);
-      const std::string_view part = rest.substr(0, rest.find('/'));
-      if (part.starts_with("GPU-") || part.starts_with("MIG-")) gpu = std::string(part);
-      rest.remove_prefix(part.size());
-    }
-    return gpu.empty() ? "every shared GPU's MPS server" : "the MPS server of " + gpu;
+// What a bind mount of `source` reaches of the MPS server under one MPS root: a GPU's directory under it
+// reaches that GPU's (`gpu` names it); the root itself, every shared GPU's. Empty when neither: also where
+// the root lies under the source, which mps_door judges apart.
+std::string mps_reach(std::string_view source, const std::string& root, std::string& gpu) {
+  if (!k8s::is_or_under(source, root)) return {};
+  std::string_view rest = source.substr(root.size());
+  while (!rest.empty() && gpu.empty()) {
+    while (rest.starts_with('/')) rest.remove_prefix(1);
+    const std::string_view part = rest.substr(0, rest.find('/'));
+    if (part.starts_with("GPU-") || part.starts_with("MIG-")) gpu = std::string(part);
+    rest.remove_prefix(part.size());
   }
+  return gpu.empty() ? "every shared GPU's MPS server" : "the MPS server of " + gpu;
+}
+
+// Where, in the container, a bind mount of `source` at its destination shows `root`, which lies below it.
+std::string mask_destination(const Mount& mount, std::string_view source, std::string_view root) {
+  return k8s::lexical_path(k8s::lexical_path(mount.destination) + "/" + std::string(root.substr(source.size())));
+}
+
+bool masked(const ContainerView& container, std::string_view at) {
+  return std::any_of(container.mounts.begin(), container.mounts.end(),
+                     [&](const Mount& m) { return is_mask(m) && k8s::lexical_path(m.destination) == at; });
+}
+
+// Why an MPS root that a bind mount shows cannot be hidden by a mask over it; empty when it can.
+std::string unmaskable(const Mount& mount, bool bound, const std::string& root, const NodeView& node) {
+  if (!bound) return "the mount's source is a link, and runc binds where it leads";
+  if (!node.mps_roots_maskable.contains(root)) {
+    return root + " is not a directory on the host, or is reached through a link";
+  }
+  const bool shared = std::any_of(mount.options.begin(), mount.options.end(),
+                                  [](const std::string& o) { return o == "rshared" || o == "shared"; });
+  if (shared) return "the mount propagates to the host (Bidirectional), so a mask would hide the root there too";
   return {};
 }
 
 // A bind mount of an MPS directory: within only for the container's own GPU's (a MIG device's, or its
-// parent's).
-void mps_door(std::string_view source, const Scope& scope, const std::string& door, Findings& findings) {
-  std::string gpu;
-  const std::string reach = mps_reach(source, scope.node(), gpu);
-  if (reach.empty() || (scope.known() && !gpu.empty() && scope.id_allowed(gpu))) return;
-  findings.add(door + " reaches " + reach, scope.known() ? Findings::Kind::beyond : Findings::Kind::unknown);
+// parent's). A bind mount of a directory above an MPS root (`/`, `/run`) shows every shared GPU's MPS
+// server: that root gets a mask, where it can, and the container keeps the rest of the mount.
+// `bound`: `source` is the host path runc binds (the mount's source where its links lead).
+void mps_door(const ContainerView& container, const Mount& mount, std::string_view source, bool bound,
+              const Scope& scope, const std::string& door, Findings& findings) {
+  const Findings::Kind held = scope.known() ? Findings::Kind::beyond : Findings::Kind::unknown;
+  const std::vector<std::string>& roots = scope.node().mps_roots;
+  for (const std::string& configured : roots) {
+    const std::string root = host_path(configured);
+    if (k8s::is_or_under(root, source) && root != source) {
+      // A root below another root the mount shows is masked with it (the device plugin's /run/gpuguard/mps
+      // under /run/gpuguard): runc could not make its mount point in the read-only mask above it anyway.
+      const bool below_another = std::any_of(roots.begin(), roots.end(), [&](const std::string& other) {
+        const std::string above = host_path(other);
+        return above != root && k8s::is_or_under(root, above) && k8s::is_or_under(above, source) && above != source;
+      });
+      if (below_another) continue;
+      const std::string reach =
+          std::string(door).append(" reaches every shared GPU's MPS server (").append(root).append(" lies under it)");
+      if (const std::string why_not = unmaskable(mount, bound, root, scope.node()); !why_not.empty()) {
+        findings.add(std::string(reach).append("; not masked: ").append(why_not), held);
+        continue;
+      }
+      const std::string at = mask_destination(mount, source, root);
+      if (masked(container, at)) continue;
+      findings.masks.insert(at);
+      findings.add(reach + ": masked at " + cut(at, 160), Findings::Kind::writable);
+      continue;
+    }
+    std::string gpu;
+    const std::string reach = mps_reach(source, root, gpu);
+    if (reach.empty() || (scope.known() && !gpu.empty() && scope.id_allowed(gpu))) continue;
+    findings.add(std::string(door).append(" reaches ").append(reach), held);
+  }
 }
 
 // Bind mounts of the host's device nodes, of /dev, of /dev/nvidia-caps or of an MPS directory, judged at
@@ -596,9 +641,10 @@ void bind_mount_door(const ContainerView& container, const Scope& scope, Finding
     }
     std::set<std::string> sources = {host_path(mount.source)};
     if (!mount.resolved.empty()) sources.insert(host_path(mount.resolved));
+    const std::string bound = host_path(mount.resolved.empty() ? mount.source : mount.resolved);
     for (const std::string& source : sources) {
       const std::string at = source == host_path(mount.source) ? door : door + " (a link to " + cut(source, 160) + ")";
-      mps_door(source, scope, at, findings);
+      mps_door(container, mount, source, source == bound, scope, at, findings);
       if (scope.allocation().device_paths.contains(source)) continue;
       bool unknown = false;
       std::string beyond;
@@ -666,6 +712,12 @@ std::string refusal(const ContainerView& container, const Decision& decision, st
   return cut(message, kMessageMax);
 }
 
+std::string masks_text(const std::set<std::string>& masks) {
+  std::string text = "an empty read-only tmpfs over the MPS root at ";
+  for (const std::string& at : masks) text.append(at == *masks.begin() ? "" : ", ").append(cut(at, 160));
+  return text;
+}
+
 std::string ask_text(const Allocation& allocation) {
   return "It was allocated " + allocated_text(allocation) + " (" + cut(allocation.detail, kBeyondLineMax) +
          "); request the GPUs it needs, or ask the cluster admin (gpuguard's nodeEnforcement policy)";
@@ -692,39 +744,30 @@ Decision oversized_decision(const ContainerView& container, bool audit) {
   return decision;
 }
 
-// A privileged container can make and open any device node, whatever it is given now: counted and
-// reported, not confined. A GPU's MPS server, though, it reaches only through that GPU's directory: a bind
-// mount of another GPU's, or of an MPS root, is held against it as against any container (a look-alike of
-// gpuguard's own MPS daemons, which are exempt).
-Decision privileged_decision(const ContainerView& container, const Scope& scope, bool audit, bool allow_unknown) {
+// A privileged container can make and open any device node, a GPU's MPS server's included (whose clients
+// open the GPU's nodes): whatever it is given now, it is counted and reported, never refused, as Pod Security
+// `baseline` and the webhook's `privileged` key are what keep it out. An MPS root that a bind mount above it
+// shows is masked all the same, as for any container: the mask costs it nothing it asked for.
+Decision privileged_decision(const ContainerView& container, const Scope& scope, bool audit) {
   Findings findings;
   for (const Mount& mount : container.mounts) {
-    if (!is_bind(mount)) continue;
+    if (!is_bind(mount) || !mount.doubt.empty()) continue;
     const std::string door =
         "the host's " + cut(k8s::lexical_path(mount.source), 160) + " mounted at " + cut(mount.destination, 96);
-    if (!mount.doubt.empty()) findings.add(door + ": " + mount.doubt, Findings::Kind::unknown);
     std::set<std::string> sources = {host_path(mount.source)};
     if (!mount.resolved.empty()) sources.insert(host_path(mount.resolved));
-    for (const std::string& source : sources) mps_door(source, scope, door, findings);
+    const std::string bound = host_path(mount.resolved.empty() ? mount.source : mount.resolved);
+    for (const std::string& source : sources)
+      mps_door(container, mount, source, source == bound, scope, door, findings);
   }
-  unread_door(container, findings);  // a mount not read may be an MPS directory
   Decision decision;
-  for (const auto& finding : findings.all) keep_beyond(decision, finding.line);
-  const bool beyond = findings.any(Findings::Kind::beyond);
-  const bool unknown = findings.any(Findings::Kind::unknown);
-  keep_beyond(decision, "every device (its device cgroup allows all: privileged)");
   decision.why = Decision::Why::privileged;
-  if (!beyond && (!unknown || allow_unknown)) return decision;
-  if (audit) {
-    decision.why = beyond ? Decision::Why::audited : Decision::Why::cannot_judge;
-    return decision;
-  }
-  decision.action = Decision::Action::refuse;
-  decision.why = beyond ? Decision::Why::enforced : Decision::Why::cannot_judge;
-  decision.message = refusal(container, decision,
-                             beyond ? "would reach MPS servers of GPUs the kubelet did not allocate it"
-                                    : "would reach what the enforcer cannot judge, privileged",
-                             ask_text(scope.allocation()));
+  keep_beyond(decision, "every device (its device cgroup allows all: privileged)");
+  for (const auto& finding : findings.all) keep_beyond(decision, finding.line);
+  if (audit || findings.masks.empty()) return decision;
+  decision.action = Decision::Action::adjust;
+  decision.masks = std::move(findings.masks);
+  decision.message = "privileged, not confined; " + masks_text(decision.masks);
   return decision;
 }
 
@@ -776,8 +819,10 @@ std::size_t view_bytes_max() {
   return sizeof(ContainerView) + 5 * name + 8 * (2 * name + 64) +
          (4 + std::size(kFeatureVariables) + kSwarmMax) * (name + sizeof(Selection) + kValueMax + 64) +
          kListMax * (sizeof(Device) + kNameMax + 1) + kListMax * sizeof(DeviceRule) +
-         kMountsMax * (sizeof(Mount) + kPathMax + 2 * kKeptPathMax + 16 + kUnreadLineMax + sizeof(std::string) + 8) +
-         kListMax * name + kListMax * 2 * name + kValueMax + kUnreadKept * (sizeof(std::string) + kUnreadLineMax);
+         kMountsMax * (sizeof(Mount) + kPathMax + 2 * kKeptPathMax + 16 + kUnreadLineMax + sizeof(std::string) + 8 +
+                       2 * (sizeof(std::string) + 7)) +  // the two options kept, "ro" and "rshared"
+         kListMax * name +
+         kListMax * 2 * name + kValueMax + kUnreadKept * (sizeof(std::string) + kUnreadLineMax);
 }
 
 bool none_honoured(const NodeView& node) {
@@ -854,7 +899,13 @@ bool is_bind(const Mount& mount) {
                                              [](const std::string& o) { return o == "bind" || o == "rbind"; });
 }
 
+bool is_mask(const Mount& mount) {
+  return mount.type == "tmpfs" && !is_bind(mount) &&
+         std::find(mount.options.begin(), mount.options.end(), "ro") != mount.options.end();
+}
+
 bool judged_mount(const Mount& mount, const NodeView& node) {
+  if (is_mask(mount)) return true;
   const std::string destination = k8s::lexical_path(mount.destination);
   for (const std::string_view root : kDeviceListRoots) {
     if (destination.starts_with(root)) return true;
@@ -883,6 +934,13 @@ ContainerView with_env_set(ContainerView container, const std::map<std::string, 
       selection.last_over = value.size() > kValueMax;
     }
     selection.entries = std::max<std::size_t>(selection.entries, 1);
+  }
+  return container;
+}
+
+ContainerView with_masks(ContainerView container, const std::set<std::string>& masks) {
+  for (const std::string& at : masks) {
+    container.mounts.push_back({at, "tmpfs", "tmpfs", {std::begin(kMaskOptions), std::end(kMaskOptions)}, {}, {}});
   }
   return container;
 }
@@ -916,7 +974,7 @@ Decision decide(const ContainerView& container, const Allocation& allocation, co
   if (container.nri_bytes > kNriContainerBytesMax) return oversized_decision(container, audit);
   const bool allow_unknown = policy.node_enforcement_unknown == policy::NodeEnforcementUnknown::allow;
   const Scope scope(node, allocation);
-  if (container.all_devices_allowed) return privileged_decision(container, scope, audit, allow_unknown);
+  if (container.all_devices_allowed) return privileged_decision(container, scope, audit);
 
   Findings findings = doors(container, scope);
   if (findings.all.empty()) return decision;
@@ -935,10 +993,12 @@ Decision decide(const ContainerView& container, const Allocation& allocation, co
   if (!beyond && !unknown) {
     decision.action = Decision::Action::adjust;
     decision.set_env = std::move(findings.set_env);
+    decision.masks = std::move(findings.masks);
     std::string change;
     for (const auto& [name, value] : decision.set_env) {
       change.append(change.empty() ? "" : "; ").append(name + " set to " + cut(value.empty() ? "\"\"" : value, 256));
     }
+    if (!decision.masks.empty()) change.append(change.empty() ? "" : "; ").append(masks_text(decision.masks));
     decision.message = change + " (was: " + join(decision.beyond, "; ") + ")";
     return decision;
   }
@@ -950,8 +1010,10 @@ Decision decide(const ContainerView& container, const Allocation& allocation, co
   if (!beyond && allow_unknown) {
     // What is left cannot be judged, and the policy lets such a container be: the variables are still written.
     decision.why = Decision::Why::cannot_judge;
-    decision.action = findings.set_env.empty() ? Decision::Action::allow : Decision::Action::adjust;
+    decision.action =
+        findings.set_env.empty() && findings.masks.empty() ? Decision::Action::allow : Decision::Action::adjust;
     decision.set_env = std::move(findings.set_env);
+    decision.masks = std::move(findings.masks);
     decision.message =
         "cannot be judged (" + join(remaining.beyond, "; ") + "): left so under nodeEnforcementUnknown: allow";
     return decision;

@@ -448,7 +448,9 @@ nri::CreateResult Enforcer::create_container(std::string_view request) {
       break;
     case Decision::Action::adjust:
       log::info("container adjusted", {{"container", who}, {"change", decision.message}});
-      result.response = nri::env_adjustment(decision.set_env);
+      result.response = nri::adjustment(decision.set_env, decision.masks);
+      impl.metrics.count_masks(decision.masks.size());
+      if (decision.why == Decision::Why::privileged) impl.remember(container_id, decision);
       break;
     case Decision::Action::allow:
       if (decision.why == Decision::Why::audited || decision.why == Decision::Why::privileged) {

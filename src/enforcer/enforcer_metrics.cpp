@@ -20,6 +20,10 @@ constexpr metrics::Family kDecisions{
 constexpr metrics::Family kCreateDuration{
     "gpuguard_node_enforcer_create_duration_seconds", "histogram",
     "Time to answer the runtime's CreateContainer, the kubelet's pod-resources call included."};
+constexpr metrics::Family kMasks{
+    "gpuguard_node_enforcer_mps_masks_total", "counter",
+    "MPS roots hidden under an empty read-only tmpfs in containers that mount a directory above them (the "
+    "host's / or /run), instead of refusing them."};
 constexpr metrics::Family kRegistered{"gpuguard_node_enforcer_registered", "gauge",
                                       "1 while the enforcer is registered with the container runtime over NRI."};
 constexpr metrics::Family kNriServed{
@@ -83,6 +87,7 @@ std::string EnforcerMetrics::render(const nri::PluginStats& connection, std::str
   decisions_.render(out, kDecisions);
   metrics::header(out, kCreateDuration);
   durations_.render(out, kCreateDuration, "");
+  metrics::single(out, kMasks, masks_.load(std::memory_order_relaxed));
   metrics::single(out, kRegistered, connection.registered ? "1" : "0");
   metrics::single(out, kNriServed, connection.nri_served ? "1" : "0");
   metrics::header(out, kConnections);

@@ -180,8 +180,10 @@ std::shared_ptr<const NodeView> NodeReader::current() {
   const bool toolkit = stamps(watched_.toolkit_paths) != watched_.toolkit;
   const bool specs = stamps(watched_.spec_dirs) != watched_.specs;
   const bool gpus = driver.exists != watched_.driver.exists;
-  if (!toolkit && !specs && !gpus) return node;
+  const bool mps = stamps(node->mps_roots) != watched_.mps;
+  if (!toolkit && !specs && !gpus && !mps) return node;
   auto fresh = std::make_shared<NodeView>(*node);
+  if (mps) read_mps_roots(*fresh, watched_);
   if (gpus) {
     read_gpus(*fresh);
     watched_.driver = driver;
@@ -194,6 +196,7 @@ std::shared_ptr<const NodeView> NodeReader::current() {
             {{"toolkit", toolkit},
              {"cdi_specs", specs},
              {"driver", gpus},
+             {"mps_roots", mps},
              {"gpus", fresh->gpus.size()},
              {"toolkit_mode", fresh->toolkit.mode.value_or("unknown")}});
   node_.store(fresh);
@@ -212,6 +215,7 @@ void NodeReader::refresh() {
     }
   }
   read_specs(*node);
+  read_mps_roots(*node, watched_);
   const files::Followed pods = files::follow_in_root(host_root_, kubelet_pods_);
   kubelet_pods_followed_.store(
       std::make_shared<const std::string>(pods.path != kubelet_pods_ ? pods.path : std::string()));
@@ -297,6 +301,23 @@ void NodeReader::read_specs(NodeView& node) const {
     }
   }
   add_mig_devices_from_cdi(node);
+}
+
+// An MPS root is masked where it is a directory on the host, reached without a link: runc mounts the mask
+// at the same path below a container's bind mount, following links there inside the container's root.
+void NodeReader::read_mps_roots(NodeView& node, Watched& watched) const {
+  node.mps_roots_maskable.clear();
+  for (const std::string& configured : node.mps_roots) {
+    const std::string root = enforcement::host_path(configured);
+    const files::Followed followed = files::follow_in_root(host_root_, root);
+    const auto local = files::in_root(host_root_, root);
+    struct stat status {};
+    if (followed.links.empty() && !followed.loops && !followed.over_budget && followed.path == root && local &&
+        ::lstat(local->c_str(), &status) == 0 && S_ISDIR(status.st_mode)) {
+      node.mps_roots_maskable.insert(root);
+    }
+  }
+  watched.mps = stamps(node.mps_roots);
 }
 
 HostPathResolution NodeReader::resolve(std::string_view host_path, std::size_t& steps_left) {

@@ -44,7 +44,8 @@ class NodeReader final : public NodeState {
     std::vector<std::string> toolkit_paths;  // the configuration and binaries the toolkit facts came from
     std::vector<std::string> spec_dirs;
     std::vector<Stamp> toolkit, specs;
-    Stamp driver;  // /proc/driver/nvidia
+    Stamp driver;            // /proc/driver/nvidia
+    std::vector<Stamp> mps;  // the MPS roots, whether they can be masked
   };
 
   Stamp stamp(const std::string& host_path) const;
@@ -52,6 +53,7 @@ class NodeReader final : public NodeState {
   void read_gpus(NodeView& node) const;
   void read_toolkit(NodeView& node, Watched& watched) const;
   void read_specs(NodeView& node) const;
+  void read_mps_roots(NodeView& node, Watched& watched) const;
 
   const std::filesystem::path host_root_;
   const std::vector<std::string> mps_roots_;

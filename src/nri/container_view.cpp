@@ -190,16 +190,23 @@ std::optional<Mount> mount_of(std::string_view bytes, ContainerView& view) {
     return std::nullopt;
   }
   const std::string_view type = string_field(bytes, field::kMountType);
-  bool bind = type == "bind";
-  for_each_field(bytes, field::kMountOptions,
-                 [&](std::string_view option) { bind = bind || option == "bind" || option == "rbind"; });
-  // Whether it binds is all the decision reads of its type and options.
-  return Mount{std::string(destination),
-               std::string(source),
-               bind ? "bind" : std::string(type.substr(0, kOptionMax)),
-               {},
-               {},
-               {}};
+  bool bind = type == "bind", read_only = false, shared = false;
+  for_each_field(bytes, field::kMountOptions, [&](std::string_view option) {
+    bind = bind || option == "bind" || option == "rbind";
+    read_only = read_only || option == "ro";
+    shared = shared || option == "rshared" || option == "shared";
+  });
+  // Whether it binds, is read-only (a mask, is_mask) and propagates to the host is all the decision reads
+  // of its type and options: at most two options kept.
+  Mount mount{std::string(destination),
+              std::string(source),
+              bind ? "bind" : std::string(type.substr(0, kOptionMax)),
+              {},
+              {},
+              {}};
+  if (read_only) mount.options.emplace_back("ro");
+  if (shared) mount.options.emplace_back("rshared");
+  return mount;
 }
 
 // A mount read: a bind mount's source followed where its links lead, then kept if it may reach a GPU.

@@ -96,28 +96,47 @@ TEST_CASE("enforcer: every fixture container gets the decision its fixture says"
     if (expect.contains("set_env")) {
       CHECK(decision.set_env == expect["set_env"].get<std::map<std::string, std::string>>());
     }
+    CHECK(decision.masks == expect.value("masks", std::set<std::string>{}));
     if (expect.contains("beyond")) CHECK(decision.beyond == expect["beyond"].get<std::vector<std::string>>());
     if (expect.contains("message"))
       CHECK_THAT(decision.message, Catch::StartsWith(expect["message"].get<std::string>()));
     if (expect.contains("source")) CHECK(source_name(allocation.source) == expect["source"].get<std::string>());
     // A fixed point: the container as the runtime makes it after the adjustment is within its allocation,
-    // and left as it is.
-    if (decision.action == enforcement::Decision::Action::adjust &&
-        decision.why == enforcement::Decision::Why::enforced) {
-      const enforcement::Decision again =
-          enforcement::decide(enforcement::with_env_set(view, decision.set_env), allocation, f.node, *parsed.policy);
+    // and left as it is (a privileged one stays reported).
+    if (decision.action == enforcement::Decision::Action::adjust) {
+      const enforcement::Decision again = enforcement::decide(
+          enforcement::with_masks(enforcement::with_env_set(view, decision.set_env), decision.masks), allocation,
+          f.node, *parsed.policy);
       CHECK(action_name(again.action) == "allow");
-      CHECK(std::string(enforcement::why_name(again.why)) == "within");
+      if (decision.why == enforcement::Decision::Why::enforced) {
+        CHECK(std::string(enforcement::why_name(again.why)) == "within");
+      }
     }
   }
 }
 
 TEST_CASE("enforcer: the adjustment removes NVIDIA_VISIBLE_DEVICES, then sets it") {
-  const auto response = gpuguard::nri::env_adjustment({{"NVIDIA_VISIBLE_DEVICES", "void"}});
+  const auto response = gpuguard::nri::adjustment({{"NVIDIA_VISIBLE_DEVICES", "void"}});
   REQUIRE(response->adjust().env_size() == 2);
   CHECK(response->adjust().env(0).key() == "-NVIDIA_VISIBLE_DEVICES");
   CHECK(response->adjust().env(1).key() == "NVIDIA_VISIBLE_DEVICES");
   CHECK(response->adjust().env(1).value() == "void");
+}
+
+TEST_CASE("enforcer: a mask is a removal of its destination, then an empty read-only tmpfs there") {
+  const auto response = gpuguard::nri::adjustment({}, {"/host/root/run/gpuguard"});
+  REQUIRE(response->adjust().mounts_size() == 2);
+  CHECK(response->adjust().mounts(0).destination() == "-/host/root/run/gpuguard");
+  const auto& mask = response->adjust().mounts(1);
+  CHECK(mask.destination() == "/host/root/run/gpuguard");
+  CHECK(mask.type() == "tmpfs");
+  CHECK(std::vector<std::string>(mask.options().begin(), mask.options().end()) ==
+        std::vector<std::string>{"ro", "nosuid", "nodev", "noexec", "size=4k", "mode=0555"});
+  enforcement::Mount read{
+      mask.destination(), mask.type(), mask.source(), {mask.options().begin(), mask.options().end()}};
+  CHECK(enforcement::is_mask(read));
+  read.options.erase(read.options.begin());
+  CHECK_FALSE(enforcement::is_mask(read));  // a writable tmpfs is not what the enforcer writes
 }
 
 TEST_CASE("enforcer: the node policy keys are parsed and refused as the others") {

@@ -83,6 +83,9 @@ inline std::vector<EnforcerFixture> enforcer_fixtures(const std::filesystem::pat
       f.node.toolkit.swarm_variables = toolkit["swarm_variables"].get<std::vector<std::string>>();
     }
     if (f.raw.contains("mps_roots")) f.node.mps_roots = f.raw["mps_roots"].get<std::vector<std::string>>();
+    // The MPS roots that are directories on the node (none unless the case says): only those can be masked.
+    for (const auto& root : f.raw.value("mps_roots_present", nlohmann::json::array()))
+      f.node.mps_roots_maskable.insert(root.get<std::string>());
     // CDI devices the node's specs define: name -> device nodes.
     const nlohmann::json specs = f.raw.value("cdi_specs", nlohmann::json::object());
     for (const auto& [name, paths] : specs.items()) f.node.cdi_devices[name] = paths.get<std::vector<std::string>>();

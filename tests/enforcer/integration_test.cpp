@@ -332,9 +332,9 @@ TEST_CASE("every fixture, sent through NRI's own runtime to the real enforcer, g
     const std::string key =
         json(f.policy_files).dump() + (f.kubelet.answered ? "+kubelet" : "-kubelet") +
         (f.raw.contains("service_account") ? "+api" : "") + f.raw.value("toolkit", json::object()).dump() +
-        f.raw.value("mps_roots", json::array()).dump() + f.raw.value("cdi_specs", json::object()).dump() +
-        f.raw.value("host_paths", json::object()).dump() + (f.raw.contains("toolkit") ? "" : "(current toolkit)") +
-        " runtime " + f.raw.value("runtime", "containerd");
+        f.raw.value("mps_roots", json::array()).dump() + f.raw.value("mps_roots_present", json::array()).dump() +
+        f.raw.value("cdi_specs", json::object()).dump() + f.raw.value("host_paths", json::object()).dump() +
+        (f.raw.contains("toolkit") ? "" : "(current toolkit)") + " runtime " + f.raw.value("runtime", "containerd");
     groups[key].push_back(std::move(f));
   }
   for (auto& [key, fixtures] : groups) {
@@ -351,6 +351,8 @@ TEST_CASE("every fixture, sent through NRI's own runtime to the real enforcer, g
       fs::create_directories((node.host.root() / path.substr(1)).parent_path());
       fs::create_symlink(where.path, node.host.root() / path.substr(1));
     }
+    for (const auto& root : fixtures.front().raw.value("mps_roots_present", json::array()))
+      fs::create_directories(node.host.root() / root.get<std::string>().substr(1));
     const json mps_roots = fixtures.front().raw.value("mps_roots", json::array());
     for (const auto& root : mps_roots) {
       if (root != "/run/gpuguard" && root != "/run/nvidia/mps") {
@@ -428,6 +430,13 @@ TEST_CASE("every fixture, sent through NRI's own runtime to the real enforcer, g
           for (const auto& [name, value] : set) want.push_back(std::string(name).append("=").append(value));
         }
         CHECK(got["env"] == want);
+        // The masks, as NRI passes them on (the removal that makes gpuguard each destination's owner is
+        // folded into the mount that follows it); NRI's validation, the enforcer's own among them, accepted
+        // the container with them.
+        json masks = json::array();
+        for (const auto& at : expect.value("masks", json::array()))
+          masks.push_back(at.get<std::string>() + " tmpfs ro,nosuid,nodev,noexec,size=4k,mode=0555");
+        CHECK(got["mounts"] == masks);
         // What the container gets once NRI's own generator applied the adjustment as containerd does: the
         // last NVIDIA_VISIBLE_DEVICES, which NVIDIA's runtime reads, is the decision's, or the container's
         // own where it was left alone.
@@ -455,6 +464,9 @@ TEST_CASE("every fixture, sent through NRI's own runtime to the real enforcer, g
       CHECK(got["micros"].get<long long>() < 1'000'000);
       ++sent;
     }
+    std::size_t masks = 0;
+    for (const auto& f : fixtures) masks += f.raw["expect"].value("masks", json::array()).size();
+    CHECK(enforcer.series("gpuguard_node_enforcer_mps_masks_total") == static_cast<long long>(masks));
     CHECK(enforcer.terminate() == 0);
   }
   CHECK(sent >= 30);

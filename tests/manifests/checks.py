@@ -240,7 +240,12 @@ def check_node_enforcer(docs, policy, namespace="gpuguard-system"):
                                            "capabilities": {"drop": ["ALL"]}}, enforcer["securityContext"]
     volumes = {v["name"]: v for v in spec["volumes"]}
     host = {volumes[m["name"]]["hostPath"]["path"]: m for m in enforcer["volumeMounts"] if "hostPath" in volumes[m["name"]]}
-    assert set(host) == {"/var/run/nri", "/var/lib/kubelet/pod-resources", "/"}, set(host)
+    # The MPS roots besides, made where missing and read nowhere: a mask goes over a root only where it is.
+    mps_root = next(a.split("=", 1)[1] for a in enforcer["args"] if a.startswith("--mps-root="))
+    assert set(host) == {"/var/run/nri", "/var/lib/kubelet/pod-resources", "/", "/run/gpuguard", "/run/nvidia/mps",
+                         mps_root}, set(host)
+    for root in ("/run/gpuguard", "/run/nvidia/mps", mps_root):
+        assert volumes[host[root]["name"]]["hostPath"]["type"] == "DirectoryOrCreate", root
     assert all(m.get("readOnly") is True for m in enforcer["volumeMounts"]), enforcer["volumeMounts"]
     # The host's / read-only all the way down, and made by no one: nothing created on the host for a path
     # that is not there yet (/proc/driver/nvidia before the driver), no submount left writable.
@@ -470,11 +475,14 @@ def check_host_root(container, volumes):
 
 
 # The host directories a rendering may make where missing (hostPath DirectoryOrCreate): gpuguard's own MPS
-# root, CDI's run-time spec directory, NFD's feature directory (devicePlugin.nfdFeatures), NRI's socket
-# directory in the host's /run. No other: a directory made on the host that is not gpuguard's misleads the
+# roots, NVIDIA's (/run/nvidia/mps, which NVIDIA's chart makes so on every node it runs; the node enforcer
+# masks it in containers that mount the host's / or /run, which needs it there), CDI's run-time spec
+# directory, NFD's feature directory (devicePlugin.nfdFeatures), NRI's socket directory in the host's /run.
+# No other: a directory made on the host that is not gpuguard's misleads the
 # tools that look for it (an empty /usr/local/nvidia/toolkit, /etc/crio), and one in procfs cannot be made
 # (/proc/driver/nvidia before the driver loads), so the pod would never start.
-MAY_MAKE = {"/var/run/cdi", "/etc/kubernetes/node-feature-discovery/features.d", "/var/run/nri"}
+MAY_MAKE = {"/var/run/cdi", "/etc/kubernetes/node-feature-discovery/features.d", "/var/run/nri", "/run/gpuguard",
+            "/run/nvidia/mps"}
 
 
 def check_host_paths(docs, mps_root="/run/gpuguard/mps"):

@@ -215,6 +215,11 @@ func main() {
 					env = append(env, kv.GetKey()+"="+kv.GetValue())
 				}
 				result["env"] = env
+				mounts := []string{}
+				for _, m := range response.GetAdjust().GetMounts() {
+					mounts = append(mounts, strings.TrimSpace(m.GetDestination()+" "+m.GetType()+" "+strings.Join(m.GetOptions(), ",")))
+				}
+				result["mounts"] = mounts
 				result["final_env"] = finalEnv(original, response.GetAdjust())
 			}
 		case s.Remove != nil:

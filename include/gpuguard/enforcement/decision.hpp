@@ -69,7 +69,7 @@ struct Device {
 };
 
 // A mount the decision reads: a bind mount whose host path (as written, or as its links lead) may reach a
-// GPU, and any mount under the device list roots.
+// GPU, any mount under the device list roots, and a mask (is_mask), which may hide an MPS root.
 struct Mount {
   std::string destination, source, type;
   std::vector<std::string> options;
@@ -136,6 +136,9 @@ struct ContainerView {
   std::size_t unread_count = 0;
 };
 
+// A host path as the decision compares it: lexical, and the host's /var/run written as /run, which it is.
+std::string host_path(std::string_view source);
+
 // Notes something the view did not read.
 void note_unread(ContainerView& view, std::string what);
 
@@ -180,6 +183,12 @@ struct NodeView {
   // gpuguard's MPS root (devicePlugin.mps.root) and NVIDIA's: a bind mount of one of them, of a GPU's
   // directory under it, or of a directory above it, reaches that GPU's MPS server, or every one's.
   std::vector<std::string> mps_roots = {"/run/gpuguard", "/run/nvidia/mps"};
+  // The MPS roots (host paths, as host_path writes them) that are directories on the host with no link on
+  // the way: a container's bind mount of a directory above one gets an empty read-only tmpfs over it
+  // (Decision::masks) instead of a refusal. A root not there, or reached through a link, cannot be masked:
+  // runc would have to make it (through a read-only bind it cannot), or would follow the link inside the
+  // container's own root.
+  std::set<std::string> mps_roots_maskable;
   // Where the specs above were read from: the runtime's CDI directories and the toolkit's spec-dirs.
   std::vector<std::string> cdi_spec_dirs = {"/etc/cdi", "/var/run/cdi"};
 };
@@ -211,6 +220,11 @@ struct Decision {
   // kBeyondKept lines; `beyond_count` counts all.
   std::vector<std::string> beyond;
   std::size_t beyond_count = 0;
+  // adjust: where an empty, read-only tmpfs goes over an MPS root that a bind mount of a directory above it
+  // shows the container (node-exporter's host `/`, a log shipper's `/run`): the container's own paths, each
+  // deeper than the bind mount it lies in, so that every runtime mounts it after (NRI's generator and
+  // containerd sort mounts by depth). Written under enforce, for privileged containers too.
+  std::set<std::string> masks;
   // refuse: what the user sees in kubectl describe (at most kMessageMax bytes); otherwise what was done
   std::string message;
   // oversized: larger than kNriContainerBytesMax, refused under enforce whatever it reaches.
@@ -248,11 +262,19 @@ bool judged_rule(bool allow, std::string_view type, const DeviceRule& rule);
 bool judged_mount(const Mount& mount, const NodeView& node);
 // Whether a mount is a bind mount (runc binds its source), whose source must be resolved first.
 bool is_bind(const Mount& mount);
+// Whether a mount is what the enforcer writes over an MPS root (a read-only tmpfs), and so hides what lies
+// under its destination.
+bool is_mask(const Mount& mount);
+// The options of the tmpfs the enforcer writes at each of Decision::masks (is_mask holds for it).
+inline constexpr std::string_view kMaskOptions[] = {"ro", "nosuid", "nodev", "noexec", "size=4k", "mode=0555"};
 
 // The container as the runtime makes it after NRI applies `set_env` (each variable's first entry replaced,
 // or one appended; a later entry copied over the change, so the last stays what it was): containerd's and
 // CRI-O's generator, on the view.
 ContainerView with_env_set(ContainerView container, const std::map<std::string, std::string>& set_env);
+
+// The container after the runtime mounts the masks (Decision::masks) as the enforcer writes them.
+ContainerView with_masks(ContainerView container, const std::set<std::string>& masks);
 
 std::string_view why_name(Decision::Why why);
 

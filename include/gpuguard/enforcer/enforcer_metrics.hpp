@@ -1,8 +1,8 @@
 #pragma once
 // gpuguard-node-enforcer's series for /metrics: every decision by action and why, how long answering
-// CreateContainer took, the validations of every plugin's adjustment, the NRI connection, the node's GPUs
-// as the driver lists them, and the running containers that see GPUs beyond their allocation. Label values come from
-// fixed sets.
+// CreateContainer took, the MPS roots masked, the validations of every plugin's adjustment, the NRI connection, the
+// node's GPUs as the driver lists them, and the running containers that see GPUs beyond their allocation. Label values
+// come from fixed sets.
 #include <array>
 #include <atomic>
 #include <cstdint>
@@ -20,6 +20,8 @@ class EnforcerMetrics final : public metrics::ReloadMetrics {
   explicit EnforcerMetrics(std::string version);
   void count_decision(const enforcement::Decision& decision, double seconds);
   void count_kubelet_error() { kubelet_errors_.fetch_add(1, std::memory_order_relaxed); }
+  // MPS roots masked in containers created (Decision::masks).
+  void count_masks(std::size_t masks) { masks_.fetch_add(masks, std::memory_order_relaxed); }
   void count_validation(bool rejected) {
     (rejected ? validations_rejected_ : validations_accepted_).fetch_add(1, std::memory_order_relaxed);
   }
@@ -43,6 +45,7 @@ class EnforcerMetrics final : public metrics::ReloadMetrics {
   metrics::LabelledCounters<3, 8> decisions_;
   metrics::DurationHistogram durations_;
   std::atomic<std::uint64_t> kubelet_errors_{0};
+  std::atomic<std::uint64_t> masks_{0};
   std::atomic<std::uint64_t> validations_accepted_{0}, validations_rejected_{0};
   std::atomic<std::size_t> node_gpus_{0};
   std::atomic<bool> gpus_known_{false};

@@ -4,6 +4,7 @@
 // stays free of protobuf's library, for the fuzzers.
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 
 namespace nri::pkg::api::v1alpha1 {
@@ -12,10 +13,11 @@ class CreateContainerResponse;
 
 namespace gpuguard::nri {
 
-// The variables set: each removed, then set. The removal first makes gpuguard the key's owner even where a
-// plugin before it set the key (NRI refuses two plugins setting one key); NRI drops a removal without a set
-// after it, so the two always go together.
-std::unique_ptr<::nri::pkg::api::v1alpha1::CreateContainerResponse> env_adjustment(
-    const std::map<std::string, std::string>& set_env);
+// The variables set, and the masks mounted (an empty read-only tmpfs at each, enforcement::kMaskOptions):
+// each removed, then set. The removal first makes gpuguard the key's or the destination's owner even where a
+// plugin before it set it (NRI refuses two plugins setting one); NRI drops a removal without a set after
+// it, so the two always go together.
+std::unique_ptr<::nri::pkg::api::v1alpha1::CreateContainerResponse> adjustment(
+    const std::map<std::string, std::string>& set_env, const std::set<std::string>& masks = {});
 
 }  // namespace gpuguard::nri
