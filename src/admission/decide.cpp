@@ -592,6 +592,15 @@ Decision decide(const Review& review, const Policy& policy, const ClaimLookup* c
   nri_toleration_door(pass);
   allocation_annotation_door(pass);
   const Container* annotated_gpu = annotated_gpu_container(review.pod, policy);
+  // The runtime-class door is the pod's: a GPU pod must name NVIDIA's class wherever NVIDIA's runtime is not
+  // the node's default (the GPU Operator's CDI defaults), and its GPU-less sidecars get none all the same.
+  if (pass.listed_runtime_class) {
+    pass.listed_runtime_class =
+        std::none_of(review.pod.containers.begin(), review.pod.containers.end(), [&](const Container& c) {
+          std::vector<std::string> unresolved;
+          return &c == annotated_gpu || asks_for_gpu(c, policy) || claims_gpu(c, review, policy, claims, unresolved);
+        });
+  }
   for (const Container& c : review.pod.containers) {
     if (already_running(c, review)) continue;  // the apiserver refuses any change to it
     const bool annotated = &c == annotated_gpu;

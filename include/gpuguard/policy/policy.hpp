@@ -68,8 +68,9 @@ struct Policy {
   // NVIDIA_VISIBLE_DEVICES=none (not under void).
   Action feature_env_vars = Action::warn;
   // runtimeClassName values that bypass the NVIDIA hook, or are the hook, on a pod with a container
-  // without a GPU; empty: nothing is checked.
-  std::vector<std::string> runtime_classes;
+  // without a GPU; empty: nothing is checked. By default the GPU Operator's: it runs NVIDIA's runtime as
+  // the class nvidia, not as the node's default, so a GPU-less pod that names it asks for that runtime.
+  std::vector<std::string> runtime_classes{"nvidia"};
   Action runtime_class_action = Action::warn;
   // A user-set NVIDIA_VISIBLE_DEVICES in a GPU container would override the device plugin's choice.
   bool strip_user_value_from_gpu_containers = true;
