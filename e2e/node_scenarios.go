@@ -979,6 +979,7 @@ var nodeScenarios = []scenario{
 	{"node/fuse", "the host-devices plugin started again under the node enforcer is Ready; an unprivileged pod opens /dev/fuse when it requests it, and only then", nodeFuse},
 	{"node/image-hardened", "gpuguard's containers run as 65532 (the plugins and the node enforcer as root) on a read-only root, probes passing", nodeImageHardened},
 	{"node/cert-rotation", "the chart's certificate rotation reaches every webhook replica, no restart, no failed create", nodeCertRotation},
+	{"node/outage-node-enforcer", "helm upgrade --set webhook.outage=node-enforcer: the webhook configuration at Ignore; scaled to no replica, a GPU-less pod is admitted unpatched and, on the GPU node, sees no GPU (void, the node enforcer's); back at refuse, armed again (Fail)", nodeOutageNodeEnforcer},
 	{"node/rollout", "a rollout restart fails no create; with no replica creates are refused, then admitted", nodeRollout},
 	{"node/audit", "helm upgrade with audit.enabled: the chart's audit controller, on the node as its image, reports a kube-system pod that sees every GPU in a PolicyReport, and one replica holds the Lease; every runbook command of operations.md runs", nodeAudit},
 	{"node/kubelet-restart", "two pods hold both GPUs; the kubelet restarts: the plugin registers again, each pod still sees its own GPU alone, a third GPU pod waits and then gets the GPU one of them frees", leftoverChecked(nodeKubeletRestart)},

@@ -41,6 +41,18 @@ cmp "$root/manifests/base/backstop.yaml" "$root/charts/gpuguard/files/backstop.y
 render default
 "$helm" template gpuguard "$root/charts/gpuguard" --namespace gpuguard-system --kube-version "$kube_version" \
   --set webhook.armAfterReady=false > "$work/armed.yaml"
+# webhook.outage=node-enforcer: nothing refuses pods while the webhook is down, with or without arming, and
+# no hook; without the node enforcer, refused at render, naming what it needs.
+for arm in true false; do
+  "$helm" template gpuguard "$root/charts/gpuguard" --namespace gpuguard-system --kube-version "$kube_version" \
+    --set webhook.outage=node-enforcer --set webhook.armAfterReady=$arm > "$work/outage-node-enforcer-$arm.yaml"
+done
+if "$helm" template gpuguard "$root/charts/gpuguard" --namespace gpuguard-system --kube-version "$kube_version" \
+    --set webhook.outage=node-enforcer --set nodeEnforcer.enabled=false > "$work/outage.out" 2>&1; then
+  echo "helm template: webhook.outage=node-enforcer without the node enforcer rendered"; exit 1
+fi
+grep -q "webhook.outage=node-enforcer .* it needs nodeEnforcer.enabled=true" "$work/outage.out" \
+  || { cat "$work/outage.out"; echo "webhook.outage=node-enforcer without the node enforcer: the refusal does not say why"; exit 1; }
 for values in "$root"/charts/gpuguard/ci/*-values.yaml; do
   render "$(basename "$values" -values.yaml)" "$values"
 done
@@ -118,6 +130,12 @@ armed = load(f"{work}/armed.yaml")
 check_webhook(armed, ns, excluded, ca=secret_pem(armed, "gpuguard-ca", "tls.crt"))
 check_backstop(armed, ns)
 check_arming(armed, ns, armed=True)
+for arm in ("true", "false"):
+    outage = load(f"{work}/outage-node-enforcer-{arm}.yaml")
+    assert one(outage, "MutatingWebhookConfiguration")["webhooks"][0]["failurePolicy"] == "Ignore"
+    assert one(outage, "ValidatingAdmissionPolicyBinding", "gpuguard-visible-devices")["spec"]["validationActions"] == ["Warn", "Audit"]
+    assert not find(outage, "Job", "gpuguard-arm"), "webhook.outage=node-enforcer: nothing to arm"
+    assert find(outage, "DaemonSet", "gpuguard-node-enforcer")
 # Only the flags an admin set reach the plugin: by default none of those a config file also sets.
 args = check_device_plugin(docs)
 check_own_node_writes(docs)
@@ -276,7 +294,7 @@ for case in "policy.mode=enforcing /policy/mode" "policy.privilegd=deny /policy"
     "webhook.resources.limts.memory=1Gi /webhook/resources" "nodeEnforcer.nodeSelector.gpu=1 /nodeEnforcer/nodeSelector/gpu" \
     "monitoring.prometheusRule.labels.release=1 /monitoring/prometheusRule/labels/release" \
     "gpuInfrastructure[0]=gpu-operator/sa /gpuInfrastructure/0" "webhook.replicas=three /webhook/replicas" \
-    "fullnameOverride=Bad_Name /fullnameOverride"; do
+    "fullnameOverride=Bad_Name /fullnameOverride" "webhook.outage=admit /webhook/outage"; do
   bad="${case%% *}" where="${case#* }"
   if "$helm" lint --strict "$root/charts/gpuguard" --set "$bad" > "$work/bad.lint" 2>&1; then
     echo "helm lint --set $bad passed: values.schema.json should refuse it"; exit 1

@@ -88,7 +88,7 @@ true
 and either arming after readiness is off or the live configuration is armed already (lookup, so that
 `helm upgrade` keeps it armed; `helm template` has no cluster and renders it unarmed). */}}
 {{- define "gpuguard.webhookArmed" -}}
-{{- if eq .Values.webhook.failurePolicy "Fail" -}}
+{{- if and (eq .Values.webhook.failurePolicy "Fail") (include "gpuguard.outageRefuses" .) -}}
 {{- if not .Values.webhook.armAfterReady -}}
 true
 {{- else -}}
@@ -102,9 +102,20 @@ true
 {{- end -}}
 {{- end -}}
 
+{{/* "true" where an outage refuses pods (webhook.outage refuse); node-enforcer leaves them to the node enforcer,
+which the chart must then install. */}}
+{{- define "gpuguard.outageRefuses" -}}
+{{- if eq .Values.webhook.outage "refuse" -}}
+true
+{{- else if not .Values.nodeEnforcer.enabled -}}
+{{- fail "webhook.outage=node-enforcer admits unpatched pods while the webhook is down and leaves them to the node enforcer: it needs nodeEnforcer.enabled=true" -}}
+{{- end -}}
+{{- end -}}
+
 {{/* "true" when the backstop binding should be rendered denying now, as for the webhook configuration. */}}
 {{- define "gpuguard.backstopArmed" -}}
-{{- if not .Values.webhook.armAfterReady -}}
+{{- if not (include "gpuguard.outageRefuses" .) -}}
+{{- else if not .Values.webhook.armAfterReady -}}
 true
 {{- else -}}
 {{- $live := lookup "admissionregistration.k8s.io/v1" "ValidatingAdmissionPolicyBinding" "" (printf "%s-visible-devices" (include "gpuguard.fullname" .)) -}}
@@ -117,7 +128,7 @@ true
 {{/* "true" when the post-install hook must arm something: the webhook configuration, or the backstop. */}}
 {{- define "gpuguard.armingNeeded" -}}
 {{- if .Values.webhook.armAfterReady -}}
-{{- if or (and (eq .Values.webhook.failurePolicy "Fail") (not (include "gpuguard.webhookArmed" .))) (and .Values.backstop.enabled (not (include "gpuguard.backstopArmed" .))) -}}
+{{- if and (include "gpuguard.outageRefuses" .) (or (and (eq .Values.webhook.failurePolicy "Fail") (not (include "gpuguard.webhookArmed" .))) (and .Values.backstop.enabled (not (include "gpuguard.backstopArmed" .)))) -}}
 true
 {{- end -}}
 {{- end -}}
