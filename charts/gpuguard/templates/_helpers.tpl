@@ -103,9 +103,10 @@ true
 {{- end -}}
 
 {{/* "true" where an outage refuses pods (webhook.outage refuse); node-enforcer leaves them to the node enforcer,
-which the chart must then install. */}}
+which the chart must then install. Anything but node-enforcer refuses: an upgrade with --reuse-values from a
+chart without the key has it unset, and keeps refusing. */}}
 {{- define "gpuguard.outageRefuses" -}}
-{{- if eq .Values.webhook.outage "refuse" -}}
+{{- if ne (.Values.webhook.outage | default "refuse") "node-enforcer" -}}
 true
 {{- else if not .Values.nodeEnforcer.enabled -}}
 {{- fail "webhook.outage=node-enforcer admits unpatched pods while the webhook is down and leaves them to the node enforcer: it needs nodeEnforcer.enabled=true" -}}
