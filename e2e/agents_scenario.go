@@ -94,6 +94,23 @@ func nodeAgents(t *T, e *Env) {
 			t.Errorf("%s restarted %d times", agent.name, pod.Status.ContainerStatuses[0].RestartCount)
 		}
 	}
+	// A mount point that is not a plain path: runc follows the image's links before "..", where the
+	// enforcer cannot, so no mask can be placed for it; refused at its creation, saying why.
+	defer n.deletePods(t, "dotdot-agent")
+	dotdot := agentShape{name: "dotdot-agent", hostDir: "/", mountPath: "/var/run/../h", readOnly: true}.pod()
+	if why := n.failedCreate(t, dotdot); !strings.Contains(why, "not masked: its mount point is not a plain path") {
+		t.Errorf("the host's / at /var/run/../h: %q; want gpuguard's refusal saying the mount point is not a plain path", why)
+	}
+	// Every agent's masks were checked at its start against its mounts, and held.
+	n.waitForEnforcer(t, "checking the masks at each start", func(page string) error {
+		if got := series(page, `gpuguard_node_enforcer_mask_checks_total{result="masked"}`); got < float64(len(agents)-1) {
+			return fmt.Errorf("%v masks checked and held at a start; want at least %d (the privileged agent is not checked)", got, len(agents)-1)
+		}
+		if got := series(page, `gpuguard_node_enforcer_mask_checks_total{result="unmasked"}`) + series(page, `gpuguard_node_enforcer_mask_checks_total{result="unknown"}`); got != 0 {
+			return fmt.Errorf("%v mask checks failed or could not read the mounts", got)
+		}
+		return nil
+	})
 	n.waitForEnforcer(t, "counting the masks", func(page string) error {
 		if after := series(page, masks); after < before+float64(len(agents)*len(agentMPSRoots)) {
 			return fmt.Errorf("%s went from %v to %v; want %d more", masks, before, after, len(agents)*len(agentMPSRoots))

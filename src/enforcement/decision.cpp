@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <filesystem>
 
 #include "gpuguard/k8s/host_path.hpp"
 
@@ -581,6 +582,11 @@ bool masked(const ContainerView& container, std::string_view at) {
 // Why an MPS root that a bind mount shows cannot be hidden by a mask over it; empty when it can.
 std::string unmaskable(const Mount& mount, bool bound, const std::string& root, const NodeView& node) {
   if (!bound) return "the mount's source is a link, and runc binds where it leads";
+  if (mount.destination != k8s::lexical_path(mount.destination)) {
+    // runc follows the container's own links before a "..", where the enforcer cannot: the mask would be
+    // written somewhere else than the mount.
+    return "its mount point is not a plain path (., .., // or a trailing /)";
+  }
   if (!node.mps_roots_maskable.contains(root)) {
     return root + " is not a directory on the host, or is reached through a link";
   }
@@ -936,6 +942,87 @@ ContainerView with_env_set(ContainerView container, const std::map<std::string, 
     selection.entries = std::max<std::size_t>(selection.entries, 1);
   }
   return container;
+}
+
+namespace {
+
+// One line of a mountinfo (proc(5)): the fields the check reads, paths unescaped.
+struct MountLine {
+  std::string device, root, point, type;
+  bool read_only = false;
+};
+
+// mountinfo writes space, tab, newline and backslash in paths as \ooo.
+std::string unescaped(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == '\\' && i + 3 < text.size() && std::isdigit(static_cast<unsigned char>(text[i + 1])) &&
+        std::isdigit(static_cast<unsigned char>(text[i + 2])) &&
+        std::isdigit(static_cast<unsigned char>(text[i + 3]))) {
+      out.push_back(static_cast<char>((text[i + 1] - '0') * 64 + (text[i + 2] - '0') * 8 + (text[i + 3] - '0')));
+      i += 3;
+    } else {
+      out.push_back(text[i]);
+    }
+  }
+  return out;
+}
+
+std::optional<MountLine> mount_line(std::string_view line) {
+  std::vector<std::string_view> fields;
+  while (!line.empty()) {
+    const std::size_t space = line.find(' ');
+    fields.push_back(line.substr(0, space));
+    if (space == std::string_view::npos) break;
+    line.remove_prefix(space + 1);
+  }
+  const auto separator = std::find(fields.begin(), fields.end(), "-");
+  if (fields.size() < 7 || separator == fields.end() || separator + 1 == fields.end() ||
+      separator - fields.begin() < 6) {
+    return std::nullopt;
+  }
+  MountLine mount{std::string(fields[2]), unescaped(fields[3]), unescaped(fields[4]), std::string(*(separator + 1))};
+  mount.read_only = fields[5] == "ro" || fields[5].starts_with("ro,");
+  return mount;
+}
+
+}  // namespace
+
+std::vector<std::string> unmasked_roots(std::string_view mountinfo, const std::vector<NodeView::RootPlace>& places) {
+  std::vector<MountLine> mounts;
+  while (!mountinfo.empty()) {
+    const std::size_t end = mountinfo.find('\n');
+    if (auto mount = mount_line(mountinfo.substr(0, end))) mounts.push_back(std::move(*mount));
+    if (end == std::string_view::npos) break;
+    mountinfo.remove_prefix(end + 1);
+  }
+  // Where a read-only tmpfs is mounted, and the last line it is on (a mask hides what was mounted before it).
+  std::map<std::string, std::size_t, std::less<>> masks;
+  for (std::size_t i = 0; i < mounts.size(); ++i) {
+    if (mounts[i].type == "tmpfs" && mounts[i].read_only) masks[k8s::lexical_path(mounts[i].point)] = i;
+  }
+  std::vector<std::string> unmasked;
+  for (std::size_t i = 0; i < mounts.size(); ++i) {
+    for (const NodeView::RootPlace& place : places) {
+      const MountLine& mount = mounts[i];
+      if (mount.device != place.device || !k8s::is_or_under(place.path, k8s::lexical_path(mount.root))) continue;
+      const std::string root = k8s::lexical_path(mount.root);
+      const std::string at = k8s::lexical_path(mount.point + "/" + place.path.substr(root == "/" ? 0 : root.size()));
+      // A mask there, or above it (the device plugin's root under gpuguard's, masked with it), mounted after.
+      bool hidden = false;
+      for (std::string above = at; !hidden; above = std::filesystem::path(above).parent_path().string()) {
+        const auto mask = masks.find(above);
+        hidden = mask != masks.end() && mask->second > i;
+        if (above == "/") break;
+      }
+      std::string line = cut(at, 256) + " (" + place.root + ")";
+      if (hidden || std::find(unmasked.begin(), unmasked.end(), line) != unmasked.end()) continue;
+      unmasked.push_back(std::move(line));
+      if (unmasked.size() == kBeyondKept) return unmasked;
+    }
+  }
+  return unmasked;
 }
 
 ContainerView with_masks(ContainerView container, const std::set<std::string>& masks) {

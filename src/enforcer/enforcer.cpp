@@ -503,6 +503,71 @@ std::optional<std::string> Enforcer::validate(std::string_view request) {
   return reason;
 }
 
+namespace {
+// Whether a container as NRI sends it carries a mask (a read-only tmpfs): only the enforcer writes one.
+bool carries_mask(std::string_view container) {
+  bool mask = false;
+  nri::for_each_field(container, nri::field::kContainerMounts, [&](std::string_view bytes) {
+    if (nri::string_field(bytes, nri::field::kMountType) != "tmpfs") return;
+    nri::for_each_field(bytes, nri::field::kMountOptions,
+                        [&](std::string_view option) { mask = mask || option == "ro"; });
+  });
+  return mask;
+}
+}  // namespace
+
+// A container with masks, made and not yet started: where runc mounted them is checked against where its
+// mounts show each MPS root (enforcement::unmasked_roots), since runc resolves both through the container's
+// own links and mounts. A privileged container is not held to it, as to nothing else.
+std::optional<std::string> Enforcer::start_container(std::string_view request) {
+  Impl& impl = *impl_;
+  const std::shared_ptr<const policy::Policy> policy = impl.effective_policy();
+  const std::string_view container = nri::string_field(request, nri::field::kCreateContainer);
+  if (policy->node_enforcement == policy::NodeEnforcement::off || !carries_mask(container)) return std::nullopt;
+  const std::string_view pod = nri::string_field(request, nri::field::kCreatePod);
+  const std::string who = who_of(nri::pod_identity(pod), nri::string_field(container, nri::field::kContainerName));
+  const std::shared_ptr<const NodeView> node = impl.node.current();
+  std::string problem;
+  std::vector<std::string> unmasked;
+  try {
+    const std::optional<ContainerView> view =
+        nri::view_of(pod, container, *node, exemption_label_keys(*policy), impl.resolver());
+    if (view && view->all_devices_allowed) return std::nullopt;
+    const auto pid = static_cast<std::uint32_t>(nri::varint_field(container, nri::field::kContainerPid).value_or(0));
+    if (pid == 0) {
+      problem = "the runtime did not say its process";
+    } else if (const std::optional<std::string> mounts = impl.node.mountinfo(pid, problem)) {
+      unmasked = enforcement::unmasked_roots(*mounts, node->mps_root_places);
+    }
+  } catch (const std::exception& e) {
+    problem = std::string("the enforcer's own error: ") + e.what();
+  }
+  impl.metrics.count_mask_check(!problem.empty() ? "unknown" : unmasked.empty() ? "masked" : "unmasked");
+  if (problem.empty() && unmasked.empty()) return std::nullopt;
+  std::string reason = "gpuguard: container " + who + " ";
+  if (!problem.empty()) {
+    reason += "has masks over MPS roots whose place cannot be checked: " + problem;
+    if (policy->node_enforcement_unknown == policy::NodeEnforcementUnknown::allow) {
+      log::warn("masks not checked, and the container started (nodeEnforcementUnknown: allow)",
+                {{"container", who}, {"reason", reason}});
+      return std::nullopt;
+    }
+  } else {
+    reason += "would show every shared GPU's MPS server: its mounts show an MPS root where no mask landed (";
+    for (std::size_t i = 0; i < unmasked.size(); ++i) reason.append(i == 0 ? "" : ", ").append(unmasked[i]);
+    reason +=
+        "); runc resolved the mask through the container's own links or mounts elsewhere than the mount. "
+        "Mount the host's directory at a path without links in the image";
+  }
+  if (policy->node_enforcement == policy::NodeEnforcement::audit) {
+    log::info("container would not start (nodeEnforcement: audit)", {{"container", who}, {"reason", reason}});
+    return std::nullopt;
+  }
+  log::info("container start refused", {{"container", who}, {"reason", reason}});
+  reason.resize(std::min(reason.size(), kMessageMax));
+  return reason;
+}
+
 void Enforcer::run_pod_sandbox(std::string_view pod) {
   const nri::PodFacts facts = nri::pod_facts(pod, {});
   if (facts.oversized) return;  // no pod of such a name is listed: its containers are judged as they come

@@ -24,6 +24,10 @@ constexpr metrics::Family kMasks{
     "gpuguard_node_enforcer_mps_masks_total", "counter",
     "MPS roots hidden under an empty read-only tmpfs in containers that mount a directory above them (the "
     "host's / or /run), instead of refusing them."};
+constexpr metrics::Family kMaskChecks{
+    "gpuguard_node_enforcer_mask_checks_total", "counter",
+    "Containers with masks checked at their start against where their mounts show each MPS root: masked, "
+    "unmasked (the start refused), or unknown (their mounts could not be read)."};
 constexpr metrics::Family kRegistered{"gpuguard_node_enforcer_registered", "gauge",
                                       "1 while the enforcer is registered with the container runtime over NRI."};
 constexpr metrics::Family kNriServed{
@@ -88,6 +92,10 @@ std::string EnforcerMetrics::render(const nri::PluginStats& connection, std::str
   metrics::header(out, kCreateDuration);
   durations_.render(out, kCreateDuration, "");
   metrics::single(out, kMasks, masks_.load(std::memory_order_relaxed));
+  metrics::header(out, kMaskChecks);
+  metrics::sample(out, kMaskChecks, "result=\"masked\"", checks_masked_.load(std::memory_order_relaxed));
+  metrics::sample(out, kMaskChecks, "result=\"unmasked\"", checks_unmasked_.load(std::memory_order_relaxed));
+  metrics::sample(out, kMaskChecks, "result=\"unknown\"", checks_unknown_.load(std::memory_order_relaxed));
   metrics::single(out, kRegistered, connection.registered ? "1" : "0");
   metrics::single(out, kNriServed, connection.nri_served ? "1" : "0");
   metrics::header(out, kConnections);

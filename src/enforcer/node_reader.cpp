@@ -1,7 +1,10 @@
 // What the node enforcer knows of its node (node_reader.hpp).
 #include "node_reader.hpp"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -86,6 +89,49 @@ Toolkit toolkit_of(const nodereport::Facts& facts) {
   toolkit.swarm_over = toolkit.swarm_variables.size() > kSwarmMax;
   if (toolkit.swarm_over) toolkit.swarm_variables.resize(kSwarmMax);
   return toolkit;
+}
+
+// A mountinfo, at most enforcement::kMountinfoMax bytes (procfs says no size: read until the end).
+std::optional<std::string> read_mountinfo(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  std::string text;
+  char buffer[16384];
+  ssize_t n = 0;
+  while ((n = ::read(fd, buffer, sizeof buffer)) > 0 && text.size() <= enforcement::kMountinfoMax) {
+    text.append(buffer, static_cast<std::size_t>(n));
+  }
+  ::close(fd);
+  if (n < 0 || text.size() > enforcement::kMountinfoMax) return std::nullopt;
+  return text;
+}
+
+// The path of `local` (a path in this process's view) inside its filesystem: the deepest mount of this
+// process's that holds it, on `device`, its root joined with the rest. Empty where none is found.
+std::string path_in_filesystem(std::string_view own, const std::string& device, const std::string& local) {
+  std::string best_point, best_root;
+  while (!own.empty()) {
+    const std::size_t end = own.find('\n');
+    const std::string_view line = own.substr(0, end);
+    std::vector<std::string_view> fields;
+    for (std::string_view rest = line; !rest.empty();) {
+      const std::size_t space = rest.find(' ');
+      fields.push_back(rest.substr(0, space));
+      if (space == std::string_view::npos) break;
+      rest.remove_prefix(space + 1);
+    }
+    if (fields.size() > 4 && fields[2] == device) {
+      const std::string point = k8s::lexical_path(fields[4]);
+      if (k8s::is_or_under(local, point) && point.size() >= best_point.size()) {
+        best_point = point;
+        best_root = std::string(fields[3]);
+      }
+    }
+    if (end == std::string_view::npos) break;
+    own.remove_prefix(end + 1);
+  }
+  if (best_point.empty()) return {};
+  return k8s::lexical_path(best_root + "/" + local.substr(best_point == "/" ? 0 : best_point.size()));
 }
 
 constexpr const char* kInAProcess =
@@ -304,20 +350,42 @@ void NodeReader::read_specs(NodeView& node) const {
 }
 
 // An MPS root is masked where it is a directory on the host, reached without a link: runc mounts the mask
-// at the same path below a container's bind mount, following links there inside the container's root.
+// at the same path below a container's bind mount, following links there inside the container's root. Its
+// place (the filesystem it is on, and its path there) is what a container's mountinfo is checked against at
+// its start; a root whose place cannot be read is not masked.
 void NodeReader::read_mps_roots(NodeView& node, Watched& watched) const {
   node.mps_roots_maskable.clear();
+  node.mps_root_places.clear();
+  const std::optional<std::string> own = read_mountinfo("/proc/self/mountinfo");
   for (const std::string& configured : node.mps_roots) {
     const std::string root = enforcement::host_path(configured);
     const files::Followed followed = files::follow_in_root(host_root_, root);
     const auto local = files::in_root(host_root_, root);
     struct stat status {};
-    if (followed.links.empty() && !followed.loops && !followed.over_budget && followed.path == root && local &&
-        ::lstat(local->c_str(), &status) == 0 && S_ISDIR(status.st_mode)) {
-      node.mps_roots_maskable.insert(root);
+    if (!followed.links.empty() || followed.loops || followed.over_budget || followed.path != root || !local ||
+        ::lstat(local->c_str(), &status) != 0 || !S_ISDIR(status.st_mode)) {
+      continue;
     }
+    const std::string device = std::to_string(major(status.st_dev)) + ":" + std::to_string(minor(status.st_dev));
+    std::string path = own ? path_in_filesystem(*own, device, local->string()) : std::string();
+    if (path.empty()) {
+      log::warn("an MPS root's place cannot be read: containers that mount a directory above it are refused",
+                {{"root", root}});
+      continue;
+    }
+    node.mps_roots_maskable.insert(root);
+    node.mps_root_places.push_back({root, device, std::move(path)});
   }
   watched.mps = stamps(node.mps_roots);
+}
+
+std::optional<std::string> NodeReader::mountinfo(std::uint32_t pid, std::string& why) {
+  const std::string path = (host_root_ / "proc" / std::to_string(pid) / "mountinfo").string();
+  std::optional<std::string> text = read_mountinfo(path);
+  if (!text)
+    why = "its mounts (" + path + ") cannot be read, or are over " + std::to_string(enforcement::kMountinfoMax >> 10) +
+          " KiB";
+  return text;
 }
 
 HostPathResolution NodeReader::resolve(std::string_view host_path, std::size_t& steps_left) {

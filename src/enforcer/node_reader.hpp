@@ -31,6 +31,7 @@ class NodeReader final : public NodeState {
   std::shared_ptr<const NodeView> current() override;
   void refresh() override;
   HostPathResolution resolve(std::string_view host_path, std::size_t& steps_left) override;
+  std::optional<std::string> mountinfo(std::uint32_t pid, std::string& why) override;
 
  private:
   // A file's identity and stamp, or that it is not there.

@@ -193,7 +193,7 @@ std::optional<Mount> mount_of(std::string_view bytes, ContainerView& view) {
   bool bind = type == "bind", read_only = false, shared = false;
   for_each_field(bytes, field::kMountOptions, [&](std::string_view option) {
     bind = bind || option == "bind" || option == "rbind";
-    read_only = read_only || option == "ro";
+    if (option == "ro" || option == "rw") read_only = option == "ro";  // the last one says
     shared = shared || option == "rshared" || option == "shared";
   });
   // Whether it binds, is read-only (a mask, is_mask) and propagates to the host is all the decision reads

@@ -410,6 +410,13 @@ std::string Plugin::Impl::answer(const RequestEnvelope& request, Session& state,
     if (result.response) return response_with_payload(*result.response);
     return response_with_payload(api::CreateContainerResponse());
   }
+  if (method == "StartContainer") {
+    // StartContainerResponse has no fields: an empty message, as Empty's.
+    if (const auto refusal = handler.start_container(request.payload)) {
+      return response_with_status(kPermissionDenied, *refusal);
+    }
+    return response_with_payload(api::Empty());
+  }
   if (method == "ValidateContainerAdjustment") {
     api::ValidateContainerAdjustmentResponse response;
     if (const auto reason = handler.validate(request.payload)) {

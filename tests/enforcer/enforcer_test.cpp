@@ -124,9 +124,24 @@ class FakeNode final : public enforcer::NodeState {
     steps_left -= std::min(steps_left, cost);
     return {};
   }
+  std::optional<std::string> mountinfo(std::uint32_t pid, std::string& why) override {
+    const auto found = mounts.find(pid);
+    if (found == mounts.end()) {
+      why = "no such process";
+      return std::nullopt;
+    }
+    return found->second;
+  }
+  void set_places(std::vector<enforcement::NodeView::RootPlace> places) {
+    auto node = std::make_shared<enforcement::NodeView>(*node_);
+    for (const auto& place : places) node->mps_roots_maskable.insert(place.root);
+    node->mps_root_places = std::move(places);
+    node_ = node;
+  }
   int refreshes = 0;
   std::size_t cost = 0;
   std::vector<std::size_t> budgets;
+  std::map<std::uint32_t, std::string> mounts;  // each process's mountinfo
 
  private:
   std::shared_ptr<const enforcement::NodeView> node_;
@@ -462,4 +477,77 @@ TEST_CASE("enforcer core: every reason a decision gives is a series of its own o
     INFO(series);
     CHECK_THAT(page, Catch::Contains(series));
   }
+}
+
+// A container whose mask runc mounted where its bind mount shows the MPS root starts; one whose mask runc
+// resolved elsewhere (through the image's links, or a mount after the bind mount's) is refused at its start;
+// one whose mounts cannot be read, too, under nodeEnforcementUnknown: refuse; a privileged one and one
+// without masks are let start unread.
+TEST_CASE("enforcer core: a container's masks are checked at its start against where its mounts show each MPS root") {
+  Fixture f;
+  f.node.set_places({{"/run/gpuguard", "0:26", "/gpuguard"}});
+  // The host's /run (tmpfs 0:26) comes in below the host's / at /host/root/run.
+  const std::string bind =
+      "100 90 8:1 / /host/root rw,relatime master:1 - ext4 /dev/sda1 rw\n"
+      "101 100 0:26 / /host/root/run rw,nosuid master:2 - tmpfs tmpfs rw\n";
+  f.node.mounts[41] = bind + "102 101 0:70 / /host/root/run/gpuguard ro,nosuid - tmpfs tmpfs ro,size=4k\n";
+  // The mask landed in the image's own directories, not below the mount.
+  f.node.mounts[42] = bind + "102 90 0:70 / /var/h/run/gpuguard ro,nosuid - tmpfs tmpfs ro,size=4k\n";
+  // A mask mounted before the mount it should cover hides nothing.
+  f.node.mounts[43] = "99 90 0:70 / /host/root/run/gpuguard ro - tmpfs tmpfs ro\n" + bind;
+  // A root below a masked root is hidden with it (the device plugin's /run/gpuguard/mps under /run/gpuguard).
+  f.node.mounts[46] = bind + "102 101 0:70 / /host/root/run/gpuguard ro,nosuid - tmpfs tmpfs ro,size=4k\n";
+  // Spaces in mountinfo are \040: the check reads the paths unescaped.
+  f.node.mounts[44] =
+      "100 90 0:26 / /host\\040root/run rw - tmpfs tmpfs rw\n"
+      "102 100 0:70 / /host\\040root/run/gpuguard ro - tmpfs tmpfs ro\n";
+  auto enforcer = f.make();
+  const auto start = [&](std::uint32_t pid, bool mask, bool privileged = false) {
+    api::Container c = container("agent", "ctr-" + std::to_string(pid), {});
+    auto* root = c.add_mounts();
+    root->set_destination("/host/root");
+    root->set_source("/");
+    root->set_type("bind");
+    root->add_options("rbind");
+    if (mask) {
+      auto* m = c.add_mounts();
+      m->set_destination("/host/root/run/gpuguard");
+      m->set_source("tmpfs");
+      m->set_type("tmpfs");
+      for (const auto option : enforcement::kMaskOptions) m->add_options(std::string(option));
+    }
+    if (privileged) {
+      auto* rule = c.mutable_linux()->mutable_resources()->add_devices();
+      rule->set_allow(true);
+      rule->set_access("rwm");
+    }
+    c.set_pid(pid);
+    return enforcer->start_container(create_request(pod("agent"), c));
+  };
+  CHECK_FALSE(start(41, true));
+  const auto diverted = start(42, true);
+  REQUIRE(diverted);
+  CHECK_THAT(*diverted, Catch::Contains("would show every shared GPU's MPS server"));
+  CHECK_THAT(*diverted, Catch::Contains("/host/root/run/gpuguard (/run/gpuguard)"));
+  CHECK(start(43, true));
+  CHECK_FALSE(start(44, true));
+  f.node.set_places({{"/run/gpuguard", "0:26", "/gpuguard"}, {"/run/gpuguard/mps", "0:26", "/gpuguard/mps"}});
+  CHECK_FALSE(start(46, true));
+  f.node.set_places({{"/run/gpuguard", "0:26", "/gpuguard"}});
+  const auto unread = start(45, true);
+  REQUIRE(unread);
+  CHECK_THAT(*unread, Catch::Contains("whose place cannot be checked: no such process"));
+  CHECK_FALSE(start(42, true, true));  // privileged: not held to it
+  CHECK_FALSE(start(42, false));       // no mask: nothing to check (the create judged the mount)
+  const std::string page = f.metrics.render({}, "enforce");
+  CHECK_THAT(page, Catch::Contains("gpuguard_node_enforcer_mask_checks_total{result=\"masked\"} 3"));
+  CHECK_THAT(page, Catch::Contains("gpuguard_node_enforcer_mask_checks_total{result=\"unmasked\"} 2"));
+  CHECK_THAT(page, Catch::Contains("gpuguard_node_enforcer_mask_checks_total{result=\"unknown\"} 1"));
+  // Under audit, reported and started.
+  f.policy = std::make_shared<policy::Policy>([] {
+    policy::Policy p;
+    p.node_enforcement = policy::NodeEnforcement::audit;
+    return p;
+  }());
+  CHECK_FALSE(start(42, true));
 }

@@ -93,6 +93,9 @@ TEST_CASE("nri field numbers: every number the enforcer reads by is upstream's, 
       {"Container", "annotations", field::kContainerAnnotations},
       {"Container", "env", field::kContainerEnv},
       {"Container", "mounts", field::kContainerMounts},
+      {"Container", "pid", field::kContainerPid},
+      {"StartContainerRequest", "pod", field::kCreatePod},
+      {"StartContainerRequest", "container", field::kCreateContainer},
       {"Container", "linux", field::kContainerLinux},
       {"Container", "CDI_devices", field::kContainerCdiDevices},
       {"Mount", "destination", field::kMountDestination},
@@ -146,6 +149,7 @@ TEST_CASE(
   CHECK(events->FindValueByName("REMOVE_POD_SANDBOX")->number() == gpuguard::nri::kRemovePodSandboxEvent);
   CHECK(events->FindValueByName("CREATE_CONTAINER")->number() == gpuguard::nri::kCreateContainerEvent);
   CHECK(events->FindValueByName("REMOVE_CONTAINER")->number() == gpuguard::nri::kRemoveContainerEvent);
+  CHECK(events->FindValueByName("START_CONTAINER")->number() == gpuguard::nri::kStartContainerEvent);
   CHECK(events->FindValueByName("VALIDATE_CONTAINER_ADJUSTMENT")->number() ==
         gpuguard::nri::kValidateContainerAdjustmentEvent);
 
@@ -154,8 +158,9 @@ TEST_CASE(
   CHECK(runtime->FindMethodByName("RegisterPlugin") != nullptr);
   const auto* plugin = upstream().FindServiceByName("nri.pkg.api.v1alpha1.Plugin");
   REQUIRE(plugin != nullptr);
-  for (const char* method : {"Configure", "Synchronize", "CreateContainer", "ValidateContainerAdjustment",
-                             "RemoveContainer", "RunPodSandbox", "RemovePodSandbox", "StateChange", "Shutdown"}) {
+  for (const char* method :
+       {"Configure", "Synchronize", "CreateContainer", "ValidateContainerAdjustment", "StartContainer",
+        "RemoveContainer", "RunPodSandbox", "RemovePodSandbox", "StateChange", "Shutdown"}) {
     INFO(method);
     CHECK(plugin->FindMethodByName(method) != nullptr);
   }

@@ -189,6 +189,12 @@ struct NodeView {
   // runc would have to make it (through a read-only bind it cannot), or would follow the link inside the
   // container's own root.
   std::set<std::string> mps_roots_maskable;
+  // Where each maskable root is, as the kernel names it in a mountinfo: its filesystem's device
+  // ("major:minor") and its path inside that filesystem. A root whose place cannot be read is not maskable.
+  struct RootPlace {
+    std::string root, device, path;
+  };
+  std::vector<RootPlace> mps_root_places;
   // Where the specs above were read from: the runtime's CDI directories and the toolkit's spec-dirs.
   std::vector<std::string> cdi_spec_dirs = {"/etc/cdi", "/var/run/cdi"};
 };
@@ -272,6 +278,14 @@ inline constexpr std::string_view kMaskOptions[] = {"ro", "nosuid", "nodev", "no
 // or one appended; a later entry copied over the change, so the last stays what it was): containerd's and
 // CRI-O's generator, on the view.
 ContainerView with_env_set(ContainerView container, const std::map<std::string, std::string>& set_env);
+
+// What runc made of the masks, checked at the container's start: every place where the container's mounts
+// (its /proc/<pid>/mountinfo, read after runc made them) show an MPS root without a read-only tmpfs mounted
+// over it later, each "<where it shows> (<root>)". A mask is written at a path in the container that runc
+// resolves through the container's own links and mounts; this is what makes where it landed certain.
+// `mountinfo` is at most kMountinfoMax bytes; over that, the caller cannot judge.
+inline constexpr std::size_t kMountinfoMax = std::size_t{1} << 20;
+std::vector<std::string> unmasked_roots(std::string_view mountinfo, const std::vector<NodeView::RootPlace>& places);
 
 // The container after the runtime mounts the masks (Decision::masks) as the enforcer writes them.
 ContainerView with_masks(ContainerView container, const std::set<std::string>& masks);

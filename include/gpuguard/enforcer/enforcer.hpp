@@ -65,6 +65,7 @@ class Enforcer final : public nri::Handler {
   void synchronize(std::string_view request, bool last) override;
   nri::CreateResult create_container(std::string_view request) override;
   std::optional<std::string> validate(std::string_view request) override;
+  std::optional<std::string> start_container(std::string_view request) override;
   void remove_container(std::string_view pod, std::string_view container) override;
   void run_pod_sandbox(std::string_view pod) override;
   void remove_pod_sandbox(std::string_view pod) override;

@@ -22,6 +22,13 @@ class EnforcerMetrics final : public metrics::ReloadMetrics {
   void count_kubelet_error() { kubelet_errors_.fetch_add(1, std::memory_order_relaxed); }
   // MPS roots masked in containers created (Decision::masks).
   void count_masks(std::size_t masks) { masks_.fetch_add(masks, std::memory_order_relaxed); }
+  // A started container's masks checked: "masked", "unmasked" (the start refused) or "unknown".
+  void count_mask_check(std::string_view result) {
+    (result == "masked"     ? checks_masked_
+     : result == "unmasked" ? checks_unmasked_
+                            : checks_unknown_)
+        .fetch_add(1, std::memory_order_relaxed);
+  }
   void count_validation(bool rejected) {
     (rejected ? validations_rejected_ : validations_accepted_).fetch_add(1, std::memory_order_relaxed);
   }
@@ -46,6 +53,7 @@ class EnforcerMetrics final : public metrics::ReloadMetrics {
   metrics::DurationHistogram durations_;
   std::atomic<std::uint64_t> kubelet_errors_{0};
   std::atomic<std::uint64_t> masks_{0};
+  std::atomic<std::uint64_t> checks_masked_{0}, checks_unmasked_{0}, checks_unknown_{0};
   std::atomic<std::uint64_t> validations_accepted_{0}, validations_rejected_{0};
   std::atomic<std::size_t> node_gpus_{0};
   std::atomic<bool> gpus_known_{false};

@@ -62,6 +62,9 @@ class NodeState {
   // Where a host path leads, as runc binds it, with at most `steps_left` lookups (taken from it): one
   // container's mounts share one budget, so what a container's host paths cost the enforcer is bounded.
   virtual HostPathResolution resolve(std::string_view host_path, std::size_t& steps_left) = 0;
+  // A host process's mounts (/proc/<pid>/mountinfo), at most enforcement::kMountinfoMax bytes; nullopt, with
+  // `why`, where they cannot be read.
+  virtual std::optional<std::string> mountinfo(std::uint32_t pid, std::string& why) = 0;
 };
 
 }  // namespace gpuguard::enforcer

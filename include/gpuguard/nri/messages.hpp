@@ -20,14 +20,15 @@ std::optional<RequestEnvelope> read_request(std::string_view bytes);
 // descriptors NRI's and ttrpc's Go modules were generated from (tests/nri/field_numbers_test.cpp).
 namespace field {
 inline constexpr std::uint32_t kRequestService = 1, kRequestMethod = 2, kRequestPayload = 3;  // ttrpc's Request
-inline constexpr std::uint32_t kCreatePod = 1, kCreateContainer = 2;  // Create/RemoveContainerRequest
+inline constexpr std::uint32_t kCreatePod = 1, kCreateContainer = 2;  // Create/Start/RemoveContainerRequest
 inline constexpr std::uint32_t kValidatePod = 1, kValidateContainer = 2, kValidateAdjust = 3;
 inline constexpr std::uint32_t kSyncPods = 1, kSyncContainers = 2, kSyncMore = 3;    // SynchronizeRequest
 inline constexpr std::uint32_t kStateEvent = 1, kStatePod = 2, kStateContainer = 3;  // StateChangeEvent
 inline constexpr std::uint32_t kPodId = 1, kPodName = 2, kPodUid = 3, kPodNamespace = 4, kPodLabels = 5,
                                kPodAnnotations = 6, kPodRuntimeHandler = 7;
 inline constexpr std::uint32_t kContainerId = 1, kContainerSandboxId = 2, kContainerName = 3, kContainerAnnotations = 6,
-                               kContainerEnv = 8, kContainerMounts = 9, kContainerLinux = 11, kContainerCdiDevices = 20;
+                               kContainerEnv = 8, kContainerMounts = 9, kContainerLinux = 11, kContainerPid = 12,
+                               kContainerCdiDevices = 20;
 inline constexpr std::uint32_t kMountDestination = 1, kMountType = 2, kMountSource = 3, kMountOptions = 4;
 inline constexpr std::uint32_t kLinuxDevices = 2, kLinuxResources = 3;  // LinuxContainer
 inline constexpr std::uint32_t kResourcesDevices = 7;                   // LinuxResources

@@ -29,6 +29,7 @@ namespace api = ::nri::pkg::api::v1alpha1;
 inline constexpr std::int32_t kRunPodSandboxEvent = 1;
 inline constexpr std::int32_t kRemovePodSandboxEvent = 3;
 inline constexpr std::int32_t kCreateContainerEvent = 4;
+inline constexpr std::int32_t kStartContainerEvent = 6;
 inline constexpr std::int32_t kRemoveContainerEvent = 11;
 // NRI v0.10.0 and later (containerd 2.2, CRI-O 1.34): every plugin's adjustment of a container, merged,
 // shown to the validators before the container is made. A validator that fails to answer fails the create.
@@ -60,6 +61,9 @@ class Handler {
   // A ValidateContainerAdjustmentRequest: nullopt accepts the container as every plugin left it; a
   // reason rejects it, and the create fails with it.
   virtual std::optional<std::string> validate(std::string_view request) = 0;
+  // A StartContainerRequest, the container made (runc's mounts done) and not yet started: nullopt lets it
+  // start; a reason fails the start with it.
+  virtual std::optional<std::string> start_container(std::string_view /*request*/) { return std::nullopt; }
   // A container removed: its PodSandbox and Container.
   virtual void remove_container(std::string_view pod, std::string_view container) = 0;
   // A sandbox made or removed (its PodSandbox); answered at once, whatever the handler does.
@@ -73,7 +77,8 @@ struct PluginOptions {
   std::string index = "50";  // plugins run in ascending index: after those that add devices
   // Events subscribed to (event_bit of each).
   std::int32_t events = event_bit(kRunPodSandboxEvent) | event_bit(kRemovePodSandboxEvent) |
-                        event_bit(kCreateContainerEvent) | event_bit(kRemoveContainerEvent);
+                        event_bit(kCreateContainerEvent) | event_bit(kStartContainerEvent) |
+                        event_bit(kRemoveContainerEvent);
   // Also validate every container's merged adjustment where the runtime can (NRI v0.10.0 and later: the
   // runtime's NRI version, or containerd 2.2 and CRI-O 1.34 by name, where an NRI before v0.11 does not say
   // its version). A runtime that refuses the subscription all the same is asked again without it.
