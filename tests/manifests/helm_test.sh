@@ -53,6 +53,19 @@ if "$helm" template gpuguard "$root/charts/gpuguard" --namespace gpuguard-system
 fi
 grep -q "webhook.outage=node-enforcer .* it needs nodeEnforcer.enabled=true" "$work/outage.out" \
   || { cat "$work/outage.out"; echo "webhook.outage=node-enforcer without the node enforcer: the refusal does not say why"; exit 1; }
+# helm upgrade --reuse-values takes the values of the chart a release was first installed with, its defaults
+# included (tests/fixtures/chart-upgrade/values.yaml: the chart's before the built-in lists): this chart's
+# templates must render with them, nothing missing, and carry this chart's built-in lists, not that one's.
+cp -r "$root/charts/gpuguard" "$work/chart-reuse"
+cp "$root/tests/fixtures/chart-upgrade/values.yaml" "$work/chart-reuse/values.yaml"
+"$helm" template gpuguard "$work/chart-reuse" --namespace gpuguard-system --kube-version "$kube_version" \
+  > "$work/reuse.yaml" 2> "$work/reuse.err" \
+  || { cat "$work/reuse.err"; echo "helm template with the earlier chart's values (as --reuse-values) failed"; exit 1; }
+# The built-in lists, left out: an explicit false only.
+"$helm" template gpuguard "$root/charts/gpuguard" --namespace gpuguard-system --kube-version "$kube_version" \
+  --set builtInGpuInfrastructure=false --set webhook.builtInExcludedNamespaces=false \
+  --set 'webhook.excludedNamespaces={kube-system,dcgm}' --set 'gpuInfrastructure={dcgm/dcgm-exporter:app=dcgm-exporter}' \
+  > "$work/no-built-ins.yaml"
 for values in "$root"/charts/gpuguard/ci/*-values.yaml; do
   render "$(basename "$values" -values.yaml)" "$values"
 done
@@ -130,6 +143,19 @@ armed = load(f"{work}/armed.yaml")
 check_webhook(armed, ns, excluded, ca=secret_pem(armed, "gpuguard-ca", "tls.crt"))
 check_backstop(armed, ns)
 check_arming(armed, ns, armed=True)
+# An upgrade that reuses an earlier chart's values: this chart's built-in lists whole, that chart's entries
+# kept as additions, and still refusing during an outage (webhook.outage unset there).
+reused = load(f"{work}/reuse.yaml")
+built_in = enforcer_exemptions(docs)
+assert set(built_in) <= set(enforcer_exemptions(reused)), set(built_in) - set(enforcer_exemptions(reused))
+assert "nvidia-device-plugin/*:app.kubernetes.io/name=nvidia-device-plugin" in enforcer_exemptions(reused)
+check_webhook(reused, ns, excluded, ca=secret_pem(reused, "gpuguard-ca", "tls.crt"), failure_policy="Ignore")
+check_arming(reused, ns, armed=False)
+# Without the built-ins: only what was listed, and the release's own namespace.
+bare = load(f"{work}/no-built-ins.yaml")
+selector = one(bare, "MutatingWebhookConfiguration")["webhooks"][0]["namespaceSelector"]["matchExpressions"][0]["values"]
+assert selector == ["kube-system", "dcgm", "gpuguard-system"], selector
+assert [e for e in enforcer_exemptions(bare) if not e.startswith("gpuguard-system/")] == ["dcgm/dcgm-exporter:app=dcgm-exporter"], enforcer_exemptions(bare)
 for arm in ("true", "false"):
     outage = load(f"{work}/outage-node-enforcer-{arm}.yaml")
     assert one(outage, "MutatingWebhookConfiguration")["webhooks"][0]["failurePolicy"] == "Ignore"

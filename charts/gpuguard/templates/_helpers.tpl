@@ -31,25 +31,81 @@ app.kubernetes.io/name: {{ include "gpuguard.fullname" .root }}-{{ .component }}
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
 {{- end -}}
 
-{{/* gpuInfrastructure, comma-separated for the node enforcer's --exempt-service-accounts; fails on an entry
-whose namespace the webhook looks at, since exempt pods must live in admin-only namespaces. */}}
+{{/* The built-in lists (docs/operations.md#upgrades). They live here, not in values.yaml: an upgrade with
+--reuse-values keeps the values of the chart the release was first installed with, its defaults included,
+and would keep that chart's lists; these are always this chart's. The values hold the admin's additions,
+and a switch each (only an explicit false; unset is true) to leave the built-ins out. */}}
+{{- define "gpuguard.builtInExcludedNamespaces" -}}
+{{- list "kube-system" "kube-node-lease" "gpu-operator" "nvidia-device-plugin" | toJson -}}
+{{- end -}}
+
+{{/* NVIDIA's own GPU infrastructure: the GPU Operator's operands in gpu-operator (v26.7 names), NVIDIA's device
+plugin as its static manifest runs it (kube-system, the default account) and as its Helm chart does
+(namespace nvidia-device-plugin, under any release name: the chart names its account after the release,
+its pods' label after itself). */}}
+{{- define "gpuguard.builtInGpuInfrastructure" -}}
+{{- list
+  "gpu-operator/nvidia-device-plugin:app=nvidia-device-plugin-daemonset"
+  "gpu-operator/nvidia-device-plugin:app=nvidia-device-plugin-mps-control-daemon"
+  "gpu-operator/nvidia-gpu-feature-discovery:app=gpu-feature-discovery"
+  "gpu-operator/nvidia-dcgm-exporter:app=nvidia-dcgm-exporter"
+  "gpu-operator/nvidia-dcgm:app=nvidia-dcgm"
+  "gpu-operator/nvidia-mig-manager:app=nvidia-mig-manager"
+  "gpu-operator/nvidia-operator-validator:app=nvidia-operator-validator"
+  "gpu-operator/nvidia-driver:app=nvidia-driver-daemonset"
+  "gpu-operator/nvidia-container-toolkit:app=nvidia-container-toolkit-daemonset"
+  "gpu-operator/nvidia-node-status-exporter:app=nvidia-node-status-exporter"
+  "kube-system/default:name=nvidia-device-plugin-ds"
+  "nvidia-device-plugin/*:app.kubernetes.io/name=nvidia-device-plugin"
+  | toJson -}}
+{{- end -}}
+
+{{/* The namespaces neither the webhook nor the backstop look at, as JSON: the built-in ones (unless
+webhook.builtInExcludedNamespaces is false), webhook.excludedNamespaces, and the release's own. */}}
+{{- define "gpuguard.excludedNamespaces" -}}
+{{- $builtIn := list -}}
+{{- if ne (toString .Values.webhook.builtInExcludedNamespaces) "false" -}}
+{{- $builtIn = include "gpuguard.builtInExcludedNamespaces" . | fromJsonArray -}}
+{{- end -}}
+{{- concat $builtIn (.Values.webhook.excludedNamespaces | default list) (list .Release.Namespace) | uniq | toJson -}}
+{{- end -}}
+
+{{/* The GPU infrastructure, comma-separated for the node enforcer's --exempt-service-accounts: the built-in
+entries whose namespace is excluded (unless builtInGpuInfrastructure is false; one whose namespace an admin
+took out of the excluded ones goes with it), then gpuInfrastructure, whose every entry must be in an
+excluded namespace (fails otherwise), since exempt pods must live in admin-only namespaces. */}}
 {{- define "gpuguard.gpuInfrastructure" -}}
-{{- $excluded := concat .Values.webhook.excludedNamespaces (list .Release.Namespace) -}}
-{{- range .Values.gpuInfrastructure -}}
+{{- $excluded := include "gpuguard.excludedNamespaces" . | fromJsonArray -}}
+{{- $entries := list -}}
+{{- if ne (toString .Values.builtInGpuInfrastructure) "false" -}}
+{{- range include "gpuguard.builtInGpuInfrastructure" . | fromJsonArray -}}
+{{- if has (splitList "/" . | first) $excluded -}}
+{{- $entries = append $entries . -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- range .Values.gpuInfrastructure | default list -}}
 {{- $namespace := splitList "/" . | first -}}
 {{- if not (has $namespace $excluded) -}}
 {{- fail (printf "gpuInfrastructure: %s is in namespace %s, which webhook.excludedNamespaces does not list: exempt pods must live in namespaces only admins create pods in" . $namespace) -}}
 {{- end -}}
+{{- $entries = append $entries . -}}
 {{- end -}}
-{{- join "," .Values.gpuInfrastructure -}}
+{{- join "," ($entries | uniq) -}}
 {{- end -}}
 
-{{/* The namespaces neither the webhook nor the backstop look at: the configured ones and the release's. */}}
+{{/* hostRoot.recursiveReadOnly, IfPossible where a release's values lack it (--reuse-values from a chart
+without the key). */}}
+{{- define "gpuguard.recursiveReadOnly" -}}
+{{- (.Values.hostRoot | default dict).recursiveReadOnly | default "IfPossible" -}}
+{{- end -}}
+
+{{/* The namespaces neither the webhook nor the backstop look at. */}}
 {{- define "gpuguard.namespaceSelector" -}}
 matchExpressions:
   - key: kubernetes.io/metadata.name
     operator: NotIn
-    values: {{ concat .Values.webhook.excludedNamespaces (list .Release.Namespace) | uniq | toJson }}
+    values: {{ include "gpuguard.excludedNamespaces" . }}
 {{- end -}}
 
 {{/* Both programs that serve HTTPS run as the image's non-root user, with nothing writable. */}}
