@@ -143,6 +143,12 @@ armed = load(f"{work}/armed.yaml")
 check_webhook(armed, ns, excluded, ca=secret_pem(armed, "gpuguard-ca", "tls.crt"))
 check_backstop(armed, ns)
 check_arming(armed, ns, armed=True)
+# The chart's changes, as Artifact Hub reads them: a list of kinds it knows, each with a description.
+import yaml
+chart = yaml.safe_load(open(os.path.join(root, "charts/gpuguard/Chart.yaml")))
+changes = yaml.safe_load(chart["annotations"]["artifacthub.io/changes"])
+assert changes and all(c["kind"] in ("added", "changed", "deprecated", "removed", "fixed", "security") and c["description"]
+                       for c in changes), changes
 # An upgrade that reuses an earlier chart's values: this chart's built-in lists whole, that chart's entries
 # kept as additions, and still refusing during an outage (webhook.outage unset there).
 reused = load(f"{work}/reuse.yaml")
