@@ -580,8 +580,13 @@ bool masked(const ContainerView& container, std::string_view at) {
 }
 
 // Why an MPS root that a bind mount shows cannot be hidden by a mask over it; empty when it can.
-std::string unmaskable(const Mount& mount, bool bound, const std::string& root, const NodeView& node) {
+std::string unmaskable(const ContainerView& container, const Mount& mount, bool bound, const std::string& root,
+                       const NodeView& node) {
   if (!bound) return "the mount's source is a link, and runc binds where it leads";
+  if (!container.start_refusal_honoured) {
+    return "the runtime (CRI-O) starts a container whose start the enforcer refuses, so where runc puts a mask, "
+           "through the image's own links, cannot be held to";
+  }
   if (mount.destination != k8s::lexical_path(mount.destination)) {
     // runc follows the container's own links before a "..", where the enforcer cannot: the mask would be
     // written somewhere else than the mount.
@@ -616,7 +621,7 @@ void mps_door(const ContainerView& container, const Mount& mount, std::string_vi
       if (below_another) continue;
       const std::string reach =
           std::string(door).append(" reaches every shared GPU's MPS server (").append(root).append(" lies under it)");
-      if (const std::string why_not = unmaskable(mount, bound, root, scope.node()); !why_not.empty()) {
+      if (const std::string why_not = unmaskable(container, mount, bound, root, scope.node()); !why_not.empty()) {
         findings.add(std::string(reach).append("; not masked: ").append(why_not), held);
         continue;
       }
@@ -952,8 +957,9 @@ struct MountLine {
   bool read_only = false;
 };
 
-// mountinfo writes space, tab, newline and backslash in paths as \ooo.
-std::string unescaped(std::string_view text) {
+}  // namespace
+
+std::string mountinfo_path(std::string_view text) {
   std::string out;
   out.reserve(text.size());
   for (std::size_t i = 0; i < text.size(); ++i) {
@@ -969,6 +975,8 @@ std::string unescaped(std::string_view text) {
   return out;
 }
 
+namespace {
+
 std::optional<MountLine> mount_line(std::string_view line) {
   std::vector<std::string_view> fields;
   while (!line.empty()) {
@@ -982,7 +990,8 @@ std::optional<MountLine> mount_line(std::string_view line) {
       separator - fields.begin() < 6) {
     return std::nullopt;
   }
-  MountLine mount{std::string(fields[2]), unescaped(fields[3]), unescaped(fields[4]), std::string(*(separator + 1))};
+  MountLine mount{std::string(fields[2]), mountinfo_path(fields[3]), mountinfo_path(fields[4]),
+                  std::string(*(separator + 1))};
   mount.read_only = fields[5] == "ro" || fields[5].starts_with("ro,");
   return mount;
 }

@@ -231,6 +231,7 @@ struct Enforcer::Impl {
     if (policy.names_service_accounts_in(view.pod_namespace)) {
       view.service_account = accounts.of(view.pod_namespace, view.pod_name, view.pod_uid);
     }
+    view.start_refusal_honoured = !crio;
     // Over the size NRI can show at a registration: decided on its size alone, the kubelet not asked.
     if (view.nri_bytes > enforcement::kNriContainerBytesMax) return decide(view, Allocation{}, node_view, policy);
     const Allocation allocation = allocation_of(view, sandbox_id, container_id, policy, node_view, listed, validating);
@@ -530,14 +531,24 @@ std::optional<std::string> Enforcer::start_container(std::string_view request) {
   std::string problem;
   std::vector<std::string> unmasked;
   try {
-    const std::optional<ContainerView> view =
+    std::optional<ContainerView> view =
         nri::view_of(pod, container, *node, exemption_label_keys(*policy), impl.resolver());
     if (view && view->all_devices_allowed) return std::nullopt;
+    if (view && policy->names_service_accounts_in(view->pod_namespace)) {
+      view->service_account = impl.accounts.of(view->pod_namespace, view->pod_name, view->pod_uid);
+    }
+    if (view && policy->is_node_enforcement_exempt(view->pod_namespace, view->service_account, &view->pod_labels)) {
+      return std::nullopt;  // its mounts were never masked by the enforcer, nor held against it
+    }
     const auto pid = static_cast<std::uint32_t>(nri::varint_field(container, nri::field::kContainerPid).value_or(0));
     if (pid == 0) {
       problem = "the runtime did not say its process";
     } else if (const std::optional<std::string> mounts = impl.node.mountinfo(pid, problem)) {
-      unmasked = enforcement::unmasked_roots(*mounts, node->mps_root_places);
+      if (mounts->find(" - tmpfs ") == std::string::npos) {
+        problem = "its process's mounts show no mask at all (a runtime that runs the container elsewhere, in a VM?)";
+      } else {
+        unmasked = enforcement::unmasked_roots(*mounts, node->mps_root_places);
+      }
     }
   } catch (const std::exception& e) {
     problem = std::string("the enforcer's own error: ") + e.what();

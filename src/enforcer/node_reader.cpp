@@ -8,6 +8,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <array>
 #include <charconv>
 #include <set>
 
@@ -121,10 +122,10 @@ std::string path_in_filesystem(std::string_view own, const std::string& device, 
       rest.remove_prefix(space + 1);
     }
     if (fields.size() > 4 && fields[2] == device) {
-      const std::string point = k8s::lexical_path(fields[4]);
+      const std::string point = k8s::lexical_path(enforcement::mountinfo_path(fields[4]));
       if (k8s::is_or_under(local, point) && point.size() >= best_point.size()) {
         best_point = point;
-        best_root = std::string(fields[3]);
+        best_root = enforcement::mountinfo_path(fields[3]);
       }
     }
     if (end == std::string_view::npos) break;
@@ -379,13 +380,64 @@ void NodeReader::read_mps_roots(NodeView& node, Watched& watched) const {
   watched.mps = stamps(node.mps_roots);
 }
 
+// The lines of a process's mountinfo the check reads (enforcement::unmasked_roots): those on an MPS root's
+// filesystem, and tmpfs mounts. Read as a stream, whatever the whole (an agent that binds the host's / holds
+// the host's every mount): what is kept is at most kMountinfoMax bytes, and the reading stops at 250 ms.
 std::optional<std::string> NodeReader::mountinfo(std::uint32_t pid, std::string& why) {
   const std::string path = (host_root_ / "proc" / std::to_string(pid) / "mountinfo").string();
-  std::optional<std::string> text = read_mountinfo(path);
-  if (!text)
-    why = "its mounts (" + path + ") cannot be read, or are over " + std::to_string(enforcement::kMountinfoMax >> 10) +
-          " KiB";
-  return text;
+  std::set<std::string, std::less<>> devices;
+  for (const auto& place : node_.load()->mps_root_places) devices.insert(" " + place.device + " ");
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    why = "its mounts (" + path + ") cannot be read";
+    return std::nullopt;
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(250);
+  std::string kept, line;
+  std::array<char, 65536> buffer{};
+  const auto keep = [&](std::string_view text) {
+    // The third field is the device: " major:minor " after the two IDs.
+    const std::size_t second = text.find(' ', text.find(' ') + 1);
+    const std::size_t third = second == std::string_view::npos ? second : text.find(' ', second + 1);
+    const bool on_root = third != std::string_view::npos && devices.contains(text.substr(second, third - second + 1));
+    if (third == std::string_view::npos) return;
+    // A mask is a read-only tmpfs: the sixth field, its mount's options, is ro or starts with "ro,".
+    const std::size_t fourth = text.find(' ', third + 1);
+    const std::size_t fifth = fourth == std::string_view::npos ? fourth : text.find(' ', fourth + 1);
+    const std::string_view options = fifth == std::string_view::npos ? std::string_view() : text.substr(fifth + 1, 3);
+    const bool read_only_tmpfs =
+        (options == "ro," || options == "ro ") && text.find(" - tmpfs ") != std::string_view::npos;
+    if (on_root || read_only_tmpfs) kept.append(text).push_back('\n');
+  };
+  ssize_t n = 1;
+  while (n > 0 && kept.size() <= enforcement::kMountinfoMax && line.size() <= 4 * enforcement::kPathMax + 1024 &&
+         std::chrono::steady_clock::now() < deadline) {
+    n = ::read(fd, buffer.data(), buffer.size());
+    std::string_view chunk(buffer.data(), n > 0 ? static_cast<std::size_t>(n) : 0);
+    for (std::size_t end = chunk.find('\n'); end != std::string_view::npos; end = chunk.find('\n')) {
+      line.append(chunk.substr(0, end));
+      keep(line);
+      line.clear();
+      chunk.remove_prefix(end + 1);
+    }
+    line.append(chunk);
+  }
+  ::close(fd);
+  if (n == 0 && kept.size() <= enforcement::kMountinfoMax) {
+    if (!line.empty()) keep(line);
+    return kept;
+  }
+  if (n < 0) {
+    why = "its mounts (" + path + ") cannot be read";
+  } else if (kept.size() > enforcement::kMountinfoMax) {
+    why =
+        "its mounts on an MPS root's filesystem are over " + std::to_string(enforcement::kMountinfoMax >> 10) + " KiB";
+  } else if (line.size() > 4 * enforcement::kPathMax + 1024) {
+    why = "a line of its mounts is longer than any the kernel writes";
+  } else {
+    why = "its mounts take longer than 250 ms to read";
+  }
+  return std::nullopt;
 }
 
 HostPathResolution NodeReader::resolve(std::string_view host_path, std::size_t& steps_left) {

@@ -126,6 +126,9 @@ struct ContainerView {
   std::optional<std::string> allocated_annotation;
   bool allocated_annotation_on_pod = false;  // the pod carries the key too (the pod author's, on containerd)
   bool crio_annotations = false;             // CRI-O's copy of the container's own annotations is there
+  // The runtime fails a start the enforcer refuses (containerd): where a mask landed can be held to
+  // (unmasked_roots). CRI-O logs such a refusal and starts the container: no mask is written there.
+  bool start_refusal_honoured = true;
   // The device cgroup lets the container create and open any device (a privileged container, or one as
   // good as): it can mknod any GPU's node, so nothing at creation confines it.
   bool all_devices_allowed = false;
@@ -283,8 +286,11 @@ ContainerView with_env_set(ContainerView container, const std::map<std::string, 
 // (its /proc/<pid>/mountinfo, read after runc made them) show an MPS root without a read-only tmpfs mounted
 // over it later, each "<where it shows> (<root>)". A mask is written at a path in the container that runc
 // resolves through the container's own links and mounts; this is what makes where it landed certain.
-// `mountinfo` is at most kMountinfoMax bytes; over that, the caller cannot judge.
-inline constexpr std::size_t kMountinfoMax = std::size_t{1} << 20;
+// `mountinfo` is at most kMountinfoMax bytes of the lines that matter (those on a root's filesystem, and
+// read-only tmpfs mounts; the caller keeps only those); over that, the caller cannot judge.
+inline constexpr std::size_t kMountinfoMax = std::size_t{4} << 20;
+// A path as a mountinfo writes it (space, tab, newline and backslash as \ooo), unescaped.
+std::string mountinfo_path(std::string_view text);
 std::vector<std::string> unmasked_roots(std::string_view mountinfo, const std::vector<NodeView::RootPlace>& places);
 
 // The container after the runtime mounts the masks (Decision::masks) as the enforcer writes them.
