@@ -150,8 +150,42 @@ func (e *Env) Close() {
 		processes[i].stop()
 	}
 	if !e.keep {
+		// What the runtime left mounted under the working directory (CRI-O's storage) would keep its mount
+		// points from being removed, and leave them behind once the run's mount namespace is gone.
+		if err := unmountUnder(e.work + "/"); err != nil {
+			fmt.Fprintf(os.Stderr, "gpuguard-e2e: %v\n", err)
+		}
 		os.RemoveAll(e.work)
 	}
+}
+
+// unmountUnder detaches every mount of this process's mount namespace under one of the directories (each
+// ending in "/"), deepest first, so that nothing is left mounted on what is unmounted.
+func unmountUnder(dirs ...string) error {
+	mountinfo, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return fmt.Errorf("reading the mounts: %w", err)
+	}
+	var points []string
+	for _, line := range strings.Split(string(mountinfo), "\n") {
+		fields := strings.Fields(line)
+		if len(fields) < 5 {
+			continue
+		}
+		for _, under := range dirs {
+			if strings.HasPrefix(fields[4], under) {
+				points = append(points, fields[4])
+			}
+		}
+	}
+	slices.SortFunc(points, func(a, b string) int { return strings.Count(b, "/") - strings.Count(a, "/") })
+	var failed []error
+	for _, point := range points {
+		if err := syscall.Unmount(point, syscall.MNT_DETACH); err != nil && err != syscall.EINVAL && err != syscall.ENOENT {
+			failed = append(failed, fmt.Errorf("unmounting %s: %w", point, err))
+		}
+	}
+	return errors.Join(failed...)
 }
 
 func (e *Env) path(parts ...string) string {

@@ -563,28 +563,7 @@ func killContainers(t *T, e *Env) int {
 // network namespaces, and the kubelet's tmpfs volumes), containerd's state in /run, the network
 // namespaces' files, which takes their interfaces with them, and the pods' cgroups.
 func forgetRuntimeState(t *T) {
-	mountinfo, err := os.ReadFile("/proc/self/mountinfo")
-	t.must(err, "reading the mounts")
-	var points []string
-	for _, line := range strings.Split(string(mountinfo), "\n") {
-		fields := strings.Fields(line)
-		if len(fields) < 5 {
-			continue
-		}
-		point := fields[4]
-		for _, under := range []string{"/run/containerd/", "/run/netns/", "/var/lib/kubelet/pods/"} {
-			if strings.HasPrefix(point, under) {
-				points = append(points, point)
-			}
-		}
-	}
-	// Deepest first, so that nothing is left mounted on what is unmounted.
-	sort.Slice(points, func(i, j int) bool { return strings.Count(points[i], "/") > strings.Count(points[j], "/") })
-	for _, point := range points {
-		if err := syscall.Unmount(point, syscall.MNT_DETACH); err != nil && err != syscall.EINVAL && err != syscall.ENOENT {
-			t.Errorf("unmounting %s: %v", point, err)
-		}
-	}
+	t.must(unmountUnder("/run/containerd/", "/run/netns/", "/var/lib/kubelet/pods/"), "unmounting the pods' mounts")
 	for _, dir := range []string{"/run/containerd", "/run/netns"} {
 		t.must(os.RemoveAll(dir), "removing "+dir)
 	}
