@@ -990,10 +990,8 @@ std::optional<MountLine> mount_line(std::string_view line) {
       separator - fields.begin() < 6) {
     return std::nullopt;
   }
-  MountLine mount{std::string(fields[2]), mountinfo_path(fields[3]), mountinfo_path(fields[4]),
-                  std::string(*(separator + 1))};
-  mount.read_only = fields[5] == "ro" || fields[5].starts_with("ro,");
-  return mount;
+  return MountLine{std::string(fields[2]), mountinfo_path(fields[3]), mountinfo_path(fields[4]),
+                   std::string(*(separator + 1)), fields[5] == "ro" || fields[5].starts_with("ro,")};
 }
 
 }  // namespace

@@ -134,7 +134,7 @@ TEST_CASE("enforcer: a mask is a removal of its destination, then an empty read-
   CHECK(std::vector<std::string>(mask.options().begin(), mask.options().end()) ==
         std::vector<std::string>{"ro", "nosuid", "nodev", "noexec", "size=4k", "mode=0555"});
   enforcement::Mount read{
-      mask.destination(), mask.type(), mask.source(), {mask.options().begin(), mask.options().end()}};
+      mask.destination(), mask.type(), mask.source(), {mask.options().begin(), mask.options().end()}, {}, {}};
   CHECK(enforcement::is_mask(read));
   read.options.erase(read.options.begin());
   CHECK_FALSE(enforcement::is_mask(read));  // a writable tmpfs is not what the enforcer writes
