@@ -737,17 +737,10 @@ func nodeRollout(t *T, e *Env) {
 	}), "waiting for the rollout")
 	creates.stop(t, "the rollout restart")
 
-	scale := func(replicas int32) {
-		s, err := deployments.GetScale(t.ctx, webhookDeploy, metav1.GetOptions{})
-		t.must(err, "reading the webhook's scale")
-		s.Spec.Replicas = replicas
-		_, err = deployments.UpdateScale(t.ctx, webhookDeploy, s, metav1.UpdateOptions{})
-		t.must(err, "scaling the webhook")
-	}
 	d, err := deployments.Get(t.ctx, webhookDeploy, metav1.GetOptions{})
 	t.must(err, "reading the webhook Deployment")
 	original := *d.Spec.Replicas
-	scale(0)
+	n.scaleWebhook(t, 0)
 	t.must(eventually(t.ctx, 2*time.Minute, func() error {
 		_, err := n.cluster.client.CoreV1().Pods(nodeNamespace).Create(t.ctx, cudaPod("no-webhook"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		if err == nil {
@@ -755,8 +748,18 @@ func nodeRollout(t *T, e *Env) {
 		}
 		return nil
 	}), "waiting for creates to be refused with no replica (failurePolicy Fail)")
-	scale(original)
+	n.scaleWebhook(t, original)
 	n.waitUntilPatching(t)
+}
+
+// scaleWebhook sets the webhook Deployment's replicas through its scale subresource.
+func (n *Node) scaleWebhook(t *T, replicas int32) {
+	deployments := n.cluster.client.AppsV1().Deployments(gpuguardNamespace)
+	s, err := deployments.GetScale(t.ctx, webhookDeploy, metav1.GetOptions{})
+	t.must(err, "reading the webhook's scale")
+	s.Spec.Replicas = replicas
+	_, err = deployments.UpdateScale(t.ctx, webhookDeploy, s, metav1.UpdateOptions{})
+	t.must(err, "scaling the webhook")
 }
 
 // creates are dry-run pod creates, every 50 ms until stopped, each of which must come back patched.

@@ -24,17 +24,10 @@ func nodeOutageNodeEnforcer(t *T, e *Env) {
 	d, err := deployments.Get(t.ctx, webhookDeploy, metav1.GetOptions{})
 	t.must(err, "reading the webhook Deployment")
 	replicas := *d.Spec.Replicas
-	scale := func(to int32) {
-		s, err := deployments.GetScale(t.ctx, webhookDeploy, metav1.GetOptions{})
-		t.must(err, "reading the webhook's scale")
-		s.Spec.Replicas = to
-		_, err = deployments.UpdateScale(t.ctx, webhookDeploy, s, metav1.UpdateOptions{})
-		t.must(err, "scaling the webhook")
-	}
 
 	n.helm(t, e, "upgrade", "--reuse-values", "--set", "webhook.outage=node-enforcer")
 	defer func() {
-		scale(replicas)
+		n.scaleWebhook(t, replicas)
 		n.helm(t, e, "upgrade", "--reuse-values", "--set", "webhook.outage=refuse")
 		// Back to refusing: the arm hook made the configuration Fail again once a replica answered.
 		if got := failurePolicy(); got != admissionregistrationv1.Fail {
@@ -45,7 +38,7 @@ func nodeOutageNodeEnforcer(t *T, e *Env) {
 	if got := failurePolicy(); got != admissionregistrationv1.Ignore {
 		t.Errorf("webhook.outage=node-enforcer: failurePolicy %s; want Ignore", got)
 	}
-	scale(0)
+	n.scaleWebhook(t, 0)
 	defer n.deletePods(t, "outage")
 	// Admitted as soon as no replica answers (endpoints follow replicas), and unpatched.
 	t.must(eventually(t.ctx, 2*time.Minute, func() error {
