@@ -638,6 +638,16 @@ void mps_door(const ContainerView& container, const Mount& mount, std::string_vi
   }
 }
 
+// The host paths a bind mount is judged at: as written, and where its links lead; and the one runc binds.
+std::set<std::string> host_sources(const Mount& mount) {
+  std::set<std::string> sources = {host_path(mount.source)};
+  if (!mount.resolved.empty()) sources.insert(host_path(mount.resolved));
+  return sources;
+}
+std::string bound_source(const Mount& mount) {
+  return host_path(mount.resolved.empty() ? mount.source : mount.resolved);
+}
+
 // Bind mounts of the host's device nodes, of /dev, of /dev/nvidia-caps or of an MPS directory, judged at
 // the host path runc binds: where the source's links lead, and where it says as written.
 void bind_mount_door(const ContainerView& container, const Scope& scope, Findings& findings) {
@@ -650,9 +660,8 @@ void bind_mount_door(const ContainerView& container, const Scope& scope, Finding
       findings.add(door + ": " + mount.doubt, Findings::Kind::unknown);
       continue;
     }
-    std::set<std::string> sources = {host_path(mount.source)};
-    if (!mount.resolved.empty()) sources.insert(host_path(mount.resolved));
-    const std::string bound = host_path(mount.resolved.empty() ? mount.source : mount.resolved);
+    const std::set<std::string> sources = host_sources(mount);
+    const std::string bound = bound_source(mount);
     for (const std::string& source : sources) {
       const std::string at = source == host_path(mount.source) ? door : door + " (a link to " + cut(source, 160) + ")";
       mps_door(container, mount, source, source == bound, scope, at, findings);
@@ -765,9 +774,8 @@ Decision privileged_decision(const ContainerView& container, const Scope& scope,
     if (!is_bind(mount) || !mount.doubt.empty()) continue;
     const std::string door =
         "the host's " + cut(k8s::lexical_path(mount.source), 160) + " mounted at " + cut(mount.destination, 96);
-    std::set<std::string> sources = {host_path(mount.source)};
-    if (!mount.resolved.empty()) sources.insert(host_path(mount.resolved));
-    const std::string bound = host_path(mount.resolved.empty() ? mount.source : mount.resolved);
+    const std::set<std::string> sources = host_sources(mount);
+    const std::string bound = bound_source(mount);
     for (const std::string& source : sources)
       mps_door(container, mount, source, source == bound, scope, door, findings);
   }
