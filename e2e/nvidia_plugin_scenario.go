@@ -94,6 +94,14 @@ type nvidiaPluginLayout struct {
 	labels                   map[string]string
 	helm                     bool   // as the Helm chart renders it, else as the static manifest is
 	config                   string // a ConfigMap whose config.yaml the plugin reads (CONFIG_FILE)
+	resource                 string // what it serves the GPUs as; empty: nvidia.com/gpu
+}
+
+func (l nvidiaPluginLayout) served() string {
+	if l.resource == "" {
+		return gpuResource
+	}
+	return l.resource
 }
 
 // The static manifest (deployments/static/nvidia-device-plugin.yml): kube-system, the default account,
@@ -153,8 +161,8 @@ func (l nvidiaPluginLayout) daemonSet() *appsv1.DaemonSet {
 			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: l.labels}, Spec: spec}}}
 }
 
-// runNvidiaPlugin creates the DaemonSet and waits until its pod runs and the node offers gpus of
-// nvidia.com/gpu; it returns the pod.
+// runNvidiaPlugin creates the DaemonSet and waits until its pod runs and the node offers gpus of the
+// resource it serves; it returns the pod.
 func (n *Node) runNvidiaPlugin(t *T, l nvidiaPluginLayout, gpus int64) *corev1.Pod {
 	_, err := n.cluster.client.AppsV1().DaemonSets(l.namespace).Create(t.ctx, l.daemonSet(), metav1.CreateOptions{})
 	t.must(err, "creating NVIDIA's device plugin DaemonSet "+l.namespace+"/"+l.name)
@@ -179,19 +187,22 @@ func (n *Node) runNvidiaPlugin(t *T, l nvidiaPluginLayout, gpus int64) *corev1.P
 		if running == nil {
 			return fmt.Errorf("no pod of NVIDIA's plugin runs")
 		}
-		return n.offers(t, gpus)
-	}), "waiting for NVIDIA's device plugin ("+l.namespace+") to serve "+strconv.FormatInt(gpus, 10)+" of "+gpuResource)
+		return n.offersOf(t, l.served(), gpus)
+	}), "waiting for NVIDIA's device plugin ("+l.namespace+") to serve "+strconv.FormatInt(gpus, 10)+" of "+l.served())
 	return running
 }
 
 // offers says why the node does not offer exactly gpus of nvidia.com/gpu, or nil.
-func (n *Node) offers(t *T, gpus int64) error {
+func (n *Node) offers(t *T, gpus int64) error { return n.offersOf(t, gpuResource, gpus) }
+
+// offersOf says why the node does not offer exactly count of resource, or nil.
+func (n *Node) offersOf(t *T, resource string, count int64) error {
 	node, err := n.cluster.client.CoreV1().Nodes().Get(t.ctx, nodeName, metav1.GetOptions{})
 	if err != nil {
 		return err
 	}
-	if q := node.Status.Allocatable[gpuResource]; q.Value() != gpus {
-		return fmt.Errorf("the node offers %s of %s, want %d", q.String(), gpuResource, gpus)
+	if q := node.Status.Allocatable[corev1.ResourceName(resource)]; q.Value() != count {
+		return fmt.Errorf("the node offers %s of %s, want %d", q.String(), resource, count)
 	}
 	return nil
 }
@@ -257,7 +268,7 @@ func (n *Node) restartGpuguardPlugin(t *T) { n.restartGpuguardPods(t, "gpuguard-
 // GPU, IDs UUID::n in pod-resources, which the enforcer reads), three pods of one replica each see their
 // GPU alone. As its Helm chart runs it (its namespace, account and labels, the host's / at /driver-root
 // and the MPS root mounted) the same. Gone, and the kubelet restarted, gpuguard's plugin does not take
-// the GPUs back.
+// the GPUs back. Then the other order, under another name (nvidiaRenamedAfterGpuguard).
 func nodeNvidiaDevicePlugin(t *T, e *Env) {
 	n := e.gpuguardFor(t)
 	n.waitForEnforcerRegistered(t)
@@ -317,12 +328,60 @@ func nodeNvidiaDevicePlugin(t *T, e *Env) {
 	}
 	n.waitForMetric(t, `gpus="report-only"} 1`)
 	t.Logf("NVIDIA's plugin gone, the kubelet restarted: the node offers no %s, gpuguard's plugin still leaves them", gpuResource)
+
+	n.nvidiaRenamedAfterGpuguard(t, e)
+}
+
+// nvidiaRenamedAfterGpuguard: gpuguard's plugin serves the GPUs first; then NVIDIA's starts with renamed
+// time-slicing (renameByDefault: the same GPUs as nvidia.com/gpu.shared, UUID::n). gpuguard's plugin
+// withholds every GPU the kubelet offers there, so the node offers none of nvidia.com/gpu; pods given a
+// replica see their GPU alone. NVIDIA's plugin gone and the kubelet restarted, the GPUs stay withheld.
+func (n *Node) nvidiaRenamedAfterGpuguard(t *T, e *Env) {
+	n.gpuguardServesGPUsAgain(t)
+	const config, shared = "nvidia-device-plugin-renamed", "nvidia.com/gpu.shared"
+	_, err := n.cluster.client.CoreV1().ConfigMaps("kube-system").Create(t.ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: config},
+		Data: map[string]string{"config.yaml": "version: v1\nsharing:\n  timeSlicing:\n    renameByDefault: true\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 2\n"}},
+		metav1.CreateOptions{})
+	t.must(err, "creating the renamed time-slicing config")
+	defer func() {
+		if err := n.cluster.client.CoreV1().ConfigMaps("kube-system").Delete(t.ctx, config, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			t.Errorf("deleting the renamed time-slicing config: %v", err)
+		}
+	}()
+	renamed := nvidiaStatic
+	renamed.config, renamed.resource = config, shared
+	n.runNvidiaPlugin(t, renamed, 2*nodeGPUs)
+	defer n.removeNvidiaPlugin(t, renamed) // whichever step failed; gone already, it finds nothing
+	t.must(eventually(t.ctx, time.Minute, func() error { return n.offers(t, 0) }),
+		"gpuguard's plugin withholding the GPUs NVIDIA's serves as "+shared)
+	n.waitForMetric(t, "gpuguard_device_plugin_gpus_served_elsewhere "+strconv.Itoa(nodeGPUs))
+	n.expectNvidiaAllocationsOf(t, e, "time-sliced-renamed", shared, 3)
+	n.removeNvidiaPlugin(t, renamed)
+
+	offset := logSize(e, "kubelet")
+	n.kubelet.stop()
+	t.must(e.startKubelet(n), "starting the kubelet again")
+	waitForLog(t, e, "kubelet", offset, `resourceName="github.com/fuse"`, time.Minute)
+	for waited := 0; waited < 10; waited++ {
+		if err := n.offers(t, 0); err != nil {
+			t.Errorf("NVIDIA's renamed plugin gone and the kubelet restarted: %v; gpuguard's plugin served the GPUs again", err)
+			break
+		}
+		time.Sleep(time.Second)
+	}
+	t.Logf("gpuguard's plugin serving first, then NVIDIA's as %s: gpuguard's withholds both GPUs, also after NVIDIA's is gone and the kubelet restarted", shared)
 }
 
 // expectNvidiaAllocations runs count pods asking for one nvidia.com/gpu each, and one asking for none:
 // each GPU pod sees the GPU NVIDIA's plugin allocated it alone (its UUID, which NVIDIA's Allocate puts in
 // NVIDIA_VISIBLE_DEVICES, and that GPU's device node), the GPU-less pod none.
 func (n *Node) expectNvidiaAllocations(t *T, e *Env, what string, count int) {
+	n.expectNvidiaAllocationsOf(t, e, what, gpuResource, count)
+}
+
+// expectNvidiaAllocationsOf is expectNvidiaAllocations for the GPUs NVIDIA's plugin serves as resource; a
+// time-sliced step (what starts with "time-sliced") gives replicas, UUID::n.
+func (n *Node) expectNvidiaAllocationsOf(t *T, e *Env, what, resource string, count int) {
 	var names []string
 	for i := 0; i < count; i++ {
 		names = append(names, fmt.Sprintf("nvidia-%s-%d", what, i))
@@ -332,13 +391,13 @@ func (n *Node) expectNvidiaAllocations(t *T, e *Env, what string, count int) {
 	held := map[string]int{}
 	var allocated []string
 	for _, name := range names {
-		pod := n.runPod(t, cudaPod(name, withRequest(gpuResource, "1")))
+		pod := n.runPod(t, cudaPod(name, withRequest(resource, "1")))
 		uuid := ownGPU(t, what+": pod "+name+", allocated by NVIDIA's plugin", n.look(t, e, pod))
 		held[uuid]++
 		// The kubelet's record of the device it gave the pod: the GPU's UUID, or a replica of it
 		// (UUID::n), which is what the enforcer reads from pod-resources.
-		ids := checkpointDevices(t, gpuResource)[string(pod.UID)]
-		if len(ids) != 1 || strings.SplitN(ids[0], "::", 2)[0] != uuid || strings.Contains(ids[0], "::") != (what == "time-sliced") {
+		ids := checkpointDevices(t, resource)[string(pod.UID)]
+		if len(ids) != 1 || strings.SplitN(ids[0], "::", 2)[0] != uuid || strings.Contains(ids[0], "::") != strings.HasPrefix(what, "time-sliced") {
 			t.Errorf("%s: pod %s sees %s; the kubelet allocated it %v", what, name, uuid, ids)
 		}
 		allocated = append(allocated, ids...)

@@ -24,6 +24,7 @@ std::optional<std::string> apply_flags(const po::variables_map& flags, PluginCon
   const auto given = [&](const char* name) { return flags.count(name) != 0; };
   const auto text = [&](const char* name) { return flags[name].as<std::string>(); };
   if (given("device-plugin-dir")) c.plugin_dir = text("device-plugin-dir");
+  if (given("pod-resources-socket")) c.pod_resources_socket = text("pod-resources-socket");
   if (given("host-root")) c.host_root = text("host-root");
   if (given("discovery")) {
     const auto mode = parse_discovery_mode(text("discovery"));
@@ -129,6 +130,9 @@ void add_flags(po::options_description& description) {
                             "section; the flags given override it")(
       "device-plugin-dir", po::value<std::string>(),
       "the kubelet's device plugin directory (default /var/lib/kubelet/device-plugins/)")(
+      "pod-resources-socket", po::value<std::string>(),
+      "the kubelet's pod-resources API: a GPU the kubelet offers under another plugin's resource is withheld, and "
+      "every GPU until it has answered (default /var/lib/kubelet/pod-resources/kubelet.sock); empty: not asked")(
       "host-root", po::value<std::string>(), "where the host's /proc, /dev, /sys and /etc are (default /)")(
       "discovery", po::value<std::string>(),
       "auto (NVML when it loads, else procfs; the default), nvml, procfs, or none (serve host devices only)")(

@@ -22,6 +22,7 @@
 #include "gpuguard/deviceplugin/kubelet_session.hpp"
 #include "gpuguard/deviceplugin/mps.hpp"
 #include "gpuguard/deviceplugin/node_condition_writer.hpp"
+#include "gpuguard/deviceplugin/other_servers.hpp"
 #include "gpuguard/deviceplugin/plugin_server.hpp"
 #include "gpuguard/deviceplugin/status_page.hpp"
 #include "gpuguard/discovery/discovery.hpp"
@@ -162,7 +163,7 @@ void check_mps_daemons(std::vector<MpsReadiness>& daemons) {
     const bool ready = std::filesystem::exists(daemon.ready, ec);
     if (ready == daemon.seen_ready) continue;
     daemon.seen_ready = ready;
-    daemon.devices->withhold(daemon.gpu_uuid, !ready);
+    daemon.devices->withhold(daemon.gpu_uuid, Hold::mps_daemon, !ready);
     if (ready) {
       log::info("MPS daemon ready: the GPU's replicas are served", {{"gpu", daemon.gpu_uuid}});
     } else {
@@ -283,7 +284,7 @@ Served resources_to_serve(const PluginConfig& c, const Discovery& found) {
       if (gpu->mps()) {
         for (const GpuUnit& unit : gpu->units()) {
           const auto ready = host_path(c.host_root, mps_paths(c.gpu.mps_root, unit.gpu_uuid).ready.string());
-          gpu->devices().withhold(unit.gpu_uuid, true);  // until its daemon is seen ready
+          gpu->devices().withhold(unit.gpu_uuid, Hold::mps_daemon, true);  // until its daemon is seen ready
           log::info("MPS GPU: its replicas wait for its daemon", {{"gpu", unit.gpu_uuid}, {"ready", ready.string()}});
           served.mps_daemons.push_back({&gpu->devices(), unit.gpu_uuid, ready, false});
         }
@@ -342,6 +343,30 @@ std::jthread follow_nvml_health(const PluginConfig& c, const Discovery& found,
   });
 }
 
+// The GPUs held back where another plugin serves them, asked of the kubelet every kOffersInterval;
+// nothing without GPUs to serve, or with --pod-resources-socket empty.
+struct OffersWatch {
+  std::unique_ptr<KubeletOffers> offers;
+  std::unique_ptr<OtherServers> others;
+};
+
+OffersWatch watch_offers(const PluginConfig& c, const Discovery& found, const Served& served) {
+  if (served.gpu_sets.empty()) return {};
+  if (c.pod_resources_socket.empty()) {
+    log::warn("--pod-resources-socket is empty: GPUs are served without asking which ones other plugins serve");
+    return {};
+  }
+  OffersWatch watch;
+  watch.offers = std::make_unique<KubeletOffers>(c.pod_resources_socket);
+  std::set<std::string> own;
+  for (const auto& resource : served.resources) own.insert(resource->name());
+  watch.others = std::make_unique<OtherServers>([offers = watch.offers.get()] { return offers->read(kOffersInterval); },
+                                                found.gpus, served.gpu_sets, std::move(own));
+  log::info("GPUs withheld until the kubelet says which ones other plugins serve",
+            {{"pod_resources_socket", c.pod_resources_socket.string()}});
+  return watch;
+}
+
 }  // namespace
 
 void serve(const PluginConfig& c, const std::vector<std::string>& config_warnings,
@@ -358,6 +383,7 @@ void serve(const PluginConfig& c, const std::vector<std::string>& config_warning
   const auto& host_devices = served.host_devices;
   const std::string& report_only = served.report_only;
   const bool judged = !gpu_sets.empty() || !report_only.empty();  // a GPU node
+  OffersWatch offers = watch_offers(c, found, served);            // before any server lists a device
   NodeIsolation isolation;
   // The plugin judges the injected value alone: a bad value of any other key (mode, say) is the
   // webhook's to refuse, and never read here; a bad value of this one is logged and counted, and the
@@ -383,7 +409,8 @@ void serve(const PluginConfig& c, const std::vector<std::string>& config_warning
   // The status server takes SIGTERM and SIGINT from its construction on, and one that came during the
   // start-up is delivered to it then: a signal at any moment ends in the orderly stop below.
   const char* gpus = found.gpus.empty() ? "none" : report_only.empty() ? "served" : "report-only";
-  const StatusPage page({GPUGUARD_VERSION, found.source, health_source, gpus}, resources, kubelet, isolation);
+  const StatusPage page({GPUGUARD_VERSION, found.source, health_source, gpus}, resources, kubelet, isolation,
+                        offers.others.get());
   const server::StatusRoutes routes(
       [&page] {
         return server::StatusRoutes::Readiness{page.ready(), ""};
@@ -406,6 +433,10 @@ void serve(const PluginConfig& c, const std::vector<std::string>& config_warning
   check_presence();
   files::Poller presence(1s, check_presence);
   std::jthread nvml_health = follow_nvml_health(c, found, gpu_sets);
+  std::optional<files::Poller> offers_check;
+  if (offers.others)
+    offers_check.emplace(
+        kOffersInterval, [&offers] { offers.others->check(); }, true);
   kubelet.reconcile();
   files::Poller session(1s, [&kubelet] { kubelet.reconcile(); });
   policy.watch(1s);

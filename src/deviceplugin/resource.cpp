@@ -29,9 +29,19 @@ std::optional<Device> DeviceSet::find(const std::string& id) const {
   return as_served(*it);
 }
 
-bool DeviceSet::withhold(const std::string& health_key, bool withheld) {
+bool DeviceSet::withhold(const std::string& health_key, Hold why, bool withheld) {
   std::lock_guard lock(mutex_);
-  const bool changed = withheld ? withheld_.insert(health_key).second : withheld_.erase(health_key) > 0;
+  const auto bit = static_cast<unsigned>(why);
+  const auto held = withheld_.find(health_key);
+  const unsigned before = held == withheld_.end() ? 0U : held->second;
+  const unsigned after = withheld ? before | bit : before & ~bit;
+  if (after == 0) {
+    withheld_.erase(health_key);
+  } else {
+    withheld_[health_key] = after;
+  }
+  // Served as before while any hold stays: only a key's first hold and its last release change the list.
+  const bool changed = (before == 0) != (after == 0);
   if (changed) {
     ++version_;
     changed_.notify_all();

@@ -45,6 +45,7 @@ std::string StatusPage::render_metrics() const {
   }
   metrics::single(out, kRegistered, kubelet_.registered() ? "1" : "0");
   metrics::single(out, kPasses, kubelet_.passes());
+  if (others_ != nullptr) others_->render_metrics(out);
   isolation_.render_metrics(out);
   return out;
 }

@@ -321,6 +321,53 @@ TEST_CASE("gpus auto: a socket NVIDIA's plugin left when it failed leaves the GP
   CHECK(plugin.terminate() == 0);
 }
 
+TEST_CASE(
+    "other plugins: every GPU withheld until the kubelet says what it offers, then those it offers under "
+    "another resource, for good") {
+  Node node;
+  FakeKubelet kubelet(node.plugin_dir);
+  const fs::path socket = node.host.root() / "pod-resources.sock";
+  PluginProcess plugin(node.plugin_dir, node.host.root(),
+                       {"--cdi-root", "", "--pod-resources-socket", socket.string()});
+  const int port = plugin.status_port();
+  const auto registered = kubelet.wait_for(1);
+  REQUIRE(registered.size() == 1);
+  auto gpus = plugin_client(node.plugin_dir, registered[0].endpoint());
+  DeviceWatch watch(*gpus);
+  // No pod-resources socket yet: registered, every GPU Unhealthy.
+  const auto first = watch.next();
+  REQUIRE(first);
+  REQUIRE(first->devices_size() == 2);
+  CHECK(first->devices(0).health() == "Unhealthy");
+  CHECK(first->devices(1).health() == "Unhealthy");
+  CHECK(eventually([&] { return plugin_series(port, "gpuguard_device_plugin_kubelet_offers_errors_total") >= 1; }));
+  CHECK(plugin_series(port, "gpuguard_device_plugin_kubelet_offers_read") == 0);
+  // The kubelet answers: NVIDIA's renamed time-slicing serves GPU 1 as nvidia.com/gpu.shared.
+  auto offers = std::make_unique<FakePodResources>(socket);
+  offers->offer({{"nvidia.com/gpu", {kGpu0, kGpu1}}, {"nvidia.com/gpu.shared", {kGpu1 + "::0", kGpu1 + "::1"}}});
+  REQUIRE(watch.until(kGpu0, "Healthy"));
+  CHECK(eventually([&] { return plugin_series(port, "gpuguard_device_plugin_gpus_served_elsewhere") == 1; }));
+  CHECK(plugin_series(port, "gpuguard_device_plugin_kubelet_offers_read") == 1);
+  v1beta1::AllocateResponse allocated;
+  CHECK(allocate(*gpus, {kGpu0}, allocated).ok());
+  CHECK_THAT(plugin.log(), Catch::Contains("GPU withheld: another plugin serves it here") &&
+                               Catch::Contains("the kubelet offers it as nvidia.com/gpu.shared"));
+  // That plugin gone, and the kubelet's socket too for a while: GPU 1 stays withheld.
+  offers->offer({{"nvidia.com/gpu", {kGpu0, kGpu1}}});
+  const int asked = offers->asked();
+  CHECK(eventually([&] { return offers->asked() >= asked + 2; }, 10s));
+  offers.reset();
+  fs::remove(socket);
+  CHECK(
+      eventually([&] { return plugin_series(port, "gpuguard_device_plugin_kubelet_offers_errors_total") >= 2; }, 10s));
+  const auto metrics = http_get(port, "/metrics").second;
+  CHECK_THAT(metrics,
+             Catch::Contains(R"(gpuguard_device_plugin_devices{resource="nvidia.com/gpu",health="healthy"} 1)"));
+  CHECK_THAT(metrics,
+             Catch::Contains(R"(gpuguard_device_plugin_devices{resource="nvidia.com/gpu",health="unhealthy"} 1)"));
+  CHECK(plugin.terminate() == 0);
+}
+
 TEST_CASE("gpus report-only: nothing registered for the GPUs, ready once the node is judged") {
   Node node;
   nvidia_cdi_mode_by_default(node);

@@ -425,8 +425,8 @@ TEST_CASE("a withheld device is served Unhealthy whatever its health, and health
       {{"GPU-0::0", "GPU-0", true, 0, 0}, {"GPU-0::1", "GPU-0", true, 0, 1}, {"GPU-1::0", "GPU-1", true, 0, 2}});
   std::uint64_t version = 0;
   set.snapshot(&version);
-  CHECK(set.withhold("GPU-0", true));
-  CHECK_FALSE(set.withhold("GPU-0", true));
+  CHECK(set.withhold("GPU-0", Hold::mps_daemon, true));
+  CHECK_FALSE(set.withhold("GPU-0", Hold::mps_daemon, true));
   std::uint64_t withheld_version = 0;
   const auto withheld = set.snapshot(&withheld_version);
   CHECK(withheld_version != version);
@@ -438,11 +438,11 @@ TEST_CASE("a withheld device is served Unhealthy whatever its health, and health
   set.set_health("GPU-0", false);
   set.set_health("GPU-0", true);
   CHECK_FALSE(set.find("GPU-0::0")->healthy);
-  CHECK(set.withhold("GPU-0", false));
+  CHECK(set.withhold("GPU-0", Hold::mps_daemon, false));
   CHECK(set.find("GPU-0::0")->healthy);
   // Released while NVML says unhealthy: still unhealthy.
   set.set_health("GPU-1", false);
-  set.withhold("GPU-1", true);
-  set.withhold("GPU-1", false);
+  set.withhold("GPU-1", Hold::mps_daemon, true);
+  set.withhold("GPU-1", Hold::mps_daemon, false);
   CHECK_FALSE(set.find("GPU-1::0")->healthy);
 }

@@ -25,6 +25,7 @@
 #include "deviceplugin/v1beta1/api.grpc.pb.h"
 #include "eventually.hpp"
 #include "fake_host.hpp"
+#include "podresources/v1/api.grpc.pb.h"
 #include "series.hpp"
 
 namespace gpuguard::test {
@@ -34,6 +35,47 @@ namespace fs = std::filesystem;
 
 inline const std::string kGpu0 = "GPU-11111111-1111-1111-1111-111111111111";
 inline const std::string kGpu1 = "GPU-22222222-2222-2222-2222-222222222222";
+
+// The kubelet's pod-resources API, as far as the plugin asks it: GetAllocatableResources answers with what
+// offer() last set, one entry per device as the kubelet lists them.
+class FakePodResources final : public ::v1::PodResourcesLister::Service {
+ public:
+  explicit FakePodResources(const fs::path& socket) {
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("unix://" + socket.string(), grpc::InsecureServerCredentials());
+    builder.RegisterService(this);
+    server_ = builder.BuildAndStart();
+  }
+  ~FakePodResources() override { server_->Shutdown(std::chrono::system_clock::now() + 1s); }
+
+  void offer(std::map<std::string, std::vector<std::string>> resources) {
+    std::lock_guard lock(mutex_);
+    offered_ = std::move(resources);
+  }
+  int asked() {
+    std::lock_guard lock(mutex_);
+    return asked_;
+  }
+  grpc::Status GetAllocatableResources(grpc::ServerContext*, const ::v1::AllocatableResourcesRequest*,
+                                       ::v1::AllocatableResourcesResponse* response) override {
+    std::lock_guard lock(mutex_);
+    ++asked_;
+    for (const auto& [name, ids] : offered_) {
+      for (const std::string& id : ids) {
+        auto* devices = response->add_devices();
+        devices->set_resource_name(name);
+        devices->add_device_ids(id);
+      }
+    }
+    return grpc::Status::OK;
+  }
+
+ private:
+  std::unique_ptr<grpc::Server> server_;
+  std::mutex mutex_;
+  std::map<std::string, std::vector<std::string>> offered_;
+  int asked_ = 0;
+};
 
 // The kubelet's side of registration: records every RegisterRequest.
 class FakeKubelet final : public v1beta1::Registration::Service {
@@ -94,6 +136,10 @@ inline std::vector<std::string> plugin_argv(const fs::path& plugin_dir, const fs
       host_root.string(),         "--metrics-address",   "127.0.0.1:0"};
   if (std::find(extra.begin(), extra.end(), "--discovery") == extra.end()) {
     args.insert(args.end(), {"--discovery", "procfs"});
+  }
+  // Not asked, unless the test gives a FakePodResources' socket: the other tests run without one.
+  if (std::find(extra.begin(), extra.end(), "--pod-resources-socket") == extra.end()) {
+    args.insert(args.end(), {"--pod-resources-socket", ""});
   }
   args.insert(args.end(), extra.begin(), extra.end());
   return args;

@@ -22,6 +22,9 @@ std::optional<GpuServing> parse_gpu_serving(std::string_view name);  // serve, r
 
 struct PluginConfig {
   std::filesystem::path plugin_dir = "/var/lib/kubelet/device-plugins/";
+  // The kubelet's pod-resources API: what it offers under every resource name, so that no GPU another
+  // plugin serves is served here too (other_servers.hpp). Empty: not asked, and every GPU is served.
+  std::filesystem::path pod_resources_socket = "/var/lib/kubelet/pod-resources/kubelet.sock";
   std::filesystem::path host_root = "/";
   discovery::DiscoveryMode discovery = discovery::DiscoveryMode::automatic;
   // Exit non-zero when no GPU can be served (NVML failing, no GPU found, the MIG strategy not fitting),

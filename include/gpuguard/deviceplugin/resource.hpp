@@ -25,6 +25,13 @@ struct Device {
   unsigned order = 0;  // lower is preferred
 };
 
+// Why a GPU's devices are withheld, besides their own health; each hold is set and released on its own.
+enum class Hold : unsigned {
+  mps_daemon = 1,        // an MPS replica, until its GPU's daemon is ready
+  unchecked = 2,         // until the kubelet has said which GPUs other plugins serve (served_elsewhere.hpp)
+  served_elsewhere = 4,  // another plugin serves the GPU: for the life of the process
+};
+
 // The device list of one resource. ListAndWatch streams wait on it for changes.
 class DeviceSet {
  public:
@@ -33,10 +40,11 @@ class DeviceSet {
   std::optional<Device> find(const std::string& id) const;
   // Sets the health of every device with this key; true when any changed.
   bool set_health(const std::string& health_key, bool healthy);
-  // Withholds every device with this key, healthy or not: served as Unhealthy until released. For what a
-  // device needs besides its own health (an MPS replica, its GPU's daemon), kept apart so that neither
-  // check undoes the other. True when it changed.
-  bool withhold(const std::string& health_key, bool withheld);
+  // Withholds every device with this key, healthy or not, for one reason: served as Unhealthy until every
+  // hold on it is released. For what a device needs besides its own health (an MPS replica, its GPU's
+  // daemon; a GPU no other plugin serves), kept apart so that no check undoes another. True when what is
+  // served changed (a key's first hold, or its last release).
+  bool withhold(const std::string& health_key, Hold why, bool withheld);
   // A new list, for devices that come and go; true when it differs from the current one.
   bool replace(std::vector<Device> devices);
   // Returns when the list changed since `seen`, or after `timeout`.
@@ -48,7 +56,7 @@ class DeviceSet {
   mutable std::mutex mutex_;
   mutable std::condition_variable changed_;
   std::vector<Device> devices_;
-  std::set<std::string> withheld_;  // health keys
+  std::map<std::string, unsigned> withheld_;  // health key: its holds (Hold's bits), never 0
   std::uint64_t version_ = 1;
 };
 

@@ -1,14 +1,15 @@
 #pragma once
 // What the device plugin's status port (server::StatusRoutes) says: whether it is ready (every resource is
 // registered with the kubelet; reporting only, once the node is judged) and its /metrics (where GPUs were
-// discovered, where their health comes from, how many devices of each resource are healthy, and on a GPU node
-// whether the injected value keeps GPUs out there).
+// discovered, where their health comes from, how many devices of each resource are healthy, how many GPUs
+// another plugin serves, and on a GPU node whether the injected value keeps GPUs out there).
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "gpuguard/deviceplugin/kubelet_session.hpp"
 #include "gpuguard/deviceplugin/node_isolation.hpp"
+#include "gpuguard/deviceplugin/other_servers.hpp"
 #include "gpuguard/deviceplugin/resource.hpp"
 
 namespace gpuguard::deviceplugin {
@@ -23,8 +24,8 @@ struct PluginStatus {
 class StatusPage {
  public:
   StatusPage(PluginStatus status, const std::vector<std::unique_ptr<Resource>>& resources,
-             const KubeletSession& kubelet, const NodeIsolation& isolation)
-      : status_(std::move(status)), resources_(resources), kubelet_(kubelet), isolation_(isolation) {}
+             const KubeletSession& kubelet, const NodeIsolation& isolation, const OtherServers* others = nullptr)
+      : status_(std::move(status)), resources_(resources), kubelet_(kubelet), isolation_(isolation), others_(others) {}
 
   bool ready() const;
   std::string render_metrics() const;
@@ -34,6 +35,7 @@ class StatusPage {
   const std::vector<std::unique_ptr<Resource>>& resources_;
   const KubeletSession& kubelet_;
   const NodeIsolation& isolation_;
+  const OtherServers* others_;  // null where the kubelet's offers are not asked
 };
 
 }  // namespace gpuguard::deviceplugin

@@ -1,0 +1,34 @@
+#pragma once
+// Which of this node's GPUs something else already serves, judged from what the kubelet offers under every
+// resource name (its pod-resources GetAllocatableResources): gpuguard's plugin serves a GPU only where no
+// other plugin does, whatever name that one registered and whichever of the two started first. Pure: the
+// kubelet's answer in, the GPUs to withhold out; kubelet_offers.hpp asks the kubelet.
+#include <map>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "gpuguard/discovery/discovery.hpp"
+
+namespace gpuguard::deviceplugin {
+
+// One resource the kubelet offers: the IDs of its healthy devices, as their plugin named them.
+struct OfferedResource {
+  std::string name;
+  std::vector<std::string> device_ids;
+};
+
+// Whether a resource name is one NVIDIA's tools give GPUs (nvidia.com/gpu, gpu.shared, a rename holding
+// "gpu", mig-<profile>): such a resource whose IDs name none of this node's GPUs by UUID (NVIDIA's plugin
+// with deviceIDStrategy=index) may serve any of them.
+bool names_gpus(std::string_view resource);
+
+// The GPUs (by UUID) that a resource other than own_resources serves, each with why. A device ID serves a
+// GPU when it holds that GPU's UUID or one of its MIG devices' (UUID, UUID::n, MIG-…, MIG-GPU-…/gi/ci:
+// whatever a plugin adds around it), case aside. A GPU resource none of whose IDs does that serves them all.
+std::map<std::string, std::string> served_elsewhere(const std::vector<OfferedResource>& offered,
+                                                    const std::set<std::string>& own_resources,
+                                                    const std::vector<discovery::Gpu>& gpus);
+
+}  // namespace gpuguard::deviceplugin

@@ -1,0 +1,42 @@
+// The kubelet's offers over its pod-resources socket (include/gpuguard/deviceplugin/kubelet_offers.hpp).
+#include "gpuguard/deviceplugin/kubelet_offers.hpp"
+
+#include <grpcpp/grpcpp.h>
+
+#include "podresources/v1/api.grpc.pb.h"
+
+namespace gpuguard::deviceplugin {
+
+struct KubeletOffers::Impl {
+  std::unique_ptr<::v1::PodResourcesLister::Stub> stub;
+};
+
+KubeletOffers::KubeletOffers(const std::filesystem::path& socket) : impl_(std::make_unique<Impl>()) {
+  grpc::ChannelArguments arguments;
+  arguments.SetMaxReceiveMessageSize(kMaxReceive);
+  // A kubelet that restarts makes its socket anew: asked again within seconds, not after gRPC's 2-minute backoff.
+  arguments.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
+  impl_->stub = ::v1::PodResourcesLister::NewStub(
+      grpc::CreateCustomChannel("unix://" + socket.string(), grpc::InsecureChannelCredentials(), arguments));
+}
+
+KubeletOffers::~KubeletOffers() = default;
+
+KubeletOffers::Answer KubeletOffers::read(std::chrono::milliseconds deadline) {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + deadline);
+  ::v1::AllocatableResourcesResponse response;
+  const grpc::Status status = impl_->stub->GetAllocatableResources(&context, {}, &response);
+  Answer answer;
+  if (!status.ok()) {
+    answer.error =
+        "GetAllocatableResources: " + status.error_message() + " (code " + std::to_string(status.error_code()) + ")";
+    return answer;
+  }
+  for (const ::v1::ContainerDevices& devices : response.devices()) {
+    answer.resources.push_back({devices.resource_name(), {devices.device_ids().begin(), devices.device_ids().end()}});
+  }
+  return answer;
+}
+
+}  // namespace gpuguard::deviceplugin

@@ -1,0 +1,109 @@
+// Which GPUs another plugin serves (served_elsewhere.hpp), over tests/fixtures/device-plugin/served-elsewhere.yaml,
+// and how OtherServers withholds them: at once, for good, and every GPU until the kubelet has answered.
+#include <yaml-cpp/yaml.h>
+
+#include <catch2/catch.hpp>
+
+#include "gpuguard/deviceplugin/other_servers.hpp"
+#include "gpuguard/deviceplugin/served_elsewhere.hpp"
+
+using namespace gpuguard::deviceplugin;
+using gpuguard::discovery::Gpu;
+using gpuguard::discovery::MigDevice;
+
+namespace {
+
+const std::string kGpu0 = "GPU-00000000-0000-4000-8000-000000000000";
+const std::string kGpu1 = "GPU-11111111-1111-4111-8111-111111111111";
+
+std::vector<Gpu> mig_mixed() {
+  Gpu zero;
+  zero.uuid = kGpu0;
+  zero.minor = 0;
+  zero.mig_enabled = true;
+  for (const char* uuid : {"MIG-aaaaaaaa-aaaa-4aaa-8aaa-aaaaaaaaaaaa", "MIG-bbbbbbbb-bbbb-4bbb-8bbb-bbbbbbbbbbbb"}) {
+    MigDevice mig;
+    mig.uuid = uuid;
+    zero.mig_devices.push_back(mig);
+  }
+  Gpu one;
+  one.uuid = kGpu1;
+  one.minor = 1;
+  return {zero, one};
+}
+
+}  // namespace
+
+TEST_CASE("served elsewhere: every case of tests/fixtures/device-plugin/served-elsewhere.yaml") {
+  const YAML::Node cases = YAML::LoadFile(GPUGUARD_SOURCE_DIR "/tests/fixtures/device-plugin/served-elsewhere.yaml");
+  REQUIRE(cases.size() >= 10);
+  std::size_t withholding = 0;
+  for (const YAML::Node& c : cases) {
+    INFO(c["why"].as<std::string>());
+    std::vector<OfferedResource> offered;
+    for (const YAML::Node& entry : c["offered"]) {
+      offered.push_back({entry["name"].as<std::string>(), entry["ids"].as<std::vector<std::string>>()});
+    }
+    const auto served = served_elsewhere(offered, {"nvidia.com/gpu", "github.com/fuse"}, mig_mixed());
+    std::map<std::string, std::string> expected;
+    for (const auto& entry : c["withheld"]) expected[entry.first.as<std::string>()] = entry.second.as<std::string>();
+    std::set<std::string> got_gpus, expected_gpus;
+    for (const auto& [uuid, why] : served) got_gpus.insert(uuid);
+    for (const auto& [uuid, word] : expected) expected_gpus.insert(uuid);
+    CHECK(got_gpus == expected_gpus);
+    for (const auto& [uuid, word] : expected) {
+      if (served.contains(uuid)) CHECK_THAT(served.at(uuid), Catch::Contains(word));
+    }
+    withholding += expected.empty() ? 0 : 1;
+  }
+  CHECK(withholding >= 6);
+}
+
+TEST_CASE("served elsewhere: GPU resource names are NVIDIA's gpu, gpu.shared, renames holding gpu, and mig-*") {
+  CHECK(names_gpus("nvidia.com/gpu"));
+  CHECK(names_gpus("nvidia.com/gpu.shared"));
+  CHECK(names_gpus("nvidia.com/shared-GPU"));
+  CHECK(names_gpus("nvidia.com/mig-1g.10gb"));
+  CHECK_FALSE(names_gpus("nvidia.com/hostdev"));
+  CHECK_FALSE(names_gpus("example.com/gpu"));
+  CHECK_FALSE(names_gpus("nvidia.com"));
+}
+
+TEST_CASE("other servers: every GPU withheld until the kubelet answers, then those served elsewhere, for good") {
+  const std::vector<Gpu> gpus = mig_mixed();
+  DeviceSet set({{kGpu0, kGpu0, true, 0, 0}, {kGpu1 + "::0", kGpu1, true, 0, 1}, {kGpu1 + "::1", kGpu1, true, 0, 2}});
+  const auto healthy = [&] {
+    std::vector<bool> out;
+    for (const Device& device : set.snapshot()) out.push_back(device.healthy);
+    return out;
+  };
+  std::vector<KubeletOffers::Answer> answers = {
+      {{}, "GetAllocatableResources: connect: no such file (code 14)"},
+      {{{"nvidia.com/gpu", {kGpu0, kGpu1 + "::0"}}, {"nvidia.com/gpu.shared", {kGpu1 + "::7"}}}, ""},
+      {{}, "GetAllocatableResources: Deadline Exceeded (code 4)"},
+      {{{"nvidia.com/gpu", {kGpu0}}}, ""},  // the other plugin gone: the GPU stays withheld
+  };
+  std::size_t asked = 0;
+  OtherServers others([&] { return answers.at(asked++); }, gpus, {&set}, {"nvidia.com/gpu"});
+  CHECK(healthy() == std::vector<bool>{false, false, false});
+  others.check();
+  CHECK(healthy() == std::vector<bool>{false, false, false});
+  std::string metrics;
+  others.render_metrics(metrics);
+  CHECK_THAT(metrics, Catch::Contains("gpuguard_device_plugin_kubelet_offers_read 0") &&
+                          Catch::Contains("gpuguard_device_plugin_kubelet_offers_errors_total 1"));
+  others.check();
+  CHECK(healthy() == std::vector<bool>{true, false, false});
+  others.check();
+  others.check();
+  CHECK(healthy() == std::vector<bool>{true, false, false});
+  metrics.clear();
+  others.render_metrics(metrics);
+  CHECK_THAT(metrics, Catch::Contains("gpuguard_device_plugin_kubelet_offers_read 1") &&
+                          Catch::Contains("gpuguard_device_plugin_gpus_served_elsewhere 1") &&
+                          Catch::Contains("gpuguard_device_plugin_kubelet_offers_errors_total 2"));
+  // An MPS daemon's readiness released on the same GPU does not serve it again.
+  set.withhold(kGpu1, Hold::mps_daemon, true);
+  set.withhold(kGpu1, Hold::mps_daemon, false);
+  CHECK(healthy() == std::vector<bool>{true, false, false});
+}
