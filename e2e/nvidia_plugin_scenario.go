@@ -26,11 +26,10 @@ const (
 	// The socket NVIDIA's plugin serves nvidia.com/gpu on; one it leaves when it fails keeps gpuguard's off
 	// the GPUs.
 	nvidiaPluginSocket = "/var/lib/kubelet/device-plugins/nvidia-gpu.sock"
-	// Its Helm chart's names for a release other than the README's nvdp, in namespace nvidia-device-plugin:
+	// Its Helm chart installed as a release other than the README's nvdp, in namespace nvidia-device-plugin:
 	// gpuguard's defaults recognise the chart there by its label, under any release name (gpuInfrastructure).
 	nvidiaHelmNamespace = "nvidia-device-plugin"
 	nvidiaHelmRelease   = "gpu-sharing"
-	nvidiaHelmAccount   = nvidiaHelmRelease + "-nvidia-device-plugin-service-account"
 )
 
 // nvidiaPluginRootfs lays out NVIDIA's plugin image: its binary as the image's entrypoint, the stand-in
@@ -90,11 +89,11 @@ var nvidiaPluginImageConfig = imageConfig{Env: []string{"PATH=/usr/bin", "NVIDIA
 
 // nvidiaPluginLayout says how a DaemonSet of NVIDIA's plugin is made.
 type nvidiaPluginLayout struct {
-	namespace, name, account string
-	labels                   map[string]string
-	helm                     bool   // as the Helm chart renders it, else as the static manifest is
-	config                   string // a ConfigMap whose config.yaml the plugin reads (CONFIG_FILE)
-	resource                 string // what it serves the GPUs as; empty: nvidia.com/gpu
+	namespace, name string
+	labels          map[string]string
+	helm            bool   // installed with helm install from NVIDIA's own chart, else as the static manifest
+	config          string // a ConfigMap whose config.yaml the plugin reads (CONFIG_FILE)
+	resource        string // what it serves the GPUs as; empty: nvidia.com/gpu
 }
 
 func (l nvidiaPluginLayout) served() string {
@@ -109,14 +108,32 @@ func (l nvidiaPluginLayout) served() string {
 var nvidiaStatic = nvidiaPluginLayout{namespace: "kube-system", name: "nvidia-device-plugin-daemonset",
 	labels: map[string]string{"name": "nvidia-device-plugin-ds"}}
 
-// The Helm chart 0.20.0 with its defaults, release gpu-sharing (deployments/helm/nvidia-device-plugin, which the
-// peer's tarball lacks: its templates as NVIDIA's repository has them at v0.20.0): its own namespace and
-// account, NVIDIA_VISIBLE_DEVICES=all and the MPS root set, the driver root (/) read-only at /driver-root,
-// the MPS root, its shm and /var/run/cdi from the host. The chart's config-manager sidecar (which needs
-// config.map) is not rendered by default, nor here.
-var nvidiaHelm = nvidiaPluginLayout{namespace: nvidiaHelmNamespace, name: nvidiaHelmRelease + "-nvidia-device-plugin",
-	account: nvidiaHelmAccount, helm: true,
+// NVIDIA's Helm chart 0.20.0 (deployments/helm/nvidia-device-plugin in the unpacked peer), installed with helm
+// install as release gpu-sharing: its own namespace, account and labels, NVIDIA_VISIBLE_DEVICES=all and
+// the MPS root set, the MPS root, its shm and /var/run/cdi from the host; its defaults but for the image
+// (the harness's, never pulled) and nvidiaDriverRoot=/, which mounts the host's / read-only at /driver-root
+// as on a node whose driver is installed on the host. Its config-manager sidecar (which needs config.map)
+// is not rendered.
+var nvidiaHelm = nvidiaPluginLayout{namespace: nvidiaHelmNamespace, name: nvidiaHelmRelease + "-nvidia-device-plugin", helm: true,
 	labels: map[string]string{"app.kubernetes.io/name": "nvidia-device-plugin", "app.kubernetes.io/instance": nvidiaHelmRelease}}
+
+// helmNvidiaChart runs helm install or uninstall of NVIDIA's chart, as release gpu-sharing.
+func (n *Node) helmNvidiaChart(t *T, e *Env, l nvidiaPluginLayout, command string) error {
+	args := []string{command, nvidiaHelmRelease}
+	if command == "install" {
+		image := strings.SplitN(nvidiaPluginImage, ":", 2)
+		args = append(args, filepath.Join(e.cfg.Peers, "src", "k8s-device-plugin", "deployments", "helm", "nvidia-device-plugin"),
+			"--set", "image.repository="+image[0], "--set", "image.tag="+image[1], "--set", "image.pullPolicy=Never",
+			"--set", "nvidiaDriverRoot=/")
+	}
+	args = append(args, "--namespace", l.namespace, "--kubeconfig", e.path("node-control-plane", "admin.kubeconfig"))
+	out, err := exec.CommandContext(t.ctx, e.component("helm"), args...).CombinedOutput()
+	os.WriteFile(e.path("logs", "helm-"+nvidiaHelmRelease+"-"+command+".log"), out, 0o644)
+	if err != nil {
+		return fmt.Errorf("helm %s %s (NVIDIA's chart): %v: %s", command, nvidiaHelmRelease, err, out)
+	}
+	return nil
+}
 
 func (l nvidiaPluginLayout) daemonSet() *appsv1.DaemonSet {
 	hostPath := func(name, path string, kind *corev1.HostPathType) corev1.Volume {
@@ -126,29 +143,10 @@ func (l nvidiaPluginLayout) daemonSet() *appsv1.DaemonSet {
 		SecurityContext: &corev1.SecurityContext{AllowPrivilegeEscalation: ptr(false),
 			Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}},
 		VolumeMounts: []corev1.VolumeMount{{Name: "device-plugin", MountPath: "/var/lib/kubelet/device-plugins"}}}
-	spec := corev1.PodSpec{PriorityClassName: "system-node-critical", ServiceAccountName: l.account,
+	spec := corev1.PodSpec{PriorityClassName: "system-node-critical",
 		TerminationGracePeriodSeconds: ptr(int64(5)),
 		Tolerations:                   []corev1.Toleration{{Key: "nvidia.com/gpu", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
 		Volumes:                       []corev1.Volume{hostPath("device-plugin", "/var/lib/kubelet/device-plugins", ptr(corev1.HostPathDirectory))}}
-	if l.helm {
-		container.Command = []string{"nvidia-device-plugin"}
-		container.Env = []corev1.EnvVar{{Name: "MPS_ROOT", Value: "/run/nvidia/mps"}, {Name: "NVIDIA_VISIBLE_DEVICES", Value: "all"},
-			{Name: "NVIDIA_DRIVER_CAPABILITIES", Value: "compute,utility"}}
-		container.VolumeMounts = append(container.VolumeMounts,
-			corev1.VolumeMount{Name: "driver-root", MountPath: "/driver-root", ReadOnly: true},
-			corev1.VolumeMount{Name: "mps-shm", MountPath: "/dev/shm"},
-			corev1.VolumeMount{Name: "mps-root", MountPath: "/mps"},
-			corev1.VolumeMount{Name: "cdi-root", MountPath: "/var/run/cdi"})
-		spec.Volumes = append(spec.Volumes,
-			hostPath("mps-root", "/run/nvidia/mps", ptr(corev1.HostPathDirectoryOrCreate)),
-			hostPath("mps-shm", "/run/nvidia/mps/shm", nil),
-			hostPath("driver-root", "/", ptr(corev1.HostPathDirectory)),
-			hostPath("cdi-root", "/var/run/cdi", ptr(corev1.HostPathDirectoryOrCreate)))
-		spec.Tolerations = append(spec.Tolerations, corev1.Toleration{Key: "CriticalAddonsOnly", Operator: corev1.TolerationOpExists})
-		spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
-			NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{
-				{Key: "nvidia.com/gpu.present", Operator: corev1.NodeSelectorOpIn, Values: []string{"true"}}}}}}}}
-	}
 	if l.config != "" {
 		container.Env = append(container.Env, corev1.EnvVar{Name: "CONFIG_FILE", Value: "/config/config.yaml"})
 		container.VolumeMounts = append(container.VolumeMounts, corev1.VolumeMount{Name: "config", MountPath: "/config"})
@@ -161,11 +159,15 @@ func (l nvidiaPluginLayout) daemonSet() *appsv1.DaemonSet {
 			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: l.labels}, Spec: spec}}}
 }
 
-// runNvidiaPlugin creates the DaemonSet and waits until its pod runs and the node offers gpus of the
-// resource it serves; it returns the pod.
-func (n *Node) runNvidiaPlugin(t *T, l nvidiaPluginLayout, gpus int64) *corev1.Pod {
-	_, err := n.cluster.client.AppsV1().DaemonSets(l.namespace).Create(t.ctx, l.daemonSet(), metav1.CreateOptions{})
-	t.must(err, "creating NVIDIA's device plugin DaemonSet "+l.namespace+"/"+l.name)
+// runNvidiaPlugin creates the DaemonSet (or installs the chart) and waits until its pod runs and the node
+// offers gpus of the resource it serves; it returns the pod.
+func (n *Node) runNvidiaPlugin(t *T, e *Env, l nvidiaPluginLayout, gpus int64) *corev1.Pod {
+	if l.helm {
+		t.must(n.helmNvidiaChart(t, e, l, "install"), "installing NVIDIA's device plugin chart")
+	} else {
+		_, err := n.cluster.client.AppsV1().DaemonSets(l.namespace).Create(t.ctx, l.daemonSet(), metav1.CreateOptions{})
+		t.must(err, "creating NVIDIA's device plugin DaemonSet "+l.namespace+"/"+l.name)
+	}
 	var running *corev1.Pod
 	t.must(eventually(t.ctx, 2*time.Minute, func() error {
 		pods, err := n.cluster.client.CoreV1().Pods(l.namespace).List(t.ctx, metav1.ListOptions{
@@ -207,13 +209,20 @@ func (n *Node) offersOf(t *T, resource string, count int64) error {
 	return nil
 }
 
-// removeNvidiaPlugin deletes its DaemonSet and waits until its pods are gone (a plugin that stops removes
-// its socket) and so is the DaemonSet: deleted in the foreground it outlives its pods until the garbage
-// collector drops its finalizer, and a DaemonSet of the same name made before then is refused.
-func (n *Node) removeNvidiaPlugin(t *T, l nvidiaPluginLayout) {
-	err := n.cluster.client.AppsV1().DaemonSets(l.namespace).Delete(t.ctx, l.name, metav1.DeleteOptions{PropagationPolicy: ptr(metav1.DeletePropagationForeground)})
-	if err != nil && !apierrors.IsNotFound(err) {
-		t.Errorf("deleting NVIDIA's device plugin DaemonSet %s/%s: %v", l.namespace, l.name, err)
+// removeNvidiaPlugin deletes its DaemonSet (or uninstalls the chart) and waits until its pods are gone (a
+// plugin that stops removes its socket) and so is the DaemonSet: deleted in the foreground it outlives its
+// pods until the garbage collector drops its finalizer, and a DaemonSet of the same name made before then
+// is refused.
+func (n *Node) removeNvidiaPlugin(t *T, e *Env, l nvidiaPluginLayout) {
+	if l.helm {
+		if err := n.helmNvidiaChart(t, e, l, "uninstall"); err != nil && !strings.Contains(err.Error(), "not found") {
+			t.Errorf("%v", err)
+		}
+	} else {
+		err := n.cluster.client.AppsV1().DaemonSets(l.namespace).Delete(t.ctx, l.name, metav1.DeleteOptions{PropagationPolicy: ptr(metav1.DeletePropagationForeground)})
+		if err != nil && !apierrors.IsNotFound(err) {
+			t.Errorf("deleting NVIDIA's device plugin DaemonSet %s/%s: %v", l.namespace, l.name, err)
+		}
 	}
 	t.must(eventually(t.ctx, 2*time.Minute, func() error {
 		pods, err := n.cluster.client.CoreV1().Pods(l.namespace).List(t.ctx, metav1.ListOptions{
@@ -266,9 +275,9 @@ func (n *Node) restartGpuguardPlugin(t *T) { n.restartGpuguardPods(t, "gpuguard-
 // sees both itself; gpuguard's plugin, started after it, leaves the GPUs to it and says so. Pods that it
 // allocated a GPU see that GPU alone, GPU-less pods none. Time-sliced by its config file (two replicas a
 // GPU, IDs UUID::n in pod-resources, which the enforcer reads), three pods of one replica each see their
-// GPU alone. As its Helm chart runs it (its namespace, account and labels, the host's / at /driver-root
-// and the MPS root mounted) the same. Gone, and the kubelet restarted, gpuguard's plugin does not take
-// the GPUs back. Then the other order, under another name (nvidiaRenamedAfterGpuguard).
+// GPU alone. Installed with helm install from its own chart (its namespace, account and labels, the host's
+// / at /driver-root and the MPS root mounted) the same. Gone, and the kubelet restarted, gpuguard's plugin
+// does not take the GPUs back. Then the other order, under another name (nvidiaRenamedAfterGpuguard).
 func nodeNvidiaDevicePlugin(t *T, e *Env) {
 	n := e.gpuguardFor(t)
 	n.waitForEnforcerRegistered(t)
@@ -276,8 +285,8 @@ func nodeNvidiaDevicePlugin(t *T, e *Env) {
 	defer n.gpuguardServesGPUsAgain(t)
 
 	// As the static manifest runs it; gpuguard's plugin started after it.
-	plugin := n.runNvidiaPlugin(t, nvidiaStatic, nodeGPUs)
-	defer n.removeNvidiaPlugin(t, nvidiaStatic) // whichever step failed; gone already, it finds nothing
+	plugin := n.runNvidiaPlugin(t, e, nvidiaStatic, nodeGPUs)
+	defer n.removeNvidiaPlugin(t, e, nvidiaStatic) // whichever step failed; gone already, it finds nothing
 	n.restartGpuguardPlugin(t)
 	n.waitForMetric(t, `gpus="report-only"} 1`)
 	t.must(n.offers(t, nodeGPUs), "the node's GPUs, gpuguard's plugin having left them to NVIDIA's")
@@ -295,23 +304,21 @@ func nodeNvidiaDevicePlugin(t *T, e *Env) {
 			t.Errorf("deleting the time-slicing config: %v", err)
 		}
 	}()
-	n.removeNvidiaPlugin(t, nvidiaStatic)
+	n.removeNvidiaPlugin(t, e, nvidiaStatic)
 	timeSliced := nvidiaStatic
 	timeSliced.config = config
-	n.runNvidiaPlugin(t, timeSliced, 2*nodeGPUs)
+	n.runNvidiaPlugin(t, e, timeSliced, 2*nodeGPUs)
 	n.expectNvidiaAllocations(t, e, "time-sliced", 3)
-	n.removeNvidiaPlugin(t, timeSliced)
+	n.removeNvidiaPlugin(t, e, timeSliced)
 
-	// As its Helm chart runs it.
+	// Installed from its own Helm chart, with helm install.
 	c.namespace(t, nvidiaHelmNamespace, nil)
 	defer n.waitNamespaceGone(t, nvidiaHelmNamespace)
-	_, err = c.client.CoreV1().ServiceAccounts(nvidiaHelmNamespace).Create(t.ctx,
-		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: nvidiaHelmAccount}}, metav1.CreateOptions{})
-	t.must(err, "creating the chart's service account")
-	plugin = n.runNvidiaPlugin(t, nvidiaHelm, nodeGPUs)
+	defer n.removeNvidiaPlugin(t, e, nvidiaHelm) // whichever step failed; uninstalled already, it finds nothing
+	plugin = n.runNvidiaPlugin(t, e, nvidiaHelm, nodeGPUs)
 	expectBothGPUs(t, "NVIDIA's plugin as its Helm chart runs it", n.look(t, e, plugin))
 	n.expectNvidiaAllocations(t, e, "helm", 1)
-	n.removeNvidiaPlugin(t, nvidiaHelm)
+	n.removeNvidiaPlugin(t, e, nvidiaHelm)
 
 	// NVIDIA's plugin gone, and the kubelet restarted (both plugins would register again): gpuguard's,
 	// having left the GPUs to it, does not take them.
@@ -350,13 +357,13 @@ func (n *Node) nvidiaRenamedAfterGpuguard(t *T, e *Env) {
 	}()
 	renamed := nvidiaStatic
 	renamed.config, renamed.resource = config, shared
-	n.runNvidiaPlugin(t, renamed, 2*nodeGPUs)
-	defer n.removeNvidiaPlugin(t, renamed) // whichever step failed; gone already, it finds nothing
+	n.runNvidiaPlugin(t, e, renamed, 2*nodeGPUs)
+	defer n.removeNvidiaPlugin(t, e, renamed) // whichever step failed; gone already, it finds nothing
 	t.must(eventually(t.ctx, time.Minute, func() error { return n.offers(t, 0) }),
 		"gpuguard's plugin withholding the GPUs NVIDIA's serves as "+shared)
 	n.waitForMetric(t, "gpuguard_device_plugin_gpus_served_elsewhere "+strconv.Itoa(nodeGPUs))
 	n.expectNvidiaAllocationsOf(t, e, "time-sliced-renamed", shared, 3)
-	n.removeNvidiaPlugin(t, renamed)
+	n.removeNvidiaPlugin(t, e, renamed)
 
 	offset := logSize(e, "kubelet")
 	n.kubelet.stop()
