@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -75,11 +76,14 @@ func (e *Env) startNvidiaDRADriver(t *T, n *Node) func() {
 // looked at from inside: its device node, and NVIDIA_VISIBLE_DEVICES=void from the claim's CDI spec. The
 // enforcer reads the claim's CDI devices from pod-resources and the device nodes from the driver's spec,
 // so a pod of the same claim that also mounts the other GPU is refused, naming it. A GPU-less pod sees
-// none.
+// none. gpuguard's device plugin withholds the GPUs the slice publishes: the node offers no nvidia.com/gpu.
 func nodeNvidiaDRADriver(t *T, e *Env) {
 	n := e.gpuguardFor(t)
 	n.waitForEnforcerRegistered(t)
 	c := n.cluster
+	// After the driver and its slices are gone (deferred below, so run before this): gpuguard's plugin,
+	// which withheld the GPUs the driver published, started again to serve them for the scenarios after.
+	defer n.gpuguardServesGPUsAgain(t)
 	stop := e.startNvidiaDRADriver(t, n)
 	defer stop()
 
@@ -111,6 +115,11 @@ func nodeNvidiaDRADriver(t *T, e *Env) {
 		return nil
 	}), "waiting for NVIDIA's DRA driver to publish the GPUs")
 	t.Logf("NVIDIA's DRA driver publishes %v", published)
+	// gpuguard's device plugin, which served both GPUs, withholds the GPUs the node's slice publishes.
+	t.must(eventually(t.ctx, time.Minute, func() error { return n.offers(t, 0) }),
+		"gpuguard's plugin withholding the GPUs NVIDIA's DRA driver publishes")
+	n.waitForMetric(t, "gpuguard_device_plugin_gpus_served_elsewhere "+strconv.Itoa(nodeGPUs))
+	t.Logf("gpuguard's device plugin withholds both GPUs from %s while the DRA driver publishes them", gpuResource)
 
 	const claimName = "dra-gpu"
 	claim := &resourcev1.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: claimName}, Spec: resourcev1.ResourceClaimSpec{

@@ -16,6 +16,9 @@ constexpr metrics::Family kServedElsewhere{
     "GPUs withheld, for the life of the process, because the kubelet offers them under another plugin's resource."};
 constexpr metrics::Family kOfferErrors{"gpuguard_device_plugin_kubelet_offers_errors_total", "counter",
                                        "Asks for the kubelet's offers that got no answer."};
+constexpr metrics::Family kSlicesListed{
+    "gpuguard_device_plugin_resource_slices_listed", "gauge",
+    "1 once this node's DRA ResourceSlices have been listed; a GPU one publishes is withheld as served elsewhere."};
 
 std::set<std::string> uuids_of(const std::vector<discovery::Gpu>& gpus) {
   std::set<std::string> uuids;
@@ -26,11 +29,14 @@ std::set<std::string> uuids_of(const std::vector<discovery::Gpu>& gpus) {
 }  // namespace
 
 OtherServers::OtherServers(Read read, std::vector<discovery::Gpu> gpus, std::vector<DeviceSet*> gpu_sets,
-                           std::set<std::string> own_resources)
+                           std::set<std::string> own_resources, const PublishedGpus* published,
+                           std::chrono::steady_clock::duration slices_wait)
     : read_(std::move(read)),
       gpus_(std::move(gpus)),
       gpu_sets_(std::move(gpu_sets)),
-      own_resources_(std::move(own_resources)) {
+      own_resources_(std::move(own_resources)),
+      published_(published),
+      slices_due_(std::chrono::steady_clock::now() + slices_wait) {
   withhold_all(Hold::unchecked, true, uuids_of(gpus_));
 }
 
@@ -54,19 +60,28 @@ void OtherServers::check() {
     return;
   }
   last_error_.clear();
+  answered_ = true;
+  auto served = served_elsewhere(answer.resources, own_resources_, gpus_);
+  if (published_ != nullptr) served.merge(published_->gpus());
   std::set<std::string> now_withheld;
-  for (auto& [uuid, why] : served_elsewhere(answer.resources, own_resources_, gpus_)) {
+  for (auto& [uuid, why] : served) {
     if (!served_elsewhere_.emplace(uuid, why).second) continue;
     now_withheld.insert(uuid);
     log::warn("GPU withheld: another plugin serves it here", {{"gpu", uuid}, {"reason", why}});
   }
   withhold_all(Hold::served_elsewhere, true, now_withheld);
-  if (!answered_) {
-    answered_ = true;
-    withhold_all(Hold::unchecked, false, uuids_of(gpus_));
-    log::info("the kubelet's offers read: GPUs no other plugin serves are served",
-              {{"gpus", gpus_.size()}, {"served_elsewhere", served_elsewhere_.size()}});
+  if (released_) return;
+  const bool listed = published_ == nullptr || published_->listed();
+  if (!listed && std::chrono::steady_clock::now() < slices_due_) return;
+  released_ = true;
+  withhold_all(Hold::unchecked, false, uuids_of(gpus_));
+  if (!listed) {
+    log::warn(
+        "this node's ResourceSlices not listed yet: GPUs served on the kubelet's word; one a DRA driver "
+        "publishes is withheld once they are");
   }
+  log::info("GPUs no other plugin serves are served",
+            {{"gpus", gpus_.size()}, {"served_elsewhere", served_elsewhere_.size()}});
 }
 
 void OtherServers::render_metrics(std::string& out) const {
@@ -74,6 +89,7 @@ void OtherServers::render_metrics(std::string& out) const {
   metrics::single(out, kOffersRead, answered_ ? "1" : "0");
   metrics::single(out, kServedElsewhere, served_elsewhere_.size());
   metrics::single(out, kOfferErrors, errors_);
+  if (published_ != nullptr) metrics::single(out, kSlicesListed, published_->listed() ? "1" : "0");
 }
 
 }  // namespace gpuguard::deviceplugin

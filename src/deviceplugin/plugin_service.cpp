@@ -28,6 +28,7 @@
 #include "gpuguard/discovery/discovery.hpp"
 #include "gpuguard/files/poller.hpp"
 #include "gpuguard/files/write_file.hpp"
+#include "gpuguard/kube/informer.hpp"
 #include "gpuguard/log/log.hpp"
 #include "gpuguard/nodereport/host_root.hpp"
 #include "gpuguard/policy/policy_watcher.hpp"
@@ -345,12 +346,16 @@ std::jthread follow_nvml_health(const PluginConfig& c, const Discovery& found,
 
 // The GPUs held back where another plugin serves them, asked of the kubelet every kOffersInterval;
 // nothing without GPUs to serve, or with --pod-resources-socket empty.
+// With the API (--node-name), the node's DRA ResourceSlices too, listed and watched.
 struct OffersWatch {
   std::unique_ptr<KubeletOffers> offers;
+  std::unique_ptr<PublishedGpus> published;
+  std::unique_ptr<kube::Informers> slices;
   std::unique_ptr<OtherServers> others;
 };
 
-OffersWatch watch_offers(const PluginConfig& c, const Discovery& found, const Served& served) {
+OffersWatch watch_offers(const PluginConfig& c, const Discovery& found, const Served& served,
+                         const std::optional<kube::ApiServer>& apiserver) {
   if (served.gpu_sets.empty()) return {};
   if (c.pod_resources_socket.empty()) {
     log::warn("--pod-resources-socket is empty: GPUs are served without asking which ones other plugins serve");
@@ -358,12 +363,28 @@ OffersWatch watch_offers(const PluginConfig& c, const Discovery& found, const Se
   }
   OffersWatch watch;
   watch.offers = std::make_unique<KubeletOffers>(c.pod_resources_socket);
+  if (apiserver && !c.node_name.empty()) {
+    watch.published = std::make_unique<PublishedGpus>(found.gpus);
+    kube::InformerOptions options;
+    options.user_agent = "gpuguard-device-plugin/" GPUGUARD_VERSION;
+    watch.slices = std::make_unique<kube::Informers>(
+        *apiserver,
+        std::vector<kube::WatchedResource>{{"resourceslices",
+                                            "/apis/resource.k8s.io/{version}/resourceslices",
+                                            "spec.nodeName=" + c.node_name,
+                                            watch.published.get(),
+                                            {"v1", "v1beta2", "v1beta1"}}},
+        options);
+  } else {
+    log::warn("no --node-name: the ResourceSlices of DRA drivers are not read, and GPUs they publish are served too");
+  }
   std::set<std::string> own;
   for (const auto& resource : served.resources) own.insert(resource->name());
   watch.others = std::make_unique<OtherServers>([offers = watch.offers.get()] { return offers->read(kOffersInterval); },
-                                                found.gpus, served.gpu_sets, std::move(own));
+                                                found.gpus, served.gpu_sets, std::move(own), watch.published.get());
+  if (watch.slices) watch.slices->start();
   log::info("GPUs withheld until the kubelet says which ones other plugins serve",
-            {{"pod_resources_socket", c.pod_resources_socket.string()}});
+            {{"pod_resources_socket", c.pod_resources_socket.string()}, {"resource_slices", watch.slices != nullptr}});
   return watch;
 }
 
@@ -382,8 +403,8 @@ void serve(const PluginConfig& c, const std::vector<std::string>& config_warning
   auto& mps_daemons = served.mps_daemons;
   const auto& host_devices = served.host_devices;
   const std::string& report_only = served.report_only;
-  const bool judged = !gpu_sets.empty() || !report_only.empty();  // a GPU node
-  OffersWatch offers = watch_offers(c, found, served);            // before any server lists a device
+  const bool judged = !gpu_sets.empty() || !report_only.empty();   // a GPU node
+  OffersWatch offers = watch_offers(c, found, served, apiserver);  // before any server lists a device
   NodeIsolation isolation;
   // The plugin judges the injected value alone: a bad value of any other key (mode, say) is the
   // webhook's to refuse, and never read here; a bad value of this one is logged and counted, and the

@@ -2,8 +2,8 @@
 #include "gpuguard/deviceplugin/served_elsewhere.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cctype>
-#include <unordered_map>
 
 namespace gpuguard::deviceplugin {
 namespace {
@@ -14,43 +14,37 @@ std::string lowered(std::string_view text) {
   return out;
 }
 
-// Every UUID of this node's GPUs and their MIG devices, lower case, to the GPU's UUID as discovered.
-class UuidIndex {
- public:
-  explicit UuidIndex(const std::vector<discovery::Gpu>& gpus) {
-    for (const discovery::Gpu& gpu : gpus) {
-      add(gpu.uuid, gpu.uuid);
-      for (const discovery::MigDevice& mig : gpu.mig_devices) add(mig.uuid, gpu.uuid);
-    }
-  }
-
-  // The GPUs an ID names: at each "gpu-" or "mig-" in it, the text as long as a known UUID is looked up.
-  // Linear in the ID's length (times the few lengths UUIDs have), whatever the plugin sent.
-  void gpus_named(std::string_view id, std::set<std::string>& out) const {
-    const std::string text = lowered(id);
-    for (std::size_t at = 0; at + 4 <= text.size(); ++at) {
-      const std::string_view prefix(text.data() + at, 4);
-      if (prefix != "gpu-" && prefix != "mig-") continue;
-      for (const std::size_t length : lengths_) {
-        if (at + length > text.size()) continue;
-        const auto found = gpu_of_.find(text.substr(at, length));
-        if (found != gpu_of_.end()) out.insert(found->second);
-      }
-    }
-  }
-
- private:
-  void add(const std::string& uuid, const std::string& gpu) {
-    if (uuid.empty()) return;
-    gpu_of_.emplace(lowered(uuid), gpu);
-    if (std::find(lengths_.begin(), lengths_.end(), uuid.size()) == lengths_.end()) lengths_.push_back(uuid.size());
-  }
-
-  std::unordered_map<std::string, std::string> gpu_of_;
-  std::vector<std::size_t> lengths_;
-};
-
 }  // namespace
+
+GpuUuids::GpuUuids(const std::vector<discovery::Gpu>& gpus) {
+  for (const discovery::Gpu& gpu : gpus) {
+    add(gpu.uuid, gpu.uuid);
+    for (const discovery::MigDevice& mig : gpu.mig_devices) add(mig.uuid, gpu.uuid);
+  }
+}
+
+void GpuUuids::add(const std::string& uuid, const std::string& gpu) {
+  if (uuid.empty()) return;
+  gpu_of_.emplace(lowered(uuid), gpu);
+  if (std::find(lengths_.begin(), lengths_.end(), uuid.size()) == lengths_.end()) lengths_.push_back(uuid.size());
+}
+
+void GpuUuids::find(std::string_view text, std::set<std::string>& out) const {
+  const auto lower = [&](std::size_t i) {
+    return static_cast<char>(std::tolower(static_cast<unsigned char>(text[i])));
+  };
+  for (std::size_t at = 0; at + 4 <= text.size(); ++at) {
+    if (text[at + 3] != '-') continue;
+    const std::array<char, 3> head{lower(at), lower(at + 1), lower(at + 2)};
+    const std::string_view prefix(head.data(), head.size());
+    if (prefix != "gpu" && prefix != "mig") continue;
+    for (const std::size_t length : lengths_) {
+      if (at + length > text.size()) continue;
+      const auto found = gpu_of_.find(lowered(text.substr(at, length)));
+      if (found != gpu_of_.end()) out.insert(found->second);
+    }
+  }
+}
 
 bool names_gpus(std::string_view resource) {
   constexpr std::string_view kDomain = "nvidia.com/";
@@ -62,13 +56,13 @@ bool names_gpus(std::string_view resource) {
 std::map<std::string, std::string> served_elsewhere(const std::vector<OfferedResource>& offered,
                                                     const std::set<std::string>& own_resources,
                                                     const std::vector<discovery::Gpu>& gpus) {
-  const UuidIndex index(gpus);
+  const GpuUuids index(gpus);
   // The kubelet lists a resource once per device: judged whole, by name.
   std::map<std::string, std::pair<std::set<std::string>, std::size_t>> by_name;  // GPUs named, devices
   for (const OfferedResource& resource : offered) {
     if (own_resources.contains(resource.name)) continue;
     auto& [named, devices] = by_name[resource.name];
-    for (const std::string& id : resource.device_ids) index.gpus_named(id, named);
+    for (const std::string& id : resource.device_ids) index.find(id, named);
     devices += resource.device_ids.size();
   }
   std::map<std::string, std::string> served;

@@ -5,7 +5,9 @@
 #include <catch2/catch.hpp>
 
 #include "gpuguard/deviceplugin/other_servers.hpp"
+#include "gpuguard/deviceplugin/published_gpus.hpp"
 #include "gpuguard/deviceplugin/served_elsewhere.hpp"
+#include "gpuguard/kube/store.hpp"
 
 using namespace gpuguard::deviceplugin;
 using gpuguard::discovery::Gpu;
@@ -106,4 +108,76 @@ TEST_CASE("other servers: every GPU withheld until the kubelet answers, then tho
   set.withhold(kGpu1, Hold::mps_daemon, true);
   set.withhold(kGpu1, Hold::mps_daemon, false);
   CHECK(healthy() == std::vector<bool>{true, false, false});
+}
+
+namespace {
+
+// A ResourceSlice as NVIDIA's DRA driver publishes one (resource.k8s.io/v1), for GPU 1.
+std::string slice(const std::string& name, const std::string& uuid) {
+  return R"({"kind":"ResourceSlice","apiVersion":"resource.k8s.io/v1","metadata":{"name":")" + name +
+         R"("},"spec":{"driver":"gpu.nvidia.com","nodeName":"n1","pool":{"name":"n1","generation":1,)"
+         R"("resourceSliceCount":1},"devices":[{"name":"gpu-1","attributes":{"type":{"string":"gpu"},)"
+         R"("uuid":{"string":")" +
+         uuid + R"("}}}]}})";
+}
+
+}  // namespace
+
+TEST_CASE("published GPUs: a ResourceSlice holding a GPU's UUID publishes it, until the slice is deleted") {
+  PublishedGpus published(mig_mixed());
+  CHECK_FALSE(published.listed());
+  published.list_begin();
+  const gpuguard::kube::PaddedText first(slice("n1-gpu.nvidia.com-abcde", kGpu1));
+  const gpuguard::kube::PaddedText other_node(
+      slice("n2-gpu.nvidia.com-fghij", "GPU-99999999-9999-4999-8999-999999999999"));
+  const gpuguard::kube::PaddedText not_json("{\"metadata\":");
+  published.list_item(first.view());
+  published.list_item(other_node.view());
+  published.list_item(not_json.view());
+  CHECK(published.gpus().empty());  // not before the list ends
+  published.list_end(true);
+  CHECK(published.listed());
+  const auto gpus = published.gpus();
+  REQUIRE(gpus.size() == 1);
+  CHECK_THAT(gpus.at(kGpu1), Catch::Contains("n1-gpu.nvidia.com-abcde") && Catch::Contains("gpu.nvidia.com"));
+  const gpuguard::kube::PaddedText mig(slice("n1-mig", "MIG-aaaaaaaa-aaaa-4aaa-8aaa-aaaaaaaaaaaa"));
+  published.apply("ADDED", mig.view());
+  CHECK(published.gpus().size() == 2);
+  published.apply("DELETED", first.view());
+  published.apply("DELETED", mig.view());
+  CHECK(published.gpus().empty());
+}
+
+TEST_CASE("other servers: a GPU a ResourceSlice publishes is withheld, and unlisted slices hold the GPUs a while") {
+  const std::vector<Gpu> gpus = mig_mixed();
+  DeviceSet set({{kGpu0, kGpu0, true, 0, 0}, {kGpu1, kGpu1, true, 0, 1}});
+  const auto healthy = [&] {
+    std::vector<bool> out;
+    for (const Device& device : set.snapshot()) out.push_back(device.healthy);
+    return out;
+  };
+  const auto kubelet = [] { return KubeletOffers::Answer{{{"nvidia.com/gpu", {kGpu0, kGpu1}}}, ""}; };
+  PublishedGpus published(gpus);
+  {
+    // Not listed, and a long wait: the kubelet's answer alone releases nothing.
+    OtherServers others(kubelet, gpus, {&set}, {"nvidia.com/gpu"}, &published, std::chrono::hours(1));
+    others.check();
+    CHECK(healthy() == std::vector<bool>{false, false});
+    std::string metrics;
+    others.render_metrics(metrics);
+    CHECK_THAT(metrics, Catch::Contains("gpuguard_device_plugin_resource_slices_listed 0"));
+    // Listed: GPU 1 is published by NVIDIA's DRA driver.
+    published.list_begin();
+    const gpuguard::kube::PaddedText text(slice("n1-gpu.nvidia.com-abcde", kGpu1));
+    published.list_item(text.view());
+    published.list_end(true);
+    others.check();
+    CHECK(healthy() == std::vector<bool>{true, false});
+  }
+  DeviceSet late({{kGpu0, kGpu0, true, 0, 0}, {kGpu1, kGpu1, true, 0, 1}});
+  PublishedGpus never(gpus);
+  OtherServers others(kubelet, gpus, {&late}, {"nvidia.com/gpu"}, &never, std::chrono::seconds(0));
+  others.check();  // the wait over: served on the kubelet's word
+  CHECK(late.snapshot()[0].healthy);
+  CHECK(late.snapshot()[1].healthy);
 }

@@ -357,7 +357,13 @@ def check_own_node_writes(docs, namespace="gpuguard-system"):
     assert "object.metadata.name in" in validation["expression"]
     assert binding == {"policyName": "gpuguard-device-plugin-own-node", "validationActions": ["Deny"]}
     rules = one(docs, "ClusterRole", "gpuguard-device-plugin")["rules"]
-    assert rules == [{"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]}], rules
+    assert rules == DEVICE_PLUGIN_RULES, rules
+
+
+# The device plugin's account: its own Node's status (a policy holds it to its own), and the ResourceSlices
+# it reads for what DRA drivers publish on its node; nothing else.
+DEVICE_PLUGIN_RULES = [{"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]},
+                       {"apiGroups": ["resource.k8s.io"], "resources": ["resourceslices"], "verbs": ["list", "watch"]}]
 
 
 def check_device_plugin(docs):
@@ -395,8 +401,12 @@ def check_device_plugin(docs):
     policy = next(m["name"] for m in plugin["volumeMounts"] if m["mountPath"] == "/etc/gpuguard/policy")
     assert by_name[policy]["configMap"]["name"] == "gpuguard-policy"
     assert daemonset["automountServiceAccountToken"] is True
-    assert one(docs, "ClusterRole", "gpuguard-device-plugin")["rules"] == [
-        {"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]}]
+    assert one(docs, "ClusterRole", "gpuguard-device-plugin")["rules"] == DEVICE_PLUGIN_RULES
+    # What the kubelet offers under every resource name, through its socket's directory, read-only.
+    assert "--pod-resources-socket=/var/lib/kubelet/pod-resources/kubelet.sock" in plugin["args"], plugin["args"]
+    pod_resources = next(m for m in plugin["volumeMounts"] if m["mountPath"] == "/var/lib/kubelet/pod-resources")
+    assert pod_resources.get("readOnly") is True
+    assert by_name[pod_resources["name"]]["hostPath"] == {"path": "/var/lib/kubelet/pod-resources", "type": "Directory"}
     binding = one(docs, "ClusterRoleBinding", "gpuguard-device-plugin")
     assert binding["roleRef"]["name"] == "gpuguard-device-plugin"
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": daemonset["serviceAccountName"],

@@ -19,6 +19,23 @@ struct OfferedResource {
   std::vector<std::string> device_ids;
 };
 
+// Every UUID of this node's GPUs and their MIG devices, found in any text, case aside: an ID a plugin
+// made around one (UUID::n, MIG-GPU-…/gi/ci), or a ResourceSlice's whole JSON.
+class GpuUuids {
+ public:
+  explicit GpuUuids(const std::vector<discovery::Gpu>& gpus);
+  // Adds to `out` the GPU (its UUID as discovered) of each UUID the text holds: at each "gpu-" or "mig-",
+  // the text as long as a known UUID is looked up. Linear in the text's length (times the few lengths
+  // UUIDs have), whatever it holds.
+  void find(std::string_view text, std::set<std::string>& out) const;
+
+ private:
+  void add(const std::string& uuid, const std::string& gpu);
+
+  std::map<std::string, std::string, std::less<>> gpu_of_;  // lower-case UUID: its GPU's UUID
+  std::vector<std::size_t> lengths_;
+};
+
 // Whether a resource name is one NVIDIA's tools give GPUs (nvidia.com/gpu, gpu.shared, a rename holding
 // "gpu", mig-<profile>): such a resource whose IDs name none of this node's GPUs by UUID (NVIDIA's plugin
 // with deviceIDStrategy=index) may serve any of them.
