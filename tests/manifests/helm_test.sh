@@ -149,6 +149,30 @@ chart = yaml.safe_load(open(os.path.join(root, "charts/gpuguard/Chart.yaml")))
 changes = yaml.safe_load(chart["annotations"]["artifacthub.io/changes"])
 assert changes and all(c["kind"] in ("added", "changed", "deprecated", "removed", "fixed", "security") and c["description"]
                        for c in changes), changes
+# The chart's version moves with its content: the digest of every file (Chart.yaml without its version
+# line) must be the one tests/fixtures/chart-versions.txt records for Chart.yaml's version.
+import hashlib
+content = hashlib.sha256()
+chart_dir = os.path.join(root, "charts/gpuguard")
+for dirpath, dirs, files in os.walk(chart_dir):
+    dirs.sort()
+    for name in sorted(files):
+        path = os.path.join(dirpath, name)
+        rel = os.path.relpath(path, chart_dir)
+        text = open(path, "rb").read()
+        if rel == "Chart.yaml":
+            text = b"".join(l for l in text.splitlines(True) if not l.startswith(b"version:"))
+        content.update(rel.encode() + b"\0" + text + b"\0")
+recorded = [l.split() for l in open(os.path.join(root, "tests/fixtures/chart-versions.txt")) if l.strip() and not l.startswith("#")]
+versions = [v for v, _ in recorded]
+assert len(set(versions)) == len(versions), f"a chart version recorded twice: {versions}"
+assert versions == sorted(versions, key=lambda v: tuple(int(x) for x in v.split("."))), f"versions out of order: {versions}"
+assert len(set(d for _, d in recorded)) == len(recorded), "two versions with one content: the version moved without a change"
+assert versions[-1] == chart["version"], f"Chart.yaml says {chart['version']}; the newest recorded is {versions[-1]}"
+assert recorded[-1][1] == content.hexdigest(), (
+    f"charts/gpuguard changed since {chart['version']} was recorded ({content.hexdigest()}): move the version, "
+    "say what changed in Chart.yaml's artifacthub.io/changes and CHANGELOG.md, and add a line to tests/fixtures/chart-versions.txt")
+assert f"## {chart['version']}" in open(os.path.join(chart_dir, "CHANGELOG.md")).read(), "CHANGELOG.md lacks this version"
 # An upgrade that reuses an earlier chart's values: this chart's built-in lists whole, that chart's entries
 # kept as additions, and still refusing during an outage (webhook.outage unset there).
 reused = load(f"{work}/reuse.yaml")
