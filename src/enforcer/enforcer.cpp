@@ -436,6 +436,15 @@ nri::CreateResult Enforcer::create_container(std::string_view request) {
         nri::view_of(pod, container, *node, exemption_label_keys(*policy), impl.resolver());
     decision = view ? impl.decide_for(*view, identity.id, container_id, *policy, *node, nullptr, false)
                     : not_judged(who, "the runtime's CreateContainer request does not parse", *policy);
+    if (view && decision.why != Decision::Why::exempt) {
+      // NVIDIA's chart (or gpuguard's) installed in a namespace its entry does not name: said, not exempted.
+      if (const std::string entry = policy->unlisted_infrastructure(view->pod_namespace, view->pod_labels);
+          !entry.empty()) {
+        impl.metrics.count_unlisted_infrastructure();
+        log::warn("GPU infrastructure in a namespace its exemption does not name: enforced as any pod",
+                  {{"container", who}, {"looks_like", entry}});
+      }
+    }
   } catch (const std::exception& e) {
     log::error("decision failed", {{"container", who}, {"reason", e.what()}});
     decision = not_judged(who, std::string("the enforcer's own error: ") + e.what(), *policy);

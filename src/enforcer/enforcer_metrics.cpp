@@ -20,6 +20,10 @@ constexpr metrics::Family kDecisions{
 constexpr metrics::Family kCreateDuration{
     "gpuguard_node_enforcer_create_duration_seconds", "histogram",
     "Time to answer the runtime's CreateContainer, the kubelet's pod-resources call included."};
+constexpr metrics::Family kUnlisted{
+    "gpuguard_node_enforcer_unlisted_infrastructure_total", "counter",
+    "Containers whose pod carries the label of a listed GPU infrastructure exemption in a namespace the entry does "
+    "not name: enforced as any pod's; the log names each."};
 constexpr metrics::Family kMasks{
     "gpuguard_node_enforcer_mps_masks_total", "counter",
     "MPS roots hidden under an empty read-only tmpfs in containers that mount a directory above them (the "
@@ -92,6 +96,7 @@ std::string EnforcerMetrics::render(const nri::PluginStats& connection, std::str
   metrics::header(out, kCreateDuration);
   durations_.render(out, kCreateDuration, "");
   metrics::single(out, kMasks, masks_.load(std::memory_order_relaxed));
+  metrics::single(out, kUnlisted, unlisted_infrastructure_.load(std::memory_order_relaxed));
   metrics::header(out, kMaskChecks);
   metrics::sample(out, kMaskChecks, "result=\"masked\"", checks_masked_.load(std::memory_order_relaxed));
   metrics::sample(out, kMaskChecks, "result=\"unmasked\"", checks_unmasked_.load(std::memory_order_relaxed));

@@ -360,6 +360,19 @@ bool Policy::names_service_accounts_in(std::string_view pod_namespace) const {
          names_namespace(node_enforcement_exempt_service_accounts, pod_namespace);
 }
 
+std::string Policy::unlisted_infrastructure(std::string_view pod_namespace,
+                                            const std::map<std::string, std::string>& pod_labels) const {
+  for (const std::string& entry : node_enforcement_exempt_service_accounts) {
+    const std::size_t colon = entry.find(':');
+    const std::size_t equals = entry.find('=', colon);
+    if (colon == std::string::npos || equals == std::string::npos) continue;
+    if (std::string_view(entry).substr(0, entry.find('/')) == pod_namespace) continue;
+    const auto found = pod_labels.find(entry.substr(colon + 1, equals - colon - 1));
+    if (found != pod_labels.end() && found->second == std::string_view(entry).substr(equals + 1)) return entry;
+  }
+  return "";
+}
+
 PolicyParse parse_policy(const std::map<std::string, std::string>& files) {
   PolicyParse result;
   Policy policy;

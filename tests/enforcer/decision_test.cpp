@@ -171,6 +171,11 @@ TEST_CASE("enforcer: the node policy keys are parsed and refused as the others")
   CHECK_FALSE(parsed.policy->is_node_enforcement_exempt("nvidia", "any-release-service-account"));
   CHECK_FALSE(parsed.policy->is_node_enforcement_exempt("nvidia", "", &labelled));  // account unknown
   CHECK_FALSE(parsed.policy->is_node_enforcement_exempt("elsewhere", "any", &labelled));
+  // Elsewhere, the entry's label is said: GPU infrastructure in a namespace the admin did not list.
+  CHECK(parsed.policy->unlisted_infrastructure("elsewhere", labelled) == "nvidia/*:app.kubernetes.io/name=mps");
+  CHECK(parsed.policy->unlisted_infrastructure("nvidia", labelled).empty());
+  CHECK(parsed.policy->unlisted_infrastructure("elsewhere", other).empty());
+  CHECK(parsed.policy->unlisted_infrastructure("elsewhere", {}).empty());
   for (const auto& [key, value] :
        std::vector<std::pair<std::string, std::string>>{{"nodeEnforcement", "enforcing"},
                                                         {"nodeEnforcementExemptNamespaces", "Not_A_Name"},

@@ -687,7 +687,7 @@ def check_monitoring(docs, namespace, root, ca_suffix="-tls"):
                                             "GPUGuardConnectionsShed", "GPUGuardNodeEnforcerNotRegistered",
                                             "GPUGuardContainersBeyondAllocation", "GPUGuardPolicyRefused",
                                             "GPUGuardWebhookUnavailable", "GPUGuardNodeEnforcerNotRunning", "GPUGuardNodeNotEnforced",
-                                            "GPUGuardNodeEnforcerRefusals", "GPUGuardNodeBreakGlass",
+                                            "GPUGuardNodeEnforcerRefusals", "GPUGuardNodeBreakGlass", "GPUGuardGPUInfrastructureUnlisted",
                                             "GPUGuardNodeEnforcementNotEnforcing", "GPUGuardGPUNodeWithoutEnforcer"}
     for a in alerts:
         assert a["labels"]["severity"] in ("warning", "critical") and a["annotations"]["summary"], a

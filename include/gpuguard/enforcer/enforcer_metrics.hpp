@@ -20,6 +20,9 @@ class EnforcerMetrics final : public metrics::ReloadMetrics {
   explicit EnforcerMetrics(std::string version);
   void count_decision(const enforcement::Decision& decision, double seconds);
   void count_kubelet_error() { kubelet_errors_.fetch_add(1, std::memory_order_relaxed); }
+  // A container judged as any pod's whose labels are those of listed GPU infrastructure, in a namespace
+  // its entry does not name (Policy::unlisted_infrastructure).
+  void count_unlisted_infrastructure() { unlisted_infrastructure_.fetch_add(1, std::memory_order_relaxed); }
   // MPS roots masked in containers created (Decision::masks).
   void count_masks(std::size_t masks) { masks_.fetch_add(masks, std::memory_order_relaxed); }
   // A started container's masks checked: "masked", "unmasked" (the start refused) or "unknown".
@@ -53,6 +56,7 @@ class EnforcerMetrics final : public metrics::ReloadMetrics {
   metrics::DurationHistogram durations_;
   std::atomic<std::uint64_t> kubelet_errors_{0};
   std::atomic<std::uint64_t> masks_{0};
+  std::atomic<std::uint64_t> unlisted_infrastructure_{0};
   std::atomic<std::uint64_t> checks_masked_{0}, checks_unmasked_{0}, checks_unknown_{0};
   std::atomic<std::uint64_t> validations_accepted_{0}, validations_rejected_{0};
   std::atomic<std::size_t> node_gpus_{0};

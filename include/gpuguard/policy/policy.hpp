@@ -104,6 +104,11 @@ struct Policy {
                                   const std::map<std::string, std::string>* pod_labels = nullptr) const;
   // Whether some namespace/serviceaccount entry names this namespace (its pods' accounts are worth a look).
   bool names_service_accounts_in(std::string_view pod_namespace) const;
+  // The labelled nodeEnforcementExempt entry ("namespace/name:key=value") whose label the pod carries in
+  // another namespace: GPU infrastructure, NVIDIA's chart say, running where the admin did not list it, and
+  // so enforced as any pod. Empty when there is none.
+  std::string unlisted_infrastructure(std::string_view pod_namespace,
+                                      const std::map<std::string, std::string>& pod_labels) const;
 };
 
 std::string_view mode_name(Mode mode);
