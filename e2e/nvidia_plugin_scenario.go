@@ -26,6 +26,8 @@ const (
 	// The socket NVIDIA's plugin serves nvidia.com/gpu on; one it leaves when it fails keeps gpuguard's off
 	// the GPUs.
 	nvidiaPluginSocket = "/var/lib/kubelet/device-plugins/nvidia-gpu.sock"
+	// Where gpuguard's plugin records the GPUs it withheld as served elsewhere, across its restarts.
+	servedElsewhereRecordDir = "/var/lib/kubelet/device-plugins/gpuguard"
 	// Its Helm chart installed as a release other than the README's nvdp, in namespace nvidia-device-plugin:
 	// gpuguard's defaults recognise the chart there by its label, under any release name (gpuInfrastructure).
 	nvidiaHelmNamespace = "nvidia-device-plugin"
@@ -342,7 +344,8 @@ func nodeNvidiaDevicePlugin(t *T, e *Env) {
 // nvidiaRenamedAfterGpuguard: gpuguard's plugin serves the GPUs first; then NVIDIA's starts with renamed
 // time-slicing (renameByDefault: the same GPUs as nvidia.com/gpu.shared, UUID::n). gpuguard's plugin
 // withholds every GPU the kubelet offers there, so the node offers none of nvidia.com/gpu; pods given a
-// replica see their GPU alone. NVIDIA's plugin gone and the kubelet restarted, the GPUs stay withheld.
+// replica see their GPU alone. NVIDIA's plugin gone and the kubelet restarted, the GPUs stay withheld, and
+// so they do after gpuguard's plugin restarts, by its record.
 func (n *Node) nvidiaRenamedAfterGpuguard(t *T, e *Env) {
 	n.gpuguardServesGPUsAgain(t)
 	const config, shared = "nvidia-device-plugin-renamed", "nvidia.com/gpu.shared"
@@ -376,7 +379,17 @@ func (n *Node) nvidiaRenamedAfterGpuguard(t *T, e *Env) {
 		}
 		time.Sleep(time.Second)
 	}
-	t.Logf("gpuguard's plugin serving first, then NVIDIA's as %s: gpuguard's withholds both GPUs, also after NVIDIA's is gone and the kubelet restarted", shared)
+	// gpuguard's plugin itself restarted (an upgrade, an OOM kill): its record withholds them still.
+	n.restartGpuguardPlugin(t)
+	n.waitForMetric(t, "gpuguard_device_plugin_gpus_served_elsewhere "+strconv.Itoa(nodeGPUs))
+	for waited := 0; waited < 5; waited++ {
+		if err := n.offers(t, 0); err != nil {
+			t.Errorf("gpuguard's plugin restarted: %v; its record of the GPUs it withheld did not hold", err)
+			break
+		}
+		time.Sleep(time.Second)
+	}
+	t.Logf("gpuguard's plugin serving first, then NVIDIA's as %s: gpuguard's withholds both GPUs, also after NVIDIA's is gone, the kubelet restarted, and its own restart", shared)
 }
 
 // expectNvidiaAllocations runs count pods asking for one nvidia.com/gpu each, and one asking for none:
@@ -414,11 +427,14 @@ func (n *Node) expectNvidiaAllocationsOf(t *T, e *Env, what, resource string, co
 	n.deletePodsTornDown(t, append(names, none)...)
 }
 
-// gpuguardServesGPUsAgain gives the GPUs back to gpuguard's plugin for the scenarios after this one: a
-// socket NVIDIA's plugin left would keep it off them, and only a new plugin process serves them again.
+// gpuguardServesGPUsAgain gives the GPUs back to gpuguard's plugin for the scenarios after this one, as
+// docs/device-plugin.md tells an admin to: a socket NVIDIA's plugin left, or the record of the GPUs it
+// withheld, would keep it off them, and only a new plugin process serves them again.
 func (n *Node) gpuguardServesGPUsAgain(t *T) {
-	if err := os.Remove(nvidiaPluginSocket); err != nil && !os.IsNotExist(err) {
-		t.Errorf("removing %s: %v", nvidiaPluginSocket, err)
+	for _, path := range []string{nvidiaPluginSocket, servedElsewhereRecordDir} {
+		if err := os.RemoveAll(path); err != nil {
+			t.Errorf("removing %s: %v", path, err)
+		}
 	}
 	n.restartGpuguardPlugin(t)
 	n.waitForGPUs(t)

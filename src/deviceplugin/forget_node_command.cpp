@@ -13,6 +13,7 @@
 #include "gpuguard/cli/command_line.hpp"
 #include "gpuguard/deviceplugin/cdi_spec.hpp"
 #include "gpuguard/deviceplugin/flags.hpp"
+#include "gpuguard/deviceplugin/other_servers.hpp"
 #include "gpuguard/discovery/discovery.hpp"
 #include "gpuguard/log/log.hpp"
 
@@ -65,8 +66,17 @@ Forgotten forget_node(const PluginConfig& config) {
   for (const fs::path& file : {config.nfd_feature_file, fs::path(kChartNfdFeatureFile)}) {
     if (!file.empty()) remove_file(host_path(config.host_root, file.string()), forgotten);
   }
-  const fs::path mps = host_path(config.host_root, config.gpu.mps_root);
   std::error_code error;
+  const fs::path record =
+      host_path(config.host_root, served_elsewhere_record(config.plugin_dir).parent_path().string());
+  if (fs::exists(record, error)) {
+    if (fs::remove_all(record, error) != static_cast<std::uintmax_t>(-1) && !error) {
+      forgotten.removed.push_back(record);
+    } else {
+      forgotten.kept.push_back(record.string() + ": " + error.message());
+    }
+  }
+  const fs::path mps = host_path(config.host_root, config.gpu.mps_root);
   if (fs::exists(mps, error)) {
     if (mounted_under(mps)) {
       forgotten.kept.push_back(mps.string() + ": something is still mounted under it (an MPS daemon's shm)");
@@ -88,8 +98,9 @@ int run_forget_node_command(const std::vector<std::string>& args) {
   po::options_description description(
       "gpuguard-device-plugin forget-node: removes from this node what the device plugin wrote there, after\n"
       "gpuguard is uninstalled: its CDI spec and its spec of the device none (under --cdi-root), the NFD\n"
-      "feature file (--nfd-feature-file, and the chart's path), and the MPS root (--mps-root) unless\n"
-      "something is still mounted under it. Takes the plugin's flags and config file, so that it looks where\n"
+      "feature file (--nfd-feature-file, and the chart's path), the record of the GPUs it withheld as served\n"
+      "elsewhere (gpuguard/ under --device-plugin-dir), and the MPS root (--mps-root) unless something is\n"
+      "still mounted under it. Takes the plugin's flags and config file, so that it looks where\n"
       "that install wrote. Exits 0 when nothing of it is left, 1 when something could not be removed, 2 on\n"
       "bad flags; with --wait, once done it waits for SIGTERM (a DaemonSet's pod, ready when done).\n\n"
       "Options");

@@ -1,7 +1,11 @@
 // Keeping the GPUs off where another plugin serves them (include/gpuguard/deviceplugin/other_servers.hpp).
 #include "gpuguard/deviceplugin/other_servers.hpp"
 
+#include <sstream>
+
 #include "gpuguard/deviceplugin/served_elsewhere.hpp"
+#include "gpuguard/files/read_file.hpp"
+#include "gpuguard/files/write_file.hpp"
 #include "gpuguard/log/log.hpp"
 #include "gpuguard/metrics/text.hpp"
 
@@ -13,12 +17,15 @@ constexpr metrics::Family kOffersRead{
     "1 once the kubelet has said what it offers under every resource name; until then every GPU is withheld."};
 constexpr metrics::Family kServedElsewhere{
     "gpuguard_device_plugin_gpus_served_elsewhere", "gauge",
-    "GPUs withheld, for the life of the process, because the kubelet offers them under another plugin's resource."};
+    "GPUs withheld for good: the kubelet offers them under another plugin's resource, a DRA driver's ResourceSlice "
+    "publishes them, or an earlier start withheld them."};
 constexpr metrics::Family kOfferErrors{"gpuguard_device_plugin_kubelet_offers_errors_total", "counter",
                                        "Asks for the kubelet's offers that got no answer."};
 constexpr metrics::Family kSlicesListed{
     "gpuguard_device_plugin_resource_slices_listed", "gauge",
     "1 once this node's DRA ResourceSlices have been listed; a GPU one publishes is withheld as served elsewhere."};
+
+constexpr std::uintmax_t kRecordMax = 64 << 10;  // a line per GPU
 
 std::set<std::string> uuids_of(const std::vector<discovery::Gpu>& gpus) {
   std::set<std::string> uuids;
@@ -29,15 +36,17 @@ std::set<std::string> uuids_of(const std::vector<discovery::Gpu>& gpus) {
 }  // namespace
 
 OtherServers::OtherServers(Read read, std::vector<discovery::Gpu> gpus, std::vector<DeviceSet*> gpu_sets,
-                           std::set<std::string> own_resources, const PublishedGpus* published,
-                           std::chrono::steady_clock::duration slices_wait)
+                           std::set<std::string> own_resources, Sources sources)
     : read_(std::move(read)),
       gpus_(std::move(gpus)),
       gpu_sets_(std::move(gpu_sets)),
       own_resources_(std::move(own_resources)),
-      published_(published),
-      slices_due_(std::chrono::steady_clock::now() + slices_wait) {
+      published_(sources.published),
+      slices_due_(std::chrono::steady_clock::now() + sources.slices_wait),
+      same_name_(std::move(sources.same_name)),
+      record_(std::move(sources.record)) {
   withhold_all(Hold::unchecked, true, uuids_of(gpus_));
+  load_record();
 }
 
 void OtherServers::withhold_all(Hold why, bool withheld, const std::set<std::string>& uuids) {
@@ -46,32 +55,56 @@ void OtherServers::withhold_all(Hold why, bool withheld, const std::set<std::str
   }
 }
 
-void OtherServers::check() {
-  KubeletOffers::Answer answer = read_();
-  std::lock_guard lock(mutex_);
-  if (!answer.error.empty()) {
-    ++errors_;
-    if (answer.error != last_error_) {
-      log::warn(answered_ ? "the kubelet's offers not read; the GPUs withheld so far stay withheld"
-                          : "the kubelet's offers not read; every GPU is withheld until they are",
-                {{"reason", answer.error}});
+// The GPUs an earlier run withheld: "<uuid> <why>" a line. Bounded, since it is read before anything else.
+void OtherServers::load_record() {
+  if (record_.empty()) return;
+  std::error_code error;
+  const auto size = std::filesystem::file_size(record_, error);
+  if (error) return;  // none yet
+  const std::optional<std::string> text = size <= kRecordMax ? files::read_file(record_) : std::nullopt;
+  if (!text) {
+    log::warn("the record of GPUs served elsewhere cannot be read: every GPU is withheld as served elsewhere",
+              {{"path", record_.string()}, {"bytes", size}});
+    for (const discovery::Gpu& gpu : gpus_) served_elsewhere_.emplace(gpu.uuid, "its record cannot be read");
+  } else {
+    const std::set<std::string> known = uuids_of(gpus_);
+    std::istringstream lines(*text);
+    for (std::string line; std::getline(lines, line);) {
+      const std::string uuid = line.substr(0, line.find(' '));
+      if (!known.contains(uuid)) continue;
+      served_elsewhere_.emplace(uuid, "withheld since an earlier start (" + record_.string() +
+                                          "): " + (line.size() > uuid.size() ? line.substr(uuid.size() + 1) : ""));
     }
-    last_error_ = answer.error;
-    return;
   }
-  last_error_.clear();
-  answered_ = true;
-  auto served = served_elsewhere(answer.resources, own_resources_, gpus_);
-  if (published_ != nullptr) served.merge(published_->gpus());
+  std::set<std::string> uuids;
+  for (const auto& [uuid, why] : served_elsewhere_) {
+    uuids.insert(uuid);
+    log::warn("GPU withheld: another plugin serves it here", {{"gpu", uuid}, {"reason", why}});
+  }
+  withhold_all(Hold::served_elsewhere, true, uuids);
+}
+
+void OtherServers::withhold_new(const std::map<std::string, std::string>& served) {
   std::set<std::string> now_withheld;
-  for (auto& [uuid, why] : served) {
+  for (const auto& [uuid, why] : served) {
     if (!served_elsewhere_.emplace(uuid, why).second) continue;
     now_withheld.insert(uuid);
     log::warn("GPU withheld: another plugin serves it here", {{"gpu", uuid}, {"reason", why}});
   }
+  if (now_withheld.empty()) return;
   withhold_all(Hold::served_elsewhere, true, now_withheld);
-  if (released_) return;
-  const bool listed = published_ == nullptr || published_->listed();
+  if (record_.empty()) return;
+  std::string text;
+  for (const auto& [uuid, why] : served_elsewhere_) text.append(uuid).append(" ").append(why).append("\n");
+  try {
+    files::write_file_atomically(record_, text);
+  } catch (const std::runtime_error& e) {
+    log::warn("the GPUs withheld not recorded: a restart of the plugin serves them again", {{"reason", e.what()}});
+  }
+}
+
+void OtherServers::release_when_judged(bool listed) {
+  if (released_ || !answered_) return;
   if (!listed && std::chrono::steady_clock::now() < slices_due_) return;
   released_ = true;
   withhold_all(Hold::unchecked, false, uuids_of(gpus_));
@@ -82,6 +115,36 @@ void OtherServers::check() {
   }
   log::info("GPUs no other plugin serves are served",
             {{"gpus", gpus_.size()}, {"served_elsewhere", served_elsewhere_.size()}});
+}
+
+void OtherServers::check() try {
+  const std::string same = same_name_ ? same_name_() : std::string();
+  KubeletOffers::Answer answer = read_();
+  // Whether the slices are listed, before what they publish: a list that ends between the two is read
+  // at the next check, never taken as listed with the GPUs it publishes unseen.
+  const bool listed = published_ == nullptr || published_->listed();
+  std::map<std::string, std::string> served = published_ != nullptr ? published_->gpus() : decltype(served){};
+  if (!same.empty()) {
+    for (const discovery::Gpu& gpu : gpus_) served.emplace(gpu.uuid, same);
+  }
+  std::lock_guard lock(mutex_);
+  if (answer.error.empty()) {
+    last_error_.clear();
+    answered_ = true;
+    served.merge(served_elsewhere(answer.resources, own_resources_, gpus_));
+  } else {
+    ++errors_;
+    if (answer.error != last_error_) {
+      log::warn(answered_ ? "the kubelet's offers not read; the GPUs withheld so far stay withheld"
+                          : "the kubelet's offers not read; every GPU is withheld until they are",
+                {{"reason", answer.error}});
+    }
+    last_error_ = answer.error;
+  }
+  withhold_new(served);
+  release_when_judged(listed);
+} catch (const std::exception& e) {
+  log::error("the check of what other plugins serve failed; it runs again", {{"reason", e.what()}});
 }
 
 void OtherServers::render_metrics(std::string& out) const {

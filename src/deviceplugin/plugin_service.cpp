@@ -376,12 +376,30 @@ OffersWatch watch_offers(const PluginConfig& c, const Discovery& found, const Se
                                             {"v1", "v1beta2", "v1beta1"}}},
         options);
   } else {
-    log::warn("no --node-name: the ResourceSlices of DRA drivers are not read, and GPUs they publish are served too");
+    log::warn(
+        "no --node-name or no API: the ResourceSlices of DRA drivers are not read, and GPUs they publish "
+        "are served too");
   }
   std::set<std::string> own;
   for (const auto& resource : served.resources) own.insert(resource->name());
+  // NVIDIA's plugin answering for one of these very names: the kubelet lists either's devices under it.
+  std::set<std::string> gpu_names;
+  for (const DeviceSet* set : served.gpu_sets) {
+    for (const auto& resource : served.resources) {
+      if (&resource->devices() == set) gpu_names.insert(resource->name());
+    }
+  }
+  OtherServers::Sources sources{watch.published.get(), kSlicesWait,
+                                [&c, gpu_names] {
+                                  for (const std::string& name : gpu_names) {
+                                    if (std::string why = other_gpu_plugin(c.plugin_dir, name); !why.empty())
+                                      return why;
+                                  }
+                                  return std::string();
+                                },
+                                served_elsewhere_record(c.plugin_dir)};
   watch.others = std::make_unique<OtherServers>([offers = watch.offers.get()] { return offers->read(kOffersInterval); },
-                                                found.gpus, served.gpu_sets, std::move(own), watch.published.get());
+                                                found.gpus, served.gpu_sets, std::move(own), std::move(sources));
   if (watch.slices) watch.slices->start();
   log::info("GPUs withheld until the kubelet says which ones other plugins serve",
             {{"pod_resources_socket", c.pod_resources_socket.string()}, {"resource_slices", watch.slices != nullptr}});

@@ -50,7 +50,7 @@ bool names_gpus(std::string_view resource) {
   constexpr std::string_view kDomain = "nvidia.com/";
   if (!resource.starts_with(kDomain)) return false;
   const std::string name = lowered(resource.substr(kDomain.size()));
-  return name.find("gpu") != std::string::npos || name.starts_with("mig-");
+  return name == "gpu" || name.starts_with("gpu.") || name.starts_with("mig-");
 }
 
 std::map<std::string, std::string> served_elsewhere(const std::vector<OfferedResource>& offered,
@@ -58,23 +58,32 @@ std::map<std::string, std::string> served_elsewhere(const std::vector<OfferedRes
                                                     const std::vector<discovery::Gpu>& gpus) {
   const GpuUuids index(gpus);
   // The kubelet lists a resource once per device: judged whole, by name.
-  std::map<std::string, std::pair<std::set<std::string>, std::size_t>> by_name;  // GPUs named, devices
+  struct Judged {
+    std::set<std::string> named;  // the GPUs its IDs name
+    std::string unnamed;          // an ID that names none
+  };
+  std::map<std::string, Judged> by_name;
   for (const OfferedResource& resource : offered) {
     if (own_resources.contains(resource.name)) continue;
-    auto& [named, devices] = by_name[resource.name];
-    for (const std::string& id : resource.device_ids) index.find(id, named);
-    devices += resource.device_ids.size();
+    Judged& judged = by_name[resource.name];
+    for (const std::string& id : resource.device_ids) {
+      std::set<std::string> named;
+      index.find(id, named);
+      if (named.empty() && judged.unnamed.empty()) judged.unnamed = id.substr(0, 64);
+      judged.named.merge(named);
+    }
   }
   std::map<std::string, std::string> served;
-  for (auto& [name, found] : by_name) {
-    auto& [named, devices] = found;
-    if (named.empty() && devices > 0 && names_gpus(name)) {
+  for (const auto& [name, judged] : by_name) {
+    // A GPU resource with an ID that names no GPU here by UUID (NVIDIA's deviceIDStrategy index, or a MIG
+    // device made after discovery): which GPU it is cannot be told, so any of them may be served there.
+    if (!judged.unnamed.empty() && names_gpus(name)) {
       for (const discovery::Gpu& gpu : gpus) {
-        served.emplace(gpu.uuid, "the kubelet offers " + name + " (" + std::to_string(devices) +
-                                     " devices) whose IDs name no GPU of this node by UUID: it may serve any of them");
+        served.emplace(gpu.uuid, "the kubelet offers " + name + " with device " + judged.unnamed +
+                                     ", which names no GPU of this node by UUID: it may be any of them");
       }
     }
-    for (const std::string& uuid : named) served.emplace(uuid, "the kubelet offers it as " + name);
+    for (const std::string& uuid : judged.named) served.emplace(uuid, "the kubelet offers it as " + name);
   }
   return served;
 }

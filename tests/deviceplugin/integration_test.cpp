@@ -565,6 +565,9 @@ TEST_CASE("forget-node: what the plugin wrote on the node is removed after an un
   node.host.write("var/run/cdi/nvidia.yaml", "cdiVersion: 0.5.0\n");
   node.host.write("etc/kubernetes/node-feature-discovery/features.d/other", "x=y\n");
   node.host.write("run/gpuguard/mps/" + kGpu0 + "/log/control.log", "");
+  // The record of the GPUs it withheld as served elsewhere, beside the kubelet's own checkpoint.
+  node.host.write("var/lib/kubelet/device-plugins/gpuguard/served-elsewhere", kGpu1 + " the kubelet offers it\n");
+  node.host.write("var/lib/kubelet/device-plugins/kubelet_internal_checkpoint", "{}");
 
   std::string args = "forget-node --host-root " + node.host.root().string();
   for (const std::string& flag : flags) args += " " + flag;
@@ -575,6 +578,8 @@ TEST_CASE("forget-node: what the plugin wrote on the node is removed after an un
   CHECK_FALSE(fs::exists(cdi / "gpuguard-none-nvidia.com-gpu.json"));
   CHECK_FALSE(fs::exists(node.host.root() / features.substr(1)));
   CHECK_FALSE(fs::exists(node.host.root() / "run/gpuguard"));
+  CHECK_FALSE(fs::exists(node.plugin_dir / "gpuguard"));
+  CHECK(fs::exists(node.plugin_dir / "kubelet_internal_checkpoint"));
   CHECK(fs::exists(cdi / "nvidia.yaml"));
   CHECK(fs::exists(node.host.root() / "etc/kubernetes/node-feature-discovery/features.d/other"));
   // Again, with nothing left to remove: done all the same.

@@ -7,7 +7,12 @@
 #include "gpuguard/deviceplugin/other_servers.hpp"
 #include "gpuguard/deviceplugin/published_gpus.hpp"
 #include "gpuguard/deviceplugin/served_elsewhere.hpp"
+#include "gpuguard/files/read_file.hpp"
 #include "gpuguard/kube/store.hpp"
+
+#include <unistd.h>
+
+#include <filesystem>
 
 using namespace gpuguard::deviceplugin;
 using gpuguard::discovery::Gpu;
@@ -61,10 +66,10 @@ TEST_CASE("served elsewhere: every case of tests/fixtures/device-plugin/served-e
   CHECK(withholding >= 6);
 }
 
-TEST_CASE("served elsewhere: GPU resource names are NVIDIA's gpu, gpu.shared, renames holding gpu, and mig-*") {
+TEST_CASE("served elsewhere: GPU resource names are NVIDIA's gpu, gpu.<anything> and mig-*") {
   CHECK(names_gpus("nvidia.com/gpu"));
   CHECK(names_gpus("nvidia.com/gpu.shared"));
-  CHECK(names_gpus("nvidia.com/shared-GPU"));
+  CHECK_FALSE(names_gpus("nvidia.com/shared-gpu"));  // a name an admin chose: its IDs must carry UUIDs
   CHECK(names_gpus("nvidia.com/mig-1g.10gb"));
   CHECK_FALSE(names_gpus("nvidia.com/hostdev"));
   CHECK_FALSE(names_gpus("example.com/gpu"));
@@ -160,7 +165,7 @@ TEST_CASE("other servers: a GPU a ResourceSlice publishes is withheld, and unlis
   PublishedGpus published(gpus);
   {
     // Not listed, and a long wait: the kubelet's answer alone releases nothing.
-    OtherServers others(kubelet, gpus, {&set}, {"nvidia.com/gpu"}, &published, std::chrono::hours(1));
+    OtherServers others(kubelet, gpus, {&set}, {"nvidia.com/gpu"}, {&published, std::chrono::hours(1)});
     others.check();
     CHECK(healthy() == std::vector<bool>{false, false});
     std::string metrics;
@@ -176,8 +181,66 @@ TEST_CASE("other servers: a GPU a ResourceSlice publishes is withheld, and unlis
   }
   DeviceSet late({{kGpu0, kGpu0, true, 0, 0}, {kGpu1, kGpu1, true, 0, 1}});
   PublishedGpus never(gpus);
-  OtherServers others(kubelet, gpus, {&late}, {"nvidia.com/gpu"}, &never, std::chrono::seconds(0));
+  OtherServers others(kubelet, gpus, {&late}, {"nvidia.com/gpu"}, {&never, std::chrono::seconds(0)});
   others.check();  // the wait over: served on the kubelet's word
   CHECK(late.snapshot()[0].healthy);
   CHECK(late.snapshot()[1].healthy);
+}
+
+TEST_CASE("other servers: the GPUs withheld are recorded and withheld again at the next start, at once") {
+  const std::vector<Gpu> gpus = mig_mixed();
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("gpuguard-record-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  const std::filesystem::path record = served_elsewhere_record(dir);
+  const auto kubelet = [] { return KubeletOffers::Answer{{{"nvidia.com/gpu.shared", {kGpu1 + "::0"}}}, ""}; };
+  {
+    DeviceSet set({{kGpu0, kGpu0, true, 0, 0}, {kGpu1, kGpu1, true, 0, 1}});
+    OtherServers others(kubelet, gpus, {&set}, {"nvidia.com/gpu"}, {nullptr, kSlicesWait, {}, record});
+    others.check();
+    CHECK(set.snapshot()[0].healthy);
+    CHECK_FALSE(set.snapshot()[1].healthy);
+  }
+  const std::optional<std::string> text = gpuguard::files::read_file(record);
+  REQUIRE(text);
+  CHECK_THAT(*text, Catch::StartsWith(kGpu1 + " the kubelet offers it as nvidia.com/gpu.shared"));
+  // The next start, before the kubelet answers and with that plugin gone: GPU 1 withheld for good.
+  DeviceSet set({{kGpu0, kGpu0, true, 0, 0}, {kGpu1, kGpu1, true, 0, 1}});
+  OtherServers others(
+      [] {
+        return KubeletOffers::Answer{{{"nvidia.com/gpu", {kGpu0, kGpu1}}}, ""};
+      },
+      gpus, {&set}, {"nvidia.com/gpu"}, {nullptr, kSlicesWait, {}, record});
+  std::string metrics;
+  others.render_metrics(metrics);
+  CHECK_THAT(metrics, Catch::Contains("gpuguard_device_plugin_gpus_served_elsewhere 1"));
+  others.check();
+  CHECK(set.snapshot()[0].healthy);
+  CHECK_FALSE(set.snapshot()[1].healthy);
+  // An unreadable record (too large) withholds every GPU.
+  std::filesystem::resize_file(record, 1 << 20);
+  DeviceSet all({{kGpu0, kGpu0, true, 0, 0}, {kGpu1, kGpu1, true, 0, 1}});
+  OtherServers unreadable(kubelet, gpus, {&all}, {"nvidia.com/gpu"}, {nullptr, kSlicesWait, {}, record});
+  unreadable.check();
+  CHECK_FALSE(all.snapshot()[0].healthy);
+  CHECK_FALSE(all.snapshot()[1].healthy);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("other servers: another plugin answering for one of gpuguard's own names withholds every GPU") {
+  const std::vector<Gpu> gpus = mig_mixed();
+  DeviceSet set({{kGpu0, kGpu0, true, 0, 0}, {kGpu1, kGpu1, true, 0, 1}});
+  std::string same;
+  OtherServers others(
+      [] {
+        return KubeletOffers::Answer{{{"nvidia.com/gpu", {kGpu0, kGpu1}}}, ""};
+      },
+      gpus, {&set}, {"nvidia.com/gpu"}, {nullptr, kSlicesWait, [&] { return same; }, {}});
+  others.check();
+  CHECK(set.snapshot()[0].healthy);
+  CHECK(set.snapshot()[1].healthy);
+  same = "NVIDIA's device plugin serves nvidia.com/gpu here (nvidia-gpu.sock answers)";
+  others.check();
+  CHECK_FALSE(set.snapshot()[0].healthy);
+  CHECK_FALSE(set.snapshot()[1].healthy);
 }

@@ -4,8 +4,12 @@
 // watched, and withholds each GPU that another resource serves (served_elsewhere.hpp) or a ResourceSlice
 // publishes, for the life of the process, so that two plugins never take turns with one GPU. Until the
 // kubelet has first answered, and the slices have been listed (or kSlicesWait has passed), every GPU is
-// withheld: on a fresh node no GPU is served twice, whichever plugin starts first.
+// withheld. The GPUs withheld are recorded in a file that outlives the process, the kubelet's restarts
+// and the node's, and withheld again at the next start. Another plugin that answers on the socket of one
+// of gpuguard's own resource names (the kubelet then lists either's devices under that name) withholds
+// every GPU.
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -25,15 +29,32 @@ inline constexpr std::chrono::seconds kOffersInterval{2};
 // not keep the GPUs from pods for ever. Slices listed later are withheld as they arrive.
 inline constexpr std::chrono::seconds kSlicesWait{30};
 
+// Where the GPUs withheld are recorded: a directory of the kubelet's plugin directory, which the kubelet's
+// start leaves (it removes the files there, not the directories). Deleted, with the plugin started again,
+// the GPUs are served again; forget-node removes it.
+inline std::filesystem::path served_elsewhere_record(const std::filesystem::path& plugin_dir) {
+  return plugin_dir / "gpuguard" / "served-elsewhere";
+}
+
+// What OtherServers reads besides the kubelet's offers.
+struct OtherServerSources {
+  const PublishedGpus* published = nullptr;  // null: no API to read the slices from
+  std::chrono::steady_clock::duration slices_wait = kSlicesWait;
+  // Why another plugin serves one of gpuguard's own resource names now, or empty.
+  std::function<std::string()> same_name = {};
+  // The file that keeps the GPUs withheld across restarts; empty: none kept.
+  std::filesystem::path record = {};
+};
+
 class OtherServers {
  public:
+  using Sources = OtherServerSources;
   using Read = std::function<KubeletOffers::Answer()>;
 
   // Withholds every GPU of gpu_sets (Hold::unchecked) until the first answer of read, and the first list
-  // of `published` where it is given (null: no API to read it from).
+  // of sources.published where it is given; those the record names, for good, at once.
   OtherServers(Read read, std::vector<discovery::Gpu> gpus, std::vector<DeviceSet*> gpu_sets,
-               std::set<std::string> own_resources, const PublishedGpus* published = nullptr,
-               std::chrono::steady_clock::duration slices_wait = kSlicesWait);
+               std::set<std::string> own_resources, Sources sources = {});
 
   // One look: withholds what another plugin now serves; logs each new GPU withheld, and each new error.
   void check();
@@ -43,6 +64,9 @@ class OtherServers {
 
  private:
   void withhold_all(Hold why, bool withheld, const std::set<std::string>& uuids);
+  void load_record();
+  void withhold_new(const std::map<std::string, std::string>& served);
+  void release_when_judged(bool listed);
 
   Read read_;
   std::vector<discovery::Gpu> gpus_;
@@ -50,6 +74,8 @@ class OtherServers {
   std::set<std::string> own_resources_;
   const PublishedGpus* published_;
   std::chrono::steady_clock::time_point slices_due_;
+  std::function<std::string()> same_name_;
+  std::filesystem::path record_;
   mutable std::mutex mutex_;
   bool answered_ = false;  // the kubelet has
   bool released_ = false;  // Hold::unchecked, once the kubelet has answered and the slices are listed or late

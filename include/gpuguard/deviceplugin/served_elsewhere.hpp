@@ -36,14 +36,15 @@ class GpuUuids {
   std::vector<std::size_t> lengths_;
 };
 
-// Whether a resource name is one NVIDIA's tools give GPUs (nvidia.com/gpu, gpu.shared, a rename holding
-// "gpu", mig-<profile>): such a resource whose IDs name none of this node's GPUs by UUID (NVIDIA's plugin
-// with deviceIDStrategy=index) may serve any of them.
+// Whether a resource name is one NVIDIA's plugin gives GPUs (nvidia.com/gpu, gpu.<anything> such as
+// gpu.shared, mig-<profile>): such a resource with an ID that names none of this node's GPUs by UUID
+// (NVIDIA's deviceIDStrategy=index, a MIG device made after discovery) may serve any of them.
 bool names_gpus(std::string_view resource);
 
 // The GPUs (by UUID) that a resource other than own_resources serves, each with why. A device ID serves a
 // GPU when it holds that GPU's UUID or one of its MIG devices' (UUID, UUID::n, MIG-…, MIG-GPU-…/gi/ci:
-// whatever a plugin adds around it), case aside. A GPU resource none of whose IDs does that serves them all.
+// whatever a plugin adds around it), case aside. A GPU resource (names_gpus) with an ID that does not may
+// serve them all.
 std::map<std::string, std::string> served_elsewhere(const std::vector<OfferedResource>& offered,
                                                     const std::set<std::string>& own_resources,
                                                     const std::vector<discovery::Gpu>& gpus);
