@@ -36,6 +36,24 @@ KubeletOffers::Answer KubeletOffers::read(std::chrono::milliseconds deadline) {
   for (const ::v1::ContainerDevices& devices : response.devices()) {
     answer.resources.push_back({devices.resource_name(), {devices.device_ids().begin(), devices.device_ids().end()}});
   }
+  // What pods hold, too: the kubelet keeps their devices across its restarts, while the plugin that gave
+  // them has not registered again (after a node's reboot, or while it crash-loops) and offers nothing.
+  grpc::ClientContext listing;
+  listing.set_deadline(std::chrono::system_clock::now() + deadline);
+  ::v1::ListPodResourcesResponse pods;
+  if (const grpc::Status listed = impl_->stub->List(&listing, {}, &pods); !listed.ok()) {
+    answer.resources.clear();
+    answer.error = "List: " + listed.error_message() + " (code " + std::to_string(listed.error_code()) + ")";
+    return answer;
+  }
+  for (const ::v1::PodResources& pod : pods.pod_resources()) {
+    for (const ::v1::ContainerResources& container : pod.containers()) {
+      for (const ::v1::ContainerDevices& devices : container.devices()) {
+        answer.resources.push_back(
+            {devices.resource_name(), {devices.device_ids().begin(), devices.device_ids().end()}});
+      }
+    }
+  }
   return answer;
 }
 

@@ -368,6 +368,29 @@ TEST_CASE(
   CHECK(plugin.terminate() == 0);
 }
 
+TEST_CASE("other plugins: a GPU a pod holds under another resource is withheld, though no plugin offers it now") {
+  Node node;
+  FakeKubelet kubelet(node.plugin_dir);
+  const fs::path socket = node.host.root() / "pod-resources.sock";
+  // After a reboot: the kubelet still knows the pod NVIDIA's plugin gave a replica of GPU 1, and that
+  // plugin has not registered again.
+  FakePodResources offers(socket);
+  offers.hold({{"nvidia.com/gpu.shared", {kGpu1 + "::3"}}});
+  PluginProcess plugin(node.plugin_dir, node.host.root(),
+                       {"--cdi-root", "", "--pod-resources-socket", socket.string()});
+  const auto registered = kubelet.wait_for(1);
+  REQUIRE(registered.size() == 1);
+  auto gpus = plugin_client(node.plugin_dir, registered[0].endpoint());
+  DeviceWatch watch(*gpus);
+  REQUIRE(watch.until(kGpu0, "Healthy"));
+  const int port = plugin.status_port();
+  CHECK(plugin_series(port, "gpuguard_device_plugin_gpus_served_elsewhere") == 1);
+  CHECK_THAT(http_get(port, "/metrics").second,
+             Catch::Contains(R"(gpuguard_device_plugin_devices{resource="nvidia.com/gpu",health="unhealthy"} 1)"));
+  CHECK_THAT(plugin.log(), Catch::Contains("the kubelet offers it as nvidia.com/gpu.shared"));
+  CHECK(plugin.terminate() == 0);
+}
+
 TEST_CASE("gpus report-only: nothing registered for the GPUs, ready once the node is judged") {
   Node node;
   nvidia_cdi_mode_by_default(node);

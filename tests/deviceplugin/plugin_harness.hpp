@@ -56,6 +56,27 @@ class FakePodResources final : public ::v1::PodResourcesLister::Service {
     std::lock_guard lock(mutex_);
     return asked_;
   }
+  // Pods holding devices: one pod, its one container holding what hold() last set.
+  void hold(std::map<std::string, std::vector<std::string>> resources) {
+    std::lock_guard lock(mutex_);
+    held_ = std::move(resources);
+  }
+  grpc::Status List(grpc::ServerContext*, const ::v1::ListPodResourcesRequest*,
+                    ::v1::ListPodResourcesResponse* response) override {
+    std::lock_guard lock(mutex_);
+    if (held_.empty()) return grpc::Status::OK;
+    auto* pod = response->add_pod_resources();
+    pod->set_name("holder");
+    pod->set_namespace_("default");
+    auto* container = pod->add_containers();
+    container->set_name("app");
+    for (const auto& [name, ids] : held_) {
+      auto* devices = container->add_devices();
+      devices->set_resource_name(name);
+      for (const std::string& id : ids) devices->add_device_ids(id);
+    }
+    return grpc::Status::OK;
+  }
   grpc::Status GetAllocatableResources(grpc::ServerContext*, const ::v1::AllocatableResourcesRequest*,
                                        ::v1::AllocatableResourcesResponse* response) override {
     std::lock_guard lock(mutex_);
@@ -73,7 +94,7 @@ class FakePodResources final : public ::v1::PodResourcesLister::Service {
  private:
   std::unique_ptr<grpc::Server> server_;
   std::mutex mutex_;
-  std::map<std::string, std::vector<std::string>> offered_;
+  std::map<std::string, std::vector<std::string>> offered_, held_;
   int asked_ = 0;
 };
 
