@@ -212,10 +212,14 @@ type plugin struct {
 	process *process
 }
 
+// The kubelet's device manager runs here without the kubelet's pod-resources API, so the plugin is told
+// not to ask it what other plugins serve (docs/device-plugin.md#no-gpu-served-twice); none run here.
+var noPodResources = []string{"--pod-resources-socket", ""}
+
 func startPlugin(t *T, e *Env, host, strategy string, extra ...string) *plugin {
 	args := append([]string{"--device-plugin-dir=" + filepath.Dir(pluginapi.KubeletSocket) + "/", "--host-root=" + host,
 		"--discovery=procfs", "--resource-name=" + gpuResource, "--device-list-strategy=" + strategy,
-		"--host-device=" + fuseResource + "=/dev/fuse:4", "--metrics-address=127.0.0.1:0"}, extra...)
+		"--host-device=" + fuseResource + "=/dev/fuse:4", "--metrics-address=127.0.0.1:0"}, append(noPodResources, extra...)...)
 	p, err := e.start("gpuguard-device-plugin", e.gpuguard("gpuguard-device-plugin"), args...)
 	t.must(err, "starting gpuguard-device-plugin")
 	return &plugin{process: p}
@@ -255,6 +259,7 @@ func startSharedPlugin(t *T, e *Env, host string, gpus []fakeGPU) (*plugin, []st
 	args := []string{"--device-plugin-dir=" + filepath.Dir(pluginapi.KubeletSocket) + "/", "--host-root=" + host,
 		"--discovery=nvml", "--config-file=" + e.path("device-plugin.yaml"),
 		"--host-device=" + fuseResource + "=/dev/fuse:4", "--metrics-address=127.0.0.1:0"}
+	args = append(args, noPodResources...)
 	env := []string{"LD_LIBRARY_PATH=" + e.gpuguard(filepath.Join("tests", "fake-nvml")), "GPUGUARD_FAKE_NVML=" + e.path("nvml.json")}
 	p, err := e.startWithEnv("gpuguard-device-plugin", e.gpuguard("gpuguard-device-plugin"), env, args...)
 	t.must(err, "starting gpuguard-device-plugin with the stand-in NVML")

@@ -95,7 +95,12 @@ void OtherServers::withhold_new(const std::map<std::string, std::string>& served
   withhold_all(Hold::served_elsewhere, true, now_withheld);
   if (record_.empty()) return;
   std::string text;
-  for (const auto& [uuid, why] : served_elsewhere_) text.append(uuid).append(" ").append(why).append("\n");
+  for (const auto& [uuid, why] : served_elsewhere_) {
+    std::string line = uuid + " " + why;
+    // One line a GPU, whatever a plugin put in the IDs a reason quotes.
+    for (char& c : line) c = static_cast<unsigned char>(c) < 0x20 ? '?' : c;
+    text.append(line).append("\n");
+  }
   try {
     files::write_file_atomically(record_, text);
   } catch (const std::runtime_error& e) {

@@ -21,7 +21,11 @@ constexpr metrics::Family kPasses{"gpuguard_device_plugin_kubelet_passes_total",
 
 }  // namespace
 
-bool StatusPage::ready() const { return status_.gpus == "report-only" ? isolation_.judged() : kubelet_.registered(); }
+// Serving: registered, and the GPUs no other plugin serves released, so that a rollout waits for both.
+bool StatusPage::ready() const {
+  if (status_.gpus == "report-only") return isolation_.judged();
+  return kubelet_.registered() && (others_ == nullptr || others_->released());
+}
 
 std::string StatusPage::render_metrics() const {
   std::string out;

@@ -342,12 +342,14 @@ TEST_CASE(
   CHECK(first->devices(1).health() == "Unhealthy");
   CHECK(eventually([&] { return plugin_series(port, "gpuguard_device_plugin_kubelet_offers_errors_total") >= 1; }));
   CHECK(plugin_series(port, "gpuguard_device_plugin_kubelet_offers_read") == 0);
+  CHECK(http_get(port, "/readyz").first == "503");  // registered, the GPUs not yet checked
   // The kubelet answers: NVIDIA's renamed time-slicing serves GPU 1 as nvidia.com/gpu.shared.
   auto offers = std::make_unique<FakePodResources>(socket);
   offers->offer({{"nvidia.com/gpu", {kGpu0, kGpu1}}, {"nvidia.com/gpu.shared", {kGpu1 + "::0", kGpu1 + "::1"}}});
   REQUIRE(watch.until(kGpu0, "Healthy"));
   CHECK(eventually([&] { return plugin_series(port, "gpuguard_device_plugin_gpus_served_elsewhere") == 1; }));
   CHECK(plugin_series(port, "gpuguard_device_plugin_kubelet_offers_read") == 1);
+  CHECK(eventually([&] { return http_get(port, "/readyz").first == "200"; }));
   v1beta1::AllocateResponse allocated;
   CHECK(allocate(*gpus, {kGpu0}, allocated).ok());
   CHECK_THAT(plugin.log(), Catch::Contains("GPU withheld: another plugin serves it here") &&

@@ -58,6 +58,11 @@ class OtherServers {
 
   // One look: withholds what another plugin now serves; logs each new GPU withheld, and each new error.
   void check();
+  // Once the GPUs no other plugin serves are served (Hold::unchecked released): the plugin is ready then.
+  bool released() const {
+    std::lock_guard lock(mutex_);
+    return released_;
+  }
   // gpuguard_device_plugin_kubelet_offers_read, _gpus_served_elsewhere, _kubelet_offers_errors_total, and
   // _resource_slices_listed where the slices are read.
   void render_metrics(std::string& out) const;

@@ -1,6 +1,7 @@
 #pragma once
 // What the device plugin's status port (server::StatusRoutes) says: whether it is ready (every resource is
-// registered with the kubelet; reporting only, once the node is judged) and its /metrics (where GPUs were
+// registered with the kubelet, and the GPUs checked against what other plugins serve; reporting only, once
+// the node is judged) and its /metrics (where GPUs were
 // discovered, where their health comes from, how many devices of each resource are healthy, how many GPUs
 // another plugin serves, and on a GPU node whether the injected value keeps GPUs out there).
 #include <memory>
