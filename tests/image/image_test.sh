@@ -101,7 +101,8 @@ until_ok 20 curl -sf --cacert "$work/certs/ca.crt" "https://127.0.0.1:$port/heal
 echo "the webhook in the image, as 65532 on a read-only root, serves /healthz over TLS"
 
 port=$(free_port)
-in_image 0:0 /usr/local/bin/gpuguard-device-plugin --host-root=/host --discovery=procfs \
+# No kubelet here, so no pod-resources API to ask what other plugins serve: not asked (docs/device-plugin.md).
+in_image 0:0 /usr/local/bin/gpuguard-device-plugin --host-root=/host --discovery=procfs --pod-resources-socket "" \
   --device-plugin-dir=/var/lib/kubelet/device-plugins/ --host-device=github.com/fuse=/dev/fuse:4 \
   --metrics-address="127.0.0.1:$port" > "$work/device-plugin.log" 2>&1 &
 pids+=($!)
