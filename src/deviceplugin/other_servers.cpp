@@ -96,7 +96,8 @@ void OtherServers::withhold_new(const std::map<std::string, std::string>& served
   if (record_.empty()) return;
   std::string text;
   for (const auto& [uuid, why] : served_elsewhere_) {
-    std::string line = uuid + " " + why;
+    std::string line = uuid;
+    line.append(" ").append(why);
     // One line a GPU, whatever a plugin put in the IDs a reason quotes.
     for (char& c : line) c = static_cast<unsigned char>(c) < 0x20 ? '?' : c;
     text.append(line).append("\n");
