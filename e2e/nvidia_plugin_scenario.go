@@ -324,17 +324,8 @@ func nodeNvidiaDevicePlugin(t *T, e *Env) {
 
 	// NVIDIA's plugin gone, and the kubelet restarted (both plugins would register again): gpuguard's,
 	// having left the GPUs to it, does not take them.
-	offset := logSize(e, "kubelet")
-	n.kubelet.stop()
-	t.must(e.startKubelet(n), "starting the kubelet again")
-	waitForLog(t, e, "kubelet", offset, `resourceName="github.com/fuse"`, time.Minute)
-	for waited := 0; waited < 10; waited++ {
-		if err := n.offers(t, 0); err != nil {
-			t.Errorf("NVIDIA's plugin gone and the kubelet restarted: %v; gpuguard's plugin took the GPUs back", err)
-			break
-		}
-		time.Sleep(time.Second)
-	}
+	n.restartKubelet(t, e)
+	n.expectNoGPUsFor(t, 10*time.Second, "NVIDIA's plugin gone and the kubelet restarted", "gpuguard's plugin took the GPUs back")
 	n.waitForMetric(t, `gpus="report-only"} 1`)
 	t.Logf("NVIDIA's plugin gone, the kubelet restarted: the node offers no %s, gpuguard's plugin still leaves them", gpuResource)
 
@@ -368,28 +359,32 @@ func (n *Node) nvidiaRenamedAfterGpuguard(t *T, e *Env) {
 	n.expectNvidiaAllocationsOf(t, e, "time-sliced-renamed", shared, 3)
 	n.removeNvidiaPlugin(t, e, renamed)
 
+	n.restartKubelet(t, e)
+	n.expectNoGPUsFor(t, 10*time.Second, "NVIDIA's renamed plugin gone and the kubelet restarted", "gpuguard's plugin served the GPUs again")
+	// gpuguard's plugin itself restarted (an upgrade, an OOM kill): its record withholds them still.
+	n.restartGpuguardPlugin(t)
+	n.waitForMetric(t, "gpuguard_device_plugin_gpus_served_elsewhere "+strconv.Itoa(nodeGPUs))
+	n.expectNoGPUsFor(t, 5*time.Second, "gpuguard's plugin restarted", "its record of the GPUs it withheld did not hold")
+	t.Logf("gpuguard's plugin serving first, then NVIDIA's as %s: gpuguard's withholds both GPUs, also after NVIDIA's is gone, the kubelet restarted, and its own restart", shared)
+}
+
+// restartKubelet stops the kubelet and starts it again, until its device manager has the plugins back.
+func (n *Node) restartKubelet(t *T, e *Env) {
 	offset := logSize(e, "kubelet")
 	n.kubelet.stop()
 	t.must(e.startKubelet(n), "starting the kubelet again")
 	waitForLog(t, e, "kubelet", offset, `resourceName="github.com/fuse"`, time.Minute)
-	for waited := 0; waited < 10; waited++ {
+}
+
+// expectNoGPUsFor checks each second, for the time given, that the node offers no nvidia.com/gpu.
+func (n *Node) expectNoGPUsFor(t *T, period time.Duration, after, otherwise string) {
+	for waited := time.Duration(0); waited < period; waited += time.Second {
 		if err := n.offers(t, 0); err != nil {
-			t.Errorf("NVIDIA's renamed plugin gone and the kubelet restarted: %v; gpuguard's plugin served the GPUs again", err)
-			break
+			t.Errorf("%s: %v; %s", after, err, otherwise)
+			return
 		}
 		time.Sleep(time.Second)
 	}
-	// gpuguard's plugin itself restarted (an upgrade, an OOM kill): its record withholds them still.
-	n.restartGpuguardPlugin(t)
-	n.waitForMetric(t, "gpuguard_device_plugin_gpus_served_elsewhere "+strconv.Itoa(nodeGPUs))
-	for waited := 0; waited < 5; waited++ {
-		if err := n.offers(t, 0); err != nil {
-			t.Errorf("gpuguard's plugin restarted: %v; its record of the GPUs it withheld did not hold", err)
-			break
-		}
-		time.Sleep(time.Second)
-	}
-	t.Logf("gpuguard's plugin serving first, then NVIDIA's as %s: gpuguard's withholds both GPUs, also after NVIDIA's is gone, the kubelet restarted, and its own restart", shared)
 }
 
 // expectNvidiaAllocations runs count pods asking for one nvidia.com/gpu each, and one asking for none:
