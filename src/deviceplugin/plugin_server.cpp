@@ -56,7 +56,8 @@ void to_proto(const Allocation& allocation, v1beta1::ContainerAllocateResponse& 
 
 class PluginServer::Service final : public v1beta1::DevicePlugin::Service {
  public:
-  explicit Service(Resource& resource) : resource_(resource) {}
+  Service(Resource& resource, std::function<std::string()> yielded_to)
+      : resource_(resource), yielded_to_(std::move(yielded_to)) {}
   void stop() { stopping_ = true; }
 
   grpc::Status GetDevicePluginOptions(grpc::ServerContext*, const v1beta1::Empty*,
@@ -70,13 +71,24 @@ class PluginServer::Service final : public v1beta1::DevicePlugin::Service {
   grpc::Status ListAndWatch(grpc::ServerContext* context, const v1beta1::Empty*,
                             grpc::ServerWriter<v1beta1::ListAndWatchResponse>* writer) override {
     std::uint64_t sent = 0;
+    bool yielded = false;
+    auto next_look = std::chrono::steady_clock::now();
     while (!stopping_ && !context->IsCancelled()) {
       std::uint64_t version = 0;
       const auto devices = resource_.devices().snapshot(&version);
-      if (version != sent) {
-        if (!writer->Write(device_list(devices))) break;
-        sent = version;
+      // Before every list, and every 2 s while none is due: another plugin answering for this name. Then
+      // nothing more is sent, and the stream is kept open: a kubelet before 1.37 keeps one client per name,
+      // and a stream of ours that ended would close the other plugin's, whose registration replaced ours.
+      if (!yielded && yielded_to_ && (version != sent || std::chrono::steady_clock::now() >= next_look)) {
+        next_look = std::chrono::steady_clock::now() + 2s;
+        if (std::string why = yielded_to_(); !why.empty()) {
+          log::warn("no more device lists sent: another plugin serves the resource",
+                    {{"resource", resource_.name()}, {"reason", why}});
+          yielded = true;
+        }
       }
+      if (version != sent && !yielded && !writer->Write(device_list(devices))) break;
+      sent = version;
       resource_.devices().wait_for_change(sent, 250ms);
     }
     return grpc::Status::OK;
@@ -118,11 +130,15 @@ class PluginServer::Service final : public v1beta1::DevicePlugin::Service {
 
  private:
   Resource& resource_;
+  std::function<std::string()> yielded_to_;
   std::atomic<bool> stopping_{false};
 };
 
-PluginServer::PluginServer(Resource& resource, const std::filesystem::path& plugin_dir)
-    : resource_(resource), socket_path_(plugin_dir / socket_name(resource.name())) {}
+PluginServer::PluginServer(Resource& resource, const std::filesystem::path& plugin_dir,
+                           std::function<std::string()> yielded_to)
+    : resource_(resource),
+      socket_path_(plugin_dir / socket_name(resource.name())),
+      yielded_to_(std::move(yielded_to)) {}
 
 PluginServer::~PluginServer() { stop(); }
 
@@ -130,7 +146,7 @@ const std::string& PluginServer::resource_name() const { return resource_.name()
 
 void PluginServer::serve() {
   stop();
-  service_ = std::make_unique<Service>(resource_);
+  service_ = std::make_unique<Service>(resource_, yielded_to_);
   grpc::ServerBuilder builder;
   builder.AddListeningPort("unix://" + socket_path_.string(), grpc::InsecureServerCredentials());
   builder.RegisterService(service_.get());

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -273,6 +274,21 @@ struct Served {
   std::string report_only;  // why the GPUs are reported and not served; empty when served (or none found)
 };
 
+// A server per resource. A GPU resource's yields to NVIDIA's plugin answering for the same name (its streams
+// send nothing more, plugin_server.hpp); a host device's does not.
+std::vector<std::unique_ptr<PluginServer>> plugin_servers(const PluginConfig& c, const Served& served) {
+  std::vector<std::unique_ptr<PluginServer>> servers;
+  servers.reserve(served.resources.size());
+  for (const auto& resource : served.resources) {
+    const bool gpu = std::any_of(served.gpu_sets.begin(), served.gpu_sets.end(),
+                                 [&resource](const DeviceSet* set) { return &resource->devices() == set; });
+    std::function<std::string()> yielded_to;
+    if (gpu) yielded_to = [dir = c.plugin_dir, name = resource->name()] { return other_gpu_plugin(dir, name); };
+    servers.push_back(std::make_unique<PluginServer>(*resource, c.plugin_dir, std::move(yielded_to)));
+  }
+  return servers;
+}
+
 Served resources_to_serve(const PluginConfig& c, const Discovery& found) {
   Served served;
   std::map<std::string, std::string> feature_labels;
@@ -440,9 +456,7 @@ void serve(const PluginConfig& c, const std::vector<std::string>& config_warning
     log::info("no GPU served: no node condition written", {{"node", c.node_name}});
   }
 
-  std::vector<std::unique_ptr<PluginServer>> servers;
-  servers.reserve(resources.size());
-  for (auto& resource : resources) servers.push_back(std::make_unique<PluginServer>(*resource, c.plugin_dir));
+  std::vector<std::unique_ptr<PluginServer>> servers = plugin_servers(c, served);
   KubeletSession kubelet(servers, c.plugin_dir / "kubelet.sock", yield_to_nvidia(c));
 
   // The status server takes SIGTERM and SIGINT from its construction on, and one that came during the

@@ -8,6 +8,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <future>
 #include <nlohmann/json.hpp>
 
 #include "files.hpp"
@@ -304,6 +305,43 @@ TEST_CASE("gpus auto: served where NVIDIA's plugin never was, and once it is, le
   fs::remove(path);
   restart_kubelet();
   CHECK(plugin.terminate() == 0);
+}
+
+TEST_CASE(
+    "NVIDIA's plugin answering for the same name: no list is sent to the kubelet after it, the stream kept open") {
+  // Since Kubernetes 1.37 the kubelet keeps both endpoints under one name and takes the last list sent as
+  // the resource's devices: gpuguard's list withholding every GPU (the same-name check), sent after
+  // NVIDIA's, left the node offering none of them (e2e:node/nvidia-device-plugin, on the real kubelet).
+  // Ending the stream instead would close NVIDIA's client on a kubelet before 1.37 (one client per name).
+  for (const char* gpus : {"serve", "auto"}) {
+    INFO(gpus);
+    Node node;
+    FakeKubelet kubelet(node.plugin_dir);
+    const fs::path socket = node.host.root() / "pod-resources.sock";
+    FakePodResources offers(socket);
+    auto plugin = std::make_unique<PluginProcess>(
+        node.plugin_dir, node.host.root(),
+        std::vector<std::string>{"--gpus", gpus, "--cdi-root", "", "--pod-resources-socket", socket.string()});
+    const auto registered = kubelet.wait_for(1);
+    REQUIRE(registered.size() == 1);
+    auto client = plugin_client(node.plugin_dir, registered[0].endpoint());
+    DeviceWatch watch(*client);
+    REQUIRE(watch.until(kGpu0, "Healthy"));  // served while no other plugin answers for the name
+    NvidiaPluginSocket nvidia(node.plugin_dir);
+    // The same-name check withholds every GPU within a check or two, which would send a list marking them
+    // unhealthy; none reaches the kubelet, and the stream stays open until the plugin stops.
+    auto next = std::async(std::launch::async, [&watch] { return watch.next(); });
+    eventually([&] { return plugin->log().find("no more device lists sent") != std::string::npos; });
+    const int port = plugin->status_port();
+    eventually([&] { return plugin_series(port, "gpuguard_device_plugin_gpus_served_elsewhere") == 2; });
+    CHECK_THAT(http_get(port, "/metrics").second,
+               Catch::Contains(R"(gpuguard_device_plugin_devices{resource="nvidia.com/gpu",health="unhealthy"} 2)"));
+    CHECK(next.wait_for(3s) == std::future_status::timeout);  // nothing sent, the stream still open
+    CHECK(kubelet.wait_for(2, 0ms).size() == 1);              // nor registered again
+    CHECK_THAT(plugin->log(), Catch::Contains("nvidia-gpu.sock answers"));
+    CHECK(plugin->terminate() == 0);
+    CHECK_FALSE(next.get());  // the stream ended with the plugin, no list in between
+  }
 }
 
 TEST_CASE("gpus auto: a socket NVIDIA's plugin left when it failed leaves the GPUs to it from the start") {

@@ -1,6 +1,7 @@
 #pragma once
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -16,7 +17,12 @@ namespace gpuguard::deviceplugin {
 // One resource served on its own socket in the kubelet's plugin directory, and registered under it.
 class PluginServer {
  public:
-  PluginServer(Resource& resource, const std::filesystem::path& plugin_dir);
+  // `yielded_to`: why another plugin now serves this very resource name on the node (empty: none). Since
+  // Kubernetes 1.37 the kubelet keeps both plugins' endpoints under one name and takes whichever list came
+  // last as the resource's devices, so a list sent then would replace the other plugin's: once it says so,
+  // the kubelet's streams send nothing more (and stay open: see ListAndWatch).
+  PluginServer(Resource& resource, const std::filesystem::path& plugin_dir,
+               std::function<std::string()> yielded_to = {});
   ~PluginServer();
   PluginServer(const PluginServer&) = delete;
   PluginServer& operator=(const PluginServer&) = delete;
@@ -37,6 +43,7 @@ class PluginServer {
   class Service;
   Resource& resource_;
   std::filesystem::path socket_path_;
+  std::function<std::string()> yielded_to_;
   std::unique_ptr<Service> service_;
   std::unique_ptr<grpc::Server> server_;
   std::optional<std::uint64_t> socket_inode_;  // the file serve() bound, while served
