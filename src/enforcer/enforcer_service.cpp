@@ -12,6 +12,7 @@
 #include "gpuguard/enforcer/enforcer.hpp"
 #include "gpuguard/enforcer/kubelet_client.hpp"
 #include "gpuguard/files/poller.hpp"
+#include "gpuguard/kube/event.hpp"
 #include "gpuguard/kube/request.hpp"
 #include "gpuguard/log/log.hpp"
 #include "gpuguard/nri/plugin.hpp"
@@ -76,27 +77,18 @@ class ApiPodDirectory final : public PodDirectory {
 
   void node_event(const std::string& message) override {
     if (!api_ || node_.empty()) return;
-    const auto now = std::chrono::system_clock::now();
-    const std::time_t seconds = std::chrono::system_clock::to_time_t(now);
-    std::tm utc{};
-    gmtime_r(&seconds, &utc);
-    char stamp[32];
-    std::strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%SZ", &utc);
-    const nlohmann::json event = {{"apiVersion", "v1"},
-                                  {"kind", "Event"},
-                                  {"metadata", {{"generateName", "gpuguard-node-enforcer."}, {"namespace", "default"}}},
-                                  {"involvedObject", {{"apiVersion", "v1"}, {"kind", "Node"}, {"name", node_}}},
-                                  {"reason", "GPUsBeyondAllocation"},
-                                  {"message", message},
-                                  {"type", "Warning"},
-                                  {"source", {{"component", "gpuguard-node-enforcer"}, {"host", node_}}},
-                                  {"firstTimestamp", stamp},
-                                  {"lastTimestamp", stamp},
-                                  {"count", 1}};
-    const kube::Reply reply = kube::send_request(
-        *api_,
-        {"POST", "/api/v1/namespaces/default/events", "application/json", event.dump(), "gpuguard-node-enforcer", ""},
-        3s);
+    kube::WarningEvent event{
+        {"v1", "Node", "", node_},
+        "default",
+        "GPUsBeyondAllocation",
+        message,
+        "gpuguard-node-enforcer",
+        node_,
+        std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count()};
+    const kube::Reply reply = kube::send_request(*api_,
+                                                 {"POST", kube::events_path(event.events_namespace), "application/json",
+                                                  kube::warning_event_json(event), "gpuguard-node-enforcer", ""},
+                                                 3s);
     if (reply.status != 201) {
       log::warn("cannot write the Node event", {{"node", node_}, {"status", reply.status}, {"reason", reply.error}});
     }
