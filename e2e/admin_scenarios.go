@@ -21,6 +21,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // refusingLabel marks what refuses pods: the webhook configuration and the backstop's binding.
@@ -228,6 +229,8 @@ func nodeBreakGlass(t *T, e *Env) {
 	out, err = n.kubectl(t, e, "delete", "clusterroles,clusterrolebindings,validatingadmissionpolicies,validatingadmissionpolicybindings", "-l",
 		"app.kubernetes.io/instance="+release)
 	t.must(err, "deleting the release's leftovers: "+out)
+	out, err = n.kubectl(t, e, "delete", "roles,rolebindings", "--all-namespaces", "-l", "app.kubernetes.io/instance="+release)
+	t.must(err, "deleting the release's leftovers in other namespaces: "+out)
 
 	// The orderly way: uninstall, then the namespace, then a pod.
 	out, err = n.helmOther(t, e, "install", release, install...)
@@ -396,4 +399,56 @@ func lastLine(out string) string {
 		return ""
 	}
 	return lines[len(lines)-1]
+}
+
+// nodeArmProbe: arming shows that the API server reaches the webhook, not only the kubelet. As soon as the
+// release's webhook Service exists, it is pointed at a port nothing listens on: the stand-in for a
+// NetworkPolicy the API server's calls do not match (cilium/cilium#14724; this node's CNI enforces none).
+// The kubelet's probes go to the pod and pass, so the Deployment is available; the arm hook's dry-run pod
+// comes back unpatched, so helm install fails, nothing is armed, the hook's log says why, and the
+// Deployment carries a NotArmed Warning Event. With the Service as rendered again, helm upgrade arms it.
+func nodeArmProbe(t *T, e *Env) {
+	n := e.nodeWithoutGpuguard(t)
+	const release = "gpuguard-probe"
+	defer n.removeRelease(t, e, release)
+	services := n.cluster.client.CoreV1().Services(release)
+	pointAt := func(port string) error {
+		patch := fmt.Sprintf(`[{"op":"replace","path":"/spec/ports/0/targetPort","value":%s}]`, port)
+		_, err := services.Patch(t.ctx, release+"-webhook", types.JSONPatchType, []byte(patch), metav1.PatchOptions{})
+		return err
+	}
+	broken := make(chan error, 1)
+	go func() {
+		broken <- eventually(t.ctx, 2*time.Minute, func() error { return pointAt("9443") })
+	}()
+	values := append([]string{"--namespace", release, "--create-namespace", "--wait", "--timeout", "3m",
+		"--set", "image.repository=" + gpuguardRepo, "--set", "image.tag=" + gpuguardTag,
+		"--set", "webhook.armTimeoutSeconds=20"}, withoutPlugins...)
+	out, err := n.helmOther(t, e, "install", release, values...)
+	t.must(<-broken, "pointing the webhook's Service at a closed port")
+	if err == nil {
+		t.Errorf("helm install with the API server unable to reach the webhook succeeded: %s", out)
+	}
+	if state := n.armedState(t, release, "after the failed install"); state != "Ignore [Warn Audit]" {
+		t.Errorf("the API server cannot reach the webhook, yet the hook armed it: %s, want Ignore [Warn Audit]", state)
+	}
+	logs, err := n.kubectl(t, e, "logs", "--namespace", release, "job/"+release+"-arm")
+	t.must(err, "reading the arm hook's log: "+logs)
+	if !strings.Contains(logs, "the API server was not shown to call the webhook: nothing was armed") ||
+		!strings.Contains(logs, "came back with NVIDIA_VISIBLE_DEVICES=all, as sent") {
+		t.Errorf("the arm hook's log does not say why it armed nothing:\n%s", logs)
+	}
+	events, err := n.cluster.client.CoreV1().Events(release).List(t.ctx, metav1.ListOptions{FieldSelector: "reason=NotArmed"})
+	t.must(err, "listing the release's NotArmed events")
+	if len(events.Items) != 1 || events.Items[0].InvolvedObject.Name != release+"-webhook" || events.Items[0].Type != "Warning" {
+		t.Errorf("NotArmed events: %+v; want one Warning on Deployment %s-webhook", events.Items, release)
+	} else {
+		t.Logf("left unarmed: helm install failed (%s); Event NotArmed: %s", strings.TrimSpace(lastLine(out)), events.Items[0].Message)
+	}
+	t.must(pointAt(`"https"`), "pointing the webhook's Service back at its port")
+	out, err = n.helmOther(t, e, "upgrade", release, values...)
+	t.must(err, "helm upgrade with the API server able to reach the webhook: "+out)
+	if state := n.armedState(t, release, "after the upgrade"); state != "Fail [Deny]" {
+		t.Errorf("the API server reaches the webhook, and the hook left it %s; want Fail [Deny]", state)
+	}
 }

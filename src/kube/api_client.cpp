@@ -48,6 +48,7 @@ static_assert(kJsonPadding >= simdjson::SIMDJSON_PADDING);
 constexpr std::uint64_t kListBodyLimit = 1ULL << 30;
 // A Node, as a PATCH returns it, is tens of KB.
 constexpr std::uint64_t kReplyBodyLimit = 1ULL << 20;
+constexpr std::size_t kMaxWarnings = 16;
 
 bool is_ip_address(const std::string& host) {
   boost::system::error_code ec;
@@ -324,6 +325,12 @@ asio::awaitable<ApiClient::Exchange> ApiClient::exchange(Connection& connection,
   }
   reply.status = parser.get().result_int();
   reply.body = std::move(parser.get().body());
+  // The head is bounded by the parser (8 KiB), and so are the warnings it can hold.
+  for (const auto& field : parser.get()) {
+    if (beast::iequals(field.name_string(), "Warning") && reply.warnings.size() < kMaxWarnings) {
+      reply.warnings.emplace_back(field.value());
+    }
+  }
   if (reply.status < 200 || reply.status >= 300) {
     std::string copy = reply.body;
     reply.error = "HTTP " + std::to_string(reply.status) + ": " + status_message(json_, copy);

@@ -5,6 +5,7 @@
 
 #include <boost/program_options.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <functional>
 #include <iostream>
@@ -12,6 +13,7 @@
 
 #include "gpuguard/cli/apiserver_flags.hpp"
 #include "gpuguard/cli/command_line.hpp"
+#include "gpuguard/kube/event.hpp"
 #include "gpuguard/kube/request.hpp"
 #include "gpuguard/log/log.hpp"
 #include "gpuguard/webhook/arming.hpp"
@@ -24,9 +26,12 @@ using namespace std::chrono_literals;
 
 constexpr const char* kProgram = "gpuguard-webhook arm";
 constexpr const char* kUsage =
-    "gpuguard-webhook arm: waits until the webhook's Deployment has a replica available, then sets the webhook\n"
-    "configuration's failurePolicy to Fail and the backstop binding's validationActions to Deny. The chart runs\n"
-    "it as a post-install and post-upgrade hook, so that nothing refuses pods before a replica can answer.\n\n"
+    "gpuguard-webhook arm: waits until the webhook's Deployment has a replica available and, with\n"
+    "--probe-namespace, until a pod created there as a server-side dry run comes back as the webhook answered it\n"
+    "(so the API server can call it), then sets the webhook configuration's failurePolicy to Fail and the\n"
+    "backstop binding's validationActions to Deny. The chart runs it as a post-install and post-upgrade hook, so\n"
+    "that nothing refuses pods before the API server can have them reviewed. When that is not shown within\n"
+    "--timeout, it arms nothing, says why, records a Warning Event on the Deployment, and exits 1.\n\n"
     "Usage:\n"
     "  gpuguard-webhook arm --namespace NS --deployment NAME [--webhook-configuration NAME]\n"
     "                       [--backstop-binding NAME] [options]\n\n"
@@ -79,8 +84,14 @@ void add_arm_flags(po::options_description& description) {
       "webhook", po::value<std::string>()->default_value("visible-devices.gpuguard.io"),
       "the webhook of that configuration")("backstop-binding", po::value<std::string>(),
                                            "the ValidatingAdmissionPolicyBinding to set to Deny; none when not given")(
+      "probe-namespace", po::value<std::string>(),
+      "a namespace the webhook covers, where a pod is created as a server-side dry run until it comes back as the "
+      "webhook answered it; not given: a replica available is enough")(
+      "probe-image", po::value<std::string>()->default_value("gpuguard-arm-probe"),
+      "the image the probe pod names (never pulled: a dry run runs nothing); the chart passes its own, which "
+      "a registry allowlist admits")(
       "timeout", po::value<unsigned>()->default_value(300),
-      "seconds to wait for an available replica; then exit 1 and leave everything as it is");
+      "seconds to wait for an available replica and the probe; then exit 1 and leave everything as it is");
 }
 
 // 0, or 2 after saying which flag is missing.
@@ -88,6 +99,19 @@ int check_arm_flags(const po::variables_map& flags) {
   for (const char* required : {"namespace", "deployment"}) {
     if (flags.count(required) == 0 || flags[required].as<std::string>().empty()) {
       std::cerr << kProgram << ": --" << required << " is required (see --help)\n";
+      return 2;
+    }
+  }
+  if (flags.count("probe-namespace") != 0) {
+    // A namespace's name (RFC 1123 label), so that it cannot reach beyond its place in the request's path.
+    const std::string& probe = flags["probe-namespace"].as<std::string>();
+    const bool label =
+        probe.size() <= 63 &&
+        std::all_of(probe.begin(), probe.end(),
+                    [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-'; }) &&
+        (probe.empty() || (probe.front() != '-' && probe.back() != '-'));
+    if (!label) {
+      std::cerr << kProgram << ": --probe-namespace " << probe << " is not a namespace's name\n";
       return 2;
     }
   }
@@ -112,14 +136,14 @@ arming::Availability read_availability(const kube::ApiServer& api, const std::st
   return availability;
 }
 
-// True once the webhook's Deployment has a replica available; false, after saying why, at --timeout.
-bool wait_for_replica(const kube::ApiServer& api, const po::variables_map& flags) {
+// True once the webhook's Deployment has a replica available; false, after saying why, at the deadline.
+bool wait_for_replica(const kube::ApiServer& api, const po::variables_map& flags,
+                      std::chrono::steady_clock::time_point deadline) {
   const std::string ns = flags["namespace"].as<std::string>();
   const std::string deployment = flags["deployment"].as<std::string>();
   const std::string deployment_path = "/apis/apps/v1/namespaces/" + ns + "/deployments/" + deployment;
   const std::string deployment_name = ns + "/" + deployment;
   const unsigned timeout_s = flags["timeout"].as<unsigned>();
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
   std::string last;
   for (;;) {
     const arming::Availability availability = read_availability(api, deployment_path);
@@ -143,6 +167,66 @@ bool wait_for_replica(const kube::ApiServer& api, const po::variables_map& flags
   }
   log::info("a replica of the webhook is available", {{"deployment", deployment_name}});
   return true;
+}
+
+// Records why nothing was armed as a Warning Event on the webhook's Deployment, for `kubectl describe`.
+void record_not_armed(const kube::ApiServer& api, const po::variables_map& flags, const std::string& why) {
+  const std::string ns = flags["namespace"].as<std::string>();
+  const kube::WarningEvent event{
+      {"apps/v1", "Deployment", ns, flags["deployment"].as<std::string>()},
+      ns,
+      "NotArmed",
+      "gpuguard did not arm the webhook configuration and the backstop, so nothing refuses pods for it: " + why,
+      "gpuguard-arm",
+      "",
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count()};
+  const kube::Reply reply =
+      kube::send_request(api,
+                         {"POST", kube::events_path(ns), "application/json", kube::warning_event_json(event),
+                          std::string("gpuguard-arm/") + GPUGUARD_VERSION, ""},
+                         kRequestTimeout);
+  if (reply.status != 201) {
+    log::warn("cannot record the Event", {{"status", reply.status}, {"reason", reply.error}});
+  }
+}
+
+// True once a pod created as a server-side dry run in --probe-namespace comes back as the webhook answered it
+// (or when there is no such flag); false, after saying why and recording it, at the deadline.
+bool probe_webhook(const kube::ApiServer& api, const po::variables_map& flags,
+                   std::chrono::steady_clock::time_point deadline) {
+  if (flags.count("probe-namespace") == 0 || flags["probe-namespace"].as<std::string>().empty()) return true;
+  const std::string probe_namespace = flags["probe-namespace"].as<std::string>();
+  const std::string path = "/api/v1/namespaces/" + probe_namespace + "/pods?dryRun=All";
+  const std::string pod = arming::probe_pod_json(flags["deployment"].as<std::string>() + "-arm-probe-",
+                                                 flags["probe-image"].as<std::string>());
+  std::string last;
+  for (;;) {
+    const kube::Reply reply = kube::send_request(
+        api, {"POST", path, "application/json", pod, std::string("gpuguard-arm/") + GPUGUARD_VERSION, ""},
+        kRequestTimeout);
+    const arming::ProbeResult result = arming::probe_result(reply.status, reply.body, reply.warnings, reply.error);
+    if (result.reached) {
+      log::info("the API server calls the webhook", {{"namespace", probe_namespace}, {"shown_by", result.why}});
+      return true;
+    }
+    if (result.why != last) {
+      log::info("probing whether the API server calls the webhook",
+                {{"namespace", probe_namespace}, {"waiting", result.why}});
+      last = result.why;
+    }
+    if (std::chrono::steady_clock::now() + kPoll > deadline) {
+      const std::string why = "a pod created in namespace " + probe_namespace +
+                              " as a server-side dry run did not come back as the webhook answers: " + result.why;
+      log::error("the API server was not shown to call the webhook: nothing was armed, so nothing refuses pods for it",
+                 {{"reason", why},
+                  {"next",
+                   "let the API server reach the webhook's pods (docs/operations.md#install), then run "
+                   "helm upgrade again"}});
+      record_not_armed(api, flags, why);
+      return false;
+    }
+    std::this_thread::sleep_for(kPoll);
+  }
 }
 
 // Arms what the flags name; false when any of it could not be armed.
@@ -175,7 +259,12 @@ int run_arm_command(int argc, char** argv) {
   if (const int status = check_arm_flags(flags); status != 0) return status;
   kube::ApiServer api;
   if (const int status = cli::require_api_server(kProgram, flags, api); status != 0) return status;
-  if (!wait_for_replica(api, flags)) return 1;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(flags["timeout"].as<unsigned>());
+  if (!wait_for_replica(api, flags, deadline)) {
+    record_not_armed(api, flags, "no replica of the webhook became available within --timeout");
+    return 1;
+  }
+  if (!probe_webhook(api, flags, deadline)) return 1;
   return arm_named(api, flags) ? 0 : 1;
 }
 

@@ -1,7 +1,10 @@
 // The decision of `gpuguard-webhook arm` (include/gpuguard/webhook/arming.hpp): JSON in, a JSON Patch out.
 #include "gpuguard/webhook/arming.hpp"
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
 
 namespace gpuguard::webhook::arming {
 namespace {
@@ -62,6 +65,105 @@ Step binding_step(std::string_view binding_json) {
   // Deny alone: the API server refuses Deny together with Warn, and Audit adds nothing once pods are refused.
   return {json::array({{{"op", "add"}, {"path", "/spec/validationActions"}, {"value", json::array({"Deny"})}}}).dump(),
           ""};
+}
+
+// What the probe pod is sent with, as a CUDA image sets it; the webhook replaces it in a GPU-less container.
+constexpr std::string_view kProbeVariable = "NVIDIA_VISIBLE_DEVICES";
+constexpr const char* kProbeValue = "all";
+
+std::string probe_pod_json(std::string_view generate_name, std::string_view image) {
+  const json restricted = {{"runAsNonRoot", true},
+                           {"runAsUser", 65532},
+                           {"allowPrivilegeEscalation", false},
+                           {"capabilities", {{"drop", json::array({"ALL"})}}},
+                           {"seccompProfile", {{"type", "RuntimeDefault"}}}};
+  const json resources = {{"cpu", "1m"}, {"memory", "1Mi"}};
+  return json{
+      {"apiVersion", "v1"},
+      {"kind", "Pod"},
+      {"metadata",
+       {{"generateName", std::string(generate_name)}, {"labels", {{"app.kubernetes.io/name", "gpuguard-arm-probe"}}}}},
+      {"spec",
+       {{"automountServiceAccountToken", false},
+        {"restartPolicy", "Never"},
+        {"containers", json::array({{{"name", "probe"},
+                                     {"image", std::string(image)},
+                                     {"env", json::array({{{"name", kProbeVariable}, {"value", kProbeValue}}})},
+                                     {"securityContext", restricted},
+                                     {"resources", {{"requests", resources}, {"limits", resources}}}}})}}}}
+      .dump();
+}
+
+ProbeResult probe_result(unsigned status, std::string_view body, const std::vector<std::string>& warnings,
+                         std::string_view error) {
+  // What only gpuguard's webhook says of this pod (src/admission/decide.cpp; the unit test runs the admission
+  // core on the probe pod in each mode to hold these to it), as the API server passes it on.
+  constexpr std::string_view kReplaced = "NVIDIA_VISIBLE_DEVICES set in the pod was replaced with";
+  constexpr std::string_view kAuditWarning = "would get NVIDIA_VISIBLE_DEVICES=";
+  constexpr std::string_view kStrictDenial = "sets NVIDIA_VISIBLE_DEVICES itself, which policy mode strict does not";
+  const auto warned = [&warnings](std::string_view first, std::string_view second) {
+    return std::any_of(warnings.begin(), warnings.end(), [&](const std::string& warning) {
+      return warning.find(first) != std::string::npos && warning.find(second) != std::string::npos;
+    });
+  };
+  if (status == 0) return {false, "no answer from the API server: " + std::string(error)};
+  if (status < 200 || status >= 300) {
+    if (error.find("admission webhook \"") != std::string_view::npos &&
+        error.find(kStrictDenial) != std::string_view::npos) {
+      return {true, "the webhook refused the probe pod for setting " + std::string(kProbeVariable) +
+                        " itself (policy mode strict): the API server called it"};
+    }
+    return {false, "the API server refused the probe pod: " + std::string(error)};
+  }
+  const auto pod = parse_object(body);
+  const json* containers = nullptr;
+  if (pod) {
+    const auto spec = pod->find("spec");
+    if (spec != pod->end() && spec->is_object()) {
+      const auto found = spec->find("containers");
+      if (found != spec->end() && found->is_array()) containers = &*found;
+    }
+  }
+  if (containers == nullptr) return {false, "the API server's answer is not a pod with containers"};
+  // The container's value is the last entry of that name, as the kubelet reads a list that names it twice;
+  // absent: removed, which the webhook never does.
+  std::optional<std::string> value;
+  for (const json& container : *containers) {
+    const auto env = container.is_object() ? container.find("env") : container.end();
+    if (!container.is_object() || env == container.end() || !env->is_array()) continue;
+    for (const json& variable : *env) {
+      if (variable.is_object() && variable.value("name", "") == kProbeVariable) {
+        const auto found = variable.find("value");
+        value = found != variable.end() && found->is_string() ? found->get<std::string>() : std::string();
+      }
+    }
+  }
+  const std::string sent = std::string(kProbeVariable) + "=" + kProbeValue;
+  // Replaced, and the webhook's warning that it replaced it: a policy engine that overwrites the variable
+  // (a merge by name, an appended entry) changes the value but says nothing of the kind.
+  if (value && *value != kProbeValue && warned(kReplaced, "")) {
+    return {true, "the probe pod, sent with " + sent + ", came back with " + std::string(kProbeVariable) + "=" +
+                      *value + " and the webhook's warning that it replaced it: the API server called the webhook"};
+  }
+  // The webhook's own audit warning ("audit: container \"probe\" would get NVIDIA_VISIBLE_DEVICES=none"),
+  // not the backstop's, which warns about the same pod when the webhook was not heard (Warn until armed).
+  if (warned("audit: ", kAuditWarning)) {
+    return {true, "the webhook warned about the probe pod (policy mode audit): the API server called it"};
+  }
+  const std::string not_called =
+      " and without the webhook's warning: the API server did not call the webhook for it, or the call failed and "
+      "failurePolicy Ignore admitted the pod (a NetworkPolicy or CNI rule that does not let the API server in, a "
+      "caBundle that does not match the serving certificate, the probe namespace left out by the webhook's "
+      "namespaceSelector), or the policy mode is off";
+  if (!value)
+    return {false, "the probe pod came back without " + std::string(kProbeVariable) + ", which it was sent with," +
+                       not_called};
+  if (*value == kProbeValue) return {false, "the probe pod came back with " + sent + ", as sent," + not_called};
+  return {false, "the probe pod, sent with " + sent + ", came back with " + std::string(kProbeVariable) + "=" + *value +
+                     " but without the webhook's warning that it replaced it: another mutating webhook or policy sets "
+                     "the variable in the probe namespace, before gpuguard's (which then finds nothing to replace) or "
+                     "after it, so the API server was not shown to call gpuguard's; name a probe namespace that it "
+                     "leaves alone (webhook.armProbeNamespace)"};
 }
 
 }  // namespace gpuguard::webhook::arming

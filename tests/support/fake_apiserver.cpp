@@ -137,7 +137,8 @@ struct FakeApiserver::Impl {
   bool reports_served = true;
   std::map<std::string, json> by_path;              // single objects, GET and JSON Patch
   std::map<std::string, std::vector<json>> posted;  // paths that take POSTs, and what was posted
-  std::vector<std::string> claim_versions;          // the resource.k8s.io versions served; none at first
+  std::map<std::string, std::function<PostAnswer(const json&)>> post_answers;  // how some of those are answered
+  std::vector<std::string> claim_versions;  // the resource.k8s.io versions served; none at first
   std::vector<std::weak_ptr<Connection>> connections;
   std::size_t handshakes = 0;
   std::vector<std::thread> threads;
@@ -222,7 +223,7 @@ void FakeApiserver::serve(std::shared_ptr<Connection> connection) {
       claim_versions = impl_->claim_versions;
     }
     const std::string resource = listed_resource(seen.path, claim_versions);
-    auto reply = [&](unsigned status, const json& body) {
+    auto reply = [&](unsigned status, const json& body, const std::vector<std::string>& warnings = {}) {
       seen.status = status;
       {
         std::lock_guard lock(impl_->mutex);
@@ -230,6 +231,7 @@ void FakeApiserver::serve(std::shared_ptr<Connection> connection) {
       }
       http::response<http::string_body> response{static_cast<http::status>(status), 11};
       response.set(http::field::content_type, "application/json");
+      for (const std::string& warning : warnings) response.insert("Warning", "299 - \"" + warning + "\"");
       response.body() = body.dump();
       response.prepare_payload();
       http::write(connection->stream, response, ec);
@@ -241,8 +243,8 @@ void FakeApiserver::serve(std::shared_ptr<Connection> connection) {
       reply(status, body);
     } else if (seen.path == "/apis/resource.k8s.io" && !claim_versions.empty()) {
       reply(200, resource_group(claim_versions));
-    } else if (const auto [found, status, body] = answer_by_path(seen); found) {
-      reply(status, body);
+    } else if (const auto [found, status, body, warnings] = answer_by_path(seen); found) {
+      reply(status, body, warnings);
     } else if (seen.path.starts_with("/apis/wgpolicyk8s.io/")) {
       const auto [report_status, report_body] = answer_policy_reports(seen);
       reply(report_status, report_body);
@@ -382,33 +384,44 @@ void FakeApiserver::serve_policy_reports(bool served) {
   impl_->reports_served = served;
 }
 
-std::tuple<bool, unsigned, json> FakeApiserver::answer_by_path(const Request& seen) {
+std::tuple<bool, unsigned, json, std::vector<std::string>> FakeApiserver::answer_by_path(const Request& seen) {
   std::lock_guard lock(impl_->mutex);
   if (const auto collected = impl_->posted.find(seen.path); collected != impl_->posted.end() && seen.method == "POST") {
     const json body = json::parse(seen.body, nullptr, false);
-    if (!body.is_object()) return {true, 400, status_object(400, "BadRequest", "the body is not a JSON object")};
+    if (!body.is_object()) return {true, 400, status_object(400, "BadRequest", "the body is not a JSON object"), {}};
     collected->second.push_back(body);
-    return {true, 201, body};
+    if (const auto answer = impl_->post_answers.find(seen.path); answer != impl_->post_answers.end()) {
+      PostAnswer answered = answer->second(body);
+      return {true, answered.status, std::move(answered.body), std::move(answered.warnings)};
+    }
+    return {true, 201, body, {}};
   }
   const auto object = impl_->by_path.find(seen.path);
-  if (object == impl_->by_path.end()) return {false, 0, nullptr};
-  if (seen.method == "GET") return {true, 200, object->second};
-  if (seen.method != "PATCH") return {true, 405, status_object(405, "MethodNotAllowed", "GET and PATCH only")};
+  if (object == impl_->by_path.end()) return {false, 0, nullptr, {}};
+  if (seen.method == "GET") return {true, 200, object->second, {}};
+  if (seen.method != "PATCH") return {true, 405, status_object(405, "MethodNotAllowed", "GET and PATCH only"), {}};
   if (seen.content_type != "application/json-patch+json")
-    return {true, 415, status_object(415, "UnsupportedMediaType", "the body of the request was in an unknown format")};
+    return {
+        true, 415, status_object(415, "UnsupportedMediaType", "the body of the request was in an unknown format"), {}};
   const json patch = json::parse(seen.body, nullptr, false);
-  if (!patch.is_array()) return {true, 400, status_object(400, "BadRequest", "the patch is not a JSON array")};
+  if (!patch.is_array()) return {true, 400, status_object(400, "BadRequest", "the patch is not a JSON array"), {}};
   try {
     object->second = object->second.patch(patch);
   } catch (const json::exception& e) {
-    return {true, 422, status_object(422, "Invalid", e.what())};
+    return {true, 422, status_object(422, "Invalid", e.what()), {}};
   }
-  return {true, 200, object->second};
+  return {true, 200, object->second, {}};
 }
 
 void FakeApiserver::collect_posts(const std::string& path) {
   std::lock_guard lock(impl_->mutex);
   impl_->posted[path];
+}
+
+void FakeApiserver::answer_posts(const std::string& path, std::function<PostAnswer(const json&)> answer) {
+  std::lock_guard lock(impl_->mutex);
+  impl_->posted[path];
+  impl_->post_answers[path] = std::move(answer);
 }
 
 std::vector<json> FakeApiserver::posts(const std::string& path) const {

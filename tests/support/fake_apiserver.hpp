@@ -8,6 +8,7 @@
 // watch resumed from a resourceVersion gets what it missed, until compact() forgets it: then such a
 // watch gets 410 Gone. Tests can cut every open watch stream mid-flight.
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -70,6 +71,15 @@ class FakeApiserver {
   // A path that takes POSTs (Events, say): each is answered 201 with its body and kept, in order.
   void collect_posts(const std::string& path);
   std::vector<nlohmann::json> posts(const std::string& path) const;
+  // How a path's POSTs are answered instead (a dry-run create as admission mutated or refused it, say):
+  // the status, the body, and Warning headers, as the API server sends admission's warnings. Kept as
+  // collect_posts keeps them.
+  struct PostAnswer {
+    unsigned status = 201;
+    nlohmann::json body;
+    std::vector<std::string> warnings;
+  };
+  void answer_posts(const std::string& path, std::function<PostAnswer(const nlohmann::json&)> answer);
 
   struct Request {
     std::string path, query, authorization;
@@ -93,7 +103,8 @@ class FakeApiserver {
   void answer_list(Connection& connection, const std::string& resource, Request seen);
   void answer_watch(Connection& connection, const std::string& resource, Request seen);
   std::pair<unsigned, nlohmann::json> patch_node_status(const Request& seen);
-  std::tuple<bool, unsigned, nlohmann::json> answer_by_path(const Request& seen);  // found, status, body
+  // found, status, body, Warning headers
+  std::tuple<bool, unsigned, nlohmann::json, std::vector<std::string>> answer_by_path(const Request& seen);
   std::pair<unsigned, nlohmann::json> answer_lease(const Request& seen);
   std::pair<unsigned, nlohmann::json> answer_policy_reports(const Request& seen);
 

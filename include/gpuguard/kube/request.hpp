@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "gpuguard/kube/api_server.hpp"
 
@@ -26,6 +27,8 @@ struct Reply {
   unsigned status = 0;  // 0: no HTTP answer; `error` says why
   std::string body;     // up to 1 MiB
   std::string error;    // the transport's failure, or the Status message of a non-2xx answer
+  // Its Warning headers as sent (`299 - "text"`), the first 16: what admission said of a create.
+  std::vector<std::string> warnings;
 };
 
 Reply send_request(const ApiServer& server, const Request& request, std::chrono::milliseconds timeout);

@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace gpuguard::webhook::arming {
 
@@ -28,5 +29,25 @@ struct Step {
 Step webhook_step(std::string_view configuration_json, std::string_view webhook);
 // validationActions [Deny] on a ValidatingAdmissionPolicyBinding.
 Step binding_step(std::string_view binding_json);
+
+// The probe: before arming, a pod is created as a server-side dry run (nothing is stored) in a namespace
+// the webhook covers. A ready replica shows only that the kubelet reaches it; the API server may not (a
+// NetworkPolicy its calls do not match, cilium/cilium#14724, a caBundle that does not match). Until armed,
+// failurePolicy is Ignore, so a call that fails admits the pod as sent. The pod asks for no GPU and sets
+// NVIDIA_VISIBLE_DEVICES=all, as a CUDA image does, so that the webhook answers it in words only it uses:
+// the value replaced with the webhook's warning saying so (policy mode enforce), its audit warning (mode
+// audit), or its refusal of a pod that sets the variable itself (mode strict). Another mutator that sets
+// or overwrites the variable (a policy engine's default, a merge by name) says none of them, so it does
+// not pass for the webhook.
+// The pod, as JSON: Pod Security restricted, tiny requests and limits (so that a quota admits it), named
+// `generate_name` plus a suffix the API server picks, naming `image` (never pulled: nothing runs).
+std::string probe_pod_json(std::string_view generate_name, std::string_view image);
+struct ProbeResult {
+  bool reached = false;
+  std::string why;  // what showed it, or why it is not shown
+};
+// The API server's answer to that create: its status (0: none came), body, Warning headers and error.
+ProbeResult probe_result(unsigned status, std::string_view body, const std::vector<std::string>& warnings,
+                         std::string_view error);
 
 }  // namespace gpuguard::webhook::arming

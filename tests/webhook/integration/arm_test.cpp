@@ -1,10 +1,12 @@
 // The real `gpuguard-webhook arm` against the fake API server over real TLS: it waits for a replica of the
-// webhook, arms the webhook configuration and the backstop's binding with JSON Patches, and when no
-// replica comes, leaves both as they were and says so.
+// webhook and, with --probe-namespace, for a dry-run pod to come back as the webhook answers, arms the
+// webhook configuration and the backstop's binding with JSON Patches, and when either does not come,
+// leaves both as they were, says so, and records a Warning Event.
 #include <catch2/catch.hpp>
 
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -28,6 +30,8 @@ constexpr const char* kDeployment = "/apis/apps/v1/namespaces/gpuguard-system/de
 constexpr const char* kConfiguration = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/gpuguard";
 constexpr const char* kBinding =
     "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings/gpuguard-visible-devices";
+constexpr const char* kProbe = "/api/v1/namespaces/default/pods";
+constexpr const char* kEvents = "/api/v1/namespaces/gpuguard-system/events";
 
 json deployment(int available) {
   return {{"apiVersion", "apps/v1"},
@@ -100,6 +104,7 @@ TEST_CASE("arm: once a replica is available, the webhook configuration fails clo
 
 TEST_CASE("arm: no replica within the timeout leaves everything admitting, and exits 1 saying why") {
   Install install;
+  install.apiserver.collect_posts(kEvents);
   const auto started = std::chrono::steady_clock::now();
   const ExitResult result = run_webhook(install.args(3));
   INFO(result.output);
@@ -107,8 +112,81 @@ TEST_CASE("arm: no replica within the timeout leaves everything admitting, and e
   CHECK(std::chrono::steady_clock::now() - started < 10s);
   CHECK_THAT(result.output, Catch::Contains("nothing was armed, so nothing refuses pods for it"));
   CHECK(install.patches() == 0);
+  const auto events = install.apiserver.posts(kEvents);
+  REQUIRE(events.size() == 1);
+  CHECK_THAT(events[0]["message"].get<std::string>(), Catch::Contains("no replica of the webhook became available"));
   CHECK(install.apiserver.at(kConfiguration)["webhooks"][0]["failurePolicy"] == "Ignore");
   CHECK(install.apiserver.at(kBinding)["spec"]["validationActions"] == json::array({"Warn", "Audit"}));
+}
+
+TEST_CASE("arm: with --probe-namespace, armed only once a dry-run pod comes back patched or warned about") {
+  for (const bool by_warning : {false, true}) {
+    INFO((by_warning ? "warned about (policy mode audit)" : "patched"));
+    Install install;
+    install.apiserver.put_at(kDeployment, deployment(3));
+    std::atomic<int> probes{0};
+    // The first two come back as sent: the API server did not reach the webhook, and Ignore admitted them.
+    install.apiserver.answer_posts(kProbe, [&](const json& pod) {
+      FakeApiserver::PostAnswer answer{201, pod, {}};
+      if (++probes <= 2) return answer;
+      if (by_warning) {
+        answer.warnings = {R"(audit: container \"probe\" would get NVIDIA_VISIBLE_DEVICES=none)"};
+      } else {
+        answer.body["spec"]["containers"][0]["env"][0]["value"] = "none";
+        answer.warnings = {R"(container \"probe\": NVIDIA_VISIBLE_DEVICES set in the pod was replaced with \"none\")"};
+      }
+      return answer;
+    });
+    const ExitResult result = run_webhook(install.args(30) + " --probe-namespace default");
+    INFO(result.output);
+    CHECK(result.status == 0);
+    CHECK(probes == 3);
+    CHECK_THAT(result.output,
+               Catch::Contains("NVIDIA_VISIBLE_DEVICES=all, as sent, and without the webhook's warning") &&
+                   Catch::Contains("the API server calls the webhook"));
+    CHECK(install.apiserver.at(kConfiguration)["webhooks"][0]["failurePolicy"] == "Fail");
+    CHECK(install.apiserver.at(kBinding)["spec"]["validationActions"] == json::array({"Deny"}));
+    for (const auto& request : install.apiserver.requests()) {
+      if (request.path == kProbe) CHECK(request.query == "dryRun=All");
+    }
+    const json sent = install.apiserver.posts(kProbe).at(0);
+    CHECK(sent["metadata"]["generateName"] == "gpuguard-webhook-arm-probe-");
+    CHECK(sent["spec"]["containers"][0]["image"] == "gpuguard-arm-probe");  // --probe-image's default
+    CHECK(sent["spec"]["containers"][0]["env"] ==
+          json::array({{{"name", "NVIDIA_VISIBLE_DEVICES"}, {"value", "all"}}}));
+  }
+}
+
+TEST_CASE("arm: a dry-run pod that never comes back patched leaves everything admitting, exits 1, and records why") {
+  Install install;
+  install.apiserver.put_at(kDeployment, deployment(3));
+  // Answered as sent, every time, with the backstop's warning (at Warn until armed) about the missing variable.
+  install.apiserver.answer_posts(kProbe, [](const json& pod) {
+    return FakeApiserver::PostAnswer{201,
+                                     pod,
+                                     {"Validation failed for ValidatingAdmissionPolicy 'gpuguard-visible-devices' "
+                                      "with binding 'gpuguard-visible-devices': gpuguard: containers that request no "
+                                      "GPU must set NVIDIA_VISIBLE_DEVICES=none: probe"}};
+  });
+  install.apiserver.collect_posts(kEvents);
+  const ExitResult result = run_webhook(install.args(3) + " --probe-namespace default");
+  INFO(result.output);
+  CHECK(result.status == 1);
+  CHECK(install.patches() == 0);
+  CHECK(install.apiserver.at(kConfiguration)["webhooks"][0]["failurePolicy"] == "Ignore");
+  CHECK(install.apiserver.at(kBinding)["spec"]["validationActions"] == json::array({"Warn", "Audit"}));
+  CHECK(install.apiserver.posts(kProbe).size() >= 1);
+  CHECK_THAT(result.output, Catch::Contains("the API server was not shown to call the webhook: nothing was armed"));
+  const auto events = install.apiserver.posts(kEvents);
+  REQUIRE(events.size() == 1);
+  CHECK(events[0]["type"] == "Warning");
+  CHECK(events[0]["reason"] == "NotArmed");
+  CHECK(events[0]["involvedObject"] == json({{"apiVersion", "apps/v1"},
+                                             {"kind", "Deployment"},
+                                             {"namespace", "gpuguard-system"},
+                                             {"name", "gpuguard-webhook"}}));
+  CHECK_THAT(events[0]["message"].get<std::string>(), Catch::Contains("nothing refuses pods for it") &&
+                                                          Catch::Contains("did not come back as the webhook answers"));
 }
 
 TEST_CASE("arm: a configuration without the webhook, or bad flags, are refused") {
@@ -122,5 +200,8 @@ TEST_CASE("arm: a configuration without the webhook, or bad flags, are refused")
   CHECK(install.apiserver.at(kBinding)["spec"]["validationActions"] == json::array({"Deny"}));
   CHECK(run_webhook("arm --namespace gpuguard-system").status == 2);
   CHECK(run_webhook("arm --namespace gpuguard-system --deployment gpuguard-webhook").status == 2);  // nothing to arm
+  CHECK(run_webhook("arm --namespace gpuguard-system --deployment gpuguard-webhook --webhook-configuration gpuguard "
+                    "--probe-namespace ../../apis")
+            .status == 2);
   CHECK(run_webhook("arm --help").status == 0);
 }

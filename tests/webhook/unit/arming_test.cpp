@@ -5,8 +5,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include "gpuguard/admission/base64.hpp"
+#include "gpuguard/admission/review.hpp"
+#include "gpuguard/policy/policy.hpp"
 #include "gpuguard/webhook/arming.hpp"
 
+using namespace gpuguard;
 using namespace gpuguard::webhook;
 using nlohmann::json;
 
@@ -70,4 +74,186 @@ TEST_CASE("arming: the backstop binding denies, and only denies") {
     CHECK_FALSE(arming::binding_step(armed.dump()).patch);
   }
   CHECK(arming::binding_step("[1]").error == "the ValidatingAdmissionPolicyBinding is not a JSON object");
+}
+
+TEST_CASE("arming: the probe shows the API server called the webhook by the webhook's own words alone") {
+  const json sent =
+      json::parse(arming::probe_pod_json("gpuguard-webhook-arm-probe-", "registry.example.com/gpuguard:0.1.0"));
+  json patched = sent;
+  patched["spec"]["containers"][0]["env"] = json::array({{{"name", "NVIDIA_VISIBLE_DEVICES"}, {"value", "none"}}});
+  json patched_void = sent;
+  patched_void["spec"]["containers"][0]["env"][0]["value"] = "void";
+  // A second entry after the one sent, as a JSON Patch that appends would leave it: the last one counts.
+  json appended = sent;
+  appended["spec"]["containers"][0]["env"].push_back({{"name", "NVIDIA_VISIBLE_DEVICES"}, {"value", "void"}});
+  json other_env = sent;
+  other_env["spec"]["containers"][0]["env"] = json::array({{{"name", "TZ"}, {"value", "UTC"}}});
+  // As the API server passes on the webhook's warnings (mode enforce: it replaced the value; mode audit: what
+  // enforce would do), and the backstop's (at Warn until armed), which it adds when the webhook was not heard.
+  const std::string replaced_warning =
+      R"(299 - "container \"probe\": NVIDIA_VISIBLE_DEVICES set in the pod was replaced with \"none\"")";
+  const std::string audit_warning = R"(299 - "audit: container \"probe\" would get NVIDIA_VISIBLE_DEVICES=none")";
+  const std::string backstop_warning =
+      R"(299 - "Validation failed for ValidatingAdmissionPolicy 'gpuguard-visible-devices' with binding )"
+      R"('gpuguard-visible-devices': gpuguard: containers that request no GPU must set NVIDIA_VISIBLE_DEVICES=none )"
+      R"((the gpuguard webhook adds it; was it unreachable?): probe")";
+  const std::string strict_denial =
+      R"(HTTP 400: admission webhook "visible-devices.gpuguard.io" denied the request: container "probe" sets )"
+      R"(NVIDIA_VISIBLE_DEVICES itself, which policy mode strict does not allow)";
+  const std::string other_warning = R"(299 - "image tag latest")";
+  struct Row {
+    const char* what;
+    unsigned status;
+    std::string body;
+    std::vector<std::string> warnings;
+    std::string error;
+    bool reached;
+    std::string why;
+  };
+  const Row rows[] = {
+      {"replaced, and warned so (mode enforce)",
+       201,
+       patched.dump(),
+       {replaced_warning},
+       "",
+       true,
+       "came back with NVIDIA_VISIBLE_DEVICES=none and the webhook's warning"},
+      {"replaced with void, and warned so", 201, patched_void.dump(), {replaced_warning}, "", true, "=void"},
+      {"replaced by a merge by name, nothing said (a policy engine)",
+       201,
+       patched_void.dump(),
+       {},
+       "",
+       false,
+       "another mutating webhook or policy sets the variable in the probe namespace"},
+      {"a later entry of the same name, nothing said", 201, appended.dump(), {}, "", false, "another mutating"},
+      {"replaced, with another webhook's warning only",
+       201,
+       patched.dump(),
+       {other_warning},
+       "",
+       false,
+       "another mutating"},
+      {"the warning, but the value as sent", 201, sent.dump(), {replaced_warning}, "", false, "as sent"},
+      {"warned about (mode audit)", 201, sent.dump(), {audit_warning}, "", true, "policy mode audit"},
+      {"refused for setting the variable (mode strict)", 400, "{}", {}, strict_denial, true, "policy mode strict"},
+      {"as sent: the call failed, Ignore admitted it (or a mutator that sets the variable only where it is absent)",
+       201,
+       sent.dump(),
+       {},
+       "",
+       false,
+       "came back with NVIDIA_VISIBLE_DEVICES=all, as sent, and without the webhook's warning"},
+      {"the variable removed",
+       201,
+       other_env.dump(),
+       {},
+       "",
+       false,
+       "came back without NVIDIA_VISIBLE_DEVICES, which it was sent with"},
+      {"another webhook's warning", 201, sent.dump(), {other_warning}, "", false, "without"},
+      {"the backstop's warning: the webhook was not heard",
+       201,
+       sent.dump(),
+       {backstop_warning},
+       "",
+       false,
+       "without the webhook's warning"},
+      {"refused by another policy",
+       403,
+       "{}",
+       {},
+       "HTTP 403: pods \"x\" is forbidden: quota",
+       false,
+       "refused the probe pod: HTTP 403"},
+      {"refused by another webhook",
+       400,
+       "{}",
+       {},
+       R"(HTTP 400: admission webhook "policy.example.com" denied the request: no latest tags)",
+       false,
+       "refused the probe pod"},
+      {"no answer", 0, "", {}, "cannot connect to https://10.0.0.1:443", false, "no answer from the API server"},
+      {"not a pod", 201, "[]", {}, "", false, "not a pod with containers"},
+      {"containers not a list", 201, R"({"spec":{"containers":{}}})", {}, "", false, "not a pod with containers"},
+  };
+  for (const Row& row : rows) {
+    INFO(row.what);
+    const auto result = arming::probe_result(row.status, row.body, row.warnings, row.error);
+    CHECK(result.reached == row.reached);
+    CHECK_THAT(result.why, Catch::Contains(row.why));
+  }
+}
+
+// The words the probe looks for are the admission core's: the probe pod reviewed by it in each mode, its
+// answer turned into what the API server would send back (the patch applied, its warnings as Warning headers,
+// a refusal as the API server words it), shows the webhook was called; the same pod not reviewed does not.
+TEST_CASE("arming: the probe pod as the admission core answers it, in each policy mode, shows the webhook") {
+  const std::string pod = arming::probe_pod_json("gpuguard-webhook-arm-probe-", "gpuguard:0.1.0");
+  const json request = {{"apiVersion", "admission.k8s.io/v1"},
+                        {"kind", "AdmissionReview"},
+                        {"request",
+                         {{"uid", "probe"},
+                          {"operation", "CREATE"},
+                          {"kind", {{"group", ""}, {"version", "v1"}, {"kind", "Pod"}}},
+                          {"resource", {{"group", ""}, {"version", "v1"}, {"resource", "pods"}}},
+                          {"namespace", "default"},
+                          {"object", json::parse(pod)}}}};
+  for (const auto mode : {policy::Mode::enforce, policy::Mode::strict, policy::Mode::audit}) {
+    INFO("mode " << policy::mode_name(mode));
+    policy::Policy policy;
+    policy.mode = mode;
+    const auto outcome = admission::review(request.dump(), policy);
+    REQUIRE(outcome.ok);
+    const json response = json::parse(outcome.body)["response"];
+    std::vector<std::string> warnings;
+    for (const auto& warning : response.value("warnings", json::array())) {
+      warnings.push_back("299 - " + json(warning.get<std::string>()).dump());
+    }
+    arming::ProbeResult result;
+    if (!response["allowed"].get<bool>()) {
+      result =
+          arming::probe_result(400, "{}", warnings,
+                               R"(HTTP 400: admission webhook "visible-devices.gpuguard.io" denied the request: )" +
+                                   response["status"]["message"].get<std::string>());
+    } else {
+      json answered = json::parse(pod);
+      if (response.contains("patch")) {
+        const auto patch = admission::base64_decode(response["patch"].get<std::string>());
+        REQUIRE(patch);
+        answered = answered.patch(json::parse(*patch));
+      }
+      result = arming::probe_result(201, answered.dump(), warnings, "");
+    }
+    INFO(result.why);
+    CHECK(result.reached);
+  }
+  CHECK_FALSE(arming::probe_result(201, pod, {}, "").reached);
+}
+
+TEST_CASE(
+    "arming: the probe pod asks for no GPU, sets NVIDIA_VISIBLE_DEVICES=all as a CUDA image does, and meets Pod "
+    "Security restricted") {
+  const json pod =
+      json::parse(arming::probe_pod_json("gpuguard-webhook-arm-probe-", "registry.example.com/gpuguard:0.1.0"));
+  CHECK(pod["metadata"]["generateName"] == "gpuguard-webhook-arm-probe-");
+  CHECK(pod["spec"]["containers"][0]["image"] == "registry.example.com/gpuguard:0.1.0");
+  CHECK_FALSE(pod["metadata"].contains("name"));
+  REQUIRE(pod["spec"]["containers"].size() == 1);
+  const json& container = pod["spec"]["containers"][0];
+  CHECK(container["env"] == json::array({{{"name", "NVIDIA_VISIBLE_DEVICES"}, {"value", "all"}}}));
+  CHECK_FALSE(container.contains("envFrom"));
+  for (const char* kind : {"requests", "limits"}) {
+    for (const auto& [resource, quantity] : container["resources"][kind].items()) {
+      CHECK((resource == "cpu" || resource == "memory"));
+    }
+  }
+  const json& security = container["securityContext"];
+  CHECK(security["runAsNonRoot"] == true);
+  CHECK(security["allowPrivilegeEscalation"] == false);
+  CHECK(security["capabilities"]["drop"] == json::array({"ALL"}));
+  CHECK(security["seccompProfile"]["type"] == "RuntimeDefault");
+  CHECK(pod["spec"]["automountServiceAccountToken"] == false);
+  CHECK_FALSE(pod["spec"].contains("hostNetwork"));
+  CHECK_FALSE(pod["spec"].contains("volumes"));
 }
