@@ -67,9 +67,11 @@ func (n *Node) tryApplyObjects(t *T, e *Env, manager string, objects []*unstruct
 	return n.kubectl(t, e, "apply", "--server-side", "--force-conflicts", "--validate=false", "--field-manager="+manager, "-f", file)
 }
 
-// nodeGitOps: Argo CD's way, the chart rendered by helm template with webhook.armAfterReady=false (no
-// hook rendered, both refusing objects refusing), applied wave by wave: wave 0, then, once the webhook's
-// Deployment has an available replica, wave 1 (the webhook configuration and the backstop binding). It is
+// nodeGitOps: Argo CD's way, the chart rendered by helm template with webhook.armAfterReady=false (refused
+// without cert-manager, a new CA at every render, unless selfSigned.renderWithoutCluster says it is
+// rendered once; no hook rendered, both refusing objects refusing), applied wave by wave: wave 0, then,
+// once the webhook's Deployment has an available replica, wave 1 (the webhook configuration and the
+// backstop binding). It is
 // armed, patches a GPU-less pod, and what is live is what was rendered: nothing for self-heal to revert.
 // Rendered with the defaults instead, the refusing objects admit and a hook arms them, which self-heal
 // would revert. Flux's way: installed by Helm, hooks run, armed; its drift correction applies revision 1's
@@ -82,9 +84,11 @@ func nodeGitOps(t *T, e *Env) {
 	// Argo CD.
 	const argo = "gpuguard-argo"
 	defer n.removeRelease(t, e, argo)
+	tryRender := func(extra ...string) (string, error) {
+		return n.helmOther(t, e, "template", argo, append(append(append([]string{"--namespace", argo}, image...), withoutPlugins...), extra...)...)
+	}
 	render := func(extra ...string) []*unstructured.Unstructured {
-		args := append(append(append([]string{"--namespace", argo}, image...), withoutPlugins...), extra...)
-		out, err := n.helmOther(t, e, "template", argo, args...)
+		out, err := tryRender(extra...)
 		t.must(err, "helm template: "+out)
 		return decodeObjects(t, []byte(out))
 	}
@@ -98,7 +102,14 @@ func nodeGitOps(t *T, e *Env) {
 	if got := renderedState(t, defaults); got != "Ignore [Warn Audit]" || hooks == 0 {
 		t.Errorf("helm template with the defaults: %s and %d hooks; want Ignore [Warn Audit] and the arm hook (the drift Argo's self-heal reverts)", got, hooks)
 	}
-	objects := render("--set", "webhook.armAfterReady=false")
+	// Without cert-manager, refused: each render would make a new CA, and each sync would move the caBundle
+	// ahead of the mounted Secret. The harness has no cert-manager and applies one render once, whole: the
+	// case selfSigned.renderWithoutCluster is for.
+	if out, err := tryRender("--set", "webhook.armAfterReady=false"); err == nil ||
+		!strings.Contains(out, "Use cert-manager (--set certManager.enabled=true)") {
+		t.Errorf("helm template with webhook.armAfterReady=false and without cert-manager: %v, %.300s; want the refusal naming cert-manager", err, out)
+	}
+	objects := render("--set", "webhook.armAfterReady=false", "--set", "selfSigned.renderWithoutCluster=true")
 	waves := map[string][]*unstructured.Unstructured{}
 	for _, o := range objects {
 		if o.GetAnnotations()["helm.sh/hook"] != "" {
@@ -138,6 +149,10 @@ func nodeGitOps(t *T, e *Env) {
 	}
 	n.waitUntilPatching(t)
 	t.Logf("Argo CD's way: helm template with webhook.armAfterReady=false, waves 0 then 1: live %s, as rendered; pods patched", live)
+	n.breakGlassUnderGitOps(t, e, argo, func() {
+		n.applyObjects(t, e, "argocd-controller", waves["0"])
+		n.applyObjects(t, e, "argocd-controller", waves["1"])
+	})
 	n.removeRelease(t, e, argo)
 
 	// Flux.
@@ -193,4 +208,65 @@ func nodeGitOps(t *T, e *Env) {
 		t.Errorf("the control, Flux's drift correction without the ignore rules: %s; want the webhook configuration disarmed, Ignore [Deny]", control)
 	}
 	t.Logf("Flux's way: armed by the hook; drift correction to revision 1's manifest keeps Fail [Deny] with the ignore rules, and without them (the control) disarms the webhook configuration: %s", control)
+}
+
+// breakGlassUnderGitOps: the break glass a GitOps tool does not revert (docs/operations.md#break-glass). The
+// outage stand-in lies outside what the tool applied: the node cordoned and the release's webhook pods
+// deleted, so that no replica answers, and GPU-less pods are refused. The admin labels every namespace not
+// already labelled gpuguard.io/ignore=break-glass, which takes them out of the webhook and the backstop:
+// admitted, unpatched. selfHeal (the tool applying what it rendered again) touches no namespace, so they
+// stay admitted. The label taken off by its value, refused again; the node uncordoned, patched.
+func (n *Node) breakGlassUnderGitOps(t *T, e *Env, release string, selfHeal func()) {
+	run := func(what string, args ...string) {
+		out, err := n.kubectl(t, e, args...)
+		t.must(err, what+": "+out)
+	}
+	admitted := func(want bool, what string) {
+		t.must(eventually(t.ctx, time.Minute, func() error {
+			pod, err := n.cluster.client.CoreV1().Pods(nodeNamespace).Create(t.ctx, cudaPod("break-glass"),
+				metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			switch {
+			case want && err != nil:
+				return err
+			case want && visibleDevices(pod.Spec.Containers[0]) == "none":
+				return fmt.Errorf("a GPU-less pod is patched, with no webhook replica to patch it")
+			case !want && err == nil:
+				return fmt.Errorf("a GPU-less pod is admitted (NVIDIA_VISIBLE_DEVICES %s)", visibleDevices(pod.Spec.Containers[0]))
+			}
+			return nil
+		}), what)
+	}
+	run("kubectl cordon", "cordon", nodeName)
+	cordoned := true
+	defer func() {
+		if cordoned {
+			n.kubectl(t, e, "uncordon", nodeName)
+		}
+	}()
+	run("deleting the webhook's pods", "delete", "pods", "--namespace", release, "--wait=true",
+		"-l", "app.kubernetes.io/name="+release+"-webhook")
+	admitted(false, "waiting for the outage to refuse GPU-less pods")
+
+	const glass = "gpuguard.io/ignore=break-glass"
+	run("the break glass", "label", "namespace", "-l", "!gpuguard.io/ignore", glass)
+	labelled := true
+	defer func() {
+		if labelled {
+			n.kubectl(t, e, "label", "namespace", "-l", glass, "gpuguard.io/ignore-")
+		}
+	}()
+	admitted(true, "waiting for the break glass to admit GPU-less pods")
+	selfHeal()
+	if state := n.armedState(t, release, "after self-heal"); state != "Fail [Deny]" {
+		t.Errorf("self-heal left the release %s; want Fail [Deny], as rendered", state)
+	}
+	admitted(true, "GPU-less pods admitted after self-heal, the break glass kept")
+
+	run("taking the break glass off", "label", "namespace", "-l", glass, "gpuguard.io/ignore-")
+	labelled = false
+	admitted(false, "waiting for GPU-less pods to be refused again, the webhook still down")
+	run("kubectl uncordon", "uncordon", nodeName)
+	cordoned = false
+	n.waitUntilPatching(t)
+	t.Logf("break glass under GitOps: with no webhook replica, refused; %s on every namespace, admitted, and still after self-heal; taken off, refused; the node back, patched", glass)
 }

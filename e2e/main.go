@@ -56,7 +56,7 @@ var scenarios = []scenario{
 	{"policy", "strict, audit, off, exemptions and privileged: deny, from the ConfigMap through a kubelet-style volume", policyModes},
 	{"failure-policy-and-backstop", "webhook down: Fail refuses, Ignore falls back to the ValidatingAdmissionPolicy; back up: admitted", failurePolicyAndBackstop},
 	{"backstop-pod-updates", "the backstop refuses a pod UPDATE that gives a gated pod the NRI toleration or gpuguard's allocation key, which the webhook never sees; labels and other annotations change as before", backstopPodUpdates},
-	{"trusted-namespaces", "a tenant that may create namespaces cannot create gpu-operator, nvidia-device-plugin or gpuguard-system (dry run, refused by gpuguard's guard); the admin can, and so can the tenant bound to the shipped creator role", trustedNamespaces},
+	{"trusted-namespaces", "a tenant that may create namespaces cannot create gpu-operator, nvidia-device-plugin or gpuguard-system (dry run, refused by gpuguard's guard); the admin can, and so can the tenant bound to the shipped creator role; a tenant that may label namespaces cannot add gpuguard.io/ignore or change its value, the admin can, and pods there are then admitted unpatched", trustedNamespaces},
 	{"dra-claims", "containers claiming a GPU device class (learned by list and watch) keep their GPUs; others, and unknown claims, get none", draClaims},
 	{"other-doors", "hostPath device mounts, CDI annotations and listed RuntimeClasses are warned about or refused", otherDoors},
 	{"scheduler-extender", "kube-scheduler binds 1, 1, 2 GPU pods with the extender and with MostAllocated, not with the defaults", schedulerExtender},
