@@ -171,6 +171,18 @@ rules:
     resources: [{group: "", resources: ["pods", "pods/ephemeralcontainers"]}]
   - level: None
 `,
+		// Pod Security as a cluster may configure it: one namespace exempt whatever its labels
+		// (manifests-validate: the chart's checkPodSecurity=false), the defaults as the API server's own.
+		filepath.Join(dir, "admission.yaml"): `apiVersion: apiserver.config.k8s.io/v1
+kind: AdmissionConfiguration
+plugins:
+  - name: PodSecurity
+    configuration:
+      apiVersion: pod-security.admission.config.k8s.io/v1
+      kind: PodSecurityConfiguration
+      defaults: {enforce: privileged, audit: privileged, warn: privileged}
+      exemptions: {namespaces: [` + podSecurityExemptNamespace + `]}
+`,
 	}
 	for path, content := range files {
 		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
@@ -250,6 +262,7 @@ rules:
 		"--allow-privileged=true",
 		"--audit-policy-file=" + filepath.Join(dir, "audit-policy.yaml"), "--audit-log-path=" + c.auditLog,
 		"--audit-log-mode=blocking",
+		"--admission-control-config-file=" + filepath.Join(dir, "admission.yaml"),
 		"--profiling=false"}, append(draFlags(minor), apiserverFlags...)...)...)
 	if err != nil {
 		return nil, err

@@ -14,6 +14,7 @@ import (
 	"sort"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
@@ -130,6 +131,7 @@ func validateManifests(t *T, e *Env) {
 	if installed == 0 {
 		t.Errorf("no values file was installed with --dry-run=server")
 	}
+	podSecurity(t, e, c, kubeconfig)
 	t.Logf("helm install --dry-run=server on %s: %d of %d values files (the rest need kinds this cluster does not serve)",
 		version.GitVersion, installed, len(valuesFiles)+1)
 
@@ -148,5 +150,65 @@ func validateManifests(t *T, e *Env) {
 	}
 	if versions.Server.GitVersion != version.GitVersion {
 		t.Errorf("kubectl reads the server's version as %q, want %q", versions.Server.GitVersion, version.GitVersion)
+	}
+}
+
+// podSecurityExemptNamespace is exempt from Pod Security in the API server's admission configuration
+// (cluster.go), whatever level its labels name.
+const podSecurityExemptNamespace = "e2e-pod-security-exempt"
+
+// podSecurity: helm install into a namespace that enforces Pod Security restricted is refused before
+// anything is made, saying what to label, since the DaemonSets' hostPath volumes need privileged; the
+// webhook alone installs there; at privileged (manifests/base/namespace.yaml's level) it installs. A
+// namespace labelled restricted that the API server's configuration exempts admits a hostPath pod, so
+// checkPodSecurity=false, the admin's word for it, installs there; the label alone still refuses.
+func podSecurity(t *T, e *Env, c *Cluster, kubeconfig string) {
+	install := func(namespace string, extra ...string) (string, error) {
+		args := append([]string{"install", "gpuguard-dry-run", e.source("charts", "gpuguard"), "--namespace", namespace,
+			"--dry-run=server", "--kubeconfig", kubeconfig}, extra...)
+		out, err := exec.Command(e.component("helm"), args...).CombinedOutput()
+		return string(out), err
+	}
+	const restricted, privileged = "e2e-pod-security-restricted", "e2e-pod-security-privileged"
+	c.namespace(t, restricted, map[string]string{"pod-security.kubernetes.io/enforce": "restricted"})
+	c.namespace(t, privileged, map[string]string{"pod-security.kubernetes.io/enforce": "privileged"})
+	const label = "kubectl label namespace " + restricted + " pod-security.kubernetes.io/enforce=privileged --overwrite"
+	if out, err := install(restricted); err == nil || !strings.Contains(out, label) {
+		t.Errorf("helm install into a namespace enforcing restricted: %v, %.400s; want the refusal saying %q", err, out, label)
+	}
+	if out, err := install(restricted, "--set", "devicePlugin.enabled=false", "--set", "hostDevices.enabled=false",
+		"--set", "nodeEnforcer.enabled=false"); err != nil {
+		t.Errorf("helm install of the webhook alone into a namespace enforcing restricted: %v\n%s", err, out)
+	}
+	if out, err := install(privileged); err != nil {
+		t.Errorf("helm install into a namespace enforcing privileged: %v\n%s", err, out)
+	} else if strings.Contains(out, "carried no pod-security.kubernetes.io/enforce label") {
+		t.Errorf("helm install into a namespace enforcing privileged: the notes ask for the label:\n%s", out)
+	}
+
+	c.namespace(t, podSecurityExemptNamespace, map[string]string{"pod-security.kubernetes.io/enforce": "restricted"})
+	hostPathPod := func(namespace string) error {
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{GenerateName: "host-path-"}, Spec: corev1.PodSpec{
+			Containers: []corev1.Container{{Name: "reader", Image: "busybox",
+				VolumeMounts: []corev1.VolumeMount{{Name: "host", MountPath: "/host", ReadOnly: true}}}},
+			Volumes: []corev1.Volume{{Name: "host", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/"}}}}}}
+		_, err := c.client.CoreV1().Pods(namespace).Create(t.ctx, pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err
+	}
+	if err := hostPathPod(restricted); err == nil || !strings.Contains(err.Error(), "violates PodSecurity") {
+		t.Errorf("a hostPath pod in %s, which enforces restricted: %v; want refused by PodSecurity", restricted, err)
+	}
+	if err := hostPathPod(podSecurityExemptNamespace); err != nil {
+		t.Errorf("a hostPath pod in %s, labelled restricted and exempt by the API server's configuration: %v", podSecurityExemptNamespace, err)
+	}
+	exemptLabel := "kubectl label namespace " + podSecurityExemptNamespace + " pod-security.kubernetes.io/enforce=privileged"
+	if out, err := install(podSecurityExemptNamespace); err == nil || !strings.Contains(out, exemptLabel) {
+		t.Errorf("helm install into exempt %s without checkPodSecurity=false: %v, %.400s; want the refusal (its label is all the chart can read)",
+			podSecurityExemptNamespace, err, out)
+	}
+	if out, err := install(podSecurityExemptNamespace, "--set", "checkPodSecurity=false"); err != nil {
+		t.Errorf("helm install --set checkPodSecurity=false into exempt %s: %v\n%s", podSecurityExemptNamespace, err, out)
+	} else if strings.Contains(out, "pod-security.kubernetes.io/enforce") {
+		t.Errorf("helm install --set checkPodSecurity=false: the notes still speak of the namespace's label:\n%s", out)
 	}
 }

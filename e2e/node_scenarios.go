@@ -266,7 +266,8 @@ func nodeControl(t *T, e *Env) {
 	expectBothGPUs(t, "before gpuguard, the pod left running", n.look(t, e, n.runPod(t, cudaPod(beforeEnforcerPod))))
 }
 
-// gpuguardFor installs gpuguard on the node on first use: helm install of charts/gpuguard, with the
+// gpuguardFor installs gpuguard on the node on first use as the README does: its namespace from
+// manifests/base/namespace.yaml (Pod Security privileged), then helm install of charts/gpuguard, with the
 // image reference the one thing set.
 func (e *Env) gpuguardFor(t *T) *Node {
 	n := e.nodeFor(t)
@@ -274,7 +275,9 @@ func (e *Env) gpuguardFor(t *T) *Node {
 	if n.installed {
 		return n
 	}
-	n.helm(t, e, "install", "--create-namespace", "--set", "image.repository="+gpuguardRepo, "--set", "image.tag="+gpuguardTag)
+	out, err := n.kubectl(t, e, "apply", "-f", e.source("manifests", "base", "namespace.yaml"))
+	t.must(err, "kubectl apply -f manifests/base/namespace.yaml: "+out)
+	n.helm(t, e, "install", "--set", "image.repository="+gpuguardRepo, "--set", "image.tag="+gpuguardTag)
 	n.installed = true
 	n.waitUntilPatching(t)
 	return n
@@ -955,14 +958,15 @@ var nodeScenarios = []scenario{
 	{"node/control", "before gpuguard: a pod that asked for no GPU sees both GPUs, and so does a static pod; void sees none; none fails the create", nodeControl},
 	{"node/install-unpullable", "helm install with an image no node can pull refuses no pod while it fails (armed at once, the control, refuses every one); uninstalled, nothing is left", nodeInstallUnpullable},
 	{"node/break-glass", "a release armed by its hook; its namespace deleted: pods refused until operations.md's break-glass; uninstalled, then the namespace deleted: pods admitted, nothing left", nodeBreakGlass},
+	{"node/arm-probe", "the webhook's Service pointed at a closed port (the kubelet's probes pass, the API server cannot reach the webhook): the arm hook's dry-run pod comes back unpatched, so helm install fails with nothing armed, saying why in its log and a NotArmed Event; with the Service restored, helm upgrade arms", nodeArmProbe},
 	{"node/rollback", "a release armed by its hook, upgraded, then rolled back to its first revision: the post-rollback hook arms it again (without hooks, the control, it stays Ignore and Warn)", nodeRollback},
-	{"node/gitops", "Argo CD's way (helm template with webhook.armAfterReady=false, applied in sync waves): armed once the webhook is available, pods patched, live as rendered; Flux's way (Helm with hooks): its drift correction to revision 1's manifest, with the docs' ignore rules, keeps it armed, without them (the control) the webhook configuration is disarmed", nodeGitOps},
+	{"node/gitops", "Argo CD's way (helm template with webhook.armAfterReady=false, refused without cert-manager, rendered once with selfSigned.renderWithoutCluster, applied in sync waves): armed once the webhook is available, pods patched, live as rendered; Flux's way (Helm with hooks): its drift correction to revision 1's manifest, with the docs' ignore rules, keeps it armed, without them (the control) the webhook configuration is disarmed; the break glass that self-heal does not revert (every namespace labelled gpuguard.io/ignore=break-glass) admits pods during an outage, and taken off by its value, refuses them again", nodeGitOps},
 	{"node/closed", "helm install; the same pod starts and sees no GPU", nodeClosed},
 	{"node/own-node-writes", "the device plugin's token bound to its pod may patch its own Node's status, not another's, and one bound to no pod none (gpuguard-device-plugin-own-node); the admin may", nodeOwnNodeWrites},
 	{"node/enforcer-static-pod", "a static pod of the CUDA-like image sees no GPU: the node enforcer set void", nodeEnforcerStaticPod},
 	{"node/enforcer-running", "a pod started before the enforcer is reported (a series and a Node event) and left running, seeing both GPUs", nodeEnforcerRunning},
 	{"node/enforcer-bypassed", "the webhook configuration and the backstop binding deleted: a GPU-less pod sees no GPU, a GPU pod its own GPU (one that sets all itself is refused on containerd), a forged annotation nothing, a cdi.k8s.io/ annotation naming a GPU nothing (refused on CRI-O); an allowlisted namespace and gpuguard's device plugin keep both, a pod of its account without its label none; audit changes nothing and counts", nodeEnforcerBypassed},
-	{"node/gpu-infrastructure", "NVIDIA's components recognised by default, by namespace, account and label together: the GPU Operator's device plugin (privileged, all, NVIDIA's MPS root) and NVIDIA's static manifest see both GPUs; without the label, unprivileged, refused; the same account and label in a user namespace gets none", nodeGPUInfrastructure},
+	{"node/gpu-infrastructure", "NVIDIA's components recognised by default, by namespace, account and label together: the GPU Operator's device plugin (privileged, all, NVIDIA's MPS root) and NVIDIA's static manifest see both GPUs; without the label, unprivileged, refused; the same account and label in a user namespace gets none, and the enforcer counts it as unlisted GPU infrastructure (the alert's series) and logs the entry it looks like", nodeGPUInfrastructure},
 	{"node/nvidia-device-plugin", "NVIDIA's device plugin v0.20.0 (-peers) as its static manifest runs it and installed from its own Helm chart with helm install (release gpu-sharing, not nvdp): it registers and serves both GPUs and sees both; gpuguard's plugin, started after it, leaves them to it; its pods see the GPU it allocated alone, also time-sliced (UUID::n), GPU-less pods none; gone and the kubelet restarted, gpuguard's does not take them; then gpuguard's serving first and NVIDIA's started with renamed time-slicing (nvidia.com/gpu.shared): gpuguard's withholds both GPUs, for good", nodeNvidiaDevicePlugin},
 	{"node/nvidia-dra-driver", "NVIDIA's DRA driver (-peers) publishes both GPUs; a pod claiming one through gpu.nvidia.com sees that GPU alone (void, from the claim's CDI spec); the same claim with the other GPU mounted is refused by the enforcer, which read the claim's CDI devices from pod-resources; a GPU-less pod none; gpuguard's device plugin withholds the GPUs the slice publishes; nothing of the pods left once the driver stops", leftoverChecked(nodeNvidiaDRADriver)},
 	{"node/driver-late", "the driver not loaded (its procfs directory absent and impossible to make): gpuguard's device plugin and node enforcer start all the same, the plugin reporting no GPU; the driver loaded, the enforcer (not restarted) knows both GPUs and a GPU pod sees its own alone, a GPU-less pod none", nodeDriverLate},

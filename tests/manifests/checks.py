@@ -13,6 +13,9 @@ CLUSTER_SCOPED = {"Namespace", "MutatingWebhookConfiguration", "ValidatingAdmiss
 KUBERNETES_SERIES = {"apiserver_admission_webhook_fail_open_count", "apiserver_admission_webhook_rejection_count",
                      "kube_deployment_status_replicas_available", "kube_daemonset_status_number_unavailable",
                      "kube_node_status_capacity", "kube_node_labels", "kube_pod_info"}
+# The namespace label by which an admin opts a namespace out of the webhook and the backstop.
+IGNORE_LABEL = "gpuguard.io/ignore"
+
 POLICY_KEYS = {"mode", "visibleDevicesValue", "gpuResources", "gpuAnnotations", "gpuDeviceClasses",
                "exemptNamespaces", "exemptServiceAccounts", "privileged", "hostDeviceMounts", "cdiAnnotations",
                "nvidiaCdiAnnotations", "featureEnvVars", "runtimeClasses", "runtimeClassAction",
@@ -35,9 +38,13 @@ def one(docs, kind, name=None):
 
 
 def check_namespaces(docs, namespace):
+    """Everything in the install's namespace, but the arm hook's probe RBAC, in the namespace it probes
+    (check_arming)."""
     for d in docs:
         if d["kind"] in CLUSTER_SCOPED:
             assert "namespace" not in d["metadata"], d["metadata"]
+        elif d["kind"] in ("Role", "RoleBinding") and d["metadata"]["name"] == "gpuguard-arm-probe":
+            assert d["metadata"]["namespace"] != namespace, d["metadata"]
         else:
             assert d["metadata"].get("namespace") == namespace, d["metadata"]
 
@@ -76,7 +83,8 @@ def check_webhook(docs, namespace, excluded, ca=None, cert_manager=False, failur
         assert webhook[key] == value, (key, webhook[key])
     rules = {(tuple(r["operations"]), tuple(r["resources"])) for r in webhook["rules"]}
     assert rules == {(("CREATE",), ("pods",)), (("UPDATE",), ("pods/ephemeralcontainers",))}, rules
-    [expression] = webhook["namespaceSelector"]["matchExpressions"]
+    expression, ignored = webhook["namespaceSelector"]["matchExpressions"]
+    assert ignored == {"key": IGNORE_LABEL, "operator": "DoesNotExist"}, ignored
     assert expression["key"] == "kubernetes.io/metadata.name" and expression["operator"] == "NotIn"
     assert set(expression["values"]) == set(excluded) | {namespace}, expression
 
@@ -134,13 +142,38 @@ def check_trusted_namespaces(docs, webhook):
     [condition] = policy["matchConditions"]
     listed = re.fullmatch(r"object\.metadata\.name in \[(.*)\]", condition["expression"].strip())[1]
     assert [n.strip().strip("'") for n in listed.split(",")] == selector, (listed, selector)
-    [validation] = policy["validations"]
-    assert re.sub(r"\s+", "", validation["expression"]) == (
-        "authorizer.group('gpuguard.io').resource('trustednamespaces').name(object.metadata.name).check('create').allowed()")
-    binding = one(docs, "ValidatingAdmissionPolicyBinding", "gpuguard-trusted-namespaces")["spec"]
-    assert binding == {"policyName": "gpuguard-trusted-namespaces", "validationActions": ["Deny"]}, binding
+    check_authorizer_guard(docs, policy, "gpuguard-trusted-namespaces", "trustednamespaces")
     assert one(docs, "ClusterRole", "gpuguard-trusted-namespaces-creator")["rules"] == [
         {"apiGroups": ["gpuguard.io"], "resources": ["trustednamespaces"], "resourceNames": selector, "verbs": ["create"]}]
+
+    # The opt-out: a namespace labelled gpuguard.io/ignore is out of the webhook's selector and the
+    # backstop's, and adding that label (at creation or later), or changing its value (the break glass is
+    # taken off by its value), takes create on ignorednamespaces.gpuguard.io.
+    for backstop in find(docs, "ValidatingAdmissionPolicyBinding", "gpuguard-visible-devices"):
+        assert backstop["spec"]["matchResources"]["namespaceSelector"] == webhook["namespaceSelector"]
+    policy = one(docs, "ValidatingAdmissionPolicy", "gpuguard-ignored-namespaces")["spec"]
+    assert policy["failurePolicy"] == "Fail"
+    assert policy["matchConstraints"]["resourceRules"] == [
+        {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
+         "resources": ["namespaces", "namespaces/status", "namespaces/finalize"]}]
+    [condition] = policy["matchConditions"]
+    assert re.sub(r"\s+", "", condition["expression"]) == (
+        f"has(object.metadata.labels)&&'{IGNORE_LABEL}'inobject.metadata.labels&&(request.operation=='CREATE'"
+        f"||!has(oldObject.metadata.labels)||!('{IGNORE_LABEL}'inoldObject.metadata.labels)"
+        f"||oldObject.metadata.labels['{IGNORE_LABEL}']!=object.metadata.labels['{IGNORE_LABEL}'])"), condition
+    check_authorizer_guard(docs, policy, "gpuguard-ignored-namespaces", "ignorednamespaces")
+    assert one(docs, "ClusterRole", "gpuguard-ignored-namespaces-labeller")["rules"] == [
+        {"apiGroups": ["gpuguard.io"], "resources": ["ignorednamespaces"], "verbs": ["create"]}]
+
+
+def check_authorizer_guard(docs, policy, name, virtual_resource):
+    """A namespace guard's one validation: the authorizer's `create` on `virtual_resource`.gpuguard.io for the
+    namespace's name, and its binding denying."""
+    [validation] = policy["validations"]
+    assert re.sub(r"\s+", "", validation["expression"]) == (
+        f"authorizer.group('gpuguard.io').resource('{virtual_resource}').name(object.metadata.name).check('create').allowed()")
+    binding = one(docs, "ValidatingAdmissionPolicyBinding", name)["spec"]
+    assert binding == {"policyName": name, "validationActions": ["Deny"]}, binding
 
 
 def check_policy(data):
@@ -163,11 +196,12 @@ def check_backstop(docs, namespace, actions=("Deny",)):
     assert binding["spec"]["matchResources"]["namespaceSelector"] == webhook["namespaceSelector"]  # same coverage
 
 
-def check_arming(docs, namespace, armed, webhook=True, backstop=True):
+def check_arming(docs, namespace, armed, webhook=True, backstop=True, probe="default"):
     """What refuses pods carries the break-glass label. Armed: refusing at once, no hook. Not armed: the webhook
     configuration at Ignore and the binding at Warn and Audit (`webhook`, `backstop`: those the hook arms), and a
-    post-install hook Job that arms them, with RBAC for those two objects by name and the webhook's Deployment,
-    and nothing else."""
+    post-install hook Job that arms them once a dry-run pod in `probe` comes back as the webhook answers, with
+    RBAC for those two objects by name, the webhook's Deployment, its Events, and pods created in `probe`, and
+    nothing else."""
     refusing = [d for d in docs if d["metadata"].get("labels", {}).get("gpuguard.io/refuses-pods") == "true"]
     has_backstop = bool(find(docs, "ValidatingAdmissionPolicyBinding", "gpuguard-visible-devices"))
     assert sorted(d["kind"] for d in refusing) == ["MutatingWebhookConfiguration"] + (
@@ -194,14 +228,34 @@ def check_arming(docs, namespace, armed, webhook=True, backstop=True):
         want["webhook-configuration"] = "gpuguard"
     if backstop:
         want["backstop-binding"] = "gpuguard-visible-devices"
+    if probe:
+        want["probe-namespace"] = probe
+        want["probe-image"] = container["image"]
     assert args == want, args
+    probe_roles = [d for d in find(docs, "Role", "gpuguard-arm-probe")]
+    if probe:
+        [role] = probe_roles
+        assert role["metadata"]["namespace"] == probe
+        # Only while the hook runs: made before the Job, deleted once it is done either way.
+        for d in (role, one(docs, "RoleBinding", "gpuguard-arm-probe")):
+            assert d["metadata"]["annotations"] == {
+                "helm.sh/hook": "post-install,post-upgrade,post-rollback", "helm.sh/hook-weight": "-1",
+                "helm.sh/hook-delete-policy": "before-hook-creation,hook-succeeded,hook-failed"}, d["metadata"]
+        assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["create"]}], role["rules"]
+        binding = one(docs, "RoleBinding", "gpuguard-arm-probe")
+        assert binding["metadata"]["namespace"] == probe
+        assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "gpuguard-arm-probe"}
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "gpuguard-arm", "namespace": namespace}]
+    else:
+        assert not probe_roles and not find(docs, "RoleBinding", "gpuguard-arm-probe")
     assert pod["serviceAccountName"] == "gpuguard-arm" and pod["automountServiceAccountToken"] is True
     # The policy ConfigMap too, where a binding is armed: the API server lets only a user who may read a binding's
     # parameter change the binding.
     assert one(docs, "Role", "gpuguard-arm")["rules"] == [
         {"apiGroups": ["apps"], "resources": ["deployments"], "resourceNames": ["gpuguard-webhook"], "verbs": ["get"]}] + (
         [{"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["gpuguard-policy"], "verbs": ["get"]}]
-        if find(docs, "ValidatingAdmissionPolicyBinding", "gpuguard-visible-devices") else [])
+        if find(docs, "ValidatingAdmissionPolicyBinding", "gpuguard-visible-devices") else []) + [
+        {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]
     assert one(docs, "ClusterRole", "gpuguard-arm")["rules"] == [
         {"apiGroups": ["admissionregistration.k8s.io"], "resources": ["mutatingwebhookconfigurations"],
          "resourceNames": ["gpuguard"], "verbs": ["get", "patch"]},
@@ -329,10 +383,26 @@ def check_own_pods_exempt(docs, mps_root="/run/gpuguard/mps"):
 
 
 def check_enforcer_network_policy(docs, template, scrapers=True):
-    """The enforcer's NetworkPolicy: its pods, ingress to the metrics port from the scrapers only (the kubelet's
-    probes come from the node, always let in); never a rule without "from", which would let everyone in."""
-    policy = one(docs, "NetworkPolicy", "gpuguard-node-enforcer")["spec"]
-    assert policy["podSelector"]["matchLabels"].items() <= template["metadata"]["labels"].items(), policy
+    """The enforcer's NetworkPolicy: see check_metrics_network_policy."""
+    check_metrics_network_policy(docs, "gpuguard-node-enforcer", [template], scrapers)
+
+
+def check_device_plugin_network_policy(docs, scrapers=True):
+    """The device plugins' NetworkPolicy (the GPUs, the node report, host devices): see
+    check_metrics_network_policy."""
+    templates = [d["spec"]["template"] for d in find(docs, "DaemonSet") if d["metadata"]["name"] in
+                 ("gpuguard-device-plugin", "gpuguard-node-report", "gpuguard-host-devices")]
+    assert templates
+    check_metrics_network_policy(docs, "gpuguard-device-plugin", templates, scrapers)
+
+
+def check_metrics_network_policy(docs, name, templates, scrapers):
+    """A DaemonSet's NetworkPolicy: each of its pods (every template given), ingress to the metrics port from
+    the scrapers only (the kubelet's probes come from the node, always let in); never a rule without "from",
+    which would let everyone in."""
+    policy = one(docs, "NetworkPolicy", name)["spec"]
+    for template in templates:
+        assert policy["podSelector"]["matchLabels"].items() <= template["metadata"]["labels"].items(), policy
     assert policy["policyTypes"] == ["Ingress"]
     if not scrapers:
         assert policy["ingress"] == [], policy
@@ -373,6 +443,7 @@ def check_device_plugin(docs):
     daemonset = one(docs, "DaemonSet", "gpuguard-device-plugin")["spec"]["template"]["spec"]
     [plugin] = daemonset["containers"]
     assert daemonset["priorityClassName"] == "system-node-critical"
+    check_device_plugin_network_policy(docs)
     terms = daemonset["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
     assert [t["matchExpressions"] for t in terms] == gpu_node_terms("NotIn"), terms
     assert any(t["key"] == "nvidia.com/gpu" for t in daemonset["tolerations"])

@@ -32,7 +32,7 @@ render() {  # render NAME [VALUES_FILE]
 # of its release, which the chart's kubeVersion accepts without --kube-version (scripts/build-helm).
 helm_version="$("$helm" version --template '{{.Version}}')"
 [[ "$helm_version" =~ ^v3\.[0-9]+\.[0-9]+$ ]] || { echo "helm version: $helm_version, want a release version"; exit 1; }
-"$helm" template gpuguard "$root/charts/gpuguard" > /dev/null 2> "$work/no-kube-version.err" \
+"$helm" template gpuguard "$root/charts/gpuguard" --namespace gpuguard-system > /dev/null 2> "$work/no-kube-version.err" \
   || { cat "$work/no-kube-version.err"; echo "helm template without --kube-version fails: is helm stamped as released?"; exit 1; }
 # The backstop's CEL is written once for both installs: the chart's copy must be manifests/base's, byte for
 # byte (a copy, not a link, so that helm does not warn on every command).
@@ -40,12 +40,43 @@ cmp "$root/manifests/base/backstop.yaml" "$root/charts/gpuguard/files/backstop.y
   || { echo "charts/gpuguard/files/backstop.yaml differs from manifests/base/backstop.yaml: cp the one you changed over the other"; exit 1; }
 render default
 "$helm" template gpuguard "$root/charts/gpuguard" --namespace gpuguard-system --kube-version "$kube_version" \
-  --set webhook.armAfterReady=false > "$work/armed.yaml"
+  --set webhook.armAfterReady=false --set selfSigned.renderWithoutCluster=true > "$work/armed.yaml"
+# Argo CD's way (armAfterReady=false) rendered without a cluster and without cert-manager: refused, naming
+# cert-manager, since every render would make a new CA (lookup finds none); cert-manager's renders.
+if "$helm" template gpuguard "$root/charts/gpuguard" --namespace gpuguard-system --kube-version "$kube_version" \
+    --set webhook.armAfterReady=false > "$work/argo.out" 2>&1; then
+  echo "helm template: webhook.armAfterReady=false without cert-manager rendered, a new CA at every render"; exit 1
+fi
+grep -q "rendered without a cluster .* Use cert-manager (--set certManager.enabled=true)" "$work/argo.out" \
+  || { cat "$work/argo.out"; echo "webhook.armAfterReady=false without cert-manager: the refusal does not say why"; exit 1; }
+"$helm" template gpuguard "$root/charts/gpuguard" --namespace gpuguard-system --kube-version "$kube_version" \
+  --set webhook.armAfterReady=false --set certManager.enabled=true > /dev/null \
+  || { echo "helm template: webhook.armAfterReady=false with cert-manager refused"; exit 1; }
+# The arm hook's probe namespace must be one the webhook covers: kube-system is refused, naming the key; ""
+# arms on readiness alone (checked below).
+if "$helm" template gpuguard "$root/charts/gpuguard" --namespace gpuguard-system --kube-version "$kube_version" \
+    --set webhook.armProbeNamespace=kube-system > "$work/probe.out" 2>&1; then
+  echo "helm template: webhook.armProbeNamespace=kube-system rendered, a probe the webhook never reviews"; exit 1
+fi
+grep -q "webhook.armProbeNamespace: kube-system is a namespace the webhook never covers" "$work/probe.out" \
+  || { cat "$work/probe.out"; echo "webhook.armProbeNamespace=kube-system: the refusal does not say why"; exit 1; }
+"$helm" template gpuguard "$root/charts/gpuguard" --namespace gpuguard-system --kube-version "$kube_version" \
+  --set webhook.armProbeNamespace= > "$work/no-probe.yaml"
+for case in 'policy.exemptNamespaces="monitoring, default"|is in policy.exemptNamespaces' \
+    'policy.exemptNamespaces="monitoring\ndefault"|is in policy.exemptNamespaces' \
+    'policy.exemptServiceAccounts="monitoring/dcgm-exporter, default/default"|default/default, the account the probe pod runs as' \
+    'webhook.armProbeNamespace="gpuguard-system"|is the release.s own namespace'; do
+  if "$helm" template gpuguard "$root/charts/gpuguard" --namespace gpuguard-system --kube-version "$kube_version" \
+      --set-json "${case%%|*}" > "$work/probe.out" 2>&1; then
+    echo "helm template --set ${case%%|*} rendered: the probe would never be patched"; exit 1
+  fi
+  grep -q "${case#*|}" "$work/probe.out" || { cat "$work/probe.out"; echo "--set ${case%%|*}: the refusal does not say why"; exit 1; }
+done
 # webhook.outage=node-enforcer: nothing refuses pods while the webhook is down, with or without arming, and
 # no hook; without the node enforcer, refused at render, naming what it needs.
 for arm in true false; do
   "$helm" template gpuguard "$root/charts/gpuguard" --namespace gpuguard-system --kube-version "$kube_version" \
-    --set webhook.outage=node-enforcer --set webhook.armAfterReady=$arm > "$work/outage-node-enforcer-$arm.yaml"
+    --set webhook.outage=node-enforcer --set webhook.armAfterReady=$arm --set selfSigned.renderWithoutCluster=true > "$work/outage-node-enforcer-$arm.yaml"
 done
 if "$helm" template gpuguard "$root/charts/gpuguard" --namespace gpuguard-system --kube-version "$kube_version" \
     --set webhook.outage=node-enforcer --set nodeEnforcer.enabled=false > "$work/outage.out" 2>&1; then
@@ -79,7 +110,7 @@ cp -r "$root/manifests" "$work/manifests"
 "$kustomize" build "$work/manifests/webhook-only" > "$work/kustomize-webhook-only.yaml"
 "$kustomize" build "$work/manifests/monitoring" > "$work/kustomize-monitoring.yaml"
 "$helm" template gpuguard "$root/charts/gpuguard" --namespace gpuguard-system --kube-version "$kube_version" \
-  --set webhook.armAfterReady=false --set monitoring.serviceMonitor.enabled=true \
+  --set webhook.armAfterReady=false --set selfSigned.renderWithoutCluster=true --set monitoring.serviceMonitor.enabled=true \
   --set monitoring.prometheusRule.enabled=true > "$work/armed-monitoring.yaml"
 # The image overlay README and operations.md give, beside manifests/ as they say, with every component:
 # each container of each runs the image it names.
@@ -108,12 +139,13 @@ assert images == {"registry.example.com/gpuguard:0.1.0"}, (sys.argv[1], images)
 PY
 done
 "$helm" template gpuguard "$root/charts/gpuguard" --namespace gpuguard-system --kube-version "$kube_version" \
-  --set webhook.armAfterReady=false --set devicePlugin.enabled=false --set hostDevices.enabled=false \
+  --set webhook.armAfterReady=false --set selfSigned.renderWithoutCluster=true --set devicePlugin.enabled=false --set hostDevices.enabled=false \
   --set nodeEnforcer.enabled=false > "$work/armed-webhook-only.yaml"
 "$helm" template gpuguard "$root/charts/gpuguard" --namespace gpuguard-system --kube-version "$kube_version" \
   --set audit.enabled=true > "$work/audit-enabled.yaml"
 "$helm" template gpuguard "$root/charts/gpuguard" --namespace gpuguard-system --kube-version "$kube_version" \
-  --set-json 'nodeEnforcer.networkPolicy.metricsFrom=[]' > "$work/enforcer-no-scrapers.yaml"
+  --set-json 'nodeEnforcer.networkPolicy.metricsFrom=[]' --set-json 'devicePlugin.networkPolicy.metricsFrom=[]' \
+  > "$work/enforcer-no-scrapers.yaml"
 "$helm" template gpuguard "$root/charts/gpuguard" --namespace gpuguard-system --kube-version "$kube_version" \
   --set hostDevices.gpuNodesOnly=false --set-json 'hostDevices.tolerations=[{"operator":"Exists"}]' > "$work/host-devices-everywhere.yaml"
 "$helm" template gpuguard "$root/charts/gpuguard" --namespace gpuguard-system --kube-version "$kube_version" \
@@ -139,6 +171,7 @@ policy = check_webhook(docs, ns, excluded, ca=ca, failure_policy="Ignore")
 check_network_policy(docs)
 check_backstop(docs, ns, actions=("Warn", "Audit"))
 check_arming(docs, ns, armed=False)
+check_arming(load(f"{work}/no-probe.yaml"), ns, armed=False, probe="")
 armed = load(f"{work}/armed.yaml")
 check_webhook(armed, ns, excluded, ca=secret_pem(armed, "gpuguard-ca", "tls.crt"))
 check_backstop(armed, ns)
@@ -210,6 +243,7 @@ assert one(follow, "DaemonSet", "gpuguard-host-devices")["spec"]["template"]["sp
     one(follow, "DaemonSet", "gpuguard-device-plugin")["spec"]["template"]["spec"]["tolerations"]
 check_enforcer_network_policy(load(f"{work}/enforcer-no-scrapers.yaml"),
                               one(docs, "DaemonSet", "gpuguard-node-enforcer")["spec"]["template"], scrapers=False)
+check_device_plugin_network_policy(load(f"{work}/enforcer-no-scrapers.yaml"), scrapers=False)
 check_policy(policy)
 assert policy == yaml.safe_load(open(f"{root}/manifests/base/policy.yaml"))["data"], "values.yaml's policy is not the shipped one"
 for name in ("ca.crt", "tls.crt"):
@@ -232,9 +266,9 @@ assert not find(docs, "Secret"), "cert-manager makes every Secret"
 docs = load(f"{work}/webhook-only.yaml")
 check_webhook(docs, ns, excluded, ca=secret_pem(docs, "gpuguard-ca", "tls.crt"), failure_policy="Ignore")
 check_arming(docs, ns, armed=False, backstop=False)
-# No backstop: the trusted namespaces' guard alone, which judges namespace creates only.
+# No backstop: the guards of the trusted and the ignored namespaces alone, which judge namespaces only.
 assert not find(docs, "DaemonSet") and [d["metadata"]["name"] for d in find(docs, "ValidatingAdmissionPolicy")] == [
-    "gpuguard-trusted-namespaces"], sorted(d["kind"] for d in docs)
+    "gpuguard-trusted-namespaces", "gpuguard-ignored-namespaces"], sorted(d["kind"] for d in docs)
 
 # Strict, Ignore, no DRA lookups, and a device plugin config file.
 docs = load(f"{work}/strict.yaml")
@@ -336,7 +370,7 @@ for key, outcomes in sorted(cases.items()):
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode == 0 else "refused"
             json.dump({"policy": {key: value}}, open(f"{work}/case.yaml", "w"))  # JSON is YAML
             schema_says = "accepted" if subprocess.run(
-                [helm, "template", "gpuguard", root + "/charts/gpuguard", "-f", f"{work}/case.yaml"],
+                [helm, "template", "gpuguard", root + "/charts/gpuguard", "--namespace", "gpuguard-system", "-f", f"{work}/case.yaml"],
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode == 0 else "refused"
             judged += 1
             if webhook_says != outcome or schema_says != outcome:

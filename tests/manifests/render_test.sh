@@ -108,6 +108,10 @@ assert kinds == sorted(["Namespace", "ServiceAccount", "ServiceAccount", "Secret
                         "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
                         # the trusted namespaces' guard and its creator role
                         "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "ClusterRole",
+                        # the ignored namespaces' guard and its labeller role
+                        "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "ClusterRole",
+                        # the device plugins' metrics NetworkPolicy
+                        "NetworkPolicy",
                         # the node enforcer's, its Role for the break-glass ConfigMap among them
                         "ServiceAccount", "Service", "DaemonSet", "ClusterRole", "ClusterRoleBinding", "Role",
                         "RoleBinding", "NetworkPolicy"]), kinds
@@ -138,7 +142,8 @@ plugin = {("DaemonSet", "gpuguard-device-plugin"), ("DaemonSet", "gpuguard-host-
           ("DaemonSet", "gpuguard-node-report"), ("Service", "gpuguard-device-plugin-metrics"),
           ("ValidatingAdmissionPolicy", "gpuguard-device-plugin-own-node"),
           ("ValidatingAdmissionPolicyBinding", "gpuguard-device-plugin-own-node"),
-          ("ClusterRole", "gpuguard-device-plugin"), ("ClusterRoleBinding", "gpuguard-device-plugin")}
+          ("ClusterRole", "gpuguard-device-plugin"), ("ClusterRoleBinding", "gpuguard-device-plugin"),
+          ("NetworkPolicy", "gpuguard-device-plugin")}
 enforcer = {("DaemonSet", "gpuguard-node-enforcer"), ("ServiceAccount", "gpuguard-node-enforcer"),
             ("Service", "gpuguard-node-enforcer-metrics"), ("ClusterRole", "gpuguard-node-enforcer"),
             ("ClusterRoleBinding", "gpuguard-node-enforcer"), ("Role", "gpuguard-node-enforcer"),

@@ -106,6 +106,8 @@ matchExpressions:
   - key: kubernetes.io/metadata.name
     operator: NotIn
     values: {{ include "gpuguard.excludedNamespaces" . }}
+  - key: gpuguard.io/ignore
+    operator: DoesNotExist
 {{- end -}}
 
 {{/* Both programs that serve HTTPS run as the image's non-root user, with nothing writable. */}}
@@ -228,4 +230,16 @@ ever. Takes .what (the values' section), .replicas and .minAvailable. */}}
 {{- fail (printf "%s.podDisruptionBudget.minAvailable %v keeps all %d of %s.replicas, so no drain of their nodes could ever evict one: raise %s.replicas, or lower minAvailable" .what .minAvailable $replicas .what .what) -}}
 {{- end -}}
 {{- .minAvailable -}}
+{{- end -}}
+
+{{/* "true" unless checkPodSecurity is false; absent (--reuse-values from a chart before it) is true. */}}
+{{- define "gpuguard.checksPodSecurity" -}}
+{{- if ne (toString .Values.checkPodSecurity) "false" }}true{{ end -}}
+{{- end -}}
+
+{{/* The Pod Security level the release's namespace enforces by its label, "" when it has none or the
+namespace cannot be looked up (helm template): the install check and the notes read it. */}}
+{{- define "gpuguard.enforcedPodSecurity" -}}
+{{- $namespace := lookup "v1" "Namespace" "" .Release.Namespace -}}
+{{- dig "metadata" "labels" "pod-security.kubernetes.io/enforce" "" ($namespace | default dict) -}}
 {{- end -}}
