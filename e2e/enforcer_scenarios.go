@@ -358,7 +358,8 @@ func nodeEnforcerBypassed(t *T, e *Env) {
 // gets none.
 func nodeGPUInfrastructure(t *T, e *Env) {
 	n := e.gpuguardFor(t)
-	n.waitForEnforcerRegistered(t)
+	const unlisted = "gpuguard_node_enforcer_unlisted_infrastructure_total"
+	unlistedBefore := series(n.waitForEnforcerRegistered(t), unlisted)
 	c := n.cluster
 	const operator, account = "gpu-operator", "nvidia-device-plugin"
 	operatorLabels := map[string]string{"app": "nvidia-device-plugin-daemonset"}
@@ -408,6 +409,28 @@ func nodeGPUInfrastructure(t *T, e *Env) {
 	user.Labels = operatorLabels
 	user.Spec.ServiceAccountName = account
 	expectNoGPU(t, "the GPU Operator plugin's account and label in a user namespace", n.look(t, e, n.runPod(t, user)), "none")
+	// That one carries an entry's label where the entry does not name the namespace: the enforcer says so,
+	// by its counter (which GPUGuardGPUInfrastructureUnlisted reads) and its log; the others were exempt, or
+	// carry no label.
+	n.waitForEnforcer(t, "counting the user namespace's look-alike as unlisted GPU infrastructure", func(page string) error {
+		if got := series(page, unlisted); got != unlistedBefore+1 {
+			return fmt.Errorf("%s %v, want %v", unlisted, got, unlistedBefore+1)
+		}
+		return nil
+	})
+	logs, err := n.kubectl(t, e, "logs", "--namespace", gpuguardNamespace, "-l", enforcerSelector, "--tail=-1")
+	t.must(err, "reading the enforcer's log: "+logs)
+	said := ""
+	for _, line := range strings.Split(logs, "\n") {
+		if strings.Contains(line, "GPU infrastructure in a namespace its exemption does not name") && strings.Contains(line, "user-look-alike") {
+			said = line
+		}
+	}
+	if said == "" || !strings.Contains(said, "app=nvidia-device-plugin-daemonset") {
+		t.Errorf("the enforcer's log does not name the look-alike and the entry it looks like: %q", said)
+	} else {
+		t.Logf("the look-alike in %s, unlisted GPU infrastructure: %s %v; %s", nodeNamespace, unlisted, unlistedBefore+1, said)
+	}
 }
 
 // nodeEnforcerRefuses: a GPU-less container that mounts /dev/nvidia1 by hostPath, which the webhook only
