@@ -112,12 +112,15 @@ func (containerd) start(e *Env, n *Node, extra string) (*process, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Its own API answers first; the CRI answers "server is not initialized yet" a while longer.
 	if err := eventually(e.ctx, time.Minute, func() error {
 		if err := p.alive(); err != nil {
 			return err
 		}
-		_, err := e.ctr("version")
-		return err
+		if _, err := e.ctr("version"); err != nil {
+			return err
+		}
+		return criVersion(e.ctx, containerdSocket)
 	}); err != nil {
 		return p, fmt.Errorf("containerd did not answer: %w", err)
 	}
