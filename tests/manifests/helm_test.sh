@@ -206,6 +206,27 @@ assert recorded[-1][1] == content.hexdigest(), (
     f"charts/gpuguard changed since {chart['version']} was recorded ({content.hexdigest()}): move the version, "
     "say what changed in Chart.yaml's artifacthub.io/changes and CHANGELOG.md, and add a line to tests/fixtures/chart-versions.txt")
 assert f"## {chart['version']}" in open(os.path.join(chart_dir, "CHANGELOG.md")).read(), "CHANGELOG.md lacks this version"
+# The previous chart, frozen for e2e:chart-upgrade: tests/fixtures/chart-previous.tgz must hold exactly the
+# content recorded for the version before this one (refresh it from git when a version lands).
+import tarfile
+def digest_of(files):
+    h = hashlib.sha256()
+    for rel in files:
+        text = files[rel]
+        if rel == "Chart.yaml":
+            text = b"".join(l for l in text.splitlines(True) if not l.startswith(b"version:"))
+        h.update(rel.encode() + b"\0" + text + b"\0")
+    return h.hexdigest()
+def walk_order(rel):  # os.walk's order above: a directory's files before its subdirectories', each sorted
+    parts = rel.split("/")
+    return [(1, p) for p in parts[:-1]] + [(0, parts[-1])]
+with tarfile.open(os.path.join(root, "tests/fixtures/chart-previous.tgz")) as frozen:
+    files = {m.name.split("/", 1)[1]: frozen.extractfile(m).read() for m in frozen.getmembers() if m.isfile()}
+previous_version = yaml.safe_load(files["Chart.yaml"])["version"]
+assert len(recorded) >= 2 and previous_version == recorded[-2][0], (
+    f"tests/fixtures/chart-previous.tgz is chart {previous_version}; the version before {chart['version']} is {recorded[-2][0]}")
+assert digest_of(dict(sorted(files.items(), key=lambda kv: walk_order(kv[0])))) == recorded[-2][1], (
+    f"tests/fixtures/chart-previous.tgz's content is not chart {recorded[-2][0]}'s as recorded")
 # An upgrade that reuses an earlier chart's values: this chart's built-in lists whole, that chart's entries
 # kept as additions, and still refusing during an outage (webhook.outage unset there).
 reused = load(f"{work}/reuse.yaml")
