@@ -2,6 +2,8 @@
 
 #include <simdjson.h>
 
+#include <algorithm>
+
 #include "decide.hpp"
 #include "decode.hpp"
 #include "encode.hpp"
@@ -90,10 +92,22 @@ std::string webhook_action(const Finding& finding, const policy::Policy& policy,
 
 }  // namespace
 
-ReviewOutcome review(std::string body, const policy::Policy& policy, const ClaimLookup* claims) {
+std::string arm_probe_warning(std::string_view instance) {
+  // Whole, not cut at 120 characters: two names that began alike would be cut alike. A namespace and a
+  // Deployment of at most 63 each keep it under the 256 the API server may cut a warning to.
+  return "arm probe answered by gpuguard webhook " + std::string(instance);
+}
+
+ReviewOutcome review(std::string body, const policy::Policy& policy, const ClaimLookup* claims,
+                     std::string_view instance) {
   ReviewOutcome outcome;
   outcome.ok = with_review(body, outcome.body, [&](const Review& request) {
-    const Decision decision = decide(request, policy, claims);
+    Decision decision = decide(request, policy, claims);
+    // Said whatever was decided, a refusal included (the API server passes a refusing webhook's warnings on).
+    if (!instance.empty() && std::any_of(request.pod.annotations.begin(), request.pod.annotations.end(),
+                                         [](const Annotation& a) { return a.key == kArmProbeAnnotation; })) {
+      decision.warnings.push_back(arm_probe_warning(instance));
+    }
     outcome.body = encode_response(request, decision, policy);
     outcome.uid = std::string(request.uid);
     outcome.operation = std::string(request.operation);

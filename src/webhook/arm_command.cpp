@@ -197,6 +197,8 @@ bool probe_webhook(const kube::ApiServer& api, const po::variables_map& flags,
   if (flags.count("probe-namespace") == 0 || flags["probe-namespace"].as<std::string>().empty()) return true;
   const std::string probe_namespace = flags["probe-namespace"].as<std::string>();
   const std::string path = "/api/v1/namespaces/" + probe_namespace + "/pods?dryRun=All";
+  // The webhook's --instance, as the chart passes it.
+  const std::string instance = flags["namespace"].as<std::string>() + "/" + flags["deployment"].as<std::string>();
   const std::string pod = arming::probe_pod_json(flags["deployment"].as<std::string>() + "-arm-probe-",
                                                  flags["probe-image"].as<std::string>());
   std::string last;
@@ -204,7 +206,8 @@ bool probe_webhook(const kube::ApiServer& api, const po::variables_map& flags,
     const kube::Reply reply = kube::send_request(
         api, {"POST", path, "application/json", pod, std::string("gpuguard-arm/") + GPUGUARD_VERSION, ""},
         kRequestTimeout);
-    const arming::ProbeResult result = arming::probe_result(reply.status, reply.body, reply.warnings, reply.error);
+    const arming::ProbeResult result =
+        arming::probe_result(reply.status, reply.body, reply.warnings, reply.error, instance);
     if (result.reached) {
       log::info("the API server calls the webhook", {{"namespace", probe_namespace}, {"shown_by", result.why}});
       return true;

@@ -1,6 +1,8 @@
 // The decision of `gpuguard-webhook arm` (include/gpuguard/webhook/arming.hpp): JSON in, a JSON Patch out.
 #include "gpuguard/webhook/arming.hpp"
 
+#include "gpuguard/admission/review.hpp"
+
 #include <algorithm>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -78,24 +80,48 @@ std::string probe_pod_json(std::string_view generate_name, std::string_view imag
                            {"capabilities", {{"drop", json::array({"ALL"})}}},
                            {"seccompProfile", {{"type", "RuntimeDefault"}}}};
   const json resources = {{"cpu", "1m"}, {"memory", "1Mi"}};
-  return json{
-      {"apiVersion", "v1"},
-      {"kind", "Pod"},
-      {"metadata",
-       {{"generateName", std::string(generate_name)}, {"labels", {{"app.kubernetes.io/name", "gpuguard-arm-probe"}}}}},
-      {"spec",
-       {{"automountServiceAccountToken", false},
-        {"restartPolicy", "Never"},
-        {"containers", json::array({{{"name", "probe"},
-                                     {"image", std::string(image)},
-                                     {"env", json::array({{{"name", kProbeVariable}, {"value", kProbeValue}}})},
-                                     {"securityContext", restricted},
-                                     {"resources", {{"requests", resources}, {"limits", resources}}}}})}}}}
+  return json{{"apiVersion", "v1"},
+              {"kind", "Pod"},
+              {"metadata",
+               {{"generateName", std::string(generate_name)},
+                {"labels", {{"app.kubernetes.io/name", "gpuguard-arm-probe"}}},
+                {"annotations", {{std::string(admission::kArmProbeAnnotation), "true"}}}}},
+              {"spec",
+               {{"automountServiceAccountToken", false},
+                {"restartPolicy", "Never"},
+                {"containers", json::array({{{"name", "probe"},
+                                             {"image", std::string(image)},
+                                             {"env", json::array({{{"name", kProbeVariable}, {"value", kProbeValue}}})},
+                                             {"securityContext", restricted},
+                                             {"resources", {{"requests", resources}, {"limits", resources}}}}})}}}}
       .dump();
 }
 
-ProbeResult probe_result(unsigned status, std::string_view body, const std::vector<std::string>& warnings,
-                         std::string_view error) {
+namespace {
+
+// A Warning header's text: `299 - "text"` (RFC 7234's warn-code, warn-agent and quoted-string, as the API
+// server writes a warning), its escapes undone; nothing when the header is not of that form.
+std::optional<std::string> warning_text(std::string_view header) {
+  if (header.size() < 8 || header.substr(0, 4) != "299 ") return std::nullopt;
+  const auto quote = header.find(" \"", 4);
+  if (quote == std::string_view::npos || header.back() != '"' || header.size() < quote + 3) return std::nullopt;
+  std::string text;
+  const std::string_view quoted = header.substr(quote + 2, header.size() - quote - 3);
+  for (std::size_t i = 0; i < quoted.size(); ++i) {
+    if (quoted[i] == '\\' && i + 1 < quoted.size()) {
+      text.push_back(quoted[++i]);
+    } else if (quoted[i] == '"') {
+      return std::nullopt;  // the quoted string ended before the header did
+    } else {
+      text.push_back(quoted[i]);
+    }
+  }
+  return text;
+}
+
+// Whether the answer is in the words only gpuguard's webhook uses, whichever release's.
+ProbeResult in_webhook_words(unsigned status, std::string_view body, const std::vector<std::string>& warnings,
+                             std::string_view error) {
   // What only gpuguard's webhook says of this pod (src/admission/decide.cpp; the unit test runs the admission
   // core on the probe pod in each mode to hold these to it), as the API server passes it on.
   constexpr std::string_view kReplaced = "NVIDIA_VISIBLE_DEVICES set in the pod was replaced with";
@@ -164,6 +190,36 @@ ProbeResult probe_result(unsigned status, std::string_view body, const std::vect
                      "the variable in the probe namespace, before gpuguard's (which then finds nothing to replace) or "
                      "after it, so the API server was not shown to call gpuguard's; name a probe namespace that it "
                      "leaves alone (webhook.armProbeNamespace)"};
+}
+
+}  // namespace
+
+ProbeResult probe_result(unsigned status, std::string_view body, const std::vector<std::string>& warnings,
+                         std::string_view error, std::string_view instance) {
+  ProbeResult result = in_webhook_words(status, body, warnings, error);
+  if (!result.reached) return result;
+  // This release's webhook, by the name it says (a refusal's warnings come back with it too): another
+  // release's webhook, or another mutator, answers in the same words but not this name.
+  const std::string named = admission::arm_probe_warning(instance);
+  if (std::none_of(warnings.begin(), warnings.end(),
+                   [&named](const std::string& warning) { return warning_text(warning) == named; })) {
+    std::string others;
+    for (const std::string& warning : warnings) {
+      if (warning.find("arm probe answered by gpuguard webhook ") != std::string::npos) {
+        others.append(others.empty() ? "" : ", ").append(warning);
+      }
+    }
+    const std::string whose =
+        others.empty() ? std::string(
+                             ", nor any name: a gpuguard webhook that says none answered (another release's, "
+                             "older, or one run without --instance)")
+                       : " but \"" + others +
+                             "\": another gpuguard webhook answered, not this release's (name a probe namespace only "
+                             "this release's webhook covers: webhook.armProbeNamespace)";
+    return {false, "the probe pod came back in a gpuguard webhook's words, without the warning \"" + named +
+                       "\" that this release's webhook adds" + whose};
+  }
+  return result;
 }
 
 }  // namespace gpuguard::webhook::arming

@@ -2,6 +2,7 @@
 // audit) through the same admission core.
 #include <boost/program_options.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <iostream>
@@ -88,6 +89,21 @@ bool size_for_memory(const po::variables_map& flags, server::ServerOptions& opti
   return true;
 }
 
+// A namespace's name, '/', a Deployment's (at most 63 characters each, as the chart's are): what the arm hook
+// names the webhook by (arm --namespace, --deployment).
+bool valid_instance(const std::string& instance) {
+  const auto slash = instance.find('/');
+  if (slash == std::string::npos || slash == 0 || slash > 63 || instance.size() - slash - 1 > 63 ||
+      slash + 1 == instance.size()) {
+    return false;
+  }
+  return std::all_of(instance.begin(), instance.end(),
+                     [](char c) {
+                       return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '.' || c == '/';
+                     }) &&
+         std::count(instance.begin(), instance.end(), '/') == 1;
+}
+
 int serve(const po::variables_map& flags) {
   if (!cli::has_tls_flags(flags)) {
     std::cerr << "gpuguard-webhook: --tls-cert-file and --tls-private-key-file are required (see --help)\n";
@@ -111,6 +127,13 @@ int serve(const po::variables_map& flags) {
   }
   if (const double interval = flags["api-discovery-interval"].as<double>(); !(interval >= 0.1 && interval <= 86400)) {
     std::cerr << "gpuguard-webhook: --api-discovery-interval must be between 0.1 and 86400 seconds\n";
+    return 2;
+  }
+  const std::string instance = flags["instance"].as<std::string>();
+  if (!instance.empty() && !valid_instance(instance)) {
+    std::cerr << "gpuguard-webhook: --instance '" << instance
+              << "' is not NAMESPACE/DEPLOYMENT (lowercase letters, digits, '-' and '.', one '/', at most 63 "
+                 "characters each side)\n";
     return 2;
   }
   server::ServerOptions options = std::move(*parsed_options);
@@ -141,6 +164,7 @@ int serve(const po::variables_map& flags) {
     webhook::WebhookHandler handler(
         [&policy] { return policy.current(); }, metrics, claims.get(),
         claims ? std::function<bool()>([&claims] { return claims->synced(); }) : std::function<bool()>());
+    handler.set_instance(instance);
     if (informers) {
       handler.set_readiness_note(
           [&informers] { return claims::claims_off_note(informers->discovered(claims::ClaimCache::kGroup)); });
@@ -186,7 +210,10 @@ int main(int argc, char** argv) {
       "flight are sized to stay under it")("body-limit", po::value<std::string>()->default_value("4Mi"),
                                            "largest AdmissionReview accepted; larger ones are answered 413")(
       "max-connections", po::value<std::size_t>()->default_value(0),
-      "connections open at once; 0 = as many as --memory-limit leaves room for");
+      "connections open at once; 0 = as many as --memory-limit leaves room for")(
+      "instance", po::value<std::string>()->default_value(""),
+      "NAMESPACE/DEPLOYMENT of this webhook, said in a warning to the arm hook's probe pod so that the hook "
+      "knows its own release's webhook answered (the chart passes it); empty: nothing said");
   const cli::Parsed parsed = cli::parse_command_line("gpuguard-webhook", GPUGUARD_VERSION, description, argc, argv);
   if (!parsed.flags) return parsed.exit_status;
   return serve(*parsed.flags);

@@ -48,7 +48,7 @@ server::Response WebhookHandler::mutate(std::string body) const {
   // the memory plan counts that once.
   std::unique_lock<std::mutex> large_review(large_review_mutex_, std::defer_lock);
   if (bytes > admission::kReusableParserLimit) large_review.lock();
-  admission::ReviewOutcome outcome = admission::review(std::move(body), *policy_(), claims_);
+  admission::ReviewOutcome outcome = admission::review(std::move(body), *policy_(), claims_, instance_);
   if (large_review.owns_lock()) large_review.unlock();
   const std::chrono::duration<double> took = std::chrono::steady_clock::now() - started;
   metrics_.count_admission(outcome.operation, result_of(outcome), took.count());

@@ -232,6 +232,11 @@ def check_arming(docs, namespace, armed, webhook=True, backstop=True, probe="def
         want["probe-namespace"] = probe
         want["probe-image"] = container["image"]
     assert args == want, args
+    if probe:
+        # The probe is armed on by the name the webhook says to it: its --instance must be the one the hook
+        # expects, --namespace/--deployment.
+        [webhook_container] = one(docs, "Deployment", "gpuguard-webhook")["spec"]["template"]["spec"]["containers"]
+        assert f"--instance={args['namespace']}/{args['deployment']}" in webhook_container["args"], webhook_container["args"]
     probe_roles = [d for d in find(docs, "Role", "gpuguard-arm-probe")]
     if probe:
         [role] = probe_roles

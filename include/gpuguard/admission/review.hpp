@@ -54,9 +54,17 @@ inline constexpr std::array<std::string_view, 4> kMutationReasons = {"injected",
 // its own, freed with it.
 inline constexpr std::size_t kReusableParserLimit = std::size_t{256} * 1024;
 
+// The arm hook's probe pod (webhook/arming.hpp) carries this annotation. A webhook that knows which one it
+// is (`instance`: its namespace and Deployment, as the chart passes them) then adds arm_probe_warning, so
+// that the hook can tell its own release's webhook answered, not another release's or mutator's. The
+// policy applies to such a pod as to any other: the warning is all the annotation adds.
+inline constexpr std::string_view kArmProbeAnnotation = "gpuguard.io/arm-probe";
+std::string arm_probe_warning(std::string_view instance);
+
 // Takes the body by value so that the server can move its buffer in; the buffer is padded in place for
-// simdjson, so reserving a little spare capacity up front avoids a copy.
-ReviewOutcome review(std::string body, const policy::Policy& policy, const ClaimLookup* claims = nullptr);
+// simdjson, so reserving a little spare capacity up front avoids a copy. `instance`: see kArmProbeAnnotation.
+ReviewOutcome review(std::string body, const policy::Policy& policy, const ClaimLookup* claims = nullptr,
+                     std::string_view instance = {});
 
 // One way a container of the pod can see GPUs it did not ask for, and what the webhook does about it.
 struct Exposure {

@@ -38,7 +38,9 @@ Step binding_step(std::string_view binding_json);
 // the value replaced with the webhook's warning saying so (policy mode enforce), its audit warning (mode
 // audit), or its refusal of a pod that sets the variable itself (mode strict). Another mutator that sets
 // or overwrites the variable (a policy engine's default, a merge by name) says none of them, so it does
-// not pass for the webhook.
+// not pass for the webhook. The pod carries admission::kArmProbeAnnotation, and the webhook adds a warning
+// naming itself (its namespace and Deployment): another gpuguard release's webhook says the same words
+// but another name, so it does not pass for this release's either.
 // The pod, as JSON: Pod Security restricted, tiny requests and limits (so that a quota admits it), named
 // `generate_name` plus a suffix the API server picks, naming `image` (never pulled: nothing runs).
 std::string probe_pod_json(std::string_view generate_name, std::string_view image);
@@ -46,8 +48,9 @@ struct ProbeResult {
   bool reached = false;
   std::string why;  // what showed it, or why it is not shown
 };
-// The API server's answer to that create: its status (0: none came), body, Warning headers and error.
+// The API server's answer to that create: its status (0: none came), body, Warning headers and error;
+// `instance`: the webhook to be shown, NAMESPACE/DEPLOYMENT (its --instance).
 ProbeResult probe_result(unsigned status, std::string_view body, const std::vector<std::string>& warnings,
-                         std::string_view error);
+                         std::string_view error, std::string_view instance);
 
 }  // namespace gpuguard::webhook::arming

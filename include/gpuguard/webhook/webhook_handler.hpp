@@ -3,6 +3,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
 
 #include "gpuguard/admission/claims.hpp"
 #include "gpuguard/policy/policy.hpp"
@@ -26,6 +27,9 @@ class WebhookHandler final : public server::Handler {
   void set_ready(bool ready) { ready_.store(ready); }
   // What /readyz adds below "ok" (claims that cannot be read); set before the server runs.
   void set_readiness_note(std::function<std::string()> note) { readiness_note_ = std::move(note); }
+  // Which webhook this is, said to the arm hook's probe pod (admission::kArmProbeAnnotation); set before the
+  // server runs. Empty: nothing said.
+  void set_instance(std::string instance) { instance_ = std::move(instance); }
 
   std::optional<server::Response> reject_early(const server::RequestHead& head) const override;
   server::Response handle(const server::RequestHead& head, std::string body) const override;
@@ -38,6 +42,7 @@ class WebhookHandler final : public server::Handler {
   const admission::ClaimLookup* claims_;
   std::function<bool()> claims_synced_;
   std::function<std::string()> readiness_note_;
+  std::string instance_;
   std::atomic<bool> ready_{false};
   mutable std::mutex large_review_mutex_;
 };

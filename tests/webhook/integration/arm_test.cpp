@@ -135,6 +135,8 @@ TEST_CASE("arm: with --probe-namespace, armed only once a dry-run pod comes back
         answer.body["spec"]["containers"][0]["env"][0]["value"] = "none";
         answer.warnings = {R"(container \"probe\": NVIDIA_VISIBLE_DEVICES set in the pod was replaced with \"none\")"};
       }
+      // This release's webhook naming itself (--namespace/--deployment), as its --instance has it say.
+      answer.warnings.emplace_back("arm probe answered by gpuguard webhook gpuguard-system/gpuguard-webhook");
       return answer;
     });
     const ExitResult result = run_webhook(install.args(30) + " --probe-namespace default");
@@ -154,7 +156,29 @@ TEST_CASE("arm: with --probe-namespace, armed only once a dry-run pod comes back
     CHECK(sent["spec"]["containers"][0]["image"] == "gpuguard-arm-probe");  // --probe-image's default
     CHECK(sent["spec"]["containers"][0]["env"] ==
           json::array({{{"name", "NVIDIA_VISIBLE_DEVICES"}, {"value", "all"}}}));
+    CHECK(sent["metadata"]["annotations"] == json({{"gpuguard.io/arm-probe", "true"}}));
   }
+}
+
+TEST_CASE("arm: a dry-run pod patched by another gpuguard release's webhook does not arm this one") {
+  Install install;
+  install.apiserver.put_at(kDeployment, deployment(3));
+  // Another release's webhook answers in the probe namespace, while this release's is not reached.
+  install.apiserver.answer_posts(kProbe, [](const json& pod) {
+    FakeApiserver::PostAnswer answer{201, pod, {}};
+    answer.body["spec"]["containers"][0]["env"][0]["value"] = "none";
+    answer.warnings = {R"(container \"probe\": NVIDIA_VISIBLE_DEVICES set in the pod was replaced with \"none\")",
+                       "arm probe answered by gpuguard webhook team-a/gpuguard-webhook"};
+    return answer;
+  });
+  install.apiserver.collect_posts(kEvents);
+  const ExitResult result = run_webhook(install.args(3) + " --probe-namespace default");
+  INFO(result.output);
+  CHECK(result.status == 1);
+  CHECK(install.patches() == 0);
+  CHECK(install.apiserver.at(kConfiguration)["webhooks"][0]["failurePolicy"] == "Ignore");
+  CHECK_THAT(result.output, Catch::Contains("another gpuguard webhook answered, not this release's"));
+  REQUIRE(install.apiserver.posts(kEvents).size() == 1);
 }
 
 TEST_CASE("arm: a dry-run pod that never comes back patched leaves everything admitting, exits 1, and records why") {

@@ -3,6 +3,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -229,6 +230,34 @@ TEST_CASE("review subcommand: a bare Pod goes through the same path as the serve
   CHECK(printed["review"]["response"]["allowed"] == true);
   const json pod = json::parse(fixture_review("user-all"))["request"]["object"];
   CHECK(pod.patch(printed["patch"]) == read_json(fixtures_dir() / "admission" / "user-all" / "expected-object.json"));
+}
+
+TEST_CASE("a pod annotated gpuguard.io/arm-probe is told which webhook answered it (--instance), and no other pod") {
+  WebhookProcess webhook({"--instance", "gpuguard-system/gpuguard-webhook"});
+  TlsClient client(webhook.port());
+  json probe = json::parse(fixture_review("user-all"));
+  probe["request"]["object"]["metadata"]["annotations"]["gpuguard.io/arm-probe"] = "true";
+  const auto warnings_of = [&client](const json& review) {
+    const HttpReply reply = client.request("POST", "/mutate", review.dump());
+    REQUIRE(reply.status == 200);
+    return json::parse(reply.body)["response"].value("warnings", json::array());
+  };
+  const json named = "arm probe answered by gpuguard webhook gpuguard-system/gpuguard-webhook";
+  const json probed = warnings_of(probe);
+  CHECK(std::count(probed.begin(), probed.end(), named) == 1);
+  CHECK(probed.size() >= 2);  // and the webhook's own warning that it replaced the value
+  const json plain = warnings_of(json::parse(fixture_review("user-all")));
+  CHECK(std::count(plain.begin(), plain.end(), named) == 0);
+  CHECK(webhook.terminate() == 0);
+  for (const char* bad :
+       {"gpuguard-webhook", "/gpuguard-webhook", "gpuguard-system/", "a/b/c", "GPU/guard", "ns/name\"quoted",
+        "gpuguard-system/gpuguard-webhook-a-name-longer-than-the-chart-ever-gives-it-0123"}) {
+    INFO(bad);
+    const ExitResult refused = run_webhook(std::string("--instance '") + bad + "' --tls-cert-file " + certs_dir() +
+                                           "/tls.crt --tls-private-key-file " + certs_dir() + "/tls.key");
+    CHECK(refused.status == 2);
+    CHECK_THAT(refused.output, Catch::Contains("is not NAMESPACE/DEPLOYMENT"));
+  }
 }
 
 TEST_CASE("every command and subcommand answers --help with its usage and exit 0, and a bad flag with exit 2") {

@@ -101,6 +101,12 @@ TEST_CASE("arming: the probe shows the API server called the webhook by the webh
       R"(HTTP 400: admission webhook "visible-devices.gpuguard.io" denied the request: container "probe" sets )"
       R"(NVIDIA_VISIBLE_DEVICES itself, which policy mode strict does not allow)";
   const std::string other_warning = R"(299 - "image tag latest")";
+  // This release's webhook naming itself to the probe pod (its --instance), and another release's.
+  const std::string instance = "gpuguard-system/gpuguard-webhook";
+  const std::string named = R"(299 - "arm probe answered by gpuguard webhook gpuguard-system/gpuguard-webhook")";
+  const std::string other_release = R"(299 - "arm probe answered by gpuguard webhook team-a/gpuguard-webhook")";
+  const std::string longer_name =
+      R"(299 - "arm probe answered by gpuguard webhook gpuguard-system/gpuguard-webhook-2")";
   struct Row {
     const char* what;
     unsigned status;
@@ -179,7 +185,58 @@ TEST_CASE("arming: the probe shows the API server called the webhook by the webh
   };
   for (const Row& row : rows) {
     INFO(row.what);
-    const auto result = arming::probe_result(row.status, row.body, row.warnings, row.error);
+    // Each answer as this release's webhook named itself in it (or as no webhook did, when none answered).
+    std::vector<std::string> warnings = row.warnings;
+    if (row.status != 0) warnings.push_back(named);
+    const auto result = arming::probe_result(row.status, row.body, warnings, row.error, instance);
+    CHECK(result.reached == row.reached);
+    CHECK_THAT(result.why, Catch::Contains(row.why));
+  }
+  // The webhook's words, without this release's webhook naming itself: another release's webhook answered
+  // (its name said, or one this name is the start of), or an older webhook that says no name.
+  const Row unnamed[] = {
+      {"replaced and warned so, by another release's webhook",
+       201,
+       patched.dump(),
+       {replaced_warning, other_release},
+       "",
+       false,
+       "another gpuguard webhook answered, not this release's"},
+      {"replaced and warned so, by a webhook whose name this one begins",
+       201,
+       patched.dump(),
+       {replaced_warning, longer_name},
+       "",
+       false,
+       "another gpuguard webhook answered"},
+      {"warned about (mode audit), no name said", 201, sent.dump(), {audit_warning}, "", false, "says none answered"},
+      // Another warning whose text ends in this name (the API server escapes the quote before it), and the
+      // name outside a Warning header's form: neither is the webhook's warning.
+      {"the name at the end of another warning",
+       201,
+       patched.dump(),
+       {replaced_warning, R"(299 - "see \"arm probe answered by gpuguard webhook gpuguard-system/gpuguard-webhook")"},
+       "",
+       false,
+       "another gpuguard webhook answered"},
+      {"the name, not as a Warning header",
+       201,
+       patched.dump(),
+       {replaced_warning, "arm probe answered by gpuguard webhook gpuguard-system/gpuguard-webhook"},
+       "",
+       false,
+       "another gpuguard webhook answered"},
+      {"refused (mode strict) by another release's webhook",
+       400,
+       "{}",
+       {other_release},
+       strict_denial,
+       false,
+       "another gpuguard webhook answered"},
+  };
+  for (const Row& row : unnamed) {
+    INFO(row.what);
+    const auto result = arming::probe_result(row.status, row.body, row.warnings, row.error, instance);
     CHECK(result.reached == row.reached);
     CHECK_THAT(result.why, Catch::Contains(row.why));
   }
@@ -203,7 +260,7 @@ TEST_CASE("arming: the probe pod as the admission core answers it, in each polic
     INFO("mode " << policy::mode_name(mode));
     policy::Policy policy;
     policy.mode = mode;
-    const auto outcome = admission::review(request.dump(), policy);
+    const auto outcome = admission::review(request.dump(), policy, nullptr, "gpuguard-system/gpuguard-webhook");
     REQUIRE(outcome.ok);
     const json response = json::parse(outcome.body)["response"];
     std::vector<std::string> warnings;
@@ -215,7 +272,8 @@ TEST_CASE("arming: the probe pod as the admission core answers it, in each polic
       result =
           arming::probe_result(400, "{}", warnings,
                                R"(HTTP 400: admission webhook "visible-devices.gpuguard.io" denied the request: )" +
-                                   response["status"]["message"].get<std::string>());
+                                   response["status"]["message"].get<std::string>(),
+                               "gpuguard-system/gpuguard-webhook");
     } else {
       json answered = json::parse(pod);
       if (response.contains("patch")) {
@@ -223,12 +281,14 @@ TEST_CASE("arming: the probe pod as the admission core answers it, in each polic
         REQUIRE(patch);
         answered = answered.patch(json::parse(*patch));
       }
-      result = arming::probe_result(201, answered.dump(), warnings, "");
+      result = arming::probe_result(201, answered.dump(), warnings, "", "gpuguard-system/gpuguard-webhook");
+      // The same answer is not this release's webhook's to another release's hook.
+      CHECK_FALSE(arming::probe_result(201, answered.dump(), warnings, "", "team-a/gpuguard-webhook").reached);
     }
     INFO(result.why);
     CHECK(result.reached);
   }
-  CHECK_FALSE(arming::probe_result(201, pod, {}, "").reached);
+  CHECK_FALSE(arming::probe_result(201, pod, {}, "", "gpuguard-system/gpuguard-webhook").reached);
 }
 
 TEST_CASE(
