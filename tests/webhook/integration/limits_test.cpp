@@ -265,42 +265,73 @@ TEST_CASE("40 connections holding large bodies: what the byte budget cannot hold
 
 TEST_CASE("at the connection limit a new connection replaces an idle one, and is refused when none is idle") {
   SECTION("connections that never sent a request make room, the longest waiting first; served ones stay") {
-    WebhookProcess webhook({"--max-connections", "8"});
-    std::vector<std::unique_ptr<TlsClient>> served;
-    served.reserve(8);
-    for (int i = 0; i < 4; ++i) {
-      served.push_back(std::make_unique<TlsClient>(webhook.port()));
-      REQUIRE(served.back()->request("GET", "/healthz").status == 200);
-    }
-    std::vector<std::unique_ptr<TlsClient>> silent;
-    silent.reserve(8);
-    for (int i = 0; i < 4; ++i) silent.push_back(std::make_unique<TlsClient>(webhook.port()));
-    std::vector<std::unique_ptr<TlsClient>> newcomers;
-    newcomers.reserve(8);
-    for (int i = 0; i < 4; ++i) {
-      newcomers.push_back(std::make_unique<TlsClient>(webhook.port()));
-      CHECK(newcomers.back()->request("GET", "/healthz").status == 200);
-      CHECK(silent[i]->read_until_closed(2s).second);  // the longest waiting was closed
-    }
-    // Idle for less than 10 s, a served connection is not given up: at the limit with no silent one left,
-    // a newcomer is refused.
-    CHECK_THROWS(TlsClient(webhook.port()));
-    for (auto& client : served) CHECK(client->request("GET", "/healthz").status == 200);
-    // The scrape's own connection takes a served one's place, or is refused: read it once the four
-    // silent ones are gone and one served connection is closed to make room for it.
-    served.pop_back();
-    // Refused until the server has seen that connection close.
-    long long evicted = -1;
-    REQUIRE(eventually([&] {
-      try {
-        evicted = scraped(webhook.port(), "gpuguard_http_connections_shed_total{reason=\"evicted\"}");
-        return true;
-      } catch (const std::exception&) {
-        return false;
+    // What one attempt saw. The server closes a connection that sends no request within 10 s, and gives up
+    // a served one idle for 10 s: an attempt the machine made take longer than kPremise (a parallel test
+    // holding both cores, say) saw those deadlines, not the room-making, and is made again, at most thrice.
+    static constexpr auto kPremise = std::chrono::seconds(6);
+    struct Attempt {
+      bool timely = false, newcomers_served = true, silent_closed = true, newcomer_refused = false, served_kept = true;
+      long long evicted = -1, refused = -1;
+    };
+    const auto attempt = [] {
+      Attempt seen;
+      WebhookProcess webhook({"--max-connections", "8"});
+      std::vector<std::unique_ptr<TlsClient>> served;
+      served.reserve(8);
+      for (int i = 0; i < 4; ++i) {
+        served.push_back(std::make_unique<TlsClient>(webhook.port()));
+        seen.served_kept = served.back()->request("GET", "/healthz").status == 200 && seen.served_kept;
       }
-    }));
-    CHECK(evicted == 4);
-    CHECK(scraped(webhook.port(), "gpuguard_http_connections_shed_total{reason=\"refused\"}") >= 1);
+      const auto started = std::chrono::steady_clock::now();
+      std::vector<std::unique_ptr<TlsClient>> silent;
+      silent.reserve(8);
+      for (int i = 0; i < 4; ++i) silent.push_back(std::make_unique<TlsClient>(webhook.port()));
+      std::vector<std::unique_ptr<TlsClient>> newcomers;
+      newcomers.reserve(8);
+      for (int i = 0; i < 4; ++i) {
+        newcomers.push_back(std::make_unique<TlsClient>(webhook.port()));
+        seen.newcomers_served = newcomers.back()->request("GET", "/healthz").status == 200 && seen.newcomers_served;
+        seen.silent_closed = silent[i]->read_until_closed(2s).second && seen.silent_closed;  // the longest waiting
+      }
+      // Idle for less than 10 s, a served connection is not given up: at the limit with no silent one
+      // left, a newcomer is refused.
+      try {
+        TlsClient refused(webhook.port());
+      } catch (const std::exception&) {
+        seen.newcomer_refused = true;
+      }
+      seen.timely = std::chrono::steady_clock::now() - started < kPremise;
+      for (auto& client : served) {
+        try {
+          seen.served_kept = client->request("GET", "/healthz").status == 200 && seen.served_kept;
+        } catch (const std::exception&) {
+          seen.served_kept = false;
+        }
+      }
+      // The scrape's own connection takes a served one's place, or is refused: read it once the four
+      // silent ones are gone and one served connection is closed to make room for it (refused until the
+      // server has seen that connection close).
+      served.pop_back();
+      eventually([&] {
+        try {
+          seen.evicted = scraped(webhook.port(), "gpuguard_http_connections_shed_total{reason=\"evicted\"}");
+          seen.refused = scraped(webhook.port(), "gpuguard_http_connections_shed_total{reason=\"refused\"}");
+          return true;
+        } catch (const std::exception&) {
+          return false;
+        }
+      });
+      return seen;
+    };
+    Attempt seen;
+    for (int tries = 0; tries < 3 && !seen.timely; ++tries) seen = attempt();
+    REQUIRE(seen.timely);
+    CHECK(seen.newcomers_served);
+    CHECK(seen.silent_closed);
+    CHECK(seen.newcomer_refused);
+    CHECK(seen.served_kept);
+    CHECK(seen.evicted == 4);
+    CHECK(seen.refused >= 1);
   }
   SECTION("connections in the middle of a request are never closed to make room") {
     // The ninth connection reads /metrics: served just now, it is not closed to make room either.
