@@ -3,8 +3,13 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "gpuguard/k8s/names.hpp"
+
 namespace gpuguard::policy {
 namespace {
+
+using k8s::is_dns_label;
+using k8s::is_dns_subdomain;
 
 struct InvalidValue : std::runtime_error {
   using std::runtime_error::runtime_error;
@@ -37,27 +42,6 @@ Enum one_of(std::string_view value, const std::pair<std::string_view, Enum> (&ch
     allowed += name;
   }
   throw InvalidValue("\"" + std::string(value) + "\" is not one of " + allowed);
-}
-
-// RFC 1123 label, as namespace names are.
-bool is_dns_label(std::string_view s) {
-  if (s.empty() || s.size() > 63 || s.front() == '-' || s.back() == '-') return false;
-  return std::all_of(s.begin(), s.end(),
-                     [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-'; });
-}
-
-// RFC 1123 subdomain, as service account names are.
-bool is_dns_subdomain(std::string_view s) {
-  if (s.empty() || s.size() > 253) return false;
-  while (!s.empty()) {
-    const std::size_t dot = s.find('.');
-    const std::string_view label = s.substr(0, dot);
-    if (!is_dns_label(label)) return false;
-    if (dot == std::string_view::npos) break;
-    s.remove_prefix(dot + 1);
-    if (s.empty()) return false;
-  }
-  return true;
 }
 
 bool is_resource_pattern(std::string_view s) {

@@ -5,7 +5,6 @@
 
 #include <boost/program_options.hpp>
 
-#include <algorithm>
 #include <chrono>
 #include <functional>
 #include <iostream>
@@ -13,6 +12,7 @@
 
 #include "gpuguard/cli/apiserver_flags.hpp"
 #include "gpuguard/cli/command_line.hpp"
+#include "gpuguard/k8s/names.hpp"
 #include "gpuguard/kube/event.hpp"
 #include "gpuguard/kube/request.hpp"
 #include "gpuguard/log/log.hpp"
@@ -104,13 +104,9 @@ int check_arm_flags(const po::variables_map& flags) {
   }
   if (flags.count("probe-namespace") != 0) {
     // A namespace's name (RFC 1123 label), so that it cannot reach beyond its place in the request's path.
+    // Empty says no probe.
     const std::string& probe = flags["probe-namespace"].as<std::string>();
-    const bool label =
-        probe.size() <= 63 &&
-        std::all_of(probe.begin(), probe.end(),
-                    [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-'; }) &&
-        (probe.empty() || (probe.front() != '-' && probe.back() != '-'));
-    if (!label) {
+    if (!probe.empty() && !k8s::is_dns_label(probe)) {
       std::cerr << kProgram << ": --probe-namespace " << probe << " is not a namespace's name\n";
       return 2;
     }

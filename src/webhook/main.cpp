@@ -2,13 +2,13 @@
 // audit) through the same admission core.
 #include <boost/program_options.hpp>
 
-#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <iostream>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 
 #include "arm_command.hpp"
@@ -18,6 +18,7 @@
 #include "gpuguard/cli/apiserver_flags.hpp"
 #include "gpuguard/cli/command_line.hpp"
 #include "gpuguard/cli/server_flags.hpp"
+#include "gpuguard/k8s/names.hpp"
 #include "gpuguard/k8s/quantity.hpp"
 #include "gpuguard/kube/informer.hpp"
 #include "gpuguard/log/log.hpp"
@@ -89,19 +90,13 @@ bool size_for_memory(const po::variables_map& flags, server::ServerOptions& opti
   return true;
 }
 
-// A namespace's name, '/', a Deployment's (at most 63 characters each, as the chart's are): what the arm hook
-// names the webhook by (arm --namespace, --deployment).
-bool valid_instance(const std::string& instance) {
+// A namespace's name, '/', a Deployment's (at most 63 characters, as the chart's are): what the arm hook names
+// the webhook by (arm --namespace, --deployment).
+bool valid_instance(std::string_view instance) {
   const auto slash = instance.find('/');
-  if (slash == std::string::npos || slash == 0 || slash > 63 || instance.size() - slash - 1 > 63 ||
-      slash + 1 == instance.size()) {
-    return false;
-  }
-  return std::all_of(instance.begin(), instance.end(),
-                     [](char c) {
-                       return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '.' || c == '/';
-                     }) &&
-         std::count(instance.begin(), instance.end(), '/') == 1;
+  if (slash == std::string_view::npos) return false;
+  const std::string_view deployment = instance.substr(slash + 1);
+  return k8s::is_dns_label(instance.substr(0, slash)) && deployment.size() <= 63 && k8s::is_dns_subdomain(deployment);
 }
 
 int serve(const po::variables_map& flags) {
@@ -132,8 +127,8 @@ int serve(const po::variables_map& flags) {
   const std::string instance = flags["instance"].as<std::string>();
   if (!instance.empty() && !valid_instance(instance)) {
     std::cerr << "gpuguard-webhook: --instance '" << instance
-              << "' is not NAMESPACE/DEPLOYMENT (lowercase letters, digits, '-' and '.', one '/', at most 63 "
-                 "characters each side)\n";
+              << "' is not NAMESPACE/DEPLOYMENT (a namespace's name, '/', a Deployment's name of at most 63 "
+                 "characters)\n";
     return 2;
   }
   server::ServerOptions options = std::move(*parsed_options);

@@ -251,7 +251,8 @@ TEST_CASE("a pod annotated gpuguard.io/arm-probe is told which webhook answered 
   CHECK(webhook.terminate() == 0);
   for (const char* bad :
        {"gpuguard-webhook", "/gpuguard-webhook", "gpuguard-system/", "a/b/c", "GPU/guard", "ns/name\"quoted",
-        "gpuguard-system/gpuguard-webhook-a-name-longer-than-the-chart-ever-gives-it-0123"}) {
+        "gpuguard-system/gpuguard-webhook-a-name-longer-than-the-chart-ever-gives-it-0123", "-system/gpuguard",
+        "gpu.system/gpuguard", "gpuguard-system/-webhook", "gpuguard-system/gpuguard..webhook"}) {
     INFO(bad);
     const ExitResult refused = run_webhook(std::string("--instance '") + bad + "' --tls-cert-file " + certs_dir() +
                                            "/tls.crt --tls-private-key-file " + certs_dir() + "/tls.key");
