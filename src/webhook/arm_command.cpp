@@ -28,10 +28,11 @@ constexpr const char* kProgram = "gpuguard-webhook arm";
 constexpr const char* kUsage =
     "gpuguard-webhook arm: waits until the webhook's Deployment has a replica available and, with\n"
     "--probe-namespace, until a pod created there as a server-side dry run comes back as the webhook answered it\n"
-    "(so the API server can call it), then sets the webhook configuration's failurePolicy to Fail and the\n"
-    "backstop binding's validationActions to Deny. The chart runs it as a post-install and post-upgrade hook, so\n"
-    "that nothing refuses pods before the API server can have them reviewed. When that is not shown within\n"
-    "--timeout, it arms nothing, says why, records a Warning Event on the Deployment, and exits 1.\n\n"
+    "(so the API server can call it), ten times in a row, then sets the webhook configuration's failurePolicy to\n"
+    "Fail and the backstop binding's validationActions to Deny. The chart runs it as a post-install and\n"
+    "post-upgrade hook, so that nothing refuses pods before the API server can have them reviewed. When that is\n"
+    "not shown within --timeout, or a pod comes back unanswered after the webhook has answered one, it arms\n"
+    "nothing, says why, records a Warning Event on the Deployment, and exits 1.\n\n"
     "Usage:\n"
     "  gpuguard-webhook arm --namespace NS --deployment NAME [--webhook-configuration NAME]\n"
     "                       [--backstop-binding NAME] [options]\n\n"
@@ -40,6 +41,12 @@ constexpr const char* kUsage =
     "Options";
 constexpr auto kRequestTimeout = 10s;
 constexpr auto kPoll = 2s;
+// The probe arms only on this many answers in a row, each a new connection to the API server, kConfirm apart,
+// and a miss after the first answer leaves it unarmed: one answer can come from the one API server, of several
+// behind a load balancer, that reaches the webhook. (Replicas are not told apart: an API server keeps its
+// connection to the webhook, so its calls here reach one replica.)
+constexpr int kAnswersInARow = 10;
+constexpr auto kConfirm = 300ms;
 
 kube::Reply get(const kube::ApiServer& api, const std::string& path) {
   return kube::send_request(api, {"GET", path, "", "", std::string("gpuguard-arm/") + GPUGUARD_VERSION, ""},
@@ -197,7 +204,14 @@ bool probe_webhook(const kube::ApiServer& api, const po::variables_map& flags,
   const std::string instance = flags["namespace"].as<std::string>() + "/" + flags["deployment"].as<std::string>();
   const std::string pod = arming::probe_pod_json(flags["deployment"].as<std::string>() + "-arm-probe-",
                                                  flags["probe-image"].as<std::string>());
+  const auto not_armed = [&](const std::string& why, const char* next) {
+    log::error("the API server was not shown to call the webhook: nothing was armed, so nothing refuses pods for it",
+               {{"reason", why}, {"next", next}});
+    record_not_armed(api, flags, why);
+    return false;
+  };
   std::string last;
+  int in_a_row = 0;
   for (;;) {
     const kube::Reply reply = kube::send_request(
         api, {"POST", path, "application/json", pod, std::string("gpuguard-arm/") + GPUGUARD_VERSION, ""},
@@ -205,8 +219,28 @@ bool probe_webhook(const kube::ApiServer& api, const po::variables_map& flags,
     const arming::ProbeResult result =
         arming::probe_result(reply.status, reply.body, reply.warnings, reply.error, instance);
     if (result.reached) {
-      log::info("the API server calls the webhook", {{"namespace", probe_namespace}, {"shown_by", result.why}});
-      return true;
+      if (++in_a_row == kAnswersInARow) {
+        log::info("the API server calls the webhook",
+                  {{"namespace", probe_namespace}, {"shown_by", result.why}, {"answers_in_a_row", in_a_row}});
+        return true;
+      }
+      if (std::chrono::steady_clock::now() + kConfirm > deadline) {
+        return not_armed("the timeout came after " + std::to_string(in_a_row) + " of the " +
+                             std::to_string(kAnswersInARow) + " answers in a row the webhook must give",
+                         "run helm upgrade again, or give the hook a longer webhook.armTimeoutSeconds");
+      }
+      std::this_thread::sleep_for(kConfirm);
+      continue;
+    }
+    if (in_a_row > 0) {
+      // Once the webhook has answered, a pod it did not answer most likely shows an API server that does not
+      // reach it. Retrying until a lucky run of answers would arm it all the same.
+      return not_armed("the webhook answered " + std::to_string(in_a_row) + " dry-run pod(s) in namespace " +
+                           probe_namespace + " in a row, then not the next: " + result.why +
+                           "; some of the API server's calls may not reach it (several API servers, one of which "
+                           "cannot), or the miss was passing (a rollout, a dropped connection)",
+                       "let every API server reach the webhook (docs/operations.md#install), then run helm upgrade "
+                       "again: it probes anew");
     }
     if (result.why != last) {
       log::info("probing whether the API server calls the webhook",
@@ -214,15 +248,10 @@ bool probe_webhook(const kube::ApiServer& api, const po::variables_map& flags,
       last = result.why;
     }
     if (std::chrono::steady_clock::now() + kPoll > deadline) {
-      const std::string why = "a pod created in namespace " + probe_namespace +
-                              " as a server-side dry run did not come back as the webhook answers: " + result.why;
-      log::error("the API server was not shown to call the webhook: nothing was armed, so nothing refuses pods for it",
-                 {{"reason", why},
-                  {"next",
-                   "let the API server reach the webhook's pods (docs/operations.md#install), then run "
-                   "helm upgrade again"}});
-      record_not_armed(api, flags, why);
-      return false;
+      return not_armed("a pod created in namespace " + probe_namespace +
+                           " as a server-side dry run did not come back as the webhook answers: " + result.why,
+                       "let the API server reach the webhook's pods (docs/operations.md#install), then run helm "
+                       "upgrade again");
     }
     std::this_thread::sleep_for(kPoll);
   }

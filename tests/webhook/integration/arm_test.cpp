@@ -76,6 +76,15 @@ struct Install {
   }
 };
 
+// The probe pod as a gpuguard webhook that names itself `instance` answers it in policy mode enforce.
+FakeApiserver::PostAnswer patched_by(const json& pod, const std::string& instance) {
+  FakeApiserver::PostAnswer answer{201, pod, {}};
+  answer.body["spec"]["containers"][0]["env"][0]["value"] = "none";
+  answer.warnings = {R"(container \"probe\": NVIDIA_VISIBLE_DEVICES set in the pod was replaced with \"none\")",
+                     "arm probe answered by gpuguard webhook " + instance};
+  return answer;
+}
+
 }  // namespace
 
 TEST_CASE("arm: once a replica is available, the webhook configuration fails closed and the backstop denies") {
@@ -142,7 +151,7 @@ TEST_CASE("arm: with --probe-namespace, armed only once a dry-run pod comes back
     const ExitResult result = run_webhook(install.args(30) + " --probe-namespace default");
     INFO(result.output);
     CHECK(result.status == 0);
-    CHECK(probes == 3);
+    CHECK(probes == 2 + 10);  // ten answers in a row arm
     CHECK_THAT(result.output,
                Catch::Contains("NVIDIA_VISIBLE_DEVICES=all, as sent, and without the webhook's warning") &&
                    Catch::Contains("the API server calls the webhook"));
@@ -160,17 +169,40 @@ TEST_CASE("arm: with --probe-namespace, armed only once a dry-run pod comes back
   }
 }
 
+TEST_CASE(
+    "arm: a webhook that answered dry-run pods, then not one, as behind an API server that cannot reach it, is not "
+    "armed") {
+  Install install;
+  install.apiserver.put_at(kDeployment, deployment(3));
+  std::atomic<int> probes{0};
+  install.apiserver.answer_posts(kProbe, [&](const json& pod) {
+    if (++probes % 5 == 0) return FakeApiserver::PostAnswer{201, pod, {}};  // as sent: Ignore admitted it unreviewed
+    return patched_by(pod, "gpuguard-system/gpuguard-webhook");
+  });
+  install.apiserver.collect_posts(kEvents);
+  // The timeout is long: four answers in five never make ten in a row, but a hook that retried after the miss
+  // would spend all of it.
+  const ExitResult result = run_webhook(install.args(60) + " --probe-namespace default");
+  INFO(result.output);
+  CHECK(result.status == 1);
+  CHECK(probes == 5);  // stopped at the first miss after an answer
+  CHECK(install.patches() == 0);
+  CHECK(install.apiserver.at(kConfiguration)["webhooks"][0]["failurePolicy"] == "Ignore");
+  CHECK(install.apiserver.at(kBinding)["spec"]["validationActions"] == json::array({"Warn", "Audit"}));
+  CHECK_THAT(result.output,
+             Catch::Contains("the webhook answered 4 dry-run pod(s) in namespace default in a row, then not the next: "
+                             "the probe pod came back with NVIDIA_VISIBLE_DEVICES=all, as sent") &&
+                 Catch::Contains("some of the API server's calls may not reach it"));
+  const auto events = install.apiserver.posts(kEvents);
+  REQUIRE(events.size() == 1);
+  CHECK_THAT(events.at(0)["message"].get<std::string>(), Catch::Contains("the webhook answered 4 dry-run pod(s)"));
+}
+
 TEST_CASE("arm: a dry-run pod patched by another gpuguard release's webhook does not arm this one") {
   Install install;
   install.apiserver.put_at(kDeployment, deployment(3));
   // Another release's webhook answers in the probe namespace, while this release's is not reached.
-  install.apiserver.answer_posts(kProbe, [](const json& pod) {
-    FakeApiserver::PostAnswer answer{201, pod, {}};
-    answer.body["spec"]["containers"][0]["env"][0]["value"] = "none";
-    answer.warnings = {R"(container \"probe\": NVIDIA_VISIBLE_DEVICES set in the pod was replaced with \"none\")",
-                       "arm probe answered by gpuguard webhook team-a/gpuguard-webhook"};
-    return answer;
-  });
+  install.apiserver.answer_posts(kProbe, [](const json& pod) { return patched_by(pod, "team-a/gpuguard-webhook"); });
   install.apiserver.collect_posts(kEvents);
   const ExitResult result = run_webhook(install.args(3) + " --probe-namespace default");
   INFO(result.output);
