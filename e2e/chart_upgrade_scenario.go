@@ -4,7 +4,8 @@
 // values of an admin's own, then upgraded to this chart with --reuse-values (which hands the templates the
 // old chart's values, defaults and all) and rolled back to it, then the same with --reset-then-reuse-values. The exemptions (the namespaces the webhook never looks at, the GPU
 // infrastructure the node enforcer lets through) must survive each step. Hooks are left out and nothing
-// waits: this control plane has no node, and what is checked is what each revision applies.
+// waits: this control plane has no node, and what is checked is what each revision applies. Last, a
+// rollback between two revisions of this chart must say, in helm status, what it restored.
 package main
 
 import (
@@ -12,7 +13,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
@@ -150,4 +153,37 @@ func chartUpgrade(t *T, e *Env) {
 			len(upgraded.accounts), len(back.accounts)))
 	}
 	t.Logf("previous chart → this one → rollback (revision %d): %s", revision, strings.Join(counts, "; "))
+
+	// A rollback says what it restores: Helm copies the notes of the revision it goes back to, and this
+	// chart's notes open with what their revision applies, so helm status says it after the rollback.
+	chartYAML, err := os.ReadFile(e.source("charts", "gpuguard", "Chart.yaml"))
+	t.must(err, "reading Chart.yaml")
+	version := regexp.MustCompile(`(?m)^version: (\S+)$`).FindSubmatch(chartYAML)
+	if version == nil {
+		t.Fatalf("Chart.yaml has no version line")
+	}
+	out, err = helm("upgrade", release, e.source("charts", "gpuguard"), "--reset-then-reuse-values", "--no-hooks")
+	t.must(err, "helm upgrade to this chart: "+out)
+	revision++
+	restored := revision
+	out, err = helm("upgrade", release, e.source("charts", "gpuguard"), "--reuse-values", "--no-hooks", "--set", "policy.mode=audit")
+	t.must(err, "helm upgrade to policy mode audit: "+out)
+	revision++
+	out, err = helm("rollback", release, strconv.Itoa(restored), "--no-hooks")
+	t.must(err, "helm rollback from policy mode audit: "+out)
+	status, err := helm("status", release)
+	t.must(err, "helm status after the rollback: "+status)
+	for _, want := range []string{
+		fmt.Sprintf("Revision %d applies chart gpuguard-%s", restored, version[1]),
+		"policy mode enforce, node enforcement enforce",
+		"namespaces the webhook and the backstop never look at: kube-system, kube-node-lease, gpu-operator, nvidia-device-plugin, team-infra, " + release,
+		"team-infra/dcgm-exporter:app=dcgm-exporter",
+	} {
+		if !strings.Contains(status, want) {
+			t.Errorf("helm status after a rollback to revision %d does not say %q:\n%s", restored, want, status)
+		}
+	}
+	if strings.Contains(status, "policy mode audit") {
+		t.Errorf("helm status after the rollback says the mode rolled back from:\n%s", status)
+	}
 }

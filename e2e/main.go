@@ -62,7 +62,7 @@ var scenarios = []scenario{
 	{"scheduler-extender", "kube-scheduler binds 1, 1, 2 GPU pods with the extender and with MostAllocated, not with the defaults", schedulerExtender},
 	{"scale/extender", "about 100 kwok nodes and 1,000 pods through kube-scheduler with the extender: every pod bound, no GPU over-committed, best fit's whole nodes left free; nonsense nodes and an overflowing pod skipped with a reason", scaleExtender},
 	{"manifests-validate", "every kustomize overlay and every Helm values file is accepted by the apiserver's strict server-side dry run", validateManifests},
-	{"chart-upgrade", "the previous chart (tests/fixtures/chart-previous.tgz) installed as a release, with additions of its own, upgraded to this one with --reuse-values, rolled back, then the same with --reset-then-reuse-values: no excluded namespace or GPU infrastructure entry of either chart lost, and the rollback applies the previous chart's exactly", chartUpgrade},
+	{"chart-upgrade", "the previous chart (tests/fixtures/chart-previous.tgz) installed as a release, with additions of its own, upgraded to this one with --reuse-values, rolled back, then the same with --reset-then-reuse-values: no excluded namespace or GPU infrastructure entry of either chart lost, and the rollback applies the previous chart's exactly; a rollback between two revisions of this chart says in helm status what it restored", chartUpgrade},
 	{"audit-reports", "the audit controller's PolicyReports and series: a pod admitted unpatched, an exempt one, a deleted one; the leader killed, the other takes over", auditReports},
 	{"device-plugin", "the kubelet's device manager registers, allocates (time-sliced and MIG too) and tracks health through gpuguard-device-plugin", devicePlugin},
 }
