@@ -66,6 +66,17 @@ struct Install {
            std::to_string(timeout);
   }
   std::size_t patches() const { return count("PATCH", ""); }
+  // What a hook that armed nothing leaves: exit 1, nothing patched, the webhook configuration at Ignore and
+  // the backstop at Warn, and the one Event it recorded (returned).
+  json check_left_unarmed(const ExitResult& result) const {
+    CHECK(result.status == 1);
+    CHECK(patches() == 0);
+    CHECK(apiserver.at(kConfiguration)["webhooks"][0]["failurePolicy"] == "Ignore");
+    CHECK(apiserver.at(kBinding)["spec"]["validationActions"] == json::array({"Warn", "Audit"}));
+    const auto events = apiserver.posts(kEvents);
+    REQUIRE(events.size() == 1);
+    return events.at(0);
+  }
   // The requests of a method, to a path when one is given.
   std::size_t count(const std::string& method, const std::string& path) const {
     std::size_t n = 0;
@@ -117,15 +128,10 @@ TEST_CASE("arm: no replica within the timeout leaves everything admitting, and e
   const auto started = std::chrono::steady_clock::now();
   const ExitResult result = run_webhook(install.args(3));
   INFO(result.output);
-  CHECK(result.status == 1);
+  const json event = install.check_left_unarmed(result);
   CHECK(std::chrono::steady_clock::now() - started < 10s);
   CHECK_THAT(result.output, Catch::Contains("nothing was armed, so nothing refuses pods for it"));
-  CHECK(install.patches() == 0);
-  const auto events = install.apiserver.posts(kEvents);
-  REQUIRE(events.size() == 1);
-  CHECK_THAT(events[0]["message"].get<std::string>(), Catch::Contains("no replica of the webhook became available"));
-  CHECK(install.apiserver.at(kConfiguration)["webhooks"][0]["failurePolicy"] == "Ignore");
-  CHECK(install.apiserver.at(kBinding)["spec"]["validationActions"] == json::array({"Warn", "Audit"}));
+  CHECK_THAT(event["message"].get<std::string>(), Catch::Contains("no replica of the webhook became available"));
 }
 
 TEST_CASE("arm: with --probe-namespace, armed only once a dry-run pod comes back patched or warned about") {
@@ -184,18 +190,13 @@ TEST_CASE(
   // would spend all of it.
   const ExitResult result = run_webhook(install.args(60) + " --probe-namespace default");
   INFO(result.output);
-  CHECK(result.status == 1);
+  const json event = install.check_left_unarmed(result);
   CHECK(probes == 5);  // stopped at the first miss after an answer
-  CHECK(install.patches() == 0);
-  CHECK(install.apiserver.at(kConfiguration)["webhooks"][0]["failurePolicy"] == "Ignore");
-  CHECK(install.apiserver.at(kBinding)["spec"]["validationActions"] == json::array({"Warn", "Audit"}));
   CHECK_THAT(result.output,
              Catch::Contains("the webhook answered 4 dry-run pod(s) in namespace default in a row, then not the next: "
                              "the probe pod came back with NVIDIA_VISIBLE_DEVICES=all, as sent") &&
                  Catch::Contains("some of the API server's calls may not reach it"));
-  const auto events = install.apiserver.posts(kEvents);
-  REQUIRE(events.size() == 1);
-  CHECK_THAT(events.at(0)["message"].get<std::string>(), Catch::Contains("the webhook answered 4 dry-run pod(s)"));
+  CHECK_THAT(event["message"].get<std::string>(), Catch::Contains("the webhook answered 4 dry-run pod(s)"));
 }
 
 TEST_CASE("arm: a dry-run pod patched by another gpuguard release's webhook does not arm this one") {
@@ -206,11 +207,8 @@ TEST_CASE("arm: a dry-run pod patched by another gpuguard release's webhook does
   install.apiserver.collect_posts(kEvents);
   const ExitResult result = run_webhook(install.args(3) + " --probe-namespace default");
   INFO(result.output);
-  CHECK(result.status == 1);
-  CHECK(install.patches() == 0);
-  CHECK(install.apiserver.at(kConfiguration)["webhooks"][0]["failurePolicy"] == "Ignore");
+  install.check_left_unarmed(result);
   CHECK_THAT(result.output, Catch::Contains("another gpuguard webhook answered, not this release's"));
-  REQUIRE(install.apiserver.posts(kEvents).size() == 1);
 }
 
 TEST_CASE("arm: a dry-run pod that never comes back patched leaves everything admitting, exits 1, and records why") {
@@ -227,22 +225,17 @@ TEST_CASE("arm: a dry-run pod that never comes back patched leaves everything ad
   install.apiserver.collect_posts(kEvents);
   const ExitResult result = run_webhook(install.args(3) + " --probe-namespace default");
   INFO(result.output);
-  CHECK(result.status == 1);
-  CHECK(install.patches() == 0);
-  CHECK(install.apiserver.at(kConfiguration)["webhooks"][0]["failurePolicy"] == "Ignore");
-  CHECK(install.apiserver.at(kBinding)["spec"]["validationActions"] == json::array({"Warn", "Audit"}));
+  const json event = install.check_left_unarmed(result);
   CHECK(install.apiserver.posts(kProbe).size() >= 1);
   CHECK_THAT(result.output, Catch::Contains("the API server was not shown to call the webhook: nothing was armed"));
-  const auto events = install.apiserver.posts(kEvents);
-  REQUIRE(events.size() == 1);
-  CHECK(events[0]["type"] == "Warning");
-  CHECK(events[0]["reason"] == "NotArmed");
-  CHECK(events[0]["involvedObject"] == json({{"apiVersion", "apps/v1"},
-                                             {"kind", "Deployment"},
-                                             {"namespace", "gpuguard-system"},
-                                             {"name", "gpuguard-webhook"}}));
-  CHECK_THAT(events[0]["message"].get<std::string>(), Catch::Contains("nothing refuses pods for it") &&
-                                                          Catch::Contains("did not come back as the webhook answers"));
+  CHECK(event["type"] == "Warning");
+  CHECK(event["reason"] == "NotArmed");
+  CHECK(event["involvedObject"] == json({{"apiVersion", "apps/v1"},
+                                         {"kind", "Deployment"},
+                                         {"namespace", "gpuguard-system"},
+                                         {"name", "gpuguard-webhook"}}));
+  CHECK_THAT(event["message"].get<std::string>(), Catch::Contains("nothing refuses pods for it") &&
+                                                      Catch::Contains("did not come back as the webhook answers"));
 }
 
 TEST_CASE("arm: a configuration without the webhook, or bad flags, are refused") {
