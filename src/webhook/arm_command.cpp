@@ -8,6 +8,7 @@
 #include <chrono>
 #include <functional>
 #include <iostream>
+#include <string_view>
 #include <thread>
 
 #include "gpuguard/cli/apiserver_flags.hpp"
@@ -101,7 +102,7 @@ void add_arm_flags(po::options_description& description) {
       "seconds to wait for an available replica and the probe; then exit 1 and leave everything as it is");
 }
 
-// 0, or 2 after saying which flag is missing.
+// 0, or 2 after saying which flag is missing or is not the name of what it names.
 int check_arm_flags(const po::variables_map& flags) {
   for (const char* required : {"namespace", "deployment"}) {
     if (flags.count(required) == 0 || flags[required].as<std::string>().empty()) {
@@ -109,12 +110,25 @@ int check_arm_flags(const po::variables_map& flags) {
       return 2;
     }
   }
-  if (flags.count("probe-namespace") != 0) {
-    // A namespace's name (RFC 1123 label), so that it cannot reach beyond its place in the request's path.
-    // Empty says no probe.
-    const std::string& probe = flags["probe-namespace"].as<std::string>();
-    if (!probe.empty() && !k8s::is_dns_label(probe)) {
-      std::cerr << kProgram << ": --probe-namespace " << probe << " is not a namespace's name\n";
+  // Each names an object in a request's path, so each must be a name the API server could hold (RFC 1123),
+  // which cannot reach beyond its place in that path. An empty --probe-namespace says no probe.
+  struct Name {
+    const char* flag;
+    bool (*valid)(std::string_view);
+    const char* what;
+    bool empty_allowed;
+  };
+  for (const Name& name :
+       {Name{"namespace", k8s::is_dns_label, "a namespace's name", false},
+        Name{"deployment", arming::is_deployment_name, "a Deployment's name", false},
+        Name{"webhook-configuration", k8s::is_dns_subdomain, "a MutatingWebhookConfiguration's name", false},
+        Name{"backstop-binding", k8s::is_dns_subdomain, "a ValidatingAdmissionPolicyBinding's name", false},
+        Name{"probe-namespace", k8s::is_dns_label, "a namespace's name", true}}) {
+    if (flags.count(name.flag) == 0) continue;
+    const std::string& value = flags[name.flag].as<std::string>();
+    if (value.empty() && name.empty_allowed) continue;
+    if (!name.valid(value)) {
+      std::cerr << kProgram << ": --" << name.flag << " \"" << value << "\" is not " << name.what << "\n";
       return 2;
     }
   }

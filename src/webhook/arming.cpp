@@ -2,6 +2,7 @@
 #include "gpuguard/webhook/arming.hpp"
 
 #include "gpuguard/admission/review.hpp"
+#include "gpuguard/k8s/names.hpp"
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
@@ -27,6 +28,8 @@ long long number_at(const json& object, const char* section, const char* key) {
 }
 
 }  // namespace
+
+bool is_deployment_name(std::string_view name) { return name.size() <= 63 && k8s::is_dns_subdomain(name); }
 
 Availability deployment_availability(std::string_view deployment_json) {
   const auto deployment = parse_object(deployment_json);

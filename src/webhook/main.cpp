@@ -25,6 +25,7 @@
 #include "gpuguard/policy/policy_watcher.hpp"
 #include "gpuguard/server/http_server.hpp"
 #include "gpuguard/tls/server_context.hpp"
+#include "gpuguard/webhook/arming.hpp"
 #include "gpuguard/webhook/memory_plan.hpp"
 #include "gpuguard/webhook/webhook_handler.hpp"
 #include "review_command.hpp"
@@ -90,13 +91,13 @@ bool size_for_memory(const po::variables_map& flags, server::ServerOptions& opti
   return true;
 }
 
-// A namespace's name, '/', a Deployment's (at most 63 characters, as the chart's are): what the arm hook names
-// the webhook by (arm --namespace, --deployment).
+// A namespace's name, '/', a Deployment's: what the arm hook names the webhook by (arm --namespace,
+// --deployment).
 bool valid_instance(std::string_view instance) {
   const auto slash = instance.find('/');
   if (slash == std::string_view::npos) return false;
-  const std::string_view deployment = instance.substr(slash + 1);
-  return k8s::is_dns_label(instance.substr(0, slash)) && deployment.size() <= 63 && k8s::is_dns_subdomain(deployment);
+  return k8s::is_dns_label(instance.substr(0, slash)) &&
+         webhook::arming::is_deployment_name(instance.substr(slash + 1));
 }
 
 int serve(const po::variables_map& flags) {

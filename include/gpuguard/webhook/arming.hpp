@@ -11,6 +11,10 @@
 
 namespace gpuguard::webhook::arming {
 
+// A Deployment's name as the arm hook (--deployment) and the webhook (--instance NAMESPACE/DEPLOYMENT) take
+// the webhook's: an RFC 1123 subdomain of at most 63 characters, as the chart's names are.
+bool is_deployment_name(std::string_view name);
+
 // Whether a Deployment (its JSON) has a replica available to answer; `waiting` says what is missing.
 struct Availability {
   bool available = false;

@@ -11,7 +11,10 @@
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -199,6 +202,27 @@ TEST_CASE(
   CHECK_THAT(event["message"].get<std::string>(), Catch::Contains("the webhook answered 4 dry-run pod(s)"));
 }
 
+TEST_CASE("arm: a timeout before the webhook has answered ten dry-run pods in a row leaves it unarmed, saying so") {
+  Install install;
+  install.apiserver.put_at(kDeployment, deployment(3));
+  std::atomic<int> probes{0};
+  install.apiserver.answer_posts(kProbe, [&](const json& pod) {
+    ++probes;
+    return patched_by(pod, "gpuguard-system/gpuguard-webhook");
+  });
+  install.apiserver.collect_posts(kEvents);
+  // Ten answers, 0.3 s apart, take 2.7 s at the least: more than a 1 s timeout leaves.
+  const ExitResult result = run_webhook(install.args(1) + " --probe-namespace default");
+  INFO(result.output);
+  const json event = install.check_left_unarmed(result);
+  CHECK(probes >= 1);
+  CHECK(probes < 10);
+  const std::string said =
+      "the timeout came after " + std::to_string(probes.load()) + " of the 10 answers in a row the webhook must give";
+  CHECK_THAT(result.output, Catch::Contains(said) && Catch::Contains("webhook.armTimeoutSeconds"));
+  CHECK_THAT(event["message"].get<std::string>(), Catch::Contains(said));
+}
+
 TEST_CASE("arm: a dry-run pod patched by another gpuguard release's webhook does not arm this one") {
   Install install;
   install.apiserver.put_at(kDeployment, deployment(3));
@@ -249,8 +273,30 @@ TEST_CASE("arm: a configuration without the webhook, or bad flags, are refused")
   CHECK(install.apiserver.at(kBinding)["spec"]["validationActions"] == json::array({"Deny"}));
   CHECK(run_webhook("arm --namespace gpuguard-system").status == 2);
   CHECK(run_webhook("arm --namespace gpuguard-system --deployment gpuguard-webhook").status == 2);  // nothing to arm
-  CHECK(run_webhook("arm --namespace gpuguard-system --deployment gpuguard-webhook --webhook-configuration gpuguard "
-                    "--probe-namespace ../../apis")
-            .status == 2);
+  // Each name goes into a request's path: one that is not a name of its kind is refused before any request.
+  const std::string named = "arm --namespace gpuguard-system --deployment gpuguard-webhook ";
+  for (const auto& [flags, refused] : std::vector<std::pair<std::string, std::string>>{
+           {named + "--webhook-configuration gpuguard --probe-namespace ../../apis",
+            "--probe-namespace \"../../apis\" is not a namespace's name"},
+           {"arm --namespace ../kube-system --deployment gpuguard-webhook --webhook-configuration gpuguard",
+            "--namespace \"../kube-system\" is not a namespace's name"},
+           {"arm --namespace gpuguard.system --deployment gpuguard-webhook --webhook-configuration gpuguard",
+            "--namespace \"gpuguard.system\" is not a namespace's name"},
+           {"arm --namespace gpuguard-system --deployment " + std::string(64, 'w') +
+                " --webhook-configuration gpuguard",
+            "--deployment \"" + std::string(64, 'w') + "\" is not a Deployment's name"},
+           {named + "--webhook-configuration gpuguard?dryRun=All",
+            "--webhook-configuration \"gpuguard?dryRun=All\" is not a MutatingWebhookConfiguration's name"},
+           {named + "--backstop-binding Gpuguard",
+            "--backstop-binding \"Gpuguard\" is not a "
+            "ValidatingAdmissionPolicyBinding's name"}}) {
+    INFO(flags);
+    const ExitResult result = run_webhook(flags);
+    CHECK(result.status == 2);
+    CHECK_THAT(result.output, Catch::Contains(refused));
+  }
+  // A Deployment's name of 63 is one it takes: refused here only for having nothing to arm.
+  CHECK_THAT(run_webhook("arm --namespace gpuguard-system --deployment " + std::string(63, 'w')).output,
+             Catch::Contains("nothing to arm"));
   CHECK(run_webhook("arm --help").status == 0);
 }
