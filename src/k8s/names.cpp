@@ -5,17 +5,25 @@
 
 namespace gpuguard::k8s {
 
-bool is_dns_label(std::string_view name) {
-  if (name.empty() || name.size() > 63 || name.front() == '-' || name.back() == '-') return false;
-  return std::all_of(name.begin(), name.end(),
+namespace {
+
+// Lowercase letters, digits and '-', not starting or ending with '-': one part of a name, of any length.
+bool is_label_part(std::string_view part) {
+  if (part.empty() || part.front() == '-' || part.back() == '-') return false;
+  return std::all_of(part.begin(), part.end(),
                      [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-'; });
 }
 
+}  // namespace
+
+bool is_dns_label(std::string_view name) { return name.size() <= 63 && is_label_part(name); }
+
+// apimachinery's IsDNS1123Subdomain limits the whole name, not each part.
 bool is_dns_subdomain(std::string_view name) {
-  if (name.empty() || name.size() > 253) return false;
+  if (name.size() > 253) return false;
   while (true) {
     const std::size_t dot = name.find('.');
-    if (!is_dns_label(name.substr(0, dot))) return false;
+    if (!is_label_part(name.substr(0, dot))) return false;
     if (dot == std::string_view::npos) return true;
     name.remove_prefix(dot + 1);
   }

@@ -1,6 +1,6 @@
 #pragma once
 // Kubernetes object names as the API server checks them (RFC 1123): one place for the rule that the
-// policy's entries, the arm hook's probe namespace and the webhook's --instance are all held to.
+// policy's entries, the arm hook's flags and the webhook's --instance are all held to.
 #include <string_view>
 
 namespace gpuguard::k8s {
@@ -9,8 +9,8 @@ namespace gpuguard::k8s {
 // ending with '-'.
 bool is_dns_label(std::string_view name);
 
-// An RFC 1123 subdomain, as service account, Deployment and RuntimeClass names are: labels joined by '.',
-// at most 253 characters in all.
+// An RFC 1123 subdomain, as service account, Deployment and RuntimeClass names are: parts joined by '.',
+// each as a label's characters but of any length (as apimachinery has it), at most 253 characters in all.
 bool is_dns_subdomain(std::string_view name);
 
 }  // namespace gpuguard::k8s

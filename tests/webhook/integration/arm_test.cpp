@@ -273,7 +273,8 @@ TEST_CASE("arm: a configuration without the webhook, or bad flags, are refused")
   CHECK(install.apiserver.at(kBinding)["spec"]["validationActions"] == json::array({"Deny"}));
   CHECK(run_webhook("arm --namespace gpuguard-system").status == 2);
   CHECK(run_webhook("arm --namespace gpuguard-system --deployment gpuguard-webhook").status == 2);  // nothing to arm
-  // Each name goes into a request's path: one that is not a name of its kind is refused before any request.
+  // Each name goes into a request's path: one that is not a name of its kind is refused before any request
+  // (run_webhook runs the command line through the shell, hence the quotes).
   const std::string named = "arm --namespace gpuguard-system --deployment gpuguard-webhook ";
   for (const auto& [flags, refused] : std::vector<std::pair<std::string, std::string>>{
            {named + "--webhook-configuration gpuguard --probe-namespace ../../apis",
@@ -285,11 +286,18 @@ TEST_CASE("arm: a configuration without the webhook, or bad flags, are refused")
            {"arm --namespace gpuguard-system --deployment " + std::string(64, 'w') +
                 " --webhook-configuration gpuguard",
             "--deployment \"" + std::string(64, 'w') + "\" is not a Deployment's name"},
-           {named + "--webhook-configuration gpuguard?dryRun=All",
+           {named + "--webhook-configuration 'gpuguard?dryRun=All'",
             "--webhook-configuration \"gpuguard?dryRun=All\" is not a MutatingWebhookConfiguration's name"},
+           {named + "--webhook-configuration gpuguard/../x",
+            "--webhook-configuration \"gpuguard/../x\" is not a MutatingWebhookConfiguration's name"},
+           {named + "--webhook-configuration \"\" --backstop-binding gpuguard-visible-devices",
+            "--webhook-configuration \"\" is not a MutatingWebhookConfiguration's name"},
+           {named + "--backstop-binding \"\"",
+            "--backstop-binding \"\" is not a ValidatingAdmissionPolicyBinding's name"},
+           {named + "--webhook-configuration gpuguard --probe-namespace " + std::string(64, 'p'),
+            "--probe-namespace \"" + std::string(64, 'p') + "\" is not a namespace's name"},
            {named + "--backstop-binding Gpuguard",
-            "--backstop-binding \"Gpuguard\" is not a "
-            "ValidatingAdmissionPolicyBinding's name"}}) {
+            "--backstop-binding \"Gpuguard\" is not a ValidatingAdmissionPolicyBinding's name"}}) {
     INFO(flags);
     const ExitResult result = run_webhook(flags);
     CHECK(result.status == 2);
