@@ -323,7 +323,11 @@ func nodeNvidiaDevicePlugin(t *T, e *Env) {
 	n.removeNvidiaPlugin(t, e, nvidiaHelm)
 
 	// NVIDIA's plugin gone, and the kubelet restarted (both plugins would register again): gpuguard's,
-	// having left the GPUs to it, does not take them.
+	// having left the GPUs to it, does not take them. The kubelet posts the node's status every 10 s, so
+	// first the node must offer none: restarted at once, the old kubelet's last post (NVIDIA's 2) would be
+	// read as gpuguard's plugin taking the GPUs.
+	t.must(eventually(t.ctx, time.Minute, func() error { return n.offers(t, 0) }),
+		"the node offering none of "+gpuResource+" once NVIDIA's plugin is gone")
 	n.restartKubelet(t, e)
 	n.expectNoGPUsFor(t, 10*time.Second, "NVIDIA's plugin gone and the kubelet restarted", "gpuguard's plugin took the GPUs back")
 	n.waitForMetric(t, `gpus="report-only"} 1`)
