@@ -279,7 +279,7 @@ func (n *Node) restartGpuguardPlugin(t *T) { n.restartGpuguardPods(t, "gpuguard-
 // GPU, IDs UUID::n in pod-resources, which the enforcer reads), three pods of one replica each see their
 // GPU alone. Installed with helm install from its own chart (its namespace, account and labels, the host's
 // / at /driver-root and the MPS root mounted) the same. Gone, and the kubelet restarted, gpuguard's plugin
-// does not take the GPUs back. Then the other order, under another name (nvidiaRenamedAfterGpuguard).
+// does not take the GPUs back, nor after its own restart. Then the other order, under another name (nvidiaRenamedAfterGpuguard).
 func nodeNvidiaDevicePlugin(t *T, e *Env) {
 	n := e.gpuguardFor(t)
 	n.waitForEnforcerRegistered(t)
@@ -331,7 +331,17 @@ func nodeNvidiaDevicePlugin(t *T, e *Env) {
 	n.restartKubelet(t, e)
 	n.expectNoGPUsFor(t, 10*time.Second, "NVIDIA's plugin gone and the kubelet restarted", "gpuguard's plugin took the GPUs back")
 	n.waitForMetric(t, `gpus="report-only"} 1`)
-	t.Logf("NVIDIA's plugin gone, the kubelet restarted: the node offers no %s, gpuguard's plugin still leaves them", gpuResource)
+	// gpuguard's plugin itself restarted, NVIDIA's socket gone: it serves its resource again, and its
+	// record of the GPUs it left to NVIDIA's at its start withholds them. Watched past one status post
+	// of the kubelet (10 s), which would show GPUs served.
+	if _, err := os.Stat(nvidiaPluginSocket); !os.IsNotExist(err) {
+		t.Errorf("NVIDIA's socket %s after its plugin is gone and the kubelet restarted: %v", nvidiaPluginSocket, err)
+	}
+	n.restartGpuguardPlugin(t)
+	n.waitForMetric(t, `gpus="served"} 1`)
+	n.waitForMetric(t, "gpuguard_device_plugin_gpus_served_elsewhere "+strconv.Itoa(nodeGPUs))
+	n.expectNoGPUsFor(t, 12*time.Second, "gpuguard's plugin restarted after leaving the GPUs to NVIDIA's", "its record of the GPUs it left did not hold")
+	t.Logf("NVIDIA's plugin gone, the kubelet restarted, then gpuguard's plugin: the node offers no %s, gpuguard's plugin still leaves them", gpuResource)
 
 	n.nvidiaRenamedAfterGpuguard(t, e)
 }

@@ -35,6 +35,42 @@ std::set<std::string> uuids_of(const std::vector<discovery::Gpu>& gpus) {
 
 }  // namespace
 
+std::optional<std::map<std::string, std::string>> read_served_elsewhere(const std::filesystem::path& record) {
+  std::map<std::string, std::string> recorded;
+  std::error_code error;
+  const auto size = std::filesystem::file_size(record, error);
+  if (error == std::errc::no_such_file_or_directory) return recorded;  // none yet
+  if (error) return std::nullopt;
+  const std::optional<std::string> text = size <= kRecordMax ? files::read_file(record) : std::nullopt;
+  if (!text) return std::nullopt;
+  std::istringstream lines(*text);
+  for (std::string line; std::getline(lines, line);) {
+    const std::string uuid = line.substr(0, line.find(' '));
+    if (uuid.empty()) continue;  // a blank line
+    recorded.emplace(uuid, line.size() > uuid.size() ? line.substr(uuid.size() + 1) : "");
+  }
+  return recorded;
+}
+
+bool write_served_elsewhere(const std::filesystem::path& record, const std::map<std::string, std::string>& served) {
+  std::string text;
+  for (const auto& [uuid, why] : served) {
+    std::string line = uuid;
+    line.append(" ").append(why);
+    // One line a GPU, whatever a plugin put in the IDs a reason quotes.
+    for (char& c : line) c = static_cast<unsigned char>(c) < 0x20 ? '?' : c;
+    text.append(line).append("\n");
+  }
+  try {
+    files::write_file_atomically(record, text);
+    return true;
+  } catch (const std::runtime_error& e) {
+    log::warn("the GPUs withheld not recorded: a restart of the plugin serves them again",
+              {{"path", record.string()}, {"reason", e.what()}});
+    return false;
+  }
+}
+
 OtherServers::OtherServers(Read read, std::vector<discovery::Gpu> gpus, std::vector<DeviceSet*> gpu_sets,
                            std::set<std::string> own_resources, Sources sources)
     : read_(std::move(read)),
@@ -58,22 +94,17 @@ void OtherServers::withhold_all(Hold why, bool withheld, const std::set<std::str
 // The GPUs an earlier run withheld: "<uuid> <why>" a line. Bounded, since it is read before anything else.
 void OtherServers::load_record() {
   if (record_.empty()) return;
-  std::error_code error;
-  const auto size = std::filesystem::file_size(record_, error);
-  if (error) return;  // none yet
-  const std::optional<std::string> text = size <= kRecordMax ? files::read_file(record_) : std::nullopt;
-  if (!text) {
+  const std::optional<std::map<std::string, std::string>> recorded = read_served_elsewhere(record_);
+  if (!recorded) {
     log::warn("the record of GPUs served elsewhere cannot be read: every GPU is withheld as served elsewhere",
-              {{"path", record_.string()}, {"bytes", size}});
+              {{"path", record_.string()}});
     for (const discovery::Gpu& gpu : gpus_) served_elsewhere_.emplace(gpu.uuid, "its record cannot be read");
   } else {
+    recorded_ = *recorded;
     const std::set<std::string> known = uuids_of(gpus_);
-    std::istringstream lines(*text);
-    for (std::string line; std::getline(lines, line);) {
-      const std::string uuid = line.substr(0, line.find(' '));
-      if (!known.contains(uuid)) continue;
-      served_elsewhere_.emplace(uuid, "withheld since an earlier start (" + record_.string() +
-                                          "): " + (line.size() > uuid.size() ? line.substr(uuid.size() + 1) : ""));
+    for (const auto& [uuid, why] : *recorded) {
+      if (known.contains(uuid))
+        served_elsewhere_.emplace(uuid, "withheld since an earlier start (" + record_.string() + "): " + why);
     }
   }
   std::set<std::string> uuids;
@@ -94,19 +125,9 @@ void OtherServers::withhold_new(const std::map<std::string, std::string>& served
   if (now_withheld.empty()) return;
   withhold_all(Hold::served_elsewhere, true, now_withheld);
   if (record_.empty()) return;
-  std::string text;
-  for (const auto& [uuid, why] : served_elsewhere_) {
-    std::string line = uuid;
-    line.append(" ").append(why);
-    // One line a GPU, whatever a plugin put in the IDs a reason quotes.
-    for (char& c : line) c = static_cast<unsigned char>(c) < 0x20 ? '?' : c;
-    text.append(line).append("\n");
-  }
-  try {
-    files::write_file_atomically(record_, text);
-  } catch (const std::runtime_error& e) {
-    log::warn("the GPUs withheld not recorded: a restart of the plugin serves them again", {{"reason", e.what()}});
-  }
+  // Added to the lines read at start, kept as they were: a GPU this start did not find stays recorded.
+  for (const std::string& uuid : now_withheld) recorded_.emplace(uuid, served_elsewhere_.at(uuid));
+  write_served_elsewhere(record_, recorded_);
 }
 
 void OtherServers::release_when_judged(bool listed) {

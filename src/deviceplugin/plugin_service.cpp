@@ -289,6 +289,25 @@ std::vector<std::unique_ptr<PluginServer>> plugin_servers(const PluginConfig& c,
   return servers;
 }
 
+// `--gpus auto` leaving the GPUs to another plugin at start is a yield like any other (other_servers.hpp):
+// recorded, so that a later start does not take them back once that plugin's socket is gone (the
+// kubelet's start removes it) while that plugin, or the pods it allocated to, may still hold them. Where
+// the kubelet's offers are not read (--pod-resources-socket ""), no record is read either.
+void record_yield_at_start(const PluginConfig& c, const Discovery& found, const std::string& report_only) {
+  if (c.gpus != GpuServing::automatic || report_only.empty() || c.pod_resources_socket.empty()) return;
+  const std::filesystem::path record = served_elsewhere_record(c.plugin_dir);
+  // Added to what is recorded already (a GPU this start did not find stays in it). A record that cannot be
+  // read withholds every GPU at the next start anyway, and is left as it is.
+  std::optional<std::map<std::string, std::string>> yielded = read_served_elsewhere(record);
+  if (!yielded) return;
+  for (const discovery::Gpu& gpu : found.gpus) {
+    yielded->emplace(gpu.uuid, "left to another plugin at start: " + report_only);
+  }
+  if (!write_served_elsewhere(record, *yielded)) return;
+  log::info("GPUs recorded as served elsewhere: a later start withholds them until the record is deleted",
+            {{"path", record.string()}, {"gpus", found.gpus.size()}});
+}
+
 Served resources_to_serve(const PluginConfig& c, const Discovery& found) {
   Served served;
   std::map<std::string, std::string> feature_labels;
@@ -437,6 +456,7 @@ void serve(const PluginConfig& c, const std::vector<std::string>& config_warning
   auto& mps_daemons = served.mps_daemons;
   const auto& host_devices = served.host_devices;
   const std::string& report_only = served.report_only;
+  record_yield_at_start(c, found, report_only);
   const bool judged = !gpu_sets.empty() || !report_only.empty();   // a GPU node
   OffersWatch offers = watch_offers(c, found, served, apiserver);  // before any server lists a device
   NodeIsolation isolation;

@@ -344,6 +344,43 @@ TEST_CASE(
   }
 }
 
+TEST_CASE("gpus auto: GPUs left to NVIDIA's plugin at start stay withheld at the next start, its socket gone") {
+  // The kubelet's start removes NVIDIA's socket; until NVIDIA's plugin registers again, the pods it gave the
+  // GPUs to still hold them. A start of gpuguard's in that window must not serve them (issue 51).
+  Node node;
+  FakeKubelet kubelet(node.plugin_dir);
+  const fs::path socket = node.host.root() / "pod-resources.sock";
+  FakePodResources offers(socket);
+  const std::vector<std::string> flags = {"--gpus",       "auto", "--cdi-root", "", "--pod-resources-socket",
+                                          socket.string()};
+  const fs::path record = node.plugin_dir / "gpuguard" / "served-elsewhere";
+  {
+    NvidiaPluginSocket nvidia(node.plugin_dir);
+    PluginProcess plugin(node.plugin_dir, node.host.root(), flags);
+    CHECK(eventually([&] { return http_get(plugin.status_port(), "/readyz").first == "200"; }));
+    CHECK(plugin.terminate() == 0);
+    CHECK(kubelet.wait_for(1, 0ms).empty());
+    CHECK_THAT(plugin.log(), Catch::Contains("GPUs recorded as served elsewhere"));
+    fs::remove(nvidia.path());
+  }
+  REQUIRE(fs::exists(record));
+  CHECK_THAT(read_file(record), Catch::Contains(kGpu0 + " left to another plugin at start: NVIDIA's") &&
+                                    Catch::Contains(kGpu1 + " left to another plugin at start"));
+
+  PluginProcess plugin(node.plugin_dir, node.host.root(), flags);
+  const auto registered = kubelet.wait_for(1);
+  REQUIRE(registered.size() == 1);
+  CHECK(registered[0].resource_name() == "nvidia.com/gpu");
+  const int port = plugin.status_port();
+  CHECK(eventually([&] { return http_get(port, "/readyz").first == "200"; }));
+  CHECK(plugin_series(port, "gpuguard_device_plugin_kubelet_offers_read") == 1);
+  CHECK(plugin_series(port, "gpuguard_device_plugin_gpus_served_elsewhere") == 2);
+  CHECK_THAT(http_get(port, "/metrics").second,
+             Catch::Contains(R"(gpuguard_device_plugin_devices{resource="nvidia.com/gpu",health="unhealthy"} 2)"));
+  CHECK_THAT(plugin.log(), Catch::Contains("withheld since an earlier start"));
+  CHECK(plugin.terminate() == 0);
+}
+
 TEST_CASE("gpus auto: a socket NVIDIA's plugin left when it failed leaves the GPUs to it from the start") {
   Node node;
   nvidia_cdi_mode_by_default(node);
@@ -435,9 +472,13 @@ TEST_CASE("gpus report-only: nothing registered for the GPUs, ready once the nod
   Node node;
   nvidia_cdi_mode_by_default(node);
   // No kubelet at all: the smaller DaemonSet on GPU Operator nodes mounts no device plugin directory.
-  PluginProcess plugin(node.plugin_dir, node.host.root(), {"--gpus", "report-only", "--cdi-root", ""});
+  // The kubelet's offers named too: only `auto` leaving the GPUs to another plugin records them.
+  PluginProcess plugin(node.plugin_dir, node.host.root(),
+                       {"--gpus", "report-only", "--cdi-root", "", "--pod-resources-socket",
+                        (node.host.root() / "pod-resources.sock").string()});
   const int port = plugin.status_port();
   CHECK(eventually([&] { return http_get(port, "/readyz").first == "200"; }));
+  CHECK_FALSE(fs::exists(node.plugin_dir / "gpuguard"));
   CHECK_THAT(http_get(port, "/metrics").second,
              Catch::Contains(R"(gpuguard_device_plugin_value_honoured{value="none",verdict="breaks-pods"} 0)"));
   CHECK_THAT(plugin.log(), Catch::Contains("--gpus report-only"));

@@ -8,10 +8,12 @@
 #include "gpuguard/deviceplugin/published_gpus.hpp"
 #include "gpuguard/deviceplugin/served_elsewhere.hpp"
 #include "gpuguard/files/read_file.hpp"
+#include "gpuguard/files/write_file.hpp"
 #include "gpuguard/kube/store.hpp"
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 
 using namespace gpuguard::deviceplugin;
@@ -217,6 +219,26 @@ TEST_CASE("other servers: the GPUs withheld are recorded and withheld again at t
   others.check();
   CHECK(set.snapshot()[0].healthy);
   CHECK_FALSE(set.snapshot()[1].healthy);
+  // A GPU the record names that this start did not find (off the bus for a while) stays recorded when
+  // another is withheld, and the lines read keep their reasons as they were written.
+  const std::string absent = "GPU-00000000-0000-4000-8000-00000000dead";
+  gpuguard::files::write_file_atomically(record, *text + absent + " the kubelet offers it as example.com/gpu\n");
+  {
+    DeviceSet next({{kGpu0, kGpu0, true, 0, 0}, {kGpu1, kGpu1, true, 0, 1}});
+    OtherServers again(
+        [] {
+          return KubeletOffers::Answer{{{"nvidia.com/gpu.shared", {kGpu0 + "::0"}}}, ""};
+        },
+        gpus, {&next}, {"nvidia.com/gpu"}, {nullptr, kSlicesWait, {}, record});
+    again.check();
+    CHECK_FALSE(next.snapshot()[0].healthy);
+  }
+  const std::optional<std::string> rewritten = gpuguard::files::read_file(record);
+  REQUIRE(rewritten);
+  CHECK_THAT(*rewritten, Catch::Contains(*text) &&
+                             Catch::Contains(kGpu0 + " the kubelet offers it as nvidia.com/gpu.shared\n") &&
+                             Catch::Contains(absent + " the kubelet offers it as example.com/gpu\n"));
+  CHECK(std::count(rewritten->begin(), rewritten->end(), '\n') == 3);
   // An unreadable record (too large) withholds every GPU.
   std::filesystem::resize_file(record, 1 << 20);
   DeviceSet all({{kGpu0, kGpu0, true, 0, 0}, {kGpu1, kGpu1, true, 0, 1}});

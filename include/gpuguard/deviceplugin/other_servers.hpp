@@ -13,6 +13,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -35,6 +36,14 @@ inline constexpr std::chrono::seconds kSlicesWait{30};
 inline std::filesystem::path served_elsewhere_record(const std::filesystem::path& plugin_dir) {
   return plugin_dir / "gpuguard" / "served-elsewhere";
 }
+
+// Reads the record: uuid to why, a line each; empty where there is none yet, nullopt where it cannot be
+// read (any error but its absence) or is over 64 KiB (a line a GPU): every GPU withheld, then.
+std::optional<std::map<std::string, std::string>> read_served_elsewhere(const std::filesystem::path& record);
+
+// Writes the record: "<uuid> <why>" a line, replacing the file whole. A failure is logged and returns false,
+// not thrown: the GPUs stay withheld in this process, and only a restart would serve them again.
+bool write_served_elsewhere(const std::filesystem::path& record, const std::map<std::string, std::string>& served);
 
 // What OtherServers reads besides the kubelet's offers.
 struct OtherServerSources {
@@ -85,6 +94,7 @@ class OtherServers {
   bool answered_ = false;  // the kubelet has
   bool released_ = false;  // Hold::unchecked, once the kubelet has answered and the slices are listed or late
   std::map<std::string, std::string> served_elsewhere_;  // GPU UUID: why, as first seen
+  std::map<std::string, std::string> recorded_;          // the record's lines, those of GPUs not found too
   std::string last_error_;
   std::uint64_t errors_ = 0;
 };
