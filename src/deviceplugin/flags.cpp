@@ -141,8 +141,9 @@ void add_flags(po::options_description& description) {
       "gpus", po::value<std::string>(),
       "serve (the default): serve the GPU resources to the kubelet; report-only: only judge the node (node report, "
       "GPUIsolation condition), where another plugin serves them; auto: report only where NVIDIA's device plugin "
-      "answers on its socket for the resource (nvidia-gpu.sock for nvidia.com/gpu)")(
-      "resource-name", po::value<std::string>(), "the GPU resource name (default nvidia.com/gpu)")(
+      "answers on its socket for the resource (nvidia-gpu.sock for nvidia.com/gpu), and record the GPUs so left, "
+      "which later starts withhold")("resource-name", po::value<std::string>(),
+                                     "the GPU resource name (default nvidia.com/gpu)")(
       "mig-strategy", po::value<std::string>(), "none (the default), single or mixed")(
       "device-list-strategy", po::value<std::string>(),
       "comma-separated: envvar (the default), volume-mounts, cdi-cri (or cdi), cdi-annotations")(
