@@ -279,7 +279,8 @@ func (n *Node) restartGpuguardPlugin(t *T) { n.restartGpuguardPods(t, "gpuguard-
 // GPU, IDs UUID::n in pod-resources, which the enforcer reads), three pods of one replica each see their
 // GPU alone. Installed with helm install from its own chart (its namespace, account and labels, the host's
 // / at /driver-root and the MPS root mounted) the same. Gone, and the kubelet restarted, gpuguard's plugin
-// does not take the GPUs back, nor after its own restart. Then the other order, under another name (nvidiaRenamedAfterGpuguard).
+// does not take the GPUs back, nor after its own restart. Then the other order, under another name
+// (nvidiaRenamedAfterGpuguard).
 func nodeNvidiaDevicePlugin(t *T, e *Env) {
 	n := e.gpuguardFor(t)
 	n.waitForEnforcerRegistered(t)
