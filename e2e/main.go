@@ -219,12 +219,8 @@ var skipDetail = map[string]string{
 	"needs the pinned kubelet": "the real node runs the pinned release's kubelet, which may not be newer than the API server",
 	"needs no API server":      "the device plugin meets only the kubelet's device manager, so the pinned release's run covers it",
 	"needs the peers":          "NVIDIA's device plugin and DRA driver are built from ../shared/peers: make e2e E2E_PEERS=../shared/peers (.ci/run passes it)",
-	"containerd's only":        "it stops and kills containerd's shims and removes containerd's state; not yet written for CRI-O's conmon and store",
 	"runs once":                "the extender's counting and packing over 100 nodes are the same on every minor; scheduler-extender shows each minor's kube-scheduler calling it",
 }
-
-// The scenarios that know containerd's processes and state (-runtime crio skips them).
-var containerdOnly = []string{"node/restart"}
 
 // The scenarios that run a peer (-peers).
 var scenariosWithPeers = []string{"node/nvidia-device-plugin", "node/nvidia-dra-driver"}
@@ -241,9 +237,6 @@ func skipReason(cfg Config, cluster *Cluster, s scenario) string {
 		if s.name == "scale/extender" {
 			return "runs once"
 		}
-	}
-	if cfg.Runtime == runtimeCRIO && slices.Contains(containerdOnly, s.name) {
-		return "containerd's only"
 	}
 	if cfg.Peers == "" && slices.Contains(scenariosWithPeers, s.name) {
 		return "needs the peers"

@@ -6,6 +6,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -372,12 +373,13 @@ func checkpointDevices(t *T, resourceName string) map[string][]string {
 }
 
 // nodeRestart: the whole node as after a reboot. A Deployment's GPU pod, a bare GPU pod and a bare
-// GPU-less pod run; the kubelet and containerd stop, every container and shim is killed, and what the
-// runtime kept in /run (its state, the pods' network namespaces) and the mounts the pods held are gone,
-// as a reboot leaves them; /var stays. Started again: the GPU-less pod comes back seeing what it saw. A
-// GPU pod is admitted again before the device plugin (itself a pod) can register, which the kubelet
-// refuses by design (its devicemanager's "scenario 3: node reboot"): the bare pod ends Failed with no
-// container made, so sees nothing, and the Deployment's is replaced by one that runs on a GPU of its own.
+// GPU-less pod run; the kubelet and the runtime stop, every container and its monitor (containerd's
+// shim, CRI-O's conmon) is killed, and what the runtime kept in /run (its state, the pods' network
+// namespaces) and the mounts the pods held are gone, as a reboot leaves them; /var stays. Started
+// again: the GPU-less pod comes back seeing what it saw. A GPU pod is admitted again before the device
+// plugin (itself a pod) can register, which the kubelet refuses by design (its devicemanager's "scenario
+// 3: node reboot"): the bare pod ends Failed with no container made, so sees nothing, and the
+// Deployment's is replaced by one that runs on a GPU of its own.
 // The kubelet's checkpoint gives each running GPU pod the GPU it sees, and no GPU twice.
 func nodeRestart(t *T, e *Env) {
 	n := e.gpuguardFor(t)
@@ -432,9 +434,9 @@ func nodeRestart(t *T, e *Env) {
 	stopped := time.Now()
 	n.kubelet.stop()
 	n.runtimeProcess.stop()
-	killed := killContainers(t, e)
-	forgetRuntimeState(t)
-	t.Logf("kubelet and containerd stopped; %d shims and container processes killed; runtime state and pod mounts gone", killed)
+	killed := killContainers(t, n.runtime.monitor(e))
+	forgetRuntimeState(t, n)
+	t.Logf("kubelet and %s stopped; %d container monitors and processes killed; runtime state and pod mounts gone", n.runtime.title(), killed)
 	t.must(e.startRuntime(n), "starting the runtime again")
 	t.must(e.startKubelet(n), "starting the kubelet again")
 	waitForLog(t, e, "kubelet", offset, gpuRegistration, 2*time.Minute)
@@ -504,12 +506,12 @@ func nodeRestart(t *T, e *Env) {
 	t.Logf("back %s after the stop; the checkpoint agrees with what the running GPU pods see", time.Since(stopped).Round(time.Second))
 }
 
-// killContainers kills, with SIGKILL, every containerd shim and every process under one (the containers),
-// as a power cut would, and waits until they are gone. Returns how many it killed.
-func killContainers(t *T, e *Env) int {
-	shim := e.component("containerd-shim-runc-v2")
+// killContainers kills, with SIGKILL, every process running monitor (containerd's shim, CRI-O's conmon)
+// and every process under one (the containers), as a power cut would, and waits until they are gone.
+// Returns how many it killed.
+func killContainers(t *T, monitor string) int {
 	parents := map[int]int{}
-	var shims []int
+	var monitors []int
 	entries, err := os.ReadDir("/proc")
 	t.must(err, "listing processes")
 	for _, entry := range entries {
@@ -526,13 +528,13 @@ func killContainers(t *T, e *Env) int {
 		if len(fields) > 1 {
 			parents[pid], _ = strconv.Atoi(fields[1])
 		}
-		if exe, err := os.Readlink(filepath.Join("/proc", entry.Name(), "exe")); err == nil && exe == shim {
-			shims = append(shims, pid)
+		if exe, err := os.Readlink(filepath.Join("/proc", entry.Name(), "exe")); err == nil && exe == monitor {
+			monitors = append(monitors, pid)
 		}
 	}
 	under := func(pid int) bool {
 		for p := pid; p > 1; p = parents[p] {
-			if slices.Contains(shims, p) {
+			if slices.Contains(monitors, p) {
 				return true
 			}
 		}
@@ -543,6 +545,9 @@ func killContainers(t *T, e *Env) int {
 		if under(pid) {
 			victims = append(victims, pid)
 		}
+	}
+	if len(monitors) == 0 {
+		t.Fatalf("no process runs %s: the pods' containers were not found to kill", monitor)
 	}
 	sort.Ints(victims)
 	for _, pid := range victims {
@@ -560,14 +565,28 @@ func killContainers(t *T, e *Env) int {
 }
 
 // forgetRuntimeState removes what a reboot takes: every mount the pods held (their root filesystems, /dev/shm,
-// network namespaces, and the kubelet's tmpfs volumes), containerd's state in /run, the network
-// namespaces' files, which takes their interfaces with them, and the pods' cgroups.
-func forgetRuntimeState(t *T) {
-	t.must(unmountUnder("/run/containerd/", "/run/netns/", "/var/lib/kubelet/pods/"), "unmounting the pods' mounts")
-	for _, dir := range []string{"/run/containerd", "/run/netns"} {
+// network namespaces, and the kubelet's tmpfs volumes), the runtime's state in /run, the network
+// namespaces' files, which takes their interfaces with them, what gpuguard keeps in /run (the CDI specs
+// its device plugin writes at start, in /run/cdi, where NVIDIA's is in /etc/cdi, and its MPS root), and
+// the pods' cgroups. A GPU-less pod the kubelet starts again before the plugin has written the device
+// none cannot start until it has.
+func forgetRuntimeState(t *T, n *Node) {
+	mountsUnder, dirs := n.runtime.volatileState(n)
+	t.must(unmountUnder(append(mountsUnder, "/var/lib/kubelet/pods/", "/run/gpuguard/")...), "unmounting the pods' mounts")
+	for _, dir := range dirs {
 		t.must(os.RemoveAll(dir), "removing "+dir)
 	}
-	// The pods' cgroups, empty now: left in place, the kubelet's cAdvisor asks containerd about every one
+	// Their contents: /run/gpuguard is the run's mount, shared with the node (e2e/node.go).
+	for _, dir := range []string{"/run/cdi", "/run/gpuguard"} {
+		entries, err := os.ReadDir(dir)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("listing %s: %v", dir, err)
+		}
+		for _, entry := range entries {
+			t.must(os.RemoveAll(filepath.Join(dir, entry.Name())), "removing "+filepath.Join(dir, entry.Name()))
+		}
+	}
+	// The pods' cgroups, empty now: left in place, the kubelet's cAdvisor asks the runtime about every one
 	// of them at its start and waits seconds on each.
 	t.must(removeCgroupTrees(filepath.Join(os.Getenv(cgroupRootEnv), "kubepods")), "removing the pods' cgroups")
 }

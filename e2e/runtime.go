@@ -53,6 +53,11 @@ type nodeRuntime interface {
 	noNRI() string
 	// helmValues are the values docs/node-enforcer.md tells an admin to set on this runtime.
 	helmValues() []string
+	// monitor is the program each container runs under, as its parent: containerd's shim, CRI-O's conmon.
+	monitor(e *Env) string
+	// volatileState is what a reboot takes of it: the directories its containers' mounts are under (root
+	// filesystems, /dev/shm, pinned namespaces), and its directories in /run, which is a tmpfs.
+	volatileState(n *Node) (mountsUnder, dirs []string)
 }
 
 func (e *Env) nodeRuntime() nodeRuntime {
@@ -157,6 +162,12 @@ func (containerd) noNRI() string {
 
 func (containerd) helmValues() []string { return nil }
 
+func (containerd) monitor(e *Env) string { return e.component("containerd-shim-runc-v2") }
+
+func (containerd) volatileState(*Node) (mountsUnder, dirs []string) {
+	return []string{"/run/containerd/", "/run/netns/"}, []string{"/run/containerd", "/run/netns"}
+}
+
 // ctr runs containerd's own client against the node's containerd, in the CRI's namespace.
 func (e *Env) ctr(args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(e.ctx, 2*time.Minute)
@@ -181,6 +192,7 @@ func crioGraphRoot(n *Node) string { return filepath.Join(n.dir, "crio", "storag
 const (
 	crioRunRoot = "/run/containers/storage"
 	crioDriver  = "overlay"
+	crioMonitor = "/usr/bin/conmon" // Debian's
 )
 
 func (crio) configFiles(e *Env, n *Node) (map[string]string, error) {
@@ -225,7 +237,7 @@ irqbalance_config_restore_file = "disable"
 runtime_path = %q
 runtime_type = "oci"
 runtime_root = "/run/runc"
-monitor_path = "/usr/bin/conmon"
+monitor_path = %q
 monitor_cgroup = "pod"
 monitor_env = [%q]
 
@@ -245,7 +257,7 @@ nri_listen = "/var/run/nri/nri.sock"
 nri_plugin_dir = %q
 nri_plugin_config_dir = %q
 `, crioGraphRoot(n), crioRunRoot, crioDriver, crioSocket, e.peer("pinns"), filepath.Join(own, "hooks.d"),
-		e.component("nvidia-container-runtime"), e.runtimePath(), pauseImage, filepath.Join(own, "policy.json"),
+		e.component("nvidia-container-runtime"), crioMonitor, e.runtimePath(), pauseImage, filepath.Join(own, "policy.json"),
 		filepath.Join(own, "policies"), filepath.Join(own, "auth"), filepath.Join(own, "nri-plugins"), filepath.Join(own, "nri-conf.d"))
 	return map[string]string{
 		"/etc/crio/crio.conf":                       conf,
@@ -314,6 +326,21 @@ enable_nri = false
 // recursively read-only, which must be private (server/container_create_linux.go).
 func (crio) helmValues() []string {
 	return []string{"--set", "hostRoot.recursiveReadOnly=Disabled"}
+}
+
+func (crio) monitor(*Env) string { return crioMonitor }
+
+// CRI-O's /run: its run root (each container's /dev/shm and state), its own directory (its socket,
+// conmon's exit files, and the version file, whose absence tells it the node rebooted), runc's state, and
+// the namespaces pinned (by pinns, and the PID namespaces by CRI-O itself). The root filesystems are
+// mounted in its graph root, which a reboot keeps, unmounted.
+func (crio) volatileState(n *Node) (mountsUnder, dirs []string) {
+	pinned := []string{"/run/netns", "/run/ipcns", "/run/utsns", "/run/userns", "/run/pidns"}
+	dirs = append([]string{crioRunRoot, "/run/crio", "/run/runc"}, pinned...)
+	for _, dir := range dirs {
+		mountsUnder = append(mountsUnder, dir+"/")
+	}
+	return append(mountsUnder, filepath.Join(crioGraphRoot(n), crioDriver)+"/"), dirs
 }
 
 // nvidiaRuntimeConfig is NVIDIA's runtime in cdi mode, the toolkit's defaults otherwise
