@@ -80,4 +80,11 @@ sigset_t stop_signals() {
   return stop;
 }
 
+StopSignalsHeld::StopSignalsHeld() : stop_(stop_signals()) { ::pthread_sigmask(SIG_BLOCK, &stop_, nullptr); }
+
+void StopSignalsHeld::release() {
+  if (held_) ::pthread_sigmask(SIG_UNBLOCK, &stop_, nullptr);
+  held_ = false;
+}
+
 }  // namespace gpuguard::cli

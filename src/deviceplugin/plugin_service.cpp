@@ -244,26 +244,6 @@ std::vector<std::unique_ptr<GpuResource>> gpu_resources(const PluginConfig& c, c
   return resources;
 }
 
-// SIGTERM and SIGINT held pending from start-up until the status server takes them: the kubelet may stop
-// the pod while the plugin is still discovering or writing its files, and that must end in the orderly
-// stop too, not in death by the signal's default action. Threads started meanwhile keep them blocked.
-class StopSignalsHeld {
- public:
-  StopSignalsHeld() { ::pthread_sigmask(SIG_BLOCK, &stop_, nullptr); }
-  StopSignalsHeld(const StopSignalsHeld&) = delete;
-  StopSignalsHeld& operator=(const StopSignalsHeld&) = delete;
-  ~StopSignalsHeld() { release(); }
-  // From here a pending signal is delivered, to the handler that is in place by then.
-  void release() {
-    if (held_) ::pthread_sigmask(SIG_UNBLOCK, &stop_, nullptr);
-    held_ = false;
-  }
-
- private:
-  const sigset_t stop_ = cli::stop_signals();
-  bool held_ = true;
-};
-
 // What the plugin serves: the GPU resources (none where another plugin serves the GPUs) and the host devices,
 // each by a name of its own.
 struct Served {
@@ -445,7 +425,7 @@ OffersWatch watch_offers(const PluginConfig& c, const Discovery& found, const Se
 
 void serve(const PluginConfig& c, const std::vector<std::string>& config_warnings,
            const std::optional<kube::ApiServer>& apiserver) {
-  StopSignalsHeld stop_signals;
+  cli::StopSignalsHeld stop_signals;  // first: before gRPC's threads and ours
   for (const std::string& warning : config_warnings) log::warn("config file", {{"reason", warning}});
   Discovery found = discover(c.discovery, c.host_root);
   const std::string health_source = log_discovery(c, found);
@@ -479,8 +459,8 @@ void serve(const PluginConfig& c, const std::vector<std::string>& config_warning
   std::vector<std::unique_ptr<PluginServer>> servers = plugin_servers(c, served);
   KubeletSession kubelet(servers, c.plugin_dir / "kubelet.sock", yield_to_nvidia(c));
 
-  // The status server takes SIGTERM and SIGINT from its construction on, and one that came during the
-  // start-up is delivered to it then: a signal at any moment ends in the orderly stop below.
+  // The status server takes SIGTERM and SIGINT from its construction on; one that comes before its loop
+  // runs waits, and is delivered to it then: a signal at any moment ends in the orderly stop below.
   const char* gpus = found.gpus.empty() ? "none" : report_only.empty() ? "served" : "report-only";
   const StatusPage page({GPUGUARD_VERSION, found.source, health_source, gpus}, resources, kubelet, isolation,
                         offers.others.get());
@@ -490,7 +470,6 @@ void serve(const PluginConfig& c, const std::vector<std::string>& config_warning
       },
       [&page] { return page.render_metrics(); });
   server::HttpServer status(server::status_server_options(c.metrics_address, 5s), server::TlsProvider{}, routes);
-  stop_signals.release();
   log::info("serving probes and metrics", {{"address", status.bind()}});
 
   std::vector<PresenceCheck> checks;
@@ -518,7 +497,8 @@ void serve(const PluginConfig& c, const std::vector<std::string>& config_warning
     node_report.emplace(
         kNodeReportInterval, [&] { judge(condition ? &*condition : nullptr); }, condition.has_value());
   }
-  status.run();  // until SIGTERM or SIGINT
+  stop_signals.release();  // the threads above keep them blocked: only this one is given them
+  status.run();            // until SIGTERM or SIGINT
   kubelet.stop();
 }
 

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "break_glass.hpp"
+#include "gpuguard/cli/command_line.hpp"
 #include "gpuguard/enforcer/enforcer.hpp"
 #include "gpuguard/enforcer/kubelet_client.hpp"
 #include "gpuguard/files/poller.hpp"
@@ -118,7 +119,8 @@ class GrpcLibraryHeld {
 }  // namespace
 
 void serve(const EnforcerConfig& config) {
-  const GrpcLibraryHeld grpc;  // first made, last gone
+  cli::StopSignalsHeld stop_signals;  // before gRPC's threads and ours, which keep them blocked
+  const GrpcLibraryHeld grpc;         // first made, last gone
   EnforcerMetrics metrics(GPUGUARD_VERSION);
   policy::PolicyWatcher policy(config.policy_dir, metrics, kPolicyKeys, policy::PolicyWatcher::AtStart::defaults);
   std::unique_ptr<BreakGlass> break_glass;
@@ -178,7 +180,8 @@ void serve(const EnforcerConfig& config) {
                                       {"plugin", config.plugin_index + "-" + config.plugin_name},
                                       {"pod_resources", config.pod_resources_socket.string()},
                                       {"mode", policy::node_enforcement_name(policy.current()->node_enforcement)}});
-  status.run();  // until SIGTERM or SIGINT
+  stop_signals.release();  // only this thread is given them, by then delivered to the status server's loop
+  status.run();            // until SIGTERM or SIGINT
   nri_thread.request_stop();
 }
 

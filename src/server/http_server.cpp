@@ -646,12 +646,22 @@ void HttpServer::run() {
   });
   asio::co_spawn(impl_->control_loop, impl_->accept_loop(), [](const std::exception_ptr&) {});
   // The connections' loops wait for connections until the drain stops every loop.
+  // They start with SIGINT and SIGTERM blocked, so that the kernel never gives those to a loop: where the
+  // program holds them blocked in its other threads too (cli::StopSignalsHeld: the enforcer, the device
+  // plugin), only the thread that runs the signals' loop below takes them. The same two as `signals`.
+  sigset_t stop;
+  sigset_t before;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGINT);
+  sigaddset(&stop, SIGTERM);
+  ::pthread_sigmask(SIG_BLOCK, &stop, &before);
   std::vector<asio::executor_work_guard<Executor>> waiting;
   std::vector<std::jthread> threads;
   for (const auto& loop : impl_->loops) {
     waiting.push_back(asio::make_work_guard(*loop));
     threads.emplace_back([&context = *loop] { context.run(); });
   }
+  ::pthread_sigmask(SIG_SETMASK, &before, nullptr);
   impl_->control_loop.run();
 }
 

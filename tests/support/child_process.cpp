@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -183,6 +184,39 @@ std::size_t ChildProcess::status_kib(const std::string& field) const {
     if (line.starts_with(field + ":")) return std::stoul(line.substr(field.size() + 1));
   }
   return 0;
+}
+
+namespace {
+
+// "TID NAME" of each thread of `pid` that `keep` chooses from its /proc/PID/task/TID/status.
+template <typename Keep>
+std::vector<std::string> threads_where(pid_t pid, Keep keep) {
+  std::vector<std::string> found;
+  std::error_code ec;
+  for (const auto& task : fs::directory_iterator("/proc/" + std::to_string(pid) + "/task", ec)) {
+    std::ifstream in(task.path() / "status");
+    std::string name;
+    std::string blocked;
+    for (std::string line; std::getline(in, line);) {
+      if (line.starts_with("Name:\t")) name = line.substr(6);
+      if (line.starts_with("SigBlk:\t")) blocked = line.substr(8);
+    }
+    if (!blocked.empty() && keep(std::stoull(blocked, nullptr, 16))) {
+      found.push_back(task.path().filename().string() + " " + name);
+    }
+  }
+  std::sort(found.begin(), found.end());
+  return found;
+}
+
+}  // namespace
+
+std::vector<std::string> ChildProcess::threads() const {
+  return threads_where(pid_, [](unsigned long long) { return true; });
+}
+
+std::vector<std::string> ChildProcess::threads_taking(int signal) const {
+  return threads_where(pid_, [signal](unsigned long long blocked) { return (blocked >> (signal - 1) & 1) == 0; });
 }
 
 void ChildProcess::show_log_end(const std::string& why) const {

@@ -37,4 +37,27 @@ int run_service(const std::function<void()>& serve);
 // SIGTERM and SIGINT: the signals on which every gpuguard program stops in order.
 sigset_t stop_signals();
 
+// SIGTERM and SIGINT held pending in the calling thread, and in every thread it starts, from construction
+// until release(), which unblocks them in the calling thread alone. The programs that start gRPC (the node
+// enforcer, the device plugin) make one first, before any thread exists, and release it just before their
+// status server's loop runs on that thread (whose connection loops start blocked too): a stop during
+// start-up waits for it and ends in the orderly stop, and the kernel gives the signal to no thread but the
+// one that waits for it. (Given to one of gRPC's threads, asleep in a library ThreadSanitizer does not
+// instrument, it waited there unseen, and the stop never came.) Never released, as when start-up throws, they
+// stay held: a pending stop must not kill the process by its default action before it says why it cannot
+// start.
+class StopSignalsHeld {
+ public:
+  StopSignalsHeld();
+  StopSignalsHeld(const StopSignalsHeld&) = delete;
+  StopSignalsHeld& operator=(const StopSignalsHeld&) = delete;
+  ~StopSignalsHeld() = default;
+  // From here a pending signal is delivered, to the handler that is in place by then.
+  void release();
+
+ private:
+  sigset_t stop_;
+  bool held_ = true;
+};
+
 }  // namespace gpuguard::cli
