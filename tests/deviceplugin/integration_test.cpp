@@ -44,13 +44,9 @@ TEST_CASE("registers each resource on its own socket, lists, allocates, refuses 
   CHECK(fs::is_socket(node.plugin_dir / gpu_registration.endpoint()));  // served before registering
   // SIGTERM and SIGINT are given to the status server's loop alone: gRPC's threads and the pollers block them
   // (a signal on one of gRPC's, asleep where ThreadSanitizer does not look, could wait there unseen).
-  const std::string own = std::to_string(plugin.pid()) + " ";
-  const auto main_alone = [&own](const std::vector<std::string>& taking) {
-    return taking.size() == 1 && taking[0].starts_with(own);
-  };
-  CHECK(eventually([&] { return main_alone(plugin.threads_taking(SIGTERM)); }, 10s));
+  CHECK(eventually([&] { return plugin.main_thread_alone_takes(SIGTERM); }, 10s));
   CHECK(plugin.threads().size() >= 4);
-  CHECK(main_alone(plugin.threads_taking(SIGINT)));
+  CHECK(plugin.main_thread_alone_takes(SIGINT));
 
   auto gpus = plugin_client(node.plugin_dir, gpu_registration.endpoint());
   {

@@ -898,20 +898,16 @@ TEST_CASE(
   Node node;
   FakeKubelet kubelet(node.kubelet_socket);
   EnforcerProcess enforcer(node);
-  const std::string own = std::to_string(enforcer.pid()) + " ";
-  const auto main_alone = [&own](const std::vector<std::string>& taking) {
-    return taking.size() == 1 && taking[0].starts_with(own);
-  };
   // Released in the main thread just before its loop runs, which is after its last start-up line.
   enforcer.logged_port("serving probes and metrics");
-  const bool released = eventually([&] { return main_alone(enforcer.threads_taking(SIGTERM)); }, 10s);
+  const bool released = eventually([&] { return enforcer.main_thread_alone_takes(SIGTERM); }, 10s);
   const std::vector<std::string> threads = enforcer.threads();
   std::ostringstream all;
   for (const std::string& thread : threads) all << thread << "\n";
   INFO(all.str());
   CHECK(released);
   CHECK(threads.size() >= 4);  // the NRI client's, the pollers', gRPC's: there is something to block
-  CHECK(main_alone(enforcer.threads_taking(SIGINT)));
+  CHECK(enforcer.main_thread_alone_takes(SIGINT));
   CHECK(enforcer.terminate() == 0);
 }
 

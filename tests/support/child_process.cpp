@@ -215,8 +215,10 @@ std::vector<std::string> ChildProcess::threads() const {
   return threads_where(pid_, [](unsigned long long) { return true; });
 }
 
-std::vector<std::string> ChildProcess::threads_taking(int signal) const {
-  return threads_where(pid_, [signal](unsigned long long blocked) { return (blocked >> (signal - 1) & 1) == 0; });
+bool ChildProcess::main_thread_alone_takes(int signal) const {
+  const std::vector<std::string> taking =
+      threads_where(pid_, [signal](unsigned long long blocked) { return (blocked >> (signal - 1) & 1) == 0; });
+  return taking.size() == 1 && taking[0].starts_with(std::to_string(pid_) + " ");
 }
 
 void ChildProcess::show_log_end(const std::string& why) const {

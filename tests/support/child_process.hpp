@@ -43,10 +43,11 @@ class ChildProcess {
                              std::chrono::milliseconds limit = std::chrono::seconds(10)) const;
   // A field of /proc/PID/status in KiB, such as "VmRSS" or "VmHWM" (the peak); 0 when absent.
   std::size_t status_kib(const std::string& field) const;
-  // Its threads, each as "TID NAME", and those of them the kernel may give a process-directed `signal` (it
-  // is not in their SigBlk mask of /proc/PID/task/TID/status).
+  // Its threads, each as "TID NAME", from /proc/PID/task.
   std::vector<std::string> threads() const;
-  std::vector<std::string> threads_taking(int signal) const;
+  // True when its main thread is the only one the kernel may give a process-directed `signal` (every other
+  // thread has it in its SigBlk mask of /proc/PID/task/TID/status).
+  bool main_thread_alone_takes(int signal) const;
 
  private:
   // Each starts `program` with its stderr on `log_fd`; 0, or the errno of what failed.
