@@ -6,8 +6,8 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 
 packages=(
-  # toolchain
-  g++ cmake make pkg-config
+  # toolchain (ccache: a clean clone compiles again only what changed, CMakeLists.txt says how)
+  g++ cmake make pkg-config ccache
   # webhook: Boost.Beast/Asio (header-only) + Program_options, OpenSSL 3, JSON
   libboost1.81-dev libboost-program-options1.81-dev
   libssl-dev openssl
