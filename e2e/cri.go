@@ -76,18 +76,13 @@ func criPIDs(ctx context.Context, socket string) (map[string]string, error) {
 			return err
 		}
 		for _, c := range containers.Containers {
-			status, err := client.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: c.Id, Verbose: true})
+			pid, err := containerPID(ctx, client, c.Id)
 			if err != nil {
-				continue // gone since the list
+				return err
 			}
-			pid := infoPID(status.Info)
-			if pid == 0 && status.GetStatus().GetState() != runtimeapi.ContainerState_CONTAINER_RUNNING {
-				continue // exited since the list
+			if pid != 0 {
+				pids[c.Id] = strconv.Itoa(pid)
 			}
-			if pid == 0 {
-				return fmt.Errorf("container %s: no pid in the runtime's verbose status", c.Id)
-			}
-			pids[c.Id] = strconv.Itoa(pid)
 		}
 		sandboxes, err := client.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{Filter: &runtimeapi.PodSandboxFilter{
 			State: &runtimeapi.PodSandboxStateValue{State: runtimeapi.PodSandboxState_SANDBOX_READY}}})
@@ -103,6 +98,33 @@ func criPIDs(ctx context.Context, socket string) (map[string]string, error) {
 		return nil
 	})
 	return pids, err
+}
+
+// containerPID is a running container's pid from its verbose status, 0 where it is gone or has exited
+// since the list. A container the runtime reports running can be without a pid for a moment around its
+// start or stop (seen once in CI, with pods created 50 ms apart): its status is asked again for up to a
+// second, and only a running container that never shows one is an error.
+func containerPID(ctx context.Context, client runtimeapi.RuntimeServiceClient, id string) (int, error) {
+	for attempt := 0; ; attempt++ {
+		status, err := client.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: id, Verbose: true})
+		if err != nil {
+			return 0, nil // gone since the list
+		}
+		if pid := infoPID(status.Info); pid != 0 {
+			return pid, nil
+		}
+		if status.GetStatus().GetState() != runtimeapi.ContainerState_CONTAINER_RUNNING {
+			return 0, nil // exited since the list
+		}
+		if attempt == 20 {
+			return 0, fmt.Errorf("container %s: running, with no pid in the runtime's verbose status for 1 s", id)
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // infoPID is the pid in a verbose status's "info", 0 where there is none.
