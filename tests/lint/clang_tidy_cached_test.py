@@ -202,7 +202,7 @@ def clone_and_tidy(clone_root, cache):
                        "HeaderFilterRegex: 'src/'\nCheckOptions:\n"
                        "  - {key: readability-identifier-naming.FunctionCase, value: lower_case}\n",
         "lib/named.hpp": "void BadlyNamed();\n",
-        "unit.cpp": '#include "lib/named.hpp"\nvoid unit() {}\n',
+        "unit.cpp": '#include <cstddef>\n#include "lib/named.hpp"\nvoid unit() {}\n',
     }
     source = os.path.join(clone_root, "unit.cpp")
     files["compile_commands.json"] = json.dumps([{
@@ -222,11 +222,12 @@ def clone_and_tidy(clone_root, cache):
         return run.returncode, f.read().split()[0], run.stdout + run.stderr
 
 
-with tempfile.TemporaryDirectory() as clones:
-    # Three clones whose projects differ only in where they are. The header filter selects src/, which is in
-    # the third clone's path alone: only there is the header's finding clang-tidy's to report.
-    first, second, third = (clone_and_tidy(os.path.join(clones, c), os.path.join(clones, "cache"))
-                            for c in ("first", "second", "src/third"))
+with tempfile.TemporaryDirectory() as clones, tempfile.TemporaryDirectory(dir="/var/tmp") as elsewhere:
+    # Three clones whose projects differ only in where they are: the second's path sorts after /usr, where
+    # the system headers are, the others' before it. The header filter selects src/, which is in the third
+    # clone's path alone: only there is the header's finding clang-tidy's to report.
+    first, second, third = (clone_and_tidy(path, os.path.join(clones, "cache")) for path in (
+        os.path.join(clones, "first"), os.path.join(elsewhere, "second"), os.path.join(clones, "src", "third")))
     check(first[:2] == (0, "ran"), f"the first clone runs clang-tidy, clean there: {first}")
     check(second[:2] == (0, "remembered"), f"the second clone, elsewhere, hits the first's entry: {second}")
     check(third[0] != 0 and third[1] == "ran" and "BadlyNamed" in third[2],
