@@ -253,7 +253,7 @@ func nodeBreakGlass(t *T, e *Env) {
 }
 
 // nodeRollback: a rollback re-arms. A release armed by its hook (revision 1 rendered admitting), upgraded
-// (revision 2 rendered armed, since the chart looks the objects up, and without the Job), then rolled back to
+// (revision 2 rendered armed, since the chart looks the objects up, with a Job that only probes), then rolled back to
 // revision 1, whose manifest is admitting: Helm re-applies it, and the post-rollback hook arms it again.
 // The control is the same rollback without hooks, which is what every rollback did before: it leaves
 // failurePolicy Ignore and the backstop at Warn and Audit, with nothing to arm them.
@@ -282,9 +282,25 @@ func nodeRollback(t *T, e *Env) {
 	if got := armed("after the upgrade"); got != armedState {
 		t.Errorf("after helm upgrade: %s; want %s", got, armedState)
 	}
-	// Nothing left to arm: the upgrade took away the hook's account (and its RBAC).
-	if _, err := n.cluster.client.CoreV1().ServiceAccounts(release).Get(t.ctx, release+"-arm", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-		t.Errorf("after an upgrade that found everything armed, the arm hook's account: %v; want it gone", err)
+	// Nothing left to arm: the upgrade took away the hook's rights to patch the two objects (and to read the
+	// policy ConfigMap), and its Job only probed (--verify-only), through the account and Role it keeps.
+	if _, err := n.cluster.client.RbacV1().ClusterRoles().Get(t.ctx, release+"-arm", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("after an upgrade that found everything armed, the arm hook's ClusterRole: %v; want it gone", err)
+	}
+	if _, err := n.cluster.client.RbacV1().ClusterRoleBindings().Get(t.ctx, release+"-arm", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("after an upgrade that found everything armed, the arm hook's ClusterRoleBinding: %v; want it gone", err)
+	}
+	role, err := n.cluster.client.RbacV1().Roles(release).Get(t.ctx, release+"-arm", metav1.GetOptions{})
+	t.must(err, "reading the verifying hook's Role")
+	for _, rule := range role.Rules {
+		if slices.Contains(rule.Resources, "configmaps") {
+			t.Errorf("after an upgrade that found everything armed, the arm hook's Role still reads %v", rule.ResourceNames)
+		}
+	}
+	hooks, err := n.helmOther(t, e, "get", "hooks", release, "--namespace", release)
+	t.must(err, "helm get hooks: "+hooks)
+	if !strings.Contains(hooks, "- --verify-only") || strings.Contains(hooks, "--webhook-configuration=") || strings.Contains(hooks, "--backstop-binding=") {
+		t.Errorf("the armed release's upgrade rendered a hook Job that does not only verify:\n%s", hooks)
 	}
 
 	// The control: revision 1's manifest without its hook.
@@ -401,12 +417,26 @@ func lastLine(out string) string {
 	return lines[len(lines)-1]
 }
 
+// releaseWarning is the message of the one Warning Event of a reason on the release's webhook Deployment; when
+// there is not exactly one, the test fails saying what there is.
+func (n *Node) releaseWarning(t *T, release, reason string) (string, bool) {
+	events, err := n.cluster.client.CoreV1().Events(release).List(t.ctx, metav1.ListOptions{FieldSelector: "reason=" + reason})
+	t.must(err, "listing the release's "+reason+" events")
+	if len(events.Items) != 1 || events.Items[0].InvolvedObject.Name != release+"-webhook" || events.Items[0].Type != "Warning" {
+		t.Errorf("%s events: %+v; want one Warning on Deployment %s-webhook", reason, events.Items, release)
+		return "", false
+	}
+	return events.Items[0].Message, true
+}
+
 // nodeArmProbe: arming shows that the API server reaches the webhook, not only the kubelet. As soon as the
 // release's webhook Service exists, it is pointed at a port nothing listens on: the stand-in for a
 // NetworkPolicy the API server's calls do not match (cilium/cilium#14724; this node's CNI enforces none).
 // The kubelet's probes go to the pod and pass, so the Deployment is available; the arm hook's dry-run pod
 // comes back unpatched, so helm install fails, nothing is armed, the hook's log says why, and the
-// Deployment carries a NotArmed Warning Event. With the Service as rendered again, helm upgrade arms it.
+// Deployment carries a NotArmed Warning Event. With the Service as rendered again, helm upgrade arms it. Armed,
+// an upgrade while the Service points at the closed port again fails the same way (the hook verifies, a
+// NotReached Event) and leaves it armed; with the Service restored, the next upgrade passes.
 func nodeArmProbe(t *T, e *Env) {
 	n := e.nodeWithoutGpuguard(t)
 	const release = "gpuguard-probe"
@@ -438,12 +468,8 @@ func nodeArmProbe(t *T, e *Env) {
 		!strings.Contains(logs, "came back with NVIDIA_VISIBLE_DEVICES=all, as sent") {
 		t.Errorf("the arm hook's log does not say why it armed nothing:\n%s", logs)
 	}
-	events, err := n.cluster.client.CoreV1().Events(release).List(t.ctx, metav1.ListOptions{FieldSelector: "reason=NotArmed"})
-	t.must(err, "listing the release's NotArmed events")
-	if len(events.Items) != 1 || events.Items[0].InvolvedObject.Name != release+"-webhook" || events.Items[0].Type != "Warning" {
-		t.Errorf("NotArmed events: %+v; want one Warning on Deployment %s-webhook", events.Items, release)
-	} else {
-		t.Logf("left unarmed: helm install failed (%s); Event NotArmed: %s", strings.TrimSpace(lastLine(out)), events.Items[0].Message)
+	if message, ok := n.releaseWarning(t, release, "NotArmed"); ok {
+		t.Logf("left unarmed: helm install failed (%s); Event NotArmed: %s", strings.TrimSpace(lastLine(out)), message)
 	}
 	t.must(pointAt(`"https"`), "pointing the webhook's Service back at its port")
 	out, err = n.helmOther(t, e, "upgrade", release, values...)
@@ -451,4 +477,48 @@ func nodeArmProbe(t *T, e *Env) {
 	if state := n.armedState(t, release, "after the upgrade"); state != "Fail [Deny]" {
 		t.Errorf("the API server reaches the webhook, and the hook left it %s; want Fail [Deny]", state)
 	}
+
+	// Armed, then upgraded while the API server cannot reach the webhook: the hook (now --verify-only) fails
+	// the upgrade, saying why, and leaves the release armed. Helm's three-way merge puts the Service back as
+	// rendered when the upgrade applies it, so it is pointed at the closed port again and again while the
+	// upgrade runs; the probe comes after that apply.
+	defer func() { _ = pointAt(`"https"`) }()
+	stop, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		for {
+			_ = pointAt("9443")
+			select {
+			case <-stop:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}()
+	out, err = n.helmOther(t, e, "upgrade", release, values...)
+	close(stop)
+	<-stopped
+	if err == nil {
+		t.Errorf("helm upgrade of an armed release with the API server unable to reach the webhook succeeded: %s", out)
+	}
+	if state := n.armedState(t, release, "after the failed upgrade"); state != "Fail [Deny]" {
+		t.Errorf("an armed release whose upgrade failed its probe is %s; want it left Fail [Deny]", state)
+	}
+	logs, err = n.kubectl(t, e, "logs", "--namespace", release, "job/"+release+"-arm")
+	t.must(err, "reading the verifying hook's log: "+logs)
+	if !strings.Contains(logs, "the API server was not shown to call the webhook: it was armed already and is left so") {
+		t.Errorf("the verifying hook's log does not say the API server does not reach the armed webhook:\n%s", logs)
+	}
+	if message, ok := n.releaseWarning(t, release, "NotReached"); ok {
+		t.Logf("armed, upgraded unreached: helm upgrade failed (%s); Event NotReached: %s", strings.TrimSpace(lastLine(out)), message)
+	}
+	// Reached again, the next upgrade's probe passes.
+	t.must(pointAt(`"https"`), "pointing the webhook's Service back at its port")
+	started := time.Now()
+	out, err = n.helmOther(t, e, "upgrade", release, values...)
+	t.must(err, "helm upgrade of the armed release with the API server able to reach the webhook again: "+out)
+	if state := n.armedState(t, release, "after the last upgrade"); state != "Fail [Deny]" {
+		t.Errorf("after the last upgrade the release is %s; want Fail [Deny]", state)
+	}
+	t.Logf("armed and reached: helm upgrade --wait passed its probe in %.1f s all told", time.Since(started).Seconds())
 }

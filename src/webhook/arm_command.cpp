@@ -1,6 +1,8 @@
 // The arm command: the chart's post-install hook. Until it has run, the webhook configuration admits pods
 // the webhook cannot review (failurePolicy Ignore) and the backstop only warns, so an install whose pods
-// never become ready (an image that cannot be pulled, a bad value) refuses no pod anywhere.
+// never become ready (an image that cannot be pulled, a bad value) refuses no pod anywhere. On an upgrade of
+// a release armed already, it runs with --verify-only: the same wait and probe, arming nothing, so that an
+// upgrade after which the API server no longer reaches the webhook fails and says so, not passes unseen.
 #include "arm_command.hpp"
 
 #include <boost/program_options.hpp>
@@ -33,10 +35,13 @@ constexpr const char* kUsage =
     "Fail and the backstop binding's validationActions to Deny. The chart runs it as a post-install and\n"
     "post-upgrade hook, so that nothing refuses pods before the API server can have them reviewed. When that is\n"
     "not shown within --timeout, or a pod comes back unanswered after the webhook has answered one, it arms\n"
-    "nothing, says why, records a Warning Event on the Deployment, and exits 1.\n\n"
+    "nothing, says why, records a Warning Event on the Deployment, and exits 1. With --verify-only (a release\n"
+    "armed already) it waits and probes alike and arms nothing; when that is not shown, it says so, records a\n"
+    "Warning Event NotReached on the Deployment, and exits 1, so that the upgrade fails.\n\n"
     "Usage:\n"
     "  gpuguard-webhook arm --namespace NS --deployment NAME [--webhook-configuration NAME]\n"
-    "                       [--backstop-binding NAME] [options]\n\n"
+    "                       [--backstop-binding NAME] [options]\n"
+    "  gpuguard-webhook arm --namespace NS --deployment NAME --probe-namespace NS --verify-only [options]\n\n"
     "In a pod it reaches the Kubernetes API with its service account; elsewhere give --apiserver-url,\n"
     "--token-file and --ca-file.\n\n"
     "Options";
@@ -48,6 +53,24 @@ constexpr auto kPoll = 2s;
 // connection to the webhook, so its calls here reach one replica.)
 constexpr int kAnswersInARow = 10;
 constexpr auto kConfirm = 300ms;
+
+// What a hook that could not show the webhook reachable leaves, and says: arming, nothing armed; verifying
+// (--verify-only), the release armed as it was, so the pods the webhook should review are refused while this
+// lasts (under failurePolicy Fail every one it covers; by the backstop alone, those it should have patched).
+struct Failure {
+  const char* left;    // ends the log's error
+  const char* reason;  // the Warning Event's
+  const char* event;   // the Event's message, before why
+};
+constexpr Failure kNotArmed{
+    "nothing was armed, so nothing refuses pods for it", "NotArmed",
+    "gpuguard did not arm the webhook configuration and the backstop, so nothing refuses pods for it: "};
+constexpr Failure kNotReached{
+    "it was armed already and is left so: until the API server reaches the webhook, the pods it should review are "
+    "refused",
+    "NotReached",
+    "gpuguard is armed, but the API server was not shown to call its webhook after this release changed; until it "
+    "does, the pods the webhook should review are refused: "};
 
 kube::Reply get(const kube::ApiServer& api, const std::string& path) {
   return kube::send_request(api, {"GET", path, "", "", std::string("gpuguard-arm/") + GPUGUARD_VERSION, ""},
@@ -99,7 +122,11 @@ void add_arm_flags(po::options_description& description) {
       "the image the probe pod names (never pulled: a dry run runs nothing); the chart passes its own, which "
       "a registry allowlist admits")(
       "timeout", po::value<unsigned>()->default_value(300),
-      "seconds to wait for an available replica and the probe; then exit 1 and leave everything as it is");
+      "seconds to wait for an available replica and the probe; then exit 1 and leave everything as it is")(
+      "verify-only", po::bool_switch(),
+      "the release is armed already: wait for a replica and probe through --probe-namespace as when arming, "
+      "and arm nothing; exit 1, with a Warning Event NotReached, when the API server is not shown to call the "
+      "webhook");
 }
 
 // 0, or 2 after saying which flag is missing or is not the name of what it names.
@@ -132,7 +159,20 @@ int check_arm_flags(const po::variables_map& flags) {
       return 2;
     }
   }
-  if (flags.count("webhook-configuration") == 0 && flags.count("backstop-binding") == 0) {
+  const bool names_something = flags.count("webhook-configuration") != 0 || flags.count("backstop-binding") != 0;
+  if (flags["verify-only"].as<bool>()) {
+    if (names_something) {
+      std::cerr << kProgram
+                << ": --verify-only arms nothing: give it without --webhook-configuration and --backstop-binding\n";
+      return 2;
+    }
+    if (flags.count("probe-namespace") == 0 || flags["probe-namespace"].as<std::string>().empty()) {
+      std::cerr << kProgram << ": --verify-only needs --probe-namespace: it shows the API server calls the webhook\n";
+      return 2;
+    }
+    return 0;
+  }
+  if (!names_something) {
     std::cerr << kProgram << ": nothing to arm: give --webhook-configuration, --backstop-binding or both\n";
     return 2;
   }
@@ -155,7 +195,7 @@ arming::Availability read_availability(const kube::ApiServer& api, const std::st
 
 // True once the webhook's Deployment has a replica available; false, after saying why, at the deadline.
 bool wait_for_replica(const kube::ApiServer& api, const po::variables_map& flags,
-                      std::chrono::steady_clock::time_point deadline) {
+                      std::chrono::steady_clock::time_point deadline, const Failure& failure) {
   const std::string ns = flags["namespace"].as<std::string>();
   const std::string deployment = flags["deployment"].as<std::string>();
   const std::string deployment_path = "/apis/apps/v1/namespaces/" + ns + "/deployments/" + deployment;
@@ -173,7 +213,7 @@ bool wait_for_replica(const kube::ApiServer& api, const po::variables_map& flags
     if (std::chrono::steady_clock::now() + kPoll > deadline) {
       std::string next_step = "fix the Deployment (kubectl -n ";
       next_step.append(ns).append(" describe deployment ").append(deployment).append("), then run helm upgrade again");
-      log::error("no replica of the webhook became available: nothing was armed, so nothing refuses pods for it",
+      log::error(std::string("no replica of the webhook became available: ") + failure.left,
                  {{"deployment", deployment_name},
                   {"waiting", availability.waiting},
                   {"timeout_s", timeout_s},
@@ -186,14 +226,15 @@ bool wait_for_replica(const kube::ApiServer& api, const po::variables_map& flags
   return true;
 }
 
-// Records why nothing was armed as a Warning Event on the webhook's Deployment, for `kubectl describe`.
-void record_not_armed(const kube::ApiServer& api, const po::variables_map& flags, const std::string& why) {
+// Records why the webhook was not shown reachable as a Warning Event on its Deployment, for `kubectl describe`.
+void record_failure(const kube::ApiServer& api, const po::variables_map& flags, const Failure& failure,
+                    const std::string& why) {
   const std::string ns = flags["namespace"].as<std::string>();
   const kube::WarningEvent event{
       {"apps/v1", "Deployment", ns, flags["deployment"].as<std::string>()},
       ns,
-      "NotArmed",
-      "gpuguard did not arm the webhook configuration and the backstop, so nothing refuses pods for it: " + why,
+      failure.reason,
+      failure.event + why,
       "gpuguard-arm",
       "",
       std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count()};
@@ -210,7 +251,7 @@ void record_not_armed(const kube::ApiServer& api, const po::variables_map& flags
 // True once a pod created as a server-side dry run in --probe-namespace comes back as the webhook answered it
 // (or when there is no such flag); false, after saying why and recording it, at the deadline.
 bool probe_webhook(const kube::ApiServer& api, const po::variables_map& flags,
-                   std::chrono::steady_clock::time_point deadline) {
+                   std::chrono::steady_clock::time_point deadline, const Failure& failure) {
   if (flags.count("probe-namespace") == 0 || flags["probe-namespace"].as<std::string>().empty()) return true;
   const std::string probe_namespace = flags["probe-namespace"].as<std::string>();
   const std::string path = "/api/v1/namespaces/" + probe_namespace + "/pods?dryRun=All";
@@ -218,10 +259,10 @@ bool probe_webhook(const kube::ApiServer& api, const po::variables_map& flags,
   const std::string instance = flags["namespace"].as<std::string>() + "/" + flags["deployment"].as<std::string>();
   const std::string pod = arming::probe_pod_json(flags["deployment"].as<std::string>() + "-arm-probe-",
                                                  flags["probe-image"].as<std::string>());
-  const auto not_armed = [&](const std::string& why, const char* next) {
-    log::error("the API server was not shown to call the webhook: nothing was armed, so nothing refuses pods for it",
+  const auto not_shown = [&](const std::string& why, const char* next) {
+    log::error(std::string("the API server was not shown to call the webhook: ") + failure.left,
                {{"reason", why}, {"next", next}});
-    record_not_armed(api, flags, why);
+    record_failure(api, flags, failure, why);
     return false;
   };
   std::string last;
@@ -239,7 +280,7 @@ bool probe_webhook(const kube::ApiServer& api, const po::variables_map& flags,
         return true;
       }
       if (std::chrono::steady_clock::now() + kConfirm > deadline) {
-        return not_armed("the timeout came after " + std::to_string(in_a_row) + " of the " +
+        return not_shown("the timeout came after " + std::to_string(in_a_row) + " of the " +
                              std::to_string(kAnswersInARow) + " answers in a row the webhook must give",
                          "run helm upgrade again, or give the hook a longer webhook.armTimeoutSeconds");
       }
@@ -249,7 +290,7 @@ bool probe_webhook(const kube::ApiServer& api, const po::variables_map& flags,
     if (in_a_row > 0) {
       // Once the webhook has answered, a pod it did not answer most likely shows an API server that does not
       // reach it. Retrying until a lucky run of answers would arm it all the same.
-      return not_armed("the webhook answered " + std::to_string(in_a_row) + " dry-run pod(s) in namespace " +
+      return not_shown("the webhook answered " + std::to_string(in_a_row) + " dry-run pod(s) in namespace " +
                            probe_namespace + " in a row, then not the next: " + result.why +
                            "; some of the API server's calls may not reach it (several API servers, one of which "
                            "cannot), or the miss was passing (a rollout, a dropped connection)",
@@ -262,7 +303,7 @@ bool probe_webhook(const kube::ApiServer& api, const po::variables_map& flags,
       last = result.why;
     }
     if (std::chrono::steady_clock::now() + kPoll > deadline) {
-      return not_armed("a pod created in namespace " + probe_namespace +
+      return not_shown("a pod created in namespace " + probe_namespace +
                            " as a server-side dry run did not come back as the webhook answers: " + result.why,
                        "let the API server reach the webhook's pods (docs/operations.md#install), then run helm "
                        "upgrade again");
@@ -302,11 +343,17 @@ int run_arm_command(int argc, char** argv) {
   kube::ApiServer api;
   if (const int status = cli::require_api_server(kProgram, flags, api); status != 0) return status;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(flags["timeout"].as<unsigned>());
-  if (!wait_for_replica(api, flags, deadline)) {
-    record_not_armed(api, flags, "no replica of the webhook became available within --timeout");
+  const bool verify_only = flags["verify-only"].as<bool>();
+  const Failure& failure = verify_only ? kNotReached : kNotArmed;
+  if (!wait_for_replica(api, flags, deadline, failure)) {
+    record_failure(api, flags, failure, "no replica of the webhook became available within --timeout");
     return 1;
   }
-  if (!probe_webhook(api, flags, deadline)) return 1;
+  if (!probe_webhook(api, flags, deadline, failure)) return 1;
+  if (verify_only) {
+    log::info("armed already, and the API server calls the webhook: nothing changed");
+    return 0;
+  }
   return arm_named(api, flags) ? 0 : 1;
 }
 

@@ -193,6 +193,77 @@ true
 {{- end -}}
 {{- end -}}
 
+{{/* The namespace where the arm hook creates its dry-run probe pod ("": none). A release whose values predate
+the key (--reuse-values) probes in default too. */}}
+{{- define "gpuguard.armProbeNamespace" -}}
+{{- ternary .Values.webhook.armProbeNamespace "default" (hasKey .Values.webhook "armProbeNamespace") -}}
+{{- end -}}
+
+{{/* Why the probe namespace cannot show the API server calls the webhook (the first reason), or "": the
+webhook does not cover it, or answers its probe pod without a word. An install refuses it (arm.yaml); an
+armed release's upgrade is then not probed (gpuguard.armedUnprobed). */}}
+{{- define "gpuguard.armProbeProblem" -}}
+{{- $probe := include "gpuguard.armProbeNamespace" . -}}
+{{- $problem := "" -}}
+{{- if $probe -}}
+{{- if eq $probe .Release.Namespace -}}
+{{- $problem = printf "webhook.armProbeNamespace: %s is the release's own namespace, which the webhook never covers (so that it can always restart), so the probe pod there would never be reviewed and the install never armed; install into a namespace of its own (gpuguard-system), or name another probe namespace" $probe -}}
+{{- else if has $probe (include "gpuguard.excludedNamespaces" . | fromJsonArray) -}}
+{{- $problem = printf "webhook.armProbeNamespace: %s is a namespace the webhook never covers, so the probe pod there would never be reviewed and the install never armed; name one it covers (default), or set it empty to arm once a replica is available" $probe -}}
+{{- else if hasKey (dig "metadata" "labels" dict (lookup "v1" "Namespace" "" $probe | default dict)) "gpuguard.io/ignore" -}}
+{{- $problem = printf "webhook.armProbeNamespace: namespace %s is labelled gpuguard.io/ignore, which the webhook never covers, so the probe pod there would never be reviewed and the install never armed; name one it covers, or set it empty to arm once a replica is available" $probe -}}
+{{- end -}}
+{{- range regexSplit "[,\n]" (toString .Values.policy.exemptNamespaces) -1 -}}
+{{- if and (not $problem) (eq (trim .) $probe) -}}
+{{- $problem = printf "webhook.armProbeNamespace: %s is in policy.exemptNamespaces, so the webhook would answer the probe pod without patching it and the install would never be armed; name a namespace it covers, or set it empty to arm once a replica is available" $probe -}}
+{{- end -}}
+{{- end -}}
+{{- /* The probe pod names no service account, so it runs as the namespace's default one. */ -}}
+{{- range regexSplit "[,\n]" (toString .Values.policy.exemptServiceAccounts) -1 -}}
+{{- if and (not $problem) (eq (trim .) (printf "%s/default" $probe)) -}}
+{{- $problem = printf "webhook.armProbeNamespace: %s/default, the account the probe pod runs as, is in policy.exemptServiceAccounts, so the webhook would answer the probe pod without a word and the install would never be armed; name a namespace whose default account is not exempt, or set it empty to arm once a replica is available" $probe -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- $problem -}}
+{{- end -}}
+
+{{/* "true" on a release the hook has armed already (nothing left to arm, and armed by the hook, not at
+once). */}}
+{{- define "gpuguard.armedByHook" -}}
+{{- if and (not (include "gpuguard.armingNeeded" .)) .Values.webhook.armAfterReady (include "gpuguard.outageRefuses" .) (or (eq .Values.webhook.failurePolicy "Fail") .Values.backstop.enabled) -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{/* Why an upgrade of a release armed by the hook is not probed, or "" (NOTES.txt says it): no probe
+namespace, policy mode off (the webhook then says nothing the probe recognises), or a probe namespace the
+webhook does not cover or answers without a word now (during the break glass every namespace is labelled
+gpuguard.io/ignore), which would fail every upgrade. */}}
+{{- define "gpuguard.armedUnprobed" -}}
+{{- if include "gpuguard.armedByHook" . -}}
+{{- if not (include "gpuguard.armProbeNamespace" .) -}}
+webhook.armProbeNamespace is empty
+{{- else if eq .Values.policy.mode "off" -}}
+policy mode off, in which the webhook says nothing the probe recognises
+{{- else if include "gpuguard.armProbeProblem" . -}}
+the probe namespace {{ include "gpuguard.armProbeNamespace" . }} is one the webhook does not cover or answers without a word (excluded, labelled gpuguard.io/ignore as during the break glass, or exempt)
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* What the post-install, post-upgrade and post-rollback hook Job does: "arm" while something is left to arm;
+"verify" on a release the hook has armed already, where it only shows, as when arming, that the API server
+still calls the webhook (an upgrade after which it does not fails, and says so), unless
+gpuguard.armedUnprobed says why not; "" else. */}}
+{{- define "gpuguard.armHook" -}}
+{{- if include "gpuguard.armingNeeded" . -}}
+arm
+{{- else if and (include "gpuguard.armedByHook" .) (not (include "gpuguard.armedUnprobed" .)) -}}
+verify
+{{- end -}}
+{{- end -}}
+
 {{/* GPU nodes as NVIDIA's chart finds them, each term also asking whether the GPU Operator deploys its own
 device plugin there: (dict "operator" "NotIn") for gpuguard's plugin, "In" for the node report alone, ""
 for every GPU node (the node enforcer). */}}

@@ -44,6 +44,15 @@ json deployment(int available) {
           {"status", {{"replicas", 3}, {"availableReplicas", available}}}};
 }
 
+// The probe pod as a gpuguard webhook that names itself `instance` answers it in policy mode enforce.
+FakeApiserver::PostAnswer patched_by(const json& pod, const std::string& instance) {
+  FakeApiserver::PostAnswer answer{201, pod, {}};
+  answer.body["spec"]["containers"][0]["env"][0]["value"] = "none";
+  answer.warnings = {R"(container \"probe\": NVIDIA_VISIBLE_DEVICES set in the pod was replaced with \"none\")",
+                     "arm probe answered by gpuguard webhook " + instance};
+  return answer;
+}
+
 struct Install {
   FakeApiserver apiserver{"arm-token"};
   fs::path dir = fs::temp_directory_path() / ("gpuguard-arm-" + std::to_string(getpid()));
@@ -62,11 +71,32 @@ struct Install {
   }
   ~Install() { fs::remove_all(dir); }
   std::string args(unsigned timeout) const {
+    return common_args(timeout) + " --webhook-configuration gpuguard --backstop-binding gpuguard-visible-devices";
+  }
+  // As the chart runs it on an upgrade of a release armed already.
+  std::string verify_args(unsigned timeout) const {
+    return common_args(timeout) + " --probe-namespace default --verify-only";
+  }
+  std::string common_args(unsigned timeout) const {
     return "arm --apiserver-url " + apiserver.url() + " --token-file " + (dir / "token").string() + " --ca-file " +
-           certs_dir() +
-           "/ca.crt --namespace gpuguard-system --deployment gpuguard-webhook "
-           "--webhook-configuration gpuguard --backstop-binding gpuguard-visible-devices --timeout " +
+           certs_dir() + "/ca.crt --namespace gpuguard-system --deployment gpuguard-webhook --timeout " +
            std::to_string(timeout);
+  }
+  // Every probe pod comes back as this release's webhook answers it, counted in `probes`.
+  void answer_as_this_release(std::atomic<int>& probes) {
+    apiserver.answer_posts(kProbe, [&probes](const json& pod) {
+      ++probes;
+      return patched_by(pod, "gpuguard-system/gpuguard-webhook");
+    });
+  }
+  // Both objects as the hook leaves them armed.
+  void arm() {
+    json configuration = apiserver.at(kConfiguration);
+    configuration["webhooks"][0]["failurePolicy"] = "Fail";
+    apiserver.put_at(kConfiguration, configuration);
+    json binding = apiserver.at(kBinding);
+    binding["spec"]["validationActions"] = json::array({"Deny"});
+    apiserver.put_at(kBinding, binding);
   }
   std::size_t patches() const { return count("PATCH", ""); }
   // What a hook that armed nothing leaves: exit 1, nothing patched, the webhook configuration at Ignore and
@@ -89,15 +119,6 @@ struct Install {
     return n;
   }
 };
-
-// The probe pod as a gpuguard webhook that names itself `instance` answers it in policy mode enforce.
-FakeApiserver::PostAnswer patched_by(const json& pod, const std::string& instance) {
-  FakeApiserver::PostAnswer answer{201, pod, {}};
-  answer.body["spec"]["containers"][0]["env"][0]["value"] = "none";
-  answer.warnings = {R"(container \"probe\": NVIDIA_VISIBLE_DEVICES set in the pod was replaced with \"none\")",
-                     "arm probe answered by gpuguard webhook " + instance};
-  return answer;
-}
 
 }  // namespace
 
@@ -206,10 +227,7 @@ TEST_CASE("arm: a timeout before the webhook has answered ten dry-run pods in a 
   Install install;
   install.apiserver.put_at(kDeployment, deployment(3));
   std::atomic<int> probes{0};
-  install.apiserver.answer_posts(kProbe, [&](const json& pod) {
-    ++probes;
-    return patched_by(pod, "gpuguard-system/gpuguard-webhook");
-  });
+  install.answer_as_this_release(probes);
   install.apiserver.collect_posts(kEvents);
   // Ten answers, 0.3 s apart, take 2.7 s at the least: more than a 1 s timeout leaves.
   const ExitResult result = run_webhook(install.args(1) + " --probe-namespace default");
@@ -262,6 +280,81 @@ TEST_CASE("arm: a dry-run pod that never comes back patched leaves everything ad
                                                       Catch::Contains("did not come back as the webhook answers"));
 }
 
+TEST_CASE("arm --verify-only: an armed release whose webhook answers the probe is left as it is, and exits 0") {
+  Install install;
+  install.arm();
+  install.apiserver.put_at(kDeployment, deployment(3));
+  std::atomic<int> probes{0};
+  install.answer_as_this_release(probes);
+  install.apiserver.collect_posts(kEvents);
+  const ExitResult result = run_webhook(install.verify_args(30));
+  INFO(result.output);
+  CHECK(result.status == 0);
+  CHECK(probes == 10);
+  CHECK_THAT(result.output,
+             Catch::Contains("the API server calls the webhook") &&
+                 Catch::Contains("armed already, and the API server calls the webhook: nothing changed"));
+  // It reads the Deployment and sends dry-run pods, nothing else: it has no right to more (the chart grants it
+  // none once armed).
+  CHECK(install.patches() == 0);
+  CHECK(install.count("GET", kConfiguration) + install.count("GET", kBinding) == 0);
+  CHECK(install.apiserver.posts(kEvents).empty());
+  CHECK(install.apiserver.at(kConfiguration)["webhooks"][0]["failurePolicy"] == "Fail");
+}
+
+TEST_CASE(
+    "arm --verify-only: an armed release whose webhook the API server no longer reaches fails the upgrade, "
+    "saying so, and stays armed") {
+  // What the API server answers the probe pod with, and what the Event then says.
+  struct Case {
+    const char* what;
+    int available;
+    unsigned status;  // of the answer to the probe pod
+    const char* why;
+  };
+  for (const Case& c : {Case{"a replica; failurePolicy Fail and the call fails: refused", 3, 500,
+                             "the API server refused the probe pod: HTTP 500"},
+                        Case{"a replica; the backstop alone armed and the call fails: admitted as sent", 3, 201,
+                             "did not come back as the webhook answers"},
+                        Case{"no replica", 0, 201, "no replica of the webhook became available"}}) {
+    INFO(c.what);
+    Install install;
+    install.arm();
+    install.apiserver.put_at(kDeployment, deployment(c.available));
+    install.apiserver.answer_posts(kProbe, [&c](const json& pod) {
+      if (c.status == 201) return FakeApiserver::PostAnswer{201, pod, {}};
+      return FakeApiserver::PostAnswer{
+          c.status,
+          {{"kind", "Status"},
+           {"status", "Failure"},
+           {"message",
+            "Internal error occurred: failed calling webhook \"visible-devices.gpuguard.io\": failed to call "
+            "webhook: connect: connection refused"},
+           {"code", c.status}},
+          {}};
+    });
+    install.apiserver.collect_posts(kEvents);
+    const ExitResult result = run_webhook(install.verify_args(3));
+    INFO(result.output);
+    CHECK(result.status == 1);
+    CHECK(install.patches() == 0);
+    CHECK(install.apiserver.at(kConfiguration)["webhooks"][0]["failurePolicy"] == "Fail");
+    CHECK(install.apiserver.at(kBinding)["spec"]["validationActions"] == json::array({"Deny"}));
+    CHECK_THAT(result.output,
+               Catch::Contains("it was armed already and is left so: until the API server reaches the webhook, the "
+                               "pods it should review are refused") &&
+                   !Catch::Contains("nothing was armed"));
+    const auto events = install.apiserver.posts(kEvents);
+    REQUIRE(events.size() == 1);
+    CHECK(events.at(0)["type"] == "Warning");
+    CHECK(events.at(0)["reason"] == "NotReached");
+    CHECK(events.at(0)["involvedObject"]["name"] == "gpuguard-webhook");
+    CHECK_THAT(events.at(0)["message"].get<std::string>(),
+               Catch::Contains("gpuguard is armed, but the API server was not shown to call its webhook") &&
+                   Catch::Contains(c.why));
+  }
+}
+
 TEST_CASE("arm: a configuration without the webhook, or bad flags, are refused") {
   Install install;
   install.apiserver.put_at(kDeployment, deployment(3));
@@ -297,7 +390,13 @@ TEST_CASE("arm: a configuration without the webhook, or bad flags, are refused")
            {named + "--webhook-configuration gpuguard --probe-namespace " + std::string(64, 'p'),
             "--probe-namespace \"" + std::string(64, 'p') + "\" is not a namespace's name"},
            {named + "--backstop-binding Gpuguard",
-            "--backstop-binding \"Gpuguard\" is not a ValidatingAdmissionPolicyBinding's name"}}) {
+            "--backstop-binding \"Gpuguard\" is not a ValidatingAdmissionPolicyBinding's name"},
+           {named + "--verify-only --probe-namespace default --webhook-configuration gpuguard",
+            "--verify-only arms nothing: give it without --webhook-configuration and --backstop-binding"},
+           {named + "--verify-only --probe-namespace default --backstop-binding gpuguard-visible-devices",
+            "--verify-only arms nothing"},
+           {named + "--verify-only", "--verify-only needs --probe-namespace"},
+           {named + "--verify-only --probe-namespace \"\"", "--verify-only needs --probe-namespace"}}) {
     INFO(flags);
     const ExitResult result = run_webhook(flags);
     CHECK(result.status == 2);
