@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -47,67 +48,15 @@ func nodeUninstall(t *T, e *Env) {
 	if !n.installed {
 		t.Fatalf("needs the kustomize installation node/kustomize makes")
 	}
-	c := n.cluster
-	cdiSpec := "/var/run/cdi/k8s.gpuguard.io-gpu.json"
-	if _, err := os.Stat(cdiSpec); err != nil {
-		t.Fatalf("before the uninstall, the device plugin's CDI spec: %v; want it there, so that its removal shows", err)
-	}
-	node, err := c.client.CoreV1().Nodes().Get(t.ctx, nodeName, metav1.GetOptions{})
-	t.must(err, "reading the node")
-	conditioned := false
-	for _, condition := range node.Status.Conditions {
-		conditioned = conditioned || condition.Type == "GPUIsolation"
-	}
-	if !conditioned {
-		t.Fatalf("before the uninstall, the node has no GPUIsolation condition to remove")
-	}
-
+	n.checkInstalledLeavesTraces(t)
 	n.runDocCommands(t, e, "operations.md's kustomize uninstall", strings.ReplaceAll(
 		docBlock(t, e, "first, then the rest (with the overlay you applied"), "manifests/default", e.path("manifests", "node-image")))
 	n.installed = false
-	n.runDocCommands(t, e, "operations.md's commands for what an uninstall does not remove",
-		docBlock(t, e, "What an uninstall does not remove, none of which refuses a pod"))
-	cleanup := e.path("manifests", "uninstall-image")
-	t.must(os.MkdirAll(cleanup, 0o755), "creating the uninstall overlay")
-	t.must(os.WriteFile(filepath.Join(cleanup, "kustomization.yaml"), []byte("apiVersion: kustomize.config.k8s.io/v1beta1\n"+
-		"kind: Kustomization\nresources: [../uninstall]\nimages:\n  - {name: gpuguard, newName: "+gpuguardRepo+", newTag: "+gpuguardTag+"}\n"),
-		0o644), "writing the uninstall overlay")
-	n.runDocCommands(t, e, "operations.md's node cleanup", strings.ReplaceAll(
-		docBlock(t, e, "where they differed from the defaults:"), "my-uninstall-overlay", cleanup))
+	n.removeLeftovers(t, e)
+	n.checkNothingLeft(t, e, "after the kustomize uninstall")
 
-	// The API.
-	for _, ns := range []string{gpuguardNamespace, "gpuguard-uninstall"} {
-		if _, err := c.client.CoreV1().Namespaces().Get(t.ctx, ns, metav1.GetOptions{}); err == nil {
-			t.Errorf("namespace %s is left", ns)
-		}
-	}
-	out, err := n.kubectl(t, e, "get", "clusterroles,clusterrolebindings,mutatingwebhookconfigurations,validatingwebhookconfigurations,"+
-		"validatingadmissionpolicies,validatingadmissionpolicybindings", "-o", "name")
-	t.must(err, "listing what is left: "+out)
-	// The audit's reports, where node/audit ran it (the CRD stays, as the docs say).
-	if _, err := n.kubectl(t, e, "get", "crd", "policyreports.wgpolicyk8s.io"); err == nil {
-		reports, err := n.kubectl(t, e, "get", "policyreports.wgpolicyk8s.io", "-A", "-l", "app.kubernetes.io/managed-by=gpuguard", "-o", "name")
-		t.must(err, "listing the PolicyReports left: "+reports)
-		out += reports
-	}
-	for _, line := range strings.Fields(out) {
-		if strings.Contains(line, "gpuguard") {
-			t.Errorf("left in the API: %s", line)
-		}
-	}
-	node, err = c.client.CoreV1().Nodes().Get(t.ctx, nodeName, metav1.GetOptions{})
-	t.must(err, "reading the node")
-	for _, condition := range node.Status.Conditions {
-		if condition.Type == "GPUIsolation" {
-			t.Errorf("the node keeps its GPUIsolation condition: %+v", condition)
-		}
-	}
-	// The node.
-	left, _ := filepath.Glob("/var/run/cdi/*gpuguard*")
-	// /run/gpuguard itself is the harness's (a shared mount, as on a systemd node; node.go): its MPS root is
-	// the plugin's.
-	left = append(left, "/run/gpuguard/mps", "/etc/kubernetes/node-feature-discovery/features.d/gpuguard", "/var/lib/rpm",
-		"/usr/local/nvidia/toolkit")
+	// What else a node held for the scenarios, each gone with them.
+	left := []string{"/var/lib/rpm", "/usr/local/nvidia/toolkit"}
 	if n.onCRIO() {
 		left = append(left, crioDropIn)
 	} else {
@@ -129,4 +78,92 @@ func nodeUninstall(t *T, e *Env) {
 	}
 	defer n.deletePods(t, "after-uninstall")
 	expectBothGPUs(t, "after the uninstall, a pod that asked for no GPU (as before gpuguard)", n.look(t, e, n.runPod(t, cudaPod("after-uninstall"))))
+}
+
+// helmUninstall: the node's Helm release uninstalled with operations.md's commands, then its leftovers
+// removed as for kustomize (node/kustomize runs it before installing with kustomize): nothing of gpuguard is
+// left in the API or on the node.
+func (n *Node) helmUninstall(t *T, e *Env) {
+	n.checkInstalledLeavesTraces(t)
+	started := time.Now()
+	n.runDocCommands(t, e, "operations.md's Helm uninstall", docBlock(t, e, "Then uninstall the release and its namespace:"))
+	n.installed = false
+	n.removeLeftovers(t, e)
+	n.checkNothingLeft(t, e, "after the Helm uninstall")
+	t.Logf("the Helm release uninstalled and its leftovers removed, as operations.md says: %.1f s", time.Since(started).Seconds())
+}
+
+// gpuguardCDISpec is the CDI spec gpuguard's device plugin writes on the node.
+const gpuguardCDISpec = "/var/run/cdi/k8s.gpuguard.io-gpu.json"
+
+// checkInstalledLeavesTraces fails the test unless the installation has written what an uninstall leaves, so
+// that its removal shows: the device plugin's CDI spec and the node's GPUIsolation condition.
+func (n *Node) checkInstalledLeavesTraces(t *T) {
+	if _, err := os.Stat(gpuguardCDISpec); err != nil {
+		t.Fatalf("before the uninstall, the device plugin's CDI spec: %v; want it there, so that its removal shows", err)
+	}
+	node, err := n.cluster.client.CoreV1().Nodes().Get(t.ctx, nodeName, metav1.GetOptions{})
+	t.must(err, "reading the node")
+	for _, condition := range node.Status.Conditions {
+		if condition.Type == "GPUIsolation" {
+			return
+		}
+	}
+	t.Fatalf("before the uninstall, the node has no GPUIsolation condition to remove")
+}
+
+// removeLeftovers runs operations.md's commands for what an uninstall does not remove (the condition, the
+// reports), then its node cleanup, manifests/uninstall with the image set in an overlay.
+func (n *Node) removeLeftovers(t *T, e *Env) {
+	n.runDocCommands(t, e, "operations.md's commands for what an uninstall does not remove",
+		docBlock(t, e, "What an uninstall does not remove, none of which refuses a pod"))
+	cleanup := e.path("manifests", "uninstall-image")
+	t.must(os.MkdirAll(cleanup, 0o755), "creating the uninstall overlay")
+	t.must(os.WriteFile(filepath.Join(cleanup, "kustomization.yaml"), []byte("apiVersion: kustomize.config.k8s.io/v1beta1\n"+
+		"kind: Kustomization\nresources: [../uninstall]\nimages:\n  - {name: gpuguard, newName: "+gpuguardRepo+", newTag: "+gpuguardTag+"}\n"),
+		0o644), "writing the uninstall overlay")
+	n.runDocCommands(t, e, "operations.md's node cleanup", strings.ReplaceAll(
+		docBlock(t, e, "where they differed from the defaults:"), "my-uninstall-overlay", cleanup))
+}
+
+// checkNothingLeft fails the test for anything of gpuguard left in the API (its namespaces, cluster-wide
+// objects, PolicyReports, the node's condition) or on the node (the device plugin's CDI specs, its MPS root,
+// its NFD feature file).
+func (n *Node) checkNothingLeft(t *T, e *Env, when string) {
+	c := n.cluster
+	for _, ns := range []string{gpuguardNamespace, "gpuguard-uninstall"} {
+		if _, err := c.client.CoreV1().Namespaces().Get(t.ctx, ns, metav1.GetOptions{}); err == nil {
+			t.Errorf("%s: namespace %s is left", when, ns)
+		}
+	}
+	out, err := n.kubectl(t, e, "get", "clusterroles,clusterrolebindings,mutatingwebhookconfigurations,validatingwebhookconfigurations,"+
+		"validatingadmissionpolicies,validatingadmissionpolicybindings", "-o", "name")
+	t.must(err, "listing what is left: "+out)
+	// The audit's reports, where node/audit ran it (the CRD stays, as the docs say).
+	if _, err := n.kubectl(t, e, "get", "crd", "policyreports.wgpolicyk8s.io"); err == nil {
+		reports, err := n.kubectl(t, e, "get", "policyreports.wgpolicyk8s.io", "-A", "-l", "app.kubernetes.io/managed-by=gpuguard", "-o", "name")
+		t.must(err, "listing the PolicyReports left: "+reports)
+		out += reports
+	}
+	for _, line := range strings.Fields(out) {
+		if strings.Contains(line, "gpuguard") {
+			t.Errorf("%s: left in the API: %s", when, line)
+		}
+	}
+	node, err := c.client.CoreV1().Nodes().Get(t.ctx, nodeName, metav1.GetOptions{})
+	t.must(err, "reading the node")
+	for _, condition := range node.Status.Conditions {
+		if condition.Type == "GPUIsolation" {
+			t.Errorf("%s: the node keeps its GPUIsolation condition: %+v", when, condition)
+		}
+	}
+	left, _ := filepath.Glob("/var/run/cdi/*gpuguard*")
+	// /run/gpuguard itself is the harness's (a shared mount, as on a systemd node; node.go): its MPS root is
+	// the plugin's.
+	left = append(left, "/run/gpuguard/mps", "/etc/kubernetes/node-feature-discovery/features.d/gpuguard")
+	for _, path := range left {
+		if _, err := os.Stat(path); err == nil {
+			t.Errorf("%s: left on the node: %s", when, path)
+		}
+	}
 }
