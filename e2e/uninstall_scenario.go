@@ -3,6 +3,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -96,20 +97,27 @@ func (n *Node) helmUninstall(t *T, e *Env) {
 // gpuguardCDISpec is the CDI spec gpuguard's device plugin writes on the node.
 const gpuguardCDISpec = "/var/run/cdi/k8s.gpuguard.io-gpu.json"
 
-// checkInstalledLeavesTraces fails the test unless the installation has written what an uninstall leaves, so
-// that its removal shows: the device plugin's CDI spec and the node's GPUIsolation condition.
+// checkInstalledLeavesTraces fails the test unless the installation has written, within a minute, what an
+// uninstall leaves, so that its removal shows: the device plugin's CDI spec, the MPS root the node enforcer
+// makes, and the node's GPUIsolation condition.
 func (n *Node) checkInstalledLeavesTraces(t *T) {
-	if _, err := os.Stat(gpuguardCDISpec); err != nil {
-		t.Fatalf("before the uninstall, the device plugin's CDI spec: %v; want it there, so that its removal shows", err)
-	}
-	node, err := n.cluster.client.CoreV1().Nodes().Get(t.ctx, nodeName, metav1.GetOptions{})
-	t.must(err, "reading the node")
-	for _, condition := range node.Status.Conditions {
-		if condition.Type == "GPUIsolation" {
-			return
+	t.must(eventually(t.ctx, time.Minute, func() error {
+		for _, path := range []string{gpuguardCDISpec, "/run/gpuguard/mps"} {
+			if _, err := os.Stat(path); err != nil {
+				return fmt.Errorf("%v; want it there, so that its removal shows", err)
+			}
 		}
-	}
-	t.Fatalf("before the uninstall, the node has no GPUIsolation condition to remove")
+		node, err := n.cluster.client.CoreV1().Nodes().Get(t.ctx, nodeName, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		for _, condition := range node.Status.Conditions {
+			if condition.Type == "GPUIsolation" {
+				return nil
+			}
+		}
+		return fmt.Errorf("the node has no GPUIsolation condition to remove")
+	}), "before the uninstall, what it leaves")
 }
 
 // removeLeftovers runs operations.md's commands for what an uninstall does not remove (the condition, the
