@@ -61,6 +61,7 @@ int serve(const po::variables_map& flags) {
   if (const int status = cli::require_api_server(kProgram, flags, apiserver); status != 0) return status;
 
   return cli::run_service([&] {
+    cli::StopSignalsHeld stop_signals;  // first: before the watchers' and informers' threads, which keep them blocked
     extender::ExtenderMetrics metrics(GPUGUARD_VERSION, !insecure);
     policy::PolicyWatcher policy(cli::path_flag(flags, "policy-dir"), metrics);
     std::unique_ptr<tls::CertificateWatcher> certificate;
@@ -100,6 +101,7 @@ int serve(const po::variables_map& flags) {
                             {"prioritize", *prefix + "/prioritize"},
                             {"apiserver", apiserver.url()},
                             {"version", GPUGUARD_VERSION}});
+    stop_signals.release();  // only this thread is given them, by then delivered to the server's signal loop
     server.run();
   });
 }

@@ -19,6 +19,7 @@
 #include <boost/beast/http/write.hpp>
 
 #include <algorithm>
+#include <array>
 #include <csignal>
 #include <mutex>
 #include <optional>
@@ -51,6 +52,62 @@ template <class T = void>
 using Task = asio::awaitable<T, Executor>;
 
 constexpr auto kNoThrow = asio::as_tuple(asio::use_awaitable_t<Executor>{});
+
+// What stops the server: the signal set waits for these, and the connections' loops block them.
+constexpr std::array<int, 2> kStopSignals{SIGINT, SIGTERM};
+
+// The stop signals blocked in the calling thread while this lives (the threads it starts meanwhile inherit
+// them blocked); the mask it found is put back however the scope ends.
+class StopSignalsBlocked {
+ public:
+  StopSignalsBlocked() {
+    sigset_t stop;
+    sigemptyset(&stop);
+    for (const int signal : kStopSignals) sigaddset(&stop, signal);
+    ::pthread_sigmask(SIG_BLOCK, &stop, &before_);
+  }
+  ~StopSignalsBlocked() { ::pthread_sigmask(SIG_SETMASK, &before_, nullptr); }
+  StopSignalsBlocked(const StopSignalsBlocked&) = delete;
+  StopSignalsBlocked& operator=(const StopSignalsBlocked&) = delete;
+
+ private:
+  sigset_t before_;
+};
+
+// A thread per connection loop, each kept waiting for connections until the drain stops its loop. However
+// run() leaves, by the drain or by a throw (a thread the system would not start, say under a pids limit,
+// or a handler of the control loop), the loops are let go and stopped and every thread started is joined:
+// a start that fails is an error the program reports, never a wait for threads that cannot end.
+class LoopThreads {
+ public:
+  explicit LoopThreads(const std::vector<std::unique_ptr<asio::io_context>>& loops) {
+    try {
+      for (const auto& loop : loops) {
+        waiting_.push_back(asio::make_work_guard(*loop));
+        threads_.emplace_back([&context = *loop] { context.run(); });
+      }
+    } catch (...) {
+      end();
+      throw;
+    }
+  }
+  ~LoopThreads() { end(); }
+  LoopThreads(const LoopThreads&) = delete;
+  LoopThreads& operator=(const LoopThreads&) = delete;
+
+ private:
+  void end() {
+    for (auto& guard : waiting_) {
+      guard.reset();
+      guard.get_executor().context().stop();
+    }
+    for (auto& thread : threads_) thread.join();
+    threads_.clear();
+  }
+
+  std::vector<asio::executor_work_guard<Executor>> waiting_;
+  std::vector<std::thread> threads_;
+};
 
 // Spare capacity after the body so that the JSON decoder (simdjson needs 64 bytes) can read it in place.
 constexpr std::size_t kBodySlack = 64;
@@ -251,7 +308,7 @@ struct HttpServer::Impl {
   asio::io_context control_loop{1};
   std::size_t next_loop = 0;  // round robin; touched only by the accept loop
   asio::basic_socket_acceptor<tcp, Executor> acceptor{control_loop};
-  asio::basic_signal_set<Executor> signals{control_loop, SIGINT, SIGTERM};
+  asio::basic_signal_set<Executor> signals{control_loop, kStopSignals[0], kStopSignals[1]};
   Timer drain_timer{control_loop};
 
   Task<> accept_loop();
@@ -645,23 +702,14 @@ void HttpServer::run() {
     impl_->begin_shutdown();
   });
   asio::co_spawn(impl_->control_loop, impl_->accept_loop(), [](const std::exception_ptr&) {});
-  // The connections' loops wait for connections until the drain stops every loop.
-  // They start with SIGINT and SIGTERM blocked, so that the kernel never gives those to a loop: where the
-  // program holds them blocked in its other threads too (cli::StopSignalsHeld: the enforcer, the device
-  // plugin), only the thread that runs the signals' loop below takes them. The same two as `signals`.
-  sigset_t stop;
-  sigset_t before;
-  sigemptyset(&stop);
-  sigaddset(&stop, SIGINT);
-  sigaddset(&stop, SIGTERM);
-  ::pthread_sigmask(SIG_BLOCK, &stop, &before);
-  std::vector<asio::executor_work_guard<Executor>> waiting;
-  std::vector<std::jthread> threads;
-  for (const auto& loop : impl_->loops) {
-    waiting.push_back(asio::make_work_guard(*loop));
-    threads.emplace_back([&context = *loop] { context.run(); });
+  // The connections' loops start with SIGINT and SIGTERM blocked, so that the kernel never gives those to a
+  // loop: where the program holds them blocked in its other threads too (cli::StopSignalsHeld), only the
+  // thread that runs the signals' loop below takes them.
+  std::optional<LoopThreads> threads;
+  {
+    const StopSignalsBlocked blocked;
+    threads.emplace(impl_->loops);
   }
-  ::pthread_sigmask(SIG_SETMASK, &before, nullptr);
   impl_->control_loop.run();
 }
 

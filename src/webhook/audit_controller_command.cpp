@@ -118,6 +118,7 @@ int read_loop_options(const po::variables_map& flags, audit::AuditLoopOptions& o
 // Runs the audit loop and its status port until a signal ends it.
 int serve_audit(const po::variables_map& flags, const audit::AuditLoopOptions& options) {
   return cli::run_service([&] {
+    cli::StopSignalsHeld stop_signals;  // first: before the watchers' and informers' threads, which keep them blocked
     audit::AuditMetrics metrics(GPUGUARD_VERSION);
     policy::PolicyWatcher policy(cli::path_flag(flags, "policy-dir"), metrics);
     audit::AuditLoop loop(
@@ -142,6 +143,7 @@ int serve_audit(const po::variables_map& flags, const audit::AuditLoopOptions& o
                             {"lease", options.lease_namespace + "/" + options.lease_name},
                             {"identity", options.identity},
                             {"version", GPUGUARD_VERSION}});
+    stop_signals.release();  // only this thread is given them, by then delivered to the server's signal loop
     server.run();
     loop.stop();
   });

@@ -100,6 +100,56 @@ bool valid_instance(std::string_view instance) {
          webhook::arming::is_deployment_name(instance.substr(slash + 1));
 }
 
+// Serves reviews until a signal ends it, from flags serve() has checked; throws when it cannot start.
+void serve_reviews(const po::variables_map& flags, const std::optional<kube::ApiServer>& apiserver,
+                   const std::string& claims_mode, const std::string& instance, server::ServerOptions options) {
+  cli::StopSignalsHeld stop_signals;  // first: before the watchers' and informers' threads, which keep them blocked
+  webhook::WebhookMetrics metrics(GPUGUARD_VERSION);
+  policy::PolicyWatcher policy(cli::path_flag(flags, "policy-dir"), metrics);
+  tls::CertificateWatcher certificate(flags["tls-cert-file"].as<std::string>(),
+                                      flags["tls-private-key-file"].as<std::string>(), metrics);
+  std::unique_ptr<claims::ClaimCache> claims;
+  std::unique_ptr<kube::Informers> informers;
+  if (apiserver) {
+    claims = std::make_unique<claims::ClaimCache>();
+    kube::InformerOptions informer_options;
+    informer_options.user_agent = std::string("gpuguard-webhook/") + GPUGUARD_VERSION;
+    informer_options.rediscover_interval =
+        std::chrono::milliseconds(static_cast<long long>(flags["api-discovery-interval"].as<double>() * 1000));
+    informer_options.on_discovery = [](const std::string&, const kube::GroupDiscovery& found) {
+      claims::log_claims_discovery(found);
+    };
+    informers = std::make_unique<kube::Informers>(*apiserver, claims->watched_resources(), informer_options);
+  } else {
+    log::warn(claims_mode == "off"
+                  ? "--resource-claims off: DRA claims are not looked up"
+                  : "no Kubernetes API (not in a pod, no --apiserver-url): DRA claims are not looked up",
+              {{"effect", "containers that get devices through resource claims are treated as requesting no GPU"}});
+  }
+  webhook::WebhookHandler handler(
+      [&policy] { return policy.current(); }, metrics, claims.get(),
+      claims ? std::function<bool()>([&claims] { return claims->synced(); }) : std::function<bool()>());
+  handler.set_instance(instance);
+  if (informers) {
+    handler.set_readiness_note(
+        [&informers] { return claims::claims_off_note(informers->discovered(claims::ClaimCache::kGroup)); });
+  }
+  options.on_shutdown = [&handler] { handler.set_ready(false); };
+  options.counters = &metrics.server_counters();
+  server::HttpServer server(
+      options, [&certificate] { return certificate.current(); }, handler);
+  const std::string address = server.bind();
+  if (informers) informers->start();
+  policy.watch(std::chrono::seconds(1));
+  certificate.watch(std::chrono::seconds(2));
+  handler.set_ready(true);
+  log::info("listening", {{"address", address},
+                          {"version", GPUGUARD_VERSION},
+                          {"resource_claims", apiserver ? apiserver->url() : std::string("off")}});
+  stop_signals.release();  // only this thread is given them, by then delivered to the server's signal loop
+  server.run();
+}
+
 int serve(const po::variables_map& flags) {
   if (!cli::has_tls_flags(flags)) {
     std::cerr << "gpuguard-webhook: --tls-cert-file and --tls-private-key-file are required (see --help)\n";
@@ -134,51 +184,7 @@ int serve(const po::variables_map& flags) {
   }
   server::ServerOptions options = std::move(*parsed_options);
   if (!size_for_memory(flags, options)) return 2;
-  return cli::run_service([&] {
-    webhook::WebhookMetrics metrics(GPUGUARD_VERSION);
-    policy::PolicyWatcher policy(cli::path_flag(flags, "policy-dir"), metrics);
-    tls::CertificateWatcher certificate(flags["tls-cert-file"].as<std::string>(),
-                                        flags["tls-private-key-file"].as<std::string>(), metrics);
-    std::unique_ptr<claims::ClaimCache> claims;
-    std::unique_ptr<kube::Informers> informers;
-    if (apiserver) {
-      claims = std::make_unique<claims::ClaimCache>();
-      kube::InformerOptions informer_options;
-      informer_options.user_agent = std::string("gpuguard-webhook/") + GPUGUARD_VERSION;
-      informer_options.rediscover_interval =
-          std::chrono::milliseconds(static_cast<long long>(flags["api-discovery-interval"].as<double>() * 1000));
-      informer_options.on_discovery = [](const std::string&, const kube::GroupDiscovery& found) {
-        claims::log_claims_discovery(found);
-      };
-      informers = std::make_unique<kube::Informers>(*apiserver, claims->watched_resources(), informer_options);
-    } else {
-      log::warn(claims_mode == "off"
-                    ? "--resource-claims off: DRA claims are not looked up"
-                    : "no Kubernetes API (not in a pod, no --apiserver-url): DRA claims are not looked up",
-                {{"effect", "containers that get devices through resource claims are treated as requesting no GPU"}});
-    }
-    webhook::WebhookHandler handler(
-        [&policy] { return policy.current(); }, metrics, claims.get(),
-        claims ? std::function<bool()>([&claims] { return claims->synced(); }) : std::function<bool()>());
-    handler.set_instance(instance);
-    if (informers) {
-      handler.set_readiness_note(
-          [&informers] { return claims::claims_off_note(informers->discovered(claims::ClaimCache::kGroup)); });
-    }
-    options.on_shutdown = [&handler] { handler.set_ready(false); };
-    options.counters = &metrics.server_counters();
-    server::HttpServer server(
-        options, [&certificate] { return certificate.current(); }, handler);
-    const std::string address = server.bind();
-    if (informers) informers->start();
-    policy.watch(std::chrono::seconds(1));
-    certificate.watch(std::chrono::seconds(2));
-    handler.set_ready(true);
-    log::info("listening", {{"address", address},
-                            {"version", GPUGUARD_VERSION},
-                            {"resource_claims", apiserver ? apiserver->url() : std::string("off")}});
-    server.run();
-  });
+  return cli::run_service([&] { serve_reviews(flags, apiserver, claims_mode, instance, std::move(options)); });
 }
 
 }  // namespace

@@ -240,3 +240,16 @@ TEST_CASE("bad flags are refused") {
     CHECK(result.status == 2);
   }
 }
+
+// As for the webhook: the stop signals are held from the first line, so the audit loop's, the policy
+// watcher's and the status port's threads block them, and only the server's signal loop is given them; on
+// SIGTERM the Lease is still given up (the first case).
+TEST_CASE("SIGTERM and SIGINT reach the signal loop's thread alone: the audit loop and the watcher block them") {
+  Cluster cluster;
+  auto controller = cluster.controller("replica-a");
+  CHECK(eventually(
+      [&] { return controller->main_thread_alone_takes(SIGTERM) && controller->main_thread_alone_takes(SIGINT); }));
+  INFO(controller->threads().size() << " threads");
+  CHECK(controller->threads().size() >= 3);  // beside the main thread: the audit loop, the watcher, a loop
+  CHECK(controller->terminate() == 0);
+}

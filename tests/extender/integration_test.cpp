@@ -2,6 +2,8 @@
 // real TLS to the apiserver and plain HTTP (or TLS) from the "scheduler" side.
 #include <catch2/catch.hpp>
 
+#include <csignal>
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -387,4 +389,17 @@ TEST_CASE("bad flags and a missing cluster are reported, not crashed on") {
   CHECK_THAT(outside.output, Catch::Contains("KUBERNETES_SERVICE_HOST"));
   CHECK(run("--insecure-listen-address nowhere --apiserver-url https://127.0.0.1:1").status == 1);
   CHECK(run("--version").status == 0);
+}
+
+// As for the webhook: the stop signals are held from the first line, so the informers', the policy
+// watcher's and the connections' threads block them, and only the server's signal loop is given them.
+TEST_CASE("SIGTERM and SIGINT reach the signal loop's thread alone: the informers and watchers block them") {
+  Cluster cluster;
+  Extender extender(cluster.apiserver, cluster.token);
+  CHECK(eventually([&] {
+    return extender.process.main_thread_alone_takes(SIGTERM) && extender.process.main_thread_alone_takes(SIGINT);
+  }));
+  INFO(extender.process.threads().size() << " threads");
+  CHECK(extender.process.threads().size() >= 4);  // beside the main thread: informers, the watcher, two loops
+  CHECK(extender.process.terminate() == 0);
 }

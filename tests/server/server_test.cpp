@@ -1,15 +1,24 @@
 // server::HttpServer in this process, over real TLS on 127.0.0.1, with deadlines short enough to watch
 // pass: what the programs' fixed timeouts (10 s to shake hands, 120 s idle) do, and how bodies and
-// answers larger than one TLS record cross the connection. And the TLS stream under it, on its own.
+// answers larger than one TLS record cross the connection; and a start whose threads the system refuses.
+// And the TLS stream under it, on its own.
+#include <grp.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
 
+#include <cctype>
 #include <chrono>
+#include <csignal>
+#include <filesystem>
+#include <fstream>
 #include <string>
+#include <system_error>
 #include <thread>
 
 #include "files.hpp"
@@ -102,6 +111,26 @@ std::optional<std::chrono::milliseconds> silent_connection_closed_after(unsigned
   return closed_after;
 }
 
+// The tasks (processes and threads) whose real user is `uid`, as RLIMIT_NPROC counts them.
+rlim_t tasks_of_user(uid_t uid) {
+  rlim_t count = 0;
+  const std::string wanted = "Uid:\t" + std::to_string(uid) + "\t";
+  std::error_code ec;
+  for (const auto& process : std::filesystem::directory_iterator("/proc", ec)) {
+    if (!std::isdigit(static_cast<unsigned char>(process.path().filename().string()[0]))) continue;
+    for (const auto& task : std::filesystem::directory_iterator(process.path() / "task", ec)) {
+      std::ifstream status(task.path() / "status");
+      for (std::string line; std::getline(status, line);) {
+        if (line.starts_with("Uid:")) {
+          count += line.starts_with(wanted) ? 1 : 0;
+          break;
+        }
+      }
+    }
+  }
+  return count;
+}
+
 }  // namespace
 
 TEST_CASE("a connection that never shakes hands, or idles after a request, is closed at its deadline") {
@@ -140,6 +169,58 @@ TEST_CASE("bodies and answers larger than a TLS record arrive whole, on one kept
     CHECK(large.status == 200);
     CHECK(large.body == handler.large_answer);
   }
+}
+
+// What run() does when the system will not start all of its connections' threads (a pids limit reached, as
+// in a pod at the kubelet's podPidsLimit): it throws, for the program to report why it cannot start, with the
+// caller's signal mask as it was. It used to wait for ever, joining the threads it had started, whose loops
+// it still held. Shown in a child process that may start one thread and not two: a user of its own (root
+// may exceed the limit; the uid is one no process on the machine has), RLIMIT_NPROC one above the tasks
+// that user has; the child says by its exit status what run() did.
+TEST_CASE("a server whose connection threads cannot start throws, restores the signal mask, and never hangs") {
+  const EchoHandler handler;
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    constexpr uid_t kUnusedId = 2000000123;
+    if (::geteuid() == 0 && (::setgroups(0, nullptr) != 0 || ::setresgid(kUnusedId, kUnusedId, kUnusedId) != 0 ||
+                             ::setresuid(kUnusedId, kUnusedId, kUnusedId) != 0)) {
+      ::_exit(10);
+    }
+    const rlim_t one_more = tasks_of_user(::getuid()) + 1;
+    const rlimit limit{one_more, one_more};
+    if (::setrlimit(RLIMIT_NPROC, &limit) != 0) ::_exit(11);
+    server::ServerOptions options = short_deadlines();  // two connection loops: the second cannot start
+    options.listen_address = "127.0.0.1:0";
+    server::HttpServer server(options, server::TlsProvider{}, handler);
+    server.bind();
+    try {
+      server.run();
+    } catch (const std::system_error&) {
+      sigset_t now;
+      ::pthread_sigmask(SIG_BLOCK, nullptr, &now);
+      ::_exit(sigismember(&now, SIGTERM) == 0 && sigismember(&now, SIGINT) == 0 ? 0 : 12);
+    } catch (...) {
+      ::_exit(13);
+    }
+    ::_exit(14);  // returned as if served
+  }
+  int status = 0;
+  pid_t reaped = 0;
+  for (int waited_ms = 0; reaped == 0 && waited_ms < 20000; waited_ms += 10) {
+    reaped = ::waitpid(child, &status, WNOHANG);
+    if (reaped == 0) std::this_thread::sleep_for(10ms);
+  }
+  if (reaped == 0) {
+    ::kill(child, SIGKILL);
+    ::waitpid(child, &status, 0);
+    FAIL("run() still ran 20 s after its threads could not start");
+  }
+  INFO(
+      "the child's exit status (10, 11: could not set up; 12: mask left blocked; 13: another exception; 14: "
+      "run() returned)");
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
 }
 
 // A deadline or the drain closes a socket while its TLS session still exists, and the descriptor's number

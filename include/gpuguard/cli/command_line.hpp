@@ -38,14 +38,14 @@ int run_service(const std::function<void()>& serve);
 sigset_t stop_signals();
 
 // SIGTERM and SIGINT held pending in the calling thread, and in every thread it starts, from construction
-// until release(), which unblocks them in the calling thread alone. The programs that start gRPC (the node
-// enforcer, the device plugin) make one first, before any thread exists, and release it just before their
-// status server's loop runs on that thread (whose connection loops start blocked too): a stop during
-// start-up waits for it and ends in the orderly stop, and the kernel gives the signal to no thread but the
-// one that waits for it. (Given to one of gRPC's threads, asleep in a library ThreadSanitizer does not
-// instrument, it waited there unseen, and the stop never came.) Never released, as when start-up throws, they
-// stay held: a pending stop must not kill the process by its default action before it says why it cannot
-// start.
+// until release(), which unblocks them in the calling thread alone. Every program that serves until a signal
+// (the webhook, the scheduler extender, the audit controller, the node enforcer, the device plugin) makes one
+// first, before any thread exists, and releases it just before its server's loop runs on that thread (whose
+// connection loops start blocked too): a stop during start-up waits for it and ends in the orderly stop, and
+// the kernel gives the signal to no thread but the one that waits for it. (Given to one of gRPC's threads, asleep in a
+// library ThreadSanitizer does not instrument, it waited there unseen, and the stop never came.) Never released, as
+// when start-up throws, they stay held: a pending stop must not kill the process by its default action before it says
+// why it cannot start.
 class StopSignalsHeld {
  public:
   StopSignalsHeld();

@@ -62,9 +62,11 @@ class HttpServer {
   // Binds the listening socket; throws std::runtime_error with the reason when it cannot.
   // Returns the bound address as host:port (the real port when 0 was asked for).
   std::string bind();
-  // Serves until SIGINT/SIGTERM or stop(), then drains as ServerOptions says. Returns normally. Its
-  // connection loops' threads block both signals, so a caller that holds them blocked in its own threads
-  // (cli::StopSignalsHeld) must release them in this one before it calls run(), or no stop comes.
+  // Serves until SIGINT/SIGTERM or stop(), then drains as ServerOptions says, and returns. Throws
+  // std::system_error when a connection loop's thread cannot start, after stopping and joining those that
+  // did, with the caller's signal mask as it was. Its connection loops' threads block both signals, so a
+  // caller that holds them blocked in its own threads (cli::StopSignalsHeld) must release them in this one
+  // before it calls run(), or no stop comes.
   void run();
   // Starts the same drain as a signal does; safe from any thread.
   void stop();

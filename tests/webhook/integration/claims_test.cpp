@@ -4,6 +4,8 @@
 // claims are off and /readyz says so.
 #include <catch2/catch.hpp>
 
+#include <csignal>
+
 #include <filesystem>
 #include <fstream>
 
@@ -177,4 +179,20 @@ TEST_CASE("with claims read, /readyz is 503 until they have been listed, and say
   REQUIRE(eventually([&] { return client.request("GET", "/readyz").status == 200; }));
   CHECK(client.request("GET", "/readyz").body == "ok\n");
   CHECK(patched_containers(client.request("POST", "/mutate", review(), "application/json").body) == "1");
+}
+
+// The kernel gives a process-directed SIGTERM to any thread that does not block it. The webhook holds both
+// stop signals blocked from its first line, so every thread it starts (the informers', the policy's and the
+// certificate's watchers', the connections' loops) blocks them, and releases them in the main thread just
+// before the server's signal loop runs there: a stop during start-up waits for the drain, and none is given
+// to a thread asleep where it may never be seen.
+TEST_CASE("SIGTERM and SIGINT reach the signal loop's thread alone: the informers and watchers block them") {
+  Cluster cluster;
+  cluster.apiserver.serve_claims({"v1"});
+  auto webhook = cluster.webhook();
+  CHECK(eventually(
+      [&] { return webhook->main_thread_alone_takes(SIGTERM) && webhook->main_thread_alone_takes(SIGINT); }));
+  INFO(webhook->threads().size() << " threads");
+  CHECK(webhook->threads().size() >= 5);  // beside the main thread: informers, two watchers, connection loops
+  CHECK(webhook->terminate() == 0);
 }
