@@ -386,8 +386,8 @@ void AuditLoop::start() {
       [&i](std::string_view resource, kube::ReflectorOutcome outcome) { i.metrics.count_informer(resource, outcome); });
   i.other_informers->start();
   i.start_pod_informer();
-  i.running = true;
   i.thread = std::thread([&i] { i.run(); });
+  i.running = true;  // only now: a thread the system refused is not joined by stop()
 }
 
 void AuditLoop::stop() {

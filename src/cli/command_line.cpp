@@ -82,9 +82,12 @@ sigset_t stop_signals() {
 
 StopSignalsHeld::StopSignalsHeld() : stop_(stop_signals()) { ::pthread_sigmask(SIG_BLOCK, &stop_, nullptr); }
 
-void StopSignalsHeld::release() {
-  if (held_) ::pthread_sigmask(SIG_UNBLOCK, &stop_, nullptr);
-  held_ = false;
+StopSignalsHeld::Released StopSignalsHeld::release() const { return Released(stop_); }
+
+StopSignalsHeld::Released::Released(const sigset_t& stop) : stop_(stop) {
+  ::pthread_sigmask(SIG_UNBLOCK, &stop_, nullptr);
 }
+
+StopSignalsHeld::Released::~Released() { ::pthread_sigmask(SIG_BLOCK, &stop_, nullptr); }
 
 }  // namespace gpuguard::cli

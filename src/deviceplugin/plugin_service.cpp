@@ -497,8 +497,8 @@ void serve(const PluginConfig& c, const std::vector<std::string>& config_warning
     node_report.emplace(
         kNodeReportInterval, [&] { judge(condition ? &*condition : nullptr); }, condition.has_value());
   }
-  stop_signals.release();  // the threads above keep them blocked: only this one is given them
-  status.run();            // until SIGTERM or SIGINT
+  const auto stop_delivered = stop_signals.release();  // to this thread alone; held again before the server goes
+  status.run();                                        // until SIGTERM or SIGINT
   kubelet.stop();
 }
 

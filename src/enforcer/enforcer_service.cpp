@@ -180,8 +180,8 @@ void serve(const EnforcerConfig& config) {
                                       {"plugin", config.plugin_index + "-" + config.plugin_name},
                                       {"pod_resources", config.pod_resources_socket.string()},
                                       {"mode", policy::node_enforcement_name(policy.current()->node_enforcement)}});
-  stop_signals.release();  // only this thread is given them, by then delivered to the status server's loop
-  status.run();            // until SIGTERM or SIGINT
+  const auto stop_delivered = stop_signals.release();  // to this thread alone; held again before the server goes
+  status.run();                                        // until SIGTERM or SIGINT
   nri_thread.request_stop();
 }
 

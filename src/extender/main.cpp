@@ -101,7 +101,7 @@ int serve(const po::variables_map& flags) {
                             {"prioritize", *prefix + "/prioritize"},
                             {"apiserver", apiserver.url()},
                             {"version", GPUGUARD_VERSION}});
-    stop_signals.release();  // only this thread is given them, by then delivered to the server's signal loop
+    const auto stop_delivered = stop_signals.release();  // to this thread alone; held again before the server goes
     server.run();
   });
 }

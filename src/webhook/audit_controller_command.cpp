@@ -143,7 +143,7 @@ int serve_audit(const po::variables_map& flags, const audit::AuditLoopOptions& o
                             {"lease", options.lease_namespace + "/" + options.lease_name},
                             {"identity", options.identity},
                             {"version", GPUGUARD_VERSION}});
-    stop_signals.release();  // only this thread is given them, by then delivered to the server's signal loop
+    const auto stop_delivered = stop_signals.release();  // to this thread alone; held again before the server goes
     server.run();
     loop.stop();
   });

@@ -146,7 +146,7 @@ void serve_reviews(const po::variables_map& flags, const std::optional<kube::Api
   log::info("listening", {{"address", address},
                           {"version", GPUGUARD_VERSION},
                           {"resource_claims", apiserver ? apiserver->url() : std::string("off")}});
-  stop_signals.release();  // only this thread is given them, by then delivered to the server's signal loop
+  const auto stop_delivered = stop_signals.release();  // to this thread alone; held again before the server goes
   server.run();
 }
 

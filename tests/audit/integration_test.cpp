@@ -61,19 +61,22 @@ struct Cluster {
   }
   ~Cluster() { fs::remove_all(dir); }
 
+  std::vector<std::string> controller_argv(const std::string& identity) const {
+    return {GPUGUARD_WEBHOOK_BIN, "audit-controller",
+            "--apiserver-url",    apiserver.url(),
+            "--token-file",       (dir / "token").string(),
+            "--ca-file",          certs_dir() + "/ca.crt",
+            "--listen-address",   "127.0.0.1:0",
+            "--lease-namespace",  "gpuguard-system",
+            "--identity",         identity,
+            "--resource-claims",  "off",
+            "--policy-dir",       (dir / "policy").string(),
+            "--lease-duration",   "4",
+            "--renew-deadline",   "3",
+            "--retry-period",     "1"};
+  }
   std::unique_ptr<ServerProcess> controller(const std::string& identity) {
-    return std::make_unique<ServerProcess>(std::vector<std::string>{GPUGUARD_WEBHOOK_BIN, "audit-controller",
-                                                                    "--apiserver-url",    apiserver.url(),
-                                                                    "--token-file",       (dir / "token").string(),
-                                                                    "--ca-file",          certs_dir() + "/ca.crt",
-                                                                    "--listen-address",   "127.0.0.1:0",
-                                                                    "--lease-namespace",  "gpuguard-system",
-                                                                    "--identity",         identity,
-                                                                    "--resource-claims",  "off",
-                                                                    "--policy-dir",       (dir / "policy").string(),
-                                                                    "--lease-duration",   "4",
-                                                                    "--renew-deadline",   "3",
-                                                                    "--retry-period",     "1"});
+    return std::make_unique<ServerProcess>(controller_argv(identity));
   }
 };
 
@@ -241,15 +244,24 @@ TEST_CASE("bad flags are refused") {
   }
 }
 
-// As for the webhook: the stop signals are held from the first line, so the audit loop's, the policy
-// watcher's and the status port's threads block them, and only the server's signal loop is given them; on
+// As for the webhook: the stop signals are held from the start of serving, so the audit loop's, its
+// informers' and the status port's threads block them, and only the server's signal loop is given them; on
 // SIGTERM the Lease is still given up (the first case).
-TEST_CASE("SIGTERM and SIGINT reach the signal loop's thread alone: the audit loop and the watcher block them") {
+TEST_CASE("SIGTERM and SIGINT reach the signal loop's thread alone: every other thread blocks them") {
   Cluster cluster;
   auto controller = cluster.controller("replica-a");
   CHECK(eventually(
       [&] { return controller->main_thread_alone_takes(SIGTERM) && controller->main_thread_alone_takes(SIGINT); }));
   INFO(controller->threads().size() << " threads");
-  CHECK(controller->threads().size() >= 3);  // beside the main thread: the audit loop, the watcher, a loop
+  CHECK(controller->threads().size() >= 3);  // beside the main thread: the audit loop, informers, a loop
   CHECK(controller->terminate() == 0);
+}
+
+// As for the webhook: at each limit on its threads the audit controller serves, or exits 1 saying why. Its
+// audit loop's thread, refused, used to be joined all the same, which aborted it.
+TEST_CASE("at each limit on its threads the audit controller serves, or exits 1 saying why") {
+  Cluster cluster;
+  const int served = serves_or_says_why_at_each_task_limit(cluster.controller_argv("replica-a"), 10);
+  CHECK(served >= 1);
+  CHECK(served < 10);
 }

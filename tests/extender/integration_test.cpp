@@ -391,15 +391,23 @@ TEST_CASE("bad flags and a missing cluster are reported, not crashed on") {
   CHECK(run("--version").status == 0);
 }
 
-// As for the webhook: the stop signals are held from the first line, so the informers', the policy
-// watcher's and the connections' threads block them, and only the server's signal loop is given them.
-TEST_CASE("SIGTERM and SIGINT reach the signal loop's thread alone: the informers and watchers block them") {
+// As for the webhook: the stop signals are held from the start of serving, so the informers' and the
+// connections' threads block them, and only the server's signal loop is given them.
+TEST_CASE("SIGTERM and SIGINT reach the signal loop's thread alone: every other thread blocks them") {
   Cluster cluster;
   Extender extender(cluster.apiserver, cluster.token);
   CHECK(eventually([&] {
     return extender.process.main_thread_alone_takes(SIGTERM) && extender.process.main_thread_alone_takes(SIGINT);
   }));
   INFO(extender.process.threads().size() << " threads");
-  CHECK(extender.process.threads().size() >= 4);  // beside the main thread: informers, the watcher, two loops
+  CHECK(extender.process.threads().size() >= 4);  // beside the main thread: informers, two connection loops
   CHECK(extender.process.terminate() == 0);
+}
+
+// As for the webhook: at each limit on its threads the extender serves, or exits 1 saying why.
+TEST_CASE("at each limit on its threads the extender serves, or exits 1 saying why") {
+  Cluster cluster;
+  const int served = serves_or_says_why_at_each_task_limit(Extender::argv(cluster.apiserver, cluster.token, {}), 10);
+  CHECK(served >= 1);
+  CHECK(served < 10);
 }

@@ -174,36 +174,45 @@ TEST_CASE("bodies and answers larger than a TLS record arrive whole, on one kept
 // What run() does when the system will not start all of its connections' threads (a pids limit reached, as
 // in a pod at the kubelet's podPidsLimit): it throws, for the program to report why it cannot start, with the
 // caller's signal mask as it was. It used to wait for ever, joining the threads it had started, whose loops
-// it still held. Shown in a child process that may start one thread and not two: a user of its own (root
-// may exceed the limit; the uid is one no process on the machine has), RLIMIT_NPROC one above the tasks
-// that user has; the child says by its exit status what run() did.
+// it still held. Shown in a child process that may start one thread and not two: a user of its own, which no
+// other process has (root may exceed the limit, so this needs root, as the enforcer's memory cgroup does), at
+// RLIMIT_NPROC one above that user's tasks; the child says by its exit status what run() did.
 TEST_CASE("a server whose connection threads cannot start throws, restores the signal mask, and never hangs") {
+  INFO("run as root: the child takes a user of its own");
+  REQUIRE(::geteuid() == 0);
   const EchoHandler handler;
   const pid_t child = ::fork();
   REQUIRE(child >= 0);
   if (child == 0) {
-    constexpr uid_t kUnusedId = 2000000123;
-    if (::geteuid() == 0 && (::setgroups(0, nullptr) != 0 || ::setresgid(kUnusedId, kUnusedId, kUnusedId) != 0 ||
-                             ::setresuid(kUnusedId, kUnusedId, kUnusedId) != 0)) {
-      ::_exit(10);
-    }
-    const rlim_t one_more = tasks_of_user(::getuid()) + 1;
-    const rlimit limit{one_more, one_more};
-    if (::setrlimit(RLIMIT_NPROC, &limit) != 0) ::_exit(11);
-    server::ServerOptions options = short_deadlines();  // two connection loops: the second cannot start
-    options.listen_address = "127.0.0.1:0";
-    server::HttpServer server(options, server::TlsProvider{}, handler);
-    server.bind();
     try {
-      server.run();
-    } catch (const std::system_error&) {
-      sigset_t now;
-      ::pthread_sigmask(SIG_BLOCK, nullptr, &now);
-      ::_exit(sigismember(&now, SIGTERM) == 0 && sigismember(&now, SIGINT) == 0 ? 0 : 12);
+      const auto own_id = static_cast<uid_t>(2000000000 + ::getpid());
+      if (::setgroups(0, nullptr) != 0 || ::setresgid(own_id, own_id, own_id) != 0 ||
+          ::setresuid(own_id, own_id, own_id) != 0) {
+        ::_exit(10);
+      }
+      const rlim_t one_more = tasks_of_user(own_id) + 1;
+      const rlimit limit{one_more, one_more};
+      if (::setrlimit(RLIMIT_NPROC, &limit) != 0) ::_exit(11);
+      sigset_t stop;
+      sigemptyset(&stop);
+      sigaddset(&stop, SIGTERM);
+      sigaddset(&stop, SIGINT);
+      ::pthread_sigmask(SIG_UNBLOCK, &stop, nullptr);     // as a program that released them calls run()
+      server::ServerOptions options = short_deadlines();  // two connection loops: the second cannot start
+      options.listen_address = "127.0.0.1:0";
+      server::HttpServer server(options, server::TlsProvider{}, handler);
+      server.bind();
+      try {
+        server.run();
+      } catch (const std::system_error&) {
+        sigset_t now;
+        ::pthread_sigmask(SIG_BLOCK, nullptr, &now);
+        ::_exit(sigismember(&now, SIGTERM) == 0 && sigismember(&now, SIGINT) == 0 ? 0 : 12);
+      }
+      ::_exit(14);  // returned as if served
     } catch (...) {
-      ::_exit(13);
+      ::_exit(13);  // never back into the test runner
     }
-    ::_exit(14);  // returned as if served
   }
   int status = 0;
   pid_t reaped = 0;

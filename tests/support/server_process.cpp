@@ -1,12 +1,19 @@
 #include "server_process.hpp"
 
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+
 #include <algorithm>
+#include <chrono>
+
+#include "eventually.hpp"
 
 namespace gpuguard::test {
 
-std::string certs_dir() { return GPUGUARD_TEST_CERTS_DIR; }
+using namespace std::chrono_literals;
 
-namespace {
+std::string certs_dir() { return GPUGUARD_TEST_CERTS_DIR; }
 
 std::vector<std::string> webhook_argv(std::vector<std::string> extra_args) {
   auto given = [&](const std::string& flag) {
@@ -23,8 +30,6 @@ std::vector<std::string> webhook_argv(std::vector<std::string> extra_args) {
   return args;
 }
 
-}  // namespace
-
 ServerProcess::ServerProcess(std::vector<std::string> argv)
     : ChildProcess(std::move(argv)), port_(logged_port("listening")) {}
 
@@ -32,5 +37,34 @@ WebhookProcess::WebhookProcess(std::vector<std::string> extra_args)
     : ServerProcess(webhook_argv(std::move(extra_args))) {}
 
 ExitResult run_webhook(const std::string& args) { return run_binary(GPUGUARD_WEBHOOK_BIN, args); }
+
+uid_t own_test_user() { return static_cast<uid_t>(2000000000 + ::getpid()); }
+
+int serves_or_says_why_at_each_task_limit(const std::vector<std::string>& argv, unsigned most) {
+  int served = 0;
+  for (unsigned tasks = 1; tasks <= most; ++tasks) {
+    const std::string user = std::to_string(own_test_user());  // each run reaped before the next starts
+    std::vector<std::string> limited = {"setpriv",
+                                        "--reuid=" + user,
+                                        "--regid=" + user,
+                                        "--clear-groups",
+                                        "--",
+                                        "env",
+                                        "ASAN_OPTIONS=detect_leaks=0",
+                                        "prlimit",
+                                        "--nproc=" + std::to_string(tasks) + ":" + std::to_string(tasks),
+                                        "--"};
+    limited.insert(limited.end(), argv.begin(), argv.end());
+    ChildProcess child(limited);
+    const bool settled = eventually(
+        [&] { return !child.running() || child.log().find("\"msg\":\"listening\"") != std::string::npos; }, 10s);
+    const int status = child.running() ? child.terminate(10s) : child.wait_exit(0ms);
+    INFO("at most " << tasks << " tasks: exit status " << status << "; its log:\n" << child.log());
+    CHECK(settled);
+    CHECK((status == 0 || (status == 1 && child.log().find("cannot start") != std::string::npos)));
+    served += status == 0 ? 1 : 0;
+  }
+  return served;
+}
 
 }  // namespace gpuguard::test

@@ -1,6 +1,8 @@
 #pragma once
 // A gpuguard server binary started for a test, known by the port it reports: the webhook, the extender and
 // the audit controller.
+#include <sys/types.h>
+
 #include <string>
 #include <vector>
 
@@ -29,6 +31,21 @@ class WebhookProcess : public ServerProcess {
 };
 
 std::string certs_dir();
+
+// The command line WebhookProcess starts.
+std::vector<std::string> webhook_argv(std::vector<std::string> extra_args = {});
+
+// The user serves_or_says_why_at_each_task_limit runs programs as: one no other process has (derived from
+// this process's ID), so that its tasks are the program's alone. A file only root may read (a private key)
+// must be given to it first.
+uid_t own_test_user();
+
+// Starts `argv` (a server program, as ServerProcess would) once at each RLIMIT_NPROC from 1 to `most` tasks,
+// each time as own_test_user(), so that no more than that many of its threads can exist (setpriv(1) and
+// prlimit(1): this needs root; the sanitizers' leak check, which starts a thread at exit, is off). At every
+// limit it must either serve and, at SIGTERM, exit 0, or exit 1 logging why it cannot start; never hang, never
+// die by a signal (an abort). Each limit is CHECKed here; returns how many of them it served under.
+int serves_or_says_why_at_each_task_limit(const std::vector<std::string>& argv, unsigned most);
 
 // Runs gpuguard-webhook with `args` (a shell word list) to completion.
 ExitResult run_webhook(const std::string& args);

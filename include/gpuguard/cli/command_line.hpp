@@ -37,27 +37,40 @@ int run_service(const std::function<void()>& serve);
 // SIGTERM and SIGINT: the signals on which every gpuguard program stops in order.
 sigset_t stop_signals();
 
-// SIGTERM and SIGINT held pending in the calling thread, and in every thread it starts, from construction
-// until release(), which unblocks them in the calling thread alone. Every program that serves until a signal
-// (the webhook, the scheduler extender, the audit controller, the node enforcer, the device plugin) makes one
-// first, before any thread exists, and releases it just before its server's loop runs on that thread (whose
-// connection loops start blocked too): a stop during start-up waits for it and ends in the orderly stop, and
-// the kernel gives the signal to no thread but the one that waits for it. (Given to one of gRPC's threads, asleep in a
-// library ThreadSanitizer does not instrument, it waited there unseen, and the stop never came.) Never released, as
-// when start-up throws, they stay held: a pending stop must not kill the process by its default action before it says
-// why it cannot start.
+// SIGTERM and SIGINT held pending in the calling thread, and in every thread it starts, except while the
+// object release() returns lives, which unblocks them in the calling thread alone. Every program that serves
+// until a signal (the webhook, the scheduler extender, the audit controller, the node enforcer, the device
+// plugin) makes one first, before any thread exists, and releases it just before its server's loop runs on
+// that thread (whose connection loops start blocked too): a stop during start-up waits for it and ends in the
+// orderly stop, and the kernel gives the signal to no thread but the one that waits for it. (Given to one of
+// gRPC's threads, asleep in a library ThreadSanitizer does not instrument, it waited there unseen, and the
+// stop never came.) Held before the release and after it, as when start-up throws or the server's run()
+// does: a pending stop must not kill the process by its default action before it says why it cannot start.
 class StopSignalsHeld {
  public:
+  // The signals unblocked in the thread that made it, and blocked again when it goes.
+  class Released {
+   public:
+    explicit Released(const sigset_t& stop);
+    ~Released();
+    Released(const Released&) = delete;
+    Released& operator=(const Released&) = delete;
+
+   private:
+    sigset_t stop_;
+  };
+
   StopSignalsHeld();
   StopSignalsHeld(const StopSignalsHeld&) = delete;
   StopSignalsHeld& operator=(const StopSignalsHeld&) = delete;
   ~StopSignalsHeld() = default;
-  // From here a pending signal is delivered, to the handler that is in place by then.
-  void release();
+  // While the result lives a pending signal is delivered, to the handler in place by then (the server's).
+  // Keep it after the server, so that it goes first: a stop that comes once run() has returned or thrown,
+  // when the server and its handler are about to go, waits pending while the program says why and exits.
+  [[nodiscard]] Released release() const;
 
  private:
   sigset_t stop_;
-  bool held_ = true;
 };
 
 }  // namespace gpuguard::cli

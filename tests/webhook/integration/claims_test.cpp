@@ -4,6 +4,8 @@
 // claims are off and /readyz says so.
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
+
 #include <csignal>
 
 #include <filesystem>
@@ -88,11 +90,17 @@ struct Cluster {
     std::ofstream(dir / "token") << "webhook-token";
   }
   ~Cluster() { fs::remove_all(dir); }
-  std::unique_ptr<WebhookProcess> webhook() {
-    return std::make_unique<WebhookProcess>(
-        std::vector<std::string>{"--apiserver-url", apiserver.url(), "--token-file", (dir / "token").string(),
-                                 "--ca-file", certs_dir() + "/ca.crt", "--api-discovery-interval", "0.5"});
+  std::vector<std::string> flags() const {
+    return {"--apiserver-url",
+            apiserver.url(),
+            "--token-file",
+            (dir / "token").string(),
+            "--ca-file",
+            certs_dir() + "/ca.crt",
+            "--api-discovery-interval",
+            "0.5"};
   }
+  std::unique_ptr<WebhookProcess> webhook() { return std::make_unique<WebhookProcess>(flags()); }
 };
 
 }  // namespace
@@ -182,17 +190,35 @@ TEST_CASE("with claims read, /readyz is 503 until they have been listed, and say
 }
 
 // The kernel gives a process-directed SIGTERM to any thread that does not block it. The webhook holds both
-// stop signals blocked from its first line, so every thread it starts (the informers', the policy's and the
-// certificate's watchers', the connections' loops) blocks them, and releases them in the main thread just
-// before the server's signal loop runs there: a stop during start-up waits for the drain, and none is given
-// to a thread asleep where it may never be seen.
-TEST_CASE("SIGTERM and SIGINT reach the signal loop's thread alone: the informers and watchers block them") {
+// stop signals blocked from the start of serving, before any thread exists, so every thread it starts (here
+// the informers', the certificate watcher's, the connections' loops) blocks them, and releases them in the
+// main thread just before the server's signal loop runs there: a stop during start-up waits for the drain,
+// and none is given to a thread asleep where it may never be seen.
+TEST_CASE("SIGTERM and SIGINT reach the signal loop's thread alone: every other thread blocks them") {
   Cluster cluster;
   cluster.apiserver.serve_claims({"v1"});
   auto webhook = cluster.webhook();
   CHECK(eventually(
       [&] { return webhook->main_thread_alone_takes(SIGTERM) && webhook->main_thread_alone_takes(SIGINT); }));
   INFO(webhook->threads().size() << " threads");
-  CHECK(webhook->threads().size() >= 5);  // beside the main thread: informers, two watchers, connection loops
+  CHECK(webhook->threads().size() >= 5);  // beside the main thread: informers, the watcher, two connection loops
   CHECK(webhook->terminate() == 0);
+}
+
+// A pod's pids limit (the kubelet's podPidsLimit) that leaves the webhook fewer threads than it starts: at
+// each limit it serves or exits 1 saying why. Its connections' loops started last used to leave it waiting
+// for ever on the loop that did start.
+TEST_CASE("at each limit on its threads the webhook serves, or exits 1 saying why") {
+  Cluster cluster;
+  cluster.apiserver.serve_claims({"v1"});
+  // Its certificate, with a key the user it runs as may read.
+  fs::copy_file(certs_dir() + "/tls.crt", cluster.dir / "tls.crt");
+  fs::copy_file(certs_dir() + "/tls.key", cluster.dir / "tls.key");
+  REQUIRE(::chown((cluster.dir / "tls.key").c_str(), own_test_user(), own_test_user()) == 0);
+  std::vector<std::string> flags = cluster.flags();
+  flags.insert(flags.end(), {"--tls-cert-file", (cluster.dir / "tls.crt").string(), "--tls-private-key-file",
+                             (cluster.dir / "tls.key").string()});
+  const int served = serves_or_says_why_at_each_task_limit(webhook_argv(flags), 10);
+  CHECK(served >= 1);  // the last limits leave room for every thread
+  CHECK(served < 10);  // and the first do not
 }
