@@ -9,6 +9,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <system_error>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -329,7 +330,12 @@ struct AuditLoop::Impl {
       if (judged && judged != in_force && relisting_for != in_force) {
         log::info("policy changed: listing the pods again to judge each under it");
         relisting_for = in_force;
-        start_pod_informer();
+        try {
+          start_pod_informer();
+        } catch (const std::system_error& e) {  // its thread refused, as at a pids limit: tried again next round
+          log::error("cannot list the pods again", {{"reason", e.what()}, {"effect", "not ready until it can"}});
+          relisting_for = nullptr;
+        }
       }
       synced_now = informers_synced();
       const bool changed = pods.changes() != seen_pods || nodes.changes() != seen_nodes;

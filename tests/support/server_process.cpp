@@ -41,6 +41,8 @@ ExitResult run_webhook(const std::string& args) { return run_binary(GPUGUARD_WEB
 uid_t own_test_user() { return static_cast<uid_t>(2000000000 + ::getpid()); }
 
 int serves_or_says_why_at_each_task_limit(const std::vector<std::string>& argv, unsigned most) {
+  INFO("run as root: each start takes a user of its own");
+  REQUIRE(::geteuid() == 0);
   int served = 0;
   for (unsigned tasks = 1; tasks <= most; ++tasks) {
     const std::string user = std::to_string(own_test_user());  // each run reaped before the next starts
