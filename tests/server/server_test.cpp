@@ -22,6 +22,7 @@
 #include <thread>
 
 #include "files.hpp"
+#include "gpuguard/cli/command_line.hpp"
 #include "gpuguard/server/http_server.hpp"
 #include "gpuguard/tls/server_context.hpp"
 #include "server/tls_stream.hpp"
@@ -230,6 +231,31 @@ TEST_CASE("a server whose connection threads cannot start throws, restores the s
       "run() returned)");
   REQUIRE(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);
+}
+
+// cli::StopSignalsHeld as every program holds the stop signals around its server's run(): blocked from
+// construction, unblocked in this thread while release()'s result lives, and blocked again once it goes, which
+// is before the server goes: a stop that comes as a failed run() unwinds waits, pending, while the program
+// says why it cannot start. (Unblocked there, a SIGTERM sent to the webhook just then, under ASan, found the
+// server's handler gone and ended it by signal 15.)
+TEST_CASE("the stop signals are held before the release, delivered while it lives, and held again after") {
+  const auto blocked = [](int signal) {
+    sigset_t now;
+    ::pthread_sigmask(SIG_BLOCK, nullptr, &now);
+    return sigismember(&now, signal) == 1;
+  };
+  const sigset_t stop = cli::stop_signals();
+  ::pthread_sigmask(SIG_UNBLOCK, &stop, nullptr);
+  const cli::StopSignalsHeld held;
+  CHECK(blocked(SIGTERM));
+  CHECK(blocked(SIGINT));
+  {
+    const auto delivered = held.release();
+    CHECK_FALSE(blocked(SIGTERM));
+    CHECK_FALSE(blocked(SIGINT));
+  }
+  CHECK(blocked(SIGTERM));
+  CHECK(blocked(SIGINT));
 }
 
 // A deadline or the drain closes a socket while its TLS session still exists, and the descriptor's number
