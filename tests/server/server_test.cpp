@@ -1,7 +1,7 @@
 // server::HttpServer in this process, over real TLS on 127.0.0.1, with deadlines short enough to watch
 // pass: what the programs' fixed timeouts (10 s to shake hands, 120 s idle) do, and how bodies and
-// answers larger than one TLS record cross the connection; and a start whose threads the system refuses.
-// And the TLS stream under it, on its own.
+// answers larger than one TLS record cross the connection; a start whose threads the system refuses, and the
+// stop signals as the programs hold them around run(). And the TLS stream under it, on its own.
 #include <grp.h>
 #include <netinet/in.h>
 #include <poll.h>
