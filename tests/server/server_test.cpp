@@ -26,6 +26,7 @@
 #include "gpuguard/server/http_server.hpp"
 #include "gpuguard/tls/server_context.hpp"
 #include "server/tls_stream.hpp"
+#include "server_process.hpp"
 #include "tls_client.hpp"
 
 using namespace gpuguard;
@@ -186,7 +187,7 @@ TEST_CASE("a server whose connection threads cannot start throws, restores the s
   REQUIRE(child >= 0);
   if (child == 0) {
     try {
-      const auto own_id = static_cast<uid_t>(2000000000 + ::getpid());
+      const uid_t own_id = test::own_test_user();
       if (::setgroups(0, nullptr) != 0 || ::setresgid(own_id, own_id, own_id) != 0 ||
           ::setresuid(own_id, own_id, own_id) != 0) {
         ::_exit(10);
@@ -194,10 +195,7 @@ TEST_CASE("a server whose connection threads cannot start throws, restores the s
       const rlim_t one_more = tasks_of_user(own_id) + 1;
       const rlimit limit{one_more, one_more};
       if (::setrlimit(RLIMIT_NPROC, &limit) != 0) ::_exit(11);
-      sigset_t stop;
-      sigemptyset(&stop);
-      sigaddset(&stop, SIGTERM);
-      sigaddset(&stop, SIGINT);
+      const sigset_t stop = cli::stop_signals();
       ::pthread_sigmask(SIG_UNBLOCK, &stop, nullptr);     // as a program that released them calls run()
       server::ServerOptions options = short_deadlines();  // two connection loops: the second cannot start
       options.listen_address = "127.0.0.1:0";

@@ -35,9 +35,9 @@ std::string certs_dir();
 // The command line WebhookProcess starts.
 std::vector<std::string> webhook_argv(std::vector<std::string> extra_args = {});
 
-// The user serves_or_says_why_at_each_task_limit runs programs as: one no other process has (derived from
-// this process's ID), so that its tasks are the program's alone. A file only root may read (a private key)
-// must be given to it first.
+// A user no other process has (derived from this process's ID), for a test that must count a user's tasks:
+// serves_or_says_why_at_each_task_limit runs programs as it, the server's own test a forked child. A file only
+// root may read (a private key) must be given to it first.
 uid_t own_test_user();
 
 // Starts `argv` (a server program, as ServerProcess would) once at each RLIMIT_NPROC from 1 to `most` tasks,
