@@ -39,8 +39,9 @@ func (a agentShape) pod() *corev1.Pod {
 // agent (/ at /host), a log shipper (/var/log and /run) and a CNI agent (/var/run) start under the defaults
 // and keep running; in each, each MPS root below its mount is an empty read-only tmpfs, though the host's
 // roots hold a file, while a file beside them in the host's /run is there; the enforcer counts the masks and
-// checks each at its start. On CRI-O, which starts a container whose start is refused, none is masked:
-// nodeAgentsOnCRIO.
+// checks each at its start. On CRI-O, which starts a container whose start is refused, the check that holds
+// is the mask check the enforcer adds as a createRuntime hook: each masked agent's spec carries it
+// (maskCheckedOnCRIO), and runc ran it before the agent's process.
 func nodeAgents(t *T, e *Env) {
 	n := e.gpuguardFor(t)
 	page := n.waitForEnforcerRegistered(t)
@@ -68,12 +69,11 @@ func nodeAgents(t *T, e *Env) {
 		names = append(names, agent.name)
 	}
 	defer n.deletePods(t, names...)
-	if n.onCRIO() {
-		nodeAgentsOnCRIO(t, n, agents)
-		return
-	}
 	for _, agent := range agents {
 		pod := n.runPod(t, agent.pod())
+		if n.onCRIO() && !agent.privileged {
+			maskCheckedOnCRIO(t, e, n, pod)
+		}
 		for _, root := range agentMPSRoots {
 			at := agent.runBelow + strings.TrimPrefix(root, "/run")
 			listing, err := e.execIn(t, pod, "ls", "-a", at)
@@ -125,22 +125,21 @@ func nodeAgents(t *T, e *Env) {
 	})
 }
 
-// nodeAgentsOnCRIO: CRI-O logs a start the enforcer refuses and starts the container anyway, so where runc
-// put a mask could not be held to: no mask is written there, and the agents that are not privileged are
-// refused at their creation, saying so; the privileged one, never refused, starts.
-func nodeAgentsOnCRIO(t *T, n *Node, agents []agentShape) {
-	for _, agent := range agents {
-		if agent.privileged {
-			n.runPod(t, agent.pod())
-			t.Logf("%s (privileged): started, reported and not confined", agent.name)
-			continue
-		}
-		why := n.failedCreate(t, agent.pod())
-		if !strings.Contains(why, "not masked: the runtime (CRI-O) starts a container whose start the enforcer refuses") {
-			t.Errorf("%s on CRI-O: %q; want gpuguard's refusal saying CRI-O does not hold a start to a mask", agent.name, why)
-		}
-		t.Logf("%s on CRI-O: %s", agent.name, why)
+// maskCheckedOnCRIO: the agent's container ran with gpuguard's mask check as its one createRuntime hook,
+// the program the enforcer copied to the node, told the node's MPS roots.
+func maskCheckedOnCRIO(t *T, e *Env, n *Node, pod *corev1.Pod) {
+	id := pod.Status.ContainerStatuses[0].ContainerID
+	id = id[strings.Index(id, "://")+3:]
+	hooks, err := criCreateRuntimeHooks(e.ctx, n.runtime.socket(), id)
+	t.must(err, pod.Name+": reading its runtime spec")
+	const hook = maskCheckOnNode
+	if len(hooks) != 1 || hooks[0][0] != hook || !strings.Contains(strings.Join(hooks[0], " "), " -- /run/gpuguard ") {
+		t.Errorf("%s on CRI-O: createRuntime hooks %v; want %s alone, told the MPS roots", pod.Name, hooks, hook)
 	}
+	if info, err := os.Stat(hook); err != nil || info.Mode().Perm()&0o111 == 0 {
+		t.Errorf("the mask check on the node: %v, %v; want the enforcer's copy, executable", info, err)
+	}
+	t.Logf("%s on CRI-O: checked by %v before its process ran", pod.Name, hooks[0][:3])
 }
 
 // maskedIn reports whether mountinfo has a read-only tmpfs mounted at `at`.

@@ -137,3 +137,34 @@ func infoPID(info map[string]string) int {
 	}
 	return parsed.Pid
 }
+
+// criCreateRuntimeHooks is each createRuntime hook of a container's OCI spec, its path and arguments, from
+// the runtime's verbose status (CRI-O's "info" holds the spec it ran the container with).
+func criCreateRuntimeHooks(ctx context.Context, socket, id string) ([][]string, error) {
+	var hooks [][]string
+	err := criCall(ctx, socket, func(ctx context.Context, conn *grpc.ClientConn) error {
+		status, err := runtimeapi.NewRuntimeServiceClient(conn).ContainerStatus(ctx,
+			&runtimeapi.ContainerStatusRequest{ContainerId: id, Verbose: true})
+		if err != nil {
+			return err
+		}
+		var parsed struct {
+			RuntimeSpec *struct {
+				Hooks struct {
+					CreateRuntime []struct {
+						Path string   `json:"path"`
+						Args []string `json:"args"`
+					} `json:"createRuntime"`
+				} `json:"hooks"`
+			} `json:"runtimeSpec"`
+		}
+		if err := json.Unmarshal([]byte(status.Info["info"]), &parsed); err != nil || parsed.RuntimeSpec == nil {
+			return fmt.Errorf("container %s: no runtime spec in the runtime's verbose status (%v)", id, err)
+		}
+		for _, hook := range parsed.RuntimeSpec.Hooks.CreateRuntime {
+			hooks = append(hooks, append([]string{hook.Path}, hook.Args...))
+		}
+		return nil
+	})
+	return hooks, err
+}

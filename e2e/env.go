@@ -98,7 +98,7 @@ func (c *Config) validate() error {
 		filepath.Join(c.Components, "mps-stand-in"),
 		filepath.Join(c.Gpuguard, "gpuguard-webhook"),
 		filepath.Join(c.Gpuguard, "gpuguard-scheduler-extender"), filepath.Join(c.Gpuguard, "gpuguard-device-plugin"),
-		filepath.Join(c.Gpuguard, "gpuguard-node-enforcer"),
+		filepath.Join(c.Gpuguard, "gpuguard-node-enforcer"), filepath.Join(c.Gpuguard, "gpuguard-mask-check"),
 		filepath.Join(c.Source, "manifests", "default", "kustomization.yaml"),
 	} {
 		if _, err := os.Stat(path); err != nil {

@@ -79,7 +79,7 @@ func main() {
 	var cfg Config
 	flag.StringVar(&cfg.Components, "components", "", "directory with etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kustomize, helm, containerd (and its shim and ctr), nvidia-container-runtime and pause")
 	flag.StringVar(&cfg.ControlPlane, "control-plane", "", "directory with another minor's kube-apiserver, kube-controller-manager and kube-scheduler, used instead of those in -components; the node scenarios are skipped")
-	flag.StringVar(&cfg.Gpuguard, "gpuguard", "", "directory with gpuguard-webhook, gpuguard-scheduler-extender, gpuguard-device-plugin and gpuguard-node-enforcer")
+	flag.StringVar(&cfg.Gpuguard, "gpuguard", "", "directory with gpuguard-webhook, gpuguard-scheduler-extender, gpuguard-device-plugin, gpuguard-node-enforcer and gpuguard-mask-check")
 	flag.StringVar(&cfg.Source, "source", "", "the gpuguard source tree (manifests/, certs/generate.sh)")
 	flag.StringVar(&cfg.Peers, "peers", "", "directory with the peers scripts/build-peers built from ../shared/peers (nvidia-device-plugin, gpu-kubelet-plugin); without it the scenarios that run them are skipped")
 	flag.StringVar(&cfg.Runtime, "runtime", runtimeContainerd, "the real node's container runtime: containerd, or crio (CRI-O, built with -peers)")

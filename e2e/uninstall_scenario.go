@@ -97,12 +97,15 @@ func (n *Node) helmUninstall(t *T, e *Env) {
 // gpuguardCDISpec is the CDI spec gpuguard's device plugin writes on the node.
 const gpuguardCDISpec = "/var/run/cdi/k8s.gpuguard.io-gpu.json"
 
+// maskCheckOnNode is where the node enforcer copies its mask check (CRI-O's createRuntime hook).
+const maskCheckOnNode = "/var/lib/gpuguard/bin/gpuguard-mask-check"
+
 // checkInstalledLeavesTraces fails the test unless the installation has written, within a minute, what an
 // uninstall leaves, so that its removal shows: the device plugin's CDI spec, the MPS root the node enforcer
-// makes, and the node's GPUIsolation condition.
+// makes, the mask check it copies, and the node's GPUIsolation condition.
 func (n *Node) checkInstalledLeavesTraces(t *T) {
 	t.must(eventually(t.ctx, time.Minute, func() error {
-		for _, path := range []string{gpuguardCDISpec, "/run/gpuguard/mps"} {
+		for _, path := range []string{gpuguardCDISpec, "/run/gpuguard/mps", maskCheckOnNode} {
 			if _, err := os.Stat(path); err != nil {
 				return fmt.Errorf("%v; want it there, so that its removal shows", err)
 			}
@@ -168,7 +171,7 @@ func (n *Node) checkNothingLeft(t *T, e *Env, when string) {
 	left, _ := filepath.Glob("/var/run/cdi/*gpuguard*")
 	// /run/gpuguard itself is the harness's (a shared mount, as on a systemd node; node.go): its MPS root is
 	// the plugin's.
-	left = append(left, "/run/gpuguard/mps", "/etc/kubernetes/node-feature-discovery/features.d/gpuguard")
+	left = append(left, "/run/gpuguard/mps", "/etc/kubernetes/node-feature-discovery/features.d/gpuguard", "/var/lib/gpuguard")
 	for _, path := range left {
 		if _, err := os.Stat(path); err == nil {
 			t.Errorf("%s: left on the node: %s", when, path)

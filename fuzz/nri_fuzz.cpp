@@ -8,17 +8,20 @@
 // CreateContainerRequest and ValidateContainerAdjustmentRequest: the view holds at most its bounds, and the
 // decision on it names at most kBeyondKept lines, refuses with at most kMessageMax bytes, never acts
 // under audit, and sets only the variables it may, to the allocation or void, which is then within. The
-// same bytes as the kubelet's pod-resources answer, read as a stream: the same pods whatever the chunks.
+// same bytes as the kubelet's pod-resources answer, read as a stream: the same pods whatever the chunks. And
+// as the mask check's inputs (check_mask_hook).
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <sstream>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "gpuguard/enforcement/decision.hpp"
+#include "gpuguard/enforcement/mask_hook.hpp"
 #include "gpuguard/enforcer/pod_resources_reader.hpp"
 #include "gpuguard/k8s/host_path.hpp"
 #include "gpuguard/nri/container_view.hpp"
@@ -30,6 +33,36 @@ namespace {
 [[noreturn]] void violated(const char* what) {
   std::fprintf(stderr, "property violated: %s\n", what);
   std::abort();
+}
+
+// The same bytes as the mask check's inputs (mask_hook.hpp): as the runtime's state or a config.json, only
+// the values asked for are kept, each within a path's size; as a mountinfo before pivot_root, every place
+// it names is said as a path in the container, at most kBeyondKept of them; the verdict is empty or gpuguard's.
+void check_mask_hook(std::string_view bytes) {
+  namespace enforcement = gpuguard::enforcement;
+  std::istringstream json{std::string(bytes)};
+  std::string why;
+  if (const auto values = enforcement::json_values(json, {"pid", "bundle", "root/path"}, why)) {
+    if (values->size() != 3) violated("json_values kept other than the paths asked for");
+    for (const std::string& value : *values) {
+      if (value.size() > enforcement::kPathMax) violated("a JSON value kept past a path's size");
+    }
+  } else if (why.empty()) {
+    violated("JSON refused without a reason");
+  }
+  const std::vector<enforcement::NodeView::RootPlace> places = {{"/run/gpuguard", "0:25", "/gpuguard"},
+                                                               {"/run/nvidia/mps", "8:1", "/run/nvidia/mps"}};
+  const std::string rootfs = "/r";
+  const auto unmasked =
+      enforcement::unmasked_roots(bytes, places, enforcement::MaskCheck{.rootfs = rootfs, .masks_read_only = false});
+  if (unmasked.size() > enforcement::kBeyondKept) violated("more unmasked places than kept");
+  for (const std::string& place : unmasked) {
+    if (!place.starts_with('/')) violated("an unmasked place not said as a path in the container");
+  }
+  const std::string verdict = enforcement::mask_hook_verdict({places, false}, "", bytes, rootfs);
+  if (verdict.empty() != unmasked.empty() || (!verdict.empty() && !verdict.starts_with("gpuguard: "))) {
+    violated("the verdict does not follow the unmasked places");
+  }
 }
 
 struct Decoded {
@@ -220,5 +253,6 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     check_view(*view);
     check_decision(*view, node);
   }
+  check_mask_hook(bytes);
   return 0;
 }

@@ -103,7 +103,11 @@ seeds = {"configure": frame(1, configure) + frame(2, answer),
          "split": frame(1, create[:7]) + frame(1, create[7:]) + frame(2, answer),
          "validate": frame(1, validate),
          "joined": frame(1, configure + create + validate),
-         "empty-frame": frame(2, b"") + frame(1, configure)}
+         "empty-frame": frame(2, b"") + frame(1, configure),
+         # The mask check's inputs (check_mask_hook): the runtime's state, and a mountinfo before pivot_root.
+         "hook-state": b'{"pid":42,"bundle":"/run/b","root":{"path":"rootfs"},"annotations":{"a":"b"}}',
+         "hook-mountinfo": b"\n30 1 0:50 / /r rw - overlay overlay rw\n31 30 8:1 / /r/h ro - ext4 ext4 rw\n"
+                           b"32 31 0:25 / /r/h/run ro - tmpfs tmpfs rw\n33 32 0:60 / /r/h/run/gpuguard rw - tmpfs t rw\n"}
 for name, data in seeds.items():
     open(f"{sys.argv[1]}/{name}", "wb").write(bytes([13]) + data)
 PY

@@ -2,19 +2,21 @@
 # What gpuguard's image adds to its distroless base, laid out in one place: the Dockerfile's final stage
 # copies the tree this script makes, and `make test-image` runs the binaries inside the same tree.
 #   image-rootfs.sh BUILD_DIR OUT_DIR [--base]
-# The four programs go to /usr/local/bin, and every shared library they load that the base image does
-# not provide to /usr/lib/x86_64-linux-gnu. --base also lays out what gcr.io/distroless/cc-debian12
+# The four programs and the mask check go to /usr/local/bin, and every shared library they load that the
+# base image does not provide to /usr/lib/x86_64-linux-gnu. --base also lays out what gcr.io/distroless/cc-debian12
 # provides (its glibc, libgcc, libstdc++ and libssl packages, CA certificates, the nonroot user), from
 # this machine's Debian packages of the same names, for a test where no image can be pulled.
 set -euo pipefail
 build="$1"
 out="$2"
 programs=(gpuguard-webhook gpuguard-device-plugin gpuguard-scheduler-extender gpuguard-node-enforcer)
+# The mask check, linked statically (the host runs it, CMakeLists.txt): beside the enforcer, which copies it.
+static_programs=(gpuguard-mask-check)
 # The distroless cc base's own libraries: not copied, the image has them.
 base_libraries='/(libc|libm|libstdc\+\+|libgcc_s|ld-linux-x86-64)\.so'
 
 mkdir -p "$out/usr/local/bin" "$out/usr/lib/x86_64-linux-gnu"
-for program in "${programs[@]}"; do
+for program in "${programs[@]}" "${static_programs[@]}"; do
   install -m 0755 "$build/$program" "$out/usr/local/bin/$program"
 done
 ldd "${programs[@]/#/$build/}" | awk '$3 ~ /^\// {print $3}' | sort -u | { grep -Ev "$base_libraries" || true; } \

@@ -26,6 +26,10 @@ namespace {
 // The path the chart gives --nfd-feature-file (devicePlugin.nfdFeatures): removed also where the flag is
 // not given here, since NFD keeps labelling the node from it. No other program writes that name.
 constexpr const char* kChartNfdFeatureFile = "/etc/kubernetes/node-feature-discovery/features.d/gpuguard";
+// Where the chart's node enforcer copies its mask check for CRI-O (nodeEnforcer.maskCheckDir): the program,
+// then its directory and gpuguard's above it where nothing else is left in them.
+constexpr const char* kChartMaskCheckDir = "/var/lib/gpuguard/bin";
+constexpr const char* kMaskCheckName = "gpuguard-mask-check";
 
 // Whether a mount point of this process lies at or under dir (a tmpfs an MPS daemon left).
 bool mounted_under(const fs::path& dir) {
@@ -76,6 +80,11 @@ Forgotten forget_node(const PluginConfig& config) {
       forgotten.kept.push_back(record.string() + ": " + error.message());
     }
   }
+  const fs::path mask_check_dir = host_path(config.host_root, kChartMaskCheckDir);
+  remove_file(mask_check_dir / kMaskCheckName, forgotten);
+  for (const fs::path& dir : {mask_check_dir, mask_check_dir.parent_path()}) {
+    if (fs::is_empty(dir, error) && !error && fs::remove(dir, error)) forgotten.removed.push_back(dir);
+  }
   const fs::path mps = host_path(config.host_root, config.gpu.mps_root);
   if (fs::exists(mps, error)) {
     if (mounted_under(mps)) {
@@ -99,10 +108,11 @@ int run_forget_node_command(const std::vector<std::string>& args) {
       "gpuguard-device-plugin forget-node: removes from this node what the device plugin wrote there, after\n"
       "gpuguard is uninstalled: its CDI spec and its spec of the device none (under --cdi-root), the NFD\n"
       "feature file (--nfd-feature-file, and the chart's path), the record of the GPUs it withheld as served\n"
-      "elsewhere (gpuguard/ under --device-plugin-dir), and the MPS root (--mps-root) unless something is\n"
-      "still mounted under it. Takes the plugin's flags and config file, so that it looks where\n"
-      "that install wrote. Exits 0 when nothing of it is left, 1 when something could not be removed, 2 on\n"
-      "bad flags; with --wait, once done it waits for SIGTERM (a DaemonSet's pod, ready when done).\n\n"
+      "elsewhere (gpuguard/ under --device-plugin-dir), the node enforcer's mask check (/var/lib/gpuguard/bin),\n"
+      "and the MPS root (--mps-root) unless something is still mounted under it. Takes the plugin's flags and\n"
+      "config file, so that it looks where that install wrote. Exits 0 when nothing of it is left, 1 when\n"
+      "something could not be removed, 2 on bad flags; with --wait, once done it waits for SIGTERM (a\n"
+      "DaemonSet's pod, ready when done).\n\n"
       "Options");
   add_flags(description);
   description.add_options()("help,h", "this text")("wait", po::bool_switch(),

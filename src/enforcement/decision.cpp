@@ -583,9 +583,10 @@ bool masked(const ContainerView& container, std::string_view at) {
 std::string unmaskable(const ContainerView& container, const Mount& mount, bool bound, const std::string& root,
                        const NodeView& node) {
   if (!bound) return "the mount's source is a link, and runc binds where it leads";
-  if (!container.start_refusal_honoured) {
-    return "the runtime (CRI-O) starts a container whose start the enforcer refuses, so where runc puts a mask, "
-           "through the image's own links, cannot be held to";
+  if (!container.masks_checked) {
+    return "the runtime (CRI-O) starts a container whose start the enforcer refuses, and the node has no "
+           "mask check (gpuguard-node-enforcer --mask-hook-dir), so where runc puts a mask, through the image's "
+           "own links, cannot be held to";
   }
   if (mount.destination != k8s::lexical_path(mount.destination)) {
     // runc follows the container's own links before a "..", where the enforcer cannot: the mask would be
@@ -1004,18 +1005,24 @@ std::optional<MountLine> mount_line(std::string_view line) {
 
 }  // namespace
 
-std::vector<std::string> unmasked_roots(std::string_view mountinfo, const std::vector<NodeView::RootPlace>& places) {
+std::vector<std::string> unmasked_roots(std::string_view mountinfo, const std::vector<NodeView::RootPlace>& places,
+                                        const MaskCheck& check) {
+  const std::string rootfs = k8s::lexical_path(check.rootfs);
   std::vector<MountLine> mounts;
   while (!mountinfo.empty()) {
     const std::size_t end = mountinfo.find('\n');
-    if (auto mount = mount_line(mountinfo.substr(0, end))) mounts.push_back(std::move(*mount));
+    if (auto mount = mount_line(mountinfo.substr(0, end)); mount && k8s::is_or_under(mount->point, rootfs)) {
+      mounts.push_back(std::move(*mount));
+    }
     if (end == std::string_view::npos) break;
     mountinfo.remove_prefix(end + 1);
   }
-  // Where a read-only tmpfs is mounted, and the last line it is on (a mask hides what was mounted before it).
+  // Where a mask is mounted, and the last line it is on (a mask hides what was mounted before it).
   std::map<std::string, std::size_t, std::less<>> masks;
   for (std::size_t i = 0; i < mounts.size(); ++i) {
-    if (mounts[i].type == "tmpfs" && mounts[i].read_only) masks[k8s::lexical_path(mounts[i].point)] = i;
+    if (mounts[i].type == "tmpfs" && (mounts[i].read_only || !check.masks_read_only)) {
+      masks[k8s::lexical_path(mounts[i].point)] = i;
+    }
   }
   std::vector<std::string> unmasked;
   for (std::size_t i = 0; i < mounts.size(); ++i) {
@@ -1031,7 +1038,9 @@ std::vector<std::string> unmasked_roots(std::string_view mountinfo, const std::v
         hidden = mask != masks.end() && mask->second > i;
         if (above == "/") break;
       }
-      std::string line = cut(at, 256) + " (" + place.root + ")";
+      // Said as the container sees it: below its root.
+      const std::string seen = rootfs == "/" ? at : k8s::lexical_path("/" + at.substr(rootfs.size()));
+      std::string line = cut(seen, 256) + " (" + place.root + ")";
       if (hidden || std::find(unmasked.begin(), unmasked.end(), line) != unmasked.end()) continue;
       unmasked.push_back(std::move(line));
       if (unmasked.size() == kBeyondKept) return unmasked;

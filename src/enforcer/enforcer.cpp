@@ -7,6 +7,7 @@
 #include <mutex>
 #include <set>
 
+#include "gpuguard/enforcement/mask_hook.hpp"
 #include "gpuguard/enforcer/allocation_cache.hpp"
 #include "gpuguard/log/log.hpp"
 #include "gpuguard/nri/container_response.hpp"
@@ -231,11 +232,23 @@ struct Enforcer::Impl {
     if (policy.names_service_accounts_in(view.pod_namespace)) {
       view.service_account = accounts.of(view.pod_namespace, view.pod_name, view.pod_uid);
     }
-    view.start_refusal_honoured = !crio;
+    view.masks_checked = !crio || !options.mask_hook.empty();
     // Over the size NRI can show at a registration: decided on its size alone, the kubelet not asked.
     if (view.nri_bytes > enforcement::kNriContainerBytesMax) return decide(view, Allocation{}, node_view, policy);
     const Allocation allocation = allocation_of(view, sandbox_id, container_id, policy, node_view, listed, validating);
     return decide(view, allocation, node_view, policy);
+  }
+
+  // The mask check's hook for a decision with masks, on CRI-O; none otherwise (containerd's is the start).
+  // The places it is told are those of the node view the masks were decided on. A privileged container is
+  // not held to its masks, as to nothing else (start_container): no hook.
+  std::vector<std::string> mask_hook_for(const Decision& decision, const NodeView& view,
+                                         const policy::Policy& policy) const {
+    if (!crio || decision.masks.empty() || options.mask_hook.empty() || decision.why == Decision::Why::privileged) {
+      return {};
+    }
+    const bool unknown_allowed = policy.node_enforcement_unknown == policy::NodeEnforcementUnknown::allow;
+    return enforcement::mask_hook_args(options.mask_hook, {view.mps_root_places, unknown_allowed});
   }
 
   void remember(const std::string& id, const Decision& decision) {
@@ -430,8 +443,8 @@ nri::CreateResult Enforcer::create_container(std::string_view request) {
   const std::string who = who_of(identity, nri::string_field(container, nri::field::kContainerName));
   const std::string container_id = nri::container_ids(container).id;
   Decision decision;
+  const std::shared_ptr<const NodeView> node = impl.node.current();
   try {
-    const std::shared_ptr<const NodeView> node = impl.node.current();
     std::optional<ContainerView> view =
         nri::view_of(pod, container, *node, exemption_label_keys(*policy), impl.resolver());
     decision = view ? impl.decide_for(*view, identity.id, container_id, *policy, *node, nullptr, false)
@@ -458,7 +471,7 @@ nri::CreateResult Enforcer::create_container(std::string_view request) {
       break;
     case Decision::Action::adjust:
       log::info("container adjusted", {{"container", who}, {"change", decision.message}});
-      result.response = nri::adjustment(decision.set_env, decision.masks);
+      result.response = nri::adjustment(decision.set_env, decision.masks, impl.mask_hook_for(decision, *node, *policy));
       impl.metrics.count_masks(decision.masks.size());
       if (decision.why == Decision::Why::privileged) impl.remember(container_id, decision);
       break;

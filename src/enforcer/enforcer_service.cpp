@@ -10,9 +10,12 @@
 
 #include "break_glass.hpp"
 #include "gpuguard/cli/command_line.hpp"
+#include "gpuguard/enforcement/mask_hook.hpp"
 #include "gpuguard/enforcer/enforcer.hpp"
 #include "gpuguard/enforcer/kubelet_client.hpp"
 #include "gpuguard/files/poller.hpp"
+#include "gpuguard/files/read_file.hpp"
+#include "gpuguard/files/write_file.hpp"
 #include "gpuguard/kube/event.hpp"
 #include "gpuguard/kube/request.hpp"
 #include "gpuguard/log/log.hpp"
@@ -116,6 +119,29 @@ class GrpcLibraryHeld {
   GrpcLibraryHeld& operator=(const GrpcLibraryHeld&) = delete;
 };
 
+// gpuguard-mask-check, beside this program in its image, copied whole into `dir` (a host directory mounted at
+// the same path): the path the runtime runs it by, or empty, said why, where it cannot be. A new copy takes
+// the old one's name at once, so a runtime never runs half of one.
+std::string install_mask_hook(const std::filesystem::path& dir) {
+  const std::string name(enforcement::kMaskHookName);
+  try {
+    const std::filesystem::path source = std::filesystem::read_symlink("/proc/self/exe").parent_path() / name;
+    const std::optional<std::string> program = files::read_file(source);
+    if (!program || program->empty()) throw std::runtime_error("cannot read " + source.string());
+    const std::filesystem::path target = dir / name;
+    using std::filesystem::perms;
+    files::write_file_atomically(
+        target, *program,
+        perms::owner_all | perms::group_read | perms::group_exec | perms::others_read | perms::others_exec);
+    log::info("the mask check is in place for CRI-O", {{"hook", target.string()}});
+    return target.string();
+  } catch (const std::exception& e) {
+    log::warn("the mask check cannot be put in place: on CRI-O, a container that would need a mask is refused",
+              {{"directory", dir.string()}, {"reason", e.what()}});
+    return {};
+  }
+}
+
 }  // namespace
 
 void serve(const EnforcerConfig& config) {
@@ -133,6 +159,7 @@ void serve(const EnforcerConfig& config) {
   NodeReader node(config.host_root, config.mps_roots, config.kubelet_root);
   EnforcerOptions options;
   options.exempt_service_accounts = config.exempt_service_accounts;
+  if (config.mask_hook_dir) options.mask_hook = install_mask_hook(*config.mask_hook_dir);
   Enforcer enforcer(
       options, kubelet, pods, node, [&policy] { return policy.current(); },
       [&break_glass] { return break_glass != nullptr && break_glass->engaged(); }, metrics);

@@ -33,6 +33,9 @@ struct EnforcerConfig {
   std::string node_name;
   // For the events, and for the service accounts an exemption names; none: neither.
   std::optional<kube::ApiServer> apiserver;
+  // Where gpuguard-mask-check is copied at the start, at the same path on the host (EnforcerOptions::mask_hook);
+  // none: no mask check on CRI-O.
+  std::optional<std::filesystem::path> mask_hook_dir;
   // The break-glass ConfigMap, as namespace and name (break_glass.hpp); empty: none. Needs the API.
   std::string break_glass_namespace, break_glass_name;
 };

@@ -71,6 +71,10 @@ void add_flags(po::options_description& description) {
       "the device plugin's MPS root on the host (its --mps-root; default /run/gpuguard/mps): a bind mount of it, "
       "of a GPU's directory under it, or of a directory above it reaches MPS servers (NVIDIA's /run/nvidia/mps "
       "is held too)")(
+      "mask-hook-dir", po::value<std::string>(),
+      "a host directory, mounted at the same path: gpuguard-mask-check is copied there at the start, and on CRI-O "
+      "each container given masks over MPS roots gets it as a createRuntime hook, which fails the create where a "
+      "mask did not land (default: none; on CRI-O such a container is refused)")(
       "node-name", po::value<std::string>(),
       "this node's name: the report of running containers is also a Node event (needs the API; default: none)")(
       "break-glass-configmap", po::value<std::string>(),
@@ -101,6 +105,10 @@ Problem read_node_flags(const po::variables_map& flags, enforcer::EnforcerConfig
   config.policy_dir = cli::path_flag(flags, "policy-dir");
   config.metrics_address = flags["metrics-address"].as<std::string>();
   if (flags.count("node-name")) config.node_name = flags["node-name"].as<std::string>();
+  if (flags.count("mask-hook-dir")) {
+    config.mask_hook_dir = flags["mask-hook-dir"].as<std::string>();
+    if (!config.mask_hook_dir->is_absolute()) return "--mask-hook-dir must be an absolute path on the host";
+  }
   if (flags.count("mps-root")) {
     const std::string root = flags["mps-root"].as<std::string>();
     if (!root.starts_with('/')) return "--mps-root must be an absolute path on the host";

@@ -9,7 +9,7 @@
 
 namespace gpuguard::files {
 
-void write_file_atomically(const std::filesystem::path& path, std::string_view content) {
+void write_file_atomically(const std::filesystem::path& path, std::string_view content, std::filesystem::perms mode) {
   const std::filesystem::path directory = path.parent_path();
   // Built by appending: GCC 12 warns falsely (-Wrestrict) on a chain of operator+ here.
   std::string name = ".";
@@ -27,7 +27,8 @@ void write_file_atomically(const std::filesystem::path& path, std::string_view c
       throw std::runtime_error("cannot write " + temporary.string());
     }
   }
-  std::filesystem::rename(temporary, path, ec);
+  if (mode != std::filesystem::perms::unknown) std::filesystem::permissions(temporary, mode, ec);
+  if (!ec) std::filesystem::rename(temporary, path, ec);
   if (ec) {
     const std::string why = ec.message();
     std::filesystem::remove(temporary, ec);

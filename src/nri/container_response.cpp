@@ -2,12 +2,14 @@
 #include "gpuguard/nri/container_response.hpp"
 
 #include "gpuguard/enforcement/decision.hpp"
+#include "gpuguard/enforcement/mask_hook.hpp"
 #include "nri/v1alpha1/api.pb.h"
 
 namespace gpuguard::nri {
 
 std::unique_ptr<::nri::pkg::api::v1alpha1::CreateContainerResponse> adjustment(
-    const std::map<std::string, std::string>& set_env, const std::set<std::string>& masks) {
+    const std::map<std::string, std::string>& set_env, const std::set<std::string>& masks,
+    const std::vector<std::string>& mask_hook) {
   auto response = std::make_unique<::nri::pkg::api::v1alpha1::CreateContainerResponse>();
   for (const auto& [name, value] : set_env) {
     response->mutable_adjust()->add_env()->set_key("-" + name);
@@ -22,6 +24,12 @@ std::unique_ptr<::nri::pkg::api::v1alpha1::CreateContainerResponse> adjustment(
     mask->set_type("tmpfs");
     mask->set_source("tmpfs");
     for (const std::string_view option : enforcement::kMaskOptions) mask->add_options(std::string(option));
+  }
+  if (!mask_hook.empty()) {
+    auto* hook = response->mutable_adjust()->mutable_hooks()->add_create_runtime();
+    hook->set_path(mask_hook.front());
+    for (const std::string& arg : mask_hook) hook->add_args(arg);
+    hook->mutable_timeout()->set_value(enforcement::kMaskHookTimeoutSeconds);
   }
   return response;
 }

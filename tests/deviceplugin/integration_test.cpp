@@ -677,6 +677,11 @@ TEST_CASE("forget-node: what the plugin wrote on the node is removed after an un
   // The record of the GPUs it withheld as served elsewhere, beside the kubelet's own checkpoint.
   node.host.write("var/lib/kubelet/device-plugins/gpuguard/served-elsewhere", kGpu1 + " the kubelet offers it\n");
   node.host.write("var/lib/kubelet/device-plugins/kubelet_internal_checkpoint", "{}");
+  // The node enforcer's mask check, copied where the chart has it; another file in /var/lib stays.
+  node.host.write("var/lib/gpuguard/bin/gpuguard-mask-check",
+                  "\x7f"
+                  "ELF");
+  node.host.write("var/lib/other/keep", "");
 
   std::string args = "forget-node --host-root " + node.host.root().string();
   for (const std::string& flag : flags) args += " " + flag;
@@ -688,6 +693,8 @@ TEST_CASE("forget-node: what the plugin wrote on the node is removed after an un
   CHECK_FALSE(fs::exists(node.host.root() / features.substr(1)));
   CHECK_FALSE(fs::exists(node.host.root() / "run/gpuguard"));
   CHECK_FALSE(fs::exists(node.plugin_dir / "gpuguard"));
+  CHECK_FALSE(fs::exists(node.host.root() / "var/lib/gpuguard"));
+  CHECK(fs::exists(node.host.root() / "var/lib/other/keep"));
   CHECK(fs::exists(node.plugin_dir / "kubelet_internal_checkpoint"));
   CHECK(fs::exists(cdi / "nvidia.yaml"));
   CHECK(fs::exists(node.host.root() / "etc/kubernetes/node-feature-discovery/features.d/other"));

@@ -334,7 +334,8 @@ TEST_CASE("every fixture, sent through NRI's own runtime to the real enforcer, g
         (f.raw.contains("service_account") ? "+api" : "") + f.raw.value("toolkit", json::object()).dump() +
         f.raw.value("mps_roots", json::array()).dump() + f.raw.value("mps_roots_present", json::array()).dump() +
         f.raw.value("cdi_specs", json::object()).dump() + f.raw.value("host_paths", json::object()).dump() +
-        (f.raw.contains("toolkit") ? "" : "(current toolkit)") + " runtime " + f.raw.value("runtime", "containerd");
+        (f.raw.contains("toolkit") ? "" : "(current toolkit)") + " runtime " + f.raw.value("runtime", "containerd") +
+        (f.raw.value("mask_hook", false) ? " +mask-hook" : "");
     groups[key].push_back(std::move(f));
   }
   for (auto& [key, fixtures] : groups) {
@@ -364,6 +365,13 @@ TEST_CASE("every fixture, sent through NRI's own runtime to the real enforcer, g
       std::ofstream(node.dir / "token") << "enforcer-token";
       flags = {"--apiserver-url", apiserver.url(),        "--token-file", (node.dir / "token").string(),
                "--ca-file",       certs_dir() + "/ca.crt"};
+    }
+    // The mask check copied where the runtime runs it from: the program beside the enforcer, whole.
+    const fs::path hook_dir = node.dir / "hooks";
+    const bool mask_hook = fixtures.front().raw.value("mask_hook", false);
+    if (mask_hook) {
+      flags.push_back("--mask-hook-dir");
+      flags.push_back(hook_dir.string());
     }
     json steps = json::array({{{"wait_plugin", 10}}});
     // Every other fixture has its sandbox made first, as a runtime does: its container is decided on the
@@ -408,6 +416,16 @@ TEST_CASE("every fixture, sent through NRI's own runtime to the real enforcer, g
     const auto out =
         run_runtime(node, {{"steps", steps}}, "--runtime-name " + fixtures.front().raw.value("runtime", "containerd"));
     REQUIRE(out[0]["synced"] == 1);
+    if (mask_hook) {
+      const fs::path beside = fs::path(GPUGUARD_NODE_ENFORCER_BIN).parent_path() / "gpuguard-mask-check";
+      const auto whole = [](const fs::path& path) {
+        std::ifstream in(path, std::ios::binary);
+        return std::string(std::istreambuf_iterator<char>(in), {});
+      };
+      REQUIRE(fs::exists(hook_dir / "gpuguard-mask-check"));
+      CHECK(whole(hook_dir / "gpuguard-mask-check") == whole(beside));
+      CHECK((fs::status(hook_dir / "gpuguard-mask-check").permissions() & fs::perms::owner_exec) != fs::perms::none);
+    }
     for (std::size_t i = 0; i < fixtures.size(); ++i) {
       const auto& f = fixtures[i];
       const json& expect = f.raw["expect"];
@@ -437,6 +455,18 @@ TEST_CASE("every fixture, sent through NRI's own runtime to the real enforcer, g
         for (const auto& at : expect.value("masks", json::array()))
           masks.push_back(at.get<std::string>() + " tmpfs ro,nosuid,nodev,noexec,size=4k,mode=0555");
         CHECK(got["mounts"] == masks);
+        // On CRI-O with the mask check, a container given masks gets it as a createRuntime hook, told the MPS
+        // roots' places; nowhere else does the enforcer add a hook.
+        json hooks = json::array();
+        if (mask_hook && !masks.empty()) hooks.push_back((hook_dir / "gpuguard-mask-check").string() + " --");
+        std::vector<std::string> got_hooks;
+        for (const auto& hook : got.value("create_runtime_hooks", json::array())) {
+          const std::string text = hook;
+          got_hooks.push_back(text.substr(0, text.find(" -- ") + 3));
+          CHECK_THAT(text, Catch::Contains(" /run/gpuguard ") && Catch::Contains(" /run/nvidia/mps "));
+          CHECK_THAT(text, Catch::EndsWith("timeout 10"));
+        }
+        CHECK(json(got_hooks) == hooks);
         // What the container gets once NRI's own generator applied the adjustment as containerd does: the
         // last NVIDIA_VISIBLE_DEVICES, which NVIDIA's runtime reads, is the decision's, or the container's
         // own where it was left alone.

@@ -91,6 +91,19 @@ for program in gpuguard-webhook gpuguard-device-plugin gpuguard-scheduler-extend
   echo "$program --version in the image, as 65532: $version"
 done
 
+# The mask check, which the host runs (CRI-O's createRuntime hook): linked statically, so that it needs
+# nothing of a host's libraries; inside the image it starts and, given no hook arguments, exits 2 with its
+# usage.
+if readelf -l "$rootfs/usr/local/bin/gpuguard-mask-check" | grep -q INTERP; then
+  echo "gpuguard-mask-check in the image loads a dynamic linker; the host runs it, so it must be static"
+  exit 1
+fi
+status=0
+usage="$(in_image 0:0 /usr/local/bin/gpuguard-mask-check 2>&1 < /dev/null)" || status=$?
+[ "$status" = 2 ] && [[ "$usage" == *"usage: gpuguard-mask-check"* ]] \
+  || { echo "gpuguard-mask-check in the image: exit $status, $usage; want 2 and its usage"; exit 1; }
+echo "gpuguard-mask-check in the image: static, says its usage"
+
 port=$(free_port)
 in_image 65532:65532 /usr/local/bin/gpuguard-webhook --tls-cert-file=/etc/gpuguard/tls/tls.crt \
   --tls-private-key-file=/etc/gpuguard/tls/tls.key --listen-address="127.0.0.1:$port" --shutdown-delay=0 \

@@ -302,10 +302,15 @@ def check_node_enforcer(docs, policy, namespace="gpuguard-system"):
     # The MPS roots besides, made where missing and read nowhere: a mask goes over a root only where it is.
     mps_root = next(a.split("=", 1)[1] for a in enforcer["args"] if a.startswith("--mps-root="))
     assert set(host) == {"/var/run/nri", "/var/lib/kubelet/pod-resources", "/", "/run/gpuguard", "/run/nvidia/mps",
-                         mps_root}, set(host)
-    for root in ("/run/gpuguard", "/run/nvidia/mps", mps_root):
+                         mps_root, "/var/lib/gpuguard/bin"}, set(host)
+    for root in ("/run/gpuguard", "/run/nvidia/mps", mps_root, "/var/lib/gpuguard/bin"):
         assert volumes[host[root]["name"]]["hostPath"]["type"] == "DirectoryOrCreate", root
-    assert all(m.get("readOnly") is True for m in enforcer["volumeMounts"]), enforcer["volumeMounts"]
+    # Read-only but for one directory of gpuguard's own, at the same path as on the host, where it copies the
+    # mask check that CRI-O runs as a createRuntime hook (docs/security.md, "The node enforcer's mask check").
+    mask_check = host["/var/lib/gpuguard/bin"]
+    assert mask_check["mountPath"] == "/var/lib/gpuguard/bin" and not mask_check.get("readOnly"), mask_check
+    assert "--mask-hook-dir=/var/lib/gpuguard/bin" in enforcer["args"], enforcer["args"]
+    assert all(m.get("readOnly") is True for m in enforcer["volumeMounts"] if m is not mask_check), enforcer["volumeMounts"]
     # The host's / read-only all the way down, and made by no one: nothing created on the host for a path
     # that is not there yet (/proc/driver/nvidia before the driver), no submount left writable.
     assert host["/"]["mountPath"] == "/host" and host["/"].get("recursiveReadOnly") == "IfPossible", host["/"]
@@ -563,12 +568,13 @@ def check_host_root(container, volumes):
 # The host directories a rendering may make where missing (hostPath DirectoryOrCreate): gpuguard's own MPS
 # roots, NVIDIA's (/run/nvidia/mps, which NVIDIA's chart makes so on every node it runs; the node enforcer
 # masks it in containers that mount the host's / or /run, which needs it there), CDI's run-time spec
-# directory, NFD's feature directory (devicePlugin.nfdFeatures), NRI's socket directory in the host's /run.
+# directory, NFD's feature directory (devicePlugin.nfdFeatures), NRI's socket directory in the host's /run,
+# and gpuguard's own /var/lib/gpuguard/bin, where the node enforcer copies its mask check for CRI-O.
 # No other: a directory made on the host that is not gpuguard's misleads the
 # tools that look for it (an empty /usr/local/nvidia/toolkit, /etc/crio), and one in procfs cannot be made
 # (/proc/driver/nvidia before the driver loads), so the pod would never start.
 MAY_MAKE = {"/var/run/cdi", "/etc/kubernetes/node-feature-discovery/features.d", "/var/run/nri", "/run/gpuguard",
-            "/run/nvidia/mps"}
+            "/run/nvidia/mps", "/var/lib/gpuguard/bin"}
 
 
 def check_host_paths(docs, mps_root="/run/gpuguard/mps"):

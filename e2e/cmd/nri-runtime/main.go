@@ -13,8 +13,9 @@
 // wait_file is how a test holds the runtime between two steps for as long as it needs, instead of for a fixed
 // time: the runtime makes PATH.reached when it gets there, then waits (30 s unless told) until the test makes
 // PATH, and says whether it came ("released"). A create prints the adjustment's
-// env ("env") and the container's environment after NRI's own generator applied it as containerd does
-// ("final_env").
+// env ("env"), its mounts ("mounts"), its createRuntime hooks ("create_runtime_hooks": the path, the args
+// after the first, the timeout) and the container's environment after NRI's own generator applied it as
+// containerd does ("final_env").
 package main
 
 import (
@@ -220,6 +221,11 @@ func main() {
 					mounts = append(mounts, strings.TrimSpace(m.GetDestination()+" "+m.GetType()+" "+strings.Join(m.GetOptions(), ",")))
 				}
 				result["mounts"] = mounts
+				hooks := []string{}
+				for _, h := range response.GetAdjust().GetHooks().GetCreateRuntime() {
+					hooks = append(hooks, h.GetPath()+" "+strings.Join(h.GetArgs()[1:], " ")+fmt.Sprintf(" timeout %d", h.GetTimeout().GetValue()))
+				}
+				result["create_runtime_hooks"] = hooks
 				result["final_env"] = finalEnv(original, response.GetAdjust())
 			}
 		case s.Remove != nil:

@@ -126,9 +126,11 @@ struct ContainerView {
   std::optional<std::string> allocated_annotation;
   bool allocated_annotation_on_pod = false;  // the pod carries the key too (the pod author's, on containerd)
   bool crio_annotations = false;             // CRI-O's copy of the container's own annotations is there
-  // The runtime fails a start the enforcer refuses (containerd): where a mask landed can be held to
-  // (unmasked_roots). CRI-O logs such a refusal and starts the container: no mask is written there.
-  bool start_refusal_honoured = true;
+  // Where a mask landed is checked before the container's process runs (unmasked_roots): at its start on
+  // containerd, which fails a start the enforcer refuses; on CRI-O, which logs such a refusal and starts
+  // the container, by the createRuntime hook (mask_hook.hpp), where the node has it. Without either, no
+  // mask is written.
+  bool masks_checked = true;
   // The device cgroup lets the container create and open any device (a privileged container, or one as
   // good as): it can mknod any GPU's node, so nothing at creation confines it.
   bool all_devices_allowed = false;
@@ -282,16 +284,25 @@ inline constexpr std::string_view kMaskOptions[] = {"ro", "nosuid", "nodev", "no
 // CRI-O's generator, on the view.
 ContainerView with_env_set(ContainerView container, const std::map<std::string, std::string>& set_env);
 
-// What runc made of the masks, checked at the container's start: every place where the container's mounts
-// (its /proc/<pid>/mountinfo, read after runc made them) show an MPS root without a read-only tmpfs mounted
-// over it later, each "<where it shows> (<root>)". A mask is written at a path in the container that runc
-// resolves through the container's own links and mounts; this is what makes where it landed certain.
+// What runc made of the masks, checked before the container's process runs: every place where the
+// container's mounts (its /proc/<pid>/mountinfo, read after runc made them) show an MPS root without a mask
+// mounted over it later, each "<where it shows> (<root>)". A mask is written at a path in the container that
+// runc resolves through the container's own links and mounts; this is what makes where it landed certain.
 // `mountinfo` is at most kMountinfoMax bytes of the lines that matter (those on a root's filesystem, and
-// read-only tmpfs mounts; the caller keeps only those); over that, the caller cannot judge.
+// tmpfs mounts; the caller keeps only those); over that, the caller cannot judge.
 inline constexpr std::size_t kMountinfoMax = std::size_t{4} << 20;
 // A path as a mountinfo writes it (space, tab, newline and backslash as \ooo), unescaped.
 std::string mountinfo_path(std::string_view text);
-std::vector<std::string> unmasked_roots(std::string_view mountinfo, const std::vector<NodeView::RootPlace>& places);
+// Where the check is made. At the start (containerd) the container's process is in its own root and runc
+// has made each tmpfs read-only: a mask is a read-only tmpfs. In the createRuntime hook (CRI-O) it is not
+// yet: the mounts lie below `rootfs` among the runtime's own, which are not the container's, and a tmpfs
+// is still writable, so any tmpfs over a root hides it (as it would at the start, read-only or not).
+struct MaskCheck {
+  std::string rootfs = "/";
+  bool masks_read_only = true;
+};
+std::vector<std::string> unmasked_roots(std::string_view mountinfo, const std::vector<NodeView::RootPlace>& places,
+                                        const MaskCheck& check = {});
 
 // The container after the runtime mounts the masks (Decision::masks) as the enforcer writes them.
 ContainerView with_masks(ContainerView container, const std::set<std::string>& masks);

@@ -41,6 +41,10 @@ struct EnforcerOptions {
   // Lookups one container's host paths may cost, all its bind mounts together (files::follow_in_root): a
   // path past it is one the enforcer cannot judge.
   std::size_t resolve_steps = 16384;
+  // The mask check's path on the host (gpuguard-mask-check, which the program copies there): on CRI-O, each
+  // container given masks gets it as a createRuntime hook (enforcement/mask_hook.hpp). Empty: none, and on
+  // CRI-O no mask is written (a container that would need one is refused).
+  std::string mask_hook;
 };
 
 // What the last registration found of the running containers.
