@@ -139,7 +139,7 @@ func maskCheckedOnCRIO(t *T, e *Env, n *Node, pod *corev1.Pod) {
 	if info, err := os.Stat(hook); err != nil || info.Mode().Perm()&0o111 == 0 {
 		t.Errorf("the mask check on the node: %v, %v; want the enforcer's copy, executable", info, err)
 	}
-	t.Logf("%s on CRI-O: checked by %v before its process ran", pod.Name, hooks[0][:3])
+	t.Logf("%s on CRI-O: checked by its createRuntime hook %v before its process ran", pod.Name, hooks[0][1:])
 }
 
 // maskedIn reports whether mountinfo has a read-only tmpfs mounted at `at`.

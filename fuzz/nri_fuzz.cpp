@@ -51,7 +51,7 @@ void check_mask_hook(std::string_view bytes) {
     violated("JSON refused without a reason");
   }
   const std::vector<enforcement::NodeView::RootPlace> places = {{"/run/gpuguard", "0:25", "/gpuguard"},
-                                                               {"/run/nvidia/mps", "8:1", "/run/nvidia/mps"}};
+                                                                {"/run/nvidia/mps", "8:1", "/run/nvidia/mps"}};
   const std::string rootfs = "/r";
   const auto unmasked =
       enforcement::unmasked_roots(bytes, places, enforcement::MaskCheck{.rootfs = rootfs, .masks_read_only = false});

@@ -60,10 +60,7 @@ class ValuePicker final : public nlohmann::json_sax<nlohmann::json> {
   bool number_float(number_float_t /*value*/, const string_t& text) override { return keep(text); }
   bool string(string_t& value) override { return keep(value); }
   bool binary(binary_t& /*value*/) override { return true; }
-  bool start_object(std::size_t /*elements*/) override {
-    stack_.emplace_back();
-    return true;
-  }
+  bool start_object(std::size_t /*elements*/) override { return enter({}); }
   bool key(string_t& name) override {
     stack_.back() = name.size() <= kPathMax ? name : std::string();
     return true;
@@ -72,10 +69,7 @@ class ValuePicker final : public nlohmann::json_sax<nlohmann::json> {
     stack_.pop_back();
     return true;
   }
-  bool start_array(std::size_t /*elements*/) override {
-    stack_.emplace_back(kInArray);
-    return true;
-  }
+  bool start_array(std::size_t /*elements*/) override { return enter(std::string(kInArray)); }
   bool end_array() override {
     stack_.pop_back();
     return true;
@@ -91,6 +85,17 @@ class ValuePicker final : public nlohmann::json_sax<nlohmann::json> {
 
  private:
   static constexpr std::string_view kInArray = "\n[]";  // no key is a newline and brackets alone
+  // Deeper than any state or config.json runc writes: what is held is a string per level.
+  static constexpr std::size_t kDepthMax = 64;
+
+  bool enter(std::string part) {
+    if (stack_.size() == kDepthMax) {
+      why_ = "nested deeper than " + std::to_string(kDepthMax);
+      return false;
+    }
+    stack_.push_back(std::move(part));
+    return true;
+  }
 
   bool keep(const std::string& value) {
     if (stack_.empty() || std::find(stack_.begin(), stack_.end(), kInArray) != stack_.end()) return true;
@@ -145,11 +150,43 @@ std::string container_rootfs(const std::string& bundle, const std::string& root_
   return k8s::lexical_path(root_path.starts_with('/') ? root_path : bundle + "/" + root_path);
 }
 
+namespace {
+
+// What of the container the mounts fail to show, or empty: no mount at its root, or no tmpfs below it.
+std::string not_shown(std::string_view mountinfo, const std::string& rootfs) {
+  bool root = false, tmpfs = false;
+  while (!mountinfo.empty() && !(root && tmpfs)) {
+    const std::string_view line = mountinfo.substr(0, mountinfo.find('\n'));
+    mountinfo.remove_prefix(std::min(mountinfo.size(), line.size() + 1));
+    std::string_view rest = line;  // the fifth field is the mount point
+    for (int field = 0; field < 4; ++field) rest.remove_prefix(std::min(rest.size(), rest.find(' ') + 1));
+    const std::string point = k8s::lexical_path(mountinfo_path(rest.substr(0, rest.find(' '))));
+    root = root || point == rootfs;
+    tmpfs = tmpfs ||
+            (point != rootfs && k8s::is_or_under(point, rootfs) && line.find(" - tmpfs ") != std::string_view::npos);
+  }
+  if (!root)
+    return "no mount at its root (" + rootfs + "): they are not the container's (a runtime that runs it in a VM?)";
+  if (!tmpfs) return "no mask at all below its root (" + rootfs + ")";
+  return {};
+}
+
+}  // namespace
+
 std::string mask_hook_verdict(const MaskHookCall& call, const std::string& problem, std::string_view mountinfo,
                               const std::string& rootfs) {
-  if (!problem.empty()) {
+  std::string unknown = problem;
+  // What it judges must be there: the container's root among the mounts, and a mask below it. A process
+  // whose mounts show neither is not where the container's mounts are, and nothing unmasked there would
+  // mean nothing.
+  if (unknown.empty()) {
+    if (const std::string missing = not_shown(mountinfo, rootfs); !missing.empty()) {
+      unknown = "its process's mounts show " + missing;
+    }
+  }
+  if (!unknown.empty()) {
     if (call.unknown_allowed) return {};
-    return "gpuguard: the container has masks over MPS roots whose place cannot be checked: " + problem;
+    return "gpuguard: the container has masks over MPS roots whose place cannot be checked: " + unknown;
   }
   const std::vector<std::string> unmasked =
       unmasked_roots(mountinfo, call.places, MaskCheck{.rootfs = rootfs, .masks_read_only = false});
@@ -159,8 +196,9 @@ std::string mask_hook_verdict(const MaskHookCall& call, const std::string& probl
       "root where no mask landed (";
   for (std::size_t i = 0; i < unmasked.size(); ++i) message.append(i == 0 ? "" : ", ").append(unmasked[i]);
   message +=
-      "); runc resolved the mask through the container's own links or mounts elsewhere than the mount. Mount the "
-      "host's directory at a path without links in the image";
+      "): runc put a mask elsewhere than the mount (through the image's own links or mounts), or the root shows "
+      "a second time below the mount, through another mount of it on the host. Mount the host's directory at a "
+      "path without links in the image";
   return message;
 }
 

@@ -4,6 +4,7 @@
 #include "enforcer_service.hpp"
 
 #include <grpc/grpc.h>
+#include <sys/stat.h>
 #include <nlohmann/json.hpp>
 
 #include <thread>
@@ -119,12 +120,22 @@ class GrpcLibraryHeld {
   GrpcLibraryHeld& operator=(const GrpcLibraryHeld&) = delete;
 };
 
-// gpuguard-mask-check, beside this program in its image, copied whole into `dir` (a host directory mounted at
-// the same path): the path the runtime runs it by, or empty, said why, where it cannot be. A new copy takes
-// the old one's name at once, so a runtime never runs half of one.
-std::string install_mask_hook(const std::filesystem::path& dir) {
+// gpuguard-mask-check, beside this program in its image, copied whole into `dir`, which must be the host's
+// directory of that path (the host root shows the same directory there): the path the runtime runs it by,
+// or empty, said why, where it cannot be. A new copy takes the old one's name at once, so a runtime never
+// runs half of one.
+std::string install_mask_hook(const std::filesystem::path& dir, const std::filesystem::path& host_root) {
   const std::string name(enforcement::kMaskHookName);
   try {
+    struct stat here {};
+    struct stat on_host {};
+    const std::filesystem::path host_dir = host_root / dir.relative_path();
+    if (::stat(dir.c_str(), &here) != 0 || ::stat(host_dir.c_str(), &on_host) != 0 || here.st_dev != on_host.st_dev ||
+        here.st_ino != on_host.st_ino) {
+      throw std::runtime_error("it is not the host's " + dir.string() + " (the host root's " + host_dir.string() +
+                               " is another directory, or either is missing): mount the host's directory at the "
+                               "same path");
+    }
     const std::filesystem::path source = std::filesystem::read_symlink("/proc/self/exe").parent_path() / name;
     const std::optional<std::string> program = files::read_file(source);
     if (!program || program->empty()) throw std::runtime_error("cannot read " + source.string());
@@ -159,7 +170,7 @@ void serve(const EnforcerConfig& config) {
   NodeReader node(config.host_root, config.mps_roots, config.kubelet_root);
   EnforcerOptions options;
   options.exempt_service_accounts = config.exempt_service_accounts;
-  if (config.mask_hook_dir) options.mask_hook = install_mask_hook(*config.mask_hook_dir);
+  if (config.mask_hook_dir) options.mask_hook = install_mask_hook(*config.mask_hook_dir, config.host_root);
   Enforcer enforcer(
       options, kubelet, pods, node, [&policy] { return policy.current(); },
       [&break_glass] { return break_glass != nullptr && break_glass->engaged(); }, metrics);

@@ -77,22 +77,33 @@ std::optional<std::vector<std::string>> read_json(int fd, std::size_t limit, con
   return values;
 }
 
-// The mounts of `pid` that the check reads (those on an MPS root's filesystem, and tmpfs), at most
-// kMountinfoMax bytes of them, read a line at a time (the kernel bounds a line). Which lie below the
-// container's root is the check's to say (unmasked_roots): the runtime's own mounts are not the container's.
-std::optional<std::string> read_mounts(const std::string& pid, const enforcement::MaskHookCall& call,
-                                       std::string& why) {
+// The mounts of `pid` that the check reads (the one at the container's root, those on an MPS root's
+// filesystem, and tmpfs), at most kMountinfoMax bytes of them, read a line at a time (the kernel bounds a
+// line, and the whole at kMountinfoReadMax here). Which lie below the container's root is the check's to say
+// (unmasked_roots): the runtime's own mounts are not the container's.
+constexpr std::size_t kMountinfoReadMax = std::size_t{1} << 30;
+std::optional<std::string> read_mounts(const std::string& pid, const std::string& rootfs,
+                                       const enforcement::MaskHookCall& call, std::string& why) {
   const std::string path = "/proc/" + pid + "/mountinfo";
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     why = "its mounts (" + path + ") cannot be read: " + std::strerror(errno);
     return std::nullopt;
   }
-  CappedInput buffer(fd, std::size_t{1} << 30);
+  CappedInput buffer(fd, kMountinfoReadMax);
   std::istream in(&buffer);
   std::string kept, line;
+  std::string at_root = " ";  // the root as the kernel writes a mount point: space, tab, newline, backslash as \ooo
+  for (const char c : rootfs) {
+    if (c == ' ' || c == '\t' || c == '\n' || c == '\\') {
+      at_root += c == ' ' ? "\\040" : c == '\t' ? "\\011" : c == '\n' ? "\\012" : "\\134";
+    } else {
+      at_root += c;
+    }
+  }
+  at_root += ' ';
   const auto wanted = [&](const std::string& text) {
-    if (text.find(" - tmpfs ") != std::string::npos) return true;
+    if (text.find(" - tmpfs ") != std::string::npos || text.find(at_root) != std::string::npos) return true;
     for (const auto& place : call.places) {
       if (text.find(" " + place.device + " ") != std::string::npos) return true;
     }
@@ -102,6 +113,10 @@ std::optional<std::string> read_mounts(const std::string& pid, const enforcement
     if (wanted(line)) kept.append(line).push_back('\n');
   }
   ::close(fd);
+  if (buffer.failed() || buffer.over()) {
+    why = "its mounts (" + path + ") cannot be read whole" + (buffer.over() ? " (over 1 GiB)" : "");
+    return std::nullopt;
+  }
   if (kept.size() > enforcement::kMountinfoMax) {
     why = "its mounts that matter are over " + std::to_string(enforcement::kMountinfoMax) + " bytes";
     return std::nullopt;
@@ -120,8 +135,9 @@ std::string check(const enforcement::MaskHookCall& call, std::string& rootfs, st
     return "the runtime's state names no process";
   }
   const std::string config_path = bundle + "/config.json";
+  if (!bundle.starts_with('/')) return "the runtime's state names no bundle, or not as an absolute path";
   const int config = ::open(config_path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (bundle.empty() || config < 0) return "the bundle's config.json (" + config_path + ") cannot be read";
+  if (config < 0) return "the bundle's config.json (" + config_path + ") cannot be read";
   const auto root = read_json(config, enforcement::kHookConfigMax, {"root/path"}, config_path, why);
   ::close(config);
   if (!root) return why;
@@ -133,7 +149,7 @@ std::string check(const enforcement::MaskHookCall& call, std::string& rootfs, st
     return "the container's root (" + lexical + ") cannot be resolved: " + std::strerror(errno);
   }
   rootfs = resolved.data();
-  const std::optional<std::string> read = read_mounts(pid, call, why);
+  const std::optional<std::string> read = read_mounts(pid, rootfs, call, why);
   if (!read) return why;
   mounts = *read;
   return {};

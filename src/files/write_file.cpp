@@ -1,9 +1,13 @@
 // Atomic file writes (include/gpuguard/files/write_file.hpp).
 #include "gpuguard/files/write_file.hpp"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
-#include <fstream>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
 #include <stdexcept>
 #include <string>
 
@@ -11,24 +15,36 @@ namespace gpuguard::files {
 
 void write_file_atomically(const std::filesystem::path& path, std::string_view content, std::filesystem::perms mode) {
   const std::filesystem::path directory = path.parent_path();
-  // Built by appending: GCC 12 warns falsely (-Wrestrict) on a chain of operator+ here.
-  std::string name = ".";
-  name.append(path.filename().string()).append(".").append(std::to_string(::getpid()));
-  const std::filesystem::path temporary = directory / name;
   std::error_code ec;
   std::filesystem::create_directories(directory, ec);
   if (ec) throw std::runtime_error("cannot create the directory " + directory.string() + ": " + ec.message());
-  {
-    std::ofstream out(temporary, std::ios::trunc);
-    out << content;
-    out.close();
-    if (!out) {
-      std::filesystem::remove(temporary, ec);
-      throw std::runtime_error("cannot write " + temporary.string());
-    }
+  // A name no other writer has (mkstemp): two programs writing the same host path, each as PID 1 of its own
+  // pod (two releases, a DaemonSet's surge), would otherwise share one temporary file. Built by appending:
+  // GCC 12 warns falsely (-Wrestrict) on a chain of operator+ here.
+  std::string name = (directory / ".").string();
+  name.append(path.filename().string()).append(".XXXXXX");
+  const int fd = ::mkstemp(name.data());
+  if (fd < 0) throw std::runtime_error("cannot create a file in " + directory.string() + ": " + std::strerror(errno));
+  const std::filesystem::path temporary = name;
+  const auto fail = [&](const std::string& why) {
+    ::close(fd);
+    std::filesystem::remove(temporary, ec);
+    throw std::runtime_error(why);
+  };
+  for (std::size_t written = 0; written < content.size();) {
+    const ssize_t n = ::write(fd, content.data() + written, content.size() - written);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) fail("cannot write " + temporary.string() + ": " + std::strerror(errno));
+    written += static_cast<std::size_t>(n);
   }
-  if (mode != std::filesystem::perms::unknown) std::filesystem::permissions(temporary, mode, ec);
-  if (!ec) std::filesystem::rename(temporary, path, ec);
+  // 0644 unless told (mkstemp makes 0600): what an ofstream made under the usual umask.
+  const auto bits = static_cast<mode_t>(mode == std::filesystem::perms::unknown ? std::filesystem::perms(0644) : mode);
+  if (::fchmod(fd, bits) != 0) fail("cannot set the mode of " + temporary.string() + ": " + std::strerror(errno));
+  if (::close(fd) != 0) {
+    std::filesystem::remove(temporary, ec);
+    throw std::runtime_error("cannot write " + temporary.string() + ": " + std::strerror(errno));
+  }
+  std::filesystem::rename(temporary, path, ec);
   if (ec) {
     const std::string why = ec.message();
     std::filesystem::remove(temporary, ec);

@@ -370,6 +370,11 @@ TEST_CASE("every fixture, sent through NRI's own runtime to the real enforcer, g
     const fs::path hook_dir = node.dir / "hooks";
     const bool mask_hook = fixtures.front().raw.value("mask_hook", false);
     if (mask_hook) {
+      // The host's directory at the same path: the host root shows it there (a link to it, here).
+      fs::create_directories(hook_dir);
+      const fs::path on_host = node.host.root() / hook_dir.relative_path();
+      fs::create_directories(on_host.parent_path());
+      fs::create_directory_symlink(hook_dir, on_host);
       flags.push_back("--mask-hook-dir");
       flags.push_back(hook_dir.string());
     }

@@ -24,7 +24,8 @@ using gpuguard::test::run_binary;
 
 namespace {
 
-// A child in a mount namespace of its own: `host` is a tmpfs holding run/nvidia/mps, bound at <rootfs>/h;
+// A child in a mount namespace of its own: `host` is a tmpfs holding run/nvidia/mps, bound at <rootfs>/h
+// (the root bound on itself first, as runc does);
 // a mask (a tmpfs) is mounted at <rootfs>/<mask> where `mask` is not empty. It says the MPS root's device
 // ("major:minor") on a pipe, then waits to be killed.
 class MountNamespace {
@@ -59,6 +60,8 @@ class MountNamespace {
   static int lay_out(const fs::path& host, const fs::path& rootfs, const std::string& mask, int out) {
     if (::unshare(CLONE_NEWNS) != 0 || ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) return 10;
     if (::mount("tmpfs", host.c_str(), "tmpfs", 0, "size=64k") != 0) return 11;
+    // The root a mount of its own, as runc makes it before the container's mounts.
+    if (::mount(rootfs.c_str(), rootfs.c_str(), nullptr, MS_BIND | MS_REC, nullptr) != 0) return 17;
     std::error_code ec;
     fs::create_directories(host / "run/nvidia/mps", ec);
     fs::create_directories(rootfs / "h", ec);
@@ -148,6 +151,19 @@ TEST_CASE("mask check: the real hook passes a mask that landed, fails one that d
     const HookRun run = run_hook(dir.path(), state_of(ns.pid(), bundle), ns.device());
     CHECK(run.status == 1);
     CHECK_THAT(run.output, Catch::Contains("no mask landed (/h/run/nvidia/mps (/run/nvidia/mps))"));
+  }
+  SECTION("a process whose mounts are not the container's fails the create, as one it cannot check") {
+    // This test's own process: no mount at the container's root, so not where runc made its mounts (a VM's
+    // runtime, or one that moved into the root already), whatever else its mounts show.
+    const MountNamespace ns(host, rootfs, "h/run/nvidia/mps");
+    REQUIRE(!ns.device().empty());
+    HookRun run = run_hook(dir.path(), state_of(::getpid(), bundle), ns.device());
+    CHECK(run.status == 1);
+    CHECK_THAT(run.output, Catch::Contains("whose place cannot be checked: its process's mounts show no mount at its "
+                                           "root (" +
+                                           rootfs.string() + ")"));
+    run = run_hook(dir.path(), state_of(::getpid(), bundle), ns.device(), "--unknown=allow");
+    CHECK(run.status == 0);
   }
   SECTION("a state or bundle it cannot read fails the create, unless nodeEnforcementUnknown allows") {
     const MountNamespace ns(host, rootfs, "h/run/nvidia/mps");

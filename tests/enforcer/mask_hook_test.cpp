@@ -120,6 +120,27 @@ TEST_CASE("mask hook: a mask that landed elsewhere than the mount fails the crea
              Catch::Contains("/host/root/run/nvidia/mps (/run/nvidia/mps)"));
 }
 
+TEST_CASE("mask hook: mounts that show no container root, or no mask below it, cannot be checked") {
+  // A process whose mounts are not where runc made the container's (a VM's runtime): nothing there shows
+  // a root, and the check would pass on nothing.
+  std::string elsewhere = line(20, "8:1", "/", "/", "rw", "ext4") + line(21, "0:25", "/", "/run", "rw", "tmpfs");
+  CHECK_THAT(mask_hook_verdict({kPlaces, false}, "", elsewhere, kRootfs),
+             Catch::Contains("cannot be checked: its process's mounts show no mount at its root (" + kRootfs + ")"));
+  CHECK(mask_hook_verdict({kPlaces, true}, "", elsewhere, kRootfs).empty());
+  // The root, and the host's / below it, but no mask at all.
+  std::string bare =
+      line(30, "0:50", "/", kRootfs, "rw", "overlay") + line(31, "8:1", "/", kRootfs + "/host/root", "ro", "ext4");
+  CHECK_THAT(mask_hook_verdict({kPlaces, false}, "", bare, kRootfs),
+             Catch::Contains("cannot be checked: its process's mounts show no mask at all below its root"));
+}
+
+TEST_CASE("mask hook: JSON nested past its depth is refused, whatever it holds") {
+  std::string why;
+  std::istringstream deep(std::string(100, '[') + std::string(100, ']'));
+  CHECK_FALSE(json_values(deep, {"pid"}, why));
+  CHECK_THAT(why, Catch::Contains("nested deeper than 64"));
+}
+
 TEST_CASE("mask hook: mounts that cannot be read fail the create, unless nodeEnforcementUnknown allows") {
   CHECK(mask_hook_verdict({kPlaces, false}, "its mounts cannot be read", "", kRootfs) ==
         "gpuguard: the container has masks over MPS roots whose place cannot be checked: its mounts cannot be read");
