@@ -37,7 +37,8 @@ namespace {
 
 // The same bytes as the mask check's inputs (mask_hook.hpp): as the runtime's state or a config.json, only
 // the values asked for are kept, each within a path's size; as a mountinfo before pivot_root, every place
-// it names is said as a path in the container, at most kBeyondKept of them; the verdict is empty or gpuguard's.
+// it names is said as a path in the container, at most kBeyondKept of them; the verdict refuses each, or
+// mounts it cannot check.
 void check_mask_hook(std::string_view bytes) {
   namespace enforcement = gpuguard::enforcement;
   std::istringstream json{std::string(bytes)};
@@ -60,8 +61,12 @@ void check_mask_hook(std::string_view bytes) {
     if (!place.starts_with('/')) violated("an unmasked place not said as a path in the container");
   }
   const std::string verdict = enforcement::mask_hook_verdict({places, false}, "", bytes, rootfs);
-  if (verdict.empty() != unmasked.empty() || (!verdict.empty() && !verdict.starts_with("gpuguard: "))) {
+  // It refuses wherever a place is unmasked, and also where the mounts show no root or no mask to judge.
+  if ((!unmasked.empty() && verdict.empty()) || (!verdict.empty() && !verdict.starts_with("gpuguard: "))) {
     violated("the verdict does not follow the unmasked places");
+  }
+  if (!verdict.empty() && unmasked.empty() && verdict.find("cannot be checked") == std::string::npos) {
+    violated("a refusal naming no unmasked place that does not say the mounts cannot be checked");
   }
 }
 

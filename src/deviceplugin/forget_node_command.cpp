@@ -82,6 +82,12 @@ Forgotten forget_node(const PluginConfig& config) {
   }
   const fs::path mask_check_dir = host_path(config.host_root, kChartMaskCheckDir);
   remove_file(mask_check_dir / kMaskCheckName, forgotten);
+  // And a copy cut short (an enforcer stopped while it wrote one, under a name of its own).
+  for (const auto& entry : fs::directory_iterator(mask_check_dir, error)) {
+    if (entry.path().filename().string().starts_with(std::string(".") + kMaskCheckName + ".")) {
+      remove_file(entry.path(), forgotten);
+    }
+  }
   for (const fs::path& dir : {mask_check_dir, mask_check_dir.parent_path()}) {
     if (fs::is_empty(dir, error) && !error && fs::remove(dir, error)) forgotten.removed.push_back(dir);
   }

@@ -150,24 +150,41 @@ std::string container_rootfs(const std::string& bundle, const std::string& root_
   return k8s::lexical_path(root_path.starts_with('/') ? root_path : bundle + "/" + root_path);
 }
 
+bool is_mask_line(std::string_view line) {
+  const std::size_t type = line.find(" - tmpfs ");
+  if (type == std::string_view::npos) return false;
+  std::string_view options = line.substr(type + 9);  // "<source> <super options>"
+  options = options.substr(std::min(options.size(), options.find(' ') + 1));
+  options = options.substr(0, options.find_first_of(" \n"));
+  bool size = false, mode = false;
+  while (!options.empty()) {
+    const std::string_view option = options.substr(0, options.find(','));
+    // 4 KiB rounded up to a page: 4, 16 or 64 KiB.
+    size = size || option == "size=4k" || option == "size=16k" || option == "size=64k";
+    mode = mode || option == "mode=555";
+    options.remove_prefix(std::min(options.size(), option.size() + 1));
+  }
+  return size && mode;
+}
+
 namespace {
 
-// What of the container the mounts fail to show, or empty: no mount at its root, or no tmpfs below it.
+// What of the container the mounts fail to show, or empty: no mount at its root, or no mask below it.
 std::string not_shown(std::string_view mountinfo, const std::string& rootfs) {
-  bool root = false, tmpfs = false;
-  while (!mountinfo.empty() && !(root && tmpfs)) {
+  bool root = false, mask = false;
+  while (!mountinfo.empty() && !(root && mask)) {
     const std::string_view line = mountinfo.substr(0, mountinfo.find('\n'));
     mountinfo.remove_prefix(std::min(mountinfo.size(), line.size() + 1));
     std::string_view rest = line;  // the fifth field is the mount point
     for (int field = 0; field < 4; ++field) rest.remove_prefix(std::min(rest.size(), rest.find(' ') + 1));
     const std::string point = k8s::lexical_path(mountinfo_path(rest.substr(0, rest.find(' '))));
     root = root || point == rootfs;
-    tmpfs = tmpfs ||
-            (point != rootfs && k8s::is_or_under(point, rootfs) && line.find(" - tmpfs ") != std::string_view::npos);
+    mask = mask || (point != rootfs && k8s::is_or_under(point, rootfs) && is_mask_line(line));
   }
-  if (!root)
+  if (!root) {
     return "no mount at its root (" + rootfs + "): they are not the container's (a runtime that runs it in a VM?)";
-  if (!tmpfs) return "no mask at all below its root (" + rootfs + ")";
+  }
+  if (!mask) return "no mask at all below its root (" + rootfs + ")";
   return {};
 }
 

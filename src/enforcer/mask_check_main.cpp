@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <climits>
@@ -77,9 +78,9 @@ std::optional<std::vector<std::string>> read_json(int fd, std::size_t limit, con
   return values;
 }
 
-// The mounts of `pid` that the check reads (the one at the container's root, those on an MPS root's
-// filesystem, and tmpfs), at most kMountinfoMax bytes of them, read a line at a time (the kernel bounds a
-// line, and the whole at kMountinfoReadMax here). Which lie below the container's root is the check's to say
+// The mounts of `pid` that the check reads (at or below the container's root: the one at the root, the
+// masks, those on an MPS root's filesystem), at most kMountinfoMax bytes of them, read a line at a time (the kernel
+// bounds a line, and the whole at kMountinfoReadMax here). Which lie below the container's root is the check's to say
 // (unmasked_roots): the runtime's own mounts are not the container's.
 constexpr std::size_t kMountinfoReadMax = std::size_t{1} << 30;
 std::optional<std::string> read_mounts(const std::string& pid, const std::string& rootfs,
@@ -93,21 +94,29 @@ std::optional<std::string> read_mounts(const std::string& pid, const std::string
   CappedInput buffer(fd, kMountinfoReadMax);
   std::istream in(&buffer);
   std::string kept, line;
-  std::string at_root = " ";  // the root as the kernel writes a mount point: space, tab, newline, backslash as \ooo
+  std::string root;  // as the kernel writes a mount point: space, tab, newline and backslash as \ooo
   for (const char c : rootfs) {
     if (c == ' ' || c == '\t' || c == '\n' || c == '\\') {
-      at_root += c == ' ' ? "\\040" : c == '\t' ? "\\011" : c == '\n' ? "\\012" : "\\134";
+      root += c == ' ' ? "\\040" : c == '\t' ? "\\011" : c == '\n' ? "\\012" : "\\134";
     } else {
-      at_root += c;
+      root += c;
     }
   }
-  at_root += ' ';
-  const auto wanted = [&](const std::string& text) {
-    if (text.find(" - tmpfs ") != std::string::npos || text.find(at_root) != std::string::npos) return true;
-    for (const auto& place : call.places) {
-      if (text.find(" " + place.device + " ") != std::string::npos) return true;
+  const std::string below_root = root == "/" ? root : root + "/";
+  // A line at or below the root (its fifth field, as escaped), and that is the root itself, a mask, or on an
+  // MPS root's filesystem (its third): the runtime's own mounts, and the other pods' tmpfs volumes that a
+  // bind of the host's / shows below the root, are not kept.
+  const auto wanted = [&](std::string_view text) {
+    std::string_view fields[5];
+    for (std::string_view& field : fields) {
+      field = text.substr(0, text.find(' '));
+      text.remove_prefix(std::min(text.size(), field.size() + 1));
     }
-    return false;
+    const std::string_view device = fields[2], point = fields[4];
+    if (point == root) return true;
+    if (!point.starts_with(below_root)) return false;
+    return enforcement::is_mask_line(line) || std::any_of(call.places.begin(), call.places.end(),
+                                                          [&](const auto& place) { return place.device == device; });
   };
   while (std::getline(in, line) && kept.size() <= enforcement::kMountinfoMax) {
     if (wanted(line)) kept.append(line).push_back('\n');

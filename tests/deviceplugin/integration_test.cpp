@@ -677,10 +677,10 @@ TEST_CASE("forget-node: what the plugin wrote on the node is removed after an un
   // The record of the GPUs it withheld as served elsewhere, beside the kubelet's own checkpoint.
   node.host.write("var/lib/kubelet/device-plugins/gpuguard/served-elsewhere", kGpu1 + " the kubelet offers it\n");
   node.host.write("var/lib/kubelet/device-plugins/kubelet_internal_checkpoint", "{}");
-  // The node enforcer's mask check, copied where the chart has it; another file in /var/lib stays.
-  node.host.write("var/lib/gpuguard/bin/gpuguard-mask-check",
-                  "\x7f"
-                  "ELF");
+  // The node enforcer's mask check, copied where the chart has it, and a copy cut short under the name of its
+  // own an enforcer writes it by; another file in /var/lib stays.
+  node.host.write("var/lib/gpuguard/bin/gpuguard-mask-check", "ELF");
+  node.host.write("var/lib/gpuguard/bin/.gpuguard-mask-check.Ab12Cd", "EL");
   node.host.write("var/lib/other/keep", "");
 
   std::string args = "forget-node --host-root " + node.host.root().string();

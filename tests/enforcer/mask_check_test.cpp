@@ -145,12 +145,13 @@ TEST_CASE("mask check: the real hook passes a mask that landed, fails one that d
     CHECK(run.status == 1);
     CHECK_THAT(run.output, Catch::Contains("no mask landed (/h/run/nvidia/mps (/run/nvidia/mps))"));
   }
-  SECTION("no mask at all: the create fails") {
+  SECTION("no mask at all: the create fails, as one it cannot check") {
     const MountNamespace ns(host, rootfs, "");
     REQUIRE(!ns.device().empty());
     const HookRun run = run_hook(dir.path(), state_of(ns.pid(), bundle), ns.device());
     CHECK(run.status == 1);
-    CHECK_THAT(run.output, Catch::Contains("no mask landed (/h/run/nvidia/mps (/run/nvidia/mps))"));
+    CHECK_THAT(run.output,
+               Catch::Contains("cannot be checked: its process's mounts show no mask at all below its root"));
   }
   SECTION("a process whose mounts are not the container's fails the create, as one it cannot check") {
     // This test's own process: no mount at the container's root, so not where runc made its mounts (a VM's

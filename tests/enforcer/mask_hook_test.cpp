@@ -18,10 +18,12 @@ const std::string kRootfs = "/var/lib/containers/storage/overlay/abc/merged";
 
 // A line of a mountinfo: the ID, parent, device, root, mount point, options, optional fields, "-", type.
 std::string line(int id, const std::string& device, const std::string& root, const std::string& point,
-                 const std::string& options, const std::string& type) {
+                 const std::string& options, const std::string& type, const std::string& super = "rw") {
   return std::to_string(id) + " 1 " + device + " " + root + " " + point + " " + options + " - " + type + " " + type +
-         " rw\n";
+         " " + super + "\n";
 }
+// A mask's own options as the kernel writes them at createRuntime: still writable.
+const std::string kMaskSuper = "rw,size=4k,mode=555";
 
 // node-exporter's shape as runc leaves it at createRuntime: the runtime's own / and /run, then the
 // container's root, the host's / bound at /host/root with its /run, and the masks (still writable).
@@ -30,8 +32,8 @@ std::string node_exporter(const std::string& mask_at) {
          line(30, "0:50", "/", kRootfs, "rw,relatime", "overlay") +
          line(31, "8:1", "/", kRootfs + "/host/root", "ro,relatime", "ext4") +
          line(32, "0:25", "/", kRootfs + "/host/root/run", "ro,nosuid", "tmpfs") +
-         line(33, "0:60", "/", kRootfs + mask_at + "/gpuguard", "rw,nosuid,nodev,noexec", "tmpfs") +
-         line(34, "0:61", "/", kRootfs + mask_at + "/nvidia/mps", "rw,nosuid,nodev,noexec", "tmpfs");
+         line(33, "0:60", "/", kRootfs + mask_at + "/gpuguard", "rw,nosuid,nodev,noexec", "tmpfs", kMaskSuper) +
+         line(34, "0:61", "/", kRootfs + mask_at + "/nvidia/mps", "rw,nosuid,nodev,noexec", "tmpfs", kMaskSuper);
 }
 
 }  // namespace
@@ -114,7 +116,7 @@ TEST_CASE("mask hook: a mask that landed elsewhere than the mount fails the crea
                                       "(/run/nvidia/mps))"));
   // A mask mounted before the mount it should hide hides nothing.
   std::string before = line(30, "0:50", "/", kRootfs, "rw", "overlay") +
-                       line(33, "0:60", "/", kRootfs + "/host/root/run/nvidia/mps", "rw", "tmpfs") +
+                       line(33, "0:60", "/", kRootfs + "/host/root/run/nvidia/mps", "rw", "tmpfs", kMaskSuper) +
                        line(32, "0:25", "/", kRootfs + "/host/root/run", "ro", "tmpfs");
   CHECK_THAT(mask_hook_verdict({kPlaces, false}, "", before, kRootfs),
              Catch::Contains("/host/root/run/nvidia/mps (/run/nvidia/mps)"));
@@ -132,6 +134,20 @@ TEST_CASE("mask hook: mounts that show no container root, or no mask below it, c
       line(30, "0:50", "/", kRootfs, "rw", "overlay") + line(31, "8:1", "/", kRootfs + "/host/root", "ro", "ext4");
   CHECK_THAT(mask_hook_verdict({kPlaces, false}, "", bare, kRootfs),
              Catch::Contains("cannot be checked: its process's mounts show no mask at all below its root"));
+  // The container's own /dev and /dev/shm are tmpfs too, of other sizes and modes: not a mask.
+  bare += line(35, "0:70", "/", kRootfs + "/dev", "rw,nosuid", "tmpfs", "rw,size=65536k,mode=755") +
+          line(36, "0:71", "/", kRootfs + "/dev/shm", "rw,nosuid", "tmpfs", "rw,size=4k,mode=1777");
+  CHECK_THAT(mask_hook_verdict({kPlaces, false}, "", bare, kRootfs),
+             Catch::Contains("cannot be checked: its process's mounts show no mask at all below its root"));
+}
+
+TEST_CASE("mask hook: a mask is known by its size and mode as the kernel writes them, whatever the page size") {
+  const std::string at = kRootfs + "/host/root/run/gpuguard";
+  CHECK(is_mask_line(line(33, "0:60", "/", at, "rw", "tmpfs", "rw,size=4k,mode=555")));
+  CHECK(is_mask_line(line(33, "0:60", "/", at, "ro", "tmpfs", "ro,size=64k,mode=555,inode64")));   // 64 KiB pages
+  CHECK_FALSE(is_mask_line(line(33, "0:60", "/", at, "rw", "tmpfs", "rw,size=65536k,mode=755")));  // a /dev
+  CHECK_FALSE(is_mask_line(line(33, "0:60", "/", at, "rw", "tmpfs", "rw,size=4k,mode=1777")));
+  CHECK_FALSE(is_mask_line(line(33, "0:60", "/", at, "rw", "ext4", "rw,size=4k,mode=555")));
 }
 
 TEST_CASE("mask hook: JSON nested past its depth is refused, whatever it holds") {

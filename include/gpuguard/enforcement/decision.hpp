@@ -277,6 +277,7 @@ bool is_bind(const Mount& mount);
 // under its destination.
 bool is_mask(const Mount& mount);
 // The options of the tmpfs the enforcer writes at each of Decision::masks (is_mask holds for it).
+// mask_hook.cpp knows a mask in a mountinfo by this size and mode, as the kernel writes them back.
 inline constexpr std::string_view kMaskOptions[] = {"ro", "nosuid", "nodev", "noexec", "size=4k", "mode=0555"};
 
 // The container as the runtime makes it after NRI applies `set_env` (each variable's first entry replaced,

@@ -46,6 +46,11 @@ std::optional<std::vector<std::string>> json_values(std::istream& in, const std:
 // Empty with `why` where it is missing or not a plain path.
 std::string container_rootfs(const std::string& bundle, const std::string& root_path, std::string& why);
 
+// Whether a mountinfo line is a mask as the kernel writes one back: a tmpfs whose own options hold
+// kMaskOptions' mode (mode=0555 written mode=555) and its size of 4 KiB, rounded up to the page (4, 16 or
+// 64 KiB). The container's /dev and /dev/shm are tmpfs too, of other sizes and modes: not a mask.
+bool is_mask_line(std::string_view line);
+
 // The verdict on what the hook read: empty where every MPS root its mounts show is masked; else the
 // message runc prints and CRI-O returns, naming each place. `problem`: why the mounts could not be read,
 // empty where they were.
