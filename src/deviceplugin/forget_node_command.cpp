@@ -26,8 +26,8 @@ namespace {
 // The path the chart gives --nfd-feature-file (devicePlugin.nfdFeatures): removed also where the flag is
 // not given here, since NFD keeps labelling the node from it. No other program writes that name.
 constexpr const char* kChartNfdFeatureFile = "/etc/kubernetes/node-feature-discovery/features.d/gpuguard";
-// Where the chart's node enforcer copies its mask check for CRI-O (nodeEnforcer.maskCheckDir): the program,
-// then its directory and gpuguard's above it where nothing else is left in them.
+// Where the chart's and the manifests' node enforcer copies its mask check for CRI-O (its --mask-hook-dir):
+// the program, then its directory and gpuguard's above it where nothing else is left in them.
 constexpr const char* kChartMaskCheckDir = "/var/lib/gpuguard/bin";
 constexpr const char* kMaskCheckName = "gpuguard-mask-check";
 

@@ -4,7 +4,7 @@
 // runs. It reads the container's root from its bundle's config.json and the mounts of the container's
 // process, and exits 1 with the reason on stderr, which runc passes on, where an MPS root shows without a
 // mask over it; 0 otherwise. Every input is read as a stream within a bound. Linked statically where the
-// build allows (docs/node-enforcer.md#cri-o): the host runs it, not the enforcer's image.
+// build allows (docs/architecture.md#dependencies): the host runs it, not the enforcer's image.
 #include <fcntl.h>
 #include <unistd.h>
 

@@ -297,7 +297,8 @@ std::string mountinfo_path(std::string_view text);
 // Where the check is made. At the start (containerd) the container's process is in its own root and runc
 // has made each tmpfs read-only: a mask is a read-only tmpfs. In the createRuntime hook (CRI-O) it is not
 // yet: the mounts lie below `rootfs` among the runtime's own, which are not the container's, and a tmpfs
-// is still writable, so any tmpfs over a root hides it (as it would at the start, read-only or not).
+// is still writable, so any tmpfs over a root hides it (as it would at the start, read-only or not); the
+// hook keeps only masks and the tmpfs on an MPS root's filesystem (mask_hook.hpp's is_mask_line).
 struct MaskCheck {
   std::string rootfs = "/";
   bool masks_read_only = true;

@@ -38,7 +38,8 @@ std::optional<MaskHookCall> parse_mask_hook_args(const std::vector<std::string>&
 
 // The string or number values of a JSON document at the given paths of object keys ("root/path"), read as
 // a stream: what is kept is those values alone, whatever the document holds. A path given twice keeps the
-// last. nullopt with `why` where it is not JSON, or a kept value is over kPathMax bytes.
+// last. nullopt with `why` where it is not JSON, is nested deeper than 64, or a kept value is over kPathMax
+// bytes.
 std::optional<std::vector<std::string>> json_values(std::istream& in, const std::vector<std::string>& paths,
                                                     std::string& why);
 
