@@ -150,6 +150,16 @@ std::string container_rootfs(const std::string& bundle, const std::string& root_
   return k8s::lexical_path(root_path.starts_with('/') ? root_path : bundle + "/" + root_path);
 }
 
+MountFields mount_fields(std::string_view line) {
+  std::string_view fields[5];
+  for (std::string_view& field : fields) {
+    field = line.substr(0, line.find(' '));
+    line.remove_prefix(std::min(line.size(), field.size() + 1));
+  }
+  if (fields[4].empty()) return {};
+  return {fields[2], k8s::lexical_path(mountinfo_path(fields[4]))};
+}
+
 bool is_mask_line(std::string_view line) {
   const std::size_t type = line.find(" - tmpfs ");
   if (type == std::string_view::npos) return false;
@@ -175,9 +185,7 @@ std::string not_shown(std::string_view mountinfo, const std::string& rootfs) {
   while (!mountinfo.empty() && !(root && mask)) {
     const std::string_view line = mountinfo.substr(0, mountinfo.find('\n'));
     mountinfo.remove_prefix(std::min(mountinfo.size(), line.size() + 1));
-    std::string_view rest = line;  // the fifth field is the mount point
-    for (int field = 0; field < 4; ++field) rest.remove_prefix(std::min(rest.size(), rest.find(' ') + 1));
-    const std::string point = k8s::lexical_path(mountinfo_path(rest.substr(0, rest.find(' '))));
+    const std::string point = mount_fields(line).point;
     root = root || point == rootfs;
     mask = mask || (point != rootfs && k8s::is_or_under(point, rootfs) && is_mask_line(line));
   }

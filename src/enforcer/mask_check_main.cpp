@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "gpuguard/enforcement/mask_hook.hpp"
+#include "gpuguard/k8s/host_path.hpp"
 
 namespace {
 
@@ -94,29 +95,16 @@ std::optional<std::string> read_mounts(const std::string& pid, const std::string
   CappedInput buffer(fd, kMountinfoReadMax);
   std::istream in(&buffer);
   std::string kept, line;
-  std::string root;  // as the kernel writes a mount point: space, tab, newline and backslash as \ooo
-  for (const char c : rootfs) {
-    if (c == ' ' || c == '\t' || c == '\n' || c == '\\') {
-      root += c == ' ' ? "\\040" : c == '\t' ? "\\011" : c == '\n' ? "\\012" : "\\134";
-    } else {
-      root += c;
-    }
-  }
-  const std::string below_root = root == "/" ? root : root + "/";
-  // A line at or below the root (its fifth field, as escaped), and that is the root itself, a mask, or on an
-  // MPS root's filesystem (its third): the runtime's own mounts, and the other pods' tmpfs volumes that a
-  // bind of the host's / shows below the root, are not kept.
-  const auto wanted = [&](std::string_view text) {
-    std::string_view fields[5];
-    for (std::string_view& field : fields) {
-      field = text.substr(0, text.find(' '));
-      text.remove_prefix(std::min(text.size(), field.size() + 1));
-    }
-    const std::string_view device = fields[2], point = fields[4];
-    if (point == root) return true;
-    if (!point.starts_with(below_root)) return false;
-    return enforcement::is_mask_line(line) || std::any_of(call.places.begin(), call.places.end(),
-                                                          [&](const auto& place) { return place.device == device; });
+  // A line at or below the root, and that is the root itself, a mask, or on an MPS root's filesystem: the
+  // runtime's own mounts, and the other pods' tmpfs volumes that a bind of the host's / shows below the
+  // root, are not kept.
+  const auto wanted = [&](const std::string& text) {
+    const enforcement::MountFields fields = enforcement::mount_fields(text);
+    if (fields.point == rootfs) return true;
+    if (!k8s::is_or_under(fields.point, rootfs)) return false;
+    return enforcement::is_mask_line(text) ||
+           std::any_of(call.places.begin(), call.places.end(),
+                       [&](const auto& place) { return place.device == fields.device; });
   };
   while (std::getline(in, line) && kept.size() <= enforcement::kMountinfoMax) {
     if (wanted(line)) kept.append(line).push_back('\n');

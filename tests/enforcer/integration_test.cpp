@@ -29,6 +29,7 @@
 #include "child_process.hpp"
 #include "eventually.hpp"
 #include "fake_apiserver.hpp"
+#include "files.hpp"
 #include "fixture.hpp"
 #include "http_client.hpp"
 #include "podresources/v1/api.grpc.pb.h"
@@ -423,12 +424,8 @@ TEST_CASE("every fixture, sent through NRI's own runtime to the real enforcer, g
     REQUIRE(out[0]["synced"] == 1);
     if (mask_hook) {
       const fs::path beside = fs::path(GPUGUARD_NODE_ENFORCER_BIN).parent_path() / "gpuguard-mask-check";
-      const auto whole = [](const fs::path& path) {
-        std::ifstream in(path, std::ios::binary);
-        return std::string(std::istreambuf_iterator<char>(in), {});
-      };
       REQUIRE(fs::exists(hook_dir / "gpuguard-mask-check"));
-      CHECK(whole(hook_dir / "gpuguard-mask-check") == whole(beside));
+      CHECK(gpuguard::test::read_file(hook_dir / "gpuguard-mask-check") == gpuguard::test::read_file(beside));
       CHECK((fs::status(hook_dir / "gpuguard-mask-check").permissions() & fs::perms::owner_exec) != fs::perms::none);
     }
     for (std::size_t i = 0; i < fixtures.size(); ++i) {

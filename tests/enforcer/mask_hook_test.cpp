@@ -150,6 +150,13 @@ TEST_CASE("mask hook: a mask is known by its size and mode as the kernel writes 
   CHECK_FALSE(is_mask_line(line(33, "0:60", "/", at, "rw", "ext4", "rw,size=4k,mode=555")));
 }
 
+TEST_CASE("mask hook: a mountinfo line gives its device and its mount point unescaped") {
+  const MountFields fields = mount_fields("33 1 0:60 / /var/lib/a\\040b/merged rw - tmpfs tmpfs rw");
+  CHECK(fields.device == "0:60");
+  CHECK(fields.point == "/var/lib/a b/merged");
+  CHECK(mount_fields("33 1 0:60 /").point.empty());
+}
+
 TEST_CASE("mask hook: JSON nested past its depth is refused, whatever it holds") {
   std::string why;
   std::istringstream deep(std::string(100, '[') + std::string(100, ']'));

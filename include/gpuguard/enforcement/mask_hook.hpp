@@ -47,6 +47,14 @@ std::optional<std::vector<std::string>> json_values(std::istream& in, const std:
 // Empty with `why` where it is missing or not a plain path.
 std::string container_rootfs(const std::string& bundle, const std::string& root_path, std::string& why);
 
+// The fields of a mountinfo line the hook reads: its filesystem's device (the third) and its mount point (the
+// fifth), unescaped and lexical; both empty where the line has fewer fields.
+struct MountFields {
+  std::string_view device;
+  std::string point;
+};
+MountFields mount_fields(std::string_view line);
+
 // Whether a mountinfo line is a mask as the kernel writes one back: a tmpfs whose own options hold
 // kMaskOptions' mode (mode=0555 written mode=555) and its size of 4 KiB, rounded up to the page (4, 16 or
 // 64 KiB). The container's /dev and /dev/shm are tmpfs too, of other sizes and modes: not a mask.
