@@ -1,6 +1,9 @@
 // libFuzzer target: AdmissionReview bytes -> admission::review(). Besides "no crash, no sanitizer
 // finding", it asserts the properties the apiserver relies on: a response is valid JSON echoing the uid,
-// and a patch applies to the object it was computed for and is idempotent on reinvocation.
+// and a patch applies to the object it was computed for and is idempotent on reinvocation. The same bytes
+// go to the arm hook's readings of what the API server sends back (webhook::arming): never a throw, the
+// ready replicas sorted and once each, and a replica heard only by a pod's name.
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -10,6 +13,7 @@
 
 #include "gpuguard/admission/base64.hpp"
 #include "gpuguard/admission/review.hpp"
+#include "gpuguard/webhook/arming.hpp"
 
 using nlohmann::json;
 using namespace gpuguard::admission;
@@ -22,11 +26,34 @@ namespace {
   std::abort();
 }
 
+void check_arming(const std::string& body) {
+  namespace arming = gpuguard::webhook::arming;
+  const arming::ReadyReplicas ready = arming::ready_replicas(body);
+  if (!std::is_sorted(ready.names.begin(), ready.names.end()) ||
+      std::adjacent_find(ready.names.begin(), ready.names.end()) != ready.names.end()) {
+    violated("ready replicas sorted, once each", body);
+  }
+  if (std::any_of(ready.names.begin(), ready.names.end(), [](const std::string& name) { return name.empty(); })) {
+    violated("no ready replica without a name", body);
+  }
+  // The bytes as the answered pod, and as the name a replica says (the API server passes warnings on as sent).
+  const std::string said = body.substr(0, 96);
+  const arming::ProbeResult result = arming::probe_result(
+      201, body,
+      {"299 - " +
+       json(arming::replica_identity("ns/webhook", said)).dump(-1, ' ', false, json::error_handler_t::replace)},
+      "", "ns/webhook");
+  if (!result.replica.empty() && (!result.reached || !arming::is_deployment_name(result.replica))) {
+    violated("a replica heard only by a pod's name", result.replica);
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   static const Policy policy;
   const std::string body(reinterpret_cast<const char*>(data), size);
+  check_arming(body);
   const ReviewOutcome outcome = review(body, policy);
   if (!outcome.ok) return 0;
 

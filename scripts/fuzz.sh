@@ -11,11 +11,12 @@ out="$root/build-fuzz"
 cmake --preset fuzz -S "$root" >/dev/null
 cmake --build "$out" -j"${JOBS:-2}"
 
-# Seeds: every admission fixture and invalid body; for HTTP, the same bodies in requests of each kind.
+# Seeds: every admission fixture and invalid body, and the arm hook's EndpointSliceList; for HTTP, the same bodies in requests of each kind.
 mkdir -p "$out/corpus/admission" "$out/corpus/http" "$out/corpus/extender" "$out/corpus/nodereport" "$out/corpus/nri" \
   "$out/corpus/enforcer_model" "$out/findings"
 for f in "$root"/tests/fixtures/admission/*/review.json; do cp "$f" "$out/corpus/admission/$(basename "$(dirname "$f")").json"; done
 for f in "$root"/tests/fixtures/invalid/*.json; do cp "$f" "$out/corpus/admission/invalid-$(basename "$f")"; done
+cp "$root/tests/fixtures/arming/endpointslices.json" "$out/corpus/admission/arming-endpointslices.json"
 request() {  # METHOD TARGET CONTENT-TYPE BODY-FILE NAME
   local length=0
   if [ -n "$4" ]; then length=$(stat -c %s "$4"); fi

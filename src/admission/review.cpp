@@ -107,6 +107,7 @@ ReviewOutcome review(std::string body, const policy::Policy& policy, const Claim
     if (!instance.empty() && std::any_of(request.pod.annotations.begin(), request.pod.annotations.end(),
                                          [](const Annotation& a) { return a.key == kArmProbeAnnotation; })) {
       decision.warnings.push_back(arm_probe_warning(instance));
+      outcome.arm_probe = true;
     }
     outcome.body = encode_response(request, decision, policy);
     outcome.uid = std::string(request.uid);

@@ -388,11 +388,12 @@ Response HttpServer::Impl::call_handler(const RequestHead& head, std::string bod
   }
 }
 
-// The answer as it goes on the wire, keep-alive unless the server is draining (`keep_alive` says which):
+// The answer as it goes on the wire, keep-alive unless the server is draining or the handler asked to close
+// (`keep_alive` says which):
 // status line, headers, body. Written here, not by Beast's serializer, which builds a list of fields (an
 // allocation each) and walks them as a sequence of buffers; the headers are the server's own.
 std::string HttpServer::Impl::wire_answer(const Response& response, unsigned version, bool& keep_alive) {
-  keep_alive = keep_alive && !draining;
+  keep_alive = keep_alive && !draining && !response.close_connection;
   if (options.counters != nullptr) options.counters->count_answer(response.status);
   const std::string_view reason = http::obsolete_reason(http::int_to_status(response.status));
   const std::string length = std::to_string(response.body.size());

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <functional>
 #include <iostream>
+#include <set>
 #include <string_view>
 #include <thread>
 
@@ -31,7 +32,8 @@ constexpr const char* kProgram = "gpuguard-webhook arm";
 constexpr const char* kUsage =
     "gpuguard-webhook arm: waits until the webhook's Deployment has a replica available and, with\n"
     "--probe-namespace, until a pod created there as a server-side dry run comes back as the webhook answered it\n"
-    "(so the API server can call it), ten times in a row, then sets the webhook configuration's failurePolicy to\n"
+    "(so the API server can call it), ten times in a row and, with --service, until each ready endpoint of the\n"
+    "webhook's Service has answered naming its pod, then sets the webhook configuration's failurePolicy to\n"
     "Fail and the backstop binding's validationActions to Deny. The chart runs it as a post-install and\n"
     "post-upgrade hook, so that nothing refuses pods before the API server can have them reviewed. When that is\n"
     "not shown within --timeout, or a pod comes back unanswered after the webhook has answered one, it arms\n"
@@ -49,8 +51,8 @@ constexpr auto kRequestTimeout = 10s;
 constexpr auto kPoll = 2s;
 // The probe arms only on this many answers in a row, each a new connection to the API server, kConfirm apart,
 // and a miss after the first answer leaves it unarmed: one answer can come from the one API server, of several
-// behind a load balancer, that reaches the webhook. (Replicas are not told apart: an API server keeps its
-// connection to the webhook, so its calls here reach one replica.)
+// behind a load balancer, that reaches the webhook. With --service it goes on, still in a row, until every
+// ready endpoint of the webhook's Service has answered (arming.hpp, "Replicas told apart").
 constexpr int kAnswersInARow = 10;
 constexpr auto kConfirm = 300ms;
 
@@ -118,6 +120,9 @@ void add_arm_flags(po::options_description& description) {
       "probe-namespace", po::value<std::string>(),
       "a namespace the webhook covers, where a pod is created as a server-side dry run until it comes back as the "
       "webhook answered it; not given: a replica available is enough")(
+      "service", po::value<std::string>(),
+      "the webhook's Service, in --namespace: the probe goes on until each of its ready endpoints (the "
+      "webhook's replicas, which name their pods) has answered; not given: replicas are not told apart")(
       "probe-image", po::value<std::string>()->default_value("gpuguard-arm-probe"),
       "the image the probe pod names (never pulled: a dry run runs nothing); the chart passes its own, which "
       "a registry allowlist admits")(
@@ -148,6 +153,7 @@ int check_arm_flags(const po::variables_map& flags) {
   for (const Name& name :
        {Name{"namespace", k8s::is_dns_label, "a namespace's name", false},
         Name{"deployment", arming::is_deployment_name, "a Deployment's name", false},
+        Name{"service", k8s::is_dns_label, "a Service's name", false},
         Name{"webhook-configuration", k8s::is_dns_subdomain, "a MutatingWebhookConfiguration's name", false},
         Name{"backstop-binding", k8s::is_dns_subdomain, "a ValidatingAdmissionPolicyBinding's name", false},
         Name{"probe-namespace", k8s::is_dns_label, "a namespace's name", true}}) {
@@ -172,6 +178,11 @@ int check_arm_flags(const po::variables_map& flags) {
     }
     return 0;
   }
+  if (flags.count("service") != 0 &&
+      (flags.count("probe-namespace") == 0 || flags["probe-namespace"].as<std::string>().empty())) {
+    std::cerr << kProgram << ": --service needs --probe-namespace: its replicas are heard through the probe\n";
+    return 2;
+  }
   if (!names_something) {
     std::cerr << kProgram << ": nothing to arm: give --webhook-configuration, --backstop-binding or both\n";
     return 2;
@@ -180,9 +191,10 @@ int check_arm_flags(const po::variables_map& flags) {
 }
 
 // What the Deployment says of its replicas, or why it cannot be read.
-arming::Availability read_availability(const kube::ApiServer& api, const std::string& deployment_path) {
+arming::Availability read_availability(const kube::ApiServer& api, const std::string& deployment_path,
+                                       bool rolled_out) {
   const kube::Reply reply = get(api, deployment_path);
-  if (reply.status == 200) return arming::deployment_availability(reply.body);
+  if (reply.status == 200) return arming::deployment_availability(reply.body, rolled_out);
   arming::Availability availability;
   if (reply.status == 404) {
     availability.waiting = "the Deployment is not there yet";
@@ -203,7 +215,8 @@ bool wait_for_replica(const kube::ApiServer& api, const po::variables_map& flags
   const unsigned timeout_s = flags["timeout"].as<unsigned>();
   std::string last;
   for (;;) {
-    const arming::Availability availability = read_availability(api, deployment_path);
+    // Replicas told apart (--service): an older version's replicas, which name no pod, gone first.
+    const arming::Availability availability = read_availability(api, deployment_path, flags.count("service") != 0);
     if (availability.available) break;
     if (availability.waiting != last) {
       log::info("waiting for a replica of the webhook",
@@ -248,6 +261,46 @@ void record_failure(const kube::ApiServer& api, const po::variables_map& flags, 
   }
 }
 
+// Which ready replicas of the webhook (endpoints of --service) have not answered yet: `what` is empty once
+// each has, or without --service. `refused`: the API server will not list them (401, 403, 404), which no
+// wait mends.
+struct Unheard {
+  std::string what;
+  bool refused = false;
+};
+Unheard unheard_replicas(const kube::ApiServer& api, const po::variables_map& flags,
+                         const std::set<std::string>& heard) {
+  if (flags.count("service") == 0) return {};
+  const std::string service = flags["service"].as<std::string>();
+  const kube::Reply reply = get(api, "/apis/discovery.k8s.io/v1/namespaces/" + flags["namespace"].as<std::string>() +
+                                         "/endpointslices?labelSelector=kubernetes.io%2Fservice-name%3D" + service);
+  if (reply.status != 200) {
+    const bool refused = reply.status == 401 || reply.status == 403 || reply.status == 404;
+    return {"cannot list the endpoints of Service " + service + ": " + std::to_string(reply.status) + " " + reply.error,
+            refused};
+  }
+  const arming::ReadyReplicas ready = arming::ready_replicas(reply.body);
+  if (!ready.error.empty()) return {"cannot read the endpoints of Service " + service + ": " + ready.error, false};
+  if (ready.names.empty()) return {"Service " + service + " lists no ready endpoint yet", false};
+  std::string unheard;
+  for (const std::string& name : ready.names) {
+    if (heard.count(name) == 0) unheard.append(unheard.empty() ? "" : ", ").append(name);
+  }
+  return {unheard.empty() ? "" : "ready replicas of Service " + service + " not heard from yet: " + unheard, false};
+}
+
+// Why the timeout came while the webhook was answering: before its ten answers in a row, or with replicas
+// (`unheard`) not heard from after them.
+std::string timed_out_answering(int in_a_row, const std::string& unheard) {
+  if (in_a_row < kAnswersInARow) {
+    return "the timeout came after " + std::to_string(in_a_row) + " of the " + std::to_string(kAnswersInARow) +
+           " answers in a row the webhook must give";
+  }
+  return "the timeout came after " + std::to_string(in_a_row) + " answers in a row, with " + unheard +
+         ": the API server's calls may not reach those replicas (a NetworkPolicy that admits it to some nodes "
+         "only), or they do not name themselves (--replica)";
+}
+
 // True once a pod created as a server-side dry run in --probe-namespace comes back as the webhook answered it
 // (or when there is no such flag); false, after saying why and recording it, at the deadline.
 bool probe_webhook(const kube::ApiServer& api, const po::variables_map& flags,
@@ -266,6 +319,8 @@ bool probe_webhook(const kube::ApiServer& api, const po::variables_map& flags,
     return false;
   };
   std::string last;
+  std::string unheard;
+  std::set<std::string> heard;  // replicas that named themselves; bounded by the answers, at most one a probe
   int in_a_row = 0;
   for (;;) {
     const kube::Reply reply = kube::send_request(
@@ -274,14 +329,28 @@ bool probe_webhook(const kube::ApiServer& api, const po::variables_map& flags,
     const arming::ProbeResult result =
         arming::probe_result(reply.status, reply.body, reply.warnings, reply.error, instance);
     if (result.reached) {
-      if (++in_a_row == kAnswersInARow) {
-        log::info("the API server calls the webhook",
-                  {{"namespace", probe_namespace}, {"shown_by", result.why}, {"answers_in_a_row", in_a_row}});
-        return true;
+      if (!result.replica.empty()) heard.insert(result.replica);
+      if (++in_a_row >= kAnswersInARow) {
+        const auto [now_unheard, refused] = unheard_replicas(api, flags, heard);
+        if (refused) {
+          return not_shown(now_unheard,
+                           "let the hook's service account list EndpointSlices in its namespace (the "
+                           "chart's Role does), then run helm upgrade again");
+        }
+        if (now_unheard.empty()) {
+          log::info("the API server calls the webhook", {{"namespace", probe_namespace},
+                                                         {"shown_by", result.why},
+                                                         {"answers_in_a_row", in_a_row},
+                                                         {"replicas_heard", heard.size()}});
+          return true;
+        }
+        if (now_unheard != unheard)
+          log::info("probing until each replica of the webhook answers",
+                    {{"namespace", probe_namespace}, {"waiting", now_unheard}});
+        unheard = now_unheard;
       }
       if (std::chrono::steady_clock::now() + kConfirm > deadline) {
-        return not_shown("the timeout came after " + std::to_string(in_a_row) + " of the " +
-                             std::to_string(kAnswersInARow) + " answers in a row the webhook must give",
+        return not_shown(timed_out_answering(in_a_row, unheard),
                          "run helm upgrade again, or give the hook a longer webhook.armTimeoutSeconds");
       }
       std::this_thread::sleep_for(kConfirm);

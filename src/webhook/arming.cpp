@@ -7,7 +7,9 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <string>
+#include <utility>
 
 namespace gpuguard::webhook::arming {
 namespace {
@@ -18,6 +20,13 @@ std::optional<json> parse_object(std::string_view text) {
   json parsed = json::parse(text, nullptr, false);
   if (parsed.is_discarded() || !parsed.is_object()) return std::nullopt;
   return parsed;
+}
+
+// An object's member, or null where it is not an object or has none.
+const json* member(const json& object, const char* key) {
+  if (!object.is_object()) return nullptr;
+  const auto found = object.find(key);
+  return found == object.end() ? nullptr : &*found;
 }
 
 long long number_at(const json& object, const char* section, const char* key) {
@@ -31,13 +40,26 @@ long long number_at(const json& object, const char* section, const char* key) {
 
 bool is_deployment_name(std::string_view name) { return name.size() <= 63 && k8s::is_dns_subdomain(name); }
 
-Availability deployment_availability(std::string_view deployment_json) {
+Availability deployment_availability(std::string_view deployment_json, bool rolled_out) {
   const auto deployment = parse_object(deployment_json);
   if (!deployment) return {false, "the Deployment is not a JSON object"};
   const long long available = number_at(*deployment, "status", "availableReplicas");
   const long long wanted = number_at(*deployment, "spec", "replicas");
-  if (available >= 1) return {true, ""};
-  return {false, std::to_string(available) + " of " + std::to_string(wanted) + " replicas available"};
+  if (available < 1) {
+    return {false, std::to_string(available) + " of " + std::to_string(wanted) + " replicas available"};
+  }
+  if (!rolled_out) return {true, ""};
+  const long long generation = number_at(*deployment, "metadata", "generation");
+  if (number_at(*deployment, "status", "observedGeneration") < generation) {
+    return {false, "the Deployment's controller has not seen its generation " + std::to_string(generation) + " yet"};
+  }
+  const long long replicas = number_at(*deployment, "status", "replicas");
+  const long long updated = number_at(*deployment, "status", "updatedReplicas");
+  if (updated < replicas) {
+    return {false, "a rollout is under way: " + std::to_string(updated) + " of " + std::to_string(replicas) +
+                       " replicas run the current template"};
+  }
+  return {true, ""};
 }
 
 Step webhook_step(std::string_view configuration_json, std::string_view webhook) {
@@ -122,9 +144,10 @@ std::optional<std::string> warning_text(std::string_view header) {
   return text;
 }
 
-// Whether the answer is in the words only gpuguard's webhook uses, whichever release's.
-ProbeResult in_webhook_words(unsigned status, std::string_view body, const std::vector<std::string>& warnings,
-                             std::string_view error) {
+// Whether the answer is in the words only gpuguard's webhook uses, whichever release's (first), and what
+// showed it or why not.
+std::pair<bool, std::string> in_webhook_words(unsigned status, std::string_view body,
+                                              const std::vector<std::string>& warnings, std::string_view error) {
   // What only gpuguard's webhook says of this pod (src/admission/decide.cpp; the unit test runs the admission
   // core on the probe pod in each mode to hold these to it), as the API server passes it on.
   constexpr std::string_view kReplaced = "NVIDIA_VISIBLE_DEVICES set in the pod was replaced with";
@@ -197,32 +220,82 @@ ProbeResult in_webhook_words(unsigned status, std::string_view body, const std::
 
 }  // namespace
 
+std::string replica_identity(std::string_view instance, std::string_view replica) {
+  return std::string(instance) + " replica " + std::string(replica);
+}
+
 ProbeResult probe_result(unsigned status, std::string_view body, const std::vector<std::string>& warnings,
                          std::string_view error, std::string_view instance) {
-  ProbeResult result = in_webhook_words(status, body, warnings, error);
+  auto [reached, why] = in_webhook_words(status, body, warnings, error);
+  ProbeResult result{reached, std::move(why), ""};
   if (!result.reached) return result;
   // This release's webhook, by the name it says (a refusal's warnings come back with it too): another
-  // release's webhook, or another mutator, answers in the same words but not this name.
+  // release's webhook, or another mutator, answers in the same words but not this name. A replica that
+  // names its pod says the name after it.
   const std::string named = admission::arm_probe_warning(instance);
-  if (std::none_of(warnings.begin(), warnings.end(),
-                   [&named](const std::string& warning) { return warning_text(warning) == named; })) {
-    std::string others;
-    for (const std::string& warning : warnings) {
-      if (warning.find("arm probe answered by gpuguard webhook ") != std::string::npos) {
-        others.append(others.empty() ? "" : ", ").append(warning);
-      }
-    }
-    const std::string whose =
-        others.empty() ? std::string(
-                             ", nor any name: a gpuguard webhook that says none answered (another release's, "
-                             "older, or one run without --instance)")
-                       : " but \"" + others +
-                             "\": another gpuguard webhook answered, not this release's (name a probe namespace only "
-                             "this release's webhook covers: webhook.armProbeNamespace)";
-    return {false, "the probe pod came back in a gpuguard webhook's words, without the warning \"" + named +
-                       "\" that this release's webhook adds" + whose};
+  const std::string replica_named = admission::arm_probe_warning(replica_identity(instance, ""));
+  const auto answered_by = std::find_if(warnings.begin(), warnings.end(), [&](const std::string& warning) {
+    const std::optional<std::string> text = warning_text(warning);
+    if (!text) return false;
+    if (*text == named) return true;
+    const std::string_view text_view(*text);
+    return text_view.substr(0, replica_named.size()) == replica_named &&
+           is_deployment_name(text_view.substr(replica_named.size()));
+  });
+  if (answered_by != warnings.end()) {
+    const std::string text = *warning_text(*answered_by);
+    result.replica = text.size() > named.size() ? text.substr(replica_named.size()) : std::string();
+    return result;
   }
-  return result;
+  std::string others;
+  for (const std::string& warning : warnings) {
+    if (warning.find("arm probe answered by gpuguard webhook ") != std::string::npos) {
+      others.append(others.empty() ? "" : ", ").append(warning);
+    }
+  }
+  const std::string whose =
+      others.empty() ? std::string(
+                           ", nor any name: a gpuguard webhook that says none answered (another release's, "
+                           "older, or one run without --instance)")
+                     : " but \"" + others +
+                           "\": another gpuguard webhook answered, not this release's (name a probe namespace only "
+                           "this release's webhook covers: webhook.armProbeNamespace)";
+  return {false,
+          "the probe pod came back in a gpuguard webhook's words, without the warning \"" + named +
+              "\" that this release's webhook adds" + whose,
+          ""};
+}
+
+ReadyReplicas ready_replicas(std::string_view endpoint_slices_json) {
+  const auto list = parse_object(endpoint_slices_json);
+  if (!list || !list->contains("items") || !(*list)["items"].is_array()) {
+    return {{}, "the EndpointSliceList has no items"};
+  }
+  std::set<std::string> names;
+  for (const json& slice : (*list)["items"]) {
+    const auto endpoints = slice.is_object() ? slice.find("endpoints") : slice.end();
+    if (!slice.is_object() || endpoints == slice.end() || !endpoints->is_array()) continue;  // none: null
+    for (const json& endpoint : *endpoints) {
+      if (!endpoint.is_object()) continue;
+      // Walked by find(), not value(): a pointer through an array of the wrong shape throws parse_error.
+      const json* conditions = member(endpoint, "conditions");
+      const json* ready = conditions != nullptr ? member(*conditions, "ready") : nullptr;
+      if (ready != nullptr && *ready == false) continue;
+      const json* target = member(endpoint, "targetRef");
+      const json* kind = target != nullptr ? member(*target, "kind") : nullptr;
+      const json* name = target != nullptr ? member(*target, "name") : nullptr;
+      if (kind != nullptr && *kind == "Pod" && name != nullptr && name->is_string() &&
+          !name->get<std::string>().empty()) {
+        names.insert(name->get<std::string>());
+        continue;
+      }
+      const auto addresses = endpoint.find("addresses");
+      const bool addressed =
+          addresses != endpoint.end() && addresses->is_array() && !addresses->empty() && addresses->front().is_string();
+      names.insert("address " + (addressed ? addresses->front().get<std::string>() : std::string("unknown")));
+    }
+  }
+  return {{names.begin(), names.end()}, ""};
 }
 
 }  // namespace gpuguard::webhook::arming

@@ -182,9 +182,19 @@ int serve(const po::variables_map& flags) {
                  "characters)\n";
     return 2;
   }
+  // A pod's name as a Deployment's pods have it: an RFC 1123 subdomain of at most 63 characters (the API
+  // server cuts a generated name's base to keep it so), which keeps the warning under the 256 characters
+  // the API server may cut one to.
+  const std::string replica = flags["replica"].as<std::string>();
+  if (!replica.empty() && (instance.empty() || !webhook::arming::is_deployment_name(replica))) {
+    std::cerr << "gpuguard-webhook: --replica '" << replica
+              << "' must be a pod's name (an RFC 1123 subdomain of at most 63 characters), with --instance\n";
+    return 2;
+  }
   server::ServerOptions options = std::move(*parsed_options);
   if (!size_for_memory(flags, options)) return 2;
-  return cli::run_service([&] { serve_reviews(flags, apiserver, claims_mode, instance, std::move(options)); });
+  const std::string said = replica.empty() ? instance : webhook::arming::replica_identity(instance, replica);
+  return cli::run_service([&] { serve_reviews(flags, apiserver, claims_mode, said, std::move(options)); });
 }
 
 }  // namespace
@@ -215,7 +225,10 @@ int main(int argc, char** argv) {
       "connections open at once; 0 = as many as --memory-limit leaves room for")(
       "instance", po::value<std::string>()->default_value(""),
       "NAMESPACE/DEPLOYMENT of this webhook, said in a warning to the arm hook's probe pod so that the hook "
-      "knows its own release's webhook answered (the chart passes it); empty: nothing said");
+      "knows its own release's webhook answered (the chart passes it); empty: nothing said")(
+      "replica", po::value<std::string>()->default_value(""),
+      "this replica's pod name, said with --instance to the arm hook's probe pod so that the hook can tell that "
+      "each replica answered (the chart passes the pod's name); empty: not said");
   const cli::Parsed parsed = cli::parse_command_line("gpuguard-webhook", GPUGUARD_VERSION, description, argc, argv);
   if (!parsed.flags) return parsed.exit_status;
   return serve(*parsed.flags);

@@ -68,7 +68,12 @@ server::Response WebhookHandler::mutate(std::string body) const {
                                       {"bytes", bytes},
                                       {"micros", static_cast<long long>(took.count() * 1e6)}});
   }
-  return server::json_response(std::move(outcome.body));
+  server::Response response = server::json_response(std::move(outcome.body));
+  // The API server keeps its connection to one replica; closed, its next call opens another, which the
+  // Service (or the API server's endpoint routing) may send to another replica, so that the arm hook can
+  // hear each one.
+  response.close_connection = outcome.arm_probe;
+  return response;
 }
 
 }  // namespace gpuguard::webhook

@@ -231,12 +231,17 @@ def check_arming(docs, namespace, armed, webhook=True, backstop=True, probe="def
     if probe:
         want["probe-namespace"] = probe
         want["probe-image"] = container["image"]
+        want["service"] = "gpuguard-webhook"  # the webhook's Service: each of its ready endpoints must answer
     assert args == want, args
     if probe:
         # The probe is armed on by the name the webhook says to it: its --instance must be the one the hook
         # expects, --namespace/--deployment.
         [webhook_container] = one(docs, "Deployment", "gpuguard-webhook")["spec"]["template"]["spec"]["containers"]
         assert f"--instance={args['namespace']}/{args['deployment']}" in webhook_container["args"], webhook_container["args"]
+        # Each replica names its pod, by which the hook tells the Service's endpoints apart.
+        assert "--replica=$(POD_NAME)" in webhook_container["args"], webhook_container["args"]
+        assert {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}} in webhook_container["env"]
+        assert one(docs, "Service", "gpuguard-webhook")["metadata"]["namespace"] == namespace
     probe_roles = [d for d in find(docs, "Role", "gpuguard-arm-probe")]
     if probe:
         [role] = probe_roles
@@ -259,7 +264,8 @@ def check_arming(docs, namespace, armed, webhook=True, backstop=True, probe="def
     assert one(docs, "Role", "gpuguard-arm")["rules"] == [
         {"apiGroups": ["apps"], "resources": ["deployments"], "resourceNames": ["gpuguard-webhook"], "verbs": ["get"]}] + (
         [{"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["gpuguard-policy"], "verbs": ["get"]}]
-        if find(docs, "ValidatingAdmissionPolicyBinding", "gpuguard-visible-devices") else []) + [
+        if find(docs, "ValidatingAdmissionPolicyBinding", "gpuguard-visible-devices") else []) + (
+        [{"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["list"]}] if probe else []) + [
         {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]
     assert one(docs, "ClusterRole", "gpuguard-arm")["rules"] == [
         {"apiGroups": ["admissionregistration.k8s.io"], "resources": ["mutatingwebhookconfigurations"],

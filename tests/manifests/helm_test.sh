@@ -489,10 +489,13 @@ def comparable(d):
         for c in (spec or {}).get("containers", []):
             c.pop("image", None)
             c.pop("imagePullPolicy", None)
-            # The webhook's name for the chart's arm hook: kustomize has no hook, and a name it said would be
-            # the same whatever namespace or prefix an overlay gives it, so it says none.
+            # The webhook's name for the chart's arm hook (and its pod's, from POD_NAME): kustomize has no
+            # hook, and a name it said would be the same whatever namespace or prefix an overlay gives it, so
+            # it says none.
             if "args" in c:
-                c["args"] = [a for a in c["args"] if not a.startswith("--instance=")]
+                c["args"] = [a for a in c["args"] if not a.startswith(("--instance=", "--replica="))]
+            if "env" in c:
+                c["env"] = [e for e in c["env"] if e["name"] != "POD_NAME"]
     return d
 drift = [key for key in set(helm) & set(kustomize) if comparable(helm[key]) != comparable(kustomize[key])]
 for key in drift:

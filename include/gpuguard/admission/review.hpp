@@ -45,6 +45,8 @@ struct ReviewOutcome {
   // Containers changed, by reason: injected, replaced, deduplicated, stripped (kMutationReasons).
   std::array<std::size_t, 4> mutations{};
   DoorCounts doors{};
+  // The arm hook's probe pod, answered with arm_probe_warning: the server closes the connection after it.
+  bool arm_probe = false;
 };
 
 inline constexpr std::array<std::string_view, 4> kMutationReasons = {"injected", "replaced", "deduplicated",
@@ -55,9 +57,10 @@ inline constexpr std::array<std::string_view, 4> kMutationReasons = {"injected",
 inline constexpr std::size_t kReusableParserLimit = std::size_t{256} * 1024;
 
 // The arm hook's probe pod (webhook/arming.hpp) carries this annotation. A webhook that knows which one it
-// is (`instance`: its namespace and Deployment, as the chart passes them) then adds arm_probe_warning, so
-// that the hook can tell its own release's webhook answered, not another release's or mutator's. The
-// policy applies to such a pod as to any other: the warning is all the annotation adds.
+// is (`instance`: its namespace and Deployment, as the chart passes them, and " replica POD" where it knows
+// its pod's name) then adds arm_probe_warning, so that the hook can tell its own release's webhook
+// answered, not another release's or mutator's, and which replica. The policy applies to such a pod as to
+// any other: the warning, and the connection closed after the answer, are all the annotation adds.
 inline constexpr std::string_view kArmProbeAnnotation = "gpuguard.io/arm-probe";
 std::string arm_probe_warning(std::string_view instance);
 

@@ -29,6 +29,9 @@ struct Response {
   std::string content_type = "text/plain; charset=utf-8";
   std::string body;
   std::vector<std::pair<std::string, std::string>> headers;
+  // Close the connection once this answer is written, so that the client's next request opens a new one
+  // (which a Service balances afresh): the webhook's answer to the arm hook's probe pod.
+  bool close_connection = false;
 };
 
 Response text_response(unsigned status, std::string body);

@@ -12,15 +12,19 @@
 namespace gpuguard::webhook::arming {
 
 // A Deployment's name as the arm hook (--deployment) and the webhook (--instance NAMESPACE/DEPLOYMENT) take
-// the webhook's: an RFC 1123 subdomain of at most 63 characters, as the chart's names are.
+// the webhook's, and a pod's as the webhook takes its own (--replica): an RFC 1123 subdomain of at most 63
+// characters, as the chart's names are and as the API server generates a Deployment's pods' names.
 bool is_deployment_name(std::string_view name);
 
 // Whether a Deployment (its JSON) has a replica available to answer; `waiting` says what is missing.
+// `rolled_out`: also every replica of its current template (no rollout under way, its controller has seen
+// the newest spec), so that replicas told apart (below) are not waited for while an older version's, which
+// name no pod, are still ready; a replica that cannot be scheduled does not hold it.
 struct Availability {
   bool available = false;
   std::string waiting;  // "0 of 3 replicas available", "the Deployment is not there yet", ...
 };
-Availability deployment_availability(std::string_view deployment_json);
+Availability deployment_availability(std::string_view deployment_json, bool rolled_out = false);
 
 // What to send to arm one object: a JSON Patch (RFC 6902) for application/json-patch+json, nothing when it
 // is armed already, or the reason it cannot be armed (not JSON, no webhook of that name).
@@ -50,11 +54,28 @@ Step binding_step(std::string_view binding_json);
 std::string probe_pod_json(std::string_view generate_name, std::string_view image);
 struct ProbeResult {
   bool reached = false;
-  std::string why;  // what showed it, or why it is not shown
+  std::string why;      // what showed it, or why it is not shown
+  std::string replica;  // reached: the pod name the answering replica said (--replica), empty when none
 };
 // The API server's answer to that create: its status (0: none came), body, Warning headers and error;
 // `instance`: the webhook to be shown, NAMESPACE/DEPLOYMENT (its --instance).
 ProbeResult probe_result(unsigned status, std::string_view body, const std::vector<std::string>& warnings,
                          std::string_view error, std::string_view instance);
+
+// Replicas told apart. The API server keeps its connection to a webhook, so ten answers may all come from one
+// replica while another, which its calls cannot reach, answers nothing until a call lands there under
+// failurePolicy Fail. A webhook given --replica names its pod too ("NAMESPACE/DEPLOYMENT replica POD"), and
+// closes the connection after answering a probe pod, so that the API server's next call may land on
+// another replica. The hook then arms only once every ready endpoint of the webhook's Service has answered.
+std::string replica_identity(std::string_view instance, std::string_view replica);
+// The ready endpoints of a Service, from its EndpointSliceList (discovery.k8s.io/v1): each named by its
+// pod (targetRef), or "address A" where it names none (no replica says that, so it is never heard);
+// sorted, once each (a dual-stack Service lists a pod in two slices). Not ready: `ready` false (absent is
+// ready, as the API defines it). `error`: the list is not one.
+struct ReadyReplicas {
+  std::vector<std::string> names;
+  std::string error;
+};
+ReadyReplicas ready_replicas(std::string_view endpoint_slices_json);
 
 }  // namespace gpuguard::webhook::arming

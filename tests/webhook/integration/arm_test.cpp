@@ -1,5 +1,6 @@
 // The real `gpuguard-webhook arm` against the fake API server over real TLS: it waits for a replica of the
-// webhook and, with --probe-namespace, for a dry-run pod to come back as the webhook answers, arms the
+// webhook and, with --probe-namespace, for a dry-run pod to come back as the webhook answers (with --service,
+// from each ready replica of its Service), arms the
 // webhook configuration and the backstop's binding with JSON Patches, and when either does not come,
 // leaves both as they were, says so, and records a Warning Event.
 #include <catch2/catch.hpp>
@@ -35,13 +36,28 @@ constexpr const char* kBinding =
     "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings/gpuguard-visible-devices";
 constexpr const char* kProbe = "/api/v1/namespaces/default/pods";
 constexpr const char* kEvents = "/api/v1/namespaces/gpuguard-system/events";
+constexpr const char* kEndpoints = "/apis/discovery.k8s.io/v1/namespaces/gpuguard-system/endpointslices";
 
-json deployment(int available) {
-  return {{"apiVersion", "apps/v1"},
-          {"kind", "Deployment"},
-          {"metadata", {{"name", "gpuguard-webhook"}, {"namespace", "gpuguard-system"}}},
-          {"spec", {{"replicas", 3}}},
-          {"status", {{"replicas", 3}, {"availableReplicas", available}}}};
+// The webhook Service's endpoints: each pod named, ready or not.
+json endpoint_slices(const std::vector<std::pair<std::string, bool>>& pods) {
+  json endpoints = json::array();
+  for (const auto& [name, ready] : pods) {
+    endpoints.push_back({{"addresses", json::array({"10.244.0." + std::to_string(endpoints.size() + 2)})},
+                         {"conditions", {{"ready", ready}}},
+                         {"targetRef", {{"kind", "Pod"}, {"namespace", "gpuguard-system"}, {"name", name}}}});
+  }
+  return {{"kind", "EndpointSliceList"}, {"items", json::array({{{"endpoints", endpoints}}})}};
+}
+
+// `updated`: replicas of the current template (a rollout under way has fewer than 3).
+json deployment(int available, int updated = 3) {
+  return {
+      {"apiVersion", "apps/v1"},
+      {"kind", "Deployment"},
+      {"metadata", {{"name", "gpuguard-webhook"}, {"namespace", "gpuguard-system"}, {"generation", 2}}},
+      {"spec", {{"replicas", 3}}},
+      {"status",
+       {{"replicas", 3}, {"availableReplicas", available}, {"updatedReplicas", updated}, {"observedGeneration", 2}}}};
 }
 
 // The probe pod as a gpuguard webhook that names itself `instance` answers it in policy mode enforce.
@@ -223,6 +239,71 @@ TEST_CASE(
   CHECK_THAT(event["message"].get<std::string>(), Catch::Contains("the webhook answered 4 dry-run pod(s)"));
 }
 
+// The API server keeps its connection to one replica, and the webhook closes it after a probe pod, so the
+// replicas answer by turns; here the second ready one answers only from the 13th probe on.
+TEST_CASE("arm: with --service, armed only once every ready replica of the webhook has answered") {
+  Install install;
+  // A rollout under way: the older version's replicas name no pod, so the probe waits until it is done.
+  install.apiserver.put_at(kDeployment, deployment(3, 1));
+  install.apiserver.put_at(
+      kEndpoints,
+      endpoint_slices({{"gpuguard-webhook-a", true}, {"gpuguard-webhook-b", true}, {"gpuguard-webhook-old", false}}));
+  std::atomic<int> probes{0};
+  install.apiserver.answer_posts(kProbe, [&probes](const json& pod) {
+    const char* replica = ++probes <= 12 ? "gpuguard-webhook-a" : "gpuguard-webhook-b";
+    return patched_by(pod, std::string("gpuguard-system/gpuguard-webhook replica ") + replica);
+  });
+  auto arm = std::async(std::launch::async, [&] {
+    return run_webhook(install.args(30) + " --probe-namespace default --service gpuguard-webhook");
+  });
+  REQUIRE(eventually([&] { return install.count("GET", kDeployment) >= 2; }));
+  CHECK(probes == 0);
+  install.apiserver.put_at(kDeployment, deployment(3, 3));
+  const ExitResult result = arm.get();
+  INFO(result.output);
+  CHECK(result.status == 0);
+  CHECK_THAT(result.output, Catch::Contains("a rollout is under way: 1 of 3 replicas run the current template"));
+  CHECK(probes == 13);
+  CHECK_THAT(result.output,
+             Catch::Contains("ready replicas of Service gpuguard-webhook not heard from yet: gpuguard-webhook-b") &&
+                 Catch::Contains("\"replicas_heard\":2"));
+  CHECK(install.apiserver.at(kConfiguration)["webhooks"][0]["failurePolicy"] == "Fail");
+  for (const auto& request : install.apiserver.requests()) {
+    if (request.path == kEndpoints)
+      CHECK(request.query == "labelSelector=kubernetes.io%2Fservice-name%3Dgpuguard-webhook");
+  }
+  CHECK(install.count("GET", kEndpoints) == 4);  // after the 10th, 11th, 12th and 13th answers
+}
+
+TEST_CASE("arm: a ready replica of the webhook that never answers leaves it unarmed, naming the replica") {
+  Install install;
+  install.apiserver.put_at(kDeployment, deployment(2));
+  install.apiserver.put_at(kEndpoints, endpoint_slices({{"gpuguard-webhook-a", true}, {"gpuguard-webhook-b", true}}));
+  install.apiserver.answer_posts(kProbe, [](const json& pod) {
+    return patched_by(pod, "gpuguard-system/gpuguard-webhook replica gpuguard-webhook-a");
+  });
+  install.apiserver.collect_posts(kEvents);
+  const ExitResult result = run_webhook(install.args(5) + " --probe-namespace default --service gpuguard-webhook");
+  INFO(result.output);
+  const json event = install.check_left_unarmed(result);
+  const std::string said = "with ready replicas of Service gpuguard-webhook not heard from yet: gpuguard-webhook-b";
+  CHECK_THAT(result.output, Catch::Contains(said) && Catch::Contains("may not reach those replicas"));
+  CHECK_THAT(event["message"].get<std::string>(), Catch::Contains(said));
+  // Endpoints the API server will not list (here: none at that path, 404) stop it at once, saying so.
+  Install unlisted;
+  unlisted.apiserver.put_at(kDeployment, deployment(3));
+  unlisted.apiserver.answer_posts(kProbe, [](const json& pod) {
+    return patched_by(pod, "gpuguard-system/gpuguard-webhook replica gpuguard-webhook-a");
+  });
+  unlisted.apiserver.collect_posts(kEvents);
+  const ExitResult refused = run_webhook(unlisted.args(60) + " --probe-namespace default --service gpuguard-webhook");
+  INFO(refused.output);
+  unlisted.check_left_unarmed(refused);
+  CHECK(unlisted.apiserver.posts(kProbe).size() == 10);
+  CHECK_THAT(refused.output, Catch::Contains("cannot list the endpoints of Service gpuguard-webhook: 404") &&
+                                 Catch::Contains("list EndpointSlices"));
+}
+
 TEST_CASE("arm: a timeout before the webhook has answered ten dry-run pods in a row leaves it unarmed, saying so") {
   Install install;
   install.apiserver.put_at(kDeployment, deployment(3));
@@ -396,6 +477,9 @@ TEST_CASE("arm: a configuration without the webhook, or bad flags, are refused")
            {named + "--verify-only --probe-namespace default --backstop-binding gpuguard-visible-devices",
             "--verify-only arms nothing"},
            {named + "--verify-only", "--verify-only needs --probe-namespace"},
+           {named + "--webhook-configuration gpuguard --service gpuguard-webhook", "--service needs --probe-namespace"},
+           {named + "--webhook-configuration gpuguard --probe-namespace default --service ../pods",
+            "--service \"../pods\" is not a Service's name"},
            {named + "--verify-only --probe-namespace \"\"", "--verify-only needs --probe-namespace"}}) {
     INFO(flags);
     const ExitResult result = run_webhook(flags);

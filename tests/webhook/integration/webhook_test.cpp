@@ -233,22 +233,48 @@ TEST_CASE("review subcommand: a bare Pod goes through the same path as the serve
 }
 
 TEST_CASE("a pod annotated gpuguard.io/arm-probe is told which webhook answered it (--instance), and no other pod") {
-  WebhookProcess webhook({"--instance", "gpuguard-system/gpuguard-webhook"});
-  TlsClient client(webhook.port());
+  WebhookProcess webhook(
+      {"--instance", "gpuguard-system/gpuguard-webhook", "--replica", "gpuguard-webhook-5d8f9c7b6-x2x9q"});
   json probe = json::parse(fixture_review("user-all"));
   probe["request"]["object"]["metadata"]["annotations"]["gpuguard.io/arm-probe"] = "true";
-  const auto warnings_of = [&client](const json& review) {
+  // The warnings, and whether the connection is closed after the answer (the arm hook's is, so that the API
+  // server's next call may go to another replica), over one connection each.
+  const auto answer_to = [&webhook](const json& review) {
+    TlsClient client(webhook.port());
     const HttpReply reply = client.request("POST", "/mutate", review.dump());
     REQUIRE(reply.status == 200);
-    return json::parse(reply.body)["response"].value("warnings", json::array());
+    const auto connection = reply.headers.find("connection");
+    const bool said_close = connection != reply.headers.end() && connection->second == "close";
+    // Closed indeed: the end of the stream follows, or (kept) nothing does within a second.
+    const auto [after, closed] = client.read_until_closed(said_close ? 5s : 1s);
+    CHECK(after.empty());
+    CHECK(closed == said_close);
+    return std::make_pair(json::parse(reply.body)["response"].value("warnings", json::array()), said_close);
   };
-  const json named = "arm probe answered by gpuguard webhook gpuguard-system/gpuguard-webhook";
-  const json probed = warnings_of(probe);
+  const json named =
+      "arm probe answered by gpuguard webhook gpuguard-system/gpuguard-webhook replica "
+      "gpuguard-webhook-5d8f9c7b6-x2x9q";
+  const auto [probed, probe_closed] = answer_to(probe);
   CHECK(std::count(probed.begin(), probed.end(), named) == 1);
   CHECK(probed.size() >= 2);  // and the webhook's own warning that it replaced the value
-  const json plain = warnings_of(json::parse(fixture_review("user-all")));
+  CHECK(probe_closed);
+  const auto [plain, plain_closed] = answer_to(json::parse(fixture_review("user-all")));
   CHECK(std::count(plain.begin(), plain.end(), named) == 0);
+  CHECK_FALSE(plain_closed);
   CHECK(webhook.terminate() == 0);
+  for (const char* bad :
+       {"Upper", "pod_name", "a-pod-name-longer-than-any-the-api-server-generates-for-a-deployment"}) {
+    INFO(bad);
+    const ExitResult refused =
+        run_webhook(std::string("--instance gpuguard-system/gpuguard-webhook --replica '") + bad +
+                    "' --tls-cert-file " + certs_dir() + "/tls.crt --tls-private-key-file " + certs_dir() + "/tls.key");
+    CHECK(refused.status == 2);
+    CHECK_THAT(refused.output, Catch::Contains("must be a pod's name"));
+  }
+  const ExitResult alone = run_webhook("--replica gpuguard-webhook-0 --tls-cert-file " + certs_dir() +
+                                       "/tls.crt --tls-private-key-file " + certs_dir() + "/tls.key");
+  CHECK(alone.status == 2);
+  CHECK_THAT(alone.output, Catch::Contains("with --instance"));
   for (const char* bad :
        {"gpuguard-webhook", "/gpuguard-webhook", "gpuguard-system/", "a/b/c", "GPU/guard", "ns/name\"quoted",
         "gpuguard-system/gpuguard-webhook-a-name-longer-than-the-chart-ever-gives-it-0123", "-system/gpuguard",

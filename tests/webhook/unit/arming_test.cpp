@@ -4,7 +4,10 @@
 #include <catch2/catch.hpp>
 
 #include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
 
+#include "files.hpp"
 #include "gpuguard/admission/base64.hpp"
 #include "gpuguard/admission/review.hpp"
 #include "gpuguard/policy/policy.hpp"
@@ -13,6 +16,23 @@
 using namespace gpuguard;
 using namespace gpuguard::webhook;
 using nlohmann::json;
+
+namespace {
+
+// The probe pod as the API server sends it to the webhook: a CREATE review.
+json probe_review(const json& pod) {
+  return {{"apiVersion", "admission.k8s.io/v1"},
+          {"kind", "AdmissionReview"},
+          {"request",
+           {{"uid", "probe"},
+            {"operation", "CREATE"},
+            {"kind", {{"group", ""}, {"version", "v1"}, {"kind", "Pod"}}},
+            {"resource", {{"group", ""}, {"version", "v1"}, {"resource", "pods"}}},
+            {"namespace", "default"},
+            {"object", pod}}}};
+}
+
+}  // namespace
 
 TEST_CASE("arming: a Deployment can answer once a replica is available") {
   struct Row {
@@ -36,6 +56,32 @@ TEST_CASE("arming: a Deployment can answer once a replica is available") {
   }
   CHECK(arming::deployment_availability("not json").waiting == "the Deployment is not a JSON object");
   CHECK(arming::deployment_availability("[]").waiting == "the Deployment is not a JSON object");
+  // Rolled out as well (replicas told apart): every replica of the current template, its spec seen.
+  const json rolled_out = {
+      {"metadata", {{"generation", 4}}},
+      {"spec", {{"replicas", 3}}},
+      {"status", {{"observedGeneration", 4}, {"replicas", 3}, {"updatedReplicas", 3}, {"availableReplicas", 2}}}};
+  json rolling = rolled_out;
+  rolling["status"]["replicas"] = 4;  // a surge pod of the new template, three of the old
+  rolling["status"]["updatedReplicas"] = 1;
+  json unseen = rolled_out;
+  unseen["metadata"]["generation"] = 5;
+  json none_available = rolled_out;
+  none_available["status"]["availableReplicas"] = 0;
+  const Row rolled_rows[] = {
+      {rolled_out, true, ""},
+      {rolling, false, "a rollout is under way: 1 of 4 replicas run the current template"},
+      {unseen, false, "the Deployment's controller has not seen its generation 5 yet"},
+      {none_available, false, "0 of 3 replicas available"},
+  };
+  for (const Row& row : rolled_rows) {
+    INFO(row.deployment.dump());
+    const auto result = arming::deployment_availability(row.deployment.dump(), true);
+    CHECK(result.available == row.available);
+    CHECK(result.waiting == row.waiting);
+    const bool any_available = row.deployment != none_available;
+    CHECK(arming::deployment_availability(row.deployment.dump(), false).available == any_available);
+  }
 }
 
 TEST_CASE("arming: the webhook configuration's webhook is set to Fail, tested by name at its index") {
@@ -247,15 +293,7 @@ TEST_CASE("arming: the probe shows the API server called the webhook by the webh
 // a refusal as the API server words it), shows the webhook was called; the same pod not reviewed does not.
 TEST_CASE("arming: the probe pod as the admission core answers it, in each policy mode, shows the webhook") {
   const std::string pod = arming::probe_pod_json("gpuguard-webhook-arm-probe-", "gpuguard:0.1.0");
-  const json request = {{"apiVersion", "admission.k8s.io/v1"},
-                        {"kind", "AdmissionReview"},
-                        {"request",
-                         {{"uid", "probe"},
-                          {"operation", "CREATE"},
-                          {"kind", {{"group", ""}, {"version", "v1"}, {"kind", "Pod"}}},
-                          {"resource", {{"group", ""}, {"version", "v1"}, {"resource", "pods"}}},
-                          {"namespace", "default"},
-                          {"object", json::parse(pod)}}}};
+  const json request = probe_review(json::parse(pod));
   for (const auto mode : {policy::Mode::enforce, policy::Mode::strict, policy::Mode::audit}) {
     INFO("mode " << policy::mode_name(mode));
     policy::Policy policy;
@@ -316,4 +354,99 @@ TEST_CASE(
   CHECK(pod["spec"]["automountServiceAccountToken"] == false);
   CHECK_FALSE(pod["spec"].contains("hostNetwork"));
   CHECK_FALSE(pod["spec"].contains("volumes"));
+}
+
+// A replica given --replica says its pod's name after this release's; the hook hears it by that name, and
+// only in this release's words.
+TEST_CASE("arming: a replica that names its pod is heard by that name") {
+  const std::string instance = "gpuguard-system/gpuguard-webhook";
+  CHECK(arming::replica_identity(instance, "gpuguard-webhook-5d8f9c7b6-x2x9q") ==
+        "gpuguard-system/gpuguard-webhook replica gpuguard-webhook-5d8f9c7b6-x2x9q");
+  const json sent = json::parse(arming::probe_pod_json("gpuguard-webhook-arm-probe-", "gpuguard:0.1.0"));
+  const std::string audit_warning = R"(299 - "audit: container \"probe\" would get NVIDIA_VISIBLE_DEVICES=none")";
+  const auto said = [](const std::string& text) { return "299 - " + json(text).dump(); };
+  struct Row {
+    const char* what;
+    std::string warning;
+    bool reached;
+    std::string replica;
+  };
+  const Row rows[] = {
+      {"a replica named", said("arm probe answered by gpuguard webhook " + instance + " replica gpuguard-webhook-a1"),
+       true, "gpuguard-webhook-a1"},
+      {"no replica named (an older webhook, or no --replica)",
+       said("arm probe answered by gpuguard webhook " + instance), true, ""},
+      {"another release's replica", said("arm probe answered by gpuguard webhook team-a/gpuguard-webhook replica a1"),
+       false, ""},
+      {"an empty replica name", said("arm probe answered by gpuguard webhook " + instance + " replica "), false, ""},
+      {"a replica name no pod has", said("arm probe answered by gpuguard webhook " + instance + " replica Not_A_Pod"),
+       false, ""},
+      {"a second word after the name",
+       said("arm probe answered by gpuguard webhook " + instance + " replica gpuguard-webhook-a1 extra"), false, ""},
+  };
+  for (const Row& row : rows) {
+    INFO(row.what);
+    const auto result = arming::probe_result(201, sent.dump(), {audit_warning, row.warning}, "", instance);
+    CHECK(result.reached == row.reached);
+    CHECK(result.replica == row.replica);
+  }
+  // The admission core says it so, and marks the answer as the probe's (the server then closes the connection).
+  const json request = probe_review(sent);
+  policy::Policy policy;
+  policy.mode = policy::Mode::audit;
+  const auto outcome =
+      admission::review(request.dump(), policy, nullptr, arming::replica_identity(instance, "gpuguard-webhook-b2"));
+  REQUIRE(outcome.ok);
+  CHECK(outcome.arm_probe);
+  std::vector<std::string> warnings;
+  const json response = json::parse(outcome.body)["response"];
+  for (const auto& warning : response["warnings"]) {
+    warnings.push_back(said(warning.get<std::string>()));
+  }
+  const auto heard = arming::probe_result(201, sent.dump(), warnings, "", instance);
+  INFO(heard.why);
+  CHECK(heard.replica == "gpuguard-webhook-b2");
+  json plain = request;
+  plain["request"]["object"]["metadata"].erase("annotations");
+  CHECK_FALSE(admission::review(plain.dump(), policy, nullptr, instance).arm_probe);
+}
+
+// The replicas the probe must hear: the ready endpoints of the webhook's Service, by pod, over a list in
+// the shape the API server serves (tests/fixtures/arming/endpointslices.json: dual-stack, a terminating pod,
+// one starting, one without conditions, one without a pod).
+TEST_CASE("arming: the replicas to hear are the ready endpoints of the webhook's Service") {
+  const std::string list = test::read_file(test::fixtures_dir() / "arming" / "endpointslices.json");
+  const arming::ReadyReplicas ready = arming::ready_replicas(list);
+  CHECK(ready.error.empty());
+  CHECK(ready.names == std::vector<std::string>{"address 10.0.5.5", "gpuguard-webhook-5d8f9c7b6-nocnd",
+                                                "gpuguard-webhook-5d8f9c7b6-x2x9q"});
+  struct Row {
+    const char* what;
+    std::string json;
+    std::vector<std::string> names;
+    bool error;
+  };
+  const Row rows[] = {
+      {"no slices", R"({"items":[]})", {}, false},
+      {"not a list", R"({"kind":"EndpointSliceList"})", {}, true},
+      {"not JSON", "{", {}, true},
+      {"items not an array", R"({"items":{}})", {}, true},
+      {"a slice and endpoints of the wrong types", R"({"items":[3,{"endpoints":{}},{"endpoints":[7]}]})", {}, false},
+      {"conditions and a target of the wrong types",
+       R"({"items":[{"endpoints":[{"addresses":["10.1.1.2"],"conditions":[],"targetRef":[]},)"
+       R"({"addresses":[5],"conditions":{"ready":"no"},"targetRef":{"kind":"Pod","name":7}}]}]})",
+       {"address 10.1.1.2", "address unknown"},
+       false},
+      {"a target that is not a pod",
+       R"({"items":[{"endpoints":[{"addresses":["10.1.1.1"],"targetRef":{"kind":"Node","name":"n1"}}]}]})",
+       {"address 10.1.1.1"},
+       false},
+      {"no address at all", R"({"items":[{"endpoints":[{"conditions":{"ready":true}}]}]})", {"address unknown"}, false},
+  };
+  for (const Row& row : rows) {
+    INFO(row.what);
+    const arming::ReadyReplicas found = arming::ready_replicas(row.json);
+    CHECK(found.names == row.names);
+    CHECK(found.error.empty() != row.error);
+  }
 }
