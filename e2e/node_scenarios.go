@@ -150,7 +150,10 @@ func (n *Node) deletePodsTornDown(t *T, names ...string) {
 			t.Errorf("deleting pod %s: %v", name, err)
 		}
 	}
-	t.must(eventually(t.ctx, time.Minute, func() error {
+	// A minute, and a second more for each pod: the kubelet tears down many pods a few at a time (the 180 of
+	// node/enforcer-bounded took more than a minute on a two-core machine).
+	limit := time.Minute + time.Duration(len(names))*time.Second
+	t.must(eventually(t.ctx, limit, func() error {
 		for _, name := range names {
 			if _, err := pods.Get(t.ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 				return fmt.Errorf("pod %s is not torn down yet (%v)", name, err)
