@@ -9,13 +9,15 @@
 #include <simdjson.h>
 #include <nlohmann/json.hpp>
 
+#include "gpuguard/k8s/json_fields.hpp"
 #include "gpuguard/k8s/quantity.hpp"
 #include "gpuguard/kube/store.hpp"
-#include "json_fields.hpp"
 
 namespace gpuguard::extender {
 namespace {
 
+using k8s::member;
+using k8s::string_at;
 using nlohmann::json;
 namespace od = simdjson::ondemand;
 

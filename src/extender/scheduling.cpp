@@ -1,15 +1,16 @@
 #include "gpuguard/extender/scheduling.hpp"
 
+#include "gpuguard/k8s/json_fields.hpp"
+
 #include <algorithm>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
-#include "json_fields.hpp"
-
 namespace gpuguard::extender {
 namespace {
 
+using k8s::string_at;
 using nlohmann::json;
 
 std::int64_t count_in(const ResourceCounts& counts, const std::string& name) {

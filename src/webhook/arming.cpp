@@ -2,6 +2,7 @@
 #include "gpuguard/webhook/arming.hpp"
 
 #include "gpuguard/admission/review.hpp"
+#include "gpuguard/k8s/json_fields.hpp"
 #include "gpuguard/k8s/names.hpp"
 
 #include <algorithm>
@@ -14,19 +15,13 @@
 namespace gpuguard::webhook::arming {
 namespace {
 
+using k8s::member;
 using nlohmann::json;
 
 std::optional<json> parse_object(std::string_view text) {
   json parsed = json::parse(text, nullptr, false);
   if (parsed.is_discarded() || !parsed.is_object()) return std::nullopt;
   return parsed;
-}
-
-// An object's member, or null where it is not an object or has none.
-const json* member(const json& object, const char* key) {
-  if (!object.is_object()) return nullptr;
-  const auto found = object.find(key);
-  return found == object.end() ? nullptr : &*found;
 }
 
 long long number_at(const json& object, const char* section, const char* key) {

@@ -1,13 +1,15 @@
 #pragma once
-// Reading Kubernetes objects that may lack any field or hold the wrong type: absent, never an exception.
+// Reading Kubernetes objects that may lack any field or hold the wrong type: absent, never an exception
+// (nlohmann's value() with a pointer throws on such shapes). The extender's and the arm hook's readers.
 #include <initializer_list>
 #include <string>
 #include <string_view>
 
 #include <nlohmann/json.hpp>
 
-namespace gpuguard::extender {
+namespace gpuguard::k8s {
 
+// An object's member, or null where it is not an object or has none.
 inline const nlohmann::json* member(const nlohmann::json& object, std::string_view key) {
   if (!object.is_object()) return nullptr;
   const auto found = object.find(key);
@@ -24,4 +26,4 @@ inline std::string_view string_at(const nlohmann::json& object, std::initializer
   return at->is_string() ? std::string_view(at->get_ref<const std::string&>()) : std::string_view{};
 }
 
-}  // namespace gpuguard::extender
+}  // namespace gpuguard::k8s
