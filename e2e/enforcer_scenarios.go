@@ -821,8 +821,9 @@ func nodeEnforcerBounded(t *T, e *Env) {
 	}), "waiting for a new enforcer pod")
 	page := n.waitForEnforcerRegistered(t)
 	fresh := enforcerPod()
-	t.Logf("a fresh enforcer registered over %d heavy running containers; running containers it reports: beyond %v, unjudged %v",
-		heavyPods*perPod, series(page, `gpuguard_node_enforcer_running_containers{state="beyond"}`),
+	t.Logf("a fresh enforcer registered over %d heavy running containers (connections it made: %v); running containers it reports: beyond %v, unjudged %v",
+		heavyPods*perPod, series(page, `gpuguard_node_enforcer_connections_total{event="registered"}`),
+		series(page, `gpuguard_node_enforcer_running_containers{state="beyond"}`),
 		series(page, `gpuguard_node_enforcer_running_containers{state="unjudged"}`))
 
 	// A volume mounted at a path of 256 KiB, under the device list root: refused by name, never held. (Of a

@@ -164,6 +164,10 @@ struct Enforcer::Impl {
     std::vector<std::string> named;  // the first kReportedMax beyond, "namespace/pod/container"
     std::size_t unjudged = 0;
     Clock::time_point until;  // judging stops then (sync_budget)
+    // For the log: NRI gives the whole Synchronize one request timeout, and this is the enforcer's part of it.
+    Clock::time_point began;
+    Clock::duration handled{};
+    std::size_t messages = 0;
   } sync;
 
   // A resolver for one container's view: its bind mounts share one budget of lookups.
@@ -272,7 +276,8 @@ struct Enforcer::Impl {
     publish_node();
     sync = Sync{};
     sync.started = true;
-    sync.until = Clock::now() + options.sync_budget;
+    sync.began = Clock::now();
+    sync.until = sync.began + options.sync_budget;
     auto audit = std::make_shared<policy::Policy>(*effective_policy());
     if (audit->node_enforcement == policy::NodeEnforcement::off) return;
     audit->node_enforcement = policy::NodeEnforcement::audit;  // judge, never act
@@ -356,6 +361,10 @@ struct Enforcer::Impl {
     if (sync.unjudged > 0) {
       log::warn("running containers not judged at registration", {{"containers", sync.unjudged}});
     }
+    const auto ms = [](Clock::duration d) { return std::chrono::duration_cast<std::chrono::milliseconds>(d).count(); };
+    log::info("synchronized with the runtime", {{"messages", sync.messages},
+                                                {"enforcer_ms", ms(sync.handled)},
+                                                {"elapsed_ms", ms(Clock::now() - sync.began)}});
     std::size_t named = 0;
     for (const auto& [id, privileged] : sync.found) named += privileged ? 0 : 1;
     std::string message;
@@ -424,12 +433,15 @@ void Enforcer::connection(bool registered, bool validating, const std::string& r
 
 void Enforcer::synchronize(std::string_view request, bool last) {
   Impl& impl = *impl_;
+  const auto received = Clock::now();
   if (!impl.sync.started) impl.begin_sync();
   if (impl.sync.judging) {
     impl.sync_chunk(request);
   } else if (impl.sync.policy) {
     nri::for_each_field(request, nri::field::kSyncContainers, [&](std::string_view) { ++impl.sync.unjudged; });
   }
+  ++impl.sync.messages;
+  impl.sync.handled += Clock::now() - received;
   if (last) impl.end_sync();
 }
 

@@ -180,8 +180,9 @@ void serve(const EnforcerConfig& config) {
   plugin_options.name = config.plugin_name;
   plugin_options.index = config.plugin_index;
   nri::Plugin plugin(plugin_options, enforcer);
-  // Ready once registered with the runtime, or when the runtime serves no NRI: nothing to wait for, and the
-  // metrics say the node is not enforced. The port's bounds are in docs/node-enforcer.md#memory.
+  // Ready once registered with the runtime and synchronized by it, or when the runtime serves no NRI: nothing
+  // to wait for, and the metrics say the node is not enforced. The port's bounds are in
+  // docs/node-enforcer.md#memory.
   const server::StatusRoutes status_routes(
       [&plugin]() -> server::StatusRoutes::Readiness {
         const nri::PluginStats stats = plugin.stats();

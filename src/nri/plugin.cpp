@@ -202,7 +202,7 @@ void Plugin::run(const std::stop_token& stop) {
       });
       impl_->handler.connection(false, false, {}, why);
       log::warn("NRI connection ended; connecting again",
-                {{"reason", why}, {"socket", impl_->options.socket.string()}});
+                {{"reason", why}, {"synchronized", state.synchronized}, {"socket", impl_->options.socket.string()}});
       backoff = impl_->options.backoff_first;
       last.clear();
       // At once, after a connection that lasted: while the plugin is away, the runtime creates containers
@@ -350,9 +350,10 @@ std::string Plugin::Impl::answer_configure(const RequestEnvelope& request, Sessi
   state.registered = true;
   const bool validating = state.validating;
   bool was_unserved = false;
+  // Registered, for the stats, only once synchronized: NRI sends a plugin containers' events from then, and a
+  // Synchronize the runtime gives up on (its request timeout covers every message of it) ends the connection.
   count([validating, &was_unserved](PluginStats& s) {
     ++s.connections;
-    s.registered = true;
     s.validating = validating;
     was_unserved = !s.nri_served;
     s.nri_served = true;
@@ -398,6 +399,7 @@ std::string Plugin::Impl::answer(const RequestEnvelope& request, Session& state,
   if (method == "Synchronize") {
     const bool more = varint_field(request.payload, field::kSyncMore).value_or(0) != 0;
     handler.synchronize(request.payload, !more);
+    if (!more && !state.synchronized) count([](PluginStats& s) { s.registered = true; });
     state.synchronized = state.synchronized || !more;
     // A chunk with more = true is answered with more = true and nothing else.
     api::SynchronizeResponse response;

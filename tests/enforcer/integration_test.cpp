@@ -526,6 +526,35 @@ TEST_CASE("registration and reconnection: a runtime that restarts finds the enfo
   CHECK(enforcer.terminate() == 0);
 }
 
+TEST_CASE("registration: registered and ready only once the runtime has synchronized the enforcer") {
+  Node node;
+  FakeKubelet kubelet(node.kubelet_socket);
+  EnforcerProcess enforcer(node);
+  const Hold sync{node.dir / "sync"}, synced{node.dir / "synced"};
+  const json script = {
+      {"hold_sync", sync.path.string()},
+      {"steps",
+       json::array({{{"wait_plugin", 10}}, synced.step(), create_step(gpu_less_pod("one"), cuda_container("c1"))})}};
+  std::future<ExitResult> out = std::async(std::launch::async, [&] { return run_runtime_process(node, script); });
+  // Configured, and no Synchronize sent yet: NRI would create containers without it if this one failed.
+  REQUIRE(sync.reached());
+  CHECK(enforcer.series("gpuguard_node_enforcer_connections_total{event=\"registered\"}") == 1);
+  CHECK(enforcer.series("gpuguard_node_enforcer_registered") == 0);
+  CHECK(http_request(enforcer.port(), "GET", "/readyz").status == 503);
+  sync.release();
+  REQUIRE(synced.reached());
+  CHECK(enforcer.series("gpuguard_node_enforcer_registered") == 1);
+  CHECK(http_request(enforcer.port(), "GET", "/readyz").status == 200);
+  synced.release();
+  const auto steps = runtime_steps(out.get(), script);
+  CHECK(steps[0]["synced"] == 1);
+  CHECK(steps[2]["env"] == json::array({"NVIDIA_VISIBLE_DEVICES=void"}));
+  // The runtime gone again: not registered.
+  REQUIRE(eventually([&] { return enforcer.series("gpuguard_node_enforcer_registered") == 0; }));
+  CHECK_THAT(enforcer.log(), Catch::Contains("synchronized with the runtime"));
+  CHECK(enforcer.terminate() == 0);
+}
+
 TEST_CASE("a runtime that serves no NRI: the enforcer is ready and says the node is not enforced, until it does") {
   Node node;
   FakeKubelet kubelet(node.kubelet_socket);

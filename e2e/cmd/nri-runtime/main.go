@@ -7,7 +7,7 @@
 //
 //	nri-runtime --socket PATH --script FILE [--required-plugins gpuguard] [--request-timeout 2s] [--runtime-name cri-o]
 //
-// The script: {"existing": {"pods": [PodSandbox], "containers": [Container]}, "steps": [step...]}, each
+// The script: {"existing": {"pods": [PodSandbox], "containers": [Container]}, "steps": [step...][, "hold_sync": path]}, each
 // step one of {"wait_plugin": seconds[, "count": plugins]}, {"run_pod": PodSandbox}, {"create": {"pod": PodSandbox, "container": Container}[, "concurrent": n]},
 // {"remove": {...}}, {"sleep": seconds}, {"wait_file": path[, "seconds": limit]}; the messages in NRI's protojson.
 // wait_file is how a test holds the runtime between two steps for as long as it needs, instead of for a fixed
@@ -62,6 +62,9 @@ type script struct {
 		Containers []json.RawMessage `json:"containers"`
 	} `json:"existing"`
 	Steps []step `json:"steps"`
+	// A wait_file's path, held at each plugin's synchronization: the plugin has registered and been
+	// configured, and NRI has not yet sent it the first Synchronize message.
+	HoldSync string `json:"hold_sync"`
 }
 
 // envSpec is the environment part of containerd v2.4.2's spec generator for NRI
@@ -134,6 +137,9 @@ func main() {
 	var started atomic.Bool
 	var synced atomic.Int64
 	synchronize := func(ctx context.Context, cb nri.SyncCB) error {
+		if run.HoldSync != "" && started.Load() {
+			waitFile(run.HoldSync, 0)
+		}
 		_, err := cb(ctx, pods, containers)
 		if err == nil && started.Load() {
 			synced.Add(1)

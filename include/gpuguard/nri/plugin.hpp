@@ -100,8 +100,8 @@ struct PluginStats {
   std::uint64_t disconnections = 0;  // of those, ended
   std::uint64_t protocol_errors = 0;
   std::uint64_t oversized_answers = 0;  // answers over ttrpc's limit, sent as an error instead
-  bool registered = false;
-  bool validating = false;  // the runtime shows this plugin each container's final adjustment
+  bool registered = false;              // configured and synchronized: the runtime sends this plugin containers' events
+  bool validating = false;              // the runtime shows this plugin each container's final adjustment
   // False once connecting has found no NRI socket, or nothing listening on it, for unserved_after: the
   // node's containers are created without this plugin, which its readiness and metrics say.
   bool nri_served = true;
