@@ -825,6 +825,10 @@ func nodeEnforcerBounded(t *T, e *Env) {
 		heavyPods*perPod, series(page, `gpuguard_node_enforcer_connections_total{event="registered"}`),
 		series(page, `gpuguard_node_enforcer_running_containers{state="beyond"}`),
 		series(page, `gpuguard_node_enforcer_running_containers{state="unjudged"}`))
+	// Its own part of each Synchronize, and the whole, which NRI bounds by one request timeout (2 s).
+	for _, line := range podLogLines(gpuguardNamespace, fresh.Name, "synchronized with the runtime", "NRI connection ended") {
+		t.Logf("the fresh enforcer's log: %.400s", line)
+	}
 
 	// A volume mounted at a path of 256 KiB, under the device list root: refused by name, never held. (Of a
 	// megabyte, the kubelet cannot write the pod's status: it holds the path twice, past etcd's 2 MiB.)

@@ -257,6 +257,28 @@ func mpsControlLogs() string {
 	return out.String()
 }
 
+// podLogLines are the lines of a pod's container logs, as the kubelet keeps them on the node, that hold
+// any of `holding`.
+func podLogLines(namespace, pod string, holding ...string) []string {
+	files, _ := filepath.Glob("/var/log/pods/" + namespace + "_" + pod + "_*/*/*.log")
+	var lines []string
+	for _, file := range files {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(data), "\n") {
+			for _, text := range holding {
+				if strings.Contains(line, text) {
+					lines = append(lines, line)
+					break
+				}
+			}
+		}
+	}
+	return lines
+}
+
 // waitForAllocatable waits until the Node offers exactly these quantities.
 func (n *Node) waitForAllocatable(t *T, want map[string]int64) {
 	t.must(eventually(t.ctx, 2*time.Minute, func() error {
