@@ -2,7 +2,6 @@
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
-#include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -13,6 +12,7 @@
 #include <mutex>
 #include <optional>
 #include <random>
+#include <set>
 #include <stdexcept>
 #include <thread>
 
@@ -35,7 +35,8 @@ struct Informers::Impl {
   InformerObserver observer;
   asio::io_context ioc;
   ApiClient client;
-  std::atomic<std::size_t> listed{0};
+  std::atomic<std::size_t> listed{0};            // resources in `synced_once`
+  std::set<const WatchedResource*> synced_once;  // touched only by the loop's thread
   std::mt19937 random{std::random_device{}()};
   std::thread thread;
   mutable std::mutex discovery_mutex;
@@ -43,7 +44,9 @@ struct Informers::Impl {
 
   // Asks the group's discovery document until it answers, then lists and watches the group's resources
   // at the version it chose; while none is served, each store holds an empty list and it asks again.
-  asio::awaitable<void> discover(std::string group, std::vector<WatchedResource*> members) {
+  asio::awaitable<void> discover(std::string group, std::vector<WatchedResource*> members,
+                                 std::chrono::milliseconds pause) {
+    co_await pause_for(pause);
     const std::vector<std::string>& known = members.front()->versions;
     std::chrono::milliseconds backoff = options.reflector.backoff_initial;
     std::string last_error;
@@ -64,7 +67,7 @@ struct Informers::Impl {
             for (WatchedResource* resource : members) {
               resource->store->list_begin();
               resource->store->list_end(true);
-              ++listed;
+              mark_synced(*resource);
             }
           }
           unserved_offering = found.served;
@@ -85,12 +88,55 @@ struct Informers::Impl {
       backoff = std::min(backoff * 2, options.reflector.backoff_max);
     }
     publish(group, found);
-    const bool counted = unserved_offering.has_value();  // as synced, while it was not served
     for (WatchedResource* resource : members) {
+      // Each path is replaced once: a discovery started again after a failure finds it done.
       const std::size_t at = resource->path.find("{version}");
-      resource->path.replace(at, std::string_view("{version}").size(), found.version);
-      asio::co_spawn(ioc, run(*resource, counted), asio::detached);
+      if (at != std::string::npos) resource->path.replace(at, std::string_view("{version}").size(), found.version);
     }
+    for (WatchedResource* resource : members) spawn_run(*resource, {});
+  }
+
+  void mark_synced(const WatchedResource& resource) {
+    if (synced_once.insert(&resource).second) ++listed;
+  }
+
+  static std::string failure_text(const std::exception_ptr& failure) {
+    try {
+      std::rethrow_exception(failure);
+    } catch (const std::exception& e) {
+      return e.what();
+    } catch (...) {
+      return "an exception that is not a std::exception";
+    }
+  }
+
+  // Each coroutine is started with a completion that starts it again after options.restart_after when it
+  // ended by an exception: one resource's failure never ends the loop, and so every other watch with it.
+  void spawn_run(WatchedResource& resource, std::chrono::milliseconds pause) {
+    asio::co_spawn(ioc, run(resource, pause), [this, &resource](const std::exception_ptr& failure) {
+      if (!failure) return;
+      log::error("a list and watch of the Kubernetes API failed; it starts again, listing first",
+                 {{"resource", resource.name},
+                  {"reason", failure_text(failure)},
+                  {"after_ms", options.restart_after.count()}});
+      spawn_run(resource, options.restart_after);
+    });
+  }
+
+  void spawn_discover(const std::string& group, const std::vector<WatchedResource*>& members,
+                      std::chrono::milliseconds pause) {
+    asio::co_spawn(ioc, discover(group, members, pause), [this, group, members](const std::exception_ptr& failure) {
+      if (!failure) return;
+      log::error("reading an API group's versions failed; it starts again",
+                 {{"group", group}, {"reason", failure_text(failure)}, {"after_ms", options.restart_after.count()}});
+      spawn_discover(group, members, options.restart_after);
+    });
+  }
+
+  asio::awaitable<void> pause_for(std::chrono::milliseconds pause) {
+    if (pause.count() <= 0) co_return;
+    asio::steady_timer timer(ioc, pause);
+    co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
   }
 
   void publish(const std::string& group, const GroupDiscovery& found) {
@@ -102,7 +148,8 @@ struct Informers::Impl {
   }
 
   // Does what the resource's reflector says, for as long as the io_context runs.
-  asio::awaitable<void> run(WatchedResource& resource, bool counted = false) {
+  asio::awaitable<void> run(WatchedResource& resource, std::chrono::milliseconds pause) {
+    co_await pause_for(pause);
     Reflector reflector(options.reflector, [this] { return std::uniform_real_distribution<double>(0, 1)(random); });
     for (;;) {
       const Reflector::Step step = reflector.next();
@@ -110,10 +157,7 @@ struct Informers::Impl {
         case Reflector::Step::Kind::list: {
           const ReflectorOutcome outcome = reflector.listed(co_await client.list(resource));
           if (observer) observer(resource.name, outcome);
-          if (reflector.synced() && !counted) {
-            counted = true;
-            ++listed;
-          }
+          if (reflector.synced()) mark_synced(resource);
           break;
         }
         case Reflector::Step::Kind::watch: {
@@ -154,7 +198,7 @@ void Informers::start() {
   std::map<std::string, std::vector<WatchedResource*>> groups;
   for (auto& resource : impl_->resources) {
     if (resource.versions.empty()) {
-      asio::co_spawn(impl_->ioc, impl_->run(resource), asio::detached);
+      impl_->spawn_run(resource, {});
       continue;
     }
     const std::string group = group_of_versioned_path(resource.path);
@@ -163,14 +207,13 @@ void Informers::start() {
     }
     groups[group].push_back(&resource);
   }
-  for (auto& [group, members] : groups) {
-    asio::co_spawn(impl_->ioc, impl_->discover(group, std::move(members)), asio::detached);
-  }
+  for (auto& [group, members] : groups) impl_->spawn_discover(group, members, {});
   impl_->thread = std::thread([this] {
     try {
       impl_->ioc.run();
     } catch (const std::exception& e) {
-      // A handler threw (the JSON given to it is checked, so this is a bug): nothing is watched any more.
+      // A coroutine's exception ends in its completion (spawn_run, spawn_discover); only a completion's own
+      // (memory to start one again) comes here, and then nothing is watched any more.
       log::error("Kubernetes API watch loop failed", {{"reason", e.what()}});
     }
   });
