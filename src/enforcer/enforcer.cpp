@@ -421,6 +421,9 @@ std::size_t Enforcer::prefetch_lists() { return impl_->fetched.lists(); }
 std::shared_ptr<const policy::Policy> Enforcer::effective_policy() { return impl_->effective_policy(); }
 
 void Enforcer::connection(bool registered, bool validating, const std::string& runtime, const std::string& detail) {
+  // A Synchronize the runtime gave up on (its request timeout passed between two messages) is forgotten:
+  // the next connection's starts afresh, with its own node read, kubelet List and time budget.
+  impl_->sync = Impl::Sync{};
   if (!registered) return;
   impl_->crio = runtime == "cri-o";
   log::info("registered with the container runtime over NRI", {{"runtime", detail}, {"validating", validating}});

@@ -32,8 +32,9 @@ constexpr metrics::Family kMaskChecks{
     "gpuguard_node_enforcer_mask_checks_total", "counter",
     "Containers with masks checked at their start against where their mounts show each MPS root: masked, "
     "unmasked (the start refused), or unknown (their mounts could not be read)."};
-constexpr metrics::Family kRegistered{"gpuguard_node_enforcer_registered", "gauge",
-                                      "1 while the enforcer is registered with the container runtime over NRI."};
+constexpr metrics::Family kRegistered{
+    "gpuguard_node_enforcer_registered", "gauge",
+    "1 while the enforcer is registered with the container runtime over NRI and synchronized by it."};
 constexpr metrics::Family kNriServed{
     "gpuguard_node_enforcer_nri_served", "gauge",
     "0 once the runtime has served no NRI socket for --nri-unserved-after (NRI off): containers here are "

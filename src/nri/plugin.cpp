@@ -399,7 +399,7 @@ std::string Plugin::Impl::answer(const RequestEnvelope& request, Session& state,
   if (method == "Synchronize") {
     const bool more = varint_field(request.payload, field::kSyncMore).value_or(0) != 0;
     handler.synchronize(request.payload, !more);
-    if (!more && !state.synchronized) count([](PluginStats& s) { s.registered = true; });
+    if (!more && state.configured && !state.synchronized) count([](PluginStats& s) { s.registered = true; });
     state.synchronized = state.synchronized || !more;
     // A chunk with more = true is answered with more = true and nothing else.
     api::SynchronizeResponse response;

@@ -459,6 +459,27 @@ TEST_CASE("enforcer core: a Synchronize judges running containers within its tim
   CHECK(enforcer->running().unjudged == 10);
 }
 
+TEST_CASE("enforcer core: a Synchronize the runtime gave up on is forgotten, and the next one starts afresh") {
+  Fixture f;
+  f.kubelet.set("team-a", "p", gpu_pod({}));
+  const auto enforcer = f.make();
+  api::SynchronizeRequest cut, whole;
+  *cut.add_containers() = container("gone", "c-gone", {"NVIDIA_VISIBLE_DEVICES=all"});
+  cut.set_more(true);
+  enforcer->synchronize(cut.SerializeAsString(), false);
+  // NRI's request timeout passed before the last message: the connection ends, and the runtime's next one
+  // synchronizes from the start.
+  enforcer->connection(false, false, {}, "the runtime closed the connection");
+  enforcer->connection(true, true, "containerd", "containerd v2.4.2");
+  const int before = f.kubelet.calls();
+  *whole.add_pods() = pod("p");
+  *whole.add_containers() = container("p", "c1", {"NVIDIA_VISIBLE_DEVICES=all"});
+  enforcer->synchronize(whole.SerializeAsString(), true);
+  CHECK(f.kubelet.calls() == before + 1);  // the kubelet's List again
+  CHECK(enforcer->running().beyond == 1);
+  CHECK(enforcer->running().unjudged == 0);  // not the cut one's container, whose pod never came
+}
+
 TEST_CASE("enforcer core: every reason a decision gives is a series of its own on /metrics") {
   enforcer::EnforcerMetrics metrics{"test"};
   using Why = enforcement::Decision::Why;
