@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -35,8 +36,9 @@ struct Informers::Impl {
   InformerObserver observer;
   asio::io_context ioc;
   ApiClient client;
-  std::atomic<std::size_t> listed{0};            // resources in `synced_once`
-  std::set<const WatchedResource*> synced_once;  // touched only by the loop's thread
+  std::atomic<std::size_t> listed{0};             // resources in `synced_once`
+  std::set<const WatchedResource*> synced_once;   // touched only by the loop's thread
+  std::set<const WatchedResource*> started_runs;  // by discover(); the same
   std::mt19937 random{std::random_device{}()};
   std::thread thread;
   mutable std::mutex discovery_mutex;
@@ -93,7 +95,10 @@ struct Informers::Impl {
       const std::size_t at = resource->path.find("{version}");
       if (at != std::string::npos) resource->path.replace(at, std::string_view("{version}").size(), found.version);
     }
-    for (WatchedResource* resource : members) spawn_run(*resource, {});
+    // Once each: a discovery started again after a failure here does not start a second.
+    for (WatchedResource* resource : members) {
+      if (started_runs.insert(resource).second) spawn_run(*resource, {});
+    }
   }
 
   void mark_synced(const WatchedResource& resource) {
@@ -110,27 +115,38 @@ struct Informers::Impl {
     }
   }
 
-  // Each coroutine is started with a completion that starts it again after options.restart_after when it
-  // ended by an exception: one resource's failure never ends the loop, and so every other watch with it.
+  // The pause before a failed coroutine starts again: options.restart_after, doubled while failures come
+  // within options.restart_max of the last start (`last` was its pause, `ran` its time since), up to it.
+  std::chrono::milliseconds next_pause(std::chrono::milliseconds last, std::chrono::steady_clock::duration ran) const {
+    if (last.count() <= 0 || ran > last + options.restart_max) return options.restart_after;
+    return std::min(last * 2, options.restart_max);
+  }
+
+  // Each coroutine is started with a completion that starts it again after a pause when it ended by an
+  // exception: one resource's failure never ends the loop, and so every other watch with it.
   void spawn_run(WatchedResource& resource, std::chrono::milliseconds pause) {
-    asio::co_spawn(ioc, run(resource, pause), [this, &resource](const std::exception_ptr& failure) {
+    const auto started = std::chrono::steady_clock::now();
+    asio::co_spawn(ioc, run(resource, pause), [this, &resource, pause, started](const std::exception_ptr& failure) {
       if (!failure) return;
+      const std::chrono::milliseconds next = next_pause(pause, std::chrono::steady_clock::now() - started);
       log::error("a list and watch of the Kubernetes API failed; it starts again, listing first",
-                 {{"resource", resource.name},
-                  {"reason", failure_text(failure)},
-                  {"after_ms", options.restart_after.count()}});
-      spawn_run(resource, options.restart_after);
+                 {{"resource", resource.name}, {"reason", failure_text(failure)}, {"after_ms", next.count()}});
+      spawn_run(resource, next);
     });
   }
 
   void spawn_discover(const std::string& group, const std::vector<WatchedResource*>& members,
                       std::chrono::milliseconds pause) {
-    asio::co_spawn(ioc, discover(group, members, pause), [this, group, members](const std::exception_ptr& failure) {
-      if (!failure) return;
-      log::error("reading an API group's versions failed; it starts again",
-                 {{"group", group}, {"reason", failure_text(failure)}, {"after_ms", options.restart_after.count()}});
-      spawn_discover(group, members, options.restart_after);
-    });
+    const auto started = std::chrono::steady_clock::now();
+    asio::co_spawn(ioc, discover(group, members, pause),
+                   [this, group, members, pause, started](const std::exception_ptr& failure) {
+                     if (!failure) return;
+                     const std::chrono::milliseconds next =
+                         next_pause(pause, std::chrono::steady_clock::now() - started);
+                     log::error("reading an API group's versions failed; it starts again",
+                                {{"group", group}, {"reason", failure_text(failure)}, {"after_ms", next.count()}});
+                     spawn_discover(group, members, next);
+                   });
   }
 
   asio::awaitable<void> pause_for(std::chrono::milliseconds pause) {

@@ -37,8 +37,10 @@ struct InformerOptions {
   std::chrono::milliseconds rediscover_interval{60'000};
   // A resource's list and watch, or a group's discovery, that fails (an exception from its store or the
   // observer: a bug, or memory the process cannot get) starts again after this pause, listing first, while
-  // the other resources' watches go on.
+  // the other resources' watches go on. The pause doubles with each failure that comes within restart_max
+  // of the last start, up to restart_max, so that one that repeats at once lists at most that often.
   std::chrono::milliseconds restart_after{5'000};
+  std::chrono::milliseconds restart_max{300'000};
   // Called for each group of versioned resources with what its discovery came to, first and whenever it
   // changes (never with Outcome::unreadable: that is retried with the reflector's backoff).
   std::function<void(const std::string& group, const GroupDiscovery& found)> on_discovery = {};
