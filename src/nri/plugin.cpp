@@ -101,10 +101,11 @@ struct Plugin::Impl {
   mutable std::mutex mutex;
   PluginStats counts;
   // A runtime that did not say its NRI version and closed the connection after being asked for validation,
-  // before synchronizing, is not asked on the next connection (an NRI that does not know the event refuses
-  // the whole subscription); asked again once a connection without it ends unsynchronized too, since then
-  // the subscription was not what the runtime refused. A runtime that says NRI v0.10.0 or later knows the
-  // event: a sync it ends (a running container too large to send, a timeout) never turns validation off.
+  // before any Synchronize message, is not asked on the next connection (an NRI that does not know the event
+  // refuses the whole subscription, at the Configure); asked again once a connection without it ends before
+  // any Synchronize message too, since then the subscription was not what the runtime refused. A runtime that says NRI
+  // v0.10.0 or later knows the event: a sync it ends (a running container too large to send, a timeout) never turns
+  // validation off.
   bool validation_refused = false;
 
   // What one connection has come to.
@@ -114,6 +115,9 @@ struct Plugin::Impl {
     bool validating = false;
     bool nri_version_stated = false;  // the runtime's Configure said its NRI version
     bool synchronized = false;
+    // A Synchronize message came: the runtime took the subscription (NRI refuses one at the Configure), even
+    // where it gave up on the Synchronize after (its request timeout covers every message of it).
+    bool sync_seen = false;
     bool no_listener = false;  // connect found no socket file, or nothing listening on it
   };
 
@@ -184,10 +188,10 @@ void Plugin::run(const std::stop_token& stop) {
                   {{"reason", why}, {"socket", impl_->options.socket.string()}});
       }
     }
-    if (state.configured && !state.validating && !state.synchronized && impl_->validation_refused) {
+    if (state.configured && !state.validating && !state.sync_seen && impl_->validation_refused) {
       impl_->validation_refused = false;
       log::info("connecting with validation again: the connection without it ended before synchronizing too");
-    } else if (state.validating && !state.nri_version_stated && !state.synchronized && !impl_->validation_refused) {
+    } else if (state.validating && !state.nri_version_stated && !state.sync_seen && !impl_->validation_refused) {
       impl_->validation_refused = true;
       log::warn(
           "the runtime ended the connection after being asked to show this plugin each container's final "
@@ -401,6 +405,7 @@ std::string Plugin::Impl::answer(const RequestEnvelope& request, Session& state,
     handler.synchronize(request.payload, !more);
     if (!more && state.configured && !state.synchronized) count([](PluginStats& s) { s.registered = true; });
     state.synchronized = state.synchronized || !more;
+    state.sync_seen = true;
     // A chunk with more = true is answered with more = true and nothing else.
     api::SynchronizeResponse response;
     response.set_more(more);

@@ -972,6 +972,45 @@ TEST_CASE(
   CHECK(enforcer.terminate() == 0);
 }
 
+TEST_CASE("validation: a Synchronize the runtime gave up on does not turn it off, where NRI says no version") {
+  Node node;
+  FakeKubelet kubelet(node.kubelet_socket);
+  EnforcerProcess enforcer(node);
+  // Running containers large enough that NRI splits the Synchronize; the runtime gives up on the first one
+  // after its first message, as its request timeout does, and synchronizes the next connection.
+  const std::string big(300 << 10, '7');
+  json pods = json::array(), containers = json::array();
+  for (int p = 0; p < 16; ++p) {
+    const std::string name = std::string("heavy-").append(std::to_string(p));
+    pods.push_back(gpu_less_pod(name));
+    containers.push_back({{"id", name + "-c"},
+                          {"podSandboxId", "sandbox-" + name},
+                          {"name", "app"},
+                          {"state", "CONTAINER_RUNNING"},
+                          {"env", json::array({"CUDA_VERSION=" + big})}});
+  }
+  const Hold held{node.dir / "held"};
+  const json script = {{"existing", {{"pods", pods}, {"containers", containers}}},
+                       {"steps", json::array({{{"wait_plugin", 20}}, held.step()})}};
+  // containerd 2.2: NRI v0.10.0, which has the validation phase and says no version. A request timeout that
+  // a loaded machine's marshalling stays within: the one Synchronize given up on is the runtime's choice.
+  std::future<ExitResult> out = std::async(std::launch::async, [&] {
+    return run_runtime_process(
+        node, script,
+        "--runtime-name containerd --runtime-version 2.2.0 --hide-nri-version --cut-sync --request-timeout 30s");
+  });
+  REQUIRE(held.reached());
+  CHECK(enforcer.series("gpuguard_node_enforcer_connections_total{event=\"registered\"}") == 2);
+  CHECK(enforcer.series("gpuguard_node_enforcer_registered") == 1);
+  CHECK(enforcer.series("gpuguard_node_enforcer_validating") == 1);
+  held.release();
+  const auto steps = runtime_steps(out.get(), script);
+  CHECK(steps[0]["synced"] == 1);
+  CHECK_THAT(enforcer.log(), Catch::Contains("\"synchronized\":false"));
+  CHECK_THAT(enforcer.log(), !Catch::Contains("connecting again without"));
+  CHECK(enforcer.terminate() == 0);
+}
+
 TEST_CASE("an enforcer that stops in the middle of a request: with validation, that very create fails") {
   Node node;
   FakeKubelet kubelet(node.kubelet_socket);

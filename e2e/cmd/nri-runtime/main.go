@@ -6,6 +6,11 @@
 // gpuguard's, and the decision's fixtures sent through it.
 //
 //	nri-runtime --socket PATH --script FILE [--required-plugins gpuguard] [--request-timeout 2s] [--runtime-name cri-o]
+//	  [--runtime-version 2.2.0] [--hide-nri-version] [--cut-sync]
+//
+// --hide-nri-version says no NRI version in each Configure, as NRI before v0.11.0 (containerd 2.2, CRI-O
+// 1.34) did; --cut-sync gives up on the first Synchronize after its first message has reached the plugin,
+// as NRI does when its request timeout passes between two messages of a split one.
 //
 // The script: {"existing": {"pods": [PodSandbox], "containers": [Container]}, "steps": [step...][, "hold_sync": path]}, each
 // step one of {"wait_plugin": seconds[, "count": plugins]}, {"run_pod": PodSandbox}, {"create": {"pod": PodSandbox, "container": Container}[, "concurrent": n]},
@@ -33,6 +38,7 @@ import (
 	"github.com/containerd/nri/pkg/api"
 	"github.com/containerd/nri/pkg/runtime-tools/generate"
 	validator "github.com/containerd/nri/plugins/default-validator/builtin"
+	"github.com/containerd/ttrpc"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
@@ -113,6 +119,9 @@ func main() {
 	required := flag.String("required-plugins", "", "comma-separated: NRI's default validator refuses every create while one of them is not registered")
 	requestTimeout := flag.Duration("request-timeout", 2*time.Second, "how long a plugin has to answer a request")
 	runtimeName := flag.String("runtime-name", "nri-runtime", "the runtime's name, as Configure tells plugins (containerd, cri-o)")
+	runtimeVersion := flag.String("runtime-version", "v0.0.0", "the runtime's version, as Configure tells plugins")
+	hideVersion := flag.Bool("hide-nri-version", false, "say no NRI version in Configure, as NRI before v0.11.0")
+	cutSync := flag.Bool("cut-sync", false, "give up on the first Synchronize after its first message reached the plugin")
 	flag.Parse()
 	text, err := os.ReadFile(*scriptFile)
 	if err != nil {
@@ -158,7 +167,10 @@ func main() {
 			Enable: true, RequiredPlugins: strings.Split(*required, ","),
 		}))
 	}
-	runtime, err := nri.New(*runtimeName, "v0.0.0", synchronize, update, options...)
+	if interceptors := clientInterceptors(*hideVersion, *cutSync); len(interceptors) > 0 {
+		options = append(options, nri.WithTTRPCOptions([]ttrpc.ClientOpts{ttrpc.WithChainUnaryClientInterceptor(interceptors...)}, nil))
+	}
+	runtime, err := nri.New(*runtimeName, *runtimeVersion, synchronize, update, options...)
 	if err != nil {
 		fail("%v", err)
 	}
@@ -252,6 +264,48 @@ func main() {
 			fail("%v", err)
 		}
 	}
+}
+
+// clientInterceptors change what NRI's library sends each plugin, for --hide-nri-version and --cut-sync.
+func clientInterceptors(hideVersion, cutSync bool) []ttrpc.UnaryClientInterceptor {
+	var interceptors []ttrpc.UnaryClientInterceptor
+	if hideVersion {
+		interceptors = append(interceptors, func(ctx context.Context, req *ttrpc.Request, resp *ttrpc.Response, info *ttrpc.UnaryClientInfo, invoke ttrpc.Invoker) error {
+			if strings.HasSuffix(info.FullMethod, "/Configure") {
+				configure := &api.ConfigureRequest{}
+				if err := proto.Unmarshal(req.Payload, configure); err != nil {
+					return err
+				}
+				configure.NRIVersion = ""
+				payload, err := proto.Marshal(configure)
+				if err != nil {
+					return err
+				}
+				req.Payload = payload
+			}
+			return invoke(ctx, req, resp)
+		})
+	}
+	if cutSync {
+		// Synchronize messages the plugin answered since its Configure (every connection is configured first),
+		// and whether the one Synchronize given up on has been.
+		var answered atomic.Int64
+		var cut atomic.Bool
+		interceptors = append(interceptors, func(ctx context.Context, req *ttrpc.Request, resp *ttrpc.Response, info *ttrpc.UnaryClientInfo, invoke ttrpc.Invoker) error {
+			sync := strings.HasSuffix(info.FullMethod, "/Synchronize")
+			if strings.HasSuffix(info.FullMethod, "/Configure") {
+				answered.Store(0)
+			} else if sync && answered.Load() > 0 && cut.CompareAndSwap(false, true) {
+				return context.DeadlineExceeded
+			}
+			err := invoke(ctx, req, resp)
+			if sync && err == nil {
+				answered.Add(1)
+			}
+			return err
+		})
+	}
+	return interceptors
 }
 
 // waitFile says it has reached the step (PATH.reached), then waits until PATH exists or the limit passes.
