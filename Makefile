@@ -70,11 +70,11 @@ test-sanitize: deps
 # not ours to fix, each with its reason.
 TSAN_DIR := build-tsan
 TSAN_TARGETS := gpuguard_server_tests gpuguard_enforcer_tests gpuguard_enforcer_integration_tests \
-  gpuguard_audit_tests gpuguard_extender_tests gpuguard_kube_tests gpuguard_webhook_tests
+  gpuguard_audit_tests gpuguard_extender_tests gpuguard_kube_tests gpuguard_kube_integration_tests gpuguard_webhook_tests
 # catch_discover_tests names each case "<prefix without its space><case>"; the webhook's command-line tests need
 # its program, which is not built here. The enforcer's memory-limit test measures memory, which ThreadSanitizer's
 # shadow multiplies: it runs under make test.
-TSAN_TESTS := ^(server|enforcer|enforcer integration|audit|extender|kube|webhook):|^integration: generate dev certificates$$
+TSAN_TESTS := ^(server|enforcer|enforcer integration|audit|extender|kube|kube integration|webhook):|^integration: generate dev certificates$$
 TSAN_SKIP := ^webhook: audit reports|^enforcer integration:under the chart.s memory limit
 test-tsan: deps
 	cmake --preset tsan -DGPUGUARD_WERROR=OFF
