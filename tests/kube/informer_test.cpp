@@ -3,11 +3,7 @@
 // doubles while it keeps failing, and the other resources' watches never stop meanwhile.
 #include <catch2/catch.hpp>
 
-#include <unistd.h>
-
 #include <chrono>
-#include <filesystem>
-#include <fstream>
 #include <mutex>
 #include <set>
 #include <stdexcept>
@@ -17,12 +13,11 @@
 
 #include "eventually.hpp"
 #include "fake_apiserver.hpp"
+#include "fake_apiserver_client.hpp"
 #include "gpuguard/kube/informer.hpp"
-#include "server_process.hpp"
 
 using namespace gpuguard;
 using nlohmann::json;
-namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 
 namespace {
@@ -76,18 +71,14 @@ json object(const std::string& name) {
 
 TEST_CASE("informers: a store that throws is listed and watched again, and the other watches go on") {
   test::FakeApiserver apiserver("informer-token");
-  const fs::path token = fs::temp_directory_path() / ("gpuguard-informer-token-" + std::to_string(getpid()));
-  std::ofstream(token) << "informer-token";
-  kube::ApiServer server = kube::ApiServer::from_url(apiserver.url());
-  server.token_file = token;
-  server.ca_file = test::certs_dir() + "/ca.crt";
+  const test::FakeApiserverClient client(apiserver, "informer-token");
   apiserver.put("pods", object("p1"));
   apiserver.put("nodes", object("n1"));
   NamesStore pods(2), nodes;  // the pods' first two lists fail
   kube::InformerOptions options;
   options.restart_after = 100ms;
-  kube::Informers informers(server, {{"pods", "/api/v1/pods", "", &pods}, {"nodes", "/api/v1/nodes", "", &nodes}},
-                            options);
+  kube::Informers informers(client.server(),
+                            {{"pods", "/api/v1/pods", "", &pods}, {"nodes", "/api/v1/nodes", "", &nodes}}, options);
   const auto started = std::chrono::steady_clock::now();
   informers.start();
   REQUIRE(test::eventually([&] { return nodes.names() == std::set<std::string>{"n1"}; }));
@@ -101,5 +92,4 @@ TEST_CASE("informers: a store that throws is listed and watched again, and the o
   CHECK(test::eventually([&] { return pods.names() == std::set<std::string>{"p1", "p2"}; }));
   CHECK(test::eventually([&] { return nodes.names() == std::set<std::string>{"n1", "n2"}; }));
   CHECK(apiserver.count("pods", false) == 3);  // two failed lists and the one that came through
-  fs::remove(token);
 }
