@@ -242,40 +242,40 @@ func nodeMPS(t *T, e *Env) {
 	}
 }
 
-// mpsControlLogs is the tail of each MPS control container's log, as the kubelet keeps them on the node.
-func mpsControlLogs() string {
-	files, _ := filepath.Glob("/var/log/pods/" + gpuguardNamespace + "_gpuguard-mps-control-*/mps-control/*.log")
-	var out strings.Builder
+// podLogs calls each with every log file, and its text, of the containers named by `container` (a glob) in
+// the pods named by `pod` (a glob) in the namespace, as the kubelet keeps them on the node.
+func podLogs(namespace, pod, container string, each func(file, text string)) {
+	files, _ := filepath.Glob("/var/log/pods/" + namespace + "_" + pod + "_*/" + container + "/*.log")
 	for _, file := range files {
-		data, err := os.ReadFile(file)
-		if err != nil {
-			continue
+		if data, err := os.ReadFile(file); err == nil {
+			each(file, string(data))
 		}
-		lines := strings.Split(strings.TrimSpace(string(data)), "\n")
-		fmt.Fprintf(&out, "\n%s:\n%s", file, strings.Join(lines[max(0, len(lines)-8):], "\n"))
 	}
+}
+
+// mpsControlLogs is the tail of each MPS control container's log.
+func mpsControlLogs() string {
+	var out strings.Builder
+	podLogs(gpuguardNamespace, "gpuguard-mps-control-*", "mps-control", func(file, text string) {
+		lines := strings.Split(strings.TrimSpace(text), "\n")
+		fmt.Fprintf(&out, "\n%s:\n%s", file, strings.Join(lines[max(0, len(lines)-8):], "\n"))
+	})
 	return out.String()
 }
 
-// podLogLines are the lines of a pod's container logs, as the kubelet keeps them on the node, that hold
-// any of `holding`.
+// podLogLines are the lines of a pod's container logs that hold any of `holding`.
 func podLogLines(namespace, pod string, holding ...string) []string {
-	files, _ := filepath.Glob("/var/log/pods/" + namespace + "_" + pod + "_*/*/*.log")
 	var lines []string
-	for _, file := range files {
-		data, err := os.ReadFile(file)
-		if err != nil {
-			continue
-		}
-		for _, line := range strings.Split(string(data), "\n") {
-			for _, text := range holding {
-				if strings.Contains(line, text) {
+	podLogs(namespace, pod, "*", func(_, text string) {
+		for _, line := range strings.Split(text, "\n") {
+			for _, want := range holding {
+				if strings.Contains(line, want) {
 					lines = append(lines, line)
 					break
 				}
 			}
 		}
-	}
+	})
 	return lines
 }
 

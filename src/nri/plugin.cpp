@@ -103,9 +103,9 @@ struct Plugin::Impl {
   // A runtime that did not say its NRI version and closed the connection after being asked for validation,
   // before any Synchronize message, is not asked on the next connection (an NRI that does not know the event
   // refuses the whole subscription, at the Configure); asked again once a connection without it ends before
-  // any Synchronize message too, since then the subscription was not what the runtime refused. A runtime that says NRI
-  // v0.10.0 or later knows the event: a sync it ends (a running container too large to send, a timeout) never turns
-  // validation off.
+  // any Synchronize message too, since then the subscription was not what the runtime refused. A runtime
+  // that says its NRI version (v0.11.0 and later do) knows the event where the version is v0.10.0 or later:
+  // a sync it ends (a running container too large to send, a timeout) never turns validation off.
   bool validation_refused = false;
 
   // What one connection has come to.
