@@ -165,8 +165,10 @@ struct Enforcer::Impl {
     std::size_t unjudged = 0;
     Clock::time_point until;  // judging stops then (sync_budget)
     // For the log: NRI gives the whole Synchronize one request timeout, and this is the enforcer's part of it.
+    // Its parts, where an admin asks whose the time was: the node read, the kubelet's List, and reading the
+    // containers (host paths looked up among it).
     Clock::time_point began;
-    Clock::duration handled{};
+    Clock::duration handled{}, node_read{}, kubelet_list{}, views_read{};
     std::size_t messages = 0;
   } sync;
 
@@ -272,11 +274,13 @@ struct Enforcer::Impl {
   // --- Synchronize ---
 
   void begin_sync() {
+    const auto began = Clock::now();
     node.refresh();
     publish_node();
     sync = Sync{};
     sync.started = true;
-    sync.began = Clock::now();
+    sync.began = began;
+    sync.node_read = Clock::now() - began;
     sync.until = sync.began + options.sync_budget;
     auto audit = std::make_shared<policy::Policy>(*effective_policy());
     if (audit->node_enforcement == policy::NodeEnforcement::off) return;
@@ -285,6 +289,7 @@ struct Enforcer::Impl {
     sync.node = node.current();
     sync.label_keys = exemption_label_keys(*sync.policy);
     std::size_t listed_bytes = 0;
+    const auto listing = Clock::now();
     const std::string error = kubelet.list(
         options.kubelet_deadline, [](std::string_view, std::string_view) { return true; },
         [&](std::string_view ns, std::string_view name, PodResources pod) {
@@ -296,6 +301,7 @@ struct Enforcer::Impl {
           listed_bytes += bytes;
           sync.listed[std::string(ns).append("/").append(name)] = std::move(pod);
         });
+    sync.kubelet_list = Clock::now() - listing;
     if (!error.empty()) {
       metrics.count_kubelet_error();
       log::warn("cannot read the kubelet's allocations: running containers are not judged", {{"reason", error}});
@@ -341,7 +347,10 @@ struct Enforcer::Impl {
     nri::for_each_field(request, nri::field::kSyncContainers, [&](std::string_view container) {
       const nri::ContainerIds ids = nri::container_ids(container);
       std::optional<ContainerView> view;
-      if (Clock::now() < sync.until) view = nri::container_view(container, *sync.node, resolver());
+      if (const auto reading = Clock::now(); reading < sync.until) {
+        view = nri::container_view(container, *sync.node, resolver());
+        sync.views_read += Clock::now() - reading;
+      }
       if (view && sync.pods.contains(ids.sandbox_id)) {
         judge_running(ids, *view);
         return;
@@ -364,6 +373,9 @@ struct Enforcer::Impl {
     const auto ms = [](Clock::duration d) { return std::chrono::duration_cast<std::chrono::milliseconds>(d).count(); };
     log::info("synchronized with the runtime", {{"messages", sync.messages},
                                                 {"enforcer_ms", ms(sync.handled)},
+                                                {"node_ms", ms(sync.node_read)},
+                                                {"kubelet_ms", ms(sync.kubelet_list)},
+                                                {"containers_ms", ms(sync.views_read)},
                                                 {"elapsed_ms", ms(Clock::now() - sync.began)}});
     std::size_t named = 0;
     for (const auto& [id, privileged] : sync.found) named += privileged ? 0 : 1;

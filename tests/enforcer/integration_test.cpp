@@ -191,21 +191,32 @@ ExitResult run_runtime_process(const Node& node, const json& script, const std::
                                                   " " + flags + " 2>/dev/null");
 }
 
+// One step's output as nri-runtime printed it. A field it did not print reads as null, so that a wrong answer
+// fails the CHECK that reads it: nlohmann's operator[] on a const object asserts on a missing key, which aborts
+// the whole test binary under the sanitizers' builds and leaves the enforcer it started running.
+struct Step {
+  json fields;
+  json operator[](const std::string& key) const { return value(key, json()); }
+  json value(const std::string& key, json otherwise) const { return contains(key) ? fields[key] : otherwise; }
+  bool contains(const std::string& key) const { return fields.is_object() && fields.contains(key); }
+  std::string dump() const { return fields.dump(); }
+};
+
 // The runtime's output, one JSON object per step of `script`.
-std::vector<json> runtime_steps(const ExitResult& result, const json& script) {
+std::vector<Step> runtime_steps(const ExitResult& result, const json& script) {
   INFO(result.output);
   REQUIRE(result.status == 0);
-  std::vector<json> steps;
+  std::vector<Step> steps;
   std::istringstream lines(result.output);
   for (std::string line; std::getline(lines, line);) {
-    if (!line.empty()) steps.push_back(json::parse(line));
+    if (!line.empty()) steps.push_back({json::parse(line)});
   }
   REQUIRE(steps.size() == script["steps"].size());
   return steps;
 }
 
 // Runs nri-runtime with `script` and returns its output, one JSON object per step.
-std::vector<json> run_runtime(const Node& node, const json& script, const std::string& flags = "") {
+std::vector<Step> run_runtime(const Node& node, const json& script, const std::string& flags = "") {
   return runtime_steps(run_runtime_process(node, script, flags), script);
 }
 
@@ -431,7 +442,7 @@ TEST_CASE("every fixture, sent through NRI's own runtime to the real enforcer, g
     for (std::size_t i = 0; i < fixtures.size(); ++i) {
       const auto& f = fixtures[i];
       const json& expect = f.raw["expect"];
-      const json& got = out[create_steps[i]];
+      const Step& got = out[create_steps[i]];
       INFO(f.name << ": " << got.dump() << "\n" << enforcer.log());
       const std::string action = expect["action"];
       if (action == "refuse") {
@@ -551,7 +562,17 @@ TEST_CASE("registration: registered and ready only once the runtime has synchron
   CHECK(steps[2]["env"] == json::array({"NVIDIA_VISIBLE_DEVICES=void"}));
   // The runtime gone again: not registered.
   REQUIRE(eventually([&] { return enforcer.series("gpuguard_node_enforcer_registered") == 0; }));
-  CHECK_THAT(enforcer.log(), Catch::Contains("synchronized with the runtime"));
+  // Its log says whose the time was: its own part, and of it the node read, the kubelet's List and the
+  // containers' reading.
+  const std::string log = enforcer.log();
+  const auto line = log.substr(log.find("synchronized with the runtime") == std::string::npos
+                                   ? log.size()
+                                   : log.rfind('{', log.find("synchronized with the runtime")));
+  INFO(log);
+  for (const char* part : {"\"enforcer_ms\":", "\"elapsed_ms\":", "\"node_ms\":", "\"kubelet_ms\":",
+                           "\"containers_ms\":", "\"messages\":1,"}) {
+    CHECK_THAT(line.substr(0, line.find('\n')), Catch::Contains(part));
+  }
   CHECK(enforcer.terminate() == 0);
 }
 
@@ -822,7 +843,7 @@ TEST_CASE(
 
   apiserver.put("configmaps", {{"metadata", {{"name", "gpuguard-break-glass"}, {"namespace", "gpuguard-system"}}}});
   CHECK(wait_for(1) < 3s);
-  const json broken = create("c2");
+  const Step broken = create("c2");
   INFO(enforcer.log());
   CHECK(broken["env"] == json::array());
   CHECK_FALSE(broken.contains("error"));
@@ -1335,7 +1356,7 @@ TEST_CASE("the toolkit's configuration changed on the node: the next create is j
   node.host.write("proc/driver/nvidia/version", "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15\n");
   for (const auto& gpu : default_node()) node.host.add_gpu(gpu.pci_address, gpu.uuid, gpu.minor, 0);
   changed.release();
-  const std::vector<json> out = runtime_steps(running.get(), script);
+  const auto out = runtime_steps(running.get(), script);
   CHECK(out[3]["released"] == true);
   INFO(enforcer.log());
   // Legacy: none is no GPU, left as it is; a GPU's node with no driver cannot be named.
@@ -1376,7 +1397,7 @@ TEST_CASE(
   REQUIRE(fixed.reached());
   node.host.write("etc/crio/crio.conf.d/50-edit.conf", "[crio.runtime]\nlog_level = \"info\"\n");
   fixed.release();
-  const std::vector<json> out = runtime_steps(running.get(), script);
+  const auto out = runtime_steps(running.get(), script);
   INFO(enforcer.log());
   REQUIRE(out[1].contains("error"));
   CHECK_THAT(out[1]["error"].get<std::string>(), Catch::Contains("NVIDIA_VISIBLE_DEVICES=none"));
