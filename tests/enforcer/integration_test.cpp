@@ -197,7 +197,7 @@ ExitResult run_runtime_process(const Node& node, const json& script, const std::
 struct Step {
   json fields;
   json operator[](const std::string& key) const { return value(key, json()); }
-  json value(const std::string& key, json otherwise) const { return contains(key) ? fields[key] : otherwise; }
+  json value(const std::string& key, const json& otherwise) const { return contains(key) ? fields[key] : otherwise; }
   bool contains(const std::string& key) const { return fields.is_object() && fields.contains(key); }
   std::string dump() const { return fields.dump(); }
 };
