@@ -480,6 +480,26 @@ TEST_CASE("enforcer core: a Synchronize the runtime gave up on is forgotten, and
   CHECK(enforcer->running().unjudged == 0);  // not the cut one's container, whose pod never came
 }
 
+TEST_CASE("enforcer core: the node is read at the runtime's Configure, outside the Synchronize's timeout") {
+  Fixture f;
+  f.kubelet.set("team-a", "p", gpu_pod({}));
+  const auto enforcer = f.make();
+  const int at_start = f.node.refreshes;
+  enforcer->connection(true, true, "containerd", "containerd v2.4.2");
+  CHECK(f.node.refreshes == at_start + 1);
+  api::SynchronizeRequest whole;
+  *whole.add_pods() = pod("p");
+  *whole.add_containers() = container("p", "c1", {"NVIDIA_VISIBLE_DEVICES=all"});
+  enforcer->synchronize(whole.SerializeAsString(), true);
+  CHECK(f.node.refreshes == at_start + 1);  // not again within the Synchronize
+  CHECK(enforcer->running().beyond == 1);   // judged all the same
+  // A Synchronize with no Configure before it on this connection (a connection that ended, then one that
+  // synchronizes at once, as the unit tests do) reads the node itself.
+  enforcer->connection(false, false, {}, "the runtime closed the connection");
+  enforcer->synchronize(whole.SerializeAsString(), true);
+  CHECK(f.node.refreshes == at_start + 2);
+}
+
 TEST_CASE("enforcer core: every reason a decision gives is a series of its own on /metrics") {
   enforcer::EnforcerMetrics metrics{"test"};
   using Why = enforcement::Decision::Why;
