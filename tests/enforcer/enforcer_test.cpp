@@ -493,11 +493,13 @@ TEST_CASE("enforcer core: the node is read at the runtime's Configure, outside t
   enforcer->synchronize(whole.SerializeAsString(), true);
   CHECK(f.node.refreshes == at_start + 1);  // not again within the Synchronize
   CHECK(enforcer->running().beyond == 1);   // judged all the same
-  // A Synchronize with no Configure before it on this connection (a connection that ended, then one that
-  // synchronizes at once, as the unit tests do) reads the node itself.
+  // A Configure whose connection then ended is forgotten: the next Synchronize with no Configure before it
+  // reads the node itself.
+  enforcer->connection(true, true, "containerd", "containerd v2.4.2");
+  CHECK(f.node.refreshes == at_start + 2);
   enforcer->connection(false, false, {}, "the runtime closed the connection");
   enforcer->synchronize(whole.SerializeAsString(), true);
-  CHECK(f.node.refreshes == at_start + 2);
+  CHECK(f.node.refreshes == at_start + 3);
 }
 
 TEST_CASE("enforcer core: every reason a decision gives is a series of its own on /metrics") {

@@ -573,6 +573,8 @@ TEST_CASE("registration: registered and ready only once the runtime has synchron
                            "\"containers_ms\":", "\"messages\":1,"}) {
     CHECK_THAT(line.substr(0, line.find('\n')), Catch::Contains(part));
   }
+  // The node was read at the Configure, and its time said there (the log's keys come sorted).
+  CHECK_THAT(log, Catch::Contains("\"msg\":\"registered with the container runtime over NRI\",\"node_ms\":"));
   CHECK(enforcer.terminate() == 0);
 }
 

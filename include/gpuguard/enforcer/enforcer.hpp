@@ -35,8 +35,8 @@ struct EnforcerOptions {
   // (enforcement::view_bytes); the containers past it are counted as not judged.
   std::size_t sync_pending_bytes = std::size_t{4} << 20;
   // NRI gives a whole Synchronize, every message of it, one request timeout (2 s): running containers are
-  // judged until this long after it began (the node read and the kubelet's List included), the rest counted
-  // as not judged. Registering matters more than the report.
+  // judged until this long after it began (the kubelet's List included; the node read too where no Configure
+  // came first, as in the unit tests), the rest counted as not judged. Registering matters more than the report.
   std::chrono::milliseconds sync_budget{1200};
   // Lookups one container's host paths may cost, all its bind mounts together (files::follow_in_root): a
   // path past it is one the enforcer cannot judge.
