@@ -236,7 +236,7 @@ struct Enforcer::Impl {
         policy.is_node_enforcement_exempt(view.pod_namespace, "")) {
       return decide(view, Allocation{}, node_view, policy);
     }
-    if (policy.names_service_accounts_in(view.pod_namespace)) {
+    if (policy.names_service_accounts_for(view.pod_namespace, view.pod_labels)) {
       view.service_account = accounts.of(view.pod_namespace, view.pod_name, view.pod_uid);
     }
     view.masks_checked = !crio || !options.mask_hook.empty();
@@ -594,7 +594,7 @@ std::optional<std::string> Enforcer::start_container(std::string_view request) {
     std::optional<ContainerView> view =
         nri::view_of(pod, container, *node, exemption_label_keys(*policy), impl.resolver());
     if (view && view->all_devices_allowed) return std::nullopt;
-    if (view && policy->names_service_accounts_in(view->pod_namespace)) {
+    if (view && policy->names_service_accounts_for(view->pod_namespace, view->pod_labels)) {
       view->service_account = impl.accounts.of(view->pod_namespace, view->pod_name, view->pod_uid);
     }
     if (view && policy->is_node_enforcement_exempt(view->pod_namespace, view->service_account, &view->pod_labels)) {

@@ -314,9 +314,16 @@ bool names_labelled_pair(const std::vector<std::string>& entries, std::string_vi
   });
 }
 
-bool names_namespace(const std::vector<std::string>& entries, std::string_view pod_namespace) {
+// Whether an entry of `entries` names the namespace and, where it requires a label, the pod carries it.
+bool names_namespace(const std::vector<std::string>& entries, std::string_view pod_namespace,
+                     const std::map<std::string, std::string>& labels) {
   return std::any_of(entries.begin(), entries.end(), [&](const std::string& entry) {
-    return std::string_view(entry).substr(0, entry.find('/')) == pod_namespace;
+    if (std::string_view(entry).substr(0, entry.find('/')) != pod_namespace) return false;
+    const std::size_t colon = entry.find(':');
+    if (colon == std::string::npos) return true;
+    const std::size_t equals = entry.find('=', colon);
+    const auto found = labels.find(entry.substr(colon + 1, equals - colon - 1));
+    return found != labels.end() && found->second == std::string_view(entry).substr(equals + 1);
   });
 }
 
@@ -339,9 +346,10 @@ bool Policy::is_node_enforcement_exempt(std::string_view pod_namespace, std::str
          names_labelled_pair(node_enforcement_exempt_service_accounts, pod_namespace, service_account, pod_labels);
 }
 
-bool Policy::names_service_accounts_in(std::string_view pod_namespace) const {
-  return names_namespace(exempt_service_accounts, pod_namespace) ||
-         names_namespace(node_enforcement_exempt_service_accounts, pod_namespace);
+bool Policy::names_service_accounts_for(std::string_view pod_namespace,
+                                        const std::map<std::string, std::string>& pod_labels) const {
+  return names_namespace(exempt_service_accounts, pod_namespace, pod_labels) ||
+         names_namespace(node_enforcement_exempt_service_accounts, pod_namespace, pod_labels);
 }
 
 std::string Policy::unlisted_infrastructure(std::string_view pod_namespace,

@@ -151,8 +151,8 @@ TEST_CASE("enforcer: the node policy keys are parsed and refused as the others")
   CHECK(parsed.policy->is_node_enforcement_exempt("kube-system", ""));
   CHECK(parsed.policy->is_node_enforcement_exempt("monitoring", "dcgm-exporter"));
   CHECK_FALSE(parsed.policy->is_node_enforcement_exempt("monitoring", ""));
-  CHECK(parsed.policy->names_service_accounts_in("monitoring"));
-  CHECK_FALSE(parsed.policy->names_service_accounts_in("kube-system"));
+  CHECK(parsed.policy->names_service_accounts_for("monitoring", {}));
+  CHECK_FALSE(parsed.policy->names_service_accounts_for("kube-system", {}));
   CHECK(parsed.policy->nri_toleration_annotation == "tolerate.example.com/nri");
   // An entry may require a label too: then the account alone, or unknown labels, exempt nothing.
   parsed = policy::parse_policy({{"nodeEnforcementExemptServiceAccounts", "gpuguard/mps:app.kubernetes.io/name=mps"}});
@@ -163,7 +163,11 @@ TEST_CASE("enforcer: the node policy keys are parsed and refused as the others")
   CHECK_FALSE(parsed.policy->is_node_enforcement_exempt("gpuguard", "mps", &other));
   CHECK_FALSE(parsed.policy->is_node_enforcement_exempt("gpuguard", "mps"));
   CHECK_FALSE(parsed.policy->is_node_enforcement_exempt("elsewhere", "mps", &labelled));
-  CHECK(parsed.policy->names_service_accounts_in("gpuguard"));
+  // Its account is worth asking the API server for only where the pod carries the label.
+  CHECK(parsed.policy->names_service_accounts_for("gpuguard", labelled));
+  CHECK_FALSE(parsed.policy->names_service_accounts_for("gpuguard", other));
+  CHECK_FALSE(parsed.policy->names_service_accounts_for("gpuguard", {}));
+  CHECK_FALSE(parsed.policy->names_service_accounts_for("elsewhere", labelled));
   // A chart that names its account after its release: any account of the namespace, with the label.
   parsed = policy::parse_policy({{"nodeEnforcementExemptServiceAccounts", "nvidia/*:app.kubernetes.io/name=mps"}});
   REQUIRE(parsed.policy);

@@ -87,6 +87,7 @@ class FakePods final : public enforcer::PodDirectory {
   std::map<std::string, std::string> accounts;  // "namespace/name" -> service account
   std::string service_account(const std::string& pod_namespace, const std::string& pod_name,
                               const std::string& /*uid*/) override {
+    ++asked;
     const auto found = accounts.find(pod_namespace + "/" + pod_name);
     return found == accounts.end() ? "" : found->second;
   }
@@ -95,6 +96,7 @@ class FakePods final : public enforcer::PodDirectory {
     events_.push_back(message);
     changed_.notify_all();
   }
+  int asked = 0;  // service_account's calls, each a GET to the API server in the enforcer
   std::vector<std::string> events(std::size_t at_least) {
     std::unique_lock lock(mutex_);
     changed_.wait_for(lock, 5s, [&] { return events_.size() >= at_least; });
@@ -324,6 +326,27 @@ TEST_CASE("enforcer core: the break glass and the flags' exemptions are merged i
   CHECK(merged->node_enforcement == policy::NodeEnforcement::audit);
   CHECK_THAT(merged->node_enforcement_exempt_service_accounts,
              Catch::VectorContains(std::string("gpuguard/device-plugin")));
+}
+
+TEST_CASE("enforcer core: a pod's service account is asked for only where an entry could exempt it with its labels") {
+  Fixture f;
+  f.options.exempt_service_accounts = {"gpuguard/device-plugin:app.kubernetes.io/name=device-plugin"};
+  f.pods.accounts["gpuguard/plugin-pod"] = "device-plugin";
+  f.pods.accounts["gpuguard/webhook-pod"] = "webhook";
+  const auto enforcer = f.make();
+  const std::vector<std::string> all = {"NVIDIA_VISIBLE_DEVICES=all"};
+  api::PodSandbox plugin = pod("plugin-pod");
+  plugin.set_namespace_("gpuguard");
+  (*plugin.mutable_labels())["app.kubernetes.io/name"] = "device-plugin";
+  CHECK(written(enforcer->create_container(create_request(plugin, container("plugin-pod", "p1", all)))) == "");
+  CHECK(f.pods.asked == 1);
+  // Another pod of the namespace, without the entry's label: no account of it could exempt it, so the API
+  // server is not asked (a fresh enforcer's registration asked once for each such running pod).
+  api::PodSandbox webhook = pod("webhook-pod");
+  webhook.set_namespace_("gpuguard");
+  (*webhook.mutable_labels())["app.kubernetes.io/name"] = "webhook";
+  CHECK(written(enforcer->create_container(create_request(webhook, container("webhook-pod", "w1", all)))) == "void");
+  CHECK(f.pods.asked == 1);
 }
 
 TEST_CASE("enforcer core: running containers are judged at registration, their pods in later chunks, and reported") {

@@ -102,8 +102,11 @@ struct Policy {
   // an entry that requires a label does not.
   bool is_node_enforcement_exempt(std::string_view pod_namespace, std::string_view service_account,
                                   const std::map<std::string, std::string>* pod_labels = nullptr) const;
-  // Whether some namespace/serviceaccount entry names this namespace (its pods' accounts are worth a look).
-  bool names_service_accounts_in(std::string_view pod_namespace) const;
+  // Whether some namespace/serviceaccount entry could exempt a pod of this namespace with these labels, by
+  // its account: only then is the account worth a look (the enforcer asks the API server for it). An entry
+  // that requires a label the pod does not carry exempts it whatever its account.
+  bool names_service_accounts_for(std::string_view pod_namespace,
+                                  const std::map<std::string, std::string>& pod_labels) const;
   // The labelled nodeEnforcementExempt entry ("namespace/name:key=value") whose label the pod carries in
   // another namespace: GPU infrastructure, NVIDIA's chart say, running where the admin did not list it, and
   // so enforced as any pod. Empty when there is none.
