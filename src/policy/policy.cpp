@@ -299,6 +299,14 @@ bool names_pair(const std::vector<std::string>& entries, std::string_view pod_na
                      [&](const std::string& entry) { return is_pair(entry, pod_namespace, name); });
 }
 
+// Whether the pod carries the label a labelled entry requires ("namespace/name:key=value", its colon at
+// `colon`).
+bool carries_label(const std::string& entry, std::size_t colon, const std::map<std::string, std::string>& labels) {
+  const std::size_t equals = entry.find('=', colon);
+  const auto found = labels.find(entry.substr(colon + 1, equals - colon - 1));
+  return found != labels.end() && found->second == std::string_view(entry).substr(equals + 1);
+}
+
 // The same, for entries that may require a label ("namespace/name:key=value"): without the pod's labels
 // (nullptr) such an entry names nobody.
 bool names_labelled_pair(const std::vector<std::string>& entries, std::string_view pod_namespace, std::string_view name,
@@ -307,23 +315,19 @@ bool names_labelled_pair(const std::vector<std::string>& entries, std::string_vi
     const std::size_t colon = entry.find(':');
     if (colon == std::string::npos) return is_pair(entry, pod_namespace, name);
     if (!is_labelled_pair(std::string_view(entry).substr(0, colon), pod_namespace, name)) return false;
-    if (labels == nullptr) return false;
-    const std::size_t equals = entry.find('=', colon);
-    const auto found = labels->find(entry.substr(colon + 1, equals - colon - 1));
-    return found != labels->end() && found->second == std::string_view(entry).substr(equals + 1);
+    return labels != nullptr && carries_label(entry, colon, *labels);
   });
 }
 
-// Whether an entry of `entries` names the namespace and, where it requires a label, the pod carries it.
+// Whether an entry of `entries` could name a pod of the namespace with these labels, whatever its account:
+// names_labelled_pair with the account left open.
 bool names_namespace(const std::vector<std::string>& entries, std::string_view pod_namespace,
                      const std::map<std::string, std::string>& labels) {
   return std::any_of(entries.begin(), entries.end(), [&](const std::string& entry) {
-    if (std::string_view(entry).substr(0, entry.find('/')) != pod_namespace) return false;
     const std::size_t colon = entry.find(':');
-    if (colon == std::string::npos) return true;
-    const std::size_t equals = entry.find('=', colon);
-    const auto found = labels.find(entry.substr(colon + 1, equals - colon - 1));
-    return found != labels.end() && found->second == std::string_view(entry).substr(equals + 1);
+    const std::string_view pair = std::string_view(entry).substr(0, colon);
+    if (pair.substr(0, pair.find('/')) != pod_namespace) return false;
+    return colon == std::string::npos || carries_label(entry, colon, labels);
   });
 }
 

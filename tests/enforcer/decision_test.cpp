@@ -172,6 +172,8 @@ TEST_CASE("enforcer: the node policy keys are parsed and refused as the others")
   parsed = policy::parse_policy({{"nodeEnforcementExemptServiceAccounts", "nvidia/*:app.kubernetes.io/name=mps"}});
   REQUIRE(parsed.policy);
   CHECK(parsed.policy->is_node_enforcement_exempt("nvidia", "any-release-service-account", &labelled));
+  CHECK(parsed.policy->names_service_accounts_for("nvidia", labelled));
+  CHECK_FALSE(parsed.policy->names_service_accounts_for("nvidia", other));
   CHECK_FALSE(parsed.policy->is_node_enforcement_exempt("nvidia", "any-release-service-account", &other));
   CHECK_FALSE(parsed.policy->is_node_enforcement_exempt("nvidia", "any-release-service-account"));
   CHECK_FALSE(parsed.policy->is_node_enforcement_exempt("nvidia", "", &labelled));  // account unknown

@@ -104,7 +104,7 @@ struct Policy {
                                   const std::map<std::string, std::string>* pod_labels = nullptr) const;
   // Whether some namespace/serviceaccount entry could exempt a pod of this namespace with these labels, by
   // its account: only then is the account worth a look (the enforcer asks the API server for it). An entry
-  // that requires a label the pod does not carry exempts it whatever its account.
+  // that requires a label the pod does not carry exempts it under no account.
   bool names_service_accounts_for(std::string_view pod_namespace,
                                   const std::map<std::string, std::string>& pod_labels) const;
   // The labelled nodeEnforcementExempt entry ("namespace/name:key=value") whose label the pod carries in
