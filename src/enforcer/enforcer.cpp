@@ -23,6 +23,9 @@ using enforcement::kNameMax;
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
+// For the log, which says durations in whole milliseconds.
+long long whole_ms(Clock::duration d) { return std::chrono::duration_cast<std::chrono::milliseconds>(d).count(); }
+
 constexpr std::size_t kServiceAccountCache = 1024;
 constexpr std::size_t kReportedMax = 20;                        // containers named in one Node event
 constexpr std::size_t kSyncPodsMax = 4096;                      // pods a Synchronize remembers until its last chunk
@@ -229,6 +232,13 @@ struct Enforcer::Impl {
     return allocation;
   }
 
+  // The pod's service account, asked of the API server only where an exemption could exempt it by it.
+  void find_account(ContainerView& view, const policy::Policy& policy) {
+    if (policy.names_service_accounts_for(view.pod_namespace, view.pod_labels)) {
+      view.service_account = accounts.of(view.pod_namespace, view.pod_name, view.pod_uid);
+    }
+  }
+
   Decision decide_for(ContainerView& view, const std::string& sandbox_id, const std::string& container_id,
                       const policy::Policy& policy, const NodeView& node_view,
                       const std::map<std::string, PodResources>* listed, bool validating) {
@@ -236,9 +246,7 @@ struct Enforcer::Impl {
         policy.is_node_enforcement_exempt(view.pod_namespace, "")) {
       return decide(view, Allocation{}, node_view, policy);
     }
-    if (policy.names_service_accounts_for(view.pod_namespace, view.pod_labels)) {
-      view.service_account = accounts.of(view.pod_namespace, view.pod_name, view.pod_uid);
-    }
+    find_account(view, policy);
     view.masks_checked = !crio || !options.mask_hook.empty();
     // Over the size NRI can show at a registration: decided on its size alone, the kubelet not asked.
     if (view.nri_bytes > enforcement::kNriContainerBytesMax) return decide(view, Allocation{}, node_view, policy);
@@ -276,14 +284,12 @@ struct Enforcer::Impl {
 
   void begin_sync() {
     const auto began = Clock::now();
-    if (!sync.node_read_at_configure) {  // a Synchronize without a Configure (the unit tests') reads it now
-      node.refresh();
-      publish_node();
-    }
+    // A Synchronize without a Configure (the unit tests') reads the node now.
+    const Clock::duration node_read = sync.node_read_at_configure ? Clock::duration{} : read_node();
     sync = Sync{};
     sync.started = true;
     sync.began = began;
-    sync.node_read = Clock::now() - began;
+    sync.node_read = node_read;
     sync.until = sync.began + options.sync_budget;
     auto audit = std::make_shared<policy::Policy>(*effective_policy());
     if (audit->node_enforcement == policy::NodeEnforcement::off) return;
@@ -373,13 +379,12 @@ struct Enforcer::Impl {
     if (sync.unjudged > 0) {
       log::warn("running containers not judged at registration", {{"containers", sync.unjudged}});
     }
-    const auto ms = [](Clock::duration d) { return std::chrono::duration_cast<std::chrono::milliseconds>(d).count(); };
     log::info("synchronized with the runtime", {{"messages", sync.messages},
-                                                {"enforcer_ms", ms(sync.handled)},
-                                                {"node_ms", ms(sync.node_read)},
-                                                {"kubelet_ms", ms(sync.kubelet_list)},
-                                                {"containers_ms", ms(sync.views_read)},
-                                                {"elapsed_ms", ms(Clock::now() - sync.began)}});
+                                                {"enforcer_ms", whole_ms(sync.handled)},
+                                                {"node_ms", whole_ms(sync.node_read)},
+                                                {"kubelet_ms", whole_ms(sync.kubelet_list)},
+                                                {"containers_ms", whole_ms(sync.views_read)},
+                                                {"elapsed_ms", whole_ms(Clock::now() - sync.began)}});
     std::size_t named = 0;
     for (const auto& [id, privileged] : sync.found) named += privileged ? 0 : 1;
     std::string message;
@@ -406,6 +411,14 @@ struct Enforcer::Impl {
     }
   }
 
+  // The node read again and published; how long it took.
+  Clock::duration read_node() {
+    const auto began = Clock::now();
+    node.refresh();
+    publish_node();
+    return Clock::now() - began;
+  }
+
   void publish_node() {
     const std::shared_ptr<const NodeView> current = node.current();
     metrics.set_node(current->gpus.size(), current->gpus_unknown.empty());
@@ -421,10 +434,7 @@ Enforcer::Enforcer(EnforcerOptions options, PodResourcesSource& kubelet, PodDire
 
 Enforcer::~Enforcer() = default;
 
-void Enforcer::refresh_node() {
-  impl_->node.refresh();
-  impl_->publish_node();
-}
+void Enforcer::refresh_node() { impl_->read_node(); }
 
 RunningReport Enforcer::running() const {
   const std::lock_guard lock(impl_->mutex);
@@ -442,14 +452,11 @@ void Enforcer::connection(bool registered, bool validating, const std::string& r
   if (!registered) return;
   // The node is read here, within the Configure's own request timeout, not the Synchronize's: NRI gives a whole
   // Synchronize one timeout, and the node read took 183 ms of the enforcer's 694 there on CI's loaded node.
-  const auto reading = Clock::now();
-  impl_->node.refresh();
-  impl_->publish_node();
+  const Clock::duration node_read = impl_->read_node();
   impl_->sync.node_read_at_configure = true;
-  const auto node_ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - reading).count();
   impl_->crio = runtime == "cri-o";
   log::info("registered with the container runtime over NRI",
-            {{"runtime", detail}, {"validating", validating}, {"node_ms", node_ms}});
+            {{"runtime", detail}, {"validating", validating}, {"node_ms", whole_ms(node_read)}});
   if (!validating) {
     log::warn(
         "the runtime does not show the enforcer each container's final adjustment (NRI before v0.10.0): "
@@ -594,9 +601,7 @@ std::optional<std::string> Enforcer::start_container(std::string_view request) {
     std::optional<ContainerView> view =
         nri::view_of(pod, container, *node, exemption_label_keys(*policy), impl.resolver());
     if (view && view->all_devices_allowed) return std::nullopt;
-    if (view && policy->names_service_accounts_for(view->pod_namespace, view->pod_labels)) {
-      view->service_account = impl.accounts.of(view->pod_namespace, view->pod_name, view->pod_uid);
-    }
+    if (view) impl.find_account(*view, *policy);
     if (view && policy->is_node_enforcement_exempt(view->pod_namespace, view->service_account, &view->pod_labels)) {
       return std::nullopt;  // its mounts were never masked by the enforcer, nor held against it
     }
