@@ -47,6 +47,7 @@ void GpuUuids::find(std::string_view text, std::set<std::string>& out) const {
 }
 
 bool names_gpus(std::string_view resource) {
+  if (resource.starts_with(kDraPrefix)) return lowered(resource.substr(kDraPrefix.size())) == "gpu.nvidia.com";
   constexpr std::string_view kDomain = "nvidia.com/";
   if (!resource.starts_with(kDomain)) return false;
   const std::string name = lowered(resource.substr(kDomain.size()));
@@ -75,15 +76,21 @@ std::map<std::string, std::string> served_elsewhere(const std::vector<OfferedRes
   }
   std::map<std::string, std::string> served;
   for (const auto& [name, judged] : by_name) {
-    // A GPU resource with an ID that names no GPU here by UUID (NVIDIA's deviceIDStrategy index, or a MIG
-    // device made after discovery): which GPU it is cannot be told, so any of them may be served there.
+    const bool claimed = name.starts_with(kDraPrefix);
+    const std::string where = claimed ? "a pod holds it through DRA driver " + name.substr(kDraPrefix.size())
+                                      : "the kubelet offers it as " + name;
+    // A GPU resource with an ID that names no GPU here by UUID (NVIDIA's deviceIDStrategy index, a MIG
+    // device made after discovery, a DRA device gpu-<index>): which GPU it is cannot be told, so any of them
+    // may be served there.
     if (!judged.unnamed.empty() && names_gpus(name)) {
+      const std::string device = (claimed ? "a pod holds a device of DRA driver " + name.substr(kDraPrefix.size())
+                                          : "the kubelet offers " + name + " with device") +
+                                 " " + judged.unnamed;
       for (const discovery::Gpu& gpu : gpus) {
-        served.emplace(gpu.uuid, "the kubelet offers " + name + " with device " + judged.unnamed +
-                                     ", which names no GPU of this node by UUID: it may be any of them");
+        served.emplace(gpu.uuid, device + ", which names no GPU of this node by UUID: it may be any of them");
       }
     }
-    for (const std::string& uuid : judged.named) served.emplace(uuid, "the kubelet offers it as " + name);
+    for (const std::string& uuid : judged.named) served.emplace(uuid, where);
   }
   return served;
 }

@@ -473,6 +473,37 @@ TEST_CASE("other plugins: a GPU a pod holds under another resource is withheld, 
   CHECK(plugin.terminate() == 0);
 }
 
+TEST_CASE(
+    "other plugins: a GPU a pod holds through NVIDIA's DRA driver withholds every GPU, though no slice publishes it") {
+  Node node;
+  FakeKubelet kubelet(node.plugin_dir);
+  const fs::path socket = node.host.root() / "pod-resources.sock";
+  // NVIDIA's DRA driver gone (or its slices not read: no API here), a pod still holding the GPU it gave:
+  // its device is gpu-<index>, its CDI device a claim's, neither a UUID, so it may be either GPU.
+  FakePodResources offers(socket);
+  offers.hold_claimed(
+      {{"gpu.nvidia.com", "node-a", "gpu-1", {"k8s.gpu.nvidia.com/claim=6f1c2e0a-7d4b-4c1e-9a55-2f3b8c9d0e11-gpu-1"}}});
+  PluginProcess plugin(node.plugin_dir, node.host.root(),
+                       {"--cdi-root", "", "--pod-resources-socket", socket.string()});
+  const auto registered = kubelet.wait_for(1);
+  REQUIRE(registered.size() == 1);
+  // Withheld for that reason, not only until the kubelet's first answer.
+  CHECK(eventually([&] {
+    return plugin.log().find(
+               "a pod holds a device of DRA driver gpu.nvidia.com node-a/gpu-1 "
+               "k8s.gpu.nvidia.com/claim=") != std::string::npos;
+  }));
+  auto gpus = plugin_client(node.plugin_dir, registered[0].endpoint());
+  DeviceWatch watch(*gpus);
+  const auto listed = watch.next();  // a new stream's first answer: every device as it is now
+  REQUIRE(listed);
+  std::map<std::string, std::string> health;
+  for (const auto& device : listed->devices()) health[device.id()] = device.health();
+  CHECK(health == std::map<std::string, std::string>{{kGpu0, "Unhealthy"}, {kGpu1, "Unhealthy"}});
+  CHECK(plugin_series(plugin.status_port(), "gpuguard_device_plugin_gpus_served_elsewhere") == 2);
+  CHECK(plugin.terminate() == 0);
+}
+
 TEST_CASE("gpus report-only: nothing registered for the GPUs, ready once the node is judged") {
   Node node;
   nvidia_cdi_mode_by_default(node);

@@ -61,10 +61,19 @@ class FakePodResources final : public ::v1::PodResourcesLister::Service {
     std::lock_guard lock(mutex_);
     held_ = std::move(resources);
   }
+  // A device that container holds through a DRA claim, as the kubelet reports it from 1.34.
+  struct Claimed {
+    std::string driver, pool, device;
+    std::vector<std::string> cdi_devices;
+  };
+  void hold_claimed(std::vector<Claimed> devices) {
+    std::lock_guard lock(mutex_);
+    claimed_ = std::move(devices);
+  }
   grpc::Status List(grpc::ServerContext*, const ::v1::ListPodResourcesRequest*,
                     ::v1::ListPodResourcesResponse* response) override {
     std::lock_guard lock(mutex_);
-    if (held_.empty()) return grpc::Status::OK;
+    if (held_.empty() && claimed_.empty()) return grpc::Status::OK;
     auto* pod = response->add_pod_resources();
     pod->set_name("holder");
     pod->set_namespace_("default");
@@ -74,6 +83,18 @@ class FakePodResources final : public ::v1::PodResourcesLister::Service {
       auto* devices = container->add_devices();
       devices->set_resource_name(name);
       for (const std::string& id : ids) devices->add_device_ids(id);
+    }
+    if (!claimed_.empty()) {
+      auto* claim = container->add_dynamic_resources();
+      claim->set_claim_name("gpu");
+      claim->set_claim_namespace("default");
+      for (const Claimed& claimed : claimed_) {
+        auto* device = claim->add_claim_resources();
+        device->set_driver_name(claimed.driver);
+        device->set_pool_name(claimed.pool);
+        device->set_device_name(claimed.device);
+        for (const std::string& name : claimed.cdi_devices) device->add_cdi_devices()->set_name(name);
+      }
     }
     return grpc::Status::OK;
   }
@@ -95,6 +116,7 @@ class FakePodResources final : public ::v1::PodResourcesLister::Service {
   std::unique_ptr<grpc::Server> server_;
   std::mutex mutex_;
   std::map<std::string, std::vector<std::string>> offered_, held_;
+  std::vector<Claimed> claimed_;
   int asked_ = 0;
 };
 

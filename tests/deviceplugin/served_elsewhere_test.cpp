@@ -68,7 +68,7 @@ TEST_CASE("served elsewhere: every case of tests/fixtures/device-plugin/served-e
   CHECK(withholding >= 6);
 }
 
-TEST_CASE("served elsewhere: GPU resource names are NVIDIA's gpu, gpu.<anything> and mig-*") {
+TEST_CASE("served elsewhere: GPU resource names are NVIDIA's gpu, gpu.<anything> and mig-*, and its DRA driver for GPUs") {
   CHECK(names_gpus("nvidia.com/gpu"));
   CHECK(names_gpus("nvidia.com/gpu.shared"));
   CHECK_FALSE(names_gpus("nvidia.com/shared-gpu"));  // a name an admin chose: its IDs must carry UUIDs
@@ -76,6 +76,9 @@ TEST_CASE("served elsewhere: GPU resource names are NVIDIA's gpu, gpu.<anything>
   CHECK_FALSE(names_gpus("nvidia.com/hostdev"));
   CHECK_FALSE(names_gpus("example.com/gpu"));
   CHECK_FALSE(names_gpus("nvidia.com"));
+  CHECK(names_gpus("dra:gpu.nvidia.com"));
+  CHECK_FALSE(names_gpus("dra:compute-domain.nvidia.com"));  // IMEX channels, not GPUs
+  CHECK_FALSE(names_gpus("dra:nvidia.com/gpu"));
 }
 
 TEST_CASE("other servers: every GPU withheld until the kubelet answers, then those served elsewhere, for good") {

@@ -1,7 +1,7 @@
 #pragma once
 // Asks the kubelet what it offers under every resource name (pod-resources GetAllocatableResources) and
-// what its pods hold (List), for served_elsewhere.hpp: one channel to the socket, one call at a time, each
-// answer at most kMaxReceive.
+// what its pods hold (List: devices and DRA claims), for served_elsewhere.hpp: one channel to the socket,
+// one call at a time, each answer at most kMaxReceive.
 #include <chrono>
 #include <filesystem>
 #include <memory>

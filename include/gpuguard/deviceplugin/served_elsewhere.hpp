@@ -1,6 +1,7 @@
 #pragma once
 // Which of this node's GPUs something else already serves, judged from what the kubelet offers under every
-// resource name (its pod-resources GetAllocatableResources): gpuguard's plugin serves a GPU only where no
+// resource name (its pod-resources GetAllocatableResources), and what pods hold, through device plugins and
+// DRA claims (its List): gpuguard's plugin serves a GPU only where no
 // other plugin does, whatever name that one registered and whichever of the two started first. Pure: the
 // kubelet's answer in, the GPUs to withhold out; kubelet_offers.hpp asks the kubelet.
 #include <map>
@@ -36,9 +37,15 @@ class GpuUuids {
   std::vector<std::size_t> lengths_;
 };
 
+// A device a pod holds through a DRA claim (pod-resources List's dynamic_resources) is judged as a resource
+// named "dra:" and its driver's name: no extended resource name has a ':', so it is never gpuguard's own,
+// and every device of one driver is judged together, as a resource's are.
+inline constexpr std::string_view kDraPrefix = "dra:";
+
 // Whether a resource name is one NVIDIA's plugin gives GPUs (nvidia.com/gpu, gpu.<anything> such as
-// gpu.shared, mig-<profile>): such a resource with an ID that names none of this node's GPUs by UUID
-// (NVIDIA's deviceIDStrategy=index, a MIG device made after discovery) may serve any of them.
+// gpu.shared, mig-<profile>), or NVIDIA's DRA driver for GPUs (dra:gpu.nvidia.com, whose devices are named
+// gpu-<index>): such a resource with an ID that names none of this node's GPUs by UUID (NVIDIA's
+// deviceIDStrategy=index, a MIG device made after discovery, a DRA device) may serve any of them.
 bool names_gpus(std::string_view resource);
 
 // The GPUs (by UUID) that a resource other than own_resources serves, each with why. A device ID serves a
