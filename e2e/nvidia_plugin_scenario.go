@@ -344,7 +344,46 @@ func nodeNvidiaDevicePlugin(t *T, e *Env) {
 	n.expectNoGPUsFor(t, 12*time.Second, "gpuguard's plugin restarted after leaving the GPUs to NVIDIA's", "its record of the GPUs it left did not hold")
 	t.Logf("NVIDIA's plugin gone, the kubelet restarted, then gpuguard's plugin: the node offers no %s, gpuguard's plugin still leaves them", gpuResource)
 
+	n.nvidiaPodBeforeItRegisters(t, e)
 	n.nvidiaRenamedAfterGpuguard(t, e)
+}
+
+// nvidiaPodBeforeItRegisters: a fresh node, where both DaemonSets start together. NVIDIA's plugin's pod is
+// on the node but has registered nothing (its image is not there yet, as while it pulls); gpuguard's
+// plugin, started with no record of GPUs withheld and no socket of NVIDIA's, withholds every GPU for that
+// pod all the same (its namespace, kube-system, is one of the chart's GPU-infrastructure namespaces).
+func (n *Node) nvidiaPodBeforeItRegisters(t *T, e *Env) {
+	pulling := nvidiaStatic.daemonSet()
+	pulling.Spec.Template.Spec.Containers[0].Image = "gpuguard.invalid/nvidia-device-plugin:not-pulled"
+	_, err := n.cluster.client.AppsV1().DaemonSets(nvidiaStatic.namespace).Create(t.ctx, pulling, metav1.CreateOptions{})
+	t.must(err, "creating NVIDIA's device plugin DaemonSet with an image the node does not have")
+	defer n.removeNvidiaPlugin(t, e, nvidiaStatic)
+	t.must(eventually(t.ctx, time.Minute, func() error {
+		pods, err := n.cluster.client.CoreV1().Pods(nvidiaStatic.namespace).List(t.ctx, metav1.ListOptions{
+			LabelSelector: metav1.FormatLabelSelector(&metav1.LabelSelector{MatchLabels: nvidiaStatic.labels})})
+		if err != nil {
+			return err
+		}
+		for _, pod := range pods.Items {
+			for _, status := range pod.Status.ContainerStatuses {
+				if w := status.State.Waiting; w != nil && w.Reason == "ErrImageNeverPull" {
+					return nil
+				}
+			}
+		}
+		return fmt.Errorf("no pod of NVIDIA's plugin waits for its image")
+	}), "waiting for NVIDIA's plugin's pod to wait for its image")
+	for _, path := range []string{nvidiaPluginSocket, servedElsewhereRecordDir} {
+		if err := os.RemoveAll(path); err != nil {
+			t.Errorf("removing %s: %v", path, err)
+		}
+	}
+	n.restartGpuguardPlugin(t)
+	n.waitForMetric(t, `gpus="served"} 1`)
+	n.waitForMetric(t, "gpuguard_device_plugin_gpus_served_elsewhere "+strconv.Itoa(nodeGPUs))
+	n.expectNoGPUsFor(t, 12*time.Second, "NVIDIA's plugin's pod on the node, not registered, gpuguard's plugin started afresh",
+		"gpuguard's plugin served the GPUs")
+	t.Logf("NVIDIA's plugin's pod waiting for its image, registered nowhere: gpuguard's plugin, started with no record, withholds both GPUs")
 }
 
 // nvidiaRenamedAfterGpuguard: gpuguard's plugin serves the GPUs first; then NVIDIA's starts with renamed

@@ -10,6 +10,7 @@
 #include <set>
 
 #include "gpuguard/files/read_file.hpp"
+#include "gpuguard/k8s/names.hpp"
 
 namespace gpuguard::deviceplugin {
 
@@ -399,6 +400,15 @@ class Reader {
           [this](const YAML::Node& n, const std::string& key) { c_.metrics_address = scalar(n, key); }},
          {"nodeName", [this](const YAML::Node& n, const std::string& key) { c_.node_name = scalar(n, key); }},
          {"policyDir", [this](const YAML::Node& n, const std::string& key) { c_.policy_dir = scalar(n, key); }},
+         {"infrastructureNamespaces",
+          [this](const YAML::Node& n, const std::string& key) {
+            std::string text;
+            for (const std::string& item : strings(n, key)) text += item + "\n";
+            std::string error;
+            auto namespaces = parse_namespace_list(text, error);
+            if (!namespaces) throw Problem{key, error};
+            c_.infrastructure_namespaces = std::move(*namespaces);
+          }},
          {"hostDevices", [this](const YAML::Node& n, const std::string& key) { host_devices(n, key); }},
          {"health", [this](const YAML::Node& n, const std::string& key) { health(n, key); }}});
   }
@@ -484,6 +494,24 @@ std::optional<GpuServing> parse_gpu_serving(std::string_view name) {
   if (name == "report-only") return GpuServing::report_only;
   if (name == "auto") return GpuServing::automatic;
   return std::nullopt;
+}
+
+std::optional<std::set<std::string>> parse_namespace_list(std::string_view text, std::string& error) {
+  std::set<std::string> namespaces;
+  for (std::size_t at = 0; at <= text.size();) {
+    const std::size_t end = std::min(text.find_first_of(",\n", at), text.size());
+    std::string_view item = text.substr(at, end - at);
+    at = end + 1;
+    while (!item.empty() && std::isspace(static_cast<unsigned char>(item.front())) != 0) item.remove_prefix(1);
+    while (!item.empty() && std::isspace(static_cast<unsigned char>(item.back())) != 0) item.remove_suffix(1);
+    if (item.empty()) continue;
+    if (!k8s::is_dns_label(item)) {
+      error.assign(1, '"').append(item.substr(0, 64)).append("\" is not a namespace name (a DNS label)");
+      return std::nullopt;
+    }
+    namespaces.emplace(item);
+  }
+  return namespaces;
 }
 
 std::optional<std::string> check_config(const PluginConfig& config) {

@@ -91,6 +91,12 @@ std::optional<std::string> apply_flags(const po::variables_map& flags, PluginCon
   if (given("metrics-address")) c.metrics_address = text("metrics-address");
   if (given("node-name")) c.node_name = text("node-name");
   if (given("policy-dir")) c.policy_dir = text("policy-dir");
+  if (given("infrastructure-namespaces")) {
+    std::string error;
+    auto namespaces = parse_namespace_list(text("infrastructure-namespaces"), error);
+    if (!namespaces) return "--infrastructure-namespaces: " + error;
+    c.infrastructure_namespaces = std::move(*namespaces);
+  }
   return check_config(c);
 }
 
@@ -118,6 +124,7 @@ constexpr std::pair<const char*, const char*> kFlagKeys[] = {
     {"metrics-address", "gpuguard.metricsAddress"},
     {"node-name", "gpuguard.nodeName"},
     {"policy-dir", "gpuguard.policyDir"},
+    {"infrastructure-namespaces", "gpuguard.infrastructureNamespaces"},
 };
 
 }  // namespace
@@ -177,7 +184,11 @@ void add_flags(po::options_description& description) {
       "this node's name: the plugin keeps its GPUIsolation condition (needs patch on nodes/status); default "
       "none, no condition")("policy-dir", po::value<std::string>(),
                             "the webhook's policy ConfigMap, mounted: the condition judges its visibleDevicesValue "
-                            "(default: none)");
+                            "(default: none)")(
+      "infrastructure-namespaces", po::value<std::string>(),
+      "comma-separated: the GPU infrastructure's namespaces, which tenants cannot create pods in; a pod of one "
+      "that runs NVIDIA's device plugin on this node withholds every GPU, before that plugin registers "
+      "(default: none)");
 }
 
 std::optional<PluginConfig> config_from(const po::variables_map& flags, std::vector<std::string>& warnings) {

@@ -47,7 +47,9 @@ KubeletOffers::Answer KubeletOffers::read(std::chrono::milliseconds deadline) {
     return answer;
   }
   for (const ::v1::PodResources& pod : pods.pod_resources()) {
+    PodOnNode& on_node = answer.pods.emplace_back(PodOnNode{pod.namespace_(), pod.name(), {}});
     for (const ::v1::ContainerResources& container : pod.containers()) {
+      on_node.containers.push_back(container.name());
       for (const ::v1::ContainerDevices& devices : container.devices()) {
         answer.resources.push_back(
             {devices.resource_name(), {devices.device_ids().begin(), devices.device_ids().end()}});

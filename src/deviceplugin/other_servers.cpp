@@ -80,7 +80,8 @@ OtherServers::OtherServers(Read read, std::vector<discovery::Gpu> gpus, std::vec
       published_(sources.published),
       slices_due_(std::chrono::steady_clock::now() + sources.slices_wait),
       same_name_(std::move(sources.same_name)),
-      record_(std::move(sources.record)) {
+      record_(std::move(sources.record)),
+      infrastructure_(std::move(sources.infrastructure)) {
   withhold_all(Hold::unchecked, true, uuids_of(gpus_));
   load_record();
 }
@@ -159,6 +160,7 @@ void OtherServers::check() try {
     last_error_.clear();
     answered_ = true;
     served.merge(served_elsewhere(answer.resources, own_resources_, gpus_));
+    served.merge(nvidia_plugin_on_node(answer.pods, infrastructure_, gpus_));
   } else {
     ++errors_;
     if (answer.error != last_error_) {

@@ -412,7 +412,7 @@ OffersWatch watch_offers(const PluginConfig& c, const Discovery& found, const Se
                                   }
                                   return std::string();
                                 },
-                                served_elsewhere_record(c.plugin_dir)};
+                                served_elsewhere_record(c.plugin_dir), c.infrastructure_namespaces};
   watch.others = std::make_unique<OtherServers>([offers = watch.offers.get()] { return offers->read(kOffersInterval); },
                                                 found.gpus, served.gpu_sets, std::move(own), std::move(sources));
   if (watch.slices) watch.slices->start();

@@ -54,6 +54,27 @@ bool names_gpus(std::string_view resource) {
   return name == "gpu" || name.starts_with("gpu.") || name.starts_with("mig-");
 }
 
+bool is_nvidia_plugin_container(std::string_view container) {
+  return container == "nvidia-device-plugin-ctr" || container == "nvidia-device-plugin";
+}
+
+std::map<std::string, std::string> nvidia_plugin_on_node(const std::vector<PodOnNode>& pods,
+                                                         const std::set<std::string>& infrastructure,
+                                                         const std::vector<discovery::Gpu>& gpus) {
+  std::map<std::string, std::string> served;
+  for (const PodOnNode& pod : pods) {
+    if (!infrastructure.contains(pod.pod_namespace)) continue;
+    const auto container = std::find_if(pod.containers.begin(), pod.containers.end(),
+                                        [](const std::string& name) { return is_nvidia_plugin_container(name); });
+    if (container == pod.containers.end()) continue;
+    const std::string why = "NVIDIA's device plugin runs on this node (pod " + pod.pod_namespace + "/" + pod.name +
+                            ", container " + *container + "), registered or not yet";
+    for (const discovery::Gpu& gpu : gpus) served.emplace(gpu.uuid, why);
+    break;
+  }
+  return served;
+}
+
 std::map<std::string, std::string> served_elsewhere(const std::vector<OfferedResource>& offered,
                                                     const std::set<std::string>& own_resources,
                                                     const std::vector<discovery::Gpu>& gpus) {

@@ -99,6 +99,7 @@ TEST_CASE("config file: every key of the gpuguard section") {
   CHECK(config.metrics_address == "127.0.0.1:9400");
   CHECK(config.node_name == "gpu-node-1");
   CHECK(config.policy_dir == std::filesystem::path("/etc/gpuguard/policy"));
+  CHECK(config.infrastructure_namespaces == std::set<std::string>{"gpu-operator", "nvidia-device-plugin"});
   REQUIRE(config.host_devices.size() == 2);
   CHECK(config.host_devices[0].resource == "github.com/fuse");
   CHECK(config.host_devices[0].patterns == std::vector<std::string>{"/dev/fuse"});
@@ -186,6 +187,8 @@ TEST_CASE("config file: every bad key and value is refused with the file, the ke
        "sharing.timeSlicing.renameByDefault: must be true or false"},
       {"gpuguard: {discovery: cuda}\n", "gpuguard.discovery: must be auto, nvml, procfs or none, not \"cuda\""},
       {"gpuguard: {resourceName: gpu}\n", "gpuguard.resourceName: must look like nvidia.com/gpu"},
+      {"gpuguard: {infrastructureNamespaces: [gpu-operator, GPU_Operator]}\n",
+       "gpuguard.infrastructureNamespaces: \"GPU_Operator\" is not a namespace name (a DNS label)"},
       {"gpuguard: {hostRoot: [a]}\n", "gpuguard.hostRoot: must be a single value"},
       {"gpuguard: {hostDevices: [{name: github.com/fuse, paths: [dev/fuse]}]}\n",
        "gpuguard.hostDevices[0]: \"dev/fuse\" is not an absolute path"},
@@ -254,4 +257,10 @@ TEST_CASE("flags: the ones given override the file, the others keep its values")
   CHECK_FALSE(from_command_line({"--mig-strategy", "all"}, warnings));
   CHECK_FALSE(from_command_line({"--config-file", "/nonexistent.yaml"}, warnings));
   CHECK_FALSE(from_command_line({"--host-device", "nvidia.com/gpu=/dev/fuse"}, warnings));
+
+  const auto infrastructure =
+      from_command_line({"--infrastructure-namespaces", "kube-system, gpu-operator,,"}, warnings);
+  REQUIRE(infrastructure);
+  CHECK(infrastructure->infrastructure_namespaces == std::set<std::string>{"gpu-operator", "kube-system"});
+  CHECK_FALSE(from_command_line({"--infrastructure-namespaces", "gpu-operator,nvidia/device-plugin"}, warnings));
 }

@@ -504,6 +504,45 @@ TEST_CASE(
   CHECK(plugin.terminate() == 0);
 }
 
+TEST_CASE(
+    "other plugins: NVIDIA's plugin's pod in a GPU-infrastructure namespace withholds every GPU before it registers, a "
+    "tenant's pod of that name none") {
+  // A fresh node: NVIDIA's plugin's pod is there (its image still pulling, say) and has registered nothing.
+  // The GPU infrastructure's namespaces as the chart passes its built-in ones.
+  for (const std::string pod_namespace : {"nvidia-device-plugin", "team-a"}) {
+    DYNAMIC_SECTION("NVIDIA's plugin's pod in " << pod_namespace) {
+      Node node;
+      FakeKubelet kubelet(node.plugin_dir);
+      const fs::path socket = node.host.root() / "pod-resources.sock";
+      FakePodResources offers(socket);
+      offers.run_pod(pod_namespace, "nvdp-nvidia-device-plugin-x7k2p", {"nvidia-device-plugin-ctr"});
+      offers.run_pod("gpu-operator", "gpu-feature-discovery-4wq9z", {"gpu-feature-discovery"});
+      PluginProcess plugin(node.plugin_dir, node.host.root(),
+                           {"--cdi-root", "", "--pod-resources-socket", socket.string(), "--infrastructure-namespaces",
+                            "gpu-operator,kube-system,nvidia-device-plugin"});
+      const auto registered = kubelet.wait_for(1);
+      REQUIRE(registered.size() == 1);
+      const int port = plugin.status_port();
+      // Judged: the kubelet has answered and the plugin is ready.
+      CHECK(eventually([&] { return http_get(port, "/readyz").first == "200"; }));
+      auto gpus = plugin_client(node.plugin_dir, registered[0].endpoint());
+      DeviceWatch watch(*gpus);
+      const auto listed = watch.next();
+      REQUIRE(listed);
+      std::map<std::string, std::string> health;
+      for (const auto& device : listed->devices()) health[device.id()] = device.health();
+      const bool infrastructure = pod_namespace == "nvidia-device-plugin";
+      const std::string expected = infrastructure ? "Unhealthy" : "Healthy";
+      CHECK(health == std::map<std::string, std::string>{{kGpu0, expected}, {kGpu1, expected}});
+      CHECK(plugin_series(port, "gpuguard_device_plugin_gpus_served_elsewhere") == (infrastructure ? 2 : 0));
+      CHECK((plugin.log().find("NVIDIA's device plugin runs on this node (pod nvidia-device-plugin/"
+                               "nvdp-nvidia-device-plugin-x7k2p, container nvidia-device-plugin-ctr)") !=
+             std::string::npos) == infrastructure);
+      CHECK(plugin.terminate() == 0);
+    }
+  }
+}
+
 TEST_CASE("gpus report-only: nothing registered for the GPUs, ready once the node is judged") {
   Node node;
   nvidia_cdi_mode_by_default(node);

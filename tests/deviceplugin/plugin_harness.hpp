@@ -70,9 +70,20 @@ class FakePodResources final : public ::v1::PodResourcesLister::Service {
     std::lock_guard lock(mutex_);
     claimed_ = std::move(devices);
   }
+  // Another pod on the node, holding no device: its namespace, name and containers.
+  void run_pod(const std::string& pod_namespace, const std::string& name, const std::vector<std::string>& containers) {
+    std::lock_guard lock(mutex_);
+    pods_.push_back({pod_namespace, name, containers});
+  }
   grpc::Status List(grpc::ServerContext*, const ::v1::ListPodResourcesRequest*,
                     ::v1::ListPodResourcesResponse* response) override {
     std::lock_guard lock(mutex_);
+    for (const Pod& running : pods_) {
+      auto* pod = response->add_pod_resources();
+      pod->set_namespace_(running.pod_namespace);
+      pod->set_name(running.name);
+      for (const std::string& name : running.containers) pod->add_containers()->set_name(name);
+    }
     if (held_.empty() && claimed_.empty()) return grpc::Status::OK;
     auto* pod = response->add_pod_resources();
     pod->set_name("holder");
@@ -117,6 +128,11 @@ class FakePodResources final : public ::v1::PodResourcesLister::Service {
   std::mutex mutex_;
   std::map<std::string, std::vector<std::string>> offered_, held_;
   std::vector<Claimed> claimed_;
+  struct Pod {
+    std::string pod_namespace, name;
+    std::vector<std::string> containers;
+  };
+  std::vector<Pod> pods_;
   int asked_ = 0;
 };
 

@@ -68,7 +68,8 @@ TEST_CASE("served elsewhere: every case of tests/fixtures/device-plugin/served-e
   CHECK(withholding >= 6);
 }
 
-TEST_CASE("served elsewhere: GPU resource names are NVIDIA's gpu, gpu.<anything> and mig-*, and its DRA driver for GPUs") {
+TEST_CASE(
+    "served elsewhere: GPU resource names are NVIDIA's gpu, gpu.<anything> and mig-*, and its DRA driver for GPUs") {
   CHECK(names_gpus("nvidia.com/gpu"));
   CHECK(names_gpus("nvidia.com/gpu.shared"));
   CHECK_FALSE(names_gpus("nvidia.com/shared-gpu"));  // a name an admin chose: its IDs must carry UUIDs
@@ -77,8 +78,35 @@ TEST_CASE("served elsewhere: GPU resource names are NVIDIA's gpu, gpu.<anything>
   CHECK_FALSE(names_gpus("example.com/gpu"));
   CHECK_FALSE(names_gpus("nvidia.com"));
   CHECK(names_gpus("dra:gpu.nvidia.com"));
+  CHECK(names_gpus("dra:GPU.nvidia.com"));
+  CHECK_FALSE(names_gpus("dra:"));
+  CHECK_FALSE(names_gpus("dra:gpu.nvidia.com.example"));
   CHECK_FALSE(names_gpus("dra:compute-domain.nvidia.com"));  // IMEX channels, not GPUs
   CHECK_FALSE(names_gpus("dra:nvidia.com/gpu"));
+}
+
+TEST_CASE("served elsewhere: NVIDIA's plugin's pod withholds every GPU only in a GPU-infrastructure namespace") {
+  const std::set<std::string> infrastructure = {"gpu-operator", "nvidia-device-plugin", "kube-system"};
+  const auto withheld = [&](const std::vector<PodOnNode>& pods) {
+    std::set<std::string> gpus;
+    for (const auto& [uuid, why] : nvidia_plugin_on_node(pods, infrastructure, mig_mixed())) gpus.insert(uuid);
+    return gpus;
+  };
+  const std::set<std::string> every = {kGpu0, kGpu1};
+  // NVIDIA's Helm chart (any release name), its static manifest, the GPU Operator's DaemonSet.
+  CHECK(withheld({{"nvidia-device-plugin", "prod-nvidia-device-plugin-x7k2p", {"nvidia-device-plugin-ctr"}}}) == every);
+  CHECK(withheld({{"kube-system", "nvidia-device-plugin-daemonset-5kq2x", {"nvidia-device-plugin-ctr"}}}) == every);
+  CHECK(withheld(
+            {{"gpu-operator", "nvidia-device-plugin-daemonset-9z8fw", {"nvidia-device-plugin", "config-manager"}}}) ==
+        every);
+  // A tenant's pod of the same shape, and NVIDIA's other components, withhold nothing.
+  CHECK(withheld({{"team-a", "nvidia-device-plugin", {"nvidia-device-plugin-ctr"}}}).empty());
+  CHECK(withheld({{"gpu-operator", "gpu-feature-discovery-4wq9z", {"gpu-feature-discovery"}},
+                  {"nvidia-device-plugin", "prod-mps-control-daemon-2kx9q", {"mps-control-daemon-ctr"}}})
+            .empty());
+  const auto why =
+      nvidia_plugin_on_node({{"nvidia-device-plugin", "p", {"nvidia-device-plugin-ctr"}}}, infrastructure, mig_mixed());
+  CHECK_THAT(why.at(kGpu0), Catch::Contains("pod nvidia-device-plugin/p, container nvidia-device-plugin-ctr"));
 }
 
 TEST_CASE("other servers: every GPU withheld until the kubelet answers, then those served elsewhere, for good") {

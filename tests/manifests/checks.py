@@ -491,6 +491,13 @@ def check_device_plugin(docs):
     assert one(docs, "ClusterRole", "gpuguard-device-plugin")["rules"] == DEVICE_PLUGIN_RULES
     # What the kubelet offers under every resource name, through its socket's directory, read-only.
     assert "--pod-resources-socket=/var/lib/kubelet/pod-resources/kubelet.sock" in plugin["args"], plugin["args"]
+    # NVIDIA's plugin's pod withholds every GPU in the GPU infrastructure's namespaces, which are all excluded.
+    [infrastructure] = [a for a in plugin["args"] if a.startswith("--infrastructure-namespaces=")]
+    namespaces = infrastructure.split("=", 1)[1].split(",")
+    assert {"gpu-operator", "nvidia-device-plugin", "kube-system"} <= set(namespaces), namespaces
+    selector = one(docs, "MutatingWebhookConfiguration")["webhooks"][0]["namespaceSelector"]["matchExpressions"]
+    [excluded] = [e["values"] for e in selector if e["key"] == "kubernetes.io/metadata.name" and e["operator"] == "NotIn"]
+    assert set(namespaces) <= set(excluded), (namespaces, excluded)
     pod_resources = next(m for m in plugin["volumeMounts"] if m["mountPath"] == "/var/lib/kubelet/pod-resources")
     assert pod_resources.get("readOnly") is True
     assert by_name[pod_resources["name"]]["hostPath"] == {"path": "/var/lib/kubelet/pod-resources", "type": "Directory"}

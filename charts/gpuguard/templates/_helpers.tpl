@@ -94,6 +94,18 @@ excluded namespace (fails otherwise), since exempt pods must live in admin-only 
 {{- join "," ($entries | uniq) -}}
 {{- end -}}
 
+{{/* The namespaces of the GPU infrastructure's entries, comma-separated, for the device plugin's
+--infrastructure-namespaces: each an excluded namespace, which only admins create pods in. */}}
+{{- define "gpuguard.gpuInfrastructureNamespaces" -}}
+{{- $namespaces := list -}}
+{{- range splitList "," (include "gpuguard.gpuInfrastructure" .) -}}
+{{- if . -}}
+{{- $namespaces = append $namespaces (splitList "/" . | first) -}}
+{{- end -}}
+{{- end -}}
+{{- join "," ($namespaces | uniq) -}}
+{{- end -}}
+
 {{/* hostRoot.recursiveReadOnly, IfPossible where a release's values lack it (--reuse-values from a chart
 without the key). */}}
 {{- define "gpuguard.recursiveReadOnly" -}}

@@ -4,6 +4,7 @@
 // NVIDIA key to gpuguard's.
 #include <filesystem>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -19,6 +20,9 @@ namespace gpuguard::deviceplugin {
 // GPUIsolation condition) where another plugin serves them: NVIDIA's, or the GPU Operator's.
 enum class GpuServing { serve, report_only, automatic };
 std::optional<GpuServing> parse_gpu_serving(std::string_view name);  // serve, report-only, auto
+// Namespace names, comma- or newline-separated, each checked as the API server checks one (a DNS label);
+// nullopt with the reason otherwise.
+std::optional<std::set<std::string>> parse_namespace_list(std::string_view text, std::string& error);
 
 struct PluginConfig {
   std::filesystem::path plugin_dir = "/var/lib/kubelet/device-plugins/";
@@ -51,6 +55,9 @@ struct PluginConfig {
   // The webhook's policy ConfigMap, mounted: the condition judges its visibleDevicesValue. Without it,
   // the default policy's (none).
   std::optional<std::filesystem::path> policy_dir;
+  // The namespaces of the GPU infrastructure, which tenants cannot create pods in: a pod of one of them that
+  // runs NVIDIA's device plugin on this node withholds every GPU, before that plugin has registered.
+  std::set<std::string> infrastructure_namespaces;
 };
 
 struct ConfigFileResult {

@@ -19,7 +19,8 @@ class KubeletOffers {
 
   struct Answer {
     std::vector<OfferedResource> resources;
-    std::string error;  // empty when the kubelet answered
+    std::string error;                 // empty when the kubelet answered
+    std::vector<PodOnNode> pods = {};  // every pod it runs, each with its containers' names
   };
 
   explicit KubeletOffers(const std::filesystem::path& socket);

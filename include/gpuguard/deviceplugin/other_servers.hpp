@@ -53,6 +53,9 @@ struct OtherServerSources {
   std::function<std::string()> same_name = {};
   // The file that keeps the GPUs withheld across restarts; empty: none kept.
   std::filesystem::path record = {};
+  // The namespaces of the GPU infrastructure (--infrastructure-namespaces): a pod of one of them that runs
+  // NVIDIA's device plugin on this node withholds every GPU (nvidia_plugin_on_node). Empty: none.
+  std::set<std::string> infrastructure = {};
 };
 
 class OtherServers {
@@ -90,6 +93,7 @@ class OtherServers {
   std::chrono::steady_clock::time_point slices_due_;
   std::function<std::string()> same_name_;
   std::filesystem::path record_;
+  std::set<std::string> infrastructure_;
   mutable std::mutex mutex_;
   bool answered_ = false;  // the kubelet has
   bool released_ = false;  // Hold::unchecked, once the kubelet has answered and the slices are listed or late

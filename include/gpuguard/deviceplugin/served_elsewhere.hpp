@@ -42,6 +42,27 @@ class GpuUuids {
 // and every device of one driver is judged together, as a resource's are.
 inline constexpr std::string_view kDraPrefix = "dra:";
 
+// A pod the kubelet runs on this node (pod-resources List lists every one, devices or not): its namespace,
+// name and containers' names.
+struct PodOnNode {
+  std::string pod_namespace;
+  std::string name;
+  std::vector<std::string> containers;
+};
+
+// Whether a container's name is one NVIDIA's device plugin runs under, whatever its release is called:
+// nvidia-device-plugin-ctr (its Helm chart and its static manifests), nvidia-device-plugin (the GPU
+// Operator's DaemonSet).
+bool is_nvidia_plugin_container(std::string_view container);
+
+// Every GPU, where a pod of one of `infrastructure` (the namespaces the policy names GPU infrastructure in,
+// which tenants cannot create pods in) runs NVIDIA's device plugin on this node, whether it has registered
+// yet or not: on a fresh node both plugins start together, and whichever registers first must not decide.
+// Each GPU with why.
+std::map<std::string, std::string> nvidia_plugin_on_node(const std::vector<PodOnNode>& pods,
+                                                         const std::set<std::string>& infrastructure,
+                                                         const std::vector<discovery::Gpu>& gpus);
+
 // Whether a resource name is one NVIDIA's plugin gives GPUs (nvidia.com/gpu, gpu.<anything> such as
 // gpu.shared, mig-<profile>), or NVIDIA's DRA driver for GPUs (dra:gpu.nvidia.com, whose devices are named
 // gpu-<index>): such a resource with an ID that names none of this node's GPUs by UUID (NVIDIA's
