@@ -55,10 +55,10 @@ KubeletOffers::Answer KubeletOffers::read(std::chrono::milliseconds deadline) {
             {devices.resource_name(), {devices.device_ids().begin(), devices.device_ids().end()}});
       }
       // A device given through a DRA claim (the kubelet reports them from 1.34, by default): its driver's,
-      // under kDraPrefix, one ID of its pool, its name and its CDI devices' names, where a UUID may be.
+      // under kDraPrefix, one ID of its name, its pool and its CDI devices' names, where a UUID may be.
       for (const ::v1::DynamicResource& claim : container.dynamic_resources()) {
         for (const ::v1::ClaimResource& device : claim.claim_resources()) {
-          std::string id = device.pool_name() + "/" + device.device_name();
+          std::string id = device.device_name() + " " + device.pool_name();
           for (const ::v1::CDIDevice& cdi : device.cdi_devices()) id += " " + cdi.name();
           answer.resources.push_back({std::string(kDraPrefix) + device.driver_name(), {std::move(id)}});
         }

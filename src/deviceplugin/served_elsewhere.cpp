@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <array>
 #include <cctype>
+#include <charconv>
 
 namespace gpuguard::deviceplugin {
 namespace {
@@ -75,6 +76,30 @@ std::map<std::string, std::string> nvidia_plugin_on_node(const std::vector<PodOn
   return served;
 }
 
+namespace {
+
+// NVIDIA's DRA driver names a whole GPU gpu-<minor> and a MIG device of it gpu-<minor>-mig-… (its
+// cmd/gpu-kubelet-plugin's deviceinfo.go and mig.go); the ID (kubelet_offers.cpp) starts with that name. The
+// GPU of that minor here, or nullptr (gpu-vfio-<index>, a minor this node lacks).
+const discovery::Gpu* gpu_of_nvidia_dra_device(std::string_view id, const std::vector<discovery::Gpu>& gpus) {
+  constexpr std::string_view kGpu = "gpu-";
+  const std::string_view name = id.substr(0, id.find(' '));
+  if (!name.starts_with(kGpu)) return nullptr;
+  const char* const digits = name.data() + kGpu.size();
+  const char* const end = name.data() + name.size();
+  unsigned minor = 0;
+  const auto [after, error] = std::from_chars(digits, end, minor);
+  if (error != std::errc() || after == digits) return nullptr;
+  if (after != end && !std::string_view(after, static_cast<std::size_t>(end - after)).starts_with("-mig-")) {
+    return nullptr;
+  }
+  const auto found =
+      std::find_if(gpus.begin(), gpus.end(), [&](const discovery::Gpu& gpu) { return gpu.minor == minor; });
+  return found == gpus.end() ? nullptr : &*found;
+}
+
+}  // namespace
+
 std::map<std::string, std::string> served_elsewhere(const std::vector<OfferedResource>& offered,
                                                     const std::set<std::string>& own_resources,
                                                     const std::vector<discovery::Gpu>& gpus) {
@@ -88,9 +113,13 @@ std::map<std::string, std::string> served_elsewhere(const std::vector<OfferedRes
   for (const OfferedResource& resource : offered) {
     if (own_resources.contains(resource.name)) continue;
     Judged& judged = by_name[resource.name];
+    const bool nvidia_dra = resource.name == std::string(kDraPrefix) + "gpu.nvidia.com";
     for (const std::string& id : resource.device_ids) {
       std::set<std::string> named;
       index.find(id, named);
+      if (const discovery::Gpu* gpu = nvidia_dra && named.empty() ? gpu_of_nvidia_dra_device(id, gpus) : nullptr) {
+        named.insert(gpu->uuid);
+      }
       if (named.empty() && judged.unnamed.empty()) judged.unnamed = id.substr(0, 64);
       judged.named.merge(named);
     }
@@ -100,15 +129,16 @@ std::map<std::string, std::string> served_elsewhere(const std::vector<OfferedRes
     const bool claimed = name.starts_with(kDraPrefix);
     const std::string where = claimed ? "a pod holds it through DRA driver " + name.substr(kDraPrefix.size())
                                       : "the kubelet offers it as " + name;
-    // A GPU resource with an ID that names no GPU here by UUID (NVIDIA's deviceIDStrategy index, a MIG
-    // device made after discovery, a DRA device gpu-<index>): which GPU it is cannot be told, so any of them
-    // may be served there.
+    // A GPU resource with an ID that names no GPU here (by UUID, or NVIDIA's DRA driver's by minor): NVIDIA's
+    // deviceIDStrategy index, a MIG device made after discovery, gpu-vfio-<index>. Which GPU it is cannot be
+    // told, so any of them may be served there.
     if (!judged.unnamed.empty() && names_gpus(name)) {
       const std::string device = (claimed ? "a pod holds a device of DRA driver " + name.substr(kDraPrefix.size())
                                           : "the kubelet offers " + name + " with device") +
                                  " " + judged.unnamed;
       for (const discovery::Gpu& gpu : gpus) {
-        served.emplace(gpu.uuid, device + ", which names no GPU of this node by UUID: it may be any of them");
+        served.emplace(gpu.uuid, device + ", which names no GPU of this node by UUID" + (claimed ? " or minor" : "") +
+                                     ": it may be any of them");
       }
     }
     for (const std::string& uuid : judged.named) served.emplace(uuid, where);

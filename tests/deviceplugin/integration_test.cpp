@@ -474,25 +474,39 @@ TEST_CASE("other plugins: a GPU a pod holds under another resource is withheld, 
 }
 
 TEST_CASE(
-    "other plugins: a GPU a pod holds through NVIDIA's DRA driver withholds every GPU, though no slice publishes it") {
+    "other plugins: a GPU a pod holds through a DRA claim is withheld, by its minor or its UUID, though no slice "
+    "publishes it") {
   Node node;
   FakeKubelet kubelet(node.plugin_dir);
   const fs::path socket = node.host.root() / "pod-resources.sock";
-  // NVIDIA's DRA driver gone (or its slices not read: no API here), a pod still holding the GPU it gave:
-  // its device is gpu-<index>, its CDI device a claim's, neither a UUID, so it may be either GPU.
+  // DRA drivers gone (or their slices not read: no API here), a pod still holding what they gave: NVIDIA's
+  // GPU by its name, gpu-<minor> (GPU 1's minor is 1), its CDI device a claim's; another driver's device
+  // whose CDI device names GPU 0 by UUID.
   FakePodResources offers(socket);
   offers.hold_claimed(
-      {{"gpu.nvidia.com", "node-a", "gpu-1", {"k8s.gpu.nvidia.com/claim=6f1c2e0a-7d4b-4c1e-9a55-2f3b8c9d0e11-gpu-1"}}});
+      {{"gpu.nvidia.com", "node-a", "gpu-1", {"k8s.gpu.nvidia.com/claim=6f1c2e0a-7d4b-4c1e-9a55-2f3b8c9d0e11-gpu-1"}},
+       {"gpu.example.com", "node-a", "dev-0", {"example.com/gpu=" + kGpu0}}});
   PluginProcess plugin(node.plugin_dir, node.host.root(),
                        {"--cdi-root", "", "--pod-resources-socket", socket.string()});
   const auto registered = kubelet.wait_for(1);
   REQUIRE(registered.size() == 1);
-  // Withheld for that reason, not only until the kubelet's first answer.
+  // Withheld for those reasons, not only until the kubelet's first answer.
+  // The log line that withholds the GPU, with the reason.
+  const auto withheld = [&](const std::string& gpu, const std::string& reason) {
+    std::istringstream lines(plugin.log());
+    for (std::string line; std::getline(lines, line);) {
+      if (line.find(R"("gpu":")" + gpu + '"') != std::string::npos &&
+          line.find(R"("reason":")" + reason + '"') != std::string::npos) {
+        return true;
+      }
+    }
+    return false;
+  };
   CHECK(eventually([&] {
-    return plugin.log().find(
-               "a pod holds a device of DRA driver gpu.nvidia.com node-a/gpu-1 "
-               "k8s.gpu.nvidia.com/claim=") != std::string::npos;
+    return withheld(kGpu1, "a pod holds it through DRA driver gpu.nvidia.com") &&
+           withheld(kGpu0, "a pod holds it through DRA driver gpu.example.com");
   }));
+  CHECK(plugin.log().find("names no GPU of this node") == std::string::npos);
   auto gpus = plugin_client(node.plugin_dir, registered[0].endpoint());
   DeviceWatch watch(*gpus);
   const auto listed = watch.next();  // a new stream's first answer: every device as it is now

@@ -64,15 +64,16 @@ std::map<std::string, std::string> nvidia_plugin_on_node(const std::vector<PodOn
                                                          const std::vector<discovery::Gpu>& gpus);
 
 // Whether a resource name is one NVIDIA's plugin gives GPUs (nvidia.com/gpu, gpu.<anything> such as
-// gpu.shared, mig-<profile>), or NVIDIA's DRA driver for GPUs (dra:gpu.nvidia.com, whose devices are named
-// gpu-<index>): such a resource with an ID that names none of this node's GPUs by UUID (NVIDIA's
-// deviceIDStrategy=index, a MIG device made after discovery, a DRA device) may serve any of them.
+// gpu.shared, mig-<profile>), or NVIDIA's DRA driver for GPUs (dra:gpu.nvidia.com): such a resource with an
+// ID that names none of this node's GPUs (NVIDIA's deviceIDStrategy=index, a MIG device made after
+// discovery, a DRA device neither gpu-<minor> nor gpu-<minor>-mig-… of a minor here) may serve any of them.
 bool names_gpus(std::string_view resource);
 
 // The GPUs (by UUID) that a resource other than own_resources serves, each with why. A device ID serves a
 // GPU when it holds that GPU's UUID or one of its MIG devices' (UUID, UUID::n, MIG-…, MIG-GPU-…/gi/ci:
-// whatever a plugin adds around it), case aside. A GPU resource (names_gpus) with an ID that does not may
-// serve them all.
+// whatever a plugin adds around it), case aside; a device of NVIDIA's DRA driver for GPUs serves the GPU of
+// the minor its name gives (gpu-<minor>, gpu-<minor>-mig-…). A GPU resource (names_gpus) with an ID that
+// does neither may serve them all.
 std::map<std::string, std::string> served_elsewhere(const std::vector<OfferedResource>& offered,
                                                     const std::set<std::string>& own_resources,
                                                     const std::vector<discovery::Gpu>& gpus);
