@@ -95,6 +95,7 @@ type nvidiaPluginLayout struct {
 	labels          map[string]string
 	helm            bool   // installed with helm install from NVIDIA's own chart, else as the static manifest
 	config          string // a ConfigMap whose config.yaml the plugin reads (CONFIG_FILE)
+	container       string // its container's name; empty: nvidia-device-plugin-ctr, as NVIDIA's manifests name it
 	resource        string // what it serves the GPUs as; empty: nvidia.com/gpu
 }
 
@@ -141,7 +142,11 @@ func (l nvidiaPluginLayout) daemonSet() *appsv1.DaemonSet {
 	hostPath := func(name, path string, kind *corev1.HostPathType) corev1.Volume {
 		return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: path, Type: kind}}}
 	}
-	container := corev1.Container{Name: "nvidia-device-plugin-ctr", Image: nvidiaPluginImage, ImagePullPolicy: corev1.PullNever,
+	name := l.container
+	if name == "" {
+		name = "nvidia-device-plugin-ctr"
+	}
+	container := corev1.Container{Name: name, Image: nvidiaPluginImage, ImagePullPolicy: corev1.PullNever,
 		SecurityContext: &corev1.SecurityContext{AllowPrivilegeEscalation: ptr(false),
 			Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}},
 		VolumeMounts: []corev1.VolumeMount{{Name: "device-plugin", MountPath: "/var/lib/kubelet/device-plugins"}}}
@@ -403,8 +408,10 @@ func (n *Node) nvidiaRenamedAfterGpuguard(t *T, e *Env) {
 			t.Errorf("deleting the renamed time-slicing config: %v", err)
 		}
 	}()
+	// Its container renamed too (as an admin's own manifest may): the resource it registers, not its pod,
+	// is what withholds the GPUs here.
 	renamed := nvidiaStatic
-	renamed.config, renamed.resource = config, shared
+	renamed.config, renamed.resource, renamed.container = config, shared, "device-plugin"
 	n.runNvidiaPlugin(t, e, renamed, 2*nodeGPUs)
 	defer n.removeNvidiaPlugin(t, e, renamed) // whichever step failed; gone already, it finds nothing
 	t.must(eventually(t.ctx, time.Minute, func() error { return n.offers(t, 0) }),

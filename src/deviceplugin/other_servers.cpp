@@ -17,8 +17,9 @@ constexpr metrics::Family kOffersRead{
     "1 once the kubelet has said what it offers under every resource name; until then every GPU is withheld."};
 constexpr metrics::Family kServedElsewhere{
     "gpuguard_device_plugin_gpus_served_elsewhere", "gauge",
-    "GPUs withheld for good: the kubelet offers them under another plugin's resource, a DRA driver's ResourceSlice "
-    "publishes them, or an earlier start withheld them."};
+    "GPUs withheld for good: the kubelet offers them under another plugin's resource, a pod holds them from one (a "
+    "DRA claim too), NVIDIA's device plugin's pod runs on the node, a DRA driver's ResourceSlice publishes them, or "
+    "an earlier start withheld them."};
 constexpr metrics::Family kOfferErrors{"gpuguard_device_plugin_kubelet_offers_errors_total", "counter",
                                        "Asks for the kubelet's offers that got no answer."};
 constexpr metrics::Family kSlicesListed{

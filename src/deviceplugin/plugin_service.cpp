@@ -416,8 +416,11 @@ OffersWatch watch_offers(const PluginConfig& c, const Discovery& found, const Se
   watch.others = std::make_unique<OtherServers>([offers = watch.offers.get()] { return offers->read(kOffersInterval); },
                                                 found.gpus, served.gpu_sets, std::move(own), std::move(sources));
   if (watch.slices) watch.slices->start();
+  const std::vector<std::string> infrastructure(c.infrastructure_namespaces.begin(), c.infrastructure_namespaces.end());
   log::info("GPUs withheld until the kubelet says which ones other plugins serve",
-            {{"pod_resources_socket", c.pod_resources_socket.string()}, {"resource_slices", watch.slices != nullptr}});
+            {{"pod_resources_socket", c.pod_resources_socket.string()},
+             {"resource_slices", watch.slices != nullptr},
+             {"infrastructure_namespaces", infrastructure}});
   return watch;
 }
 
