@@ -55,9 +55,10 @@ struct PodOnNode {
 // Operator's DaemonSet).
 bool is_nvidia_plugin_container(std::string_view container);
 
-// Every GPU, where a pod of one of `infrastructure` (the namespaces the policy names GPU infrastructure in,
-// which tenants cannot create pods in) runs NVIDIA's device plugin on this node, whether it has registered
-// yet or not: on a fresh node both plugins start together, and whichever registers first must not decide.
+// Every GPU, where a pod of one of `infrastructure` (the GPU infrastructure's namespaces, which tenants
+// cannot create pods in: --infrastructure-namespaces) runs NVIDIA's device plugin on this node, whether it
+// has registered yet or not: on a fresh node both plugins start together, and whichever registers first
+// must not decide.
 // Each GPU with why.
 std::map<std::string, std::string> nvidia_plugin_on_node(const std::vector<PodOnNode>& pods,
                                                          const std::set<std::string>& infrastructure,
