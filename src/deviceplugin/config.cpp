@@ -498,18 +498,14 @@ std::optional<GpuServing> parse_gpu_serving(std::string_view name) {
 
 std::optional<std::set<std::string>> parse_namespace_list(std::string_view text, std::string& error) {
   std::set<std::string> namespaces;
-  for (std::size_t at = 0; at <= text.size();) {
-    const std::size_t end = std::min(text.find_first_of(",\n", at), text.size());
-    std::string_view item = text.substr(at, end - at);
-    at = end + 1;
-    while (!item.empty() && std::isspace(static_cast<unsigned char>(item.front())) != 0) item.remove_prefix(1);
-    while (!item.empty() && std::isspace(static_cast<unsigned char>(item.back())) != 0) item.remove_suffix(1);
-    if (item.empty()) continue;
+  for (std::string& item : k8s::split_list(text)) {
     if (!k8s::is_dns_label(item)) {
-      error.assign(1, '"').append(item.substr(0, 64)).append("\" is not a namespace name (a DNS label)");
+      error.assign(1, '"')
+          .append(std::string_view(item).substr(0, 64))
+          .append("\" is not a namespace name (a DNS label)");
       return std::nullopt;
     }
-    namespaces.emplace(item);
+    namespaces.insert(std::move(item));
   }
   return namespaces;
 }

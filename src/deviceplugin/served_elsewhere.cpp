@@ -113,7 +113,7 @@ std::map<std::string, std::string> served_elsewhere(const std::vector<OfferedRes
   for (const OfferedResource& resource : offered) {
     if (own_resources.contains(resource.name)) continue;
     Judged& judged = by_name[resource.name];
-    const bool nvidia_dra = resource.name == std::string(kDraPrefix) + "gpu.nvidia.com";
+    const bool nvidia_dra = resource.name.starts_with(kDraPrefix) && names_gpus(resource.name);
     for (const std::string& id : resource.device_ids) {
       std::set<std::string> named;
       index.find(id, named);

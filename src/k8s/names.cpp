@@ -5,6 +5,21 @@
 
 namespace gpuguard::k8s {
 
+std::vector<std::string> split_list(std::string_view text) {
+  constexpr std::string_view kSpace = " \t\r\n";
+  std::vector<std::string> items;
+  while (!text.empty()) {
+    const std::size_t end = text.find_first_of(",\n");
+    std::string_view item = text.substr(0, end);
+    const std::size_t first = item.find_first_not_of(kSpace);
+    item = first == std::string_view::npos ? std::string_view{}
+                                           : item.substr(first, item.find_last_not_of(kSpace) - first + 1);
+    if (!item.empty()) items.emplace_back(item);
+    text = end == std::string_view::npos ? std::string_view{} : text.substr(end + 1);
+  }
+  return items;
+}
+
 namespace {
 
 // Lowercase letters, digits and '-', not starting or ending with '-': one part of a name, of any length.

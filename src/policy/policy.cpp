@@ -10,6 +10,7 @@ namespace {
 
 using k8s::is_dns_label;
 using k8s::is_dns_subdomain;
+using k8s::split_list;
 
 struct InvalidValue : std::runtime_error {
   using std::runtime_error::runtime_error;
@@ -20,17 +21,6 @@ std::string_view trim(std::string_view s) {
   const std::size_t first = s.find_first_not_of(kSpace);
   if (first == std::string_view::npos) return {};
   return s.substr(first, s.find_last_not_of(kSpace) - first + 1);
-}
-
-std::vector<std::string> split_list(std::string_view text) {
-  std::vector<std::string> items;
-  while (!text.empty()) {
-    const std::size_t end = text.find_first_of(",\n");
-    const std::string_view item = trim(text.substr(0, end));
-    if (!item.empty()) items.emplace_back(item);
-    text = end == std::string_view::npos ? std::string_view{} : text.substr(end + 1);
-  }
-  return items;
 }
 
 template <typename Enum, std::size_t N>

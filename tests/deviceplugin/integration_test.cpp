@@ -509,11 +509,7 @@ TEST_CASE(
   CHECK(plugin.log().find("names no GPU of this node") == std::string::npos);
   auto gpus = plugin_client(node.plugin_dir, registered[0].endpoint());
   DeviceWatch watch(*gpus);
-  const auto listed = watch.next();  // a new stream's first answer: every device as it is now
-  REQUIRE(listed);
-  std::map<std::string, std::string> health;
-  for (const auto& device : listed->devices()) health[device.id()] = device.health();
-  CHECK(health == std::map<std::string, std::string>{{kGpu0, "Unhealthy"}, {kGpu1, "Unhealthy"}});
+  CHECK(watch.health() == std::map<std::string, std::string>{{kGpu0, "Unhealthy"}, {kGpu1, "Unhealthy"}});
   CHECK(plugin_series(plugin.status_port(), "gpuguard_device_plugin_gpus_served_elsewhere") == 2);
   CHECK(plugin.terminate() == 0);
 }
@@ -541,10 +537,7 @@ TEST_CASE(
       CHECK(eventually([&] { return http_get(port, "/readyz").first == "200"; }));
       auto gpus = plugin_client(node.plugin_dir, registered[0].endpoint());
       DeviceWatch watch(*gpus);
-      const auto listed = watch.next();
-      REQUIRE(listed);
-      std::map<std::string, std::string> health;
-      for (const auto& device : listed->devices()) health[device.id()] = device.health();
+      const std::map<std::string, std::string> health = watch.health();
       const bool infrastructure = pod_namespace == "nvidia-device-plugin";
       const std::string expected = infrastructure ? "Unhealthy" : "Healthy";
       CHECK(health == std::map<std::string, std::string>{{kGpu0, expected}, {kGpu1, expected}});

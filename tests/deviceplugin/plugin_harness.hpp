@@ -235,6 +235,14 @@ class DeviceWatch {
     if (!reader_->Read(&response)) return std::nullopt;
     return response;
   }
+  // The next answer's devices, id to health: the first one of a new stream lists every device as it is now.
+  std::map<std::string, std::string> health() {
+    const auto response = next();
+    REQUIRE(response);
+    std::map<std::string, std::string> out;
+    for (const auto& device : response->devices()) out[device.id()] = device.health();
+    return out;
+  }
   // Reads updates until `id` has `health`; false when the stream ends first.
   bool until(const std::string& id, const std::string& health) {
     while (auto response = next()) {

@@ -20,7 +20,7 @@ namespace gpuguard::deviceplugin {
 // GPUIsolation condition) where another plugin serves them: NVIDIA's, or the GPU Operator's.
 enum class GpuServing { serve, report_only, automatic };
 std::optional<GpuServing> parse_gpu_serving(std::string_view name);  // serve, report-only, auto
-// Namespace names, comma- or newline-separated, each checked as the API server checks one (a DNS label);
+// Namespace names, as k8s::split_list splits them, each checked as the API server checks one (a DNS label);
 // nullopt with the reason otherwise.
 std::optional<std::set<std::string>> parse_namespace_list(std::string_view text, std::string& error);
 
