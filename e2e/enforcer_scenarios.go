@@ -354,8 +354,9 @@ func nodeEnforcerBypassed(t *T, e *Env) {
 // gpu-operator, a privileged pod as the GPU Operator makes its device plugin (its account and label, the
 // image's NVIDIA_VISIBLE_DEVICES=all, a hostPath of NVIDIA's MPS root) sees both GPUs; the same pod without
 // the label, unprivileged, is refused at its creation; in kube-system, a pod as NVIDIA's static manifest makes it (the
-// default account, its label, unprivileged) sees both; the same account and label in a user namespace
-// gets none.
+// default account, its label, unprivileged) sees both; the GPU Operator's kata manager, privileged with the
+// host's / mounted, keeps NVIDIA's MPS root unmasked (operatorKataManager); the same account and label in a
+// user namespace gets none.
 func nodeGPUInfrastructure(t *T, e *Env) {
 	n := e.gpuguardFor(t)
 	const unlisted = "gpuguard_node_enforcer_unlisted_infrastructure_total"
@@ -405,6 +406,7 @@ func nodeGPUInfrastructure(t *T, e *Env) {
 	static.Labels = map[string]string{"name": "nvidia-device-plugin-ds"}
 	expectBothGPUs(t, "NVIDIA's static device plugin manifest, in kube-system with the default account and its label",
 		n.look(t, e, n.runPodIn(t, "kube-system", static)))
+	operatorKataManager(t, e, n, operator)
 	user := cudaPod("user-look-alike")
 	user.Labels = operatorLabels
 	user.Spec.ServiceAccountName = account
@@ -431,6 +433,38 @@ func nodeGPUInfrastructure(t *T, e *Env) {
 	} else {
 		t.Logf("the look-alike in %s, unlisted GPU infrastructure: %s %v; %s", nodeNamespace, unlisted, unlistedBefore+1, said)
 	}
+}
+
+// operatorKataManager: a pod as the GPU Operator v26.7 makes its kata manager (assets/state-kata-manager: its
+// account, its name label, privileged, the host's / at /host with HostToContainer) in gpu-operator is left
+// as it is by a built-in exemption: NVIDIA's MPS root below its mount is the host's, holding the file the
+// host's holds, with no mask over it. Enforced as any pod, as a privileged agent mounting / is
+// (node/agents), it would see an empty read-only tmpfs there.
+func operatorKataManager(t *T, e *Env, n *Node, operator string) {
+	const account, root, probe = "nvidia-kata-manager", "/run/nvidia/mps", "gpu-infrastructure-probe"
+	_, err := n.cluster.client.CoreV1().ServiceAccounts(operator).Create(t.ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: account}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		t.must(err, "creating the service account "+operator+"/"+account)
+	}
+	t.must(os.MkdirAll(root, 0o755), "making "+root)
+	t.must(os.WriteFile(filepath.Join(root, probe), []byte("probe\n"), 0o644), "writing the probe in "+root)
+	defer os.Remove(filepath.Join(root, probe))
+	pod := agentShape{name: "operator-kata-manager", hostDir: "/", mountPath: "/host", privileged: true,
+		propagation: ptr(corev1.MountPropagationHostToContainer)}.pod()
+	pod.Labels = map[string]string{"name": "nvidia-kata-manager"}
+	pod.Spec.ServiceAccountName = account
+	defer n.deletePodsIn(t, operator, pod.Name)
+	pod = n.runPodIn(t, operator, pod)
+	at := "/host" + root
+	listing, err := e.execIn(t, pod, "ls", "-a", at)
+	t.must(err, "the kata manager: listing "+at)
+	mountinfo, err := e.execIn(t, pod, "cat", "/proc/self/mountinfo")
+	t.must(err, "the kata manager: reading its mounts")
+	if !strings.Contains(listing, probe) || maskedIn(mountinfo, at) {
+		t.Errorf("the GPU Operator's kata manager sees %s as %q (masked: %v); want the host's, holding %s, unmasked",
+			at, strings.Fields(listing), maskedIn(mountinfo, at), probe)
+	}
+	t.Logf("the GPU Operator's kata manager, in %s with its account and label: NVIDIA's MPS root at %s is the host's, unmasked", operator, at)
 }
 
 // nodeEnforcerRefuses: a GPU-less container that mounts /dev/nvidia1 by hostPath, which the webhook only

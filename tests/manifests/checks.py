@@ -398,6 +398,29 @@ def check_own_pods_exempt(docs, mps_root="/run/gpuguard/mps"):
     assert reaching >= 2, reaching  # the enforcer and the GPU plugin at least: the check sees them
 
 
+def exempts(entry, namespace, account, labels):
+    """Whether one --exempt-service-accounts entry (namespace/account:key=value, the account may be *) leaves
+    a pod of that namespace, account and labels alone: all three must match, as the enforcer reads it."""
+    who, label = entry.split(":", 1)
+    entry_namespace, entry_account = who.split("/", 1)
+    key, value = label.split("=", 1)
+    return (entry_namespace == namespace and entry_account in ("*", account) and labels.get(key) == value)
+
+
+def check_nvidia_components_exempt(docs, fixture):
+    """Every pod NVIDIA's own manifests make (the GPU Operator's operands, sandbox, vGPU, confidential
+    computing and DRA ones among them, and NVIDIA's device plugin chart under any release name; the fixture
+    says where each was copied from) is exempt in its namespace by the built-in entries, and the same pod in a
+    tenant's namespace by none."""
+    exempt = enforcer_exemptions(docs)
+    pods = yaml.safe_load(open(fixture))
+    assert len(pods) >= 20, len(pods)
+    for pod in pods:
+        matched = [e for e in exempt if exempts(e, pod["namespace"], pod["serviceAccount"], pod["labels"])]
+        assert matched, (pod["source"], pod["namespace"], pod["serviceAccount"], pod["labels"], exempt)
+        assert not any(exempts(e, "team-a", pod["serviceAccount"], pod["labels"]) for e in exempt), pod["source"]
+
+
 def check_enforcer_network_policy(docs, template, scrapers=True):
     """The enforcer's NetworkPolicy: see check_metrics_network_policy."""
     check_metrics_network_policy(docs, "gpuguard-node-enforcer", [template], scrapers)

@@ -169,6 +169,7 @@ ca = secret_pem(docs, "gpuguard-ca", "tls.crt")
 # No cluster to look up: nothing is armed yet, and the hook is there to arm it.
 policy = check_webhook(docs, ns, excluded, ca=ca, failure_policy="Ignore")
 check_network_policy(docs)
+check_nvidia_components_exempt(docs, os.path.join(root, "tests/fixtures/nvidia-components/pods.yaml"))
 check_backstop(docs, ns, actions=("Warn", "Audit"))
 check_arming(docs, ns, armed=False)
 check_arming(load(f"{work}/no-probe.yaml"), ns, armed=False, probe="")

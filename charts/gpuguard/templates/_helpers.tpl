@@ -39,10 +39,12 @@ and a switch each (only an explicit false; unset is true) to leave the built-ins
 {{- list "kube-system" "kube-node-lease" "gpu-operator" "nvidia-device-plugin" | toJson -}}
 {{- end -}}
 
-{{/* NVIDIA's own GPU infrastructure: the GPU Operator's operands in gpu-operator (v26.7 names), NVIDIA's device
-plugin as its static manifest runs it (kube-system, the default account) and as its Helm chart does
-(namespace nvidia-device-plugin, under any release name: the chart names its account after the release,
-its pods' label after itself). */}}
+{{/* NVIDIA's own GPU infrastructure: the GPU Operator's operands in gpu-operator (v26.7 names: its assets/ and
+manifests/, the sandbox, vGPU, confidential-computing and DRA ones included; an NVIDIADriver's driver by its
+component label, since its account and app label carry the OS and a hash), NVIDIA's device plugin as its
+static manifest runs it (kube-system, the default account) and as its Helm chart does (namespace
+nvidia-device-plugin, under any release name: the chart names its account after the release, its pods'
+label after itself). tests/fixtures/nvidia-components/pods.yaml holds each pod as NVIDIA's sources make it. */}}
 {{- define "gpuguard.builtInGpuInfrastructure" -}}
 {{- list
   "gpu-operator/nvidia-device-plugin:app=nvidia-device-plugin-daemonset"
@@ -55,6 +57,20 @@ its pods' label after itself). */}}
   "gpu-operator/nvidia-driver:app=nvidia-driver-daemonset"
   "gpu-operator/nvidia-container-toolkit:app=nvidia-container-toolkit-daemonset"
   "gpu-operator/nvidia-node-status-exporter:app=nvidia-node-status-exporter"
+  "gpu-operator/*:app.kubernetes.io/component=nvidia-driver"
+  "gpu-operator/*:app.kubernetes.io/component=nvidia-vgpu-host-manager"
+  "gpu-operator/nvidia-sandbox-device-plugin:app=nvidia-sandbox-device-plugin-daemonset"
+  "gpu-operator/nvidia-kata-sandbox-device-plugin:app=nvidia-kata-sandbox-device-plugin-daemonset"
+  "gpu-operator/nvidia-sandbox-validator:app=nvidia-sandbox-validator"
+  "gpu-operator/nvidia-vfio-manager:name=nvidia-vfio-manager"
+  "gpu-operator/nvidia-vgpu-manager:app=nvidia-vgpu-manager-daemonset"
+  "gpu-operator/nvidia-vgpu-device-manager:app=nvidia-vgpu-device-manager"
+  "gpu-operator/nvidia-kata-manager:name=nvidia-kata-manager"
+  "gpu-operator/nvidia-cc-manager:name=nvidia-cc-manager"
+  "gpu-operator/nvidia-dra-driver-kubeletplugin:app=nvidia-dra-driver-kubelet-plugin"
+  "gpu-operator/nvidia-dra-validator:app=nvidia-operator-validator"
+  "gpu-operator/nvidia-dcgm-dra:app=nvidia-dcgm-dra"
+  "gpu-operator/nvidia-dcgm-exporter-dra:app=nvidia-dcgm-exporter-dra"
   "kube-system/default:name=nvidia-device-plugin-ds"
   "nvidia-device-plugin/*:app.kubernetes.io/name=nvidia-device-plugin"
   | toJson -}}
