@@ -187,7 +187,8 @@ void add_flags(po::options_description& description) {
                             "(default: none)")(
       "infrastructure-namespaces", po::value<std::string>(),
       "comma-separated: the GPU infrastructure's namespaces, which tenants cannot create pods in; a pod of one "
-      "that runs NVIDIA's device plugin on this node withholds every GPU, before that plugin registers "
+      "that runs NVIDIA's device plugin, or its DRA driver's kubelet plugin for GPUs, on this node withholds every "
+      "GPU, before that plugin registers or publishes "
       "(default: none)");
 }
 

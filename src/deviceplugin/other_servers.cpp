@@ -18,8 +18,8 @@ constexpr metrics::Family kOffersRead{
 constexpr metrics::Family kServedElsewhere{
     "gpuguard_device_plugin_gpus_served_elsewhere", "gauge",
     "GPUs withheld for good: the kubelet offers them under another plugin's resource, a pod holds them from one (a "
-    "DRA claim too), NVIDIA's device plugin's pod runs on the node, a DRA driver's ResourceSlice publishes them, or "
-    "an earlier start withheld them."};
+    "DRA claim too), NVIDIA's device plugin's or DRA kubelet plugin's pod runs on the node, a DRA driver's "
+    "ResourceSlice publishes them, or an earlier start withheld them."};
 constexpr metrics::Family kOfferErrors{"gpuguard_device_plugin_kubelet_offers_errors_total", "counter",
                                        "Asks for the kubelet's offers that got no answer."};
 constexpr metrics::Family kSlicesListed{

@@ -55,8 +55,34 @@ bool names_gpus(std::string_view resource) {
   return name == "gpu" || name.starts_with("gpu.") || name.starts_with("mig-");
 }
 
-bool is_nvidia_plugin_container(std::string_view container) {
-  return container == "nvidia-device-plugin-ctr" || container == "nvidia-device-plugin";
+namespace {
+
+// Whether a pod's name is that of a pod of NVIDIA's DRA driver's kubelet plugin DaemonSet: the DaemonSet's
+// name (<name>-kubelet-plugin, the name holding dra-driver), '-', and the five random characters the
+// DaemonSet controller ends each of its pods' names with.
+bool is_nvidia_dra_kubelet_plugin_pod(std::string_view name) {
+  constexpr std::string_view kDaemonSet = "-kubelet-plugin-";
+  constexpr std::size_t kRandom = 5;
+  if (name.size() < kDaemonSet.size() + kRandom) return false;
+  const std::string_view random = name.substr(name.size() - kRandom);
+  const std::string_view daemon_set = name.substr(0, name.size() - kRandom);
+  const bool random_characters = std::all_of(
+      random.begin(), random.end(), [](unsigned char c) { return std::islower(c) != 0 || std::isdigit(c) != 0; });
+  return random_characters && daemon_set.ends_with(kDaemonSet) &&
+         daemon_set.substr(0, daemon_set.size() - kDaemonSet.size()).find("dra-driver") != std::string_view::npos;
+}
+
+}  // namespace
+
+std::string nvidia_gpu_server_container(const PodOnNode& pod) {
+  const auto named = [&](std::string_view wanted) {
+    return std::find(pod.containers.begin(), pod.containers.end(), wanted) != pod.containers.end();
+  };
+  for (const std::string_view plugin : {"nvidia-device-plugin-ctr", "nvidia-device-plugin"}) {
+    if (named(plugin)) return std::string(plugin);
+  }
+  if (is_nvidia_dra_kubelet_plugin_pod(pod.name) && named("gpus")) return "gpus";
+  return {};
 }
 
 std::map<std::string, std::string> nvidia_plugin_on_node(const std::vector<PodOnNode>& pods,
@@ -65,11 +91,11 @@ std::map<std::string, std::string> nvidia_plugin_on_node(const std::vector<PodOn
   std::map<std::string, std::string> served;
   for (const PodOnNode& pod : pods) {
     if (!infrastructure.contains(pod.pod_namespace)) continue;
-    const auto container = std::find_if(pod.containers.begin(), pod.containers.end(),
-                                        [](const std::string& name) { return is_nvidia_plugin_container(name); });
-    if (container == pod.containers.end()) continue;
-    const std::string why = "NVIDIA's device plugin runs on this node (pod " + pod.pod_namespace + "/" + pod.name +
-                            ", container " + *container + "), registered or not yet";
+    const std::string container = nvidia_gpu_server_container(pod);
+    if (container.empty()) continue;
+    std::string why = container == "gpus" ? "NVIDIA's DRA driver" : "NVIDIA's device plugin";
+    why += " runs on this node (pod " + pod.pod_namespace + "/" + pod.name;
+    why += ", container " + container + "), registered or not yet";
     for (const discovery::Gpu& gpu : gpus) served.emplace(gpu.uuid, why);
     break;
   }

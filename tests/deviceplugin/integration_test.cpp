@@ -514,38 +514,82 @@ TEST_CASE(
   CHECK(plugin.terminate() == 0);
 }
 
+namespace {
+
+// What a fresh node's plugin makes of one pod on it that has registered and published nothing (its image
+// still pulling, say), beside one of NVIDIA's that serves no GPUs, with the GPU infrastructure's namespaces
+// as the chart passes its built-in ones: each GPU's health, the withheld count, and the plugin's log.
+struct PodJudged {
+  std::map<std::string, std::string> health;
+  long long served_elsewhere;
+  std::string log;
+};
+
+PodJudged judged_with_pod(const std::string& pod_namespace, const std::string& name,
+                          const std::vector<std::string>& containers) {
+  Node node;
+  FakeKubelet kubelet(node.plugin_dir);
+  const fs::path socket = node.host.root() / "pod-resources.sock";
+  FakePodResources offers(socket);
+  offers.run_pod(pod_namespace, name, containers);
+  offers.run_pod("gpu-operator", "gpu-feature-discovery-4wq9z", {"gpu-feature-discovery"});
+  PluginProcess plugin(node.plugin_dir, node.host.root(),
+                       {"--cdi-root", "", "--pod-resources-socket", socket.string(), "--infrastructure-namespaces",
+                        "gpu-operator,kube-system,nvidia-device-plugin"});
+  const auto registered = kubelet.wait_for(1);
+  REQUIRE(registered.size() == 1);
+  const int port = plugin.status_port();
+  // Judged: the kubelet has answered and the plugin is ready.
+  CHECK(eventually([&] { return http_get(port, "/readyz").first == "200"; }));
+  auto gpus = plugin_client(node.plugin_dir, registered[0].endpoint());
+  DeviceWatch watch(*gpus);
+  PodJudged judged{watch.health(), plugin_series(port, "gpuguard_device_plugin_gpus_served_elsewhere"), plugin.log()};
+  CHECK(plugin.terminate() == 0);
+  return judged;
+}
+
+std::map<std::string, std::string> both_gpus(const std::string& health) { return {{kGpu0, health}, {kGpu1, health}}; }
+
+}  // namespace
+
 TEST_CASE(
     "other plugins: NVIDIA's plugin's pod in a GPU-infrastructure namespace withholds every GPU before it registers, a "
     "tenant's pod of that name none") {
-  // A fresh node: NVIDIA's plugin's pod is there (its image still pulling, say) and has registered nothing.
-  // The GPU infrastructure's namespaces as the chart passes its built-in ones.
   for (const std::string pod_namespace : {"nvidia-device-plugin", "team-a"}) {
     DYNAMIC_SECTION("NVIDIA's plugin's pod in " << pod_namespace) {
-      Node node;
-      FakeKubelet kubelet(node.plugin_dir);
-      const fs::path socket = node.host.root() / "pod-resources.sock";
-      FakePodResources offers(socket);
-      offers.run_pod(pod_namespace, "nvdp-nvidia-device-plugin-x7k2p", {"nvidia-device-plugin-ctr"});
-      offers.run_pod("gpu-operator", "gpu-feature-discovery-4wq9z", {"gpu-feature-discovery"});
-      PluginProcess plugin(node.plugin_dir, node.host.root(),
-                           {"--cdi-root", "", "--pod-resources-socket", socket.string(), "--infrastructure-namespaces",
-                            "gpu-operator,kube-system,nvidia-device-plugin"});
-      const auto registered = kubelet.wait_for(1);
-      REQUIRE(registered.size() == 1);
-      const int port = plugin.status_port();
-      // Judged: the kubelet has answered and the plugin is ready.
-      CHECK(eventually([&] { return http_get(port, "/readyz").first == "200"; }));
-      auto gpus = plugin_client(node.plugin_dir, registered[0].endpoint());
-      DeviceWatch watch(*gpus);
-      const std::map<std::string, std::string> health = watch.health();
+      const PodJudged judged =
+          judged_with_pod(pod_namespace, "nvdp-nvidia-device-plugin-x7k2p", {"nvidia-device-plugin-ctr"});
       const bool infrastructure = pod_namespace == "nvidia-device-plugin";
-      const std::string expected = infrastructure ? "Unhealthy" : "Healthy";
-      CHECK(health == std::map<std::string, std::string>{{kGpu0, expected}, {kGpu1, expected}});
-      CHECK(plugin_series(port, "gpuguard_device_plugin_gpus_served_elsewhere") == (infrastructure ? 2 : 0));
-      CHECK((plugin.log().find("NVIDIA's device plugin runs on this node (pod nvidia-device-plugin/"
-                               "nvdp-nvidia-device-plugin-x7k2p, container nvidia-device-plugin-ctr)") !=
+      CHECK(judged.health == both_gpus(infrastructure ? "Unhealthy" : "Healthy"));
+      CHECK(judged.served_elsewhere == (infrastructure ? 2 : 0));
+      CHECK((judged.log.find("NVIDIA's device plugin runs on this node (pod nvidia-device-plugin/"
+                             "nvdp-nvidia-device-plugin-x7k2p, container nvidia-device-plugin-ctr)") !=
              std::string::npos) == infrastructure);
-      CHECK(plugin.terminate() == 0);
+    }
+  }
+}
+
+TEST_CASE(
+    "other plugins: NVIDIA's DRA kubelet plugin's pod in a GPU-infrastructure namespace withholds every GPU before it "
+    "publishes, one for compute domains alone or a tenant's none") {
+  // The GPU Operator's DRA mode: its kubelet plugin's pod, both containers, before any ResourceSlice; with
+  // its GPUs off (compute domains alone); a tenant's pod of that shape.
+  struct Case {
+    std::string pod_namespace;
+    std::vector<std::string> containers;
+    bool withheld;
+  };
+  for (const Case& c :
+       {Case{"gpu-operator", {"gpus", "compute-domains"}, true}, Case{"gpu-operator", {"compute-domains"}, false},
+        Case{"team-a", {"gpus", "compute-domains"}, false}}) {
+    DYNAMIC_SECTION("the kubelet plugin's pod in " << c.pod_namespace << " with " << c.containers.size()
+                                                   << " containers") {
+      const PodJudged judged = judged_with_pod(c.pod_namespace, "nvidia-dra-driver-kubelet-plugin-7x2kq", c.containers);
+      CHECK(judged.health == both_gpus(c.withheld ? "Unhealthy" : "Healthy"));
+      CHECK(judged.served_elsewhere == (c.withheld ? 2 : 0));
+      CHECK((judged.log.find("NVIDIA's DRA driver runs on this node (pod gpu-operator/"
+                             "nvidia-dra-driver-kubelet-plugin-7x2kq, container gpus)") != std::string::npos) ==
+            c.withheld);
     }
   }
 }

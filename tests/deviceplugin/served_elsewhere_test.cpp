@@ -109,6 +109,37 @@ TEST_CASE("served elsewhere: NVIDIA's plugin's pod withholds every GPU only in a
   CHECK_THAT(why.at(kGpu0), Catch::Contains("pod nvidia-device-plugin/p, container nvidia-device-plugin-ctr"));
 }
 
+TEST_CASE("served elsewhere: NVIDIA's DRA kubelet plugin's pod withholds every GPU where it serves GPUs") {
+  const std::set<std::string> infrastructure = {"gpu-operator", "nvidia-dra-driver-gpu"};
+  const auto withheld = [&](const PodOnNode& pod) {
+    std::set<std::string> gpus;
+    for (const auto& [uuid, why] : nvidia_plugin_on_node({pod}, infrastructure, mig_mixed())) gpus.insert(uuid);
+    return gpus;
+  };
+  const std::set<std::string> every = {kGpu0, kGpu1};
+  // The GPU Operator's DaemonSet, its own chart's (and the name it had before), each with its GPUs
+  // container.
+  CHECK(withheld({"gpu-operator", "nvidia-dra-driver-kubelet-plugin-7x2kq", {"compute-domains", "gpus"}}) == every);
+  CHECK(withheld({"nvidia-dra-driver-gpu", "dra-driver-nvidia-gpu-kubelet-plugin-4kq8z", {"gpus"}}) == every);
+  CHECK(withheld({"nvidia-dra-driver-gpu", "nvidia-dra-driver-gpu-kubelet-plugin-9wz2m", {"gpus"}}) == every);
+  // Its GPUs off (compute domains alone), its controller, another pod with a container named gpus, and a
+  // tenant's pod of its shape: none.
+  CHECK(withheld({"gpu-operator", "nvidia-dra-driver-kubelet-plugin-7x2kq", {"compute-domains"}}).empty());
+  CHECK(withheld({"gpu-operator", "nvidia-dra-driver-controller-6d9f8-x2kq9", {"gpus"}}).empty());
+  CHECK(withheld({"gpu-operator", "gpu-burn-kubelet-plugin-7x2kq", {"gpus"}}).empty());
+  // The DaemonSet's name must end the name but for the five random characters of its pods.
+  CHECK(withheld({"gpu-operator", "nvidia-dra-driver-kubelet-plugin-test-7x2kq", {"gpus"}}).empty());
+  CHECK(withheld({"gpu-operator", "nvidia-dra-driver-kubelet-plugin-7x2k", {"gpus"}}).empty());
+  CHECK(withheld({"gpu-operator", "nvidia-dra-driver-kubelet-plugin-7X2KQ", {"gpus"}}).empty());
+  CHECK(withheld({"gpu-operator", "dra-driver-kubelet-plugin-7x2kq", {"gpus"}}) == every);
+  CHECK(withheld({"team-a", "nvidia-dra-driver-kubelet-plugin-7x2kq", {"gpus"}}).empty());
+  CHECK(nvidia_gpu_server_container({"gpu-operator", "nvidia-dra-driver-kubelet-plugin-7x2kq", {"gpus"}}) == "gpus");
+  const auto why = nvidia_plugin_on_node({{"gpu-operator", "nvidia-dra-driver-kubelet-plugin-7x2kq", {"gpus"}}},
+                                         infrastructure, mig_mixed());
+  CHECK_THAT(why.at(kGpu1), Catch::StartsWith("NVIDIA's DRA driver runs on this node (pod "
+                                              "gpu-operator/nvidia-dra-driver-kubelet-plugin-7x2kq, container gpus)"));
+}
+
 TEST_CASE("other servers: every GPU withheld until the kubelet answers, then those served elsewhere, for good") {
   const std::vector<Gpu> gpus = mig_mixed();
   DeviceSet set({{kGpu0, kGpu0, true, 0, 0}, {kGpu1 + "::0", kGpu1, true, 0, 1}, {kGpu1 + "::1", kGpu1, true, 0, 2}});

@@ -54,6 +54,7 @@ label after itself). tests/fixtures/nvidia-components/pods.yaml holds each pod a
   "gpu-operator/nvidia-dcgm:app=nvidia-dcgm"
   "gpu-operator/nvidia-mig-manager:app=nvidia-mig-manager"
   "gpu-operator/nvidia-operator-validator:app=nvidia-operator-validator"
+  "gpu-operator/nvidia-operator-validator:app=nvidia-cuda-validator"
   "gpu-operator/nvidia-driver:app=nvidia-driver-daemonset"
   "gpu-operator/nvidia-container-toolkit:app=nvidia-container-toolkit-daemonset"
   "gpu-operator/nvidia-node-status-exporter:app=nvidia-node-status-exporter"

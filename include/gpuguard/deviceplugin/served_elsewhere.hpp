@@ -50,15 +50,18 @@ struct PodOnNode {
   std::vector<std::string> containers;
 };
 
-// Whether a container's name is one NVIDIA's device plugin runs under, whatever its release is called:
-// nvidia-device-plugin-ctr (its Helm chart and its static manifests), nvidia-device-plugin (the GPU
-// Operator's DaemonSet).
-bool is_nvidia_plugin_container(std::string_view container);
+// The container by which a pod is one of NVIDIA's GPU servers, whatever its release is called, or empty:
+// NVIDIA's device plugin's (nvidia-device-plugin-ctr in its Helm chart and its static manifests,
+// nvidia-device-plugin in the GPU Operator's DaemonSet), or the GPUs container (gpus) of NVIDIA's DRA
+// driver's kubelet plugin, whose pods are named after its DaemonSet: <name>-kubelet-plugin-<five random
+// characters>, the name holding dra-driver (nvidia-dra-driver-kubelet-plugin in the GPU Operator, its own
+// chart's dra-driver-nvidia-gpu-kubelet-plugin, before that nvidia-dra-driver-gpu-kubelet-plugin).
+std::string nvidia_gpu_server_container(const PodOnNode& pod);
 
 // Every GPU, where a pod of one of `infrastructure` (the GPU infrastructure's namespaces, which tenants
-// cannot create pods in: --infrastructure-namespaces) runs NVIDIA's device plugin on this node, whether it
-// has registered yet or not: on a fresh node both plugins start together, and whichever registers first
-// must not decide.
+// cannot create pods in: --infrastructure-namespaces) runs NVIDIA's device plugin or its DRA driver's
+// kubelet plugin for GPUs on this node, whether it has registered or published yet or not: on a fresh
+// node they and gpuguard's plugin start together, and whichever is first must not decide.
 // Each GPU with why.
 std::map<std::string, std::string> nvidia_plugin_on_node(const std::vector<PodOnNode>& pods,
                                                          const std::set<std::string>& infrastructure,
