@@ -408,17 +408,26 @@ def exempts(entry, namespace, account, labels):
 
 
 def check_nvidia_components_exempt(docs, fixture):
-    """Every pod NVIDIA's own manifests make (the GPU Operator's operands, sandbox, vGPU, confidential
-    computing and DRA ones among them, and NVIDIA's device plugin chart under any release name; the fixture
-    says where each was copied from) is exempt in its namespace by the built-in entries, and the same pod in a
-    tenant's namespace by none."""
+    """Every pod NVIDIA's own manifests make on GPU nodes (the GPU Operator's operands, sandbox, vGPU,
+    confidential computing and DRA ones among them, and NVIDIA's device plugin chart under any release name;
+    the fixture says where each was copied from) is exempt in its namespace by the built-in entries, but for
+    those marked enforced, which get their GPU from the kubelet; none is exempt without its labels, in a
+    tenant's namespace, or, where the entry names an account, under another account."""
     exempt = enforcer_exemptions(docs)
     pods = yaml.safe_load(open(fixture))
-    assert len(pods) >= 20, len(pods)
+    assert len(pods) >= 20 and any(pod.get("enforced") for pod in pods), len(pods)
     for pod in pods:
-        matched = [e for e in exempt if exempts(e, pod["namespace"], pod["serviceAccount"], pod["labels"])]
-        assert matched, (pod["source"], pod["namespace"], pod["serviceAccount"], pod["labels"], exempt)
-        assert not any(exempts(e, "team-a", pod["serviceAccount"], pod["labels"]) for e in exempt), pod["source"]
+        namespace, account, labels = pod["namespace"], pod["serviceAccount"], pod["labels"]
+        matched = [e for e in exempt if exempts(e, namespace, account, labels)]
+        if pod.get("enforced"):
+            assert not matched, (pod["source"], matched)
+            continue
+        assert matched, (pod["source"], namespace, account, labels, exempt)
+        assert not any(exempts(e, namespace, account, {}) for e in exempt), pod["source"]
+        assert not any(exempts(e, "team-a", account, labels) for e in exempt), pod["source"]
+        for entry in matched:
+            if entry.split(":", 1)[0].split("/", 1)[1] != "*":
+                assert not exempts(entry, namespace, account + "-look-alike", labels), (pod["source"], entry)
 
 
 def check_enforcer_network_policy(docs, template, scrapers=True):
