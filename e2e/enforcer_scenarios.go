@@ -354,9 +354,9 @@ func nodeEnforcerBypassed(t *T, e *Env) {
 // gpu-operator, a privileged pod as the GPU Operator makes its device plugin (its account and label, the
 // image's NVIDIA_VISIBLE_DEVICES=all, a hostPath of NVIDIA's MPS root) sees both GPUs; the same pod without
 // the label, unprivileged, is refused at its creation; in kube-system, a pod as NVIDIA's static manifest makes it (the
-// default account, its label, unprivileged) sees both; the GPU Operator's kata manager, privileged with the
-// host's / mounted, keeps NVIDIA's MPS root unmasked (operatorKataManager); the same account and label in a
-// user namespace gets none.
+// default account, its label, unprivileged) sees both; so does the GPU Operator's CUDA validation pod, under
+// all; the GPU Operator's kata manager, privileged with the host's / mounted, keeps NVIDIA's MPS root
+// unmasked (operatorKataManager); the same account and label in a user namespace gets none.
 func nodeGPUInfrastructure(t *T, e *Env) {
 	n := e.gpuguardFor(t)
 	const unlisted = "gpuguard_node_enforcer_unlisted_infrastructure_total"
@@ -367,17 +367,14 @@ func nodeGPUInfrastructure(t *T, e *Env) {
 	c.namespace(t, operator, nil)
 	defer n.waitNamespaceGone(t, operator)
 	for _, namespace := range []string{operator, nodeNamespace} {
-		_, err := c.client.CoreV1().ServiceAccounts(namespace).Create(t.ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: account}}, metav1.CreateOptions{})
-		if err != nil && !apierrors.IsAlreadyExists(err) {
-			t.must(err, "creating the service account "+namespace+"/"+account)
-		}
+		c.serviceAccount(t, namespace, account)
 	}
 	defer func() {
 		if err := c.client.CoreV1().ServiceAccounts(nodeNamespace).Delete(t.ctx, account, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 			t.Errorf("deleting the service account %s/%s: %v", nodeNamespace, account, err)
 		}
 	}()
-	defer n.deletePodsIn(t, operator, "operator-plugin", "operator-look-alike")
+	defer n.deletePodsIn(t, operator, "operator-plugin", "operator-look-alike", "operator-cuda-validator")
 	defer n.deletePodsIn(t, "kube-system", "static-nvidia-plugin")
 	defer n.deletePods(t, "user-look-alike")
 	operatorPlugin := func(name string, labels map[string]string) *corev1.Pod {
@@ -406,6 +403,16 @@ func nodeGPUInfrastructure(t *T, e *Env) {
 	static.Labels = map[string]string{"name": "nvidia-device-plugin-ds"}
 	expectBothGPUs(t, "NVIDIA's static device plugin manifest, in kube-system with the default account and its label",
 		n.look(t, e, n.runPodIn(t, "kube-system", static)))
+	// The CUDA validation pod the GPU Operator's validator makes (validator/manifests/cuda-workload-validation.yaml):
+	// the validator's account, its own app label, privileged, NVIDIA_VISIBLE_DEVICES=all from the image.
+	c.serviceAccount(t, operator, "nvidia-operator-validator")
+	cudaValidator := cudaPod("operator-cuda-validator", func(c *corev1.Container) {
+		c.SecurityContext = &corev1.SecurityContext{Privileged: ptr(true)}
+	})
+	cudaValidator.Labels = map[string]string{"app": "nvidia-cuda-validator"}
+	cudaValidator.Spec.ServiceAccountName = "nvidia-operator-validator"
+	expectBothGPUs(t, "the GPU Operator's CUDA validation pod, in gpu-operator with the validator's account and its label",
+		n.look(t, e, n.runPodIn(t, operator, cudaValidator)))
 	operatorKataManager(t, e, n, operator)
 	user := cudaPod("user-look-alike")
 	user.Labels = operatorLabels
@@ -442,10 +449,7 @@ func nodeGPUInfrastructure(t *T, e *Env) {
 // (node/agents), it would see an empty read-only tmpfs there.
 func operatorKataManager(t *T, e *Env, n *Node, operator string) {
 	const account, root, probe = "nvidia-kata-manager", "/run/nvidia/mps", "gpu-infrastructure-probe"
-	_, err := n.cluster.client.CoreV1().ServiceAccounts(operator).Create(t.ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: account}}, metav1.CreateOptions{})
-	if err != nil && !apierrors.IsAlreadyExists(err) {
-		t.must(err, "creating the service account "+operator+"/"+account)
-	}
+	n.cluster.serviceAccount(t, operator, account)
 	t.must(os.MkdirAll(root, 0o755), "making "+root)
 	t.must(os.WriteFile(filepath.Join(root, probe), []byte("probe\n"), 0o644), "writing the probe in "+root)
 	defer os.Remove(filepath.Join(root, probe))
@@ -465,6 +469,14 @@ func operatorKataManager(t *T, e *Env, n *Node, operator string) {
 			at, strings.Fields(listing), maskedIn(mountinfo, at), probe)
 	}
 	t.Logf("the GPU Operator's kata manager, in %s with its account and label: NVIDIA's MPS root at %s is the host's, unmasked", operator, at)
+}
+
+// serviceAccount makes a service account, where it is not there yet.
+func (c *Cluster) serviceAccount(t *T, namespace, name string) {
+	_, err := c.client.CoreV1().ServiceAccounts(namespace).Create(t.ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		t.must(err, "creating the service account "+namespace+"/"+name)
+	}
 }
 
 // nodeEnforcerRefuses: a GPU-less container that mounts /dev/nvidia1 by hostPath, which the webhook only
