@@ -66,8 +66,9 @@ bool is_nvidia_dra_kubelet_plugin_pod(std::string_view name) {
   if (name.size() < kDaemonSet.size() + kRandom) return false;
   const std::string_view random = name.substr(name.size() - kRandom);
   const std::string_view daemon_set = name.substr(0, name.size() - kRandom);
-  const bool random_characters = std::all_of(
-      random.begin(), random.end(), [](unsigned char c) { return std::islower(c) != 0 || std::isdigit(c) != 0; });
+  // Lower-case letters and digits, as ASCII, whatever the locale.
+  const bool random_characters = std::all_of(random.begin(), random.end(),
+                                             [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); });
   return random_characters && daemon_set.ends_with(kDaemonSet) &&
          daemon_set.substr(0, daemon_set.size() - kDaemonSet.size()).find("dra-driver") != std::string_view::npos;
 }
