@@ -354,9 +354,9 @@ func nodeEnforcerBypassed(t *T, e *Env) {
 // gpu-operator, a privileged pod as the GPU Operator makes its device plugin (its account and label, the
 // image's NVIDIA_VISIBLE_DEVICES=all, a hostPath of NVIDIA's MPS root) sees both GPUs; the same pod without
 // the label, unprivileged, is refused at its creation; in kube-system, a pod as NVIDIA's static manifest makes it (the
-// default account, its label, unprivileged) sees both; so does the GPU Operator's CUDA validation pod, under
-// all; the GPU Operator's kata manager, privileged with the host's / mounted, keeps NVIDIA's MPS root
-// unmasked (operatorKataManager); the same account and label in a user namespace gets none.
+// default account, its label, unprivileged) sees both; the GPU Operator's kata manager, privileged with the
+// host's / mounted, keeps NVIDIA's MPS root unmasked (operatorKataManager); the same account and label in a
+// user namespace gets none.
 func nodeGPUInfrastructure(t *T, e *Env) {
 	n := e.gpuguardFor(t)
 	const unlisted = "gpuguard_node_enforcer_unlisted_infrastructure_total"
@@ -374,7 +374,7 @@ func nodeGPUInfrastructure(t *T, e *Env) {
 			t.Errorf("deleting the service account %s/%s: %v", nodeNamespace, account, err)
 		}
 	}()
-	defer n.deletePodsIn(t, operator, "operator-plugin", "operator-look-alike", "operator-cuda-validator")
+	defer n.deletePodsIn(t, operator, "operator-plugin", "operator-look-alike")
 	defer n.deletePodsIn(t, "kube-system", "static-nvidia-plugin")
 	defer n.deletePods(t, "user-look-alike")
 	operatorPlugin := func(name string, labels map[string]string) *corev1.Pod {
@@ -403,16 +403,6 @@ func nodeGPUInfrastructure(t *T, e *Env) {
 	static.Labels = map[string]string{"name": "nvidia-device-plugin-ds"}
 	expectBothGPUs(t, "NVIDIA's static device plugin manifest, in kube-system with the default account and its label",
 		n.look(t, e, n.runPodIn(t, "kube-system", static)))
-	// The CUDA validation pod the GPU Operator's validator makes (validator/manifests/cuda-workload-validation.yaml):
-	// the validator's account, its own app label, privileged, NVIDIA_VISIBLE_DEVICES=all from the image.
-	c.serviceAccount(t, operator, "nvidia-operator-validator")
-	cudaValidator := cudaPod("operator-cuda-validator", func(c *corev1.Container) {
-		c.SecurityContext = &corev1.SecurityContext{Privileged: ptr(true)}
-	})
-	cudaValidator.Labels = map[string]string{"app": "nvidia-cuda-validator"}
-	cudaValidator.Spec.ServiceAccountName = "nvidia-operator-validator"
-	expectBothGPUs(t, "the GPU Operator's CUDA validation pod, in gpu-operator with the validator's account and its label",
-		n.look(t, e, n.runPodIn(t, operator, cudaValidator)))
 	operatorKataManager(t, e, n, operator)
 	user := cudaPod("user-look-alike")
 	user.Labels = operatorLabels
