@@ -75,14 +75,14 @@ bool is_nvidia_dra_kubelet_plugin_pod(std::string_view name) {
 
 }  // namespace
 
-std::string nvidia_gpu_server_container(const PodOnNode& pod) {
+NvidiaGpuServer nvidia_gpu_server(const PodOnNode& pod) {
   const auto named = [&](std::string_view wanted) {
     return std::find(pod.containers.begin(), pod.containers.end(), wanted) != pod.containers.end();
   };
   for (const std::string_view plugin : {"nvidia-device-plugin-ctr", "nvidia-device-plugin"}) {
-    if (named(plugin)) return std::string(plugin);
+    if (named(plugin)) return {"NVIDIA's device plugin", std::string(plugin)};
   }
-  if (is_nvidia_dra_kubelet_plugin_pod(pod.name) && named("gpus")) return "gpus";
+  if (is_nvidia_dra_kubelet_plugin_pod(pod.name) && named("gpus")) return {"NVIDIA's DRA driver", "gpus"};
   return {};
 }
 
@@ -92,11 +92,10 @@ std::map<std::string, std::string> nvidia_plugin_on_node(const std::vector<PodOn
   std::map<std::string, std::string> served;
   for (const PodOnNode& pod : pods) {
     if (!infrastructure.contains(pod.pod_namespace)) continue;
-    const std::string container = nvidia_gpu_server_container(pod);
-    if (container.empty()) continue;
-    std::string why = container == "gpus" ? "NVIDIA's DRA driver" : "NVIDIA's device plugin";
-    why += " runs on this node (pod " + pod.pod_namespace + "/" + pod.name;
-    why += ", container " + container + "), registered or not yet";
+    const NvidiaGpuServer server = nvidia_gpu_server(pod);
+    if (server.empty()) continue;
+    std::string why = server.server + " runs on this node (pod " + pod.pod_namespace + "/" + pod.name;
+    why += ", container " + server.container + "), registered or not yet";
     for (const discovery::Gpu& gpu : gpus) served.emplace(gpu.uuid, why);
     break;
   }

@@ -133,7 +133,14 @@ TEST_CASE("served elsewhere: NVIDIA's DRA kubelet plugin's pod withholds every G
   CHECK(withheld({"gpu-operator", "nvidia-dra-driver-kubelet-plugin-7X2KQ", {"gpus"}}).empty());
   CHECK(withheld({"gpu-operator", "dra-driver-kubelet-plugin-7x2kq", {"gpus"}}) == every);
   CHECK(withheld({"team-a", "nvidia-dra-driver-kubelet-plugin-7x2kq", {"gpus"}}).empty());
-  CHECK(nvidia_gpu_server_container({"gpu-operator", "nvidia-dra-driver-kubelet-plugin-7x2kq", {"gpus"}}) == "gpus");
+  const NvidiaGpuServer dra = nvidia_gpu_server({"gpu-operator", "nvidia-dra-driver-kubelet-plugin-7x2kq", {"gpus"}});
+  CHECK(dra.server == "NVIDIA's DRA driver");
+  CHECK(dra.container == "gpus");
+  const NvidiaGpuServer plugin =
+      nvidia_gpu_server({"gpu-operator", "nvidia-device-plugin-daemonset-x2kq9", {"nvidia-device-plugin"}});
+  CHECK(plugin.server == "NVIDIA's device plugin");
+  CHECK(plugin.container == "nvidia-device-plugin");
+  CHECK(nvidia_gpu_server({"gpu-operator", "gpu-burn-x2kq9", {"gpus"}}).empty());
   const auto why = nvidia_plugin_on_node({{"gpu-operator", "nvidia-dra-driver-kubelet-plugin-7x2kq", {"gpus"}}},
                                          infrastructure, mig_mixed());
   CHECK_THAT(why.at(kGpu1), Catch::StartsWith("NVIDIA's DRA driver runs on this node (pod "

@@ -50,13 +50,20 @@ struct PodOnNode {
   std::vector<std::string> containers;
 };
 
-// The container by which a pod is one of NVIDIA's GPU servers, whatever its release is called, or empty:
+// Which of NVIDIA's GPU servers a pod is, and by which of its containers; empty where it is none.
+struct NvidiaGpuServer {
+  std::string server;  // "NVIDIA's device plugin" or "NVIDIA's DRA driver"
+  std::string container;
+  bool empty() const { return container.empty(); }
+};
+
+// The server by which a pod is one of NVIDIA's GPU servers, whatever its release is called, or none:
 // NVIDIA's device plugin's (nvidia-device-plugin-ctr in its Helm chart and its static manifests,
 // nvidia-device-plugin in the GPU Operator's DaemonSet), or the GPUs container (gpus) of NVIDIA's DRA
 // driver's kubelet plugin, whose pods are named after its DaemonSet: <name>-kubelet-plugin-<five random
 // characters>, the name holding dra-driver (nvidia-dra-driver-kubelet-plugin in the GPU Operator, its own
 // chart's dra-driver-nvidia-gpu-kubelet-plugin, before that nvidia-dra-driver-gpu-kubelet-plugin).
-std::string nvidia_gpu_server_container(const PodOnNode& pod);
+NvidiaGpuServer nvidia_gpu_server(const PodOnNode& pod);
 
 // Every GPU, where a pod of one of `infrastructure` (the GPU infrastructure's namespaces, which tenants
 // cannot create pods in: --infrastructure-namespaces) runs NVIDIA's device plugin or its DRA driver's
