@@ -106,6 +106,7 @@ ReviewOutcome review(std::string body, const policy::Policy& policy, const Claim
     // Said whatever was decided, a refusal included (the API server passes a refusing webhook's warnings on).
     if (!instance.empty() && std::any_of(request.pod.annotations.begin(), request.pod.annotations.end(),
                                          [](const Annotation& a) { return a.key == kArmProbeAnnotation; })) {
+      if (policy.mode == policy::Mode::off) decision.warnings.emplace_back(kArmProbeModeOffWarning);
       decision.warnings.push_back(arm_probe_warning(instance));
       outcome.arm_probe = true;
     }

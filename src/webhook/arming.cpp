@@ -197,11 +197,15 @@ std::pair<bool, std::string> in_webhook_words(unsigned status, std::string_view 
   if (warned("audit: ", kAuditWarning)) {
     return {true, "the webhook warned about the probe pod (policy mode audit): the API server called it"};
   }
+  // Policy mode off changes nothing and says nothing, but of the probe pod alone (admission/review.hpp).
+  if (warned(admission::kArmProbeModeOffWarning, "")) {
+    return {true, "the webhook said it admits the probe pod as sent (policy mode off): the API server called it"};
+  }
   const std::string not_called =
       " and without the webhook's warning: the API server did not call the webhook for it, or the call failed and "
       "failurePolicy Ignore admitted the pod (a NetworkPolicy or CNI rule that does not let the API server in, a "
       "caBundle that does not match the serving certificate, the probe namespace left out by the webhook's "
-      "namespaceSelector), or the policy mode is off";
+      "namespaceSelector)";
   if (!value)
     return {false, "the probe pod came back without " + std::string(kProbeVariable) + ", which it was sent with," +
                        not_called};

@@ -266,7 +266,9 @@ true
 {{- end -}}
 
 {{/* Why an upgrade of a release armed by the hook is not probed, or "" (NOTES.txt says it): no probe
-namespace, policy mode off (the webhook then says nothing the probe recognises), or a probe namespace the
+namespace, policy mode off (a webhook of chart 0.4.6 or earlier says nothing the probe recognises there,
+and an upgrade that does not roll the webhook's Deployment, its image tag unchanged, leaves its replicas
+answering; an install in mode off is probed, with no older replica to answer), or a probe namespace the
 webhook does not cover or answers without a word now (during the break glass every namespace is labelled
 gpuguard.io/ignore), which would fail every upgrade. */}}
 {{- define "gpuguard.armedUnprobed" -}}
@@ -274,7 +276,7 @@ gpuguard.io/ignore), which would fail every upgrade. */}}
 {{- if not (include "gpuguard.armProbeNamespace" .) -}}
 webhook.armProbeNamespace is empty
 {{- else if eq .Values.policy.mode "off" -}}
-policy mode off, in which the webhook says nothing the probe recognises
+policy mode off, in which a webhook of chart 0.4.6 or earlier, whose replicas an upgrade may leave answering, says nothing the probe recognises
 {{- else if include "gpuguard.armProbeProblem" . -}}
 the probe namespace {{ include "gpuguard.armProbeNamespace" . }} is one the webhook does not cover or answers without a word (excluded, labelled gpuguard.io/ignore as during the break glass, or exempt)
 {{- end -}}

@@ -60,9 +60,14 @@ inline constexpr std::size_t kReusableParserLimit = std::size_t{256} * 1024;
 // is (`instance`: its namespace and Deployment, as the chart passes them, and " replica POD" where it knows
 // its pod's name) then adds arm_probe_warning, so that the hook can tell its own release's webhook
 // answered, not another release's or mutator's, and which replica. The policy applies to such a pod as to
-// any other: the warning, and the connection closed after the answer, are all the annotation adds.
+// any other: the warnings, and the connection closed after the answer, are all the annotation adds.
 inline constexpr std::string_view kArmProbeAnnotation = "gpuguard.io/arm-probe";
 std::string arm_probe_warning(std::string_view instance);
+// Under policy mode off, which changes and says nothing, the probe pod also gets this warning before
+// arm_probe_warning, in words only the webhook uses, so that the hook can show the API server calls it
+// in that mode as in the others.
+inline constexpr std::string_view kArmProbeModeOffWarning =
+    "policy mode off: the arm probe pod is admitted as sent, as every pod is";
 
 // Takes the body by value so that the server can move its buffer in; the buffer is padded in place for
 // simdjson, so reserving a little spare capacity up front avoids a copy. `instance`: see kArmProbeAnnotation.

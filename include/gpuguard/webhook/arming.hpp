@@ -44,7 +44,8 @@ Step binding_step(std::string_view binding_json);
 // failurePolicy is Ignore, so a call that fails admits the pod as sent. The pod asks for no GPU and sets
 // NVIDIA_VISIBLE_DEVICES=all, as a CUDA image does, so that the webhook answers it in words only it uses:
 // the value replaced with the webhook's warning saying so (policy mode enforce), its audit warning (mode
-// audit), or its refusal of a pod that sets the variable itself (mode strict). Another mutator that sets
+// audit), its refusal of a pod that sets the variable itself (mode strict), or its warning that it admits
+// the pod as sent (mode off, admission::kArmProbeModeOffWarning). Another mutator that sets
 // or overwrites the variable (a policy engine's default, a merge by name) says none of them, so it does
 // not pass for the webhook. The pod carries admission::kArmProbeAnnotation, and the webhook adds a warning
 // naming itself (its namespace and Deployment): another gpuguard release's webhook says the same words

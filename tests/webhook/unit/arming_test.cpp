@@ -294,7 +294,7 @@ TEST_CASE("arming: the probe shows the API server called the webhook by the webh
 TEST_CASE("arming: the probe pod as the admission core answers it, in each policy mode, shows the webhook") {
   const std::string pod = arming::probe_pod_json("gpuguard-webhook-arm-probe-", "gpuguard:0.1.0");
   const json request = probe_review(json::parse(pod));
-  for (const auto mode : {policy::Mode::enforce, policy::Mode::strict, policy::Mode::audit}) {
+  for (const auto mode : {policy::Mode::enforce, policy::Mode::strict, policy::Mode::audit, policy::Mode::off}) {
     INFO("mode " << policy::mode_name(mode));
     policy::Policy policy;
     policy.mode = mode;
@@ -305,6 +305,11 @@ TEST_CASE("arming: the probe pod as the admission core answers it, in each polic
     for (const auto& warning : response.value("warnings", json::array())) {
       warnings.push_back("299 - " + json(warning.get<std::string>()).dump());
     }
+    // The mode-off warning is the probe pod's in mode off alone.
+    const bool mode_off_said = std::any_of(warnings.begin(), warnings.end(), [](const std::string& warning) {
+      return warning.find(admission::kArmProbeModeOffWarning) != std::string::npos;
+    });
+    CHECK(mode_off_said == (mode == policy::Mode::off));
     arming::ProbeResult result;
     if (!response["allowed"].get<bool>()) {
       result =
@@ -327,6 +332,14 @@ TEST_CASE("arming: the probe pod as the admission core answers it, in each polic
     CHECK(result.reached);
   }
   CHECK_FALSE(arming::probe_result(201, pod, {}, "", "gpuguard-system/gpuguard-webhook").reached);
+  // In mode off any other pod, the same pod without the annotation, gets no warning at all.
+  json plain = json::parse(pod);
+  plain["metadata"].erase("annotations");
+  policy::Policy off;
+  off.mode = policy::Mode::off;
+  const auto outcome = admission::review(probe_review(plain).dump(), off, nullptr, "gpuguard-system/gpuguard-webhook");
+  REQUIRE(outcome.ok);
+  CHECK(json::parse(outcome.body)["response"].value("warnings", json::array()).empty());
 }
 
 TEST_CASE(
