@@ -84,6 +84,31 @@ if "$helm" template gpuguard "$root/charts/gpuguard" --namespace gpuguard-system
 fi
 grep -q "webhook.outage=node-enforcer .* it needs nodeEnforcer.enabled=true" "$work/outage.out" \
   || { cat "$work/outage.out"; echo "webhook.outage=node-enforcer without the node enforcer: the refusal does not say why"; exit 1; }
+# webhook.gpuNodeTaints: rendered armed (as without hooks) and not; a taint that keeps no pod off a node, or a
+# key that is not one, refused by the schema and, where the schema is skipped, by the template, whose CEL the
+# key is written into (the value is not compared, so not written).
+scope_taints='[{"key":"nvidia.com/gpu","value":"present","effect":"NoSchedule"},{"key":"gpu-pool","effect":"NoExecute"}]'
+"$helm" template gpuguard "$root/charts/gpuguard" --namespace gpuguard-system --kube-version "$kube_version" \
+  --set-json "webhook.gpuNodeTaints=$scope_taints" > "$work/gpu-node-taints.yaml"
+"$helm" template gpuguard "$root/charts/gpuguard" --namespace gpuguard-system --kube-version "$kube_version" \
+  --set-json "webhook.gpuNodeTaints=$scope_taints" --set webhook.armAfterReady=false --set selfSigned.renderWithoutCluster=true \
+  > "$work/gpu-node-taints-armed.yaml"
+for case in '[{"key":"nvidia.com/gpu","effect":"PreferNoSchedule"}]@@gpuNodeTaints\[0\].effect: "PreferNoSchedule"; want NoSchedule or NoExecute' \
+    "[{\"key\":\"gpu') || true || ('\",\"effect\":\"NoSchedule\"}]@@gpuNodeTaints\\[0\\].key: .* is not a taint key" \
+    '[{"key":"nvidia.com/gpu","effect":"NoSchedule","operator":"Exists"}]@@gpuNodeTaints\[0\]: unknown field operator'; do
+  taints="${case%%@@*}" why="${case#*@@}"
+  for schema in "" --skip-schema-validation; do
+    if "$helm" template gpuguard "$root/charts/gpuguard" --namespace gpuguard-system --kube-version "$kube_version" $schema \
+        --set-json "webhook.gpuNodeTaints=$taints" > "$work/taints.out" 2>&1; then
+      echo "helm template $schema --set-json webhook.gpuNodeTaints=$taints rendered"; exit 1
+    fi
+    if [ -n "$schema" ]; then
+      grep -q "$why" "$work/taints.out" || { cat "$work/taints.out"; echo "webhook.gpuNodeTaints=$taints: the refusal does not say why"; exit 1; }
+    else
+      grep -q "/webhook/gpuNodeTaints/0" "$work/taints.out" || { cat "$work/taints.out"; echo "webhook.gpuNodeTaints=$taints: the schema's refusal does not name it"; exit 1; }
+    fi
+  done
+done
 # helm upgrade --reuse-values takes the values of the chart a release was first installed with, its defaults
 # included (tests/fixtures/chart-upgrade/values.yaml: the chart's before the built-in lists): this chart's
 # templates must render with them, nothing missing, and carry this chart's built-in lists, not that one's.
@@ -247,6 +272,35 @@ for arm in ("true", "false"):
     assert one(outage, "ValidatingAdmissionPolicyBinding", "gpuguard-visible-devices")["spec"]["validationActions"] == ["Warn", "Audit"]
     assert not find(outage, "Job", "gpuguard-arm"), "webhook.outage=node-enforcer: nothing to arm"
     assert find(outage, "DaemonSet", "gpuguard-node-enforcer")
+# The outage scope: without gpuNodeTaints one webhook entry and every pod in the backstop's scope; with them a
+# second entry, always at Ignore, for the pods the first's condition leaves out, the two alike in all else,
+# and the backstop's scope that same condition (vap_test.sh evaluates them over the fixture table).
+[entry] = one(docs, "MutatingWebhookConfiguration")["webhooks"]
+assert "matchConditions" not in entry, entry
+backstop = one(docs, "ValidatingAdmissionPolicy", "gpuguard-visible-devices")["spec"]
+assert [c["name"] for c in backstop["matchConditions"]] == ["create-or-annotations-changed"], backstop["matchConditions"]
+variables = {v["name"]: v["expression"] for v in backstop["variables"]}
+assert variables["mayLandOnGpuNode"] == variables["mayLandBefore"] == "true", variables
+for name, armed in (("gpu-node-taints", False), ("gpu-node-taints-armed", True)):
+    scoped = load(f"{work}/{name}.yaml")
+    first, second = (dict(w) for w in one(scoped, "MutatingWebhookConfiguration")["webhooks"])
+    assert (first["name"], second["name"]) == ("visible-devices.gpuguard.io", "visible-devices-elsewhere.gpuguard.io")
+    assert (first["failurePolicy"], second["failurePolicy"]) == ("Fail" if armed else "Ignore", "Ignore"), name
+    [may] = first.pop("matchConditions")
+    [cannot] = second.pop("matchConditions")
+    assert may["name"] == "may-land-on-a-gpu-node" and cannot == {"name": "cannot-land-on-a-gpu-node", "expression": f"!({may['expression']})"}
+    assert "'nvidia.com/gpu'" in may["expression"] and "'NoExecute'" in may["expression"] and "present" not in may["expression"]
+    for key in ("name", "failurePolicy"):
+        first.pop(key), second.pop(key)
+    assert first == second, (first, second)
+    backstop = one(scoped, "ValidatingAdmissionPolicy", "gpuguard-visible-devices")["spec"]
+    [condition] = backstop["matchConditions"]
+    assert condition["name"] == "create-or-annotations-or-tolerations-changed" and condition["expression"].endswith(
+        " || (has(object.spec.tolerations) ? object.spec.tolerations : []) != (has(oldObject.spec.tolerations) ? oldObject.spec.tolerations : [])"), condition
+    variables = {v["name"]: v["expression"] for v in backstop["variables"]}
+    assert variables["mayLandOnGpuNode"] == may["expression"], variables
+    assert variables["mayLandBefore"] == "oldObject == null || " + may["expression"].replace("object.", "oldObject."), variables
+    check_arming(scoped, ns, armed=armed)
 # Only the flags an admin set reach the plugin: by default none of those a config file also sets.
 args = check_device_plugin(docs)
 check_own_node_writes(docs)

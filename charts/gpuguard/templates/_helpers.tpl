@@ -200,6 +200,42 @@ true
 {{- end -}}
 {{- end -}}
 
+{{/* CEL, for webhook.gpuNodeTaints: true where the pod in .object ("object" or "oldObject") could land on a GPU
+node: it names a node (the kubelet admits a bound pod whatever its taints), it is for a scheduler other than
+the default (which may not heed taints), or it tolerates every taint listed. A toleration is read wider than
+the scheduler reads it (k8s.io/api/core/v1 Toleration.ToleratesTaint): an empty effect matches every
+effect and an empty key every key, as there, but neither the operator nor the value is compared, so a pod
+tolerating the key is in scope whatever value the nodes' taint has (a value given here is taken and not
+used). "" where no taint is listed: every pod is in scope. Keys are held to Kubernetes' syntax, so nothing
+of theirs can end a CEL string. */}}
+{{- define "gpuguard.mayLandOnGpuNode" -}}
+{{- $o := .object -}}
+{{- $tolerates := list -}}
+{{- range $i, $taint := (.root.Values.webhook.gpuNodeTaints | default list) -}}
+{{- $where := printf "webhook.gpuNodeTaints[%d]" $i -}}
+{{- if not (kindIs "map" $taint) -}}
+{{- fail (printf "%s: want a taint, {key, value, effect}; got %v" $where $taint) -}}
+{{- end -}}
+{{- range $name, $_ := $taint -}}
+{{- if not (has $name (list "key" "value" "effect")) -}}
+{{- fail (printf "%s: unknown field %s; a taint has a key, a value and an effect" $where $name) -}}
+{{- end -}}
+{{- end -}}
+{{- $key := toString ($taint.key | default "") -}}
+{{- $effect := toString ($taint.effect | default "") -}}
+{{- if not (regexMatch "^([a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$" $key) -}}
+{{- fail (printf "%s.key: %q is not a taint key (a qualified name, such as nvidia.com/gpu)" $where $key) -}}
+{{- end -}}
+{{- if not (has $effect (list "NoSchedule" "NoExecute")) -}}
+{{- fail (printf "%s.effect: %q; want NoSchedule or NoExecute, which keep pods that do not tolerate the taint off the node (PreferNoSchedule does not)" $where $effect) -}}
+{{- end -}}
+{{- $tolerates = append $tolerates (printf "(has(%[1]s.spec.tolerations) && %[1]s.spec.tolerations.exists(t, (!has(t.effect) || t.effect == '' || t.effect == '%[3]s') && (!has(t.key) || t.key == '' || t.key == '%[2]s')))" $o $key $effect) -}}
+{{- end -}}
+{{- if $tolerates -}}
+(has({{ $o }}.spec.nodeName) && {{ $o }}.spec.nodeName != '') || (has({{ $o }}.spec.schedulerName) && {{ $o }}.spec.schedulerName != '' && {{ $o }}.spec.schedulerName != 'default-scheduler') || ({{ join " && " $tolerates }})
+{{- end -}}
+{{- end -}}
+
 {{/* "true" when the backstop binding should be rendered denying now, as for the webhook configuration. */}}
 {{- define "gpuguard.backstopArmed" -}}
 {{- if not (include "gpuguard.outageRefuses" .) -}}
