@@ -117,8 +117,9 @@ bench: build
 bench-enforcer-request: build
 	BUILD_DIR=$(BUILD_DIR) ./bench/enforcer_request.sh
 
-# The node enforcer's cost to a container's creation through containerd on the real node, and its memory
-# (e2e/enforcer_bench.go; docs/benchmarks.md). Not part of make e2e: it stops the node's kubelet.
+# The node enforcer's cost to a container's creation through containerd (or CRI-O, E2E_RUNTIME=crio) on the
+# real node, and its memory (e2e/enforcer_bench.go; docs/benchmarks.md). Not part of make e2e: it stops the
+# node's kubelet.
 bench-node: build e2e-build
 	$(E2E_DIR)/gpuguard-e2e -components $(E2E_DIR) -gpuguard $(BUILD_DIR) -source $(CURDIR) $(E2E_NODE) -bench '^node/enforcer-create$$'
 

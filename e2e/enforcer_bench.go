@@ -1,5 +1,6 @@
 // The node enforcer's benchmark (make bench-node, not part of make e2e): the time gpuguard-node-enforcer
-// adds to a container's creation through containerd v2.4.2's CRI on the real node, measured as CRI
+// adds to a container's creation through the runtime's CRI on the real node (containerd v2.4.2, or CRI-O
+// with -runtime crio), measured as CRI
 // CreateContainer calls with and without the enforcer registered, in the same run, alternating, and under
 // 16 concurrent creates; and the enforcer's memory. It reports figures and fails only when it cannot
 // measure: speed is judged in docs/benchmarks.md, not by a timed test.
@@ -149,8 +150,10 @@ func benchEnforcerCreate(t *T, e *Env) {
 		serial.Unlock()
 		config := &runtimeapi.ContainerConfig{
 			Metadata: &runtimeapi.ContainerMetadata{Name: name},
-			Image:    &runtimeapi.ImageSpec{Image: cudaLikeImage},
-			Command:  []string{"sleep", "3600"},
+			// The image as a pod names it, as the kubelet sends it too: CRI-O refuses a create without it
+			// ("user specified image not specified, cannot verify image signature").
+			Image:   &runtimeapi.ImageSpec{Image: cudaLikeImage, UserSpecifiedImage: cudaLikeImage},
+			Command: []string{"sleep", "3600"},
 		}
 		started := time.Now()
 		created, err := cri.CreateContainer(t.ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: sandboxID, Config: config, SandboxConfig: sandboxConfig})
