@@ -87,8 +87,8 @@ func nodeOutageGpuTaints(t *T, e *Env) {
 	defer func() {
 		n.scaleWebhook(t, replicas)
 		n.helm(t, e, "upgrade", "--reuse-values", "--set-json", "webhook.gpuNodeTaints=[]")
-		if got := entries(); len(got) != 1 || *got[0].FailurePolicy != admissionregistrationv1.Fail {
-			t.Errorf("back at no taint: %d webhook entries; want one, at Fail", len(got))
+		if got := entries(); len(got) != 1 || *got[0].FailurePolicy != admissionregistrationv1.Fail || len(got[0].MatchConditions) != 0 {
+			t.Errorf("back at no taint: %d webhook entries; want one, at Fail, with no matchConditions", len(got))
 		}
 		n.waitUntilPatching(t)
 	}()
@@ -139,6 +139,9 @@ func nodeOutageGpuTaints(t *T, e *Env) {
 	patched, err := pods.Create(t.ctx, elsewhere("outage-patched"), metav1.CreateOptions{})
 	t.must(err, "creating a pod that cannot land on a GPU node")
 	defer n.deletePods(t, patched.Name)
+	if value := visibleDevices(patched.Spec.Containers[0]); value != "none" {
+		t.Errorf("a pod that cannot land on a GPU node, created with a replica: stored with NVIDIA_VISIBLE_DEVICES %s; want none", value)
+	}
 	if err := addToleration(patched.Name, gpuToleration); err == nil ||
 		!strings.Contains(err.Error(), "gpuguard: this UPDATE gives the pod tolerations that let it land on a GPU node") {
 		t.Errorf("adding the GPU nodes' toleration to a patched pod that could not land there: %v; want the backstop's refusal", err)

@@ -93,6 +93,9 @@ Step binding_step(std::string_view binding_json) {
 constexpr std::string_view kProbeVariable = "NVIDIA_VISIBLE_DEVICES";
 constexpr const char* kProbeValue = "all";
 
+// The probe pod tolerates every taint: with the chart's webhook.gpuNodeTaints, a pod that could land on a
+// GPU node goes to the webhook entry the hook arms, and one that could not to another, at Ignore always; so
+// the probe shows the entry it arms is called. A dry run, so nothing is scheduled.
 std::string probe_pod_json(std::string_view generate_name, std::string_view image) {
   const json restricted = {{"runAsNonRoot", true},
                            {"runAsUser", 65532},
@@ -109,6 +112,7 @@ std::string probe_pod_json(std::string_view generate_name, std::string_view imag
               {"spec",
                {{"automountServiceAccountToken", false},
                 {"restartPolicy", "Never"},
+                {"tolerations", json::array({{{"operator", "Exists"}}})},
                 {"containers", json::array({{{"name", "probe"},
                                              {"image", std::string(image)},
                                              {"env", json::array({{{"name", kProbeVariable}, {"value", kProbeValue}}})},

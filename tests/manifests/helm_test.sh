@@ -109,6 +109,14 @@ for case in '[{"key":"nvidia.com/gpu","effect":"PreferNoSchedule"}]@@gpuNodeTain
     fi
   done
 done
+# ...and without the backstop, or under webhook.outage=node-enforcer, refused naming why.
+for case in "backstop.enabled=false@@it needs backstop.enabled=true" "webhook.outage=node-enforcer@@leave the list empty there"; do
+  if "$helm" template gpuguard "$root/charts/gpuguard" --namespace gpuguard-system --kube-version "$kube_version" \
+      --set-json "webhook.gpuNodeTaints=$scope_taints" --set "${case%%@@*}" > "$work/taints.out" 2>&1; then
+    echo "helm template --set ${case%%@@*} with webhook.gpuNodeTaints rendered"; exit 1
+  fi
+  grep -q "${case#*@@}" "$work/taints.out" || { cat "$work/taints.out"; echo "--set ${case%%@@*} with webhook.gpuNodeTaints: the refusal does not say why"; exit 1; }
+done
 # helm upgrade --reuse-values takes the values of the chart a release was first installed with, its defaults
 # included (tests/fixtures/chart-upgrade/values.yaml: the chart's before the built-in lists): this chart's
 # templates must render with them, nothing missing, and carry this chart's built-in lists, not that one's.

@@ -211,6 +211,14 @@ of theirs can end a CEL string. */}}
 {{- define "gpuguard.mayLandOnGpuNode" -}}
 {{- $o := .object -}}
 {{- $tolerates := list -}}
+{{- if .root.Values.webhook.gpuNodeTaints -}}
+{{- if not .root.Values.backstop.enabled -}}
+{{- fail "webhook.gpuNodeTaints admits the pods that cannot land on a GPU node at failurePolicy Ignore, and only the backstop refuses the UPDATE that would later let one land there: it needs backstop.enabled=true" -}}
+{{- end -}}
+{{- if eq (.root.Values.webhook.outage | default "refuse") "node-enforcer" -}}
+{{- fail "webhook.gpuNodeTaints narrows what an outage refuses under webhook.outage=refuse; under node-enforcer an outage refuses nothing and the backstop only warns: leave the list empty there" -}}
+{{- end -}}
+{{- end -}}
 {{- range $i, $taint := (.root.Values.webhook.gpuNodeTaints | default list) -}}
 {{- $where := printf "webhook.gpuNodeTaints[%d]" $i -}}
 {{- if not (kindIs "map" $taint) -}}

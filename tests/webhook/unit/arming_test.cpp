@@ -125,6 +125,9 @@ TEST_CASE("arming: the backstop binding denies, and only denies") {
 TEST_CASE("arming: the probe shows the API server called the webhook by the webhook's own words alone") {
   const json sent =
       json::parse(arming::probe_pod_json("gpuguard-webhook-arm-probe-", "registry.example.com/gpuguard:0.1.0"));
+  // It tolerates every taint, so that with the chart's webhook.gpuNodeTaints it goes to the entry armed
+  // (tests/fixtures/outage-scope: every taint, by Exists with no key).
+  CHECK(sent["spec"]["tolerations"] == json::array({{{"operator", "Exists"}}}));
   json patched = sent;
   patched["spec"]["containers"][0]["env"] = json::array({{{"name", "NVIDIA_VISIBLE_DEVICES"}, {"value", "none"}}});
   json patched_void = sent;
