@@ -246,7 +246,7 @@ func benchEnforcerCreate(t *T, e *Env) {
 	concurrent("with the enforcer")
 	// The enforcer's own time per create (its histogram: from the request's arrival to its answer).
 	sum, count := seriesOf(t, metrics, "gpuguard_node_enforcer_create_duration_seconds_sum"), seriesOf(t, metrics, "gpuguard_node_enforcer_create_duration_seconds_count")
-	t.Logf("the enforcer's own time per create, mean over the last round: %s (%v creates)",
+	t.Logf("the enforcer's own time per create, mean over the last round and the 16 at once: %s (%v creates)",
 		time.Duration(sum/count*float64(time.Second)).Round(time.Microsecond), count)
 	if adjusted := seriesOf(t, metrics, `gpuguard_node_enforcer_decisions_total{action="adjust",why="enforced"}`); adjusted < benchCreates {
 		t.Errorf("the enforcer adjusted %v creates of its last round, want every one: the benchmark did not measure it", adjusted)
