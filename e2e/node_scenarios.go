@@ -878,7 +878,7 @@ func nodeCertRotation(t *T, e *Env) {
 }
 
 // nodeKustomize: the kustomize default installs the same way: the Helm release uninstalled as
-// operations.md says and its leftovers removed, nothing of it left (helmUninstall), then an overlay of
+// operations.md says, its hooks cleaning the node, nothing of it left (helmUninstall), then an overlay of
 // manifests/default that sets only the image, applied with the repo's kubectl as the README says:
 // everything but what refuses pods, the rollout, then the rest; the webhook patches, a GPU-less pod sees
 // no GPU, and a GPU pod gets one from the kustomize device plugin.
@@ -989,7 +989,7 @@ var nodeScenarios = []scenario{
 	{"node/containerd-restart", "the runtime (containerd, or CRI-O with -runtime crio) restarted under a GPU pod and a GPU-less one: same containers, same sights; new pods patched; the node report stays honoured", leftoverChecked(nodeContainerdRestart)},
 	{"node/webhook-killed", "creates every 50 ms: a webhook replica evicted under the PodDisruptionBudget fails none; one killed with SIGKILL fails only those sent to it, within seconds, and none once it is back", leftoverChecked(nodeWebhookKilled)},
 	{"node/restart", "the whole node as after a reboot (the kubelet and the runtime stopped, every container killed, the runtime's state in /run gone): a GPU-less pod comes back seeing what it saw; a bare GPU pod is refused by the kubelet before the plugin registers, a Deployment's comes back on a GPU of its own; the kubelet's checkpoint agrees", leftoverChecked(nodeRestart)},
-	{"node/kustomize", "the Helm release uninstalled as operations.md says, its leftovers removed with manifests/uninstall: nothing of it left in the API or on the node; then manifests/default with only the image set, applied: the same guarantees", nodeKustomize},
+	{"node/kustomize", "the Helm release uninstalled as operations.md says, its post-delete hooks cleaning the node (its files, its GPUIsolation condition): nothing of it left in the API or on the node; then manifests/default with only the image set, applied: the same guarantees", nodeKustomize},
 	{"node/uninstall", "the kustomize installation uninstalled as operations.md says, its leftovers removed with its commands and manifests/uninstall: nothing of gpuguard left in the API or on the node, the runtime's config as shipped, and a GPU-less pod sees both GPUs as before gpuguard", nodeUninstall},
 }
 

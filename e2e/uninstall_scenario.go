@@ -81,17 +81,19 @@ func nodeUninstall(t *T, e *Env) {
 	expectBothGPUs(t, "after the uninstall, a pod that asked for no GPU (as before gpuguard)", n.look(t, e, n.runPod(t, cudaPod("after-uninstall"))))
 }
 
-// helmUninstall: the node's Helm release uninstalled with operations.md's commands, then its leftovers
-// removed as for kustomize (node/kustomize runs it before installing with kustomize): nothing of gpuguard is
-// left in the API or on the node.
+// helmUninstall: the node's Helm release uninstalled with operations.md's two commands, whose helm uninstall
+// cleans the node with its post-delete hooks, and the reports' command (node/kustomize runs it before
+// installing with kustomize): nothing of gpuguard is left in the API or on the node, its files and the
+// node's condition, which checkInstalledLeavesTraces saw there first, among them.
 func (n *Node) helmUninstall(t *T, e *Env) {
 	n.checkInstalledLeavesTraces(t)
 	started := time.Now()
 	n.runDocCommands(t, e, "operations.md's Helm uninstall", docBlock(t, e, "Then uninstall the release and its namespace:"))
 	n.installed = false
-	n.removeLeftovers(t, e)
+	t.Logf("helm uninstall, its node cleanup and the namespace's deletion, as operations.md says: %.1f s", time.Since(started).Seconds())
+	n.runDocCommands(t, e, "operations.md's command for the audit's reports",
+		docBlock(t, e, "What an uninstall does not remove, none of which refuses a pod"))
 	n.checkNothingLeft(t, e, "after the Helm uninstall")
-	t.Logf("the Helm release uninstalled and its leftovers removed, as operations.md says: %.1f s", time.Since(started).Seconds())
 }
 
 // gpuguardCDISpec is the CDI spec gpuguard's device plugin writes on the node.
@@ -123,11 +125,13 @@ func (n *Node) checkInstalledLeavesTraces(t *T) {
 	}), "before the uninstall, what it leaves")
 }
 
-// removeLeftovers runs operations.md's commands for what an uninstall does not remove (the condition, the
-// reports), then its node cleanup, manifests/uninstall with the image set in an overlay.
+// removeLeftovers runs operations.md's commands for what a kustomize uninstall does not remove (the reports,
+// the condition), then its node cleanup, manifests/uninstall with the image set in an overlay.
 func (n *Node) removeLeftovers(t *T, e *Env) {
-	n.runDocCommands(t, e, "operations.md's commands for what an uninstall does not remove",
+	n.runDocCommands(t, e, "operations.md's command for the audit's reports",
 		docBlock(t, e, "What an uninstall does not remove, none of which refuses a pod"))
+	n.runDocCommands(t, e, "operations.md's command for the node's condition",
+		docBlock(t, e, "With kustomize, or a Helm release uninstalled with"))
 	cleanup := e.path("manifests", "uninstall-image")
 	t.must(os.MkdirAll(cleanup, 0o755), "creating the uninstall overlay")
 	t.must(os.WriteFile(filepath.Join(cleanup, "kustomization.yaml"), []byte("apiVersion: kustomize.config.k8s.io/v1beta1\n"+

@@ -5,17 +5,22 @@
 
 #include <boost/program_options.hpp>
 
+#include <chrono>
 #include <csignal>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <sstream>
 
+#include "gpuguard/cli/apiserver_flags.hpp"
 #include "gpuguard/cli/command_line.hpp"
 #include "gpuguard/deviceplugin/cdi_spec.hpp"
 #include "gpuguard/deviceplugin/flags.hpp"
 #include "gpuguard/deviceplugin/other_servers.hpp"
 #include "gpuguard/discovery/discovery.hpp"
+#include "gpuguard/kube/request.hpp"
 #include "gpuguard/log/log.hpp"
+#include "gpuguard/nodereport/node_condition.hpp"
 
 namespace gpuguard::deviceplugin {
 
@@ -108,6 +113,51 @@ Forgotten forget_node(const PluginConfig& config) {
   return forgotten;
 }
 
+namespace {
+
+// Connecting, then the request, each within this.
+constexpr auto kConditionRequestTimeout = std::chrono::seconds(10);
+
+// Removes the node's GPUIsolation condition; true once it is gone (or the Node is), false after saying why.
+bool forget_condition(const kube::ApiServer& api, const std::string& node) {
+  const kube::Request request{"PATCH",
+                              "/api/v1/nodes/" + node + "/status",
+                              "application/strategic-merge-patch+json",
+                              nodereport::condition_removal_patch(),
+                              "gpuguard-device-plugin-forget-node",
+                              {}};
+  kube::Reply reply;
+  try {
+    reply = kube::send_request(api, request, kConditionRequestTimeout);
+  } catch (const std::exception& e) {
+    reply.error = e.what();
+  }
+  if (reply.status / 100 == 2 || reply.status == 404) {
+    log::info("removed the node's condition", {{"node", node}, {"condition", nodereport::kConditionType}});
+    return true;
+  }
+  log::warn(
+      "cannot remove the node's condition",
+      {{"node", node}, {"condition", nodereport::kConditionType}, {"status", reply.status}, {"reason", reply.error}});
+  return false;
+}
+
+// One round: the node's files, then (once) its condition. True when nothing of either is left.
+bool forget_round(const PluginConfig& config, const std::optional<kube::ApiServer>& api, bool& condition_gone,
+                  bool quiet) {
+  const Forgotten forgotten = forget_node(config);
+  for (const fs::path& path : forgotten.removed) log::info("removed", {{"path", path.string()}});
+  if (!quiet || !forgotten.removed.empty()) {
+    for (const std::string& why : forgotten.kept) log::warn("not removed", {{"reason", why}});
+    log::info("this node forgets gpuguard's device plugin",
+              {{"removed", forgotten.removed.size()}, {"not_removed", forgotten.kept.size()}});
+  }
+  if (api && !condition_gone) condition_gone = forget_condition(*api, config.node_name);
+  return forgotten.kept.empty() && condition_gone;
+}
+
+}  // namespace
+
 int run_forget_node_command(const std::vector<std::string>& args) {
   namespace po = boost::program_options;
   po::options_description description(
@@ -115,33 +165,58 @@ int run_forget_node_command(const std::vector<std::string>& args) {
       "gpuguard is uninstalled: its CDI spec and its spec of the device none (under --cdi-root), the NFD\n"
       "feature file (--nfd-feature-file, and the chart's path), the record of the GPUs it withheld as served\n"
       "elsewhere (gpuguard/ under --device-plugin-dir), the node enforcer's mask check (/var/lib/gpuguard/bin),\n"
-      "and the MPS root (--mps-root) unless something is still mounted under it. Takes the plugin's flags and\n"
-      "config file, so that it looks where that install wrote. Exits 0 when nothing of it is left, 1 when\n"
-      "something could not be removed, 2 on bad flags; with --wait, once done it waits for SIGTERM (a\n"
-      "DaemonSet's pod, ready when done).\n\n"
+      "and the MPS root (--mps-root) unless something is still mounted under it; with --node-name, also the\n"
+      "Node's GPUIsolation condition, through the Kubernetes API (needs patch on nodes/status). Takes the\n"
+      "plugin's flags and config file, so that it looks where that install wrote. Exits 0 when nothing of it is\n"
+      "left, 1 when something could not be removed (or, with --ready-file, that file is not there yet), 2 on bad\n"
+      "flags. With --wait it tries again every 2 s until nothing is left, writes --ready-file, then waits for\n"
+      "SIGTERM (a DaemonSet's pod, whose readiness probe runs the same command with --ready-file).\n\n"
       "Options");
   add_flags(description);
+  cli::add_apiserver_flags(description);
   description.add_options()("help,h", "this text")("wait", po::bool_switch(),
-                                                   "after removing, wait for SIGTERM or SIGINT, then exit as above");
+                                                   "remove until nothing is left, then wait for SIGTERM or SIGINT")(
+      "ready-file", po::value<std::string>(),
+      "with --wait, written once nothing is left; without, exit 0 only where it is there (a readiness probe that "
+      "holds until the condition, which only --wait removes, is gone too)");
   const cli::Parsed parsed = cli::parse_subcommand("gpuguard-device-plugin forget-node", description, args);
   if (!parsed.flags) return parsed.exit_status;
   const po::variables_map& flags = *parsed.flags;
   std::vector<std::string> warnings;
   const auto config = config_from(flags, warnings);
   if (!config) return 2;
+  const bool wait = flags["wait"].as<bool>();
+  const std::string ready_file = flags.count("ready-file") != 0 ? flags["ready-file"].as<std::string>() : "";
+  std::optional<kube::ApiServer> api;
+  if (wait && !config->node_name.empty()) {
+    kube::ApiServer server;
+    if (const int status = cli::require_api_server("gpuguard-device-plugin forget-node", flags, server); status != 0) {
+      return status;
+    }
+    api = std::move(server);
+  }
   // Blocked before anything else, so that a SIGTERM while removing is taken by the wait below.
   const sigset_t stop = cli::stop_signals();
   ::sigprocmask(SIG_BLOCK, &stop, nullptr);
-  const Forgotten forgotten = forget_node(*config);
-  for (const fs::path& path : forgotten.removed) log::info("removed", {{"path", path.string()}});
-  for (const std::string& why : forgotten.kept) log::warn("not removed", {{"reason", why}});
-  log::info("this node forgets gpuguard's device plugin",
-            {{"removed", forgotten.removed.size()}, {"not_removed", forgotten.kept.size()}});
-  if (flags["wait"].as<bool>()) {
-    int signal = 0;
-    ::sigwait(&stop, &signal);
+  bool condition_gone = !api;
+  if (!wait) {
+    if (!forget_round(*config, api, condition_gone, false)) return 1;
+    return ready_file.empty() || fs::exists(ready_file) ? 0 : 1;
   }
-  return forgotten.kept.empty() ? 0 : 1;
+  bool quiet = false;
+  while (!forget_round(*config, api, condition_gone, quiet)) {
+    quiet = true;  // a round that removes nothing says nothing again
+    const timespec every{.tv_sec = 2, .tv_nsec = 0};
+    if (::sigtimedwait(&stop, nullptr, &every) > 0) return 1;
+  }
+  if (!ready_file.empty() && !std::ofstream(ready_file).good()) {
+    log::error("cannot write the ready file", {{"path", ready_file}});
+    return 1;
+  }
+  log::info("nothing of gpuguard is left on this node");
+  int signal = 0;
+  ::sigwait(&stop, &signal);
+  return 0;
 }
 
 }  // namespace gpuguard::deviceplugin

@@ -38,6 +38,12 @@ std::string condition_patch(const Condition& condition, std::string_view heartbe
       -1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
+std::string condition_removal_patch() {
+  return nlohmann::json{
+      {"status", {{"conditions", nlohmann::json::array({{{"type", kConditionType}, {"$patch", "delete"}}})}}}}
+      .dump();
+}
+
 std::optional<SeenCondition> seen_condition(std::string_view node_json) {
   const auto node = nlohmann::json::parse(node_json, nullptr, false);
   if (!node.is_object()) return std::nullopt;

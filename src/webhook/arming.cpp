@@ -57,6 +57,22 @@ Availability deployment_availability(std::string_view deployment_json, bool roll
   return {true, ""};
 }
 
+Availability daemonset_rollout(std::string_view daemonset_json) {
+  const auto daemonset = parse_object(daemonset_json);
+  if (!daemonset) return {false, "the DaemonSet is not a JSON object"};
+  const long long generation = number_at(*daemonset, "metadata", "generation");
+  if (number_at(*daemonset, "status", "observedGeneration") < generation) {
+    return {false, "the DaemonSet's controller has not seen its generation " + std::to_string(generation) + " yet"};
+  }
+  const long long desired = number_at(*daemonset, "status", "desiredNumberScheduled");
+  const long long updated = number_at(*daemonset, "status", "updatedNumberScheduled");
+  const long long ready = number_at(*daemonset, "status", "numberReady");
+  if (updated < desired || ready < desired) {
+    return {false, std::to_string(std::min(updated, ready)) + " of " + std::to_string(desired) + " nodes ready"};
+  }
+  return {true, ""};
+}
+
 Step webhook_step(std::string_view configuration_json, std::string_view webhook) {
   const auto configuration = parse_object(configuration_json);
   if (!configuration) return {std::nullopt, "the MutatingWebhookConfiguration is not a JSON object"};

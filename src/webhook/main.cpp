@@ -14,6 +14,7 @@
 #include "arm_command.hpp"
 #include "audit_command.hpp"
 #include "audit_controller_command.hpp"
+#include "await_rollout_command.hpp"
 #include "gpuguard/claims/claim_cache.hpp"
 #include "gpuguard/cli/apiserver_flags.hpp"
 #include "gpuguard/cli/command_line.hpp"
@@ -50,7 +51,10 @@ constexpr const char* kUsage =
     "      the same audit in the cluster, continuously: PolicyReports and metrics (audit-controller --help)\n"
     "  gpuguard-webhook arm [options]\n"
     "      the chart's post-install hook: once a replica is available, the webhook configuration's failurePolicy\n"
-    "      to Fail and the backstop to Deny (arm --help)\n\n"
+    "      to Fail and the backstop to Deny (arm --help)\n"
+    "  gpuguard-webhook await-rollout [options]\n"
+    "      the chart's post-delete hook: waits until the node cleanup's DaemonSet is ready on every node\n"
+    "      (await-rollout --help)\n\n"
     "In a pod it looks up DRA claims with its service account; elsewhere give --apiserver-url, --token-file\n"
     "and --ca-file, or run without (claims are then unknown, and treated as requesting no GPU).\n\n"
     "Options";
@@ -203,6 +207,9 @@ int main(int argc, char** argv) {
   if (argc >= 2 && std::string(argv[1]) == "review") return webhook::run_review_command({argv + 2, argv + argc});
   if (argc >= 2 && std::string(argv[1]) == "audit") return webhook::run_audit_command({argv + 2, argv + argc});
   if (argc >= 2 && std::string(argv[1]) == "arm") return webhook::run_arm_command(argc - 1, argv + 1);
+  if (argc >= 2 && std::string(argv[1]) == "await-rollout") {
+    return webhook::run_await_rollout_command(argc - 1, argv + 1);
+  }
   if (argc >= 2 && std::string(argv[1]) == "audit-controller") {
     return webhook::run_audit_controller_command(argc - 1, argv + 1);
   }

@@ -1,7 +1,7 @@
 // The real gpuguard-device-plugin keeping its Node's GPUIsolation condition through a fake API server
 // over real TLS: the verdict for the policy's value, its change when the policy's value changes, a
 // restart that keeps lastTransitionTime, a failure counted and logged once, bad flags refused, and a policy the
-// webhook would refuse never stopping the GPUs being served.
+// webhook would refuse never stopping the GPUs being served; and forget-node, at an uninstall, removing it.
 #include <nlohmann/json.hpp>
 
 #include "fake_apiserver.hpp"
@@ -196,4 +196,40 @@ TEST_CASE("node condition: a bad node name, or no API to write to, is refused at
   // No --apiserver-url, and not in a pod.
   PluginProcess no_api(node.plugin_dir, node.host.root(), {"--node-name", "gpu-1"});
   CHECK(no_api.wait_exit(5s) == 2);
+}
+
+TEST_CASE("forget-node: with --node-name the Node's GPUIsolation condition goes too, then the ready file") {
+  FakeApiserver apiserver("node-token");
+  json object = node_object("gpu-1");
+  object["status"]["conditions"].push_back({{"type", "GPUIsolation"}, {"status", "True"}, {"reason", "Honoured"}});
+  apiserver.put("nodes", object);
+  ConditionNode node;
+  node.host.write("var/run/cdi/k8s.gpuguard.io-gpu.json", "{}");
+  const fs::path ready = node.host.root() / "forgotten";
+  const std::string probe = "forget-node --host-root " + node.host.root().string() + " --cdi-root /var/run/cdi" +
+                            " --node-name gpu-1 --ready-file " + ready.string();
+  // The readiness probe's form: the file removed, but not ready while the condition may be left.
+  CHECK(run_binary(GPUGUARD_DEVICE_PLUGIN_BIN, probe).status == 1);
+  CHECK_FALSE(fs::exists(node.host.root() / "var/run/cdi/k8s.gpuguard.io-gpu.json"));
+  CHECK(apiserver.object("nodes", "gpu-1")["status"]["conditions"].size() == 2);  // the probe sends nothing
+  ChildProcess cleanup({GPUGUARD_DEVICE_PLUGIN_BIN, "forget-node", "--wait", "--host-root", node.host.root().string(),
+                        "--cdi-root", "/var/run/cdi", "--ready-file", ready.string(), "--node-name", "gpu-1",
+                        "--apiserver-url", apiserver.url(), "--token-file", node.token.string(), "--ca-file",
+                        certs_dir() + "/ca.crt"});
+  if (!eventually([&] { return fs::exists(ready); }, 20s)) FAIL("no ready file: " << cleanup.log());
+  // Removed by type, with the node's token; the kubelet's condition stays.
+  const json conditions = apiserver.object("nodes", "gpu-1")["status"]["conditions"];
+  REQUIRE(conditions.size() == 1);
+  CHECK(conditions[0]["type"] == "Ready");
+  bool removal_seen = false;
+  for (const auto& r : apiserver.requests()) {
+    if (r.method != "PATCH") continue;
+    CHECK(r.path == "/api/v1/nodes/gpu-1/status");
+    CHECK(r.authorization == "Bearer node-token");
+    removal_seen = r.body == R"({"status":{"conditions":[{"$patch":"delete","type":"GPUIsolation"}]}})";
+  }
+  CHECK(removal_seen);
+  CHECK(run_binary(GPUGUARD_DEVICE_PLUGIN_BIN, probe).status == 0);
+  CHECK(cleanup.terminate() == 0);
+  CHECK_THAT(cleanup.log(), Catch::Contains("nothing of gpuguard is left on this node"));
 }

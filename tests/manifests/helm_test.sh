@@ -130,6 +130,9 @@ cp "$root/tests/fixtures/chart-upgrade/values.yaml" "$work/chart-reuse/values.ya
   --set builtInGpuInfrastructure=false --set webhook.builtInExcludedNamespaces=false \
   --set 'webhook.excludedNamespaces={kube-system,dcgm}' --set 'gpuInfrastructure={dcgm/dcgm-exporter:app=dcgm-exporter}' \
   > "$work/no-built-ins.yaml"
+# helm uninstall's node cleanup, left out: an explicit false only.
+"$helm" template gpuguard "$root/charts/gpuguard" --namespace gpuguard-system --kube-version "$kube_version" \
+  --set uninstall.cleanNodes=false > "$work/no-cleanup.yaml"
 for values in "$root"/charts/gpuguard/ci/*-values.yaml; do
   render "$(basename "$values" -values.yaml)" "$values"
 done
@@ -142,6 +145,7 @@ cp -r "$root/manifests" "$work/manifests"
 "$kustomize" build "$work/manifests/audit" > "$work/kustomize-audit.yaml"
 "$kustomize" build "$work/manifests/webhook-only" > "$work/kustomize-webhook-only.yaml"
 "$kustomize" build "$work/manifests/monitoring" > "$work/kustomize-monitoring.yaml"
+"$kustomize" build "$work/manifests/uninstall" > "$work/kustomize-uninstall.yaml"
 "$helm" template gpuguard "$root/charts/gpuguard" --namespace gpuguard-system --kube-version "$kube_version" \
   --set webhook.armAfterReady=false --set selfSigned.renderWithoutCluster=true --set monitoring.serviceMonitor.enabled=true \
   --set monitoring.prometheusRule.enabled=true > "$work/armed-monitoring.yaml"
@@ -388,6 +392,21 @@ check_mps(load(f"{work}/mps.yaml"), root="/run/gpuguard/mps")
 assert "--shm-size=2g" in one(load(f"{work}/mps.yaml"), "DaemonSet", "gpuguard-mps-control")["spec"]["template"]["spec"]["containers"][0]["args"]
 assert not find(load(f"{work}/default.yaml"), "DaemonSet", "gpuguard-mps-control")
 assert not find(load(f"{work}/strict.yaml"), "DaemonSet", "gpuguard-mps-control")
+# helm uninstall's node cleanup looks where the release's device plugin wrote (its MPS root, its config
+# file, copied into a hook ConfigMap of its own, since the plugin's is gone with the release); it is in
+# every rendering with something on the nodes, a release upgraded with --reuse-values from a chart without
+# it included; uninstall.cleanNodes=false and the webhook alone render none, and the enforcer then exempts none.
+docs = load(f"{work}/mps.yaml")
+[cleanup] = one(docs, "DaemonSet", "gpuguard-node-cleanup")["spec"]["template"]["spec"]["containers"]
+assert "--mps-root=/run/gpuguard/mps" in cleanup["args"] and "--config-file=/etc/gpuguard/device-plugin/config.yaml" in cleanup["args"], cleanup["args"]
+assert one(docs, "ConfigMap", "gpuguard-node-cleanup")["data"] == one(docs, "ConfigMap", "gpuguard-device-plugin")["data"]
+assert one(docs, "ConfigMap", "gpuguard-node-cleanup")["metadata"]["annotations"]["helm.sh/hook"] == "post-delete"
+assert one(reused, "Job", "gpuguard-node-cleanup-wait")["spec"]["template"]["spec"]["containers"][0]["args"][-1] == "--timeout=240"
+for name in ("no-cleanup", "webhook-only"):
+    docs = load(f"{work}/{name}.yaml")
+    assert not [d for d in docs if "node-cleanup" in d["metadata"]["name"]], name
+    assert not [e for e in (enforcer_exemptions(docs) if find(docs, "DaemonSet", "gpuguard-node-enforcer") else [])
+                if "node-cleanup" in e], name
 # The audit with its CRD, rule and dashboard; none of them in the defaults.
 docs = load(f"{work}/audit.yaml")
 check_namespaces(docs, ns)
@@ -531,6 +550,35 @@ helm, kustomize = objects(f"{work}/armed.yaml"), objects(f"{work}/kustomize.yaml
 # Only in one of them: kustomize makes the namespace and publishes the CA in a Secret of its own; Helm
 # keeps its CA (with its key, to sign certificates on upgrade) in gpuguard-ca.
 only = {("Namespace", "gpuguard-system"), ("Secret", "gpuguard-webhook-ca"), ("Secret", "gpuguard-ca")}
+# helm uninstall's node cleanup (post-delete hooks) is kustomize's manifests/uninstall, applied after the
+# uninstall: the pod that runs forget-node on every node is the same where it matters, but that the chart's
+# also removes its Node's condition (--node-name, with a token) and is ready only then (--ready-file).
+hooks = {key for key, d in helm.items() if d["metadata"].get("annotations", {}).get("helm.sh/hook") == "post-delete"}
+assert {kind for kind, _ in hooks} == {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
+                                       "DaemonSet", "Job"}, sorted(hooks)
+cleanup = helm[("DaemonSet", "gpuguard-node-cleanup")]["spec"]["template"]["spec"]
+uninstall = objects(f"{work}/kustomize-uninstall.yaml")[("DaemonSet", "gpuguard-node-cleanup")]["spec"]["template"]["spec"]
+[chart_pod], [kustomize_pod] = cleanup["containers"], uninstall["containers"]
+for field in ("command", "securityContext", "resources"):
+    assert chart_pod[field] == kustomize_pod[field], (field, chart_pod[field], kustomize_pod[field])
+assert cleanup["tolerations"] == uninstall["tolerations"] == [{"operator": "Exists"}]
+assert cleanup["securityContext"] == uninstall["securityContext"]
+host = lambda spec: [v["hostPath"] for v in spec["volumes"] if "hostPath" in v]
+assert host(cleanup) == host(uninstall) == [{"path": "/", "type": "Directory"}]
+assert chart_pod["args"] == ["forget-node", "--wait", "--node-name=$(NODE_NAME)", "--host-root=/host",
+                             "--ready-file=/run/forgotten/ready"], chart_pod["args"]
+assert chart_pod["readinessProbe"]["exec"]["command"][2:] == chart_pod["args"][3:], chart_pod["readinessProbe"]
+[wait] = helm[("Job", "gpuguard-node-cleanup-wait")]["spec"]["template"]["spec"]["containers"]
+assert wait["command"] == ["/usr/local/bin/gpuguard-webhook", "await-rollout"] and \
+    "--daemonset=gpuguard-node-cleanup" in wait["args"], wait
+for key in hooks:
+    del helm[key]
+# The node enforcer exempts the chart's cleanup pods (should one still run as they start), which kustomize's
+# enforcer, gone before manifests/uninstall is applied, has no entry for.
+[enforcer] = helm[("DaemonSet", "gpuguard-node-enforcer")]["spec"]["template"]["spec"]["containers"]
+cleanup_entry = ",gpuguard-system/gpuguard-node-cleanup:app.kubernetes.io/name=gpuguard-node-cleanup"
+assert sum(cleanup_entry in arg for arg in enforcer["args"]) == 1, enforcer["args"]
+enforcer["args"] = [arg.replace(cleanup_entry, "") for arg in enforcer["args"]]
 assert set(helm) ^ set(kustomize) <= only, sorted(set(helm) ^ set(kustomize))
 
 def comparable(d):

@@ -442,7 +442,8 @@ json FakeApiserver::at(const std::string& path) const {
 }
 
 // A strategic merge patch of /api/v1/nodes/<name>/status that sets conditions: each is merged into the
-// Node's by `type`, as the API server's strategy for NodeStatus.Conditions does.
+// Node's by `type`, as the API server's strategy for NodeStatus.Conditions does, or removed by its
+// directive `$patch: delete`.
 std::pair<unsigned, json> FakeApiserver::patch_node_status(const Request& seen) {
   constexpr std::string_view kPrefix = "/api/v1/nodes/", kSuffix = "/status";
   if (!seen.path.starts_with(kPrefix) || !seen.path.ends_with(kSuffix))
@@ -466,7 +467,9 @@ std::pair<unsigned, json> FakeApiserver::patch_node_status(const Request& seen) 
     for (const json& change : patch["status"]["conditions"]) {
       auto same_type = std::find_if(conditions.begin(), conditions.end(),
                                     [&](const json& c) { return c.value("type", "") == change.value("type", ""); });
-      if (same_type == conditions.end()) {
+      if (change.value("$patch", "") == "delete") {
+        if (same_type != conditions.end()) conditions.erase(same_type);
+      } else if (same_type == conditions.end()) {
         conditions.push_back(change);
       } else {
         same_type->update(change);

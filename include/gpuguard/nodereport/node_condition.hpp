@@ -26,6 +26,11 @@ Condition condition_of(const Report& report);
 std::string condition_patch(const Condition& condition, std::string_view heartbeat_time,
                             std::string_view transition_time);
 
+// The strategic merge patch that removes the GPUIsolation condition from a Node's status and leaves the
+// others (`$patch: delete` by `type`); a Node without it is left as it is. The node cleanup sends it after
+// an uninstall, so that no condition goes on saying what a gone plugin last saw.
+std::string condition_removal_patch();
+
 // The GPUIsolation condition as a Node (JSON) carries it: status and lastTransitionTime.
 struct SeenCondition {
   std::string status, reason, message, last_heartbeat_time, last_transition_time;

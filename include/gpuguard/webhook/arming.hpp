@@ -26,6 +26,12 @@ struct Availability {
 };
 Availability deployment_availability(std::string_view deployment_json, bool rolled_out = false);
 
+// Whether a DaemonSet (its JSON) has a ready pod of its current template on every node it should run on, as
+// `kubectl rollout status` judges one: its controller has seen its generation, and every scheduled pod is
+// updated and ready. The uninstall hook (`gpuguard-webhook await-rollout`) waits on it for the node cleanup,
+// whose pods are ready once their node has forgotten gpuguard; `waiting` says what is missing.
+Availability daemonset_rollout(std::string_view daemonset_json);
+
 // What to send to arm one object: a JSON Patch (RFC 6902) for application/json-patch+json, nothing when it
 // is armed already, or the reason it cannot be armed (not JSON, no webhook of that name).
 struct Step {

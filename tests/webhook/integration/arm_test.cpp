@@ -2,7 +2,8 @@
 // webhook and, with --probe-namespace, for a dry-run pod to come back as the webhook answers (with --service,
 // from each ready replica of its Service), arms the
 // webhook configuration and the backstop's binding with JSON Patches, and when either does not come,
-// leaves both as they were, says so, and records a Warning Event.
+// leaves both as they were, says so, and records a Warning Event. And `await-rollout`, the uninstall's hook,
+// waiting for the node cleanup's DaemonSet.
 #include <catch2/catch.hpp>
 
 #include <unistd.h>
@@ -490,4 +491,43 @@ TEST_CASE("arm: a configuration without the webhook, or bad flags, are refused")
   CHECK_THAT(run_webhook("arm --namespace gpuguard-system --deployment " + std::string(63, 'w')).output,
              Catch::Contains("nothing to arm"));
   CHECK(run_webhook("arm --help").status == 0);
+}
+
+TEST_CASE("await-rollout: the uninstall's hook waits until the node cleanup is ready on every node, or says not") {
+  constexpr const char* kCleanup = "/apis/apps/v1/namespaces/gpuguard-system/daemonsets/gpuguard-node-cleanup";
+  const auto cleanup = [](int desired, int ready, int observed) {
+    return json{{"kind", "DaemonSet"},
+                {"metadata", {{"name", "gpuguard-node-cleanup"}, {"generation", 1}}},
+                {"status",
+                 {{"observedGeneration", observed},
+                  {"desiredNumberScheduled", desired},
+                  {"updatedNumberScheduled", desired},
+                  {"numberReady", ready}}}};
+  };
+  Install install;
+  const std::string args = "await-rollout --apiserver-url " + install.apiserver.url() + " --token-file " +
+                           (install.dir / "token").string() + " --ca-file " + certs_dir() +
+                           "/ca.crt --namespace gpuguard-system --daemonset gpuguard-node-cleanup --timeout ";
+  // Not there yet, then its controller not caught up, then one of two nodes clean: it waits through each.
+  auto waited = std::async(std::launch::async, [&] { return run_webhook(args + "30"); });
+  REQUIRE(eventually([&] { return install.count("GET", kCleanup) >= 2; }));
+  install.apiserver.put_at(kCleanup, cleanup(0, 0, 0));
+  REQUIRE(eventually([&] { return install.count("GET", kCleanup) >= 4; }));
+  install.apiserver.put_at(kCleanup, cleanup(2, 1, 1));
+  REQUIRE(eventually([&] { return install.count("GET", kCleanup) >= 6; }));
+  CHECK(waited.wait_for(0s) == std::future_status::timeout);
+  install.apiserver.put_at(kCleanup, cleanup(2, 2, 1));
+  const ExitResult done = waited.get();
+  INFO(done.output);
+  CHECK(done.status == 0);
+  CHECK_THAT(done.output, Catch::Contains("1 of 2 nodes ready"));
+  CHECK_THAT(done.output, Catch::Contains("the DaemonSet is ready on every node"));
+  // A node whose pod is never ready: exit 1 at the timeout, saying how to see which.
+  install.apiserver.put_at(kCleanup, cleanup(2, 1, 1));
+  const ExitResult left = run_webhook(args + "3");
+  CHECK(left.status == 1);
+  CHECK_THAT(left.output, Catch::Contains("the DaemonSet is not ready on every node"));
+  CHECK_THAT(left.output, Catch::Contains("kubectl -n gpuguard-system get pods -o wide"));
+  CHECK(run_webhook(args + "3 --daemonset ../pods").status == 2);
+  CHECK(run_webhook("await-rollout --daemonset gpuguard-node-cleanup").status == 2);
 }

@@ -34,6 +34,37 @@ json probe_review(const json& pod) {
 
 }  // namespace
 
+TEST_CASE("arming: a DaemonSet is rolled out once every node it should run on has a ready pod of it") {
+  struct Row {
+    json daemonset;
+    bool done;
+    std::string waiting;
+  };
+  const auto status = [](int observed, int desired, int updated, int ready) {
+    return json{{"metadata", {{"generation", 2}}},
+                {"status",
+                 {{"observedGeneration", observed},
+                  {"desiredNumberScheduled", desired},
+                  {"updatedNumberScheduled", updated},
+                  {"numberReady", ready}}}};
+  };
+  const Row rows[] = {
+      {status(2, 3, 3, 3), true, ""},
+      {status(2, 0, 0, 0), true, ""},  // no node to run on: nothing to wait for
+      {status(1, 3, 3, 3), false, "the DaemonSet's controller has not seen its generation 2 yet"},
+      {{{"metadata", {{"generation", 1}}}}, false, "the DaemonSet's controller has not seen its generation 1 yet"},
+      {status(2, 3, 3, 2), false, "2 of 3 nodes ready"},
+      {status(2, 3, 1, 3), false, "1 of 3 nodes ready"},  // ready, but of an older template
+  };
+  for (const Row& row : rows) {
+    INFO(row.daemonset.dump());
+    const auto result = arming::daemonset_rollout(row.daemonset.dump());
+    CHECK(result.available == row.done);
+    CHECK(result.waiting == row.waiting);
+  }
+  CHECK(arming::daemonset_rollout("[]").waiting == "the DaemonSet is not a JSON object");
+}
+
 TEST_CASE("arming: a Deployment can answer once a replica is available") {
   struct Row {
     json deployment;
