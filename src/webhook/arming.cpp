@@ -73,6 +73,53 @@ Availability daemonset_rollout(std::string_view daemonset_json) {
   return {true, ""};
 }
 
+std::string daemonset_pod_selector(std::string_view daemonset_json) {
+  const auto daemonset = parse_object(daemonset_json);
+  if (!daemonset) return "";
+  const json* labels = member(*daemonset, "spec");
+  if (labels != nullptr) labels = member(*labels, "selector");
+  if (labels != nullptr) labels = member(*labels, "matchLabels");
+  if (labels == nullptr || !labels->is_object()) return "";
+  std::string selector;
+  for (const auto& [key, value] : labels->items()) {
+    if (!value.is_string()) return "";
+    if (!selector.empty()) selector += ',';
+    selector.append(key).append("=").append(value.get<std::string>());
+  }
+  return selector;
+}
+
+PodsNotReady pods_not_ready(std::string_view pod_list_json) {
+  const auto list = parse_object(pod_list_json);
+  PodsNotReady page;
+  const json* items = list ? member(*list, "items") : nullptr;
+  if (items == nullptr || !items->is_array()) {
+    page.error = "not a PodList";
+    return page;
+  }
+  const auto text = [](const json* object, const char* key) {
+    const json* value = object != nullptr ? member(*object, key) : nullptr;
+    return value != nullptr && value->is_string() ? value->get<std::string>() : std::string();
+  };
+  for (const json& pod : *items) {
+    if (!pod.is_object()) continue;
+    const json* status = member(pod, "status");
+    const json* conditions = status != nullptr ? member(*status, "conditions") : nullptr;
+    bool ready = false;
+    if (conditions != nullptr && conditions->is_array()) {
+      for (const json& condition : *conditions) {
+        ready = ready ||
+                (condition.is_object() && text(&condition, "type") == "Ready" && text(&condition, "status") == "True");
+      }
+    }
+    if (ready) continue;
+    const std::string node = text(member(pod, "spec"), "nodeName");
+    page.where.push_back(node.empty() ? "pod " + text(member(pod, "metadata"), "name") + ", on no node" : node);
+  }
+  page.next = text(member(*list, "metadata"), "continue");
+  return page;
+}
+
 Step webhook_step(std::string_view configuration_json, std::string_view webhook) {
   const auto configuration = parse_object(configuration_json);
   if (!configuration) return {std::nullopt, "the MutatingWebhookConfiguration is not a JSON object"};

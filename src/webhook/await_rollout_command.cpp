@@ -10,6 +10,7 @@
 #include <iostream>
 #include <string_view>
 #include <thread>
+#include <vector>
 
 #include "gpuguard/cli/apiserver_flags.hpp"
 #include "gpuguard/cli/command_line.hpp"
@@ -29,8 +30,9 @@ constexpr const char* kUsage =
     "gpuguard-webhook await-rollout: waits until a DaemonSet has a ready pod of its current template on every\n"
     "node it should run on, as kubectl rollout status does. The chart runs it as a post-delete hook after its\n"
     "node cleanup's DaemonSet, whose pods are ready once their node has forgotten gpuguard, so that helm\n"
-    "uninstall ends with every node clean. Exits 0 then, 1 when that is not so within --timeout (saying how\n"
-    "many nodes are left and how to see which) or the DaemonSet cannot be read, 2 on bad flags.\n\n"
+    "uninstall ends with every node clean. Exits 0 then, 1 when that is not so within --timeout (naming the\n"
+    "nodes whose pod is not ready, the first 20, and counting them) or the DaemonSet cannot be read, 2 on bad\n"
+    "flags.\n\n"
     "Usage:\n"
     "  gpuguard-webhook await-rollout --namespace NS --daemonset NAME [--timeout SECONDS]\n\n"
     "In a pod it reaches the Kubernetes API with its service account; elsewhere give --apiserver-url,\n"
@@ -38,6 +40,46 @@ constexpr const char* kUsage =
     "Options";
 constexpr auto kRequestTimeout = 10s;
 constexpr auto kPoll = 2s;
+// When it is not done in time, the nodes whose pod is not ready are named, this many, and counted, over pages
+// of this many pods, at most this many pages: bounded, whatever the cluster's size.
+constexpr std::size_t kNamed = 20;
+constexpr int kPageSize = 100;
+constexpr int kPages = 100;
+
+kube::Reply get(const kube::ApiServer& api, const std::string& path) {
+  return kube::send_request(api, {"GET", path, "", "", std::string("gpuguard-await-rollout/") + GPUGUARD_VERSION, ""},
+                            kRequestTimeout);
+}
+
+// Where the DaemonSet's pods are not ready, as "n of them: node, node, ...", or why that cannot be said. Helm
+// deletes the DaemonSet once this hook has failed, so its log is where an admin finds the nodes left.
+std::string where_not_ready(const kube::ApiServer& api, const std::string& ns, const std::string& daemonset_json) {
+  const std::string selector = arming::daemonset_pod_selector(daemonset_json);
+  if (selector.empty()) return "unknown: the DaemonSet has no selector to list its pods by";
+  std::vector<std::string> named;
+  std::size_t count = 0;
+  std::string next;
+  for (int page = 0; page < kPages; ++page) {
+    std::string path = "/api/v1/namespaces/" + ns + "/pods?labelSelector=" + kube::percent_encode(selector) +
+                       "&limit=" + std::to_string(kPageSize);
+    if (!next.empty()) path.append("&continue=").append(kube::percent_encode(next));
+    const kube::Reply reply = get(api, path);
+    if (reply.status != 200)
+      return "unknown: cannot list its pods: " + std::to_string(reply.status) + " " + reply.error;
+    arming::PodsNotReady pods = arming::pods_not_ready(reply.body);
+    if (!pods.error.empty()) return "unknown: " + pods.error;
+    count += pods.where.size();
+    for (std::string& where : pods.where) {
+      if (named.size() < kNamed) named.push_back(std::move(where));
+    }
+    next = std::move(pods.next);
+    if (next.empty()) break;
+  }
+  std::string said = std::to_string(count) + (next.empty() ? "" : " or more") + " not ready";
+  for (std::size_t i = 0; i < named.size(); ++i) said.append(i == 0 ? ": " : ", ").append(named[i]);
+  if (named.size() < count) said.append(", ...");
+  return said;
+}
 
 }  // namespace
 
@@ -74,8 +116,7 @@ int run_await_rollout_command(int argc, char** argv) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
   std::string last;
   for (;;) {
-    const kube::Reply reply = kube::send_request(
-        api, {"GET", path, "", "", std::string("gpuguard-await-rollout/") + GPUGUARD_VERSION, ""}, kRequestTimeout);
+    const kube::Reply reply = get(api, path);
     arming::Availability rollout;
     if (reply.status == 200) {
       rollout = arming::daemonset_rollout(reply.body);
@@ -88,11 +129,11 @@ int run_await_rollout_command(int argc, char** argv) {
       last = rollout.waiting;
     }
     if (std::chrono::steady_clock::now() + kPoll > deadline) {
-      std::string next = "kubectl -n ";
-      next.append(ns).append(" describe daemonset ").append(daemonset).append("; kubectl -n ").append(ns);
-      next.append(" get pods -o wide: the nodes whose pod is not ready");
       log::error("the DaemonSet is not ready on every node",
-                 {{"daemonset", name}, {"waiting", rollout.waiting}, {"timeout_s", timeout_s}, {"next", next}});
+                 {{"daemonset", name},
+                  {"waiting", rollout.waiting},
+                  {"timeout_s", timeout_s},
+                  {"nodes", reply.status == 200 ? where_not_ready(api, ns, reply.body) : "unknown"}});
       return 1;
     }
     std::this_thread::sleep_for(kPoll);

@@ -226,10 +226,36 @@ TEST_CASE("forget-node: with --node-name the Node's GPUIsolation condition goes 
     if (r.method != "PATCH") continue;
     CHECK(r.path == "/api/v1/nodes/gpu-1/status");
     CHECK(r.authorization == "Bearer node-token");
-    removal_seen = r.body == R"({"status":{"conditions":[{"$patch":"delete","type":"GPUIsolation"}]}})";
+    removal_seen = removal_seen || r.body == R"({"status":{"conditions":[{"$patch":"delete","type":"GPUIsolation"}]}})";
   }
   CHECK(removal_seen);
   CHECK(run_binary(GPUGUARD_DEVICE_PLUGIN_BIN, probe).status == 0);
   CHECK(cleanup.terminate() == 0);
   CHECK_THAT(cleanup.log(), Catch::Contains("nothing of gpuguard is left on this node"));
+}
+
+TEST_CASE("forget-node: a condition it may not remove keeps it unready, and it tries again until it may") {
+  FakeApiserver apiserver("node-token");
+  json object = node_object("gpu-1");
+  object["status"]["conditions"].push_back({{"type", "GPUIsolation"}, {"status", "True"}, {"reason", "Honoured"}});
+  apiserver.put("nodes", object);
+  ConditionNode node;
+  node.host.write("token", "another-token\n");  // refused: 401
+  const fs::path ready = node.host.root() / "forgotten";
+  ChildProcess cleanup({GPUGUARD_DEVICE_PLUGIN_BIN, "forget-node", "--wait", "--host-root", node.host.root().string(),
+                        "--ready-file", ready.string(), "--node-name", "gpu-1", "--apiserver-url", apiserver.url(),
+                        "--token-file", node.token.string(), "--ca-file", certs_dir() + "/ca.crt"});
+  // Two rounds refused: no ready file, the condition there, and the probe's form fails.
+  REQUIRE(eventually([&] { return apiserver.requests().size() >= 2; }, 10s));
+  CHECK_FALSE(fs::exists(ready));
+  CHECK(apiserver.object("nodes", "gpu-1")["status"]["conditions"].size() == 2);
+  CHECK(run_binary(GPUGUARD_DEVICE_PLUGIN_BIN,
+                   "forget-node --host-root " + node.host.root().string() + " --ready-file " + ready.string())
+            .status == 1);
+  CHECK_THAT(cleanup.log(), Catch::Contains("cannot remove the node's condition"));
+  // Allowed now (the token the API server takes): the next round removes it, then the ready file.
+  apiserver.set_token("another-token");
+  if (!eventually([&] { return fs::exists(ready); }, 10s)) FAIL("no ready file: " << cleanup.log());
+  CHECK(apiserver.object("nodes", "gpu-1")["status"]["conditions"].size() == 1);
+  CHECK(cleanup.terminate() == 0);
 }

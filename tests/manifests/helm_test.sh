@@ -133,6 +133,9 @@ cp "$root/tests/fixtures/chart-upgrade/values.yaml" "$work/chart-reuse/values.ya
 # helm uninstall's node cleanup, left out: an explicit false only.
 "$helm" template gpuguard "$root/charts/gpuguard" --namespace gpuguard-system --kube-version "$kube_version" \
   --set uninstall.cleanNodes=false > "$work/no-cleanup.yaml"
+# ...and without the device plugin, no Node condition to remove: no token, no write to Nodes.
+"$helm" template gpuguard "$root/charts/gpuguard" --namespace gpuguard-system --kube-version "$kube_version" \
+  --set devicePlugin.enabled=false > "$work/no-device-plugin.yaml"
 for values in "$root"/charts/gpuguard/ci/*-values.yaml; do
   render "$(basename "$values" -values.yaml)" "$values"
 done
@@ -402,6 +405,11 @@ assert "--mps-root=/run/gpuguard/mps" in cleanup["args"] and "--config-file=/etc
 assert one(docs, "ConfigMap", "gpuguard-node-cleanup")["data"] == one(docs, "ConfigMap", "gpuguard-device-plugin")["data"]
 assert one(docs, "ConfigMap", "gpuguard-node-cleanup")["metadata"]["annotations"]["helm.sh/hook"] == "post-delete"
 assert one(reused, "Job", "gpuguard-node-cleanup-wait")["spec"]["template"]["spec"]["containers"][0]["args"][-1] == "--timeout=240"
+docs = load(f"{work}/no-device-plugin.yaml")
+spec = one(docs, "DaemonSet", "gpuguard-node-cleanup")["spec"]["template"]["spec"]
+assert spec["automountServiceAccountToken"] is False and "--node-name=$(NODE_NAME)" not in spec["containers"][0]["args"]
+assert not [d for d in docs if d["kind"] in ("ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy")
+            and "node-cleanup" in d["metadata"]["name"]]
 for name in ("no-cleanup", "webhook-only"):
     docs = load(f"{work}/{name}.yaml")
     assert not [d for d in docs if "node-cleanup" in d["metadata"]["name"]], name
@@ -555,16 +563,33 @@ only = {("Namespace", "gpuguard-system"), ("Secret", "gpuguard-webhook-ca"), ("S
 # also removes its Node's condition (--node-name, with a token) and is ready only then (--ready-file).
 hooks = {key for key, d in helm.items() if d["metadata"].get("annotations", {}).get("helm.sh/hook") == "post-delete"}
 assert {kind for kind, _ in hooks} == {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
+                                       "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
                                        "DaemonSet", "Job"}, sorted(hooks)
 cleanup = helm[("DaemonSet", "gpuguard-node-cleanup")]["spec"]["template"]["spec"]
 uninstall = objects(f"{work}/kustomize-uninstall.yaml")[("DaemonSet", "gpuguard-node-cleanup")]["spec"]["template"]["spec"]
 [chart_pod], [kustomize_pod] = cleanup["containers"], uninstall["containers"]
 for field in ("command", "securityContext", "resources"):
     assert chart_pod[field] == kustomize_pod[field], (field, chart_pod[field], kustomize_pod[field])
-assert cleanup["tolerations"] == uninstall["tolerations"] == [{"operator": "Exists"}]
+assert uninstall["tolerations"] == [{"operator": "Exists"}]
 assert cleanup["securityContext"] == uninstall["securityContext"]
 host = lambda spec: [v["hostPath"] for v in spec["volumes"] if "hostPath" in v]
 assert host(cleanup) == host(uninstall) == [{"path": "/", "type": "Directory"}]
+[chart_host] = [m for m in chart_pod["volumeMounts"] if m["name"] == "host"]
+[kustomize_host] = [m for m in kustomize_pod["volumeMounts"] if m["name"] == "host"]
+assert chart_host == kustomize_host == {"name": "host", "mountPath": "/host", "mountPropagation": "HostToContainer"}
+# The chart's: the GPU nodes, where its GPU DaemonSets ran, with their tolerations; the token's account
+# may write its own Node's status alone (a policy as the device plugin's), and the Job has an account of its own.
+enforcer_spec = helm[("DaemonSet", "gpuguard-node-enforcer")]["spec"]["template"]["spec"]
+assert cleanup["affinity"] == enforcer_spec["affinity"] and cleanup["tolerations"] == enforcer_spec["tolerations"]
+assert cleanup["nodeSelector"] == {"kubernetes.io/os": "linux"}
+own = helm[("ValidatingAdmissionPolicy", "gpuguard-node-cleanup-own-node")]["spec"]
+assert own["matchConditions"][0]["expression"].endswith("'system:serviceaccount:gpuguard-system:gpuguard-node-cleanup'")
+plugin_own = helm[("ValidatingAdmissionPolicy", "gpuguard-device-plugin-own-node")]["spec"]
+assert [v["expression"] for v in own["validations"]] == [v["expression"] for v in plugin_own["validations"]], own
+assert helm[("ValidatingAdmissionPolicyBinding", "gpuguard-node-cleanup-own-node")]["spec"]["validationActions"] == ["Deny"]
+wait_spec = helm[("Job", "gpuguard-node-cleanup-wait")]["spec"]["template"]["spec"]
+assert wait_spec["serviceAccountName"] == "gpuguard-node-cleanup-wait"
+assert [r["resources"] for r in helm[("Role", "gpuguard-node-cleanup-wait")]["rules"]] == [["daemonsets"], ["pods"]]
 assert chart_pod["args"] == ["forget-node", "--wait", "--node-name=$(NODE_NAME)", "--host-root=/host",
                              "--ready-file=/run/forgotten/ready"], chart_pod["args"]
 assert chart_pod["readinessProbe"]["exec"]["command"][2:] == chart_pod["args"][3:], chart_pod["readinessProbe"]

@@ -32,6 +32,20 @@ Availability deployment_availability(std::string_view deployment_json, bool roll
 // whose pods are ready once their node has forgotten gpuguard; `waiting` says what is missing.
 Availability daemonset_rollout(std::string_view daemonset_json);
 
+// The label selector of a DaemonSet's pods (`spec.selector.matchLabels`, as `k=v,k=v`), to list them; empty when
+// it has none that this can say (matchExpressions only, or not a DaemonSet's JSON).
+std::string daemonset_pod_selector(std::string_view daemonset_json);
+
+// One page of a PodList: where each pod that is not Ready runs (its node's name, or `pod <name>, on no node`),
+// and the list's `continue` token (empty on the last page); `error` when it is not a PodList's JSON. So that
+// the uninstall hook, when the cleanup is not done in time, names the nodes that are not clean.
+struct PodsNotReady {
+  std::vector<std::string> where;
+  std::string next;
+  std::string error;
+};
+PodsNotReady pods_not_ready(std::string_view pod_list_json);
+
 // What to send to arm one object: a JSON Patch (RFC 6902) for application/json-patch+json, nothing when it
 // is armed already, or the reason it cannot be armed (not JSON, no webhook of that name).
 struct Step {

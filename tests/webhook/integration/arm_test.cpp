@@ -522,12 +522,34 @@ TEST_CASE("await-rollout: the uninstall's hook waits until the node cleanup is r
   CHECK(done.status == 0);
   CHECK_THAT(done.output, Catch::Contains("1 of 2 nodes ready"));
   CHECK_THAT(done.output, Catch::Contains("the DaemonSet is ready on every node"));
-  // A node whose pod is never ready: exit 1 at the timeout, saying how to see which.
-  install.apiserver.put_at(kCleanup, cleanup(2, 1, 1));
+  // A node whose pod is never ready: exit 1 at the timeout, naming it (Helm deletes the DaemonSet after a
+  // failed hook: the Job's log is what is left), its pods listed by the DaemonSet's selector.
+  json unready = cleanup(2, 1, 1);
+  unready["spec"]["selector"]["matchLabels"] = {{"app.kubernetes.io/name", "gpuguard-node-cleanup"}};
+  install.apiserver.put_at(kCleanup, unready);
+  install.apiserver.put_at(
+      "/api/v1/namespaces/gpuguard-system/pods",
+      {{"kind", "PodList"},
+       {"items",
+        json::array({{{"metadata", {{"name", "a"}}},
+                      {"spec", {{"nodeName", "gpu-1"}}},
+                      {"status", {{"conditions", json::array({{{"type", "Ready"}, {"status", "True"}}})}}}},
+                     {{"metadata", {{"name", "b"}}},
+                      {"spec", {{"nodeName", "gpu-2"}}},
+                      {"status", {{"conditions", json::array({{{"type", "Ready"}, {"status", "False"}}})}}}}})}});
   const ExitResult left = run_webhook(args + "3");
   CHECK(left.status == 1);
   CHECK_THAT(left.output, Catch::Contains("the DaemonSet is not ready on every node"));
-  CHECK_THAT(left.output, Catch::Contains("kubectl -n gpuguard-system get pods -o wide"));
-  CHECK(run_webhook(args + "3 --daemonset ../pods").status == 2);
-  CHECK(run_webhook("await-rollout --daemonset gpuguard-node-cleanup").status == 2);
+  CHECK_THAT(left.output, Catch::Contains("1 not ready: gpu-2"));
+  bool listed = false;
+  for (const auto& r : install.apiserver.requests()) {
+    listed = listed || (r.path == "/api/v1/namespaces/gpuguard-system/pods" &&
+                        r.query == "labelSelector=app.kubernetes.io%2Fname%3Dgpuguard-node-cleanup&limit=100");
+  }
+  CHECK(listed);
+  const std::string flags = "await-rollout --apiserver-url " + install.apiserver.url() + " --token-file " +
+                            (install.dir / "token").string() + " --ca-file " + certs_dir() + "/ca.crt";
+  CHECK(run_webhook(flags + " --namespace gpuguard-system --daemonset ../pods").status == 2);
+  CHECK(run_webhook(flags + " --namespace Bad_NS --daemonset gpuguard-node-cleanup").status == 2);
+  CHECK(run_webhook(flags + " --daemonset gpuguard-node-cleanup").status == 2);
 }

@@ -65,6 +65,37 @@ TEST_CASE("arming: a DaemonSet is rolled out once every node it should run on ha
   CHECK(arming::daemonset_rollout("[]").waiting == "the DaemonSet is not a JSON object");
 }
 
+TEST_CASE("arming: the pods of a DaemonSet that are not ready are named by their node") {
+  CHECK(arming::daemonset_pod_selector(
+            json{{"spec", {{"selector", {{"matchLabels", {{"app", "x"}, {"tier", "node"}}}}}}}}.dump()) ==
+        "app=x,tier=node");
+  CHECK(arming::daemonset_pod_selector(
+            json{{"spec", {{"selector", {{"matchExpressions", json::array({{{"key", "app"}}})}}}}}}.dump())
+            .empty());
+  CHECK(arming::daemonset_pod_selector(json{{"spec", {{"selector", {{"matchLabels", {{"app", 1}}}}}}}}.dump()).empty());
+  CHECK(arming::daemonset_pod_selector("[]").empty());
+  const auto pod = [](const std::string& name, const std::string& node, const std::string& ready) {
+    json p = {{"metadata", {{"name", name}}}, {"spec", json::object()}, {"status", json::object()}};
+    if (!node.empty()) p["spec"]["nodeName"] = node;
+    if (!ready.empty()) {
+      p["status"]["conditions"] =
+          json::array({{{"type", "PodScheduled"}, {"status", "True"}}, {{"type", "Ready"}, {"status", ready}}});
+    }
+    return p;
+  };
+  const json list = {{"kind", "PodList"},
+                     {"metadata", {{"continue", "next-page"}}},
+                     {"items", json::array({pod("a", "gpu-1", "True"), pod("b", "gpu-2", "False"),
+                                            pod("c", "gpu-3", ""), pod("d", "", "")})}};
+  const auto page = arming::pods_not_ready(list.dump());
+  CHECK(page.error.empty());
+  CHECK(page.where == std::vector<std::string>{"gpu-2", "gpu-3", "pod d, on no node"});
+  CHECK(page.next == "next-page");
+  CHECK(arming::pods_not_ready(json{{"items", json::array()}}.dump()).next.empty());
+  CHECK(arming::pods_not_ready("{}").error == "not a PodList");
+  CHECK(arming::pods_not_ready("not json").error == "not a PodList");
+}
+
 TEST_CASE("arming: a Deployment can answer once a replica is available") {
   struct Row {
     json deployment;
