@@ -8,8 +8,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -181,4 +183,62 @@ func (n *Node) checkNothingLeft(t *T, e *Env, when string) {
 			t.Errorf("%s: left on the node: %s", when, path)
 		}
 	}
+}
+
+// nodeUninstallUnclean: helm uninstall when a node cannot be cleaned in time. A tmpfs left mounted under the
+// MPS root (an MPS daemon's, whose pod has not ended) keeps forget-node from removing it, so its pod is never
+// ready: with uninstall.timeoutSeconds=15, helm uninstall fails naming the hook Job; the release is gone,
+// Helm has deleted the DaemonSet and its accounts and kept the Job, whose log names the node. The node's
+// condition is removed all the same. The tmpfs gone, operations.md's kustomize cleanup and the namespace's
+// deletion leave nothing of gpuguard.
+func nodeUninstallUnclean(t *T, e *Env) {
+	n := e.gpuguardFor(t)
+	e.render(t, "default") // copies manifests/, the uninstall's overlay among them
+	n.checkInstalledLeavesTraces(t)
+	n.helm(t, e, "upgrade", "--reuse-values", "--set", "uninstall.timeoutSeconds=15")
+	held := "/run/gpuguard/mps/GPU-held-by-an-mps-daemon"
+	t.must(os.MkdirAll(held, 0o755), "making the MPS daemon's directory")
+	t.must(syscall.Mount("tmpfs", held, "tmpfs", 0, "size=1m"), "mounting the MPS daemon's tmpfs")
+	mounted := true
+	unmount := func() {
+		if mounted {
+			t.must(syscall.Unmount(held, 0), "unmounting the MPS daemon's tmpfs")
+			mounted = false
+		}
+	}
+	defer unmount()
+
+	started := time.Now()
+	out, err := exec.CommandContext(t.ctx, e.component("helm"), "uninstall", helmRelease, "--kubeconfig",
+		e.path("node-control-plane", "admin.kubeconfig"), "--namespace", gpuguardNamespace, "--wait", "--timeout", "3m").CombinedOutput()
+	n.installed = false
+	if err == nil || !strings.Contains(string(out), "gpuguard-node-cleanup-wait") {
+		t.Errorf("helm uninstall with a node that cannot be cleaned: %v, %s; want it to fail naming the Job", err, out)
+	}
+	t.Logf("helm uninstall, a node not clean, after %.1f s: %s", time.Since(started).Seconds(), strings.TrimSpace(lastLine(string(out))))
+	logs, err := n.kubectl(t, e, "-n", gpuguardNamespace, "logs", "job/gpuguard-node-cleanup-wait")
+	t.must(err, "reading the Job's log: "+logs)
+	if !strings.Contains(logs, "1 not ready: "+nodeName) {
+		t.Errorf("the Job's log does not name the node: %s", logs)
+	}
+	t.Logf("the Job's log: %s", strings.TrimSpace(lastLine(logs)))
+	if _, err := n.cluster.client.AppsV1().DaemonSets(gpuguardNamespace).Get(t.ctx, "gpuguard-node-cleanup", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("after the failed hook, the cleanup's DaemonSet: %v; want it deleted by Helm", err)
+	}
+	if _, err := n.cluster.client.RbacV1().ClusterRoles().Get(t.ctx, "gpuguard-node-cleanup", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("after the failed hook, the cleanup's ClusterRole: %v; want it deleted by Helm", err)
+	}
+	node, err := n.cluster.client.CoreV1().Nodes().Get(t.ctx, nodeName, metav1.GetOptions{})
+	t.must(err, "reading the node")
+	for _, condition := range node.Status.Conditions {
+		if condition.Type == "GPUIsolation" {
+			t.Errorf("the node's condition was not removed, though its files could not all be: %+v", condition)
+		}
+	}
+
+	unmount()
+	t.must(os.Remove(held), "removing the MPS daemon's directory")
+	n.waitNamespaceGone(t, gpuguardNamespace)
+	n.removeLeftovers(t, e)
+	n.checkNothingLeft(t, e, "after the failed hook and the kustomize cleanup")
 }
