@@ -1,5 +1,5 @@
 // The await-rollout command: the chart's node cleanup at `helm uninstall` (docs/operations.md, "Uninstall").
-// Its DaemonSet runs `gpuguard-device-plugin forget-node` on every node, ready once that node has forgotten
+// Its DaemonSet runs `gpuguard-device-plugin forget-node` on every GPU node, ready once that node has forgotten
 // gpuguard; Helm waits for a hook Job, not a DaemonSet, so this Job waits for the DaemonSet, and the
 // uninstall ends when every node is clean or says, at --timeout, that some are not.
 #include "await_rollout_command.hpp"
@@ -51,7 +51,7 @@ kube::Reply get(const kube::ApiServer& api, const std::string& path) {
                             kRequestTimeout);
 }
 
-// Where the DaemonSet's pods are not ready, as "n of them: node, node, ...", or why that cannot be said. Helm
+// Where the DaemonSet's pods are not ready, as "N not ready: node, node, ...", or why that cannot be said. Helm
 // deletes the DaemonSet once this hook has failed, so its log is where an admin finds the nodes left.
 std::string where_not_ready(const kube::ApiServer& api, const std::string& ns, const std::string& daemonset_json) {
   const std::string selector = arming::daemonset_pod_selector(daemonset_json);
@@ -64,8 +64,9 @@ std::string where_not_ready(const kube::ApiServer& api, const std::string& ns, c
                        "&limit=" + std::to_string(kPageSize);
     if (!next.empty()) path.append("&continue=").append(kube::percent_encode(next));
     const kube::Reply reply = get(api, path);
-    if (reply.status != 200)
+    if (reply.status != 200) {
       return "unknown: cannot list its pods: " + std::to_string(reply.status) + " " + reply.error;
+    }
     arming::PodsNotReady pods = arming::pods_not_ready(reply.body);
     if (!pods.error.empty()) return "unknown: " + pods.error;
     count += pods.where.size();
