@@ -16,6 +16,7 @@
 #include "gpuguard/cli/command_line.hpp"
 #include "gpuguard/deviceplugin/cdi_spec.hpp"
 #include "gpuguard/deviceplugin/flags.hpp"
+#include "gpuguard/deviceplugin/node_condition_writer.hpp"
 #include "gpuguard/deviceplugin/other_servers.hpp"
 #include "gpuguard/discovery/discovery.hpp"
 #include "gpuguard/kube/request.hpp"
@@ -120,18 +121,8 @@ constexpr auto kConditionRequestTimeout = std::chrono::seconds(10);
 
 // Removes the node's GPUIsolation condition; true once it is gone (or the Node is), false after saying why.
 bool forget_condition(const kube::ApiServer& api, const std::string& node) {
-  const kube::Request request{"PATCH",
-                              "/api/v1/nodes/" + node + "/status",
-                              "application/strategic-merge-patch+json",
-                              nodereport::condition_removal_patch(),
-                              "gpuguard-device-plugin-forget-node",
-                              {}};
-  kube::Reply reply;
-  try {
-    reply = kube::send_request(api, request, kConditionRequestTimeout);
-  } catch (const std::exception& e) {
-    reply.error = e.what();
-  }
+  const kube::Reply reply = patch_node_status(api, node, nodereport::condition_removal_patch(),
+                                              "gpuguard-device-plugin-forget-node", kConditionRequestTimeout);
   if (reply.status / 100 == 2 || reply.status == 404) {
     log::info("removed the node's condition", {{"node", node}, {"condition", nodereport::kConditionType}});
     return true;

@@ -19,22 +19,28 @@ bool same(const nodereport::Condition& a, const nodereport::Condition& b) {
 
 }  // namespace
 
+kube::Reply patch_node_status(const kube::ApiServer& server, const std::string& node, std::string body,
+                              std::string user_agent, std::chrono::milliseconds timeout) {
+  const kube::Request request{"PATCH",
+                              "/api/v1/nodes/" + node + "/status",
+                              "application/strategic-merge-patch+json",
+                              std::move(body),
+                              std::move(user_agent),
+                              {}};
+  try {
+    return kube::send_request(server, request, timeout);
+  } catch (const std::exception& e) {
+    kube::Reply reply;
+    reply.error = e.what();
+    return reply;
+  }
+}
+
 NodeConditionWriter::NodeConditionWriter(kube::ApiServer server, std::string node_name, NodeIsolation& metrics)
     : server_(std::move(server)), node_name_(std::move(node_name)), metrics_(metrics) {}
 
 std::optional<std::string> NodeConditionWriter::patch(const std::string& body) {
-  kube::Request request{"PATCH",
-                        "/api/v1/nodes/" + node_name_ + "/status",
-                        "application/strategic-merge-patch+json",
-                        body,
-                        "gpuguard-device-plugin",
-                        {}};
-  kube::Reply reply;
-  try {
-    reply = kube::send_request(server_, request, kRequestTimeout);
-  } catch (const std::exception& e) {
-    reply.error = e.what();
-  }
+  kube::Reply reply = patch_node_status(server_, node_name_, body, "gpuguard-device-plugin", kRequestTimeout);
   if (reply.error.empty() && reply.status / 100 == 2) {
     if (!last_error_.empty()) log::info("node condition written again", {{"node", node_name_}});
     last_error_.clear();

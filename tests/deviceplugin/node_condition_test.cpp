@@ -21,6 +21,13 @@ json node_object(const std::string& name) {
       {"status", {{"conditions", json::array({{{"type", "Ready"}, {"status", "True"}, {"reason", "KubeletReady"}}})}}}};
 }
 
+// The same, with a GPUIsolation condition a plugin left (for forget-node to remove).
+json node_with_isolation(const std::string& name) {
+  json object = node_object(name);
+  object["status"]["conditions"].push_back({{"type", "GPUIsolation"}, {"status", "True"}, {"reason", "Honoured"}});
+  return object;
+}
+
 // The GPUIsolation condition on the fake's Node once `pred` holds for it (null when it never did in 20 s).
 template <typename Pred>
 json condition_when(const FakeApiserver& apiserver, const std::string& node, Pred pred) {
@@ -50,6 +57,27 @@ struct ConditionNode : Node {
     host.write("etc/nvidia-container-runtime/config.toml", "[nvidia-container-runtime]\nmode = 'cdi'\n");
     host.write("policy/visibleDevicesValue", "none\n");
     host.write("token", "node-token\n");
+  }
+  // `forget-node --wait` for node gpu-1 through `apiserver`, writing `ready` once done.
+  std::vector<std::string> forget_node_waiting(const FakeApiserver& apiserver, const fs::path& ready,
+                                               std::vector<std::string> extra = {}) const {
+    std::vector<std::string> argv = {GPUGUARD_DEVICE_PLUGIN_BIN,
+                                     "forget-node",
+                                     "--wait",
+                                     "--host-root",
+                                     host.root().string(),
+                                     "--ready-file",
+                                     ready.string(),
+                                     "--node-name",
+                                     "gpu-1",
+                                     "--apiserver-url",
+                                     apiserver.url(),
+                                     "--token-file",
+                                     token.string(),
+                                     "--ca-file",
+                                     certs_dir() + "/ca.crt"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return argv;
   }
   std::vector<std::string> flags(const FakeApiserver& apiserver) const {
     return {"--cdi-root",      "",
@@ -200,9 +228,7 @@ TEST_CASE("node condition: a bad node name, or no API to write to, is refused at
 
 TEST_CASE("forget-node: with --node-name the Node's GPUIsolation condition goes too, then the ready file") {
   FakeApiserver apiserver("node-token");
-  json object = node_object("gpu-1");
-  object["status"]["conditions"].push_back({{"type", "GPUIsolation"}, {"status", "True"}, {"reason", "Honoured"}});
-  apiserver.put("nodes", object);
+  apiserver.put("nodes", node_with_isolation("gpu-1"));
   ConditionNode node;
   node.host.write("var/run/cdi/k8s.gpuguard.io-gpu.json", "{}");
   const fs::path ready = node.host.root() / "forgotten";
@@ -212,10 +238,7 @@ TEST_CASE("forget-node: with --node-name the Node's GPUIsolation condition goes 
   CHECK(run_binary(GPUGUARD_DEVICE_PLUGIN_BIN, probe).status == 1);
   CHECK_FALSE(fs::exists(node.host.root() / "var/run/cdi/k8s.gpuguard.io-gpu.json"));
   CHECK(apiserver.object("nodes", "gpu-1")["status"]["conditions"].size() == 2);  // the probe sends nothing
-  ChildProcess cleanup({GPUGUARD_DEVICE_PLUGIN_BIN, "forget-node", "--wait", "--host-root", node.host.root().string(),
-                        "--cdi-root", "/var/run/cdi", "--ready-file", ready.string(), "--node-name", "gpu-1",
-                        "--apiserver-url", apiserver.url(), "--token-file", node.token.string(), "--ca-file",
-                        certs_dir() + "/ca.crt"});
+  ChildProcess cleanup(node.forget_node_waiting(apiserver, ready, {"--cdi-root", "/var/run/cdi"}));
   if (!eventually([&] { return fs::exists(ready); }, 20s)) FAIL("no ready file: " << cleanup.log());
   // Removed by type, with the node's token; the kubelet's condition stays.
   const json conditions = apiserver.object("nodes", "gpu-1")["status"]["conditions"];
@@ -236,15 +259,11 @@ TEST_CASE("forget-node: with --node-name the Node's GPUIsolation condition goes 
 
 TEST_CASE("forget-node: a condition it may not remove keeps it unready, and it tries again until it may") {
   FakeApiserver apiserver("node-token");
-  json object = node_object("gpu-1");
-  object["status"]["conditions"].push_back({{"type", "GPUIsolation"}, {"status", "True"}, {"reason", "Honoured"}});
-  apiserver.put("nodes", object);
+  apiserver.put("nodes", node_with_isolation("gpu-1"));
   ConditionNode node;
   node.host.write("token", "another-token\n");  // refused: 401
   const fs::path ready = node.host.root() / "forgotten";
-  ChildProcess cleanup({GPUGUARD_DEVICE_PLUGIN_BIN, "forget-node", "--wait", "--host-root", node.host.root().string(),
-                        "--ready-file", ready.string(), "--node-name", "gpu-1", "--apiserver-url", apiserver.url(),
-                        "--token-file", node.token.string(), "--ca-file", certs_dir() + "/ca.crt"});
+  ChildProcess cleanup(node.forget_node_waiting(apiserver, ready));
   // Two rounds refused: no ready file, the condition there, and the probe's form fails.
   REQUIRE(eventually([&] { return apiserver.requests().size() >= 2; }, 10s));
   CHECK_FALSE(fs::exists(ready));

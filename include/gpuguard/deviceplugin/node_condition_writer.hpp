@@ -9,11 +9,18 @@
 
 #include "gpuguard/deviceplugin/node_isolation.hpp"
 #include "gpuguard/kube/api_server.hpp"
+#include "gpuguard/kube/request.hpp"
 #include "gpuguard/nodereport/node_condition.hpp"
 
 namespace gpuguard::deviceplugin {
 
 inline constexpr std::chrono::minutes kConditionHeartbeat{5};
+
+// A strategic merge patch of `node`'s status (application/strategic-merge-patch+json), as `user_agent`:
+// the answer, or in `error` why there is none; never throws. The writer below sends its condition with it,
+// and forget-node its removal.
+kube::Reply patch_node_status(const kube::ApiServer& server, const std::string& node, std::string body,
+                              std::string user_agent, std::chrono::milliseconds timeout);
 
 class NodeConditionWriter {
  public:

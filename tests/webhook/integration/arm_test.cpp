@@ -505,9 +505,9 @@ TEST_CASE("await-rollout: the uninstall's hook waits until the node cleanup is r
                   {"numberReady", ready}}}};
   };
   Install install;
-  const std::string args = "await-rollout --apiserver-url " + install.apiserver.url() + " --token-file " +
-                           (install.dir / "token").string() + " --ca-file " + certs_dir() +
-                           "/ca.crt --namespace gpuguard-system --daemonset gpuguard-node-cleanup --timeout ";
+  const std::string flags = "await-rollout --apiserver-url " + install.apiserver.url() + " --token-file " +
+                            (install.dir / "token").string() + " --ca-file " + certs_dir() + "/ca.crt";
+  const std::string args = flags + " --namespace gpuguard-system --daemonset gpuguard-node-cleanup --timeout ";
   // Not there yet, then its controller not caught up, then one of two nodes clean: it waits through each.
   auto waited = std::async(std::launch::async, [&] { return run_webhook(args + "30"); });
   REQUIRE(eventually([&] { return install.count("GET", kCleanup) >= 2; }));
@@ -547,8 +547,6 @@ TEST_CASE("await-rollout: the uninstall's hook waits until the node cleanup is r
                         r.query == "labelSelector=app.kubernetes.io%2Fname%3Dgpuguard-node-cleanup&limit=100");
   }
   CHECK(listed);
-  const std::string flags = "await-rollout --apiserver-url " + install.apiserver.url() + " --token-file " +
-                            (install.dir / "token").string() + " --ca-file " + certs_dir() + "/ca.crt";
   CHECK(run_webhook(flags + " --namespace gpuguard-system --daemonset ../pods").status == 2);
   CHECK(run_webhook(flags + " --namespace Bad_NS --daemonset gpuguard-node-cleanup").status == 2);
   CHECK(run_webhook(flags + " --daemonset gpuguard-node-cleanup").status == 2);
