@@ -409,10 +409,11 @@ def exempts(entry, namespace, account, labels):
 
 def check_nvidia_components_exempt(docs, fixture):
     """Every pod NVIDIA's own manifests make on GPU nodes (the GPU Operator's operands, sandbox, vGPU,
-    confidential computing and DRA ones among them, and NVIDIA's device plugin chart under any release name;
-    the fixture says where each was copied from) is exempt in its namespace by the built-in entries, but for
-    those marked enforced, which get their GPU from the kubelet; none is exempt without its labels, in a
-    tenant's namespace, or, where the entry names an account, under another account."""
+    confidential computing and DRA ones among them, and the charts of NVIDIA's device plugin and DRA driver
+    under any release name; the fixture says where each was copied from) is exempt in its namespace by the
+    built-in entries, but for those marked enforced, which get their GPU from the kubelet; none is exempt
+    without its labels, in a tenant's namespace, or, where the entry names an account, under another
+    account."""
     exempt = enforcer_exemptions(docs)
     pods = yaml.safe_load(open(fixture))
     assert len(pods) >= 20 and any(pod.get("enforced") for pod in pods), len(pods)
@@ -526,7 +527,7 @@ def check_device_plugin(docs):
     # NVIDIA's plugin's pod withholds every GPU in the GPU infrastructure's namespaces, which are all excluded.
     [infrastructure] = [a for a in plugin["args"] if a.startswith("--infrastructure-namespaces=")]
     namespaces = infrastructure.split("=", 1)[1].split(",")
-    assert {"gpu-operator", "nvidia-device-plugin", "kube-system"} <= set(namespaces), namespaces
+    assert {"gpu-operator", "nvidia-device-plugin", "nvidia-dra-driver-gpu", "kube-system"} <= set(namespaces), namespaces
     selector = one(docs, "MutatingWebhookConfiguration")["webhooks"][0]["namespaceSelector"]["matchExpressions"]
     [excluded] = [e["values"] for e in selector if e["key"] == "kubernetes.io/metadata.name" and e["operator"] == "NotIn"]
     assert set(namespaces) <= set(excluded), (namespaces, excluded)
