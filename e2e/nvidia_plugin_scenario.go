@@ -51,30 +51,8 @@ func (e *Env) nvidiaPluginRootfs(dir string) error {
 	if err := copyFile(nvml, filepath.Join(dir, "lib/x86_64-linux-gnu/libnvidia-ml.so.1"), 0o644); err != nil {
 		return fmt.Errorf("the stand-in NVML (make build builds it): %w", err)
 	}
-	for _, object := range []string{binary, nvml} {
-		out, err := exec.Command("ldd", object).Output()
-		if err != nil {
-			return fmt.Errorf("ldd %s: %w", object, err)
-		}
-		for _, line := range strings.Split(string(out), "\n") {
-			// "libc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x…)" or "/lib64/ld-linux-x86-64.so.2 (0x…)"
-			fields := strings.Fields(line)
-			path := ""
-			if len(fields) >= 3 && fields[1] == "=>" {
-				path = fields[2]
-			} else if len(fields) >= 1 && strings.HasPrefix(fields[0], "/") {
-				path = fields[0]
-			}
-			if path == "" {
-				continue
-			}
-			if err := os.MkdirAll(filepath.Join(dir, filepath.Dir(path)), 0o755); err != nil {
-				return err
-			}
-			if err := copyFile(path, filepath.Join(dir, path), 0o755); err != nil {
-				return err
-			}
-		}
+	if err := copyLibraries(dir, binary, nvml); err != nil {
+		return err
 	}
 	var gpus []string
 	for minor := 0; minor < nodeGPUs; minor++ {

@@ -36,7 +36,8 @@ type descriptor struct {
 }
 
 // importImages builds the sandbox's pause image, the CUDA-like image, gpuguard's image and, with -peers,
-// NVIDIA's device plugin's (nvidia_plugin_scenario.go), and imports them.
+// NVIDIA's device plugin's (nvidia_plugin_scenario.go) and DRA driver's (nvidia_dra_scenario.go), and
+// imports them.
 func (e *Env) importImages(n *Node) error {
 	images := filepath.Join(n.dir, "images")
 	pause := filepath.Join(images, "pause")
@@ -79,7 +80,11 @@ func (e *Env) importImages(n *Node) error {
 		if err := e.nvidiaPluginRootfs(nvidia); err != nil {
 			return fmt.Errorf("NVIDIA's device plugin image: %w", err)
 		}
-		peers = append(peers, image{nvidiaPluginImage, nvidia, nvidiaPluginImageConfig})
+		dra := filepath.Join(images, "dra-driver-nvidia-gpu")
+		if err := e.draDriverRootfs(dra); err != nil {
+			return fmt.Errorf("NVIDIA's DRA driver image: %w", err)
+		}
+		peers = append(peers, image{nvidiaPluginImage, nvidia, nvidiaPluginImageConfig}, image{draDriverImage, dra, draDriverImageConfig})
 	}
 	for _, image := range append([]image{
 		{pauseImage, pause, imageConfig{Entrypoint: []string{"/pause"}}},
@@ -233,6 +238,37 @@ func digestOf(data []byte) string {
 }
 
 func blobPath(digest string) string { return "blobs/sha256/" + digest[len("sha256:"):] }
+
+// copyLibraries copies into the image tree dir the shared libraries each object loads, at their paths
+// on this machine, as ldd names them.
+func copyLibraries(dir string, objects ...string) error {
+	for _, object := range objects {
+		out, err := exec.Command("ldd", object).Output()
+		if err != nil {
+			return fmt.Errorf("ldd %s: %w", object, err)
+		}
+		for _, line := range strings.Split(string(out), "\n") {
+			// "libc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x…)" or "/lib64/ld-linux-x86-64.so.2 (0x…)"
+			fields := strings.Fields(line)
+			path := ""
+			if len(fields) >= 3 && fields[1] == "=>" {
+				path = fields[2]
+			} else if len(fields) >= 1 && strings.HasPrefix(fields[0], "/") {
+				path = fields[0]
+			}
+			if path == "" {
+				continue
+			}
+			if err := os.MkdirAll(filepath.Join(dir, filepath.Dir(path)), 0o755); err != nil {
+				return err
+			}
+			if err := copyFile(path, filepath.Join(dir, path), 0o755); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
 
 func copyFile(from, to string, mode fs.FileMode) error {
 	data, err := os.ReadFile(from)
