@@ -175,10 +175,23 @@ func (e *Env) startNvidiaDRADriver(t *T, n *Node, whilePrestartFails func()) (*c
 	}); err != nil {
 		fail("waiting for the DRA kubelet plugin's prestart check to fail without nvidia-smi: %v", err)
 	}
-	logs, err := n.cluster.client.CoreV1().Pods(draNamespace).GetLogs(failing.Name,
-		&corev1.PodLogOptions{Container: failing.Spec.InitContainers[0].Name, Previous: true}).DoRaw(t.ctx)
-	if err != nil || !strings.Contains(string(logs), "lacks nvidia-smi") {
-		fail("the prestart check's log: %q (%v); want it to say the driver root lacks nvidia-smi", logs, err)
+	// The kubelet keeps only the newest ended instance of a container, and the one that failed may have
+	// been replaced by another failing the same way: the ended one's log, else the one running now.
+	var logs []byte
+	if err := eventually(t.ctx, 30*time.Second, func() error {
+		var last error
+		for _, previous := range []bool{true, false} {
+			out, err := n.cluster.client.CoreV1().Pods(draNamespace).GetLogs(failing.Name,
+				&corev1.PodLogOptions{Container: failing.Spec.InitContainers[0].Name, Previous: previous}).DoRaw(t.ctx)
+			if err == nil && strings.Contains(string(out), "lacks nvidia-smi") {
+				logs = out
+				return nil
+			}
+			last = fmt.Errorf("%q (%v)", out, err)
+		}
+		return last
+	}); err != nil {
+		fail("the prestart check's log: %v; want it to say the driver root lacks nvidia-smi", err)
 	}
 	t.Logf("the DRA kubelet plugin's pod %s waits for the driver: %s", failing.Name, strings.TrimSpace(string(logs)))
 	whilePrestartFails()
