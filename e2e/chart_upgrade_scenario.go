@@ -176,7 +176,7 @@ func chartUpgrade(t *T, e *Env) {
 	for _, want := range []string{
 		fmt.Sprintf("Revision %d applies chart gpuguard-%s", restored, version[1]),
 		"policy mode enforce, node enforcement enforce",
-		"namespaces the webhook and the backstop never look at: kube-system, kube-node-lease, gpu-operator, nvidia-device-plugin, nvidia-dra-driver-gpu, team-infra, " + release,
+		"namespaces the webhook and the backstop never look at: kube-system, kube-node-lease, gpu-operator, nvidia-device-plugin, dra-driver-nvidia-gpu, nvidia-dra-driver-gpu, team-infra, " + release,
 		"team-infra/dcgm-exporter:app=dcgm-exporter",
 	} {
 		if !strings.Contains(status, want) {

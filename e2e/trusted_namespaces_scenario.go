@@ -82,7 +82,7 @@ func trustedNamespaces(t *T, e *Env) {
 	}
 	t.must(eventually(t.ctx, 30*time.Second, func() error { return refused(create(asTenant, "gpu-operator"), trustedRefusal) }),
 		"waiting for the trusted namespaces' guard to refuse the tenant")
-	trusted := []string{"gpu-operator", "nvidia-device-plugin", draNamespace, gpuguardNamespace}
+	trusted := []string{"gpu-operator", "nvidia-device-plugin", "dra-driver-nvidia-gpu", "nvidia-dra-driver-gpu", gpuguardNamespace}
 	for _, name := range trusted {
 		if err := refused(create(asTenant, name), trustedRefusal); err != nil {
 			t.Errorf("the tenant creating namespace %s: %v", name, err)

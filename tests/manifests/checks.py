@@ -527,7 +527,7 @@ def check_device_plugin(docs):
     # NVIDIA's plugin's pod withholds every GPU in the GPU infrastructure's namespaces, which are all excluded.
     [infrastructure] = [a for a in plugin["args"] if a.startswith("--infrastructure-namespaces=")]
     namespaces = infrastructure.split("=", 1)[1].split(",")
-    assert {"gpu-operator", "nvidia-device-plugin", "nvidia-dra-driver-gpu", "kube-system"} <= set(namespaces), namespaces
+    assert {"gpu-operator", "nvidia-device-plugin", "dra-driver-nvidia-gpu", "nvidia-dra-driver-gpu", "kube-system"} <= set(namespaces), namespaces
     selector = one(docs, "MutatingWebhookConfiguration")["webhooks"][0]["namespaceSelector"]["matchExpressions"]
     [excluded] = [e["values"] for e in selector if e["key"] == "kubernetes.io/metadata.name" and e["operator"] == "NotIn"]
     assert set(namespaces) <= set(excluded), (namespaces, excluded)

@@ -197,7 +197,7 @@ import base64, json, os, subprocess, sys, yaml
 work, root = sys.argv[1:3]
 sys.path.insert(0, os.path.join(root, "tests/manifests"))
 from checks import *
-ns, excluded = "gpuguard-system", ["kube-system", "kube-node-lease", "gpu-operator", "nvidia-device-plugin", "nvidia-dra-driver-gpu"]
+ns, excluded = "gpuguard-system", ["kube-system", "kube-node-lease", "gpu-operator", "nvidia-device-plugin", "dra-driver-nvidia-gpu", "nvidia-dra-driver-gpu"]
 
 def secret_pem(docs, name, key):
     return base64.b64decode(one(docs, "Secret", name)["data"][key]).decode()

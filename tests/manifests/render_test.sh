@@ -90,7 +90,7 @@ import sys
 sys.path.insert(0, sys.argv[2])
 from checks import load, check_webhook
 docs = load(sys.argv[1])
-check_webhook(docs, "gpuguard-system", ["kube-system", "kube-node-lease", "gpu-operator", "nvidia-device-plugin", "nvidia-dra-driver-gpu"], cert_manager=True)
+check_webhook(docs, "gpuguard-system", ["kube-system", "kube-node-lease", "gpu-operator", "nvidia-device-plugin", "dra-driver-nvidia-gpu", "nvidia-dra-driver-gpu"], cert_manager=True)
 print("manifests/cert-manager renders:", ", ".join(sorted(d["kind"] for d in docs)))
 PY
 
@@ -116,7 +116,7 @@ assert kinds == sorted(["Namespace", "ServiceAccount", "ServiceAccount", "Secret
                         "ServiceAccount", "Service", "DaemonSet", "ClusterRole", "ClusterRoleBinding", "Role",
                         "RoleBinding", "NetworkPolicy"]), kinds
 check_namespaces(docs, "gpuguard-system")
-policy = check_webhook(docs, "gpuguard-system", ["kube-system", "kube-node-lease", "gpu-operator", "nvidia-device-plugin", "nvidia-dra-driver-gpu"], ca=open(sys.argv[2]).read())
+policy = check_webhook(docs, "gpuguard-system", ["kube-system", "kube-node-lease", "gpu-operator", "nvidia-device-plugin", "dra-driver-nvidia-gpu", "nvidia-dra-driver-gpu"], ca=open(sys.argv[2]).read())
 check_network_policy(docs)
 check_backstop(docs, "gpuguard-system")
 check_arming(docs, "gpuguard-system", armed=True)  # the README applies these two after the rollout

@@ -36,7 +36,7 @@ app.kubernetes.io/name: {{ include "gpuguard.fullname" .root }}-{{ .component }}
 and would keep that chart's lists; these are always this chart's. The values hold the admin's additions,
 and a switch each (only an explicit false; unset is true) to leave the built-ins out. */}}
 {{- define "gpuguard.builtInExcludedNamespaces" -}}
-{{- list "kube-system" "kube-node-lease" "gpu-operator" "nvidia-device-plugin" "nvidia-dra-driver-gpu" | toJson -}}
+{{- list "kube-system" "kube-node-lease" "gpu-operator" "nvidia-device-plugin" "dra-driver-nvidia-gpu" "nvidia-dra-driver-gpu" | toJson -}}
 {{- end -}}
 
 {{/* NVIDIA's own GPU infrastructure: the GPU Operator's operands in gpu-operator (v26.7 names: its assets/ and
@@ -44,10 +44,11 @@ manifests/, the sandbox, vGPU, confidential-computing and DRA ones included; an 
 component label, since its account and app label carry the OS and a hash), NVIDIA's device plugin as its
 static manifest runs it (kube-system, the default account) and as its Helm chart does (namespace
 nvidia-device-plugin, under any release name: the chart names its account after the release, its pods'
-label after itself), and NVIDIA's DRA driver for GPUs as its own chart runs its kubelet plugin (namespace
-nvidia-dra-driver-gpu, its README's, under any release name: the account is named after the release, the
-pods' component label is fixed). tests/fixtures/nvidia-components/pods.yaml holds each pod as NVIDIA's
-sources make it. */}}
+label after itself), and NVIDIA's DRA driver for GPUs as its own chart runs its kubelet plugin, under any
+release name (the account is named after the release, the pods' component label is fixed in the
+template): in dra-driver-nvidia-gpu, where its install guide puts it, and in nvidia-dra-driver-gpu, where
+a release of its v25 chart upgraded in place stays, as its upgrade guide says (both read at 22407113).
+tests/fixtures/nvidia-components/pods.yaml holds each pod as NVIDIA's sources make it. */}}
 {{- define "gpuguard.builtInGpuInfrastructure" -}}
 {{- list
   "gpu-operator/nvidia-device-plugin:app=nvidia-device-plugin-daemonset"
@@ -77,6 +78,7 @@ sources make it. */}}
   "gpu-operator/nvidia-dcgm-exporter-dra:app=nvidia-dcgm-exporter-dra"
   "kube-system/default:name=nvidia-device-plugin-ds"
   "nvidia-device-plugin/*:app.kubernetes.io/name=nvidia-device-plugin"
+  "dra-driver-nvidia-gpu/*:nvidia-dra-driver-gpu-component=kubelet-plugin"
   "nvidia-dra-driver-gpu/*:nvidia-dra-driver-gpu-component=kubelet-plugin"
   | toJson -}}
 {{- end -}}
