@@ -124,9 +124,10 @@ bench-node: build e2e-build
 	$(E2E_DIR)/gpuguard-e2e -components $(E2E_DIR) -gpuguard $(BUILD_DIR) -source $(CURDIR) $(E2E_NODE) -bench '^node/enforcer-create$$'
 
 # The backstop's cost to a pod's creation, and to pod UPDATEs, through the real API server, with gpuguard
-# installed (e2e/backstop_bench.go; docs/benchmarks.md). Not part of make e2e.
+# installed, and what webhook.gpuNodeTaints adds to it (e2e/backstop_bench.go; docs/benchmarks.md). Not
+# part of make e2e.
 bench-backstop: build e2e-build
-	$(E2E_DIR)/gpuguard-e2e -components $(E2E_DIR) -gpuguard $(BUILD_DIR) -source $(CURDIR) -bench '^backstop/(create|update)$$'
+	$(E2E_DIR)/gpuguard-e2e -components $(E2E_DIR) -gpuguard $(BUILD_DIR) -source $(CURDIR) -bench '^backstop/(create|update|gpu-node-taints)$$'
 
 # Pod create to container running on the real node, with gpuguard installed and without, in turn
 # (e2e/podstart_bench.go; docs/benchmarks.md). Not part of make e2e.

@@ -7,12 +7,15 @@ package main
 
 import (
 	"fmt"
+	"os/exec"
 	"slices"
 	"sync"
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -21,6 +24,8 @@ import (
 const (
 	backstopBenchNamespace  = "e2e-bench-backstop"
 	backstopUpdateNamespace = "e2e-bench-backstop-update"
+	// Each bench its own: a namespace deleted by the one before is still terminating when the next starts.
+	backstopTaintsNamespace = "e2e-bench-backstop-taints"
 	backstopCreates         = 200 // per phase and round, each way of creating
 	backstopRounds          = 4
 	backstopConcurrent      = 8
@@ -31,18 +36,8 @@ const (
 func benchBackstopCreate(t *T, e *Env) {
 	w := e.webhookFor(t)
 	c := w.cluster
-	c.namespace(t, backstopBenchNamespace, nil)
-	defer func() {
-		if err := c.client.CoreV1().Namespaces().Delete(t.ctx, backstopBenchNamespace, metav1.DeleteOptions{}); err != nil {
-			t.Errorf("deleting %s: %v", backstopBenchNamespace, err)
-		}
-	}()
-	// A client of its own without client-go's rate limiter: the harness's (100 per second) would be what
-	// is measured.
-	unlimited := rest.CopyConfig(c.config)
-	unlimited.QPS = -1
-	client, err := kubernetes.NewForConfig(unlimited)
-	t.must(err, "making a client without a rate limit")
+	defer c.benchNamespace(t, backstopBenchNamespace)()
+	client := c.unlimitedClient(t)
 	bindings := client.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings()
 	installed, err := bindings.Get(t.ctx, backstopBinding, metav1.GetOptions{})
 	t.must(err, "reading the backstop's binding")
@@ -153,16 +148,8 @@ func benchBackstopCreate(t *T, e *Env) {
 func benchBackstopUpdate(t *T, e *Env) {
 	w := e.webhookFor(t)
 	c := w.cluster
-	c.namespace(t, backstopUpdateNamespace, nil)
-	defer func() {
-		if err := c.client.CoreV1().Namespaces().Delete(t.ctx, backstopUpdateNamespace, metav1.DeleteOptions{}); err != nil {
-			t.Errorf("deleting %s: %v", backstopUpdateNamespace, err)
-		}
-	}()
-	unlimited := rest.CopyConfig(c.config)
-	unlimited.QPS = -1
-	client, err := kubernetes.NewForConfig(unlimited)
-	t.must(err, "making a client without a rate limit")
+	defer c.benchNamespace(t, backstopUpdateNamespace)()
+	client := c.unlimitedClient(t)
 	bindings := client.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings()
 	installed, err := bindings.Get(t.ctx, backstopBinding, metav1.GetOptions{})
 	t.must(err, "reading the backstop's binding")
@@ -218,4 +205,143 @@ func benchBackstopUpdate(t *T, e *Env) {
 	for _, key := range []string{"annotations, binding true", "annotations, binding false", "labels, binding true", "labels, binding false"} {
 		t.Logf("%s: %s", key, summarize(timings[key]))
 	}
+}
+
+// benchBackstopGpuNodeTaints: what webhook.gpuNodeTaints costs a create. What the chart renders with one
+// taint listed (nvidia.com/gpu, NoSchedule) replaces what is installed, and back, alternating over the
+// rounds: the backstop's policy (which works out whether a pod may land on a GPU node, and judges only
+// those that may) and the webhook configuration's two entries, each with its matchConditions (the
+// installed entry's Service and CA kept). In each phase, pods created one at a time that tolerate nothing
+// (reviewed by the second entry; the policy judges nothing of them) and pods that tolerate the taint
+// (reviewed by the first; judged).
+func benchBackstopGpuNodeTaints(t *T, e *Env) {
+	w := e.webhookFor(t)
+	c := w.cluster
+	defer c.benchNamespace(t, backstopTaintsNamespace)()
+	client := c.unlimitedClient(t)
+	policies := client.AdmissionregistrationV1().ValidatingAdmissionPolicies()
+	webhooks := client.AdmissionregistrationV1().MutatingWebhookConfigurations()
+	installedPolicy, err := policies.Get(t.ctx, backstopBinding, metav1.GetOptions{})
+	t.must(err, "reading the backstop's policy")
+	// manifests/default names its webhook configuration gpuguard, as the chart does for release gpuguard.
+	installedWebhook, err := webhooks.Get(t.ctx, helmRelease, metav1.GetOptions{})
+	t.must(err, "reading the webhook configuration")
+	if len(installedWebhook.Webhooks) != 1 {
+		t.Fatalf("the installed webhook configuration has %d entries, want 1", len(installedWebhook.Webhooks))
+	}
+
+	version, err := c.client.Discovery().ServerVersion()
+	t.must(err, "reading the apiserver's version")
+	out, err := exec.Command(e.component("helm"), "template", helmRelease, e.source("charts", "gpuguard"), "--namespace", gpuguardNamespace,
+		"--kube-version", version.GitVersion, "--set-json", `webhook.gpuNodeTaints=[{"key":"nvidia.com/gpu","effect":"NoSchedule"}]`).Output()
+	t.must(err, "helm template with webhook.gpuNodeTaints")
+	var taintedPolicy *admissionregistrationv1.ValidatingAdmissionPolicy
+	var taintedWebhooks []admissionregistrationv1.MutatingWebhook
+	for _, obj := range decodeObjects(t, out) {
+		switch {
+		case obj.GetKind() == "ValidatingAdmissionPolicy" && obj.GetName() == backstopBinding:
+			taintedPolicy = &admissionregistrationv1.ValidatingAdmissionPolicy{}
+			t.must(runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, taintedPolicy), "reading the rendered policy")
+		case obj.GetKind() == "MutatingWebhookConfiguration" && obj.GetName() == helmRelease:
+			var rendered admissionregistrationv1.MutatingWebhookConfiguration
+			t.must(runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, &rendered), "reading the rendered webhook configuration")
+			for i, entry := range rendered.Webhooks {
+				made := *installedWebhook.Webhooks[0].DeepCopy()
+				made.Name, made.MatchConditions = entry.Name, entry.MatchConditions
+				if i > 0 {
+					made.FailurePolicy = entry.FailurePolicy
+				}
+				taintedWebhooks = append(taintedWebhooks, made)
+			}
+		}
+	}
+	if taintedPolicy == nil || len(taintedWebhooks) != 2 {
+		t.Fatalf("the chart renders no ValidatingAdmissionPolicy %s, or not two webhook entries (%d)", backstopBinding, len(taintedWebhooks))
+	}
+	use := func(spec admissionregistrationv1.ValidatingAdmissionPolicySpec, entries []admissionregistrationv1.MutatingWebhook) {
+		policy, err := policies.Get(t.ctx, backstopBinding, metav1.GetOptions{})
+		t.must(err, "reading the backstop's policy")
+		policy.Spec = spec
+		stored, err := policies.Update(t.ctx, policy, metav1.UpdateOptions{})
+		t.must(err, "replacing the backstop's policy")
+		if got, want := stored.Spec.MatchConditions[0].Name, spec.MatchConditions[0].Name; got != want {
+			t.Fatalf("the stored policy's first matchCondition is %s, want %s", got, want)
+		}
+		configuration, err := webhooks.Get(t.ctx, helmRelease, metav1.GetOptions{})
+		t.must(err, "reading the webhook configuration")
+		configuration.Webhooks = entries
+		storedWebhooks, err := webhooks.Update(t.ctx, configuration, metav1.UpdateOptions{})
+		t.must(err, "replacing the webhook configuration")
+		if len(storedWebhooks.Webhooks) != len(entries) {
+			t.Fatalf("the stored webhook configuration has %d entries, want %d", len(storedWebhooks.Webhooks), len(entries))
+		}
+		time.Sleep(backstopSettle)
+	}
+	defer use(installedPolicy.Spec, installedWebhook.Webhooks)
+
+	created := 0
+	create := func(tolerates bool) time.Duration {
+		created++
+		pod := podWith(fmt.Sprintf("bench-%05d", created), container("app"))
+		if tolerates {
+			pod.Spec.Tolerations = []corev1.Toleration{{Key: "nvidia.com/gpu", Operator: corev1.TolerationOpExists,
+				Effect: corev1.TaintEffectNoSchedule}}
+		}
+		started := time.Now()
+		stored, err := client.CoreV1().Pods(backstopTaintsNamespace).Create(t.ctx, pod, metav1.CreateOptions{})
+		took := time.Since(started)
+		t.must(err, "creating "+pod.Name)
+		if stored.Spec.Containers[0].Env == nil {
+			t.Fatalf("pod %s was stored without the webhook's variable", pod.Name)
+		}
+		return took
+	}
+	timings := map[string][]time.Duration{}
+	measure := func(policy string) {
+		for _, tolerates := range []bool{false, true} {
+			key := fmt.Sprintf("%s, pod tolerating the taint %v", policy, tolerates)
+			for i := 0; i < backstopCreates; i++ {
+				timings[key] = append(timings[key], create(tolerates))
+			}
+		}
+	}
+	for round := 1; round <= backstopRounds; round++ {
+		if round%2 == 1 {
+			measure("as installed")
+			use(taintedPolicy.Spec, taintedWebhooks)
+			measure("gpuNodeTaints")
+			use(installedPolicy.Spec, installedWebhook.Webhooks)
+		} else {
+			use(taintedPolicy.Spec, taintedWebhooks)
+			measure("gpuNodeTaints")
+			use(installedPolicy.Spec, installedWebhook.Webhooks)
+			measure("as installed")
+		}
+	}
+	for _, policy := range []string{"as installed", "gpuNodeTaints"} {
+		for _, tolerates := range []bool{false, true} {
+			key := fmt.Sprintf("%s, pod tolerating the taint %v", policy, tolerates)
+			t.Logf("%s: %s", key, summarize(timings[key]))
+		}
+	}
+}
+
+// benchNamespace makes the bench's namespace and returns what deletes it.
+func (c *Cluster) benchNamespace(t *T, name string) func() {
+	c.namespace(t, name, nil)
+	return func() {
+		if err := c.client.CoreV1().Namespaces().Delete(t.ctx, name, metav1.DeleteOptions{}); err != nil {
+			t.Errorf("deleting %s: %v", name, err)
+		}
+	}
+}
+
+// unlimitedClient is a client of the bench's own without client-go's rate limiter: the harness's (100 per
+// second) would be what is measured.
+func (c *Cluster) unlimitedClient(t *T) kubernetes.Interface {
+	unlimited := rest.CopyConfig(c.config)
+	unlimited.QPS = -1
+	client, err := kubernetes.NewForConfig(unlimited)
+	t.must(err, "making a client without a rate limit")
+	return client
 }

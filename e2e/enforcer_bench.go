@@ -39,6 +39,7 @@ const (
 var benchmarks = []scenario{
 	{"node/enforcer-create", "CRI CreateContainer through the node's runtime (containerd, or CRI-O with -runtime crio) with and without gpuguard-node-enforcer, sequential and 16 at once; its memory", benchEnforcerCreate},
 	{"backstop/create", "pod creates through the API server with gpuguard installed, with and without the backstop's binding, one at a time and 8 at once", benchBackstopCreate},
+	{"backstop/gpu-node-taints", "pod creates through the API server with gpuguard installed, one at a time, under the backstop as installed and as the chart renders it with webhook.gpuNodeTaints, alternating, of pods that tolerate nothing and pods that tolerate the taint", benchBackstopGpuNodeTaints},
 	{"backstop/update", "pod UPDATEs through the API server with gpuguard installed, an annotation's value (judged by the backstop) and a label's (not evaluated), with and without the backstop's binding", benchBackstopUpdate},
 	{"node/pod-start", "pod create to container running on the real node, with gpuguard installed and without, in turn; one at a time and 8 at once", benchPodStart},
 	{"node/pod-start-parts", "pod create to container running, one at a time, with gpuguard uninstalled, installed, without its enforcer, and with nothing of it on the path: where its cost lies", benchPodStartParts},

@@ -1,6 +1,6 @@
 // NVIDIA's DRA driver for GPUs (k8s-dra-driver-gpu at 22407113) on the real node beside gpuguard: its
 // kubelet plugin, built from ../shared/peers by scripts/build-peers (-peers), installed with helm install
-// from its own chart (deployments/helm/dra-driver-nvidia-gpu in the unpacked peer), in its README's
+// from its own chart (deployments/helm/dra-driver-nvidia-gpu in the unpacked peer), in its install guide's
 // namespace under a release name of the harness's, as a pod beside gpuguard's webhook and enforcer, over the
 // node's two fake GPUs through the stand-in libnvidia-ml.so.1 in a driver root of the node's. The image
 // is built here as NVIDIA's Dockerfile builds it, but for the init container's prestart script, which the
@@ -30,23 +30,25 @@ const (
 	draDriverVersion = "580.95.05"
 	// The image the chart runs (its Chart.yaml's appVersion, v-prefixed as its default tag is), built here.
 	draDriverImage = "e2e.gpuguard.io/dra-driver-nvidia-gpu:v0.5.0-dev"
-	// The namespace its README installs it in, and a release name other than the README's.
-	draNamespace = "nvidia-dra-driver-gpu"
+	// The namespace its install guide (docs/install.md at that commit) installs it in, and a release name
+	// other than the guide's.
+	draNamespace = "dra-driver-nvidia-gpu"
 	draRelease   = "gpu-dra"
-	// What the chart names its kubelet plugin's DaemonSet (its name, not the release's), and labels its pods.
-	draDaemonSet      = "dra-driver-nvidia-gpu-kubelet-plugin"
+	// The label the chart's template gives its kubelet plugin's pods, whatever the release and nameOverride.
 	draPluginSelector = "nvidia-dra-driver-gpu-component=kubelet-plugin"
 	// Where the stand-in NVML finds the node's GPUs, under the driver root.
 	draFakeNVML = "gpuguard-e2e/fake-nvml.json"
 )
 
-// draDriverRootfs lays out the DRA driver's image as its Dockerfile's last stage has it: the kubelet
-// plugin and nvidia-cdi-hook in /usr/bin, bash at /bin/bash (NVIDIA's is Debian's bash-static; here
-// Debian's bash and the libraries it loads), the prestart script, root's passwd and group; with the
-// libraries the plugin and the stand-in NVML load (NVIDIA's base image is distroless/cc, glibc). Its
-// busybox is left out: nothing the chart runs with these values calls it.
+// draDriverRootfs lays out the DRA driver's image as its Dockerfile's last stage has it, for what the chart
+// runs with the harness's values: the kubelet plugin and nvidia-cdi-hook in /usr/bin, bash at /bin/bash
+// (NVIDIA's is Debian's bash-static; here Debian's bash and the libraries it loads), busybox at /busybox
+// with the applets the prestart script calls (its base image, distroless/cc:debug, has busybox there), the
+// prestart script, root's passwd and group; with the libraries the plugin and the stand-in NVML load
+// (distroless/cc's glibc). Left out: the compute-domain programs, its webhook and /templates (the MPS
+// daemon's), which compute domains off and no MPS sharing never run.
 func (e *Env) draDriverRootfs(dir string) error {
-	for _, sub := range []string{"usr/bin", "bin", "etc", "root", "proc", "dev", "sys", "tmp"} {
+	for _, sub := range []string{"usr/bin", "bin", "busybox", "etc", "root", "proc", "dev", "sys", "tmp"} {
 		if err := os.MkdirAll(filepath.Join(dir, sub), 0o755); err != nil {
 			return err
 		}
@@ -57,9 +59,15 @@ func (e *Env) draDriverRootfs(dir string) error {
 		{plugin, "usr/bin/gpu-kubelet-plugin"},
 		{hook, "usr/bin/nvidia-cdi-hook"},
 		{"/bin/bash", "bin/bash"},
+		{"/bin/busybox", "busybox/busybox"},
 		{e.source("e2e", "peers", "dra-prestart", "kubelet-plugin-prestart.sh"), "usr/bin/kubelet-plugin-prestart.sh"},
 	} {
 		if err := copyFile(f.from, filepath.Join(dir, f.to), 0o755); err != nil {
+			return err
+		}
+	}
+	for _, applet := range []string{"sleep", "env", "ls", "cat"} {
+		if err := os.Symlink("busybox", filepath.Join(dir, "busybox", applet)); err != nil {
 			return err
 		}
 	}
@@ -71,21 +79,26 @@ func (e *Env) draDriverRootfs(dir string) error {
 	return copyLibraries(dir, plugin, hook, "/bin/bash", e.gpuguard(filepath.Join("tests", "fake-nvml", "libnvidia-ml.so.1")))
 }
 
-// draDriverImageConfig is what NVIDIA's Dockerfile sets (and distroless's PATH, less /busybox); the chart
+// draDriverImageConfig is what NVIDIA's Dockerfile sets, and distroless's PATH with /busybox; the chart
 // gives each command.
-var draDriverImageConfig = imageConfig{Env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+var draDriverImageConfig = imageConfig{Env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/busybox",
 	"NVIDIA_DISABLE_REQUIRE=true", "NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_DRIVER_CAPABILITIES=utility"}}
 
-// startNvidiaDRADriver lays out a driver root (the stand-in NVML under its versioned name, the stand-in's
-// GPUs) and installs NVIDIA's chart over it. nvidia-smi is left out at first, as on a node whose driver is
-// not installed yet: the chart's init container fails, and the kubelet plugin's pod is on the node with
-// nothing published, while whilePrestartFails runs. Then nvidia-smi is placed and the pod started again (by
-// deleting it, as the DaemonSet makes another at once, where the kubelet's back-off could take minutes);
-// it waits until the new pod is ready and returns it and the stop.
-func (e *Env) startNvidiaDRADriver(t *T, n *Node, whilePrestartFails func()) (*corev1.Pod, func()) {
-	root := filepath.Join(n.dir, "dra", "driver-root")
-	libraries := filepath.Join(root, "usr/lib/x86_64-linux-gnu")
-	for _, dir := range []string{libraries, filepath.Join(root, "usr/bin"), filepath.Join(root, filepath.Dir(draFakeNVML))} {
+// draInstall is NVIDIA's DRA driver installed from its chart on the node: the driver root it runs over.
+type draInstall struct {
+	e    *Env
+	n    *Node
+	root string
+}
+
+// installNvidiaDRADriver lays out a driver root (the stand-in NVML under its versioned name, the stand-in's
+// GPUs) and installs NVIDIA's chart over it. nvidia-smi is left out, as on a node whose driver is not
+// installed yet: the chart's init container waits (prestartWaiting), and the kubelet plugin's pod is on the
+// node with nothing published until completeDriverRoot. The caller defers uninstall at once.
+func (e *Env) installNvidiaDRADriver(t *T, n *Node) *draInstall {
+	d := &draInstall{e: e, n: n, root: filepath.Join(n.dir, "dra", "driver-root")}
+	libraries := filepath.Join(d.root, "usr/lib/x86_64-linux-gnu")
+	for _, dir := range []string{libraries, filepath.Join(d.root, "usr/bin"), filepath.Join(d.root, filepath.Dir(draFakeNVML))} {
 		t.must(os.MkdirAll(dir, 0o755), "making the driver root")
 	}
 	versioned := "libnvidia-ml.so." + draDriverVersion
@@ -94,149 +107,143 @@ func (e *Env) startNvidiaDRADriver(t *T, n *Node, whilePrestartFails func()) (*c
 	if err := os.Symlink(versioned, filepath.Join(libraries, "libnvidia-ml.so.1")); err != nil && !os.IsExist(err) {
 		t.must(err, "linking libnvidia-ml.so.1")
 	}
-	nvidiaSMI := filepath.Join(root, "usr/bin/nvidia-smi")
-	if err := os.Remove(nvidiaSMI); err != nil && !os.IsNotExist(err) {
+	if err := os.Remove(d.nvidiaSMI()); err != nil && !os.IsNotExist(err) {
 		t.must(err, "removing an earlier run's nvidia-smi")
 	}
 	var gpus []string
 	for minor := 0; minor < nodeGPUs; minor++ {
 		gpus = append(gpus, fmt.Sprintf(`{"uuid": %q, "minor": %d}`, fakeGPUUUID(minor), minor))
 	}
-	t.must(os.WriteFile(filepath.Join(root, draFakeNVML), []byte(`{"gpus": [`+strings.Join(gpus, ", ")+"]}\n"), 0o644),
+	t.must(os.WriteFile(filepath.Join(d.root, draFakeNVML), []byte(`{"gpus": [`+strings.Join(gpus, ", ")+"]}\n"), 0o644),
 		"writing the stand-in's GPUs")
 
 	// Its defaults (GPUs on, its node affinity for nvidia.com/gpu.present, its tolerations, privileged,
 	// the gRPC health probes) but for: the image, built here and never pulled; compute domains off (they
-	// need the controller and IMEX, which this node has none of); gpuResourcesEnabledOverride, without which
-	// the chart refuses GPUs where a device plugin may run (gpuguard's withholds them, below); the driver
-	// root; the host's nvidia-cdi-hook for the CDI specs (the image's copy is the plugin's, not the host's);
-	// and where the stand-in NVML finds the GPUs.
+	// need the controller and IMEX, which this node has none of), and so its compute domains' CRDs skipped
+	// (helm uninstall would leave them); gpuResourcesEnabledOverride, without which the chart refuses GPUs
+	// where a device plugin may run (gpuguard's withholds them, below); the driver root; the host's
+	// nvidia-cdi-hook for the CDI specs (the image's copy is the plugin's, not the host's); and where the
+	// stand-in NVML finds the GPUs.
 	image := strings.SplitN(draDriverImage, ":", 2)
-	helm := func(command string, args ...string) error {
-		args = append([]string{command, draRelease}, append(args, "--namespace", draNamespace,
-			"--kubeconfig", e.path("node-control-plane", "admin.kubeconfig"))...)
-		out, err := exec.CommandContext(t.ctx, e.component("helm"), args...).CombinedOutput()
-		os.WriteFile(e.path("logs", "helm-"+draRelease+"-"+command+".log"), out, 0o644)
-		if err != nil {
-			return fmt.Errorf("helm %s %s (NVIDIA's DRA chart): %v: %s", command, draRelease, err, out)
-		}
-		return nil
-	}
-	stop := func() {
-		if err := helm("uninstall", "--wait", "--timeout", "2m"); err != nil && !strings.Contains(err.Error(), "not found") {
-			t.Errorf("%v", err)
-		}
-		n.waitNamespaceGone(t, draNamespace)
-		if err := n.cluster.client.ResourceV1().ResourceSlices().DeleteCollection(t.ctx, metav1.DeleteOptions{},
-			metav1.ListOptions{FieldSelector: "spec.driver=" + draDriver}); err != nil {
-			t.Errorf("deleting the driver's ResourceSlices: %v", err)
-		}
-		for _, path := range []string{"/var/lib/kubelet/plugins/" + draDriver, "/var/lib/kubelet/plugins_registry/" + draDriver + "-reg.sock"} {
-			if err := os.RemoveAll(path); err != nil {
-				t.Errorf("removing %s: %v", path, err)
-			}
-		}
-	}
-	fail := func(format string, args ...any) {
-		stop()
-		t.Fatalf(format, args...)
-	}
-	err := helm("install", filepath.Join(e.cfg.Peers, "src", "k8s-dra-driver-gpu", "deployments", "helm", "dra-driver-nvidia-gpu"),
-		"--create-namespace", "--set", "image.repository="+image[0], "--set", "image.tag="+image[1], "--set", "image.pullPolicy=Never",
-		"--set", "resources.computeDomains.enabled=false", "--set", "gpuResourcesEnabledOverride=true",
-		"--set", "nvidiaDriverRoot="+root, "--set", "nvidiaCDIHookPath="+e.component("nvidia-cdi-hook"),
+	err := d.helm(t, "install", filepath.Join(e.cfg.Peers, "src", "k8s-dra-driver-gpu", "deployments", "helm", "dra-driver-nvidia-gpu"),
+		"--create-namespace", "--skip-crds", "--set", "image.repository="+image[0], "--set", "image.tag="+image[1],
+		"--set", "image.pullPolicy=Never", "--set", "resources.computeDomains.enabled=false", "--set", "gpuResourcesEnabledOverride=true",
+		"--set", "nvidiaDriverRoot="+d.root, "--set", "nvidiaCDIHookPath="+e.component("nvidia-cdi-hook"),
 		"--set-json", `kubeletPlugin.containers.gpus.env=[{"name":"GPUGUARD_FAKE_NVML","value":"/driver-root/`+draFakeNVML+`"}]`)
 	if err != nil {
-		fail("installing NVIDIA's DRA driver chart: %v", err)
+		t.Errorf("installing NVIDIA's DRA driver chart: %v", err)
+		d.uninstall(t)
+		t.Fatalf("NVIDIA's DRA driver is not installed")
 	}
-	pluginPods := func() ([]corev1.Pod, error) {
-		pods, err := n.cluster.client.CoreV1().Pods(draNamespace).List(t.ctx, metav1.ListOptions{LabelSelector: draPluginSelector})
-		if err != nil {
-			return nil, err
-		}
-		return pods.Items, nil
-	}
+	return d
+}
 
-	var failing corev1.Pod
-	if err := eventually(t.ctx, 2*time.Minute, func() error {
-		pods, err := pluginPods()
+func (d *draInstall) nvidiaSMI() string { return filepath.Join(d.root, "usr/bin/nvidia-smi") }
+
+// helm runs helm for the release, its output kept in the run's logs.
+func (d *draInstall) helm(t *T, command string, args ...string) error {
+	args = append([]string{command, draRelease}, append(args, "--namespace", draNamespace,
+		"--kubeconfig", d.e.path("node-control-plane", "admin.kubeconfig"))...)
+	out, err := exec.CommandContext(t.ctx, d.e.component("helm"), args...).CombinedOutput()
+	os.WriteFile(d.e.path("logs", "helm-"+draRelease+"-"+command+".log"), out, 0o644)
+	if err != nil {
+		return fmt.Errorf("helm %s %s (NVIDIA's DRA chart): %v: %s", command, draRelease, err, out)
+	}
+	return nil
+}
+
+// uninstall takes away the release, its namespace, the slices it published and the kubelet's sockets of it.
+func (d *draInstall) uninstall(t *T) {
+	if err := d.helm(t, "uninstall", "--wait", "--timeout", "2m"); err != nil && !strings.Contains(err.Error(), "not found") {
+		t.Errorf("%v", err)
+	}
+	d.n.waitNamespaceGone(t, draNamespace)
+	if err := d.n.cluster.client.ResourceV1().ResourceSlices().DeleteCollection(t.ctx, metav1.DeleteOptions{},
+		metav1.ListOptions{FieldSelector: "spec.driver=" + draDriver}); err != nil {
+		t.Errorf("deleting the driver's ResourceSlices: %v", err)
+	}
+	for _, path := range []string{"/var/lib/kubelet/plugins/" + draDriver, "/var/lib/kubelet/plugins_registry/" + draDriver + "-reg.sock"} {
+		if err := os.RemoveAll(path); err != nil {
+			t.Errorf("removing %s: %v", path, err)
+		}
+	}
+}
+
+func (d *draInstall) pods(t *T) ([]corev1.Pod, error) {
+	pods, err := d.n.cluster.client.CoreV1().Pods(draNamespace).List(t.ctx, metav1.ListOptions{LabelSelector: draPluginSelector})
+	if err != nil {
+		return nil, err
+	}
+	return pods.Items, nil
+}
+
+// prestartWaiting waits until the kubelet plugin's init container runs and its log says the driver root
+// lacks nvidia-smi; it returns the pod, held in its init container.
+func (d *draInstall) prestartWaiting(t *T) corev1.Pod {
+	var waiting corev1.Pod
+	var logs []byte
+	t.must(eventually(t.ctx, 2*time.Minute, func() error {
+		pods, err := d.pods(t)
 		if err != nil {
 			return err
 		}
 		for _, pod := range pods {
 			for _, status := range pod.Status.InitContainerStatuses {
-				if ended := status.LastTerminationState.Terminated; ended != nil && ended.ExitCode != 0 {
-					failing = pod
-					return nil
+				if status.State.Running == nil {
+					continue
 				}
-			}
-		}
-		return fmt.Errorf("no init container of the DRA kubelet plugin has failed yet (%d pods)", len(pods))
-	}); err != nil {
-		fail("waiting for the DRA kubelet plugin's prestart check to fail without nvidia-smi: %v", err)
-	}
-	// The kubelet keeps only the newest ended instance of a container, and the one that failed may have
-	// been replaced by another failing the same way: the ended one's log, else the one running now.
-	var logs []byte
-	if err := eventually(t.ctx, 30*time.Second, func() error {
-		var last error
-		for _, previous := range []bool{true, false} {
-			out, err := n.cluster.client.CoreV1().Pods(draNamespace).GetLogs(failing.Name,
-				&corev1.PodLogOptions{Container: failing.Spec.InitContainers[0].Name, Previous: previous}).DoRaw(t.ctx)
-			if err == nil && strings.Contains(string(out), "lacks nvidia-smi") {
-				logs = out
+				out, err := d.n.cluster.client.CoreV1().Pods(draNamespace).GetLogs(pod.Name,
+					&corev1.PodLogOptions{Container: status.Name}).DoRaw(t.ctx)
+				if err != nil {
+					return err
+				}
+				if !strings.Contains(string(out), "lacks nvidia-smi") {
+					return fmt.Errorf("the prestart check of %s says %q", pod.Name, out)
+				}
+				waiting, logs = pod, out
 				return nil
 			}
-			last = fmt.Errorf("%q (%v)", out, err)
 		}
-		return last
-	}); err != nil {
-		fail("the prestart check's log: %v; want it to say the driver root lacks nvidia-smi", err)
-	}
-	t.Logf("the DRA kubelet plugin's pod %s waits for the driver: %s", failing.Name, strings.TrimSpace(string(logs)))
-	whilePrestartFails()
+		return fmt.Errorf("no init container of the DRA kubelet plugin runs (%d pods)", len(pods))
+	}), "waiting for the DRA kubelet plugin's prestart check to wait for nvidia-smi")
+	first, _, _ := strings.Cut(strings.TrimSpace(string(logs)), "\n")
+	t.Logf("the DRA kubelet plugin's pod %s waits for the driver: %s", waiting.Name, first)
+	return waiting
+}
 
-	t.must(copyFile(e.component("mps-stand-in"), nvidiaSMI, 0o755), "placing nvidia-smi")
-	if err := n.cluster.client.CoreV1().Pods(draNamespace).Delete(t.ctx, failing.Name, metav1.DeleteOptions{}); err != nil &&
-		!apierrors.IsNotFound(err) {
-		fail("deleting the DRA kubelet plugin's pod %s: %v", failing.Name, err)
-	}
+// completeDriverRoot places nvidia-smi, which the prestart check finds within 10 s; it waits until the
+// pod is ready and returns it.
+func (d *draInstall) completeDriverRoot(t *T, waiting corev1.Pod) *corev1.Pod {
+	t.must(copyFile(d.e.component("mps-stand-in"), d.nvidiaSMI(), 0o755), "placing nvidia-smi")
 	var ready *corev1.Pod
-	if err := eventually(t.ctx, 2*time.Minute, func() error {
-		pods, err := pluginPods()
+	t.must(eventually(t.ctx, 2*time.Minute, func() error {
+		pod, err := d.n.cluster.client.CoreV1().Pods(draNamespace).Get(t.ctx, waiting.Name, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
-		ready = nil
-		for i, pod := range pods {
-			if pod.Name == failing.Name || pod.DeletionTimestamp != nil {
-				continue
+		for _, status := range append(pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses...) {
+			if w := status.State.Waiting; w != nil && w.Reason != "ContainerCreating" && w.Reason != "PodInitializing" {
+				return fmt.Errorf("the DRA kubelet plugin's container %s waits: %s: %s", status.Name, w.Reason, w.Message)
 			}
-			for _, status := range append(pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses...) {
-				if w := status.State.Waiting; w != nil && w.Reason != "ContainerCreating" && w.Reason != "PodInitializing" {
-					return fmt.Errorf("the DRA kubelet plugin's container %s waits: %s: %s", status.Name, w.Reason, w.Message)
-				}
-			}
-			for _, condition := range pod.Status.Conditions {
-				if condition.Type == corev1.PodReady && condition.Status == corev1.ConditionTrue {
-					ready = &pods[i]
-				}
+			if ended := status.State.Terminated; ended != nil && ended.ExitCode != 0 {
+				return fmt.Errorf("the DRA kubelet plugin's container %s ended: %d: %s", status.Name, ended.ExitCode, ended.Message)
 			}
 		}
-		if ready == nil {
-			return fmt.Errorf("no new pod of the DRA kubelet plugin is ready (%d pods)", len(pods))
+		for _, condition := range pod.Status.Conditions {
+			if condition.Type == corev1.PodReady && condition.Status == corev1.ConditionTrue {
+				ready = pod
+				return nil
+			}
 		}
-		return nil
-	}); err != nil {
-		fail("waiting for NVIDIA's DRA kubelet plugin: %v", err)
-	}
-	return ready, stop
+		return fmt.Errorf("the DRA kubelet plugin's pod %s is not ready", pod.Name)
+	}), "waiting for NVIDIA's DRA kubelet plugin")
+	return ready
 }
 
-// nodeNvidiaDRADriver: NVIDIA's DRA driver, installed from its own chart in its README's namespace, runs
+// nodeNvidiaDRADriver: NVIDIA's DRA driver, installed from its own chart in its install guide's namespace, runs
 // its kubelet plugin as a pod beside gpuguard's webhook and enforcer, under gpuguard's defaults, which
 // build that namespace and the pod's label in. Before the driver is installed on the node (its prestart
-// check failing), the pod alone makes gpuguard's device plugin, started afresh, withhold both GPUs with no
+// check waiting), the pod alone makes gpuguard's device plugin, started afresh, withhold both GPUs with no
 // slice published: which starts first does not decide. Then the plugin's container keeps the chart's
 // NVIDIA_VISIBLE_DEVICES=void, looked at from inside, and publishes the node's two GPUs as a
 // ResourceSlice; a pod whose container claims one (a ResourceClaim of the chart's DeviceClass
@@ -253,29 +260,47 @@ func nodeNvidiaDRADriver(t *T, e *Env) {
 	// which withheld the GPUs the driver published, started again to serve them for the scenarios after.
 	defer n.gpuguardServesGPUsAgain(t)
 	privilegedBefore := n.enforcerDecisions(t, "privileged")
-	plugin, stop := e.startNvidiaDRADriver(t, n, func() {
-		if err := os.RemoveAll(servedElsewhereRecordDir); err != nil {
-			t.Errorf("removing %s: %v", servedElsewhereRecordDir, err)
-		}
-		n.restartGpuguardPlugin(t)
-		n.waitForMetric(t, `gpus="served"} 1`)
-		n.waitForMetric(t, "gpuguard_device_plugin_gpus_served_elsewhere "+strconv.Itoa(nodeGPUs))
-		n.expectNoGPUsFor(t, 12*time.Second, "the DRA kubelet plugin's pod on the node, nothing published, gpuguard's plugin started afresh",
-			"gpuguard's plugin served the GPUs")
-		published, err := c.client.ResourceV1().ResourceSlices().List(t.ctx, metav1.ListOptions{FieldSelector: "spec.driver=" + draDriver})
-		t.must(err, "listing the driver's ResourceSlices")
-		if len(published.Items) != 0 {
-			t.Fatalf("the DRA driver published %d ResourceSlices before its prestart check passed", len(published.Items))
-		}
-		t.Logf("the DRA kubelet plugin's pod waiting for the driver, nothing published: gpuguard's plugin, started with no record, withholds both GPUs")
-	})
-	defer stop()
-	// Exempt by the built-in entry (its namespace and its chart's component label): its privileged
-	// containers were never decided as privileged ones, and the chart's void, which its comment says keeps
-	// the runtime from giving the plugin every GPU, is what it runs with.
+	d := e.installNvidiaDRADriver(t, n)
+	defer d.uninstall(t)
+
+	// A fresh node: the kubelet plugin's pod is there, waiting for the driver, and gpuguard's plugin starts
+	// with no record of GPUs withheld. It withholds both, for that pod, with nothing published.
+	waiting := d.prestartWaiting(t)
+	n.gpuguardStartedAfreshWithholds(t, "the DRA kubelet plugin's pod on the node, nothing published")
+	early, err := c.client.ResourceV1().ResourceSlices().List(t.ctx, metav1.ListOptions{FieldSelector: "spec.driver=" + draDriver})
+	t.must(err, "listing the driver's ResourceSlices")
+	if len(early.Items) != 0 {
+		t.Fatalf("the DRA driver published %d ResourceSlices before its prestart check passed", len(early.Items))
+	}
+	// Why, as its record of GPUs withheld says: the pod, not a socket or a slice.
+	withheldFor := "NVIDIA's DRA driver runs on this node (pod " + draNamespace + "/" + waiting.Name + ", container gpus)"
+	records, err := os.ReadDir(servedElsewhereRecordDir)
+	t.must(err, "reading the device plugin's record of GPUs withheld")
+	recorded := ""
+	for _, record := range records {
+		content, err := os.ReadFile(filepath.Join(servedElsewhereRecordDir, record.Name()))
+		t.must(err, "reading "+record.Name())
+		recorded += string(content)
+	}
+	if strings.Count(recorded, withheldFor) != nodeGPUs {
+		t.Errorf("gpuguard's record of GPUs withheld: %q; want both withheld because %s", recorded, withheldFor)
+	}
+	t.Logf("the DRA kubelet plugin's pod waiting for the driver, nothing published: gpuguard's plugin, started with no record, withholds both GPUs because %s",
+		withheldFor)
+
+	exemptBefore := n.enforcerDecisions(t, "exempt")
+	plugin := d.completeDriverRoot(t, waiting)
+	// Exempt by the built-in entry (its namespace and its chart's component label): its privileged init
+	// and gpus containers were not decided as privileged ones (the enforcer judges exemption first), and
+	// its gpus container, the only container made meanwhile, was decided as exempt. The chart's void,
+	// which its comment says keeps the runtime from giving the plugin every GPU, is what it runs with.
 	if after := n.enforcerDecisions(t, "privileged"); after != privilegedBefore {
 		t.Errorf("the enforcer decided %v containers as privileged while NVIDIA's DRA kubelet plugin started; want none, it is exempt",
 			after-privilegedBefore)
+	}
+	if after := n.enforcerDecisions(t, "exempt"); after < exemptBefore+1 {
+		t.Errorf("the enforcer decided %v containers as exempt while NVIDIA's DRA kubelet plugin's gpus container started; want it",
+			after-exemptBefore)
 	}
 	if own := n.look(t, e, plugin); own.value != "void" {
 		t.Errorf("NVIDIA's DRA kubelet plugin (%s/%s, container %s): %s; want the chart's void", plugin.Namespace, plugin.Name,
@@ -284,7 +309,7 @@ func nodeNvidiaDRADriver(t *T, e *Env) {
 		t.Logf("NVIDIA's DRA kubelet plugin %s/%s runs from its chart, release %s, exempt under gpuguard's defaults: %s",
 			plugin.Namespace, plugin.Name, draRelease, own)
 	}
-	_, err := c.client.ResourceV1().DeviceClasses().Get(t.ctx, draDriver, metav1.GetOptions{})
+	_, err = c.client.ResourceV1().DeviceClasses().Get(t.ctx, draDriver, metav1.GetOptions{})
 	t.must(err, "reading the chart's DeviceClass gpu.nvidia.com")
 	var published []string
 	t.must(eventually(t.ctx, 2*time.Minute, func() error {

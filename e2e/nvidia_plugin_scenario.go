@@ -356,6 +356,14 @@ func (n *Node) nvidiaPodBeforeItRegisters(t *T, e *Env) {
 		}
 		return fmt.Errorf("no pod of NVIDIA's plugin waits for its image")
 	}), "waiting for NVIDIA's plugin's pod to wait for its image")
+	n.gpuguardStartedAfreshWithholds(t, "NVIDIA's plugin's pod on the node, not registered")
+	t.Logf("NVIDIA's plugin's pod waiting for its image, registered nowhere: gpuguard's plugin, started with no record, withholds both GPUs")
+}
+
+// gpuguardStartedAfreshWithholds restarts gpuguard's plugin as on a fresh node (its record of GPUs withheld
+// and NVIDIA's socket deleted) and expects it to withhold both GPUs for what is on the node (the other
+// plugin's pod, said as onNode) for 12 s.
+func (n *Node) gpuguardStartedAfreshWithholds(t *T, onNode string) {
 	for _, path := range []string{nvidiaPluginSocket, servedElsewhereRecordDir} {
 		if err := os.RemoveAll(path); err != nil {
 			t.Errorf("removing %s: %v", path, err)
@@ -364,9 +372,7 @@ func (n *Node) nvidiaPodBeforeItRegisters(t *T, e *Env) {
 	n.restartGpuguardPlugin(t)
 	n.waitForMetric(t, `gpus="served"} 1`)
 	n.waitForMetric(t, "gpuguard_device_plugin_gpus_served_elsewhere "+strconv.Itoa(nodeGPUs))
-	n.expectNoGPUsFor(t, 12*time.Second, "NVIDIA's plugin's pod on the node, not registered, gpuguard's plugin started afresh",
-		"gpuguard's plugin served the GPUs")
-	t.Logf("NVIDIA's plugin's pod waiting for its image, registered nowhere: gpuguard's plugin, started with no record, withholds both GPUs")
+	n.expectNoGPUsFor(t, 12*time.Second, onNode+", gpuguard's plugin started afresh", "gpuguard's plugin served the GPUs")
 }
 
 // nvidiaRenamedAfterGpuguard: gpuguard's plugin serves the GPUs first; then NVIDIA's starts with renamed

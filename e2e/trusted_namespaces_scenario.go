@@ -25,9 +25,9 @@ const (
 )
 
 // trustedNamespaces: a tenant's account that may create any namespace creates (dry run) an ordinary one,
-// but not gpu-operator, nvidia-device-plugin or gpuguard-system, refused with the guard's message; the
-// admin may; bound to gpuguard-trusted-namespaces-creator, so may the tenant's. Then the opt-out label
-// (ignoredNamespaces).
+// but not gpu-operator, nvidia-device-plugin, dra-driver-nvidia-gpu, nvidia-dra-driver-gpu or
+// gpuguard-system, refused with the guard's message; the admin may; bound to
+// gpuguard-trusted-namespaces-creator, so may the tenant's. Then the opt-out label (ignoredNamespaces).
 func trustedNamespaces(t *T, e *Env) {
 	w := e.webhookFor(t)
 	c := w.cluster

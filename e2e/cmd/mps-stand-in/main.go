@@ -4,6 +4,7 @@
 // it is run under. It is never part of gpuguard's image.
 //
 //   - nvidia-smi -i <uuid> -c <mode>: says the mode was set.
+//   - nvidia-smi --version: says it is the stand-in (NVIDIA's DRA driver's prestart check runs it).
 //   - nvidia-cuda-mps-control -d: records its CUDA variables in $CUDA_MPS_LOG_DIRECTORY/stand-in.log, marks
 //     the /dev/shm it sees (stand-in-<CUDA_VISIBLE_DEVICES>), and leaves a "daemon" behind, as the real one
 //     does: a process of its own session whose PID is kept in the pipe directory beside a `control` file.
@@ -39,6 +40,10 @@ func main() {
 }
 
 func nvidiaSmi(args []string) int {
+	if len(args) == 1 && args[0] == "--version" {
+		fmt.Println("stand-in nvidia-smi of gpuguard's end-to-end node (e2e/cmd/mps-stand-in)")
+		return 0
+	}
 	if len(args) != 4 || args[0] != "-i" || args[2] != "-c" {
 		fmt.Printf("stand-in nvidia-smi: unexpected arguments %q\n", args)
 		return 2
