@@ -211,7 +211,7 @@ func benchBackstopUpdate(t *T, e *Env) {
 // taint listed (nvidia.com/gpu, NoSchedule) replaces what is installed, and back, alternating over the
 // rounds: the backstop's policy (which works out whether a pod may land on a GPU node, and judges only
 // those that may) and the webhook configuration's two entries, each with its matchConditions (the
-// installed entry's Service and CA kept). In each phase, pods created one at a time that tolerate nothing
+// installed entry's clientConfig kept). In each phase, pods created one at a time that tolerate nothing
 // (reviewed by the second entry; the policy judges nothing of them) and pods that tolerate the taint
 // (reviewed by the first; judged).
 func benchBackstopGpuNodeTaints(t *T, e *Env) {

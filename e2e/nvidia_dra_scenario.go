@@ -21,6 +21,7 @@ import (
 	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 const (
@@ -157,7 +158,7 @@ func (d *draInstall) uninstall(t *T) {
 	if err := d.helm(t, "uninstall", "--wait", "--timeout", "2m"); err != nil && !strings.Contains(err.Error(), "not found") {
 		t.Errorf("%v", err)
 	}
-	d.n.waitNamespaceGone(t, draNamespace)
+	// The slices and sockets first: the namespace's wait ends the test where it fails.
 	if err := d.n.cluster.client.ResourceV1().ResourceSlices().DeleteCollection(t.ctx, metav1.DeleteOptions{},
 		metav1.ListOptions{FieldSelector: "spec.driver=" + draDriver}); err != nil {
 		t.Errorf("deleting the driver's ResourceSlices: %v", err)
@@ -167,6 +168,7 @@ func (d *draInstall) uninstall(t *T) {
 			t.Errorf("removing %s: %v", path, err)
 		}
 	}
+	d.n.waitNamespaceGone(t, draNamespace)
 }
 
 func (d *draInstall) pods(t *T) ([]corev1.Pod, error) {
@@ -197,7 +199,7 @@ func (d *draInstall) prestartWaiting(t *T) corev1.Pod {
 				if err != nil {
 					return err
 				}
-				if !strings.Contains(string(out), "lacks nvidia-smi") {
+				if !strings.Contains(string(out), "lacks nvidia-smi:") {
 					return fmt.Errorf("the prestart check of %s says %q", pod.Name, out)
 				}
 				waiting, logs = pod, out
@@ -235,6 +237,14 @@ func (d *draInstall) completeDriverRoot(t *T, waiting corev1.Pod) *corev1.Pod {
 				return nil
 			}
 		}
+		// Still in its prestart check: what the check says last.
+		for _, status := range pod.Status.InitContainerStatuses {
+			if status.State.Running != nil {
+				out, _ := d.n.cluster.client.CoreV1().Pods(draNamespace).GetLogs(pod.Name,
+					&corev1.PodLogOptions{Container: status.Name, TailLines: ptr(int64(1))}).DoRaw(t.ctx)
+				return fmt.Errorf("the DRA kubelet plugin's pod %s is in its prestart check: %s", pod.Name, strings.TrimSpace(string(out)))
+			}
+		}
 		return fmt.Errorf("the DRA kubelet plugin's pod %s is not ready", pod.Name)
 	}), "waiting for NVIDIA's DRA kubelet plugin")
 	return ready
@@ -251,7 +261,8 @@ func (d *draInstall) completeDriverRoot(t *T, waiting corev1.Pod) *corev1.Pod {
 // NVIDIA_VISIBLE_DEVICES=void from the claim's CDI spec. The enforcer reads the claim's CDI devices from
 // pod-resources and the device nodes from the driver's spec, so a pod of the same claim that also mounts
 // the other GPU is refused, naming it. A GPU-less pod sees none. gpuguard's device plugin keeps withholding
-// the GPUs the slice publishes: the node offers no nvidia.com/gpu.
+// the GPUs the slice publishes: the node offers no nvidia.com/gpu, and a pod asking for one is given the
+// other GPU through the DRA driver (the DeviceClass's extendedResourceName), and sees it alone.
 func nodeNvidiaDRADriver(t *T, e *Env) {
 	n := e.gpuguardFor(t)
 	n.waitForEnforcerRegistered(t)
@@ -341,11 +352,9 @@ func nodeNvidiaDRADriver(t *T, e *Env) {
 			Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: draDriver}}}}}}
 	_, err = c.client.ResourceV1().ResourceClaims(nodeNamespace).Create(t.ctx, claim, metav1.CreateOptions{})
 	t.must(err, "creating the ResourceClaim")
-	defer func() {
-		if err := c.client.ResourceV1().ResourceClaims(nodeNamespace).Delete(t.ctx, claimName, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-			t.Errorf("deleting the ResourceClaim: %v", err)
-		}
-	}()
+	// Run once the pods are torn down (deferred below, so before this): the claim, and the one the scheduler
+	// made for the nvidia.com/gpu pod, gone.
+	defer n.claimsGone(t)
 	claiming := func(name string, options ...func(*corev1.Container)) *corev1.Pod {
 		pod := cudaPod(name, append(options, withClaim("gpu"))...)
 		pod.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: ptr(claimName)}}
@@ -387,7 +396,22 @@ func nodeNvidiaDRADriver(t *T, e *Env) {
 	// The chart's DeviceClass names nvidia.com/gpu as its extendedResourceName, and the node cluster (1.37)
 	// has DRAExtendedResource on: with gpuguard's plugin withholding the GPUs, a pod asking for one
 	// nvidia.com/gpu is given it through the DRA driver, the other GPU, and sees it alone.
-	extended := n.look(t, e, n.runPod(t, cudaPod("dra-extended", withRequest(gpuResource, "1"))))
+	extendedPod := n.runPod(t, cudaPod("dra-extended", withRequest(gpuResource, "1")))
+	extended := n.look(t, e, extendedPod)
+	// Served through DRA, not a device plugin: the scheduler made the pod a claim of the DeviceClass.
+	running, err := c.client.CoreV1().Pods(nodeNamespace).Get(t.ctx, extendedPod.Name, metav1.GetOptions{})
+	t.must(err, "reading the nvidia.com/gpu pod")
+	if running.Status.ExtendedResourceClaimStatus == nil {
+		t.Errorf("the pod asking for one %s has no extendedResourceClaimStatus: not served through the DRA driver", gpuResource)
+	} else {
+		made, err := c.client.ResourceV1().ResourceClaims(nodeNamespace).Get(t.ctx, running.Status.ExtendedResourceClaimStatus.ResourceClaimName,
+			metav1.GetOptions{})
+		t.must(err, "reading the claim the scheduler made for the nvidia.com/gpu pod")
+		if made.Status.Allocation == nil || len(made.Status.Allocation.Devices.Results) != 1 ||
+			made.Status.Allocation.Devices.Results[0].Driver != draDriver {
+			t.Errorf("the claim the scheduler made for the %s pod: %+v; want one device of %s", gpuResource, made.Status.Allocation, draDriver)
+		}
+	}
 	want := "nvidia1"
 	if minor == "1" {
 		want = "nvidia0"
@@ -413,4 +437,36 @@ func (n *Node) enforcerDecisions(t *T, why string) float64 {
 		}
 	}
 	return total
+}
+
+// claimsGone deletes the node namespace's ResourceClaims once their pods are gone and waits until the API
+// server has removed them. The node cluster's controller manager runs no resourceclaim-controller, which
+// takes off the finalizer the scheduler puts on a claim it allocates once no pod holds it: that is done
+// here, for claims whose pods are gone.
+func (n *Node) claimsGone(t *T) {
+	claims := n.cluster.client.ResourceV1().ResourceClaims(nodeNamespace)
+	t.must(eventually(t.ctx, time.Minute, func() error {
+		list, err := claims.List(t.ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		for _, claim := range list.Items {
+			if claim.DeletionTimestamp == nil {
+				if err := claims.Delete(t.ctx, claim.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+					return err
+				}
+				continue
+			}
+			if len(claim.Finalizers) > 0 {
+				_, err := claims.Patch(t.ctx, claim.Name, types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
+				if err != nil && !apierrors.IsNotFound(err) {
+					return err
+				}
+			}
+		}
+		if len(list.Items) > 0 {
+			return fmt.Errorf("%d ResourceClaims left in %s", len(list.Items), nodeNamespace)
+		}
+		return nil
+	}), "removing the ResourceClaims")
 }

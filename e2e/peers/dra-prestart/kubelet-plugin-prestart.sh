@@ -10,6 +10,8 @@
 # prints hints for particular driver roots (GKE's, the GPU Operator's) every sixth attempt; this does not.
 # It runs on bash and the image's busybox (sleep, env), as NVIDIA's image has them.
 set -u
+# As PID 1 of its container, bash would ignore the kubelet's SIGTERM and wait out the grace period.
+trap 'exit 143' TERM INT
 
 root="${NVIDIA_DRIVER_ROOT:-/}"
 if [ "$root" = / ]; then
