@@ -10,7 +10,6 @@ package main
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -141,16 +140,9 @@ func (e *Env) installNvidiaDRADriver(t *T, n *Node) *draInstall {
 
 func (d *draInstall) nvidiaSMI() string { return filepath.Join(d.root, "usr/bin/nvidia-smi") }
 
-// helm runs helm for the release, its output kept in the run's logs.
+// helm runs helm for the release (helmPeer).
 func (d *draInstall) helm(t *T, command string, args ...string) error {
-	args = append([]string{command, draRelease}, append(args, "--namespace", draNamespace,
-		"--kubeconfig", d.e.path("node-control-plane", "admin.kubeconfig"))...)
-	out, err := exec.CommandContext(t.ctx, d.e.component("helm"), args...).CombinedOutput()
-	os.WriteFile(d.e.path("logs", "helm-"+draRelease+"-"+command+".log"), out, 0o644)
-	if err != nil {
-		return fmt.Errorf("helm %s %s (NVIDIA's DRA chart): %v: %s", command, draRelease, err, out)
-	}
-	return nil
+	return d.e.helmPeer(t, "NVIDIA's DRA chart", command, draRelease, draNamespace, args...)
 }
 
 // uninstall takes away the release, its namespace, the slices it published and the kubelet's sockets of it.

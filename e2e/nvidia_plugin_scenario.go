@@ -100,18 +100,25 @@ var nvidiaHelm = nvidiaPluginLayout{namespace: nvidiaHelmNamespace, name: nvidia
 
 // helmNvidiaChart runs helm install or uninstall of NVIDIA's chart, as release gpu-sharing.
 func (n *Node) helmNvidiaChart(t *T, e *Env, l nvidiaPluginLayout, command string) error {
-	args := []string{command, nvidiaHelmRelease}
+	var args []string
 	if command == "install" {
 		image := strings.SplitN(nvidiaPluginImage, ":", 2)
 		args = append(args, filepath.Join(e.cfg.Peers, "src", "k8s-device-plugin", "deployments", "helm", "nvidia-device-plugin"),
 			"--set", "image.repository="+image[0], "--set", "image.tag="+image[1], "--set", "image.pullPolicy=Never",
 			"--set", "nvidiaDriverRoot=/")
 	}
-	args = append(args, "--namespace", l.namespace, "--kubeconfig", e.path("node-control-plane", "admin.kubeconfig"))
+	return e.helmPeer(t, "NVIDIA's chart", command, nvidiaHelmRelease, l.namespace, args...)
+}
+
+// helmPeer runs helm for a release of a peer's chart (what, in its error) in its namespace on the node's
+// cluster: command, release, then args; the output is kept in the run's logs.
+func (e *Env) helmPeer(t *T, what, command, release, namespace string, args ...string) error {
+	args = append(append([]string{command, release}, args...), "--namespace", namespace,
+		"--kubeconfig", e.path("node-control-plane", "admin.kubeconfig"))
 	out, err := exec.CommandContext(t.ctx, e.component("helm"), args...).CombinedOutput()
-	os.WriteFile(e.path("logs", "helm-"+nvidiaHelmRelease+"-"+command+".log"), out, 0o644)
+	os.WriteFile(e.path("logs", "helm-"+release+"-"+command+".log"), out, 0o644)
 	if err != nil {
-		return fmt.Errorf("helm %s %s (NVIDIA's chart): %v: %s", command, nvidiaHelmRelease, err, out)
+		return fmt.Errorf("helm %s %s (%s): %v: %s", command, release, what, err, out)
 	}
 	return nil
 }
