@@ -2,7 +2,9 @@
 // finding", it asserts the properties the apiserver relies on: a response is valid JSON echoing the uid,
 // and a patch applies to the object it was computed for and is idempotent on reinvocation. The same bytes
 // go to the arm hook's readings of what the API server sends back (webhook::arming): never a throw, the
-// ready replicas sorted and once each, and a replica heard only by a pod's name.
+// ready replicas sorted and once each, and a replica heard only by a pod's name; and to the admission
+// switches' namespace store as a watched Namespace (webhook::IgnoredNamespaces): added then deleted leaves
+// nothing counted, and what it counts agrees with nlohmann's reading of every document nlohmann accepts.
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -13,6 +15,8 @@
 
 #include "gpuguard/admission/base64.hpp"
 #include "gpuguard/admission/review.hpp"
+#include "gpuguard/kube/store.hpp"
+#include "gpuguard/webhook/admission_switches.hpp"
 #include "gpuguard/webhook/arming.hpp"
 
 using nlohmann::json;
@@ -48,12 +52,44 @@ void check_arming(const std::string& body) {
   }
 }
 
+void check_ignored_namespace(const std::string& body) {
+  gpuguard::webhook::IgnoredNamespaces store;
+  const gpuguard::kube::PaddedText text(body);
+  store.apply("ADDED", text.view());
+  const auto counts = store.counts();
+  if (counts.break_glass + counts.other > 1) violated("one namespace counted once", body);
+  const json document = json::parse(body, nullptr, false);
+  // Compared where both read the same keys: no escapes (simdjson matches a key as written, nlohmann as
+  // unescaped; the API server writes these keys unescaped), and each key once (nlohmann keeps the last
+  // duplicate, simdjson finds the first).
+  const auto once = [&body](const char* key) { return body.find(key) == body.rfind(key); };
+  if (!document.is_discarded() && body.find('\\') == std::string::npos && once("\"gpuguard.io/ignore\"") &&
+      once("\"metadata\"") && once("\"name\"") && once("\"labels\"")) {
+    const json* name = document.is_object() && document.contains("metadata") && document["metadata"].is_object() &&
+                               document["metadata"].contains("name")
+                           ? &document["metadata"]["name"]
+                           : nullptr;
+    const json* labels = name && document["metadata"].contains("labels") ? &document["metadata"]["labels"] : nullptr;
+    const json* value = labels && labels->is_object() && labels->contains("gpuguard.io/ignore")
+                            ? &(*labels)["gpuguard.io/ignore"]
+                            : nullptr;
+    const bool counted = name && name->is_string() && !name->get<std::string>().empty() && value && value->is_string();
+    const bool break_glass = counted && value->get<std::string>() == "break-glass";
+    if (counts.break_glass != (break_glass ? 1u : 0u) || counts.other != (counted && !break_glass ? 1u : 0u)) {
+      violated("counted as nlohmann reads it", body);
+    }
+  }
+  store.apply("DELETED", text.view());
+  if (store.counts().break_glass + store.counts().other != 0) violated("added then deleted leaves nothing", body);
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   static const Policy policy;
   const std::string body(reinterpret_cast<const char*>(data), size);
   check_arming(body);
+  check_ignored_namespace(body);
   const ReviewOutcome outcome = review(body, policy);
   if (!outcome.ok) return 0;
 

@@ -212,6 +212,7 @@ std::optional<std::string> ApiClient::bearer_token(std::string& error) const {
 
 std::string ApiClient::target(const WatchedResource& resource, std::string query) const {
   if (!resource.field_selector.empty()) query += "&fieldSelector=" + percent_encode(resource.field_selector);
+  if (!resource.label_selector.empty()) query += "&labelSelector=" + percent_encode(resource.label_selector);
   return server_.path_prefix + resource.path + "?" + query;
 }
 

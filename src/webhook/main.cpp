@@ -10,6 +10,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <vector>
 
 #include "arm_command.hpp"
 #include "audit_command.hpp"
@@ -55,8 +56,10 @@ constexpr const char* kUsage =
     "  gpuguard-webhook await-rollout [options]\n"
     "      the chart's post-delete hook: waits until the node cleanup's DaemonSet is ready on every node\n"
     "      (await-rollout --help)\n\n"
-    "In a pod it looks up DRA claims with its service account; elsewhere give --apiserver-url, --token-file\n"
-    "and --ca-file, or run without (claims are then unknown, and treated as requesting no GPU).\n\n"
+    "In a pod it looks up DRA claims, and watches the namespaces labelled gpuguard.io/ignore and the objects\n"
+    "--webhook-configuration and --backstop-binding name, with its service account; elsewhere give\n"
+    "--apiserver-url, --token-file and --ca-file, or run without (claims are then unknown, and treated as\n"
+    "requesting no GPU).\n\n"
     "Options";
 
 std::optional<std::size_t> byte_flag(const po::variables_map& flags, const char* name) {
@@ -113,9 +116,16 @@ void serve_reviews(const po::variables_map& flags, const std::optional<kube::Api
   tls::CertificateWatcher certificate(flags["tls-cert-file"].as<std::string>(),
                                       flags["tls-private-key-file"].as<std::string>(), metrics);
   std::unique_ptr<claims::ClaimCache> claims;
+  std::unique_ptr<webhook::AdmissionSwitches> switches;
   std::unique_ptr<kube::Informers> informers;
   if (apiserver) {
-    claims = std::make_unique<claims::ClaimCache>();
+    switches = std::make_unique<webhook::AdmissionSwitches>(flags["webhook-configuration"].as<std::string>(),
+                                                            flags["backstop-binding"].as<std::string>());
+    std::vector<kube::WatchedResource> watched = switches->watched_resources();
+    if (claims_mode == "auto") {
+      claims = std::make_unique<claims::ClaimCache>();
+      for (kube::WatchedResource& resource : claims->watched_resources()) watched.push_back(std::move(resource));
+    }
     kube::InformerOptions informer_options;
     informer_options.user_agent = std::string("gpuguard-webhook/") + GPUGUARD_VERSION;
     informer_options.rediscover_interval =
@@ -123,18 +133,25 @@ void serve_reviews(const po::variables_map& flags, const std::optional<kube::Api
     informer_options.on_discovery = [](const std::string&, const kube::GroupDiscovery& found) {
       claims::log_claims_discovery(found);
     };
-    informers = std::make_unique<kube::Informers>(*apiserver, claims->watched_resources(), informer_options);
+    informers = std::make_unique<kube::Informers>(*apiserver, std::move(watched), informer_options);
   } else {
-    log::warn(claims_mode == "off"
-                  ? "--resource-claims off: DRA claims are not looked up"
-                  : "no Kubernetes API (not in a pod, no --apiserver-url): DRA claims are not looked up",
+    log::warn(
+        "no Kubernetes API (not in a pod, no --apiserver-url): DRA claims are not looked up, and the "
+        "admission switches not watched",
+        {{"effect",
+          "containers that get devices through resource claims are treated as requesting no GPU; "
+          "gpuguard_ignored_namespaces and gpuguard_admission_object_present are not exported"}});
+  }
+  if (apiserver && claims_mode == "off") {
+    log::warn("--resource-claims off: DRA claims are not looked up",
               {{"effect", "containers that get devices through resource claims are treated as requesting no GPU"}});
   }
   webhook::WebhookHandler handler(
       [&policy] { return policy.current(); }, metrics, claims.get(),
       claims ? std::function<bool()>([&claims] { return claims->synced(); }) : std::function<bool()>());
   handler.set_instance(instance);
-  if (informers) {
+  handler.set_switches(switches.get());
+  if (claims) {
     handler.set_readiness_note(
         [&informers] { return claims::claims_off_note(informers->discovered(claims::ClaimCache::kGroup)); });
   }
@@ -149,7 +166,8 @@ void serve_reviews(const po::variables_map& flags, const std::optional<kube::Api
   handler.set_ready(true);
   log::info("listening", {{"address", address},
                           {"version", GPUGUARD_VERSION},
-                          {"resource_claims", apiserver ? apiserver->url() : std::string("off")}});
+                          {"resource_claims", claims ? apiserver->url() : std::string("off")},
+                          {"kubernetes_api", apiserver ? apiserver->url() : std::string("none")}});
   const auto stop_delivered = stop_signals.release();  // to this thread alone; held again before the server goes
   server.run();
 }
@@ -167,7 +185,7 @@ int serve(const po::variables_map& flags) {
     return 2;
   }
   std::optional<kube::ApiServer> apiserver;
-  if (claims_mode == "auto" && cli::apiserver_known(flags)) {
+  if (cli::apiserver_known(flags)) {
     try {
       apiserver = cli::api_server(flags);
     } catch (const std::exception& e) {
@@ -178,6 +196,14 @@ int serve(const po::variables_map& flags) {
   if (const double interval = flags["api-discovery-interval"].as<double>(); !(interval >= 0.1 && interval <= 86400)) {
     std::cerr << "gpuguard-webhook: --api-discovery-interval must be between 0.1 and 86400 seconds\n";
     return 2;
+  }
+  for (const char* name : {"webhook-configuration", "backstop-binding"}) {
+    const std::string object = flags[name].as<std::string>();
+    if (!object.empty() && !k8s::is_dns_subdomain(object)) {
+      std::cerr << "gpuguard-webhook: --" << name << " '" << object
+                << "' is not an object's name (an RFC 1123 subdomain of at most 253 characters)\n";
+      return 2;
+    }
   }
   const std::string instance = flags["instance"].as<std::string>();
   if (!instance.empty() && !valid_instance(instance)) {
@@ -222,6 +248,11 @@ int main(int argc, char** argv) {
       "resource-claims", po::value<std::string>()->default_value("auto"),
       "auto: look up DRA ResourceClaims and ResourceClaimTemplates by list and watch when a Kubernetes API is "
       "known, through the newest resource.k8s.io version served (v1, v1beta2, v1beta1); off: never")(
+      "webhook-configuration", po::value<std::string>()->default_value(""),
+      "the MutatingWebhookConfiguration that sends pods to this webhook, watched where a Kubernetes API is known "
+      "so that /metrics says when it is gone (gpuguard_admission_object_present); empty: not watched")(
+      "backstop-binding", po::value<std::string>()->default_value(""),
+      "the backstop's ValidatingAdmissionPolicyBinding, watched as --webhook-configuration is; empty: not watched")(
       "api-discovery-interval", po::value<double>()->default_value(60),
       "seconds between looks for a resource.k8s.io version to read while the cluster serves none")(
       "memory-limit", po::value<std::string>()->default_value("128Mi"),

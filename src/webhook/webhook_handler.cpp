@@ -38,7 +38,12 @@ server::Response WebhookHandler::handle(const server::RequestHead& head, std::st
   }
   return server::ProbeRoutes::respond(
       head.path, ready_.load() && claims_listed,
-      [this] { return metrics_.render(claims_synced_ ? std::optional<bool>(claims_synced_()) : std::nullopt); }, note);
+      [this] {
+        std::string page = metrics_.render(claims_synced_ ? std::optional<bool>(claims_synced_()) : std::nullopt);
+        if (switches_) switches_->render(page);
+        return page;
+      },
+      note);
 }
 
 server::Response WebhookHandler::mutate(std::string body) const {

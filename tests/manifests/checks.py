@@ -113,18 +113,28 @@ def check_webhook(docs, namespace, excluded, ca=None, cert_manager=False, failur
     budget = one(docs, "PodDisruptionBudget", "gpuguard-webhook")["spec"]
     assert budget["minAvailable"] >= 1 and budget["selector"] == deployment["selector"]
 
-    # It reads DRA claims and templates, and nothing else; with the lookups off, not even that.
+    # It reads the namespaces (selected by gpuguard.io/ignore), its own configuration and the backstop's
+    # binding by name, which its flags name, and DRA claims and templates, and nothing else; with the
+    # lookups off, not the claims.
+    assert pod["automountServiceAccountToken"] is True
+    bindings = [b for b in find(docs, "ValidatingAdmissionPolicyBinding")
+                if b["metadata"].get("labels", {}).get("gpuguard.io/refuses-pods") == "true"]
+    assert args["webhook-configuration"] == configuration["metadata"]["name"]
+    assert args.get("backstop-binding") == (bindings[0]["metadata"]["name"] if bindings else None), args
+    rules = [{"apiGroups": [""], "resources": ["namespaces"], "verbs": ["list", "watch"]},
+             {"apiGroups": ["admissionregistration.k8s.io"], "resources": ["mutatingwebhookconfigurations"],
+              "resourceNames": [configuration["metadata"]["name"]], "verbs": ["list", "watch"]}]
+    rules += [{"apiGroups": ["admissionregistration.k8s.io"], "resources": ["validatingadmissionpolicybindings"],
+               "resourceNames": [b["metadata"]["name"]], "verbs": ["list", "watch"]} for b in bindings]
     if resource_claims:
-        assert pod["automountServiceAccountToken"] is True
-        assert one(docs, "ClusterRole", "gpuguard-webhook")["rules"] == [
-            {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims", "resourceclaimtemplates"],
-             "verbs": ["list", "watch"]}]
-        binding = one(docs, "ClusterRoleBinding", "gpuguard-webhook")
-        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": pod["serviceAccountName"], "namespace": namespace}]
-        assert binding["roleRef"]["name"] == "gpuguard-webhook"
+        rules.append({"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims", "resourceclaimtemplates"],
+                      "verbs": ["list", "watch"]})
     else:
-        assert pod["automountServiceAccountToken"] is False and args.get("resource-claims") == "off"
-        assert not find(docs, "ClusterRole", "gpuguard-webhook")
+        assert args.get("resource-claims") == "off"
+    assert one(docs, "ClusterRole", "gpuguard-webhook")["rules"] == rules, one(docs, "ClusterRole", "gpuguard-webhook")
+    binding = one(docs, "ClusterRoleBinding", "gpuguard-webhook")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": pod["serviceAccountName"], "namespace": namespace}]
+    assert binding["roleRef"]["name"] == "gpuguard-webhook"
     check_trusted_namespaces(docs, webhook)
     return one(docs, "ConfigMap", "gpuguard-policy")["data"]
 
@@ -816,7 +826,8 @@ def check_monitoring(docs, namespace, root, ca_suffix="-tls"):
                                             "GPUGuardContainersBeyondAllocation", "GPUGuardPolicyRefused",
                                             "GPUGuardWebhookUnavailable", "GPUGuardNodeEnforcerNotRunning", "GPUGuardNodeNotEnforced",
                                             "GPUGuardNodeEnforcerRefusals", "GPUGuardNodeBreakGlass", "GPUGuardGPUInfrastructureUnlisted",
-                                            "GPUGuardNodeEnforcementNotEnforcing", "GPUGuardGPUNodeWithoutEnforcer"}
+                                            "GPUGuardNodeEnforcementNotEnforcing", "GPUGuardGPUNodeWithoutEnforcer",
+                                            "GPUGuardAdmissionObjectMissing", "GPUGuardAdmissionBreakGlass"}
     for a in alerts:
         assert a["labels"]["severity"] in ("warning", "critical") and a["annotations"]["summary"], a
         assert "absent(" not in a["expr"], f"{a['alert']} fires on missing data"
@@ -832,5 +843,6 @@ def check_monitoring(docs, namespace, root, ca_suffix="-tls"):
     assert (f'namespace="{enforcer["namespace"]}",created_by_kind="DaemonSet",created_by_name="{enforcer["name"]}"'
             in by_name["GPUGuardGPUNodeWithoutEnforcer"])
     # Neither "not enforcing" alert is by pod: a replica's restart must not start its timer again.
-    for name in ("GPUGuardPolicyNotEnforcing", "GPUGuardNodeEnforcementNotEnforcing"):
+    for name in ("GPUGuardPolicyNotEnforcing", "GPUGuardNodeEnforcementNotEnforcing", "GPUGuardAdmissionObjectMissing",
+                 "GPUGuardAdmissionBreakGlass"):
         assert "pod" not in re.findall(r"by \(([^)]*)\)", by_name[name])[0], by_name[name]

@@ -1,12 +1,12 @@
 #pragma once
-// A Kubernetes API server just big enough for list and watch of pods and nodes, for the PATCH of a
-// Node's status conditions that the device plugin sends, for DRA claims in whichever resource.k8s.io
-// versions a test has it serve (with the group's discovery document), and for the audit loop's Leases (get, create,
-// update on the resourceVersion read, as the API server checks it) and PolicyReports (server-side apply,
-// delete, list), over real TLS (the test CA's 127.0.0.1
-// certificate) with a bearer token. It keeps a history of events, as etcd does, so that a
-// watch resumed from a resourceVersion gets what it missed, until compact() forgets it: then such a
-// watch gets 410 Gone. Tests can cut every open watch stream mid-flight.
+// A Kubernetes API server just big enough for list and watch of pods, nodes, namespaces and the admission
+// configurations (by name), for the PATCH of a Node's status conditions that the device plugin sends, for
+// DRA claims in whichever resource.k8s.io versions a test has it serve (with the group's discovery
+// document), and for the audit loop's Leases (get, create, update on the resourceVersion read, as the API
+// server checks it) and PolicyReports (server-side apply, delete, list), over real TLS (the test CA's
+// 127.0.0.1 certificate) with a bearer token. It keeps a history of events, as etcd does, so that a watch
+// resumed from a resourceVersion gets what it missed, until compact() forgets it: then such a watch gets
+// 410 Gone. Tests can cut every open watch stream mid-flight.
 #include <condition_variable>
 #include <functional>
 #include <map>
@@ -28,9 +28,10 @@ class FakeApiserver {
 
   std::string url() const;
 
-  // resource is "pods", "nodes", "resourceclaims" or "resourceclaimtemplates". put() is ADDED or MODIFIED, remove()
-  // DELETED, each with the next resourceVersion. With `record` false the change leaves no event: only a list shows it
-  // (what a client misses when the history it would resume from is compacted).
+  // resource is "pods", "nodes", "namespaces", "mutatingwebhookconfigurations",
+  // "validatingadmissionpolicybindings", "resourceclaims" or "resourceclaimtemplates". put() is ADDED or MODIFIED,
+  // remove() DELETED, each with the next resourceVersion. With `record` false the change leaves no event: only a list
+  // shows it (what a client misses when the history it would resume from is compacted).
   void put(const std::string& resource, nlohmann::json object, bool record = true);
   void remove(const std::string& resource, const std::string& name, bool record = true);
   // Forgets the history up to now: a watch from any version before the next one gets 410 Gone.

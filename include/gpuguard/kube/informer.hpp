@@ -26,6 +26,7 @@ struct WatchedResource {
   // store holds one empty complete list (it counts as synced) and the discovery is asked again every
   // InformerOptions::rediscover_interval, so that a cluster that gains the API is read without a restart.
   std::vector<std::string> versions = {};
+  std::string label_selector = {};  // as kubectl takes it, e.g. "gpuguard.io/ignore"; empty for none
 };
 
 struct InformerOptions {

@@ -8,6 +8,7 @@
 #include "gpuguard/admission/claims.hpp"
 #include "gpuguard/policy/policy.hpp"
 #include "gpuguard/server/http.hpp"
+#include "gpuguard/webhook/admission_switches.hpp"
 #include "gpuguard/webhook/webhook_metrics.hpp"
 
 namespace gpuguard::webhook {
@@ -30,6 +31,8 @@ class WebhookHandler final : public server::Handler {
   // Which webhook this is, said to the arm hook's probe pod (admission::kArmProbeAnnotation); set before the
   // server runs. Empty: nothing said.
   void set_instance(std::string instance) { instance_ = std::move(instance); }
+  // The switches /metrics says are thrown, where the API is watched; set before the server runs.
+  void set_switches(const AdmissionSwitches* switches) { switches_ = switches; }
 
   std::optional<server::Response> reject_early(const server::RequestHead& head) const override;
   server::Response handle(const server::RequestHead& head, std::string body) const override;
@@ -43,6 +46,7 @@ class WebhookHandler final : public server::Handler {
   std::function<bool()> claims_synced_;
   std::function<std::string()> readiness_note_;
   std::string instance_;
+  const AdmissionSwitches* switches_ = nullptr;
   std::atomic<bool> ready_{false};
   mutable std::mutex large_review_mutex_;
 };

@@ -1,0 +1,90 @@
+// admission-switches: the webhook's own watch of what takes pods out of its admission without a review
+// reaching it (a namespace labelled gpuguard.io/ignore, the webhook configuration or the backstop's binding
+// deleted), through the real API server under the shipped RBAC (list and watch of namespaces selected by
+// the label; of the two objects by name, which RBAC's resourceNames allows only with the name's field
+// selector), read off the webhook's /metrics as the alerts GPUGuardAdmissionBreakGlass and
+// GPUGuardAdmissionObjectMissing read them.
+package main
+
+import (
+	"fmt"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+)
+
+const (
+	breakGlassNamespaces    = `gpuguard_ignored_namespaces{value="break-glass"}`
+	configurationPresent    = `gpuguard_admission_object_present{object="webhook-configuration"}`
+	backstopBindingPresent  = `gpuguard_admission_object_present{object="backstop-binding"}`
+	admissionSwitchesWithin = 30 * time.Second
+)
+
+func admissionSwitches(t *T, e *Env) {
+	w := e.webhookFor(t)
+	c := w.cluster
+	client := w.httpClient(t)
+	url := fmt.Sprintf("https://127.0.0.1:%d/metrics", w.port)
+	reads := func(series string, want int, what string) {
+		t.must(eventually(t.ctx, admissionSwitchesWithin, func() error {
+			got, err := scrape(client, url, series)
+			if err != nil {
+				return err
+			}
+			if got != want {
+				return fmt.Errorf("%s is %d, want %d", series, got, want)
+			}
+			return nil
+		}), what)
+	}
+	reads(configurationPresent, 1, "the webhook configuration said present")
+	reads(backstopBindingPresent, 1, "the backstop's binding said present")
+	before, err := scrape(client, url, breakGlassNamespaces)
+	t.must(err, "reading "+breakGlassNamespaces)
+
+	// The break glass's label on one namespace, then taken off by its value.
+	const ns = "e2e-switches"
+	c.namespace(t, ns, map[string]string{"gpuguard.io/ignore": "break-glass"})
+	defer c.client.CoreV1().Namespaces().Delete(t.ctx, ns, metav1.DeleteOptions{})
+	reads(breakGlassNamespaces, before+1, "a namespace labelled gpuguard.io/ignore=break-glass counted")
+	patch := []byte(`{"metadata":{"labels":{"gpuguard.io/ignore":null}}}`)
+	_, err = c.client.CoreV1().Namespaces().Patch(t.ctx, ns, "application/merge-patch+json", patch, metav1.PatchOptions{})
+	t.must(err, "taking the label off")
+	reads(breakGlassNamespaces, before, "the label taken off, no longer counted")
+
+	// The other break glass: the binding, then the configuration, deleted (as operations.md's command does,
+	// the binding first), each said gone; made again as an apply would, present.
+	var configuration, binding *unstructured.Unstructured
+	for _, obj := range w.objects {
+		switch {
+		case obj.GetKind() == "MutatingWebhookConfiguration":
+			configuration = obj
+		case obj.GetKind() == "ValidatingAdmissionPolicyBinding" && obj.GetLabels()["gpuguard.io/refuses-pods"] == "true":
+			binding = obj
+		}
+	}
+	if configuration == nil || binding == nil {
+		t.Fatalf("manifests/default: the webhook configuration %v, the backstop's binding %v; want both", configuration != nil, binding != nil)
+	}
+	restored := false
+	defer func() {
+		if !restored {
+			c.apply(t, binding)
+			c.apply(t, configuration)
+		}
+	}()
+	admission := c.client.AdmissionregistrationV1()
+	t.must(admission.ValidatingAdmissionPolicyBindings().Delete(t.ctx, binding.GetName(), metav1.DeleteOptions{}), "deleting the binding")
+	reads(backstopBindingPresent, 0, "the backstop's binding deleted, said gone")
+	reads(configurationPresent, 1, "the webhook configuration still said present")
+	t.must(admission.MutatingWebhookConfigurations().Delete(t.ctx, configuration.GetName(), metav1.DeleteOptions{}), "deleting the webhook configuration")
+	reads(configurationPresent, 0, "the webhook configuration deleted, said gone")
+	c.apply(t, binding)
+	c.apply(t, configuration)
+	restored = true
+	reads(configurationPresent, 1, "the webhook configuration made again, said present")
+	reads(backstopBindingPresent, 1, "the backstop's binding made again, said present")
+	w.waitUntilPatching(t)
+	t.Logf("the webhook's /metrics, within %s of each change: a namespace labelled gpuguard.io/ignore=break-glass counted (%d to %d) and not once the label is off; the binding and the configuration deleted, 0 each; applied again, 1", admissionSwitchesWithin, before, before+1)
+}

@@ -1,0 +1,153 @@
+// What the admission switches are, from list and watch (include/gpuguard/webhook/admission_switches.hpp).
+#include "gpuguard/webhook/admission_switches.hpp"
+
+#include <simdjson.h>
+
+#include <optional>
+
+#include "gpuguard/metrics/text.hpp"
+
+namespace gpuguard::webhook {
+namespace {
+
+constexpr metrics::Family kIgnored{
+    "gpuguard_ignored_namespaces", "gauge",
+    "Namespaces labelled gpuguard.io/ignore, whose pods the webhook and the backstop leave alone: by the break "
+    "glass (value break-glass) or any other value (an admin's opt-out)."};
+constexpr metrics::Family kPresent{
+    "gpuguard_admission_object_present", "gauge",
+    "1 while the object exists: the webhook configuration that sends pods here, the backstop's binding that "
+    "refuses those not patched; 0 once deleted (the break glass)."};
+
+struct Read {
+  std::string name;
+  std::optional<std::string> label;  // kIgnoreLabel's value, where the object has it
+};
+
+// The object's name and its kIgnoreLabel; nullopt for text without a name. The store's text is followed
+// by kube::kJsonPadding readable bytes: parsed where it lies.
+std::optional<Read> read(std::string_view object) {
+  simdjson::ondemand::parser parser;
+  const simdjson::padded_string_view text(object.data(), object.size(), object.size() + kube::kJsonPadding);
+  simdjson::ondemand::document document;
+  simdjson::ondemand::object metadata;
+  std::string_view name, value;
+  if (parser.iterate(text).get(document) != simdjson::SUCCESS ||
+      document.find_field_unordered("metadata").get_object().get(metadata) != simdjson::SUCCESS ||
+      metadata.find_field_unordered("name").get_string().get(name) != simdjson::SUCCESS || name.empty()) {
+    return std::nullopt;
+  }
+  // Copied before the next string is read: simdjson unescapes every string into one buffer, from its start.
+  Read found{std::string(name), std::nullopt};
+  if (metadata.find_field_unordered("labels").find_field_unordered(kIgnoreLabel).get_string().get(value) ==
+      simdjson::SUCCESS) {
+    found.label = std::string(value);
+  }
+  return found;
+}
+
+}  // namespace
+
+IgnoredNamespaces::Counts IgnoredNamespaces::counts() const {
+  std::lock_guard lock(mutex_);
+  Counts counts;
+  for (const auto& [name, break_glass] : labelled_) ++(break_glass ? counts.break_glass : counts.other);
+  return counts;
+}
+
+void IgnoredNamespaces::list_begin() {
+  std::lock_guard lock(mutex_);
+  listing_.clear();
+}
+
+void IgnoredNamespaces::list_item(std::string_view object) {
+  auto namespace_read = read(object);
+  if (!namespace_read || !namespace_read->label) return;
+  std::lock_guard lock(mutex_);
+  listing_.insert_or_assign(std::move(namespace_read->name), *namespace_read->label == kBreakGlassValue);
+}
+
+void IgnoredNamespaces::list_end(bool complete) {
+  std::lock_guard lock(mutex_);
+  if (complete) {
+    labelled_.swap(listing_);
+    listed_.store(true);
+  }
+  listing_.clear();
+}
+
+// A namespace that loses the label leaves the selection: the API server sends it DELETED, and one sent
+// MODIFIED without the label (a server that did not select) counts the same.
+void IgnoredNamespaces::apply(std::string_view type, std::string_view object) {
+  auto namespace_read = read(object);
+  if (!namespace_read) return;
+  std::lock_guard lock(mutex_);
+  if (type == "DELETED" || !namespace_read->label) {
+    labelled_.erase(namespace_read->name);
+  } else {
+    labelled_.insert_or_assign(std::move(namespace_read->name), *namespace_read->label == kBreakGlassValue);
+  }
+}
+
+bool NamedObject::is_it(std::string_view object) const {
+  const auto found = read(object);
+  return found && found->name == name_;
+}
+
+void NamedObject::list_item(std::string_view object) {
+  if (is_it(object)) listing_ = true;
+}
+
+void NamedObject::list_end(bool complete) {
+  if (!complete) return;
+  exists_.store(listing_);
+  listed_.store(true);
+}
+
+void NamedObject::apply(std::string_view type, std::string_view object) {
+  if (is_it(object)) exists_.store(type != "DELETED");
+}
+
+AdmissionSwitches::AdmissionSwitches(std::string webhook_configuration, std::string backstop_binding) {
+  if (!webhook_configuration.empty()) configuration_ = std::make_unique<NamedObject>(std::move(webhook_configuration));
+  if (!backstop_binding.empty()) binding_ = std::make_unique<NamedObject>(std::move(backstop_binding));
+}
+
+std::vector<kube::WatchedResource> AdmissionSwitches::watched_resources() {
+  std::vector<kube::WatchedResource> resources;
+  kube::WatchedResource namespaces{"namespaces", "/api/v1/namespaces", "", &namespaces_};
+  namespaces.label_selector = std::string(kIgnoreLabel);
+  resources.push_back(std::move(namespaces));
+  // admissionregistration.k8s.io/v1 serves both from 1.30, the oldest minor gpuguard supports.
+  if (configuration_) {
+    resources.push_back({"mutatingwebhookconfigurations",
+                         "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations",
+                         "metadata.name=" + configuration_->name(), configuration_.get()});
+  }
+  if (binding_) {
+    resources.push_back({"validatingadmissionpolicybindings",
+                         "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings",
+                         "metadata.name=" + binding_->name(), binding_.get()});
+  }
+  return resources;
+}
+
+void AdmissionSwitches::render(std::string& out) const {
+  if (namespaces_.listed()) {
+    const IgnoredNamespaces::Counts counts = namespaces_.counts();
+    metrics::header(out, kIgnored);
+    metrics::sample(out, kIgnored, metrics::labels({{"value", kBreakGlassValue}}), counts.break_glass);
+    metrics::sample(out, kIgnored, metrics::labels({{"value", "other"}}), counts.other);
+  }
+  const std::pair<const char*, const NamedObject*> objects[] = {{"webhook-configuration", configuration_.get()},
+                                                                {"backstop-binding", binding_.get()}};
+  bool headed = false;
+  for (const auto& [what, object] : objects) {
+    if (!object || !object->listed()) continue;
+    if (!headed) metrics::header(out, kPresent);
+    headed = true;
+    metrics::sample(out, kPresent, metrics::labels({{"object", what}}), object->exists() ? "1" : "0");
+  }
+}
+
+}  // namespace gpuguard::webhook

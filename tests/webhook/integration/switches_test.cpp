@@ -1,0 +1,153 @@
+// The real webhook against the fake API server: the admission switches it cannot see in its reviews (a
+// namespace labelled gpuguard.io/ignore, the webhook configuration or the backstop's binding deleted) are
+// watched and said on /metrics, as the alerts GPUGuardAdmissionBreakGlass and GPUGuardAdmissionObjectMissing
+// read them; the namespaces are selected by the label on the server, each object by its name.
+#include <catch2/catch.hpp>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "eventually.hpp"
+#include "fake_apiserver.hpp"
+#include "http_client.hpp"
+#include "promtool.hpp"
+#include "series.hpp"
+#include "server_process.hpp"
+#include "tls_client.hpp"
+
+using namespace gpuguard::test;
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+json named(const std::string& kind, const std::string& name, json labels = json::object()) {
+  return {{"kind", kind}, {"metadata", {{"name", name}, {"labels", std::move(labels)}}}};
+}
+
+constexpr const char* kBreakGlass = "gpuguard_ignored_namespaces{value=\"break-glass\"}";
+constexpr const char* kOther = "gpuguard_ignored_namespaces{value=\"other\"}";
+constexpr const char* kConfiguration = "gpuguard_admission_object_present{object=\"webhook-configuration\"}";
+constexpr const char* kBinding = "gpuguard_admission_object_present{object=\"backstop-binding\"}";
+
+struct Cluster {
+  FakeApiserver apiserver{"webhook-token"};
+  fs::path dir = fs::temp_directory_path() / ("gpuguard-switches-" + std::to_string(getpid()));
+  Cluster() {
+    fs::create_directories(dir);
+    std::ofstream(dir / "token") << "webhook-token";
+    apiserver.serve_claims({});
+  }
+  ~Cluster() { fs::remove_all(dir); }
+  std::vector<std::string> flags(std::vector<std::string> more) const {
+    std::vector<std::string> all = {"--apiserver-url",
+                                    apiserver.url(),
+                                    "--token-file",
+                                    (dir / "token").string(),
+                                    "--ca-file",
+                                    certs_dir() + "/ca.crt",
+                                    "--api-discovery-interval",
+                                    "0.5"};
+    all.insert(all.end(), more.begin(), more.end());
+    return all;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("the namespaces labelled gpuguard.io/ignore and the admission objects deleted are said on /metrics") {
+  Cluster cluster;
+  cluster.apiserver.put("namespaces", named("Namespace", "team-a"));
+  cluster.apiserver.put("namespaces", named("Namespace", "granted", {{"gpuguard.io/ignore", "true"}}));
+  cluster.apiserver.put("mutatingwebhookconfigurations", named("MutatingWebhookConfiguration", "gpuguard"));
+  cluster.apiserver.put("mutatingwebhookconfigurations", named("MutatingWebhookConfiguration", "someone-else"));
+  cluster.apiserver.put("validatingadmissionpolicybindings",
+                        named("ValidatingAdmissionPolicyBinding", "gpuguard-visible-devices"));
+  WebhookProcess webhook(
+      cluster.flags({"--webhook-configuration", "gpuguard", "--backstop-binding", "gpuguard-visible-devices"}));
+  TlsClient client(webhook.port());
+  auto page = [&] { return client.request("GET", "/metrics").body; };
+  auto reads = [&](std::vector<std::pair<const char*, long long>> want) {
+    return eventually([&] {
+      const std::string now = page();
+      for (const auto& [series, value] : want) {
+        if (series_value(now, series) != value) return false;
+      }
+      return true;
+    });
+  };
+
+  REQUIRE(reads({{kBreakGlass, 0}, {kOther, 1}, {kConfiguration, 1}, {kBinding, 1}}));
+  check_promtool_clean(page());
+  // Selected on the server: the label for namespaces, the name for each object.
+  bool namespaces_selected = false;
+  for (const auto& request : cluster.apiserver.requests()) {
+    if (request.path == "/api/v1/namespaces") {
+      CHECK(request.query.find("labelSelector=gpuguard.io%2Fignore") != std::string::npos);
+      namespaces_selected = true;
+    }
+    if (request.path.ends_with("/mutatingwebhookconfigurations")) {
+      CHECK((request.query + "&").find("fieldSelector=metadata.name%3Dgpuguard&") != std::string::npos);
+    }
+    if (request.path.ends_with("/validatingadmissionpolicybindings")) {
+      CHECK((request.query + "&").find("fieldSelector=metadata.name%3Dgpuguard-visible-devices&") != std::string::npos);
+    }
+  }
+  CHECK(namespaces_selected);
+
+  // The break glass: every namespace labelled, then taken off by its value; the granted one is kept.
+  cluster.apiserver.put("namespaces", named("Namespace", "team-a", {{"gpuguard.io/ignore", "break-glass"}}));
+  cluster.apiserver.put("namespaces", named("Namespace", "team-b", {{"gpuguard.io/ignore", "break-glass"}}));
+  CHECK(reads({{kBreakGlass, 2}, {kOther, 1}}));
+  cluster.apiserver.put("namespaces", named("Namespace", "team-a"));  // the label taken off
+  cluster.apiserver.remove("namespaces", "team-b");
+  CHECK(reads({{kBreakGlass, 0}, {kOther, 1}}));
+
+  // The other break glass: the binding and the configuration deleted; another's configuration changes nothing.
+  cluster.apiserver.remove("validatingadmissionpolicybindings", "gpuguard-visible-devices");
+  CHECK(reads({{kConfiguration, 1}, {kBinding, 0}}));
+  cluster.apiserver.remove("mutatingwebhookconfigurations", "someone-else");
+  cluster.apiserver.remove("mutatingwebhookconfigurations", "gpuguard");
+  CHECK(reads({{kConfiguration, 0}, {kBinding, 0}}));
+  // Made again (helm upgrade): present once more, and still after a re-list.
+  cluster.apiserver.put("mutatingwebhookconfigurations", named("MutatingWebhookConfiguration", "gpuguard"));
+  cluster.apiserver.compact();
+  cluster.apiserver.drop_watches();
+  cluster.apiserver.put("validatingadmissionpolicybindings",
+                        named("ValidatingAdmissionPolicyBinding", "gpuguard-visible-devices"), false);
+  CHECK(reads({{kConfiguration, 1}, {kBinding, 1}}));
+}
+
+TEST_CASE("without the objects' names only the namespaces are watched, and with no API nothing is said") {
+  Cluster cluster;
+  cluster.apiserver.put("namespaces", named("Namespace", "lab", {{"gpuguard.io/ignore", "break-glass"}}));
+  {
+    WebhookProcess webhook(cluster.flags({"--resource-claims", "off"}));
+    TlsClient client(webhook.port());
+    REQUIRE(eventually([&] { return series_value(client.request("GET", "/metrics").body, kBreakGlass) == 1; }));
+    const std::string page = client.request("GET", "/metrics").body;
+    CHECK(page.find("gpuguard_admission_object_present") == std::string::npos);
+    CHECK(page.find("gpuguard_resource_claims_synced") == std::string::npos);  // claims off: not watched
+    CHECK(cluster.apiserver.count("mutatingwebhookconfigurations", false) == 0);
+    CHECK(cluster.apiserver.count("resourceclaims", false) == 0);
+  }
+  WebhookProcess alone;
+  TlsClient client(alone.port());
+  REQUIRE(eventually([&] { return client.request("GET", "/readyz").status == 200; }));
+  CHECK(client.request("GET", "/metrics").body.find("gpuguard_ignored_namespaces") == std::string::npos);
+}
+
+TEST_CASE("an object's name that is not one is refused at start") {
+  for (const char* flag : {"--webhook-configuration", "--backstop-binding"}) {
+    INFO(flag);
+    const ExitResult result = run_webhook("--tls-cert-file " + certs_dir() + "/tls.crt --tls-private-key-file " +
+                                          certs_dir() + "/tls.key " + flag + " Not_A_Name");
+    CHECK(result.status == 2);
+    CHECK(result.output.find(std::string("gpuguard-webhook: ") + flag + " 'Not_A_Name' is not an object's name") !=
+          std::string::npos);
+  }
+}
