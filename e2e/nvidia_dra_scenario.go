@@ -254,7 +254,9 @@ func (d *draInstall) completeDriverRoot(t *T, waiting corev1.Pod) *corev1.Pod {
 // pod-resources and the device nodes from the driver's spec, so a pod of the same claim that also mounts
 // the other GPU is refused, naming it. A GPU-less pod sees none. gpuguard's device plugin keeps withholding
 // the GPUs the slice publishes: the node offers no nvidia.com/gpu, and a pod asking for one is given the
-// other GPU through the DRA driver (the DeviceClass's extendedResourceName), and sees it alone.
+// other GPU through the DRA driver (the DeviceClass's extendedResourceName), and sees it alone; such a pod
+// that also mounts the GPU the claim holds is refused, naming it: the enforcer reads the claim the
+// scheduler made for it from pod-resources as it reads a pod's own.
 func nodeNvidiaDRADriver(t *T, e *Env) {
 	n := e.gpuguardFor(t)
 	n.waitForEnforcerRegistered(t)
@@ -355,7 +357,7 @@ func nodeNvidiaDRADriver(t *T, e *Env) {
 	c.waitUntilClaimKnown(t, nodeNamespace, claiming("dra-probe"), "the ResourceClaim")
 
 	// Torn down before the driver stops, which the kubelet needs to unprepare the claim.
-	defer n.deletePodsTornDown(t, "dra-claimed", "dra-beyond", "dra-none", "dra-extended")
+	defer n.deletePodsTornDown(t, "dra-claimed", "dra-beyond", "dra-none", "dra-extended", "dra-extended-beyond")
 	seen := n.look(t, e, n.runPod(t, claiming("dra-claimed")))
 	stored, err := c.client.ResourceV1().ResourceClaims(nodeNamespace).Get(t.ctx, claimName, metav1.GetOptions{})
 	t.must(err, "reading the allocated claim")
@@ -373,12 +375,14 @@ func nodeNvidiaDRADriver(t *T, e *Env) {
 	if minor == "1" {
 		other = "0"
 	}
-	beyond := claiming("dra-beyond", func(c *corev1.Container) {
-		c.VolumeMounts = []corev1.VolumeMount{{Name: "other", MountPath: "/dev/nvidia" + other}}
-	})
-	beyond.Spec.Volumes = []corev1.Volume{{Name: "other", VolumeSource: corev1.VolumeSource{
-		HostPath: &corev1.HostPathVolumeSource{Path: "/dev/nvidia" + other, Type: ptr(corev1.HostPathCharDev)}}}}
-	why := n.failedCreate(t, beyond)
+	// A pod that also mounts the host's /dev/nvidia<minor>, the device node of a GPU it was not given.
+	mounting := func(pod *corev1.Pod, minor string) *corev1.Pod {
+		pod.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "other", MountPath: "/dev/nvidia" + minor}}
+		pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: "other", VolumeSource: corev1.VolumeSource{
+			HostPath: &corev1.HostPathVolumeSource{Path: "/dev/nvidia" + minor, Type: ptr(corev1.HostPathCharDev)}}})
+		return pod
+	}
+	why := n.failedCreate(t, mounting(claiming("dra-beyond"), other))
 	if !strings.Contains(why, "gpuguard: container") || !strings.Contains(why, "/dev/nvidia"+other) {
 		t.Errorf("a pod of the same claim also mounting /dev/nvidia%s: %q; want gpuguard's refusal naming it", other, why)
 	}
@@ -394,10 +398,11 @@ func nodeNvidiaDRADriver(t *T, e *Env) {
 	running, err := c.client.CoreV1().Pods(nodeNamespace).Get(t.ctx, extendedPod.Name, metav1.GetOptions{})
 	t.must(err, "reading the nvidia.com/gpu pod")
 	if running.Status.ExtendedResourceClaimStatus == nil {
-		t.Errorf("the pod asking for one %s has no extendedResourceClaimStatus: not served through the DRA driver", gpuResource)
-	} else {
-		made, err := c.client.ResourceV1().ResourceClaims(nodeNamespace).Get(t.ctx, running.Status.ExtendedResourceClaimStatus.ResourceClaimName,
-			metav1.GetOptions{})
+		t.Fatalf("the pod asking for one %s has no extendedResourceClaimStatus: not served through the DRA driver", gpuResource)
+	}
+	madeName := running.Status.ExtendedResourceClaimStatus.ResourceClaimName
+	{
+		made, err := c.client.ResourceV1().ResourceClaims(nodeNamespace).Get(t.ctx, madeName, metav1.GetOptions{})
 		t.must(err, "reading the claim the scheduler made for the nvidia.com/gpu pod")
 		if made.Status.Allocation == nil || len(made.Status.Allocation.Devices.Results) != 1 ||
 			made.Status.Allocation.Devices.Results[0].Driver != draDriver {
@@ -413,6 +418,18 @@ func nodeNvidiaDRADriver(t *T, e *Env) {
 			minor, extended, want)
 	}
 	t.Logf("a pod asking for one %s, served through the DRA driver's DeviceClass: %s", gpuResource, extended)
+
+	// Beyond that allocation: the same request, also mounting the GPU the claim holds, is refused naming it.
+	// The GPU dra-extended holds is freed first: its pod torn down, and the claim the scheduler made for it
+	// removed (claimsGone's work, for that claim alone).
+	n.deletePodsTornDown(t, "dra-extended")
+	n.claimsGone(t, madeName)
+	why = n.failedCreate(t, mounting(cudaPod("dra-extended-beyond", withRequest(gpuResource, "1")), minor))
+	if !strings.Contains(why, "gpuguard: container") || !strings.Contains(why, "/dev/nvidia"+minor) {
+		t.Errorf("a pod asking for one %s through the DRA driver, also mounting /dev/nvidia%s: %q; want gpuguard's refusal naming it",
+			gpuResource, minor, why)
+	}
+	t.Logf("one %s through the DRA driver, and /dev/nvidia%s mounted: %s", gpuResource, minor, why)
 }
 
 // enforcerDecisions is the node enforcer's count of containers decided for the reason why, whatever was done.
@@ -434,14 +451,18 @@ func (n *Node) enforcerDecisions(t *T, why string) float64 {
 // claimsGone deletes the node namespace's ResourceClaims once their pods are gone and waits until the API
 // server has removed them. The node cluster's controller manager runs no resourceclaim-controller, which
 // takes off the finalizer the scheduler puts on a claim it allocates once no pod holds it: that is done
-// here, for claims whose pods are gone.
-func (n *Node) claimsGone(t *T) {
+// here, for claims whose pods are gone. Named claims alone where `only` names some.
+func (n *Node) claimsGone(t *T, only ...string) {
 	claims := n.cluster.client.ResourceV1().ResourceClaims(nodeNamespace)
 	t.must(eventually(t.ctx, time.Minute, func() error {
-		list, err := claims.List(t.ctx, metav1.ListOptions{})
+		all, err := claims.List(t.ctx, metav1.ListOptions{})
 		if err != nil {
 			return err
 		}
+		list := all.DeepCopy()
+		list.Items = slices.DeleteFunc(list.Items, func(claim resourcev1.ResourceClaim) bool {
+			return len(only) > 0 && !slices.Contains(only, claim.Name)
+		})
 		for _, claim := range list.Items {
 			if claim.DeletionTimestamp == nil {
 				if err := claims.Delete(t.ctx, claim.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
