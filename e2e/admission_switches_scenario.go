@@ -1,7 +1,7 @@
 // admission-switches: the webhook's own watch of what takes pods out of its admission without a review
 // reaching it (a namespace labelled gpuguard.io/ignore, the webhook configuration or the backstop's binding
-// deleted), through the real API server under the shipped RBAC (list and watch of namespaces selected by
-// the label; of the two objects by name, which RBAC's resourceNames allows only with the name's field
+// or policy deleted), and whether each of its watches works, through the real API server under the shipped RBAC (list and watch of namespaces selected by
+// the label; of the three objects by name, which RBAC's resourceNames allows only with the name's field
 // selector), read off the webhook's /metrics as the alerts GPUGuardAdmissionBreakGlass and
 // GPUGuardAdmissionObjectMissing read them.
 package main
@@ -18,6 +18,7 @@ const (
 	breakGlassNamespaces    = `gpuguard_ignored_namespaces{value="break-glass"}`
 	configurationPresent    = `gpuguard_admission_object_present{object="webhook-configuration"}`
 	backstopBindingPresent  = `gpuguard_admission_object_present{object="backstop-binding"}`
+	backstopPolicyPresent   = `gpuguard_admission_object_present{object="backstop-policy"}`
 	admissionSwitchesWithin = 30 * time.Second
 )
 
@@ -40,6 +41,10 @@ func admissionSwitches(t *T, e *Env) {
 	}
 	reads(configurationPresent, 1, "the webhook configuration said present")
 	reads(backstopBindingPresent, 1, "the backstop's binding said present")
+	reads(backstopPolicyPresent, 1, "the backstop's policy said present")
+	for _, resource := range []string{"namespaces", "mutatingwebhookconfigurations", "validatingadmissionpolicybindings", "validatingadmissionpolicies"} {
+		reads(`gpuguard_admission_switches_watched{resource="`+resource+`"}`, 1, "the webhook's watch of "+resource+" said working")
+	}
 	before, err := scrape(client, url, breakGlassNamespaces)
 	t.must(err, "reading "+breakGlassNamespaces)
 
@@ -55,7 +60,7 @@ func admissionSwitches(t *T, e *Env) {
 
 	// The other break glass: the binding, then the configuration, deleted (as operations.md's command does,
 	// the binding first), each said gone; made again as an apply would, present.
-	var configuration, binding *unstructured.Unstructured
+	var configuration, binding, policy *unstructured.Unstructured
 	for _, obj := range w.objects {
 		switch {
 		case obj.GetKind() == "MutatingWebhookConfiguration":
@@ -64,17 +69,32 @@ func admissionSwitches(t *T, e *Env) {
 			binding = obj
 		}
 	}
-	if configuration == nil || binding == nil {
-		t.Fatalf("manifests/default: the webhook configuration %v, the backstop's binding %v; want both", configuration != nil, binding != nil)
+	if binding != nil {
+		policyName, _, _ := unstructured.NestedString(binding.Object, "spec", "policyName")
+		for _, obj := range w.objects {
+			if obj.GetKind() == "ValidatingAdmissionPolicy" && obj.GetName() == policyName {
+				policy = obj
+			}
+		}
+	}
+	if configuration == nil || binding == nil || policy == nil {
+		t.Fatalf("manifests/default: the webhook configuration %v, the backstop's binding %v and policy %v; want all three",
+			configuration != nil, binding != nil, policy != nil)
 	}
 	restored := false
 	defer func() {
 		if !restored {
+			c.apply(t, policy)
 			c.apply(t, binding)
 			c.apply(t, configuration)
 		}
 	}()
 	admission := c.client.AdmissionregistrationV1()
+	// The policy alone deleted turns the backstop off as surely as its binding.
+	t.must(admission.ValidatingAdmissionPolicies().Delete(t.ctx, policy.GetName(), metav1.DeleteOptions{}), "deleting the backstop's policy")
+	reads(backstopPolicyPresent, 0, "the backstop's policy deleted, said gone")
+	c.apply(t, policy)
+	reads(backstopPolicyPresent, 1, "the backstop's policy made again, said present")
 	t.must(admission.ValidatingAdmissionPolicyBindings().Delete(t.ctx, binding.GetName(), metav1.DeleteOptions{}), "deleting the binding")
 	reads(backstopBindingPresent, 0, "the backstop's binding deleted, said gone")
 	reads(configurationPresent, 1, "the webhook configuration still said present")
@@ -86,5 +106,5 @@ func admissionSwitches(t *T, e *Env) {
 	reads(configurationPresent, 1, "the webhook configuration made again, said present")
 	reads(backstopBindingPresent, 1, "the backstop's binding made again, said present")
 	w.waitUntilPatching(t)
-	t.Logf("the webhook's /metrics, within %s of each change: a namespace labelled gpuguard.io/ignore=break-glass counted (%d to %d) and not once the label is off; the binding and the configuration deleted, 0 each; applied again, 1", admissionSwitchesWithin, before, before+1)
+	t.Logf("the webhook's /metrics, within %s of each change: its four watches working; a namespace labelled gpuguard.io/ignore=break-glass counted (%d to %d) and not once the label is off; the backstop's policy, then its binding and the configuration deleted, 0 each; applied again, 1", admissionSwitchesWithin, before, before+1)
 }

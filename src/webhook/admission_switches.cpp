@@ -3,6 +3,7 @@
 
 #include <simdjson.h>
 
+#include <iterator>
 #include <optional>
 
 #include "gpuguard/metrics/text.hpp"
@@ -14,10 +15,14 @@ constexpr metrics::Family kIgnored{
     "gpuguard_ignored_namespaces", "gauge",
     "Namespaces labelled gpuguard.io/ignore, whose pods the webhook and the backstop leave alone: by the break "
     "glass (value break-glass) or any other value (an admin's opt-out)."};
+constexpr metrics::Family kWatched{
+    "gpuguard_admission_switches_watched", "gauge",
+    "1 while the list and watch of the resource work (its last list succeeded, or its last watch ran its course); "
+    "0 from the start until then, and after a failed list or watch: the switches' series are not current."};
 constexpr metrics::Family kPresent{
     "gpuguard_admission_object_present", "gauge",
-    "1 while the object exists: the webhook configuration that sends pods here, the backstop's binding that "
-    "refuses those not patched; 0 once deleted (the break glass)."};
+    "1 while the object exists: the webhook configuration that sends pods here, the backstop's binding and "
+    "policy that refuse those not patched; 0 once deleted (the break glass)."};
 
 struct Read {
   std::string name;
@@ -37,7 +42,7 @@ std::optional<Read> read(std::string_view object) {
       metadata.find_field_unordered("name").get_string().get(name) != simdjson::SUCCESS || name.empty()) {
     return std::nullopt;
   }
-  // Copied before the next string is read: simdjson unescapes every string into one buffer, from its start.
+  // Copied: the view points into the parser's string buffer, which the parser is done with on return.
   Read found{std::string(name), std::nullopt};
   if (metadata.find_field_unordered("labels").find_field_unordered(kIgnoreLabel).get_string().get(value) ==
       simdjson::SUCCESS) {
@@ -108,9 +113,20 @@ void NamedObject::apply(std::string_view type, std::string_view object) {
   if (is_it(object)) exists_.store(type != "DELETED");
 }
 
-AdmissionSwitches::AdmissionSwitches(std::string webhook_configuration, std::string backstop_binding) {
-  if (!webhook_configuration.empty()) configuration_ = std::make_unique<NamedObject>(std::move(webhook_configuration));
-  if (!backstop_binding.empty()) binding_ = std::make_unique<NamedObject>(std::move(backstop_binding));
+AdmissionSwitches::AdmissionSwitches(std::string webhook_configuration, std::string backstop_binding,
+                                     std::string backstop_policy) {
+  const std::pair<const char*, const char*> kinds[] = {{"webhook-configuration", "mutatingwebhookconfigurations"},
+                                                       {"backstop-binding", "validatingadmissionpolicybindings"},
+                                                       {"backstop-policy", "validatingadmissionpolicies"}};
+  std::string* names[] = {&webhook_configuration, &backstop_binding, &backstop_policy};
+  watches_.push_back(std::make_unique<Watch>());
+  watches_.back()->resource = "namespaces";
+  for (std::size_t i = 0; i < std::size(kinds); ++i) {
+    if (names[i]->empty()) continue;
+    objects_.push_back({kinds[i].first, kinds[i].second, std::make_unique<NamedObject>(std::move(*names[i]))});
+    watches_.push_back(std::make_unique<Watch>());
+    watches_.back()->resource = kinds[i].second;
+  }
 }
 
 std::vector<kube::WatchedResource> AdmissionSwitches::watched_resources() {
@@ -118,35 +134,45 @@ std::vector<kube::WatchedResource> AdmissionSwitches::watched_resources() {
   kube::WatchedResource namespaces{"namespaces", "/api/v1/namespaces", "", &namespaces_};
   namespaces.label_selector = std::string(kIgnoreLabel);
   resources.push_back(std::move(namespaces));
-  // admissionregistration.k8s.io/v1 serves both from 1.30, the oldest minor gpuguard supports.
-  if (configuration_) {
-    resources.push_back({"mutatingwebhookconfigurations",
-                         "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations",
-                         "metadata.name=" + configuration_->name(), configuration_.get()});
-  }
-  if (binding_) {
-    resources.push_back({"validatingadmissionpolicybindings",
-                         "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings",
-                         "metadata.name=" + binding_->name(), binding_.get()});
+  // admissionregistration.k8s.io/v1 serves all three from 1.30, the oldest minor gpuguard supports.
+  for (const Object& object : objects_) {
+    resources.push_back({object.resource, std::string("/apis/admissionregistration.k8s.io/v1/") + object.resource,
+                         "metadata.name=" + object.store->name(), object.store.get()});
   }
   return resources;
 }
 
+void AdmissionSwitches::observe(std::string_view resource, kube::ReflectorOutcome outcome) {
+  for (const auto& watch : watches_) {
+    if (watch->resource != resource) continue;
+    switch (outcome) {
+      case kube::ReflectorOutcome::list_success:
+      case kube::ReflectorOutcome::watch_closed: watch->working.store(true); break;
+      case kube::ReflectorOutcome::list_failure:
+      case kube::ReflectorOutcome::watch_error: watch->working.store(false); break;
+      case kube::ReflectorOutcome::watch_gone:  // a list follows, which says
+        break;
+    }
+  }
+}
+
 void AdmissionSwitches::render(std::string& out) const {
+  metrics::header(out, kWatched);
+  for (const auto& watch : watches_) {
+    metrics::sample(out, kWatched, metrics::labels({{"resource", watch->resource}}), watch->working.load() ? "1" : "0");
+  }
   if (namespaces_.listed()) {
     const IgnoredNamespaces::Counts counts = namespaces_.counts();
     metrics::header(out, kIgnored);
     metrics::sample(out, kIgnored, metrics::labels({{"value", kBreakGlassValue}}), counts.break_glass);
     metrics::sample(out, kIgnored, metrics::labels({{"value", "other"}}), counts.other);
   }
-  const std::pair<const char*, const NamedObject*> objects[] = {{"webhook-configuration", configuration_.get()},
-                                                                {"backstop-binding", binding_.get()}};
   bool headed = false;
-  for (const auto& [what, object] : objects) {
-    if (!object || !object->listed()) continue;
+  for (const Object& object : objects_) {
+    if (!object.store->listed()) continue;
     if (!headed) metrics::header(out, kPresent);
     headed = true;
-    metrics::sample(out, kPresent, metrics::labels({{"object", what}}), object->exists() ? "1" : "0");
+    metrics::sample(out, kPresent, metrics::labels({{"object", object.label}}), object.store->exists() ? "1" : "0");
   }
 }
 

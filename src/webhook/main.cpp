@@ -57,9 +57,9 @@ constexpr const char* kUsage =
     "      the chart's post-delete hook: waits until the node cleanup's DaemonSet is ready on every node\n"
     "      (await-rollout --help)\n\n"
     "In a pod it looks up DRA claims, and watches the namespaces labelled gpuguard.io/ignore and the objects\n"
-    "--webhook-configuration and --backstop-binding name, with its service account; elsewhere give\n"
-    "--apiserver-url, --token-file and --ca-file, or run without (claims are then unknown, and treated as\n"
-    "requesting no GPU).\n\n"
+    "--webhook-configuration, --backstop-binding and --backstop-policy name, with its service account;\n"
+    "elsewhere give --apiserver-url, --token-file and --ca-file, or run without (claims are then unknown, and\n"
+    "treated as requesting no GPU).\n\n"
     "Options";
 
 std::optional<std::size_t> byte_flag(const po::variables_map& flags, const char* name) {
@@ -119,9 +119,13 @@ void serve_reviews(const po::variables_map& flags, const std::optional<kube::Api
   std::unique_ptr<webhook::AdmissionSwitches> switches;
   std::unique_ptr<kube::Informers> informers;
   if (apiserver) {
-    switches = std::make_unique<webhook::AdmissionSwitches>(flags["webhook-configuration"].as<std::string>(),
-                                                            flags["backstop-binding"].as<std::string>());
-    std::vector<kube::WatchedResource> watched = switches->watched_resources();
+    std::vector<kube::WatchedResource> watched;
+    if (flags["admission-switches"].as<std::string>() == "watch") {
+      switches = std::make_unique<webhook::AdmissionSwitches>(flags["webhook-configuration"].as<std::string>(),
+                                                              flags["backstop-binding"].as<std::string>(),
+                                                              flags["backstop-policy"].as<std::string>());
+      watched = switches->watched_resources();
+    }
     if (claims_mode == "auto") {
       claims = std::make_unique<claims::ClaimCache>();
       for (kube::WatchedResource& resource : claims->watched_resources()) watched.push_back(std::move(resource));
@@ -133,18 +137,27 @@ void serve_reviews(const po::variables_map& flags, const std::optional<kube::Api
     informer_options.on_discovery = [](const std::string&, const kube::GroupDiscovery& found) {
       claims::log_claims_discovery(found);
     };
-    informers = std::make_unique<kube::Informers>(*apiserver, std::move(watched), informer_options);
-  } else {
-    log::warn(
-        "no Kubernetes API (not in a pod, no --apiserver-url): DRA claims are not looked up, and the "
-        "admission switches not watched",
-        {{"effect",
-          "containers that get devices through resource claims are treated as requesting no GPU; "
-          "gpuguard_ignored_namespaces and gpuguard_admission_object_present are not exported"}});
+    kube::InformerObserver observer;
+    if (switches) {
+      observer = [&switches](std::string_view resource, kube::ReflectorOutcome outcome) {
+        switches->observe(resource, outcome);
+      };
+    }
+    informers = std::make_unique<kube::Informers>(*apiserver, std::move(watched), informer_options, observer);
   }
-  if (apiserver && claims_mode == "off") {
-    log::warn("--resource-claims off: DRA claims are not looked up",
+  if (!claims) {
+    log::warn(claims_mode == "off"
+                  ? "--resource-claims off: DRA claims are not looked up"
+                  : "no Kubernetes API (not in a pod, no --apiserver-url): DRA claims are not looked up",
               {{"effect", "containers that get devices through resource claims are treated as requesting no GPU"}});
+  }
+  if (!switches) {
+    log::info(flags["admission-switches"].as<std::string>() == "off"
+                  ? "--admission-switches off: the admission switches are not watched"
+                  : "no Kubernetes API: the admission switches are not watched",
+              {{"effect",
+                "no gpuguard_admission_switches_watched, gpuguard_ignored_namespaces or "
+                "gpuguard_admission_object_present; their alerts cannot fire"}});
   }
   webhook::WebhookHandler handler(
       [&policy] { return policy.current(); }, metrics, claims.get(),
@@ -185,7 +198,12 @@ int serve(const po::variables_map& flags) {
     return 2;
   }
   std::optional<kube::ApiServer> apiserver;
-  if (cli::apiserver_known(flags)) {
+  const std::string switches_mode = flags["admission-switches"].as<std::string>();
+  if (switches_mode != "watch" && switches_mode != "off") {
+    std::cerr << "gpuguard-webhook: --admission-switches must be watch or off\n";
+    return 2;
+  }
+  if ((claims_mode == "auto" || switches_mode == "watch") && cli::apiserver_known(flags)) {
     try {
       apiserver = cli::api_server(flags);
     } catch (const std::exception& e) {
@@ -197,7 +215,7 @@ int serve(const po::variables_map& flags) {
     std::cerr << "gpuguard-webhook: --api-discovery-interval must be between 0.1 and 86400 seconds\n";
     return 2;
   }
-  for (const char* name : {"webhook-configuration", "backstop-binding"}) {
+  for (const char* name : {"webhook-configuration", "backstop-binding", "backstop-policy"}) {
     const std::string object = flags[name].as<std::string>();
     if (!object.empty() && !k8s::is_dns_subdomain(object)) {
       std::cerr << "gpuguard-webhook: --" << name << " '" << object
@@ -249,10 +267,16 @@ int main(int argc, char** argv) {
       "auto: look up DRA ResourceClaims and ResourceClaimTemplates by list and watch when a Kubernetes API is "
       "known, through the newest resource.k8s.io version served (v1, v1beta2, v1beta1); off: never")(
       "webhook-configuration", po::value<std::string>()->default_value(""),
-      "the MutatingWebhookConfiguration that sends pods to this webhook, watched where a Kubernetes API is known "
+      "the MutatingWebhookConfiguration that sends pods to this webhook, watched under --admission-switches watch "
       "so that /metrics says when it is gone (gpuguard_admission_object_present); empty: not watched")(
       "backstop-binding", po::value<std::string>()->default_value(""),
       "the backstop's ValidatingAdmissionPolicyBinding, watched as --webhook-configuration is; empty: not watched")(
+      "backstop-policy", po::value<std::string>()->default_value(""),
+      "the backstop's ValidatingAdmissionPolicy, watched as --webhook-configuration is; empty: not watched")(
+      "admission-switches", po::value<std::string>()->default_value("watch"),
+      "watch: where a Kubernetes API is known, watch the namespaces labelled gpuguard.io/ignore and the objects "
+      "--webhook-configuration, --backstop-binding and --backstop-policy name, for /metrics; off: never (with "
+      "--resource-claims off too, the webhook uses no Kubernetes API)")(
       "api-discovery-interval", po::value<double>()->default_value(60),
       "seconds between looks for a resource.k8s.io version to read while the cluster serves none")(
       "memory-limit", po::value<std::string>()->default_value("128Mi"),

@@ -60,7 +60,7 @@ def check_hardened(pod, container, non_root=True):
 
 
 def check_webhook(docs, namespace, excluded, ca=None, cert_manager=False, failure_policy="Fail",
-                  resource_claims=True):
+                  resource_claims=True, admission_switches=True):
     """The webhook Deployment, Service and configuration. `ca`: the PEM its caBundle must hold."""
     configuration = one(docs, "MutatingWebhookConfiguration")
     webhook = configuration["webhooks"][0]
@@ -114,27 +114,40 @@ def check_webhook(docs, namespace, excluded, ca=None, cert_manager=False, failur
     assert budget["minAvailable"] >= 1 and budget["selector"] == deployment["selector"]
 
     # It reads the namespaces (selected by gpuguard.io/ignore), its own configuration and the backstop's
-    # binding by name, which its flags name, and DRA claims and templates, and nothing else; with the
-    # lookups off, not the claims.
-    assert pod["automountServiceAccountToken"] is True
+    # binding and policy by name, which its flags name, and DRA claims and templates, and nothing else; with
+    # the switches off, not the first three; with the lookups off, not the claims; with both off, nothing
+    # (no token, no ClusterRole).
     bindings = [b for b in find(docs, "ValidatingAdmissionPolicyBinding")
                 if b["metadata"].get("labels", {}).get("gpuguard.io/refuses-pods") == "true"]
-    assert args["webhook-configuration"] == configuration["metadata"]["name"]
-    assert args.get("backstop-binding") == (bindings[0]["metadata"]["name"] if bindings else None), args
-    rules = [{"apiGroups": [""], "resources": ["namespaces"], "verbs": ["list", "watch"]},
-             {"apiGroups": ["admissionregistration.k8s.io"], "resources": ["mutatingwebhookconfigurations"],
-              "resourceNames": [configuration["metadata"]["name"]], "verbs": ["list", "watch"]}]
-    rules += [{"apiGroups": ["admissionregistration.k8s.io"], "resources": ["validatingadmissionpolicybindings"],
-               "resourceNames": [b["metadata"]["name"]], "verbs": ["list", "watch"]} for b in bindings]
+    rules = []
+    if admission_switches:
+        assert args["webhook-configuration"] == configuration["metadata"]["name"]
+        backstop = bindings[0]["metadata"]["name"] if bindings else None
+        assert args.get("backstop-binding") == backstop, args
+        assert args.get("backstop-policy") == (bindings[0]["spec"]["policyName"] if bindings else None), args
+        rules += [{"apiGroups": [""], "resources": ["namespaces"], "verbs": ["list", "watch"]},
+                  {"apiGroups": ["admissionregistration.k8s.io"], "resources": ["mutatingwebhookconfigurations"],
+                   "resourceNames": [configuration["metadata"]["name"]], "verbs": ["list", "watch"]}]
+        if bindings:
+            assert bindings[0]["spec"]["policyName"] == backstop
+            rules.append({"apiGroups": ["admissionregistration.k8s.io"],
+                          "resources": ["validatingadmissionpolicybindings", "validatingadmissionpolicies"],
+                          "resourceNames": [backstop], "verbs": ["list", "watch"]})
+    else:
+        assert args.get("admission-switches") == "off" and "webhook-configuration" not in args, args
     if resource_claims:
         rules.append({"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims", "resourceclaimtemplates"],
                       "verbs": ["list", "watch"]})
     else:
         assert args.get("resource-claims") == "off"
-    assert one(docs, "ClusterRole", "gpuguard-webhook")["rules"] == rules, one(docs, "ClusterRole", "gpuguard-webhook")
-    binding = one(docs, "ClusterRoleBinding", "gpuguard-webhook")
-    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": pod["serviceAccountName"], "namespace": namespace}]
-    assert binding["roleRef"]["name"] == "gpuguard-webhook"
+    assert pod["automountServiceAccountToken"] is bool(rules)
+    if rules:
+        assert one(docs, "ClusterRole", "gpuguard-webhook")["rules"] == rules, one(docs, "ClusterRole", "gpuguard-webhook")
+        binding = one(docs, "ClusterRoleBinding", "gpuguard-webhook")
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": pod["serviceAccountName"], "namespace": namespace}]
+        assert binding["roleRef"]["name"] == "gpuguard-webhook"
+    else:
+        assert not find(docs, "ClusterRole", "gpuguard-webhook") and not find(docs, "ClusterRoleBinding", "gpuguard-webhook")
     check_trusted_namespaces(docs, webhook)
     return one(docs, "ConfigMap", "gpuguard-policy")["data"]
 
@@ -827,7 +840,8 @@ def check_monitoring(docs, namespace, root, ca_suffix="-tls"):
                                             "GPUGuardWebhookUnavailable", "GPUGuardNodeEnforcerNotRunning", "GPUGuardNodeNotEnforced",
                                             "GPUGuardNodeEnforcerRefusals", "GPUGuardNodeBreakGlass", "GPUGuardGPUInfrastructureUnlisted",
                                             "GPUGuardNodeEnforcementNotEnforcing", "GPUGuardGPUNodeWithoutEnforcer",
-                                            "GPUGuardAdmissionObjectMissing", "GPUGuardAdmissionBreakGlass"}
+                                            "GPUGuardAdmissionObjectMissing", "GPUGuardAdmissionBreakGlass",
+                                            "GPUGuardAdmissionSwitchesUnwatched"}
     for a in alerts:
         assert a["labels"]["severity"] in ("warning", "critical") and a["annotations"]["summary"], a
         assert "absent(" not in a["expr"], f"{a['alert']} fires on missing data"
@@ -844,5 +858,5 @@ def check_monitoring(docs, namespace, root, ca_suffix="-tls"):
             in by_name["GPUGuardGPUNodeWithoutEnforcer"])
     # Neither "not enforcing" alert is by pod: a replica's restart must not start its timer again.
     for name in ("GPUGuardPolicyNotEnforcing", "GPUGuardNodeEnforcementNotEnforcing", "GPUGuardAdmissionObjectMissing",
-                 "GPUGuardAdmissionBreakGlass"):
+                 "GPUGuardAdmissionBreakGlass", "GPUGuardAdmissionSwitchesUnwatched"):
         assert "pod" not in re.findall(r"by \(([^)]*)\)", by_name[name])[0], by_name[name]

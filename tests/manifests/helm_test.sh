@@ -361,10 +361,10 @@ check_arming(docs, ns, armed=False, backstop=False)
 assert not find(docs, "DaemonSet") and [d["metadata"]["name"] for d in find(docs, "ValidatingAdmissionPolicy")] == [
     "gpuguard-trusted-namespaces", "gpuguard-ignored-namespaces"], sorted(d["kind"] for d in docs)
 
-# Strict, Ignore, no DRA lookups, and a device plugin config file.
+# Strict, Ignore, no DRA lookups, no switch watches (so no token), and a device plugin config file.
 docs = load(f"{work}/strict.yaml")
 policy = check_webhook(docs, ns, excluded, ca=secret_pem(docs, "gpuguard-ca", "tls.crt"), failure_policy="Ignore",
-                       resource_claims=False)
+                       resource_claims=False, admission_switches=False)
 check_policy(policy)
 assert policy["mode"] == "strict" and policy["exemptNamespaces"] == "monitoring"
 check_network_policy(docs, pod_cidrs=["10.244.0.0/16", "fd00:10:244::/56"])

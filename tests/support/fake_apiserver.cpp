@@ -75,14 +75,15 @@ std::string chunk(const std::string& data) {
 
 // The collection a list or watch of `path` reads: "pods", "nodes", "namespaces", "configmaps" (one
 // namespace's, the enforcer's break glass; a test puts them in one namespace), the webhook's configurations
-// and the backstop's bindings (admissionregistration.k8s.io/v1), DRA's claims and templates at the versions
-// served; empty for any other path. A labelSelector is not applied: the stores that ask for one read the
-// label themselves.
+// and the backstop's bindings and policies (admissionregistration.k8s.io/v1), DRA's claims and templates at the
+// versions served; empty for any other path. A labelSelector is not applied: the stores that ask for one read the label
+// themselves.
 std::string listed_resource(const std::string& path, const std::vector<std::string>& claim_versions) {
   if (path == "/api/v1/pods") return "pods";
   if (path == "/api/v1/nodes") return "nodes";
   if (path == "/api/v1/namespaces") return "namespaces";
-  for (const char* kind : {"mutatingwebhookconfigurations", "validatingadmissionpolicybindings"}) {
+  for (const char* kind :
+       {"mutatingwebhookconfigurations", "validatingadmissionpolicybindings", "validatingadmissionpolicies"}) {
     if (path == std::string("/apis/admissionregistration.k8s.io/v1/") + kind) return kind;
   }
   if (path.starts_with("/api/v1/namespaces/") && path.ends_with("/configmaps")) return "configmaps";

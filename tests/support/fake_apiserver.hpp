@@ -29,9 +29,10 @@ class FakeApiserver {
   std::string url() const;
 
   // resource is "pods", "nodes", "namespaces", "mutatingwebhookconfigurations",
-  // "validatingadmissionpolicybindings", "resourceclaims" or "resourceclaimtemplates". put() is ADDED or MODIFIED,
-  // remove() DELETED, each with the next resourceVersion. With `record` false the change leaves no event: only a list
-  // shows it (what a client misses when the history it would resume from is compacted).
+  // "validatingadmissionpolicybindings", "validatingadmissionpolicies", "resourceclaims" or
+  // "resourceclaimtemplates". put() is ADDED or MODIFIED, remove() DELETED, each with the next resourceVersion.
+  // With `record` false the change leaves no event: only a list shows it (what a client misses when the history
+  // it would resume from is compacted).
   void put(const std::string& resource, nlohmann::json object, bool record = true);
   void remove(const std::string& resource, const std::string& name, bool record = true);
   // Forgets the history up to now: a watch from any version before the next one gets 410 Gone.

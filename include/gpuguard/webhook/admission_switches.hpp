@@ -3,7 +3,9 @@
 // labelled gpuguard.io/ignore (an admin's opt-out, or the break glass's value break-glass), and the
 // webhook configuration or the backstop's binding deleted (the other break glass). Nothing reaches the
 // webhook once one is thrown, so it watches them through the API and says what it sees as gauges, for
-// the alerts GPUGuardAdmissionBreakGlass and GPUGuardAdmissionObjectMissing (docs/operations.md#runbook).
+// the alerts GPUGuardAdmissionBreakGlass and GPUGuardAdmissionObjectMissing (docs/operations.md#runbook),
+// and whether it can watch them at all (GPUGuardAdmissionSwitchesUnwatched): each alert is silent without
+// its watch. Only deletion of an object is seen, not a change of what it holds.
 // It keeps the labelled namespaces' names alone (the list is selected by the label on the server, and only
 // an admin may add it: the policy gpuguard-ignored-namespaces), and of each object whether it exists.
 #include <atomic>
@@ -15,6 +17,7 @@
 #include <vector>
 
 #include "gpuguard/kube/informer.hpp"
+#include "gpuguard/kube/reflector.hpp"
 #include "gpuguard/kube/store.hpp"
 
 namespace gpuguard::webhook {
@@ -65,18 +68,34 @@ class NamedObject final : public kube::Store {
 
 class AdmissionSwitches {
  public:
-  // The MutatingWebhookConfiguration and the backstop's ValidatingAdmissionPolicyBinding to watch, by
-  // name; an empty name is not watched (the backstop disabled, say).
-  AdmissionSwitches(std::string webhook_configuration, std::string backstop_binding);
+  // The MutatingWebhookConfiguration, the backstop's ValidatingAdmissionPolicyBinding and its
+  // ValidatingAdmissionPolicy to watch, by name; an empty name is not watched (the backstop disabled, say).
+  AdmissionSwitches(std::string webhook_configuration, std::string backstop_binding, std::string backstop_policy);
 
   // For kube::Informers: the labelled namespaces, and each object named.
   std::vector<kube::WatchedResource> watched_resources();
-  // gpuguard_ignored_namespaces and gpuguard_admission_object_present, each once listed.
+  // For kube::Informers' observer: whether each resource's list and watch work. A list that succeeds, or
+  // a watch that runs its course, says they do; a failed list or watch says they do not, until the next
+  // of those. Outcomes for resources not watched here (DRA claims) are ignored.
+  void observe(std::string_view resource, kube::ReflectorOutcome outcome);
+  // gpuguard_admission_switches_watched for each resource from the start, and gpuguard_ignored_namespaces
+  // and gpuguard_admission_object_present each once listed.
   void render(std::string& out) const;
 
  private:
+  struct Object {
+    const char* label;     // the series' object="..."
+    const char* resource;  // its collection
+    std::unique_ptr<NamedObject> store;
+  };
+  struct Watch {
+    std::string resource;
+    std::atomic<bool> working{false};
+  };
+
   IgnoredNamespaces namespaces_;
-  std::unique_ptr<NamedObject> configuration_, binding_;
+  std::vector<Object> objects_;
+  std::vector<std::unique_ptr<Watch>> watches_;  // fixed once constructed: observe() only reads the vector
 };
 
 }  // namespace gpuguard::webhook

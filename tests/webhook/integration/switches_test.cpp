@@ -1,7 +1,8 @@
 // The real webhook against the fake API server: the admission switches it cannot see in its reviews (a
 // namespace labelled gpuguard.io/ignore, the webhook configuration or the backstop's binding deleted) are
 // watched and said on /metrics, as the alerts GPUGuardAdmissionBreakGlass and GPUGuardAdmissionObjectMissing
-// read them; the namespaces are selected by the label on the server, each object by its name.
+// read them, and whether each watch works; the namespaces are selected by the label on the server, each object
+// by its name.
 #include <catch2/catch.hpp>
 
 #include <unistd.h>
@@ -33,6 +34,12 @@ constexpr const char* kBreakGlass = "gpuguard_ignored_namespaces{value=\"break-g
 constexpr const char* kOther = "gpuguard_ignored_namespaces{value=\"other\"}";
 constexpr const char* kConfiguration = "gpuguard_admission_object_present{object=\"webhook-configuration\"}";
 constexpr const char* kBinding = "gpuguard_admission_object_present{object=\"backstop-binding\"}";
+constexpr const char* kPolicy = "gpuguard_admission_object_present{object=\"backstop-policy\"}";
+constexpr const char* kWatched[] = {
+    "gpuguard_admission_switches_watched{resource=\"namespaces\"}",
+    "gpuguard_admission_switches_watched{resource=\"mutatingwebhookconfigurations\"}",
+    "gpuguard_admission_switches_watched{resource=\"validatingadmissionpolicybindings\"}",
+    "gpuguard_admission_switches_watched{resource=\"validatingadmissionpolicies\"}"};
 
 struct Cluster {
   FakeApiserver apiserver{"webhook-token"};
@@ -67,8 +74,9 @@ TEST_CASE("the namespaces labelled gpuguard.io/ignore and the admission objects 
   cluster.apiserver.put("mutatingwebhookconfigurations", named("MutatingWebhookConfiguration", "someone-else"));
   cluster.apiserver.put("validatingadmissionpolicybindings",
                         named("ValidatingAdmissionPolicyBinding", "gpuguard-visible-devices"));
-  WebhookProcess webhook(
-      cluster.flags({"--webhook-configuration", "gpuguard", "--backstop-binding", "gpuguard-visible-devices"}));
+  cluster.apiserver.put("validatingadmissionpolicies", named("ValidatingAdmissionPolicy", "gpuguard-visible-devices"));
+  WebhookProcess webhook(cluster.flags({"--webhook-configuration", "gpuguard", "--backstop-binding",
+                                        "gpuguard-visible-devices", "--backstop-policy", "gpuguard-visible-devices"}));
   TlsClient client(webhook.port());
   auto page = [&] { return client.request("GET", "/metrics").body; };
   auto reads = [&](std::vector<std::pair<const char*, long long>> want) {
@@ -81,7 +89,15 @@ TEST_CASE("the namespaces labelled gpuguard.io/ignore and the admission objects 
     });
   };
 
-  REQUIRE(reads({{kBreakGlass, 0}, {kOther, 1}, {kConfiguration, 1}, {kBinding, 1}}));
+  REQUIRE(reads({{kBreakGlass, 0},
+                 {kOther, 1},
+                 {kConfiguration, 1},
+                 {kBinding, 1},
+                 {kPolicy, 1},
+                 {kWatched[0], 1},
+                 {kWatched[1], 1},
+                 {kWatched[2], 1},
+                 {kWatched[3], 1}}));
   check_promtool_clean(page());
   // Selected on the server: the label for namespaces, the name for each object.
   bool namespaces_selected = false;
@@ -108,6 +124,9 @@ TEST_CASE("the namespaces labelled gpuguard.io/ignore and the admission objects 
   CHECK(reads({{kBreakGlass, 0}, {kOther, 1}}));
 
   // The other break glass: the binding and the configuration deleted; another's configuration changes nothing.
+  // The policy deleted without its binding turns the backstop off as well.
+  cluster.apiserver.remove("validatingadmissionpolicies", "gpuguard-visible-devices");
+  CHECK(reads({{kPolicy, 0}, {kBinding, 1}}));
   cluster.apiserver.remove("validatingadmissionpolicybindings", "gpuguard-visible-devices");
   CHECK(reads({{kConfiguration, 1}, {kBinding, 0}}));
   cluster.apiserver.remove("mutatingwebhookconfigurations", "someone-else");
@@ -119,10 +138,20 @@ TEST_CASE("the namespaces labelled gpuguard.io/ignore and the admission objects 
   cluster.apiserver.drop_watches();
   cluster.apiserver.put("validatingadmissionpolicybindings",
                         named("ValidatingAdmissionPolicyBinding", "gpuguard-visible-devices"), false);
-  CHECK(reads({{kConfiguration, 1}, {kBinding, 1}}));
+  CHECK(reads({{kConfiguration, 1}, {kBinding, 1}, {kPolicy, 0}}));
+
+  // The watches refused (a token the API server no longer takes): each said not watched, so that the alerts
+  // that read these series are known to be silent; taken again, watched, once a list succeeds.
+  cluster.apiserver.set_token("another-token");
+  cluster.apiserver.drop_watches();
+  CHECK(reads({{kWatched[0], 0}, {kWatched[1], 0}, {kWatched[2], 0}, {kWatched[3], 0}}));
+  cluster.apiserver.set_token("webhook-token");
+  cluster.apiserver.compact();  // the watches resumed from where they were get 410, and list again
+  cluster.apiserver.drop_watches();
+  CHECK(reads({{kWatched[0], 1}, {kWatched[1], 1}, {kWatched[2], 1}, {kWatched[3], 1}}));
 }
 
-TEST_CASE("without the objects' names only the namespaces are watched, and with no API nothing is said") {
+TEST_CASE("without the objects' names only the namespaces are watched, and off or with no API nothing is") {
   Cluster cluster;
   cluster.apiserver.put("namespaces", named("Namespace", "lab", {{"gpuguard.io/ignore", "break-glass"}}));
   {
@@ -131,9 +160,25 @@ TEST_CASE("without the objects' names only the namespaces are watched, and with 
     REQUIRE(eventually([&] { return series_value(client.request("GET", "/metrics").body, kBreakGlass) == 1; }));
     const std::string page = client.request("GET", "/metrics").body;
     CHECK(page.find("gpuguard_admission_object_present") == std::string::npos);
+    CHECK(page.find("gpuguard_admission_switches_watched{resource=\"mutatingwebhookconfigurations\"}") ==
+          std::string::npos);
     CHECK(page.find("gpuguard_resource_claims_synced") == std::string::npos);  // claims off: not watched
     CHECK(cluster.apiserver.count("mutatingwebhookconfigurations", false) == 0);
     CHECK(cluster.apiserver.count("resourceclaims", false) == 0);
+  }
+  {
+    // Off, with claims off too: the webhook uses no Kubernetes API at all.
+    const std::size_t before = cluster.apiserver.requests().size();
+    WebhookProcess webhook(cluster.flags(
+        {"--resource-claims", "off", "--admission-switches", "off", "--webhook-configuration", "gpuguard"}));
+    TlsClient client(webhook.port());
+    REQUIRE(eventually([&] { return client.request("GET", "/readyz").status == 200; }));
+    const std::string page = client.request("GET", "/metrics").body;
+    for (const char* series :
+         {"gpuguard_admission_switches_watched", "gpuguard_ignored_namespaces", "gpuguard_admission_object_present"}) {
+      CHECK(page.find(series) == std::string::npos);
+    }
+    CHECK(cluster.apiserver.requests().size() == before);
   }
   WebhookProcess alone;
   TlsClient client(alone.port());
@@ -141,8 +186,8 @@ TEST_CASE("without the objects' names only the namespaces are watched, and with 
   CHECK(client.request("GET", "/metrics").body.find("gpuguard_ignored_namespaces") == std::string::npos);
 }
 
-TEST_CASE("an object's name that is not one is refused at start") {
-  for (const char* flag : {"--webhook-configuration", "--backstop-binding"}) {
+TEST_CASE("an object's name that is not one, or a switches mode that is not watch or off, is refused at start") {
+  for (const char* flag : {"--webhook-configuration", "--backstop-binding", "--backstop-policy"}) {
     INFO(flag);
     const ExitResult result = run_webhook("--tls-cert-file " + certs_dir() + "/tls.crt --tls-private-key-file " +
                                           certs_dir() + "/tls.key " + flag + " Not_A_Name");
@@ -150,4 +195,8 @@ TEST_CASE("an object's name that is not one is refused at start") {
     CHECK(result.output.find(std::string("gpuguard-webhook: ") + flag + " 'Not_A_Name' is not an object's name") !=
           std::string::npos);
   }
+  const ExitResult mode = run_webhook("--tls-cert-file " + certs_dir() + "/tls.crt --tls-private-key-file " +
+                                      certs_dir() + "/tls.key --admission-switches auto");
+  CHECK(mode.status == 2);
+  CHECK(mode.output.find("gpuguard-webhook: --admission-switches must be watch or off") != std::string::npos);
 }

@@ -78,3 +78,32 @@ TEST_CASE("a named object exists from its list and watch, and no other object's 
   store.list_end(true);
   CHECK(store.exists());
 }
+
+TEST_CASE("each watch is said working from a list that succeeds or a watch that ran its course, until one fails") {
+  using gpuguard::kube::ReflectorOutcome;
+  gpuguard::webhook::AdmissionSwitches switches("gpuguard", "", "gpuguard-visible-devices");
+  auto page = [&] {
+    std::string out;
+    switches.render(out);
+    return out;
+  };
+  const std::string namespaces = "gpuguard_admission_switches_watched{resource=\"namespaces\"} ";
+  const std::string policies = "gpuguard_admission_switches_watched{resource=\"validatingadmissionpolicies\"} ";
+  CHECK(page().find(namespaces + "0") != std::string::npos);                     // from the start, before any list
+  CHECK(page().find("validatingadmissionpolicybindings") == std::string::npos);  // not named: not watched
+  switches.observe("namespaces", ReflectorOutcome::list_success);
+  switches.observe("resourceclaims", ReflectorOutcome::list_failure);  // not the switches': ignored
+  CHECK(page().find(namespaces + "1") != std::string::npos);
+  CHECK(page().find(policies + "0") != std::string::npos);
+  switches.observe("namespaces", ReflectorOutcome::watch_error);
+  CHECK(page().find(namespaces + "0") != std::string::npos);
+  switches.observe("namespaces", ReflectorOutcome::watch_gone);  // a list follows: nothing learnt yet
+  CHECK(page().find(namespaces + "0") != std::string::npos);
+  switches.observe("namespaces", ReflectorOutcome::watch_closed);
+  CHECK(page().find(namespaces + "1") != std::string::npos);
+  switches.observe("namespaces", ReflectorOutcome::list_failure);
+  CHECK(page().find(namespaces + "0") != std::string::npos);
+  // Nothing listed yet: neither the counts nor the objects are said.
+  CHECK(page().find("gpuguard_ignored_namespaces") == std::string::npos);
+  CHECK(page().find("gpuguard_admission_object_present") == std::string::npos);
+}
