@@ -425,9 +425,20 @@ func nodeNvidiaDRADriver(t *T, e *Env) {
 	n.deletePodsTornDown(t, "dra-extended")
 	n.claimsGone(t, madeName)
 	why = n.failedCreate(t, mounting(cudaPod("dra-extended-beyond", withRequest(gpuResource, "1")), minor))
-	if !strings.Contains(why, "gpuguard: container") || !strings.Contains(why, "/dev/nvidia"+minor) {
-		t.Errorf("a pod asking for one %s through the DRA driver, also mounting /dev/nvidia%s: %q; want gpuguard's refusal naming it",
-			gpuResource, minor, why)
+	// The refusal says what the pod was allocated: the claim the scheduler made for it, by its UID, as the
+	// kubelet's pod-resources gave it (were it read as allocated nothing, the same mount would be refused too).
+	refused, err := c.client.CoreV1().Pods(nodeNamespace).Get(t.ctx, "dra-extended-beyond", metav1.GetOptions{})
+	t.must(err, "reading the refused nvidia.com/gpu pod")
+	if refused.Status.ExtendedResourceClaimStatus == nil {
+		t.Fatalf("the refused pod asking for one %s has no extendedResourceClaimStatus", gpuResource)
+	}
+	itsClaim, err := c.client.ResourceV1().ResourceClaims(nodeNamespace).Get(t.ctx,
+		refused.Status.ExtendedResourceClaimStatus.ResourceClaimName, metav1.GetOptions{})
+	t.must(err, "reading the claim the scheduler made for the refused pod")
+	if !strings.Contains(why, "gpuguard: container") || !strings.Contains(why, "/dev/nvidia"+minor) ||
+		!strings.Contains(why, "k8s.gpu.nvidia.com/claim="+string(itsClaim.UID)+"-gpu-"+other) {
+		t.Errorf("a pod asking for one %s through the DRA driver, also mounting /dev/nvidia%s: %q; want gpuguard's refusal naming it, and "+
+			"its allocation k8s.gpu.nvidia.com/claim=%s-gpu-%s", gpuResource, minor, why, itsClaim.UID, other)
 	}
 	t.Logf("one %s through the DRA driver, and /dev/nvidia%s mounted: %s", gpuResource, minor, why)
 }

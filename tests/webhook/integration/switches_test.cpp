@@ -109,6 +109,9 @@ TEST_CASE("the namespaces labelled gpuguard.io/ignore and the admission objects 
     if (request.path.ends_with("/mutatingwebhookconfigurations")) {
       CHECK((request.query + "&").find("fieldSelector=metadata.name%3Dgpuguard&") != std::string::npos);
     }
+    if (request.path.ends_with("/validatingadmissionpolicies")) {
+      CHECK((request.query + "&").find("fieldSelector=metadata.name%3Dgpuguard-visible-devices&") != std::string::npos);
+    }
     if (request.path.ends_with("/validatingadmissionpolicybindings")) {
       CHECK((request.query + "&").find("fieldSelector=metadata.name%3Dgpuguard-visible-devices&") != std::string::npos);
     }
