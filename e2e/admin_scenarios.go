@@ -19,6 +19,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -434,13 +435,27 @@ func (n *Node) releaseWarning(t *T, release, reason string) (string, bool) {
 // NetworkPolicy the API server's calls do not match (cilium/cilium#14724; this node's CNI enforces none).
 // The kubelet's probes go to the pod and pass, so the Deployment is available; the arm hook's dry-run pod
 // comes back unpatched, so helm install fails, nothing is armed, the hook's log says why, and the
-// Deployment carries a NotArmed Warning Event. With the Service as rendered again, helm upgrade arms it. Armed,
+// Deployment carries a NotArmed Warning Event; the log shows it probed through the API server the EndpointSlice
+// default/kubernetes names (written here as an API server's reconciler writes it), at its own address. With
+// the Service as rendered again, helm upgrade arms it, through that address. Armed,
 // an upgrade while the Service points at the closed port again fails the same way (the hook verifies, a
 // NotReached Event) and leaves it armed; with the Service restored, the next upgrade passes.
 func nodeArmProbe(t *T, e *Env) {
 	n := e.nodeWithoutGpuguard(t)
 	const release = "gpuguard-probe"
 	defer n.removeRelease(t, e, release)
+	// The EndpointSlice default/kubernetes, as an API server's endpoint reconciler writes it (the harness's
+	// runs with --endpoint-reconciler-type=none): the node's API server at its address and port, which the
+	// hook probes through directly.
+	endpointSlices := n.cluster.client.DiscoveryV1().EndpointSlices("default")
+	_, sliceErr := endpointSlices.Create(t.ctx, &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Name: "kubernetes", Labels: map[string]string{discoveryv1.LabelServiceName: "kubernetes"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{nodeAddress}, Conditions: discoveryv1.EndpointConditions{Ready: ptr(true)}}},
+		Ports:       []discoveryv1.EndpointPort{{Name: ptr("https"), Port: ptr(int32(n.cluster.port)), Protocol: ptr(corev1.ProtocolTCP)}},
+	}, metav1.CreateOptions{})
+	t.must(sliceErr, "writing EndpointSlice default/kubernetes as an API server does")
+	defer endpointSlices.Delete(t.ctx, "kubernetes", metav1.DeleteOptions{})
 	services := n.cluster.client.CoreV1().Services(release)
 	pointAt := func(port string) error {
 		patch := fmt.Sprintf(`[{"op":"replace","path":"/spec/ports/0/targetPort","value":%s}]`, port)
@@ -472,6 +487,12 @@ func nodeArmProbe(t *T, e *Env) {
 	if !strings.Contains(logs, "the API server was not shown to call the webhook: nothing was armed") ||
 		!strings.Contains(logs, "came back with NVIDIA_VISIBLE_DEVICES=all, as sent") {
 		t.Errorf("the arm hook's log does not say why it armed nothing:\n%s", logs)
+	}
+	// It probed through the API server the kubernetes Service lists, at its own address (the node's), its
+	// certificate checked as the Service's; the upgrade below arms through it.
+	apiserver := fmt.Sprintf("https://%s:%d", nodeAddress, n.cluster.port)
+	if !strings.Contains(logs, `"msg":"probing through each API server"`) || !strings.Contains(logs, "(through API server "+apiserver+")") {
+		t.Errorf("the arm hook's log does not show it probing through the API server %s:\n%s", apiserver, logs)
 	}
 	if message, ok := n.releaseWarning(t, release, "NotArmed"); ok {
 		t.Logf("left unarmed: helm install failed (%s); Event NotArmed: %s", strings.TrimSpace(lastLine(out)), message)

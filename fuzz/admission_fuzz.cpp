@@ -2,9 +2,10 @@
 // finding", it asserts the properties the apiserver relies on: a response is valid JSON echoing the uid,
 // and a patch applies to the object it was computed for and is idempotent on reinvocation. The same bytes
 // go to the arm hook's readings of what the API server sends back (webhook::arming): never a throw, the
-// ready replicas sorted and once each, and a replica heard only by a pod's name; and to the admission
-// switches' namespace store as a watched Namespace (webhook::IgnoredNamespaces): added then deleted leaves
-// nothing counted, and what it counts agrees with nlohmann's reading of every document nlohmann accepts.
+// ready replicas sorted and once each, the API servers to probe sorted, once each and bounded, and a replica
+// heard only by a pod's name; and to the admission switches' namespace store as a watched Namespace
+// (webhook::IgnoredNamespaces): added then deleted leaves nothing counted, and what it counts agrees with
+// nlohmann's reading of every document nlohmann accepts.
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -39,6 +40,19 @@ void check_arming(const std::string& body) {
   }
   if (std::any_of(ready.names.begin(), ready.names.end(), [](const std::string& name) { return name.empty(); })) {
     violated("no ready replica without a name", body);
+  }
+  // The bytes as the kubernetes Service's endpoints: API servers sorted, once each, bounded, each with an
+  // address and a port; none with an error.
+  const arming::ApiServers servers = arming::api_servers(body, "10.96.0.1");
+  if (!std::is_sorted(servers.addresses.begin(), servers.addresses.end()) ||
+      std::adjacent_find(servers.addresses.begin(), servers.addresses.end()) != servers.addresses.end() ||
+      servers.addresses.size() > arming::kMostApiServers || (!servers.error.empty() && !servers.addresses.empty())) {
+    violated("API servers sorted, once each, bounded, none with an error", body);
+  }
+  for (const arming::ApiServerAddress& server : servers.addresses) {
+    if (server.host.empty() || server.port.empty() || std::stoi(server.port) < 1 || std::stoi(server.port) > 65535) {
+      violated("an API server with an address and a port", body);
+    }
   }
   // The bytes as the answered pod, and as the name a replica says (the API server passes warnings on as sent).
   const std::string said = body.substr(0, 96);

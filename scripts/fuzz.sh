@@ -17,6 +17,7 @@ mkdir -p "$out/corpus/admission" "$out/corpus/http" "$out/corpus/extender" "$out
 for f in "$root"/tests/fixtures/admission/*/review.json; do cp "$f" "$out/corpus/admission/$(basename "$(dirname "$f")").json"; done
 for f in "$root"/tests/fixtures/invalid/*.json; do cp "$f" "$out/corpus/admission/invalid-$(basename "$f")"; done
 cp "$root/tests/fixtures/arming/endpointslices.json" "$out/corpus/admission/arming-endpointslices.json"
+cp "$root/tests/fixtures/arming/kubernetes-endpointslice.json" "$out/corpus/admission/arming-kubernetes-endpointslice.json"
 # And a watched Namespace, for the admission switches' store: labelled by the break glass, by an admin, not at all.
 for value in break-glass true ""; do
   labels=${value:+"\"gpuguard.io/ignore\":\"$value\""}

@@ -243,8 +243,9 @@ asio::awaitable<std::unique_ptr<Connection>> ApiClient::connect(std::string& err
   }
   auto connection = std::make_unique<Connection>(ioc_, std::move(context));
   Stream& stream = connection->stream;
-  if (!is_ip_address(server_.host)) SSL_set_tlsext_host_name(stream.native_handle(), server_.host.c_str());
-  stream.set_verify_callback(ssl::host_name_verification(server_.host));
+  const std::string& verified = server_.verify_name.empty() ? server_.host : server_.verify_name;
+  if (!is_ip_address(verified)) SSL_set_tlsext_host_name(stream.native_handle(), verified.c_str());
+  stream.set_verify_callback(ssl::host_name_verification(verified));
   auto& transport = beast::get_lowest_layer(stream);
   transport.expires_after(options_.connect_timeout);
   if (auto [e, endpoint] = co_await transport.async_connect(endpoints, kNoThrow); e) {

@@ -7,12 +7,14 @@
 
 #include <boost/program_options.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <functional>
 #include <iostream>
 #include <set>
 #include <string_view>
 #include <thread>
+#include <vector>
 
 #include "gpuguard/cli/apiserver_flags.hpp"
 #include "gpuguard/cli/command_line.hpp"
@@ -32,7 +34,8 @@ constexpr const char* kProgram = "gpuguard-webhook arm";
 constexpr const char* kUsage =
     "gpuguard-webhook arm: waits until the webhook's Deployment has a replica available and, with\n"
     "--probe-namespace, until a pod created there as a server-side dry run comes back as the webhook answered it\n"
-    "(so the API server can call it), ten times in a row and, with --service, until each ready endpoint of the\n"
+    "(so the API server can call it), ten times in a row (with --each-apiserver, through each API server in\n"
+    "turn, twice each at least) and, with --service, until each ready endpoint of the\n"
     "webhook's Service has answered naming its pod, then sets the webhook configuration's failurePolicy to\n"
     "Fail and the backstop binding's validationActions to Deny. The chart runs it as a post-install and\n"
     "post-upgrade hook, so that nothing refuses pods before the API server can have them reviewed. When that is\n"
@@ -55,6 +58,9 @@ constexpr auto kPoll = 2s;
 // ready endpoint of the webhook's Service has answered (arming.hpp, "Replicas told apart").
 constexpr int kAnswersInARow = 10;
 constexpr auto kConfirm = 300ms;
+// With --each-apiserver the probes go to each API server in turn, at its own address, and the run of answers
+// goes on until each has answered this many times: several API servers are no longer met by chance.
+constexpr int kAnswersEachApiServer = 2;
 
 // What a hook that could not show the webhook reachable leaves, and says: arming, nothing armed; verifying
 // (--verify-only), the release armed as it was, so the pods the webhook should review are refused while this
@@ -123,6 +129,11 @@ void add_arm_flags(po::options_description& description) {
       "service", po::value<std::string>(),
       "the webhook's Service, in --namespace: the probe goes on until each of its ready endpoints (the "
       "webhook's replicas, which name their pods) has answered; not given: replicas are not told apart")(
+      "each-apiserver", po::bool_switch(),
+      "probe through each API server the EndpointSlice default/kubernetes names (the one the API servers write), "
+      "in turn, at its own address, its certificate checked as the API's host (in a pod, the Service's address), "
+      "until each has answered twice within the run; without that slice, through the Service alone, as when not "
+      "given, which meets several API servers only by chance; needs --probe-namespace")(
       "probe-image", po::value<std::string>()->default_value("gpuguard-arm-probe"),
       "the image the probe pod names (never pulled: a dry run runs nothing); the chart passes its own, which "
       "a registry allowlist admits")(
@@ -166,6 +177,11 @@ int check_arm_flags(const po::variables_map& flags) {
     }
   }
   const bool names_something = flags.count("webhook-configuration") != 0 || flags.count("backstop-binding") != 0;
+  if (flags["each-apiserver"].as<bool>() &&
+      (flags.count("probe-namespace") == 0 || flags["probe-namespace"].as<std::string>().empty())) {
+    std::cerr << kProgram << ": --each-apiserver needs --probe-namespace: it is how the probe goes\n";
+    return 2;
+  }
   if (flags["verify-only"].as<bool>()) {
     if (names_something) {
       std::cerr << kProgram
@@ -291,14 +307,79 @@ Unheard unheard_replicas(const kube::ApiServer& api, const po::variables_map& fl
 
 // Why the timeout came while the webhook was answering: before its ten answers in a row, or with replicas
 // (`unheard`) not heard from after them.
-std::string timed_out_answering(int in_a_row, const std::string& unheard) {
-  if (in_a_row < kAnswersInARow) {
-    return "the timeout came after " + std::to_string(in_a_row) + " of the " + std::to_string(kAnswersInARow) +
+std::string timed_out_answering(int in_a_row, int answers_wanted, const std::string& unheard) {
+  if (in_a_row < answers_wanted) {
+    return "the timeout came after " + std::to_string(in_a_row) + " of the " + std::to_string(answers_wanted) +
            " answers in a row the webhook must give";
   }
   return "the timeout came after " + std::to_string(in_a_row) + " answers in a row, with " + unheard +
          ": the API server's calls may not reach those replicas (a NetworkPolicy that admits it to some nodes "
          "only), or they do not name themselves (--replica)";
+}
+
+// Where the probes go: with --each-apiserver, each API server the EndpointSlice default/kubernetes names (the
+// one the API servers write themselves), reached at its own address and checked as `api` is (its host: the
+// Service's address or name in a pod, which every API server's certificate names), so that the probes meet
+// every one; without that slice (a control plane that writes none), or without the flag, `api` alone. Empty,
+// after saying why, when the slice cannot be read.
+std::vector<kube::ApiServer> probe_targets(const kube::ApiServer& api, const po::variables_map& flags,
+                                           std::string& why) {
+  if (!flags["each-apiserver"].as<bool>()) return {api};
+  const kube::Reply reply = get(api, "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices/kubernetes");
+  if (reply.status == 404) {
+    log::info("no EndpointSlice default/kubernetes: probing through the Service alone", {{"apiserver", api.url()}});
+    return {api};
+  }
+  if (reply.status != 200) {
+    why = "cannot read the API servers, EndpointSlice default/kubernetes: " + std::to_string(reply.status) + " " +
+          reply.error;
+    return {};
+  }
+  const std::string verified = api.verify_name.empty() ? api.host : api.verify_name;
+  const arming::ApiServers found = arming::api_servers(reply.body, verified);
+  if (!found.error.empty() || found.addresses.empty()) {
+    why = "cannot read the API servers, EndpointSlice default/kubernetes: " +
+          (found.error.empty() ? std::string("none is ready") : found.error);
+    return {};
+  }
+  std::vector<kube::ApiServer> targets;
+  std::string listed;
+  for (const arming::ApiServerAddress& address : found.addresses) {
+    kube::ApiServer target = api;
+    target.host = address.host;
+    target.port = address.port;
+    target.verify_name = verified;
+    targets.push_back(std::move(target));
+    listed.append(listed.empty() ? "" : ", ").append(targets.back().url());
+  }
+  log::info("probing through each API server", {{"apiservers", listed}, {"certificates_checked_as", verified}});
+  return targets;
+}
+
+// One dry-run pod sent through one API server, and what came back; `named`: the API server said in `why`
+// (and `waiting`, what the log says while none has answered yet, says it not, so that it changes only when
+// what is waited for does).
+struct Probed {
+  arming::ProbeResult result;
+  std::string waiting;
+};
+Probed probe_once(const kube::ApiServer& through, const std::string& path, const std::string& pod,
+                  const std::string& instance, bool named) {
+  const kube::Reply reply = kube::send_request(
+      through, {"POST", path, "application/json", pod, std::string("gpuguard-arm/") + GPUGUARD_VERSION, ""},
+      kRequestTimeout);
+  Probed probed{arming::probe_result(reply.status, reply.body, reply.warnings, reply.error, instance), ""};
+  probed.waiting = probed.result.why;
+  if (named) probed.result.why += " (through API server " + through.url() + ")";
+  return probed;
+}
+
+// Why a pod the webhook did not answer, after `in_a_row` it did, stops the hook.
+std::string missed_after_answers(int in_a_row, const std::string& probe_namespace, const std::string& why) {
+  return "the webhook answered " + std::to_string(in_a_row) + " dry-run pod(s) in namespace " + probe_namespace +
+         " in a row, then not the next: " + why +
+         "; some of the API server's calls may not reach it (several API servers, one of which cannot), or the miss "
+         "was passing (a rollout, a dropped connection)";
 }
 
 // True once a pod created as a server-side dry run in --probe-namespace comes back as the webhook answered it
@@ -318,19 +399,26 @@ bool probe_webhook(const kube::ApiServer& api, const po::variables_map& flags,
     record_failure(api, flags, failure, why);
     return false;
   };
+  std::string why_no_targets;
+  const std::vector<kube::ApiServer> targets = probe_targets(api, flags, why_no_targets);
+  if (targets.empty()) {
+    return not_shown(why_no_targets,
+                     "let the hook's service account get EndpointSlice default/kubernetes (the chart's Role does), "
+                     "or set webhook.armEachApiServer=false, then run helm upgrade again");
+  }
+  // Each API server answers kAnswersEachApiServer times in turn, and the run is at least kAnswersInARow long.
+  const int answers_wanted = std::max<int>(kAnswersInARow, kAnswersEachApiServer * static_cast<int>(targets.size()));
   std::string last;
   std::string unheard;
   std::set<std::string> heard;  // replicas that named themselves; bounded by the answers, at most one a probe
   int in_a_row = 0;
+  std::size_t turn = 0;
   for (;;) {
-    const kube::Reply reply = kube::send_request(
-        api, {"POST", path, "application/json", pod, std::string("gpuguard-arm/") + GPUGUARD_VERSION, ""},
-        kRequestTimeout);
-    const arming::ProbeResult result =
-        arming::probe_result(reply.status, reply.body, reply.warnings, reply.error, instance);
+    const auto [result, waiting] =
+        probe_once(targets[turn++ % targets.size()], path, pod, instance, flags["each-apiserver"].as<bool>());
     if (result.reached) {
       if (!result.replica.empty()) heard.insert(result.replica);
-      if (++in_a_row >= kAnswersInARow) {
+      if (++in_a_row >= answers_wanted) {
         const auto [now_unheard, refused] = unheard_replicas(api, flags, heard);
         if (refused) {
           return not_shown(now_unheard,
@@ -341,6 +429,7 @@ bool probe_webhook(const kube::ApiServer& api, const po::variables_map& flags,
           log::info("the API server calls the webhook", {{"namespace", probe_namespace},
                                                          {"shown_by", result.why},
                                                          {"answers_in_a_row", in_a_row},
+                                                         {"apiservers", targets.size()},
                                                          {"replicas_heard", heard.size()}});
           return true;
         }
@@ -350,7 +439,7 @@ bool probe_webhook(const kube::ApiServer& api, const po::variables_map& flags,
         unheard = now_unheard;
       }
       if (std::chrono::steady_clock::now() + kConfirm > deadline) {
-        return not_shown(timed_out_answering(in_a_row, unheard),
+        return not_shown(timed_out_answering(in_a_row, answers_wanted, unheard),
                          "run helm upgrade again, or give the hook a longer webhook.armTimeoutSeconds");
       }
       std::this_thread::sleep_for(kConfirm);
@@ -359,17 +448,14 @@ bool probe_webhook(const kube::ApiServer& api, const po::variables_map& flags,
     if (in_a_row > 0) {
       // Once the webhook has answered, a pod it did not answer most likely shows an API server that does not
       // reach it. Retrying until a lucky run of answers would arm it all the same.
-      return not_shown("the webhook answered " + std::to_string(in_a_row) + " dry-run pod(s) in namespace " +
-                           probe_namespace + " in a row, then not the next: " + result.why +
-                           "; some of the API server's calls may not reach it (several API servers, one of which "
-                           "cannot), or the miss was passing (a rollout, a dropped connection)",
+      return not_shown(missed_after_answers(in_a_row, probe_namespace, result.why),
                        "let every API server reach the webhook (docs/operations.md#install), then run helm upgrade "
                        "again: it probes anew");
     }
-    if (result.why != last) {
+    if (waiting != last) {
       log::info("probing whether the API server calls the webhook",
                 {{"namespace", probe_namespace}, {"waiting", result.why}});
-      last = result.why;
+      last = waiting;
     }
     if (std::chrono::steady_clock::now() + kPoll > deadline) {
       return not_shown("a pod created in namespace " + probe_namespace +

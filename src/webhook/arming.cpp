@@ -31,6 +31,15 @@ long long number_at(const json& object, const char* section, const char* key) {
   return value != found->end() && value->is_number_integer() ? value->get<long long>() : 0;
 }
 
+// An EndpointSlice's endpoint that is ready: `ready` not false (absent is ready, as the API defines it). Walked
+// by find(), not value(): a pointer through an array of the wrong shape throws parse_error.
+bool endpoint_ready(const json& endpoint) {
+  if (!endpoint.is_object()) return false;
+  const json* conditions = member(endpoint, "conditions");
+  const json* ready = conditions != nullptr ? member(*conditions, "ready") : nullptr;
+  return ready == nullptr || *ready != false;
+}
+
 }  // namespace
 
 bool is_deployment_name(std::string_view name) { return name.size() <= 63 && k8s::is_dns_subdomain(name); }
@@ -342,11 +351,7 @@ ReadyReplicas ready_replicas(std::string_view endpoint_slices_json) {
     const auto endpoints = slice.is_object() ? slice.find("endpoints") : slice.end();
     if (!slice.is_object() || endpoints == slice.end() || !endpoints->is_array()) continue;  // none: null
     for (const json& endpoint : *endpoints) {
-      if (!endpoint.is_object()) continue;
-      // Walked by find(), not value(): a pointer through an array of the wrong shape throws parse_error.
-      const json* conditions = member(endpoint, "conditions");
-      const json* ready = conditions != nullptr ? member(*conditions, "ready") : nullptr;
-      if (ready != nullptr && *ready == false) continue;
+      if (!endpoint_ready(endpoint)) continue;
       const json* target = member(endpoint, "targetRef");
       const json* kind = target != nullptr ? member(*target, "kind") : nullptr;
       const json* name = target != nullptr ? member(*target, "name") : nullptr;
@@ -362,6 +367,53 @@ ReadyReplicas ready_replicas(std::string_view endpoint_slices_json) {
     }
   }
   return {{names.begin(), names.end()}, ""};
+}
+
+ApiServers api_servers(std::string_view endpoint_slice_json, std::string_view verified_host) {
+  const auto slice = parse_object(endpoint_slice_json);
+  if (!slice) return {{}, "the EndpointSlice is not a JSON object"};
+  // The family the verified host is of: only such an address can present a certificate for it and be reached
+  // as the Service is (a name: either).
+  const bool v6 = verified_host.find(':') != std::string_view::npos;
+  const bool v4 =
+      !v6 && !verified_host.empty() && verified_host.find_first_not_of("0123456789.") == std::string_view::npos;
+  const json* type = member(*slice, "addressType");
+  if (type == nullptr || !type->is_string() || (*type != "IPv4" && *type != "IPv6")) {
+    return {{}, "the EndpointSlice's addressType is not IPv4 or IPv6"};
+  }
+  if ((v4 && *type != "IPv4") || (v6 && *type != "IPv6")) {
+    return {{}, "the EndpointSlice is of another address family than " + std::string(verified_host)};
+  }
+  const json* endpoints = member(*slice, "endpoints");
+  if (endpoints == nullptr || !endpoints->is_array() || endpoints->empty()) return {{}, ""};  // none: null
+  // The https port, or the only one (the kubernetes Service has one, named https).
+  std::string port;
+  const json* ports = member(*slice, "ports");
+  if (ports != nullptr && ports->is_array()) {
+    for (const json& entry : *ports) {
+      const json* number = entry.is_object() ? member(entry, "port") : nullptr;
+      if (number == nullptr || !number->is_number_integer()) continue;
+      const long long value = number->get<long long>();
+      if (value < 1 || value > 65535) continue;
+      const json* name = member(entry, "name");
+      if ((name != nullptr && *name == "https") || ports->size() == 1) port = std::to_string(value);
+    }
+  }
+  if (port.empty()) return {{}, "the EndpointSlice has no https port"};
+  std::set<ApiServerAddress> found;
+  for (const json& endpoint : *endpoints) {
+    if (!endpoint_ready(endpoint)) continue;
+    const json* addresses = member(endpoint, "addresses");
+    if (addresses == nullptr || !addresses->is_array() || addresses->empty() || !addresses->front().is_string() ||
+        addresses->front().get<std::string>().empty()) {
+      return {{}, "a ready endpoint of the EndpointSlice has no address"};
+    }
+    found.insert({addresses->front().get<std::string>(), port});
+    if (found.size() > kMostApiServers) {
+      return {{}, "the EndpointSlice lists more than " + std::to_string(kMostApiServers) + " API servers"};
+    }
+  }
+  return {{found.begin(), found.end()}, ""};
 }
 
 }  // namespace gpuguard::webhook::arming

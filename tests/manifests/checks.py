@@ -45,6 +45,8 @@ def check_namespaces(docs, namespace):
             assert "namespace" not in d["metadata"], d["metadata"]
         elif d["kind"] in ("Role", "RoleBinding") and d["metadata"]["name"] == "gpuguard-arm-probe":
             assert d["metadata"]["namespace"] != namespace, d["metadata"]
+        elif d["kind"] in ("Role", "RoleBinding") and d["metadata"]["name"] == "gpuguard-arm-apiservers":
+            assert d["metadata"]["namespace"] == "default", d["metadata"]
         else:
             assert d["metadata"].get("namespace") == namespace, d["metadata"]
 
@@ -245,7 +247,7 @@ def check_arming(docs, namespace, armed, webhook=True, backstop=True, probe="def
     [container] = pod["containers"]
     check_hardened(pod, container)
     assert container["command"] == ["/usr/local/bin/gpuguard-webhook", "arm"]
-    args = dict(a[2:].split("=", 1) for a in container["args"])
+    args = dict(a[2:].split("=", 1) for a in container["args"] if "=" in a)
     want = {"namespace": namespace, "deployment": "gpuguard-webhook", "timeout": args["timeout"]}
     if webhook:
         want["webhook-configuration"] = "gpuguard"
@@ -255,6 +257,8 @@ def check_arming(docs, namespace, armed, webhook=True, backstop=True, probe="def
         want["probe-namespace"] = probe
         want["probe-image"] = container["image"]
         want["service"] = "gpuguard-webhook"  # the webhook's Service: each of its ready endpoints must answer
+    # Through each API server in turn, where it probes.
+    assert [a for a in container["args"] if "=" not in a] == (["--each-apiserver"] if probe else []), container["args"]
     assert args == want, args
     if probe:
         # The probe is armed on by the name the webhook says to it: its --instance must be the one the hook
@@ -279,8 +283,21 @@ def check_arming(docs, namespace, armed, webhook=True, backstop=True, probe="def
         assert binding["metadata"]["namespace"] == probe
         assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "gpuguard-arm-probe"}
         assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "gpuguard-arm", "namespace": namespace}]
+        # The API servers the probe goes through in turn: the kubernetes Service's endpoints, in default, for
+        # the hook's life too.
+        role = one(docs, "Role", "gpuguard-arm-apiservers")
+        binding = one(docs, "RoleBinding", "gpuguard-arm-apiservers")
+        for d in (role, binding):
+            assert d["metadata"]["namespace"] == "default" and d["metadata"]["annotations"] == {
+                "helm.sh/hook": "post-install,post-upgrade,post-rollback", "helm.sh/hook-weight": "-1",
+                "helm.sh/hook-delete-policy": "before-hook-creation,hook-succeeded,hook-failed"}, d["metadata"]
+        assert role["rules"] == [{"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"],
+                                  "resourceNames": ["kubernetes"], "verbs": ["get"]}], role["rules"]
+        assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "gpuguard-arm-apiservers"}
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "gpuguard-arm", "namespace": namespace}]
     else:
         assert not probe_roles and not find(docs, "RoleBinding", "gpuguard-arm-probe")
+        assert not find(docs, "Role", "gpuguard-arm-apiservers")
     assert pod["serviceAccountName"] == "gpuguard-arm" and pod["automountServiceAccountToken"] is True
     # The policy ConfigMap too, where a binding is armed: the API server lets only a user who may read a binding's
     # parameter change the binding.

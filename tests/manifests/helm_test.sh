@@ -72,6 +72,16 @@ for case in 'policy.exemptNamespaces="monitoring, default"|is in policy.exemptNa
   fi
   grep -q "${case#*|}" "$work/probe.out" || { cat "$work/probe.out"; echo "--set ${case%%|*}: the refusal does not say why"; exit 1; }
 done
+# webhook.armEachApiServer=false: the probe through the Service alone, and no Role in namespace default.
+"$helm" template gpuguard "$root/charts/gpuguard" --namespace gpuguard-system --kube-version "$kube_version" \
+  --set webhook.armEachApiServer=false > "$work/arm-service-alone.yaml"
+if grep -q -e "--each-apiserver" -e "gpuguard-arm-apiservers" "$work/arm-service-alone.yaml"; then
+  echo "webhook.armEachApiServer=false still probes each API server"; exit 1
+fi
+"$helm" template gpuguard "$root/charts/gpuguard" --namespace gpuguard-system --kube-version "$kube_version" \
+  > "$work/arm-each-apiserver.yaml"
+grep -q -e "- --each-apiserver" "$work/arm-each-apiserver.yaml" && grep -q "name: gpuguard-arm-apiservers" "$work/arm-each-apiserver.yaml" \
+  || { echo "the defaults do not probe each API server"; exit 1; }
 # webhook.outage=node-enforcer: nothing refuses pods while the webhook is down, with or without arming, and
 # no hook; without the node enforcer, refused at render, naming what it needs.
 for arm in true false; do

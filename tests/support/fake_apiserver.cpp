@@ -123,6 +123,7 @@ struct FakeApiserver::Impl {
   asio::io_context ioc;
   ssl::context context{ssl::context::tls_server};
   tcp::acceptor acceptor{ioc};
+  std::string address;
   unsigned short port = 0;
 
   mutable std::mutex mutex;
@@ -152,11 +153,15 @@ struct FakeApiserver::Impl {
   std::thread acceptor_thread;
 };
 
-FakeApiserver::FakeApiserver(std::string token) : impl_(std::make_unique<Impl>()) {
+FakeApiserver::FakeApiserver(std::string token, const std::string& address, const std::string& certs,
+                             unsigned short port)
+    : impl_(std::make_unique<Impl>()) {
   impl_->token = std::move(token);
-  impl_->context.use_certificate_chain_file(certs_dir() + "/tls.crt");
-  impl_->context.use_private_key_file(certs_dir() + "/tls.key", ssl::context::pem);
-  const tcp::endpoint endpoint(asio::ip::make_address("127.0.0.1"), 0);
+  impl_->address = address;
+  const std::string dir = certs.empty() ? certs_dir() : certs;
+  impl_->context.use_certificate_chain_file(dir + "/tls.crt");
+  impl_->context.use_private_key_file(dir + "/tls.key", ssl::context::pem);
+  const tcp::endpoint endpoint(asio::ip::make_address(address), port);
   impl_->acceptor.open(endpoint.protocol());
   impl_->acceptor.bind(endpoint);
   impl_->acceptor.listen();
@@ -184,7 +189,9 @@ FakeApiserver::~FakeApiserver() {
   for (auto& thread : impl_->threads) thread.join();
 }
 
-std::string FakeApiserver::url() const { return std::string("https://127.0.0.1:").append(std::to_string(impl_->port)); }
+unsigned short FakeApiserver::port() const { return impl_->port; }
+
+std::string FakeApiserver::url() const { return "https://" + impl_->address + ":" + std::to_string(impl_->port); }
 
 void FakeApiserver::accept_loop() {
   for (;;) {

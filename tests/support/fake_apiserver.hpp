@@ -23,7 +23,11 @@ namespace gpuguard::test {
 
 class FakeApiserver {
  public:
-  explicit FakeApiserver(std::string token);
+  // On `address` (another loopback address: 127.0.0.2) at `port` (0: any), serving the certificate and key in
+  // `certs` (empty: the test certificates, which name 127.0.0.1 and localhost).
+  explicit FakeApiserver(std::string token, const std::string& address = "127.0.0.1", const std::string& certs = "",
+                         unsigned short port = 0);
+  unsigned short port() const;
   ~FakeApiserver();
 
   std::string url() const;

@@ -15,6 +15,9 @@ struct ApiServer {
   std::string path_prefix;           // for an apiserver behind a proxy path; usually empty
   std::filesystem::path token_file;  // re-read for every request; empty: no Authorization header
   std::filesystem::path ca_file;     // re-read for every connection; empty: the system's trust store
+  // The name or address its certificate is checked against, and sent as SNI when a name; empty: host. One
+  // API server of several, reached at its own address, is checked as the Service all of them serve.
+  std::string verify_name;
 
   // https://host[:port][/prefix]. Throws std::invalid_argument naming what is wrong.
   static ApiServer from_url(std::string_view url);

@@ -4,6 +4,8 @@
 // Audit; `gpuguard-webhook arm` (a post-install hook) waits until a replica of the webhook is available,
 // then patches them to Fail and Deny. This is its decision, pure: the objects as the API serves them in,
 // what to do out, so that a first install whose image cannot be pulled refuses no pod anywhere.
+#include <compare>
+#include <cstddef>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -98,5 +100,22 @@ struct ReadyReplicas {
   std::string error;
 };
 ReadyReplicas ready_replicas(std::string_view endpoint_slices_json);
+
+// The API servers the EndpointSlice `kubernetes` (the one the API servers write for the Service of that name)
+// names: each ready endpoint's first address, with the slice's port named https (or its only port), as host
+// and port; sorted, once each, at most kMostApiServers (a slice naming more is an error: no control plane
+// runs that many). A slice of another address family than `verified_host` (the address the certificates are
+// checked against; a name: either family), or of FQDNs, is an error, as is a ready endpoint without an
+// address or a slice without the port. `error`: why none are given.
+inline constexpr std::size_t kMostApiServers = 16;
+struct ApiServerAddress {
+  std::string host, port;
+  auto operator<=>(const ApiServerAddress&) const = default;
+};
+struct ApiServers {
+  std::vector<ApiServerAddress> addresses;
+  std::string error;
+};
+ApiServers api_servers(std::string_view endpoint_slice_json, std::string_view verified_host);
 
 }  // namespace gpuguard::webhook::arming

@@ -10,8 +10,10 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <future>
 #include <string>
 #include <thread>
@@ -437,6 +439,151 @@ TEST_CASE(
   }
 }
 
+namespace {
+
+constexpr const char* kApiServers = "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices/kubernetes";
+
+// The EndpointSlice the API servers write for the kubernetes Service: these addresses, at `port` (the API
+// servers of a control plane share theirs).
+json api_server_slice(const std::vector<std::string>& addresses, unsigned short port,
+                      const std::string& family = "IPv4") {
+  json endpoints = json::array();
+  for (const std::string& address : addresses) {
+    endpoints.push_back({{"addresses", json::array({address})}, {"conditions", {{"ready", true}}}});
+  }
+  return {{"kind", "EndpointSlice"},
+          {"metadata", {{"name", "kubernetes"}, {"namespace", "default"}}},
+          {"addressType", family},
+          {"endpoints", endpoints},
+          {"ports", json::array({{{"name", "https"}, {"port", port}, {"protocol", "TCP"}}})}};
+}
+
+// Certificates from another CA (certs/generate.sh --new-ca), for a server the hook must not trust.
+struct ForeignCerts {
+  fs::path dir = fs::temp_directory_path() / ("gpuguard-arm-foreign-" + std::to_string(getpid()));
+  ForeignCerts() {
+    const std::string command =
+        std::string(GPUGUARD_SOURCE_DIR) + "/certs/generate.sh --new-ca --out " + dir.string() + " > /dev/null";
+    REQUIRE(std::system(command.c_str()) == 0);
+  }
+  ~ForeignCerts() { fs::remove_all(dir); }
+};
+
+}  // namespace
+
+TEST_CASE("arm: with --each-apiserver, armed only once each API server has passed dry-run pods to the webhook") {
+  Install install;
+  install.apiserver.put_at(kDeployment, deployment(3));
+  // At 127.0.0.2, with the test certificate, which names 127.0.0.1 and not 127.0.0.2: trusted only when checked
+  // as the API's host (--apiserver-url's, 127.0.0.1), not as the address dialled.
+  FakeApiserver other("arm-token", "127.0.0.2", "", install.apiserver.port());
+  std::atomic<int> probes{0}, other_probes{0};
+  install.answer_as_this_release(probes);
+  other.answer_posts(kProbe, [&other_probes](const json& pod) {
+    ++other_probes;
+    return patched_by(pod, "gpuguard-system/gpuguard-webhook");
+  });
+  install.apiserver.put_at(kApiServers, api_server_slice({"127.0.0.2", "127.0.0.1"}, install.apiserver.port()));
+  const ExitResult result = run_webhook(install.args(30) + " --probe-namespace default --each-apiserver");
+  INFO(result.output);
+  CHECK(result.status == 0);
+  CHECK(install.patches() == 2);
+  // Ten answers in a row, in turn: five through each, each at its own address.
+  CHECK(probes == 5);
+  CHECK(other_probes == 5);
+  CHECK_THAT(result.output, Catch::Contains("probing through each API server") &&
+                                Catch::Contains(install.apiserver.url()) && Catch::Contains(other.url()));
+  // Armed, an upgrade's --verify-only probes through each as well, and arms nothing.
+  const ExitResult verified = run_webhook(install.verify_args(30) + " --each-apiserver");
+  INFO(verified.output);
+  CHECK(verified.status == 0);
+  CHECK(install.patches() == 2);
+  CHECK(probes == 10);
+  CHECK(other_probes == 10);
+}
+
+TEST_CASE(
+    "arm: with --each-apiserver, an API server that does not pass the probe to the webhook leaves it unarmed, "
+    "naming it") {
+  Install install;
+  install.apiserver.put_at(kDeployment, deployment(3));
+  install.apiserver.collect_posts(kEvents);
+  FakeApiserver other("arm-token", "127.0.0.2", "", install.apiserver.port());
+  std::atomic<int> probes{0};
+  install.answer_as_this_release(probes);
+  // As an API server that cannot reach the webhook under failurePolicy Ignore: the pod back as sent.
+  other.answer_posts(kProbe, [](const json& pod) { return FakeApiserver::PostAnswer{201, pod, {}}; });
+  install.apiserver.put_at(kApiServers, api_server_slice({"127.0.0.1", "127.0.0.2"}, install.apiserver.port()));
+  const ExitResult result = run_webhook(install.args(30) + " --probe-namespace default --each-apiserver");
+  INFO(result.output);
+  const json event = install.check_left_unarmed(result);
+  CHECK(probes == 1);
+  CHECK_THAT(result.output,
+             Catch::Contains("then not the next") && Catch::Contains("(through API server " + other.url() + ")"));
+  CHECK_THAT(event["message"].get<std::string>(), Catch::Contains("through API server " + other.url()));
+}
+
+TEST_CASE("arm: with --each-apiserver, an address whose certificate is not the API's gets no token and no probe") {
+  Install install;
+  install.apiserver.put_at(kDeployment, deployment(3));
+  install.apiserver.collect_posts(kEvents);
+  const ForeignCerts foreign;
+  // A server the slice names whose certificate another CA signed: the handshake fails, before any request.
+  FakeApiserver other("arm-token", "127.0.0.2", foreign.dir.string(), install.apiserver.port());
+  std::atomic<int> probes{0};
+  install.answer_as_this_release(probes);
+  install.apiserver.put_at(kApiServers, api_server_slice({"127.0.0.1", "127.0.0.2"}, install.apiserver.port()));
+  const ExitResult result = run_webhook(install.args(30) + " --probe-namespace default --each-apiserver");
+  INFO(result.output);
+  install.check_left_unarmed(result);
+  CHECK(probes == 1);
+  CHECK(other.requests().empty());
+  CHECK_THAT(result.output, Catch::Contains("then not the next") && Catch::Contains(other.url()));
+}
+
+TEST_CASE(
+    "arm: with --each-apiserver, no EndpointSlice default/kubernetes probes through the Service alone, and one "
+    "it cannot use leaves it unarmed") {
+  {
+    Install install;
+    install.apiserver.put_at(kDeployment, deployment(3));
+    std::atomic<int> probes{0};
+    install.answer_as_this_release(probes);
+    const ExitResult result = run_webhook(install.args(30) + " --probe-namespace default --each-apiserver");
+    INFO(result.output);
+    CHECK(result.status == 0);
+    CHECK(probes == 10);
+    CHECK_THAT(result.output,
+               Catch::Contains("no EndpointSlice default/kubernetes: probing through the Service alone"));
+  }
+  struct Row {
+    const char* what;
+    std::function<json(unsigned short)> slice;
+    const char* says;
+  };
+  const Row rows[] = {
+      {"another address family than the API's host",
+       [](unsigned short port) { return api_server_slice({"::1"}, port, "IPv6"); },
+       "the EndpointSlice is of another address family than 127.0.0.1"},
+      {"no endpoint ready", [](unsigned short port) { return api_server_slice({}, port); }, "none is ready"},
+  };
+  for (const Row& row : rows) {
+    INFO(row.what);
+    Install install;
+    install.apiserver.put_at(kDeployment, deployment(3));
+    install.apiserver.collect_posts(kEvents);
+    std::atomic<int> probes{0};
+    install.answer_as_this_release(probes);
+    install.apiserver.put_at(kApiServers, row.slice(install.apiserver.port()));
+    const ExitResult result = run_webhook(install.args(30) + " --probe-namespace default --each-apiserver");
+    INFO(result.output);
+    install.check_left_unarmed(result);
+    CHECK(probes == 0);
+    CHECK_THAT(result.output, Catch::Contains("cannot read the API servers, EndpointSlice default/kubernetes: ") &&
+                                  Catch::Contains(row.says));
+  }
+}
+
 TEST_CASE("arm: a configuration without the webhook, or bad flags, are refused") {
   Install install;
   install.apiserver.put_at(kDeployment, deployment(3));
@@ -481,7 +628,8 @@ TEST_CASE("arm: a configuration without the webhook, or bad flags, are refused")
            {named + "--webhook-configuration gpuguard --service gpuguard-webhook", "--service needs --probe-namespace"},
            {named + "--webhook-configuration gpuguard --probe-namespace default --service ../pods",
             "--service \"../pods\" is not a Service's name"},
-           {named + "--verify-only --probe-namespace \"\"", "--verify-only needs --probe-namespace"}}) {
+           {named + "--verify-only --probe-namespace \"\"", "--verify-only needs --probe-namespace"},
+           {named + "--webhook-configuration gpuguard --each-apiserver", "--each-apiserver needs --probe-namespace"}}) {
     INFO(flags);
     const ExitResult result = run_webhook(flags);
     CHECK(result.status == 2);

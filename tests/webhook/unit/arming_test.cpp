@@ -528,3 +528,72 @@ TEST_CASE("arming: the replicas to hear are the ready endpoints of the webhook's
     CHECK(found.error.empty() != row.error);
   }
 }
+
+TEST_CASE("arming: the API servers to probe are the ready endpoints of the kubernetes Service, at its https port") {
+  const std::string slice = test::read_file(test::fixtures_dir() / "arming" / "kubernetes-endpointslice.json");
+  const arming::ApiServers found = arming::api_servers(slice, "10.96.0.1");
+  CHECK(found.error.empty());
+  CHECK(found.addresses ==
+        std::vector<arming::ApiServerAddress>{{"10.0.0.11", "6443"}, {"10.0.0.12", "6443"}, {"10.0.0.14", "6443"}});
+  // Checked as a name, either family; as an IPv6 address, only an IPv6 slice.
+  CHECK(arming::api_servers(slice, "kubernetes.default.svc").addresses.size() == 3);
+  CHECK_THAT(arming::api_servers(slice, "fd00::1").error, Catch::Contains("another address family than fd00::1"));
+  struct Row {
+    const char* what;
+    std::string json;
+    std::vector<arming::ApiServerAddress> addresses;
+    bool error;
+  };
+  const std::string v4 = R"("addressType":"IPv4",)";
+  std::string many = "{" + v4 + R"("ports":[{"port":443}],"endpoints":[)";
+  for (int i = 0; i <= static_cast<int>(arming::kMostApiServers); ++i) {
+    many += (i ? "," : "") + std::string(R"({"addresses":["10.9.0.)") + std::to_string(i) + R"("]})";
+  }
+  many += "]}";
+  const Row rows[] = {
+      {"no endpoints", "{" + v4 + R"("endpoints":null})", {}, false},
+      {"not an object", "[]", {}, true},
+      {"not JSON", "{", {}, true},
+      {"no address type", R"({"ports":[{"port":443}],"endpoints":[{"addresses":["10.1.1.1"]}]})", {}, true},
+      {"FQDN endpoints",
+       R"({"addressType":"FQDN","ports":[{"port":443}],"endpoints":[{"addresses":["a.example"]}]})",
+       {},
+       true},
+      {"the only port, unnamed",
+       "{" + v4 + R"("ports":[{"port":443}],"endpoints":[{"addresses":["10.1.1.1"]}]})",
+       {{"10.1.1.1", "443"}},
+       false},
+      {"the https port among others",
+       "{" + v4 + R"("ports":[{"name":"metrics","port":9000},{"name":"https","port":8443}],)" +
+           R"("endpoints":[{"addresses":["10.1.1.1"]}]})",
+       {{"10.1.1.1", "8443"}},
+       false},
+      {"no https port among several",
+       "{" + v4 + R"("ports":[{"name":"a","port":1},{"name":"b","port":2}],"endpoints":[{"addresses":["10.1.1.1"]}]})",
+       {},
+       true},
+      {"a port out of range",
+       "{" + v4 + R"("ports":[{"port":70000}],"endpoints":[{"addresses":["10.1.1.1"]}]})",
+       {},
+       true},
+      {"a ready endpoint without an address",
+       "{" + v4 + R"("ports":[{"port":443}],"endpoints":[{"addresses":[]}]})",
+       {},
+       true},
+      {"an address that is not a string",
+       "{" + v4 + R"("ports":[{"port":443}],"endpoints":[{"addresses":[5]}]})",
+       {},
+       true},
+      {"the same server twice, once",
+       "{" + v4 + R"("ports":[{"port":443}],"endpoints":[{"addresses":["10.1.1.1"]},{"addresses":["10.1.1.1"]}]})",
+       {{"10.1.1.1", "443"}},
+       false},
+      {"more API servers than a control plane runs", many, {}, true},
+  };
+  for (const Row& row : rows) {
+    INFO(row.what);
+    const arming::ApiServers got = arming::api_servers(row.json, "10.96.0.1");
+    CHECK(got.addresses == row.addresses);
+    CHECK(got.error.empty() != row.error);
+  }
+}
