@@ -19,6 +19,7 @@
 #include "http_client.hpp"
 #include "server_process.hpp"
 #include "tls_client.hpp"
+#include "webhook_cluster.hpp"
 
 using namespace gpuguard::test;
 using nlohmann::json;
@@ -82,24 +83,8 @@ std::string patched_containers(const std::string& answer) {
   return containers;
 }
 
-struct Cluster {
-  FakeApiserver apiserver{"webhook-token"};
-  fs::path dir = fs::temp_directory_path() / ("gpuguard-claims-" + std::to_string(getpid()));
-  Cluster() {
-    fs::create_directories(dir);
-    std::ofstream(dir / "token") << "webhook-token";
-  }
-  ~Cluster() { fs::remove_all(dir); }
-  std::vector<std::string> flags() const {
-    return {"--apiserver-url",
-            apiserver.url(),
-            "--token-file",
-            (dir / "token").string(),
-            "--ca-file",
-            certs_dir() + "/ca.crt",
-            "--api-discovery-interval",
-            "0.5"};
-  }
+struct Cluster : WebhookCluster {
+  Cluster() : WebhookCluster("claims") {}
   std::unique_ptr<WebhookProcess> webhook() { return std::make_unique<WebhookProcess>(flags()); }
 };
 

@@ -19,6 +19,7 @@
 #include "series.hpp"
 #include "server_process.hpp"
 #include "tls_client.hpp"
+#include "webhook_cluster.hpp"
 
 using namespace gpuguard::test;
 using nlohmann::json;
@@ -41,27 +42,8 @@ constexpr const char* kWatched[] = {
     "gpuguard_admission_switches_watched{resource=\"validatingadmissionpolicybindings\"}",
     "gpuguard_admission_switches_watched{resource=\"validatingadmissionpolicies\"}"};
 
-struct Cluster {
-  FakeApiserver apiserver{"webhook-token"};
-  fs::path dir = fs::temp_directory_path() / ("gpuguard-switches-" + std::to_string(getpid()));
-  Cluster() {
-    fs::create_directories(dir);
-    std::ofstream(dir / "token") << "webhook-token";
-    apiserver.serve_claims({});
-  }
-  ~Cluster() { fs::remove_all(dir); }
-  std::vector<std::string> flags(std::vector<std::string> more) const {
-    std::vector<std::string> all = {"--apiserver-url",
-                                    apiserver.url(),
-                                    "--token-file",
-                                    (dir / "token").string(),
-                                    "--ca-file",
-                                    certs_dir() + "/ca.crt",
-                                    "--api-discovery-interval",
-                                    "0.5"};
-    all.insert(all.end(), more.begin(), more.end());
-    return all;
-  }
+struct Cluster : WebhookCluster {
+  Cluster() : WebhookCluster("switches") { apiserver.serve_claims({}); }
 };
 
 }  // namespace
