@@ -215,6 +215,23 @@ std::optional<std::string> warning_text(std::string_view header) {
   return text;
 }
 
+// Why the API server refused the probe pod, in its words. A configuration error of a binding whose policy
+// fails closed (the backstop's) refuses whatever the binding's validationActions, before arming too.
+// kubernetes/kubernetes#130887: a kube-apiserver stops watching ConfigMaps as parameters for good once no
+// binding of a policy parameterised by one is left for a second (an uninstall); one without
+// kubernetes/kubernetes#134423 then finds none made afterwards.
+std::string refusal_words(std::string_view error) {
+  std::string why = "the API server refused the probe pod: " + std::string(error);
+  if (error.find("failed to configure binding: no params found") != std::string_view::npos) {
+    why +=
+        " (the binding named finds no parameter: if it is the backstop's and the policy ConfigMap exists, this "
+        "API server has stopped watching ConfigMaps as parameters, as a kube-apiserver does until it restarts "
+        "once no binding of a policy parameterised by a ConfigMap is left for a second, "
+        "kubernetes/kubernetes#130887: restart each API server)";
+  }
+  return why;
+}
+
 // Whether the answer is in the words only gpuguard's webhook uses, whichever release's (first), and what
 // showed it or why not.
 std::pair<bool, std::string> in_webhook_words(unsigned status, std::string_view body,
@@ -236,7 +253,7 @@ std::pair<bool, std::string> in_webhook_words(unsigned status, std::string_view 
       return {true, "the webhook refused the probe pod for setting " + std::string(kProbeVariable) +
                         " itself (policy mode strict): the API server called it"};
     }
-    return {false, "the API server refused the probe pod: " + std::string(error)};
+    return {false, refusal_words(error)};
   }
   const auto pod = parse_object(body);
   const json* containers = nullptr;

@@ -219,6 +219,16 @@ def check_backstop(docs, namespace, actions=("Deny",)):
     assert binding["spec"]["validationActions"] == list(actions), binding["spec"]["validationActions"]
     webhook = one(docs, "MutatingWebhookConfiguration")["webhooks"][0]
     assert binding["spec"]["matchResources"]["namespaceSelector"] == webhook["namespaceSelector"]  # same coverage
+    # The pair that keeps the API servers watching ConfigMaps as parameters while that binding is gone: a binding
+    # of a ConfigMap-parameterised policy that matches no request and carries no break-glass label.
+    keeper = one(docs, "ValidatingAdmissionPolicy", "gpuguard-keep-configmap-params")["spec"]
+    keeper_binding = one(docs, "ValidatingAdmissionPolicyBinding", "gpuguard-keep-configmap-params")
+    assert keeper["paramKind"] == policy["spec"]["paramKind"] and keeper["validations"] == [{"expression": "true"}]
+    assert [(r["apiGroups"], r["resources"]) for r in keeper["matchConstraints"]["resourceRules"]] == [
+        (["gpuguard.io"], ["paramwatchkeepers"])], keeper["matchConstraints"]
+    assert "gpuguard.io/refuses-pods" not in keeper_binding["metadata"].get("labels", {})
+    assert keeper_binding["spec"] == {"policyName": "gpuguard-keep-configmap-params", "validationActions": ["Audit"],
+                                      "paramRef": dict(binding["spec"]["paramRef"], parameterNotFoundAction="Allow")}
 
 
 def check_arming(docs, namespace, armed, webhook=True, backstop=True, probe="default"):

@@ -104,6 +104,8 @@ assert kinds == sorted(["Namespace", "ServiceAccount", "ServiceAccount", "Secret
                         "ConfigMap", "PodDisruptionBudget", "MutatingWebhookConfiguration", "DaemonSet", "DaemonSet", "DaemonSet",
                         "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "ClusterRole",
                         "ClusterRoleBinding", "ClusterRole", "ClusterRoleBinding",
+                        # the pair that keeps the API servers watching the backstop's parameter
+                        "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
                         # the device plugin's own-node policy
                         "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
                         # the trusted namespaces' guard and its creator role

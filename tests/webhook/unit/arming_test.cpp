@@ -290,6 +290,17 @@ TEST_CASE("arming: the probe shows the API server called the webhook by the webh
        R"(HTTP 400: admission webhook "policy.example.com" denied the request: no latest tags)",
        false,
        "refused the probe pod"},
+      // kubernetes/kubernetes#130887: an API server that stopped watching ConfigMaps as parameters may find none,
+      // and a configuration error refuses whatever the binding's validationActions (Warn before arming too).
+      {"refused by the backstop finding no parameter",
+       422,
+       "{}",
+       {},
+       "HTTP 422: pods \"x\" is forbidden: ValidatingAdmissionPolicy 'gpuguard-visible-devices' with binding "
+       "'gpuguard-visible-devices' denied request: failed to configure binding: no params found for policy binding "
+       "with `Deny` parameterNotFoundAction",
+       false,
+       "stopped watching ConfigMaps as parameters"},
       {"no answer", 0, "", {}, "cannot connect to https://10.0.0.1:443", false, "no answer from the API server"},
       {"not a pod", 201, "[]", {}, "", false, "not a pod with containers"},
       {"containers not a list", 201, R"({"spec":{"containers":{}}})", {}, "", false, "not a pod with containers"},
