@@ -6,7 +6,9 @@ of the end-to-end harness) or `test:"NAME"` (a Catch2 test case or a ctest entry
 - a row of docs/security.md's table of what the webhook covers, or of docs/audit.md's doors, names no test;
 - a policy key documented in docs/policy.md names no test in its section, or a key the code accepts is
   not documented there;
-- an alert of the chart has no runbook entry in docs/operations.md, or an entry names no alert.
+- an alert of the chart has no runbook entry in docs/operations.md, or an entry names no alert;
+- operations.md's alert table misses a rule of the chart's monitoring.yaml, lists one it lacks, or gives
+  another severity.
 Usage: claims_test.py SOURCE_DIR"""
 import os
 import re
@@ -101,6 +103,21 @@ for alert, text in entries.items():
     if first and subprocess.run(["bash", "-n", "-c", first[1]], capture_output=True).returncode != 0:
         failures.append(f"docs/operations.md: the first command of {alert} is not valid shell: {first[1]}")
 
+# The alert table in docs/operations.md's monitoring section lists exactly the rules of the chart's
+# monitoring.yaml (the audit's own alert is documented with the audit), each with the rule's severity.
+rules = dict(re.findall(r"^\s*- alert: (\w+)$.*?^\s*severity: (\w+)$",
+                        read("charts", "gpuguard", "templates", "monitoring.yaml"), re.M | re.S))
+table = dict(re.findall(r"^\| `(GPUGuard\w+)` \|.*\| (\w+) \|$", runbook[0], re.M))
+if len(rules) < 10:
+    failures.append(f"charts/gpuguard/templates/monitoring.yaml: only {len(rules)} rules read; the pattern no longer matches")
+for alert in sorted(set(rules) - set(table)):
+    failures.append(f"docs/operations.md: the alert table has no row for {alert}")
+for alert in sorted(set(table) - set(rules)):
+    failures.append(f"docs/operations.md: the alert table has a row for {alert}, which monitoring.yaml does not ship")
+for alert in sorted(set(rules) & set(table)):
+    if rules[alert] != table[alert]:
+        failures.append(f"docs/operations.md: the alert table says {alert} is {table[alert]}, the rule {rules[alert]}")
+
 # kubectl logs with a selector shows ten lines a pod unless --tail is given, and takes no --field-selector:
 # every such command in the docs says --tail, and none passes a field selector to logs.
 for doc in ["README.md"] + [os.path.join("docs", name) for name in sorted(os.listdir(os.path.join(root, "docs")))]:
@@ -114,6 +131,7 @@ for doc in ["README.md"] + [os.path.join("docs", name) for name in sorted(os.lis
 
 for failure in failures:
     print("FAIL", failure)
-print(f"{len(rows)} coverage rows, {len(sections)} policy keys, {len(entries)} runbook entries checked; "
+print(f"{len(rows)} coverage rows, {len(sections)} policy keys, {len(entries)} runbook entries, "
+      f"{len(table)} alert table rows checked; "
       f"{len(failures)} problems")
 sys.exit(1 if failures else 0)

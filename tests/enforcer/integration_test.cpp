@@ -433,6 +433,12 @@ TEST_CASE("every fixture, sent through NRI's own runtime to the real enforcer, g
     const auto out =
         run_runtime(node, {{"steps", steps}}, "--runtime-name " + fixtures.front().raw.value("runtime", "containerd"));
     REQUIRE(out[0]["synced"] == 1);
+    // The mode it runs in, as GPUGuardNodeEnforcementNotEnforcing reads it: the policy's, enforce by default.
+    const auto mode = fixtures.front().policy_files.find("nodeEnforcement");
+    CHECK_THAT(http_request(enforcer.port(), "GET", "/metrics").body,
+               Catch::Contains("\ngpuguard_node_enforcer_mode{mode=\"" +
+                               (mode != fixtures.front().policy_files.end() ? mode->second : std::string("enforce")) +
+                               "\"} 1\n"));
     if (mask_hook) {
       const fs::path beside = fs::path(GPUGUARD_NODE_ENFORCER_BIN).parent_path() / "gpuguard-mask-check";
       REQUIRE(fs::exists(hook_dir / "gpuguard-mask-check"));
