@@ -50,9 +50,11 @@ KubeletOffers::Answer KubeletOffers::read(std::chrono::milliseconds deadline) {
     PodOnNode& on_node = answer.pods.emplace_back(PodOnNode{pod.namespace_(), pod.name(), {}});
     for (const ::v1::ContainerResources& container : pod.containers()) {
       on_node.containers.push_back(container.name());
+      const std::string holder = pod.namespace_() + "/" + pod.name();
       for (const ::v1::ContainerDevices& devices : container.devices()) {
         answer.resources.push_back(
             {devices.resource_name(), {devices.device_ids().begin(), devices.device_ids().end()}});
+        answer.held.push_back({holder, answer.resources.back()});
       }
       // A device given through a DRA claim (the kubelet reports them from 1.34, by default): its driver's,
       // under kDraPrefix, one ID of its name, its pool and its CDI devices' names, where a UUID may be.
@@ -61,6 +63,7 @@ KubeletOffers::Answer KubeletOffers::read(std::chrono::milliseconds deadline) {
           std::string id = device.device_name() + " " + device.pool_name();
           for (const ::v1::CDIDevice& cdi : device.cdi_devices()) id += " " + cdi.name();
           answer.resources.push_back({std::string(kDraPrefix) + device.driver_name(), {std::move(id)}});
+          answer.held.push_back({holder, answer.resources.back()});
         }
       }
     }

@@ -20,6 +20,10 @@ constexpr metrics::Family kServedElsewhere{
     "GPUs withheld for good: the kubelet offers them under another plugin's resource, a pod holds them from one (a "
     "DRA claim too), NVIDIA's device plugin's or DRA kubelet plugin's pod runs on the node, a DRA driver's "
     "ResourceSlice publishes them, or an earlier start withheld them."};
+constexpr metrics::Family kHeldTwice{
+    "gpuguard_device_plugin_gpus_held_twice", "gauge",
+    "GPUs that a pod holds through gpuguard's plugin while a pod holds them through another plugin or a DRA claim, "
+    "at the kubelet's last answer: another server began to serve a GPU gpuguard's plugin had given."};
 constexpr metrics::Family kOfferErrors{"gpuguard_device_plugin_kubelet_offers_errors_total", "counter",
                                        "Asks for the kubelet's offers that got no answer."};
 constexpr metrics::Family kSlicesListed{
@@ -162,6 +166,7 @@ void OtherServers::check() try {
     answered_ = true;
     served.merge(served_elsewhere(answer.resources, own_resources_, gpus_));
     served.merge(nvidia_plugin_on_node(answer.pods, infrastructure_, gpus_));
+    note_held_twice(held_twice(answer.held, own_resources_, gpus_));
   } else {
     ++errors_;
     if (answer.error != last_error_) {
@@ -177,10 +182,22 @@ void OtherServers::check() try {
   log::error("the check of what other plugins serve failed; it runs again", {{"reason", e.what()}});
 }
 
+// Logged as each GPU begins to be held twice; the gauge says how many are at the last answer.
+void OtherServers::note_held_twice(std::map<std::string, std::string> twice) {
+  for (const auto& [uuid, holders] : twice) {
+    if (!held_twice_.contains(uuid)) {
+      log::error("GPU held twice: pods of two servers hold it; withholding keeps it from new pods only",
+                 {{"gpu", uuid}, {"holders", holders}});
+    }
+  }
+  held_twice_ = std::move(twice);
+}
+
 void OtherServers::render_metrics(std::string& out) const {
   std::lock_guard lock(mutex_);
   metrics::single(out, kOffersRead, answered_ ? "1" : "0");
   metrics::single(out, kServedElsewhere, served_elsewhere_.size());
+  metrics::single(out, kHeldTwice, held_twice_.size());
   metrics::single(out, kOfferErrors, errors_);
   if (published_ != nullptr) metrics::single(out, kSlicesListed, published_->listed() ? "1" : "0");
 }

@@ -172,4 +172,45 @@ std::map<std::string, std::string> served_elsewhere(const std::vector<OfferedRes
   return served;
 }
 
+std::map<std::string, std::string> held_twice(const std::vector<HeldDevices>& held,
+                                              const std::set<std::string>& own_resources,
+                                              const std::vector<discovery::Gpu>& gpus) {
+  const GpuUuids index(gpus);
+  // Each side's holders of a GPU, a few named: the log line says where to look, not every pod.
+  constexpr std::size_t kNamed = 3;
+  struct Holders {
+    std::vector<std::string> own, other;
+  };
+  std::map<std::string, Holders> by_gpu;
+  const auto add = [](std::vector<std::string>& names, const HeldDevices& entry) {
+    std::string name = entry.pod + " (" + entry.devices.name + ")";
+    if (names.size() < kNamed && std::find(names.begin(), names.end(), name) == names.end()) {
+      names.push_back(std::move(name));
+    }
+  };
+  for (const HeldDevices& entry : held) {
+    std::set<std::string> named;
+    if (own_resources.contains(entry.devices.name)) {
+      for (const std::string& id : entry.devices.device_ids) index.find(id, named);
+      for (const std::string& gpu : named) add(by_gpu[gpu].own, entry);
+    } else {
+      for (const auto& [gpu, why] : served_elsewhere({entry.devices}, own_resources, gpus)) {
+        add(by_gpu[gpu].other, entry);
+      }
+    }
+  }
+  const auto joined = [](const std::vector<std::string>& names) {
+    std::string text;
+    for (const std::string& name : names) text += (text.empty() ? "" : ", ") + name;
+    return text;
+  };
+  std::map<std::string, std::string> twice;
+  for (const auto& [gpu, holders] : by_gpu) {
+    if (holders.own.empty() || holders.other.empty()) continue;
+    twice.emplace(gpu, "gpuguard's plugin gave it to " + joined(holders.own) + ", and another server to " +
+                           joined(holders.other));
+  }
+  return twice;
+}
+
 }  // namespace gpuguard::deviceplugin

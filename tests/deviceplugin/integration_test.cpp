@@ -450,7 +450,9 @@ TEST_CASE(
   CHECK(plugin.terminate() == 0);
 }
 
-TEST_CASE("other plugins: a GPU a pod holds under another resource is withheld, though no plugin offers it now") {
+TEST_CASE(
+    "other plugins: a GPU a pod holds under another resource is withheld, though no plugin offers it now, and held "
+    "twice while a pod holds it through gpuguard's too") {
   Node node;
   FakeKubelet kubelet(node.plugin_dir);
   const fs::path socket = node.host.root() / "pod-resources.sock";
@@ -470,6 +472,22 @@ TEST_CASE("other plugins: a GPU a pod holds under another resource is withheld, 
   CHECK_THAT(http_get(port, "/metrics").second,
              Catch::Contains(R"(gpuguard_device_plugin_devices{resource="nvidia.com/gpu",health="unhealthy"} 1)"));
   CHECK_THAT(plugin.log(), Catch::Contains("the kubelet offers it as nvidia.com/gpu.shared"));
+  CHECK(plugin_series(port, "gpuguard_device_plugin_gpus_held_twice") == 0);
+  // A pod holding GPU 1 through gpuguard's resource too (given before the other plugin served it): held
+  // twice, read from the kubelet's List over gRPC at the next check, and said in the log.
+  offers.hold({{"nvidia.com/gpu.shared", {kGpu1 + "::3"}}, {"nvidia.com/gpu", {kGpu1}}});
+  const auto held_twice = [&](int want) {
+    for (auto deadline = std::chrono::steady_clock::now() + 10s; std::chrono::steady_clock::now() < deadline;
+         std::this_thread::sleep_for(100ms)) {
+      if (plugin_series(port, "gpuguard_device_plugin_gpus_held_twice") == want) return true;
+    }
+    return false;
+  };
+  CHECK(held_twice(1));
+  CHECK_THAT(plugin.log(), Catch::Contains("GPU held twice") && Catch::Contains("/holder (nvidia.com/gpu)") &&
+                               Catch::Contains("/holder (nvidia.com/gpu.shared)"));
+  offers.hold({{"nvidia.com/gpu", {kGpu1}}});
+  CHECK(held_twice(0));
   CHECK(plugin.terminate() == 0);
 }
 

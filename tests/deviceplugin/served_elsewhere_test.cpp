@@ -85,6 +85,44 @@ TEST_CASE(
   CHECK_FALSE(names_gpus("dra:nvidia.com/gpu"));
 }
 
+TEST_CASE("served elsewhere: a GPU pods hold through gpuguard's resource and another server's at once is held twice") {
+  const std::vector<Gpu> gpus = mig_mixed();
+  const std::set<std::string> own = {"nvidia.com/gpu", "github.com/fuse"};
+  const auto gpus_of = [&](const std::vector<HeldDevices>& held) {
+    std::set<std::string> out;
+    for (const auto& [uuid, holders] : held_twice(held, own, gpus)) out.insert(uuid);
+    return out;
+  };
+  const HeldDevices ours{"team-a/train", {"nvidia.com/gpu", {kGpu1}}};
+  // NVIDIA's renamed time-slicing, begun after gpuguard's plugin gave GPU 1.
+  const auto twice = held_twice({ours, {"team-b/infer", {"nvidia.com/gpu.shared", {kGpu1 + "::0"}}}}, own, gpus);
+  REQUIRE(twice.size() == 1);
+  CHECK_THAT(twice.at(kGpu1), Catch::Contains("team-a/train (nvidia.com/gpu)") &&
+                                  Catch::Contains("team-b/infer (nvidia.com/gpu.shared)"));
+  // Another GPU on the other side; gpuguard's two resources; gpuguard's replicas of one GPU: none twice.
+  CHECK(gpus_of({ours, {"team-b/infer", {"nvidia.com/gpu.shared", {kGpu0}}}}).empty());
+  CHECK(gpus_of({ours, {"team-b/fuse", {"github.com/fuse", {"fuse-0"}}}}).empty());
+  CHECK(gpus_of({{"team-a/a", {"nvidia.com/gpu", {kGpu1 + "::0"}}}, {"team-a/b", {"nvidia.com/gpu", {kGpu1 + "::1"}}}})
+            .empty());
+  CHECK(gpus_of({ours}).empty());
+  // A MIG device of GPU 0, NVIDIA's DRA driver's gpu-1 by minor, an index ID that may be any GPU.
+  const HeldDevices ours0{"team-a/zero", {"nvidia.com/gpu", {kGpu0}}};
+  CHECK(gpus_of({ours0, {"team-b/mig", {"nvidia.com/mig-1g.10gb", {"MIG-aaaaaaaa-aaaa-4aaa-8aaa-aaaaaaaaaaaa"}}}}) ==
+        std::set<std::string>{kGpu0});
+  CHECK(gpus_of({ours, {"team-b/claim", {"dra:gpu.nvidia.com", {"gpu-1 node-1"}}}}) == std::set<std::string>{kGpu1});
+  CHECK(gpus_of({ours0, ours, {"team-b/index", {"nvidia.com/gpu.shared", {"0"}}}}) ==
+        std::set<std::string>{kGpu0, kGpu1});
+  // Many holders on each side: a few named.
+  std::vector<HeldDevices> many;
+  for (int i = 0; i < 10; ++i) {
+    many.push_back({"team-a/p" + std::to_string(i), {"nvidia.com/gpu", {kGpu1}}});
+    many.push_back({"team-b/q" + std::to_string(i), {"nvidia.com/gpu.shared", {kGpu1 + "::" + std::to_string(i)}}});
+  }
+  const std::string holders = held_twice(many, own, gpus).at(kGpu1);
+  CHECK_THAT(holders, Catch::Contains("team-a/p2") && !Catch::Contains("team-a/p3") && Catch::Contains("team-b/q2") &&
+                          !Catch::Contains("team-b/q3"));
+}
+
 TEST_CASE("served elsewhere: NVIDIA's plugin's pod withholds every GPU only in a GPU-infrastructure namespace") {
   const std::set<std::string> infrastructure = {"gpu-operator", "nvidia-device-plugin", "kube-system"};
   const auto withheld = [&](const std::vector<PodOnNode>& pods) {
@@ -184,6 +222,43 @@ TEST_CASE("other servers: every GPU withheld until the kubelet answers, then tho
   set.withhold(kGpu1, Hold::mps_daemon, true);
   set.withhold(kGpu1, Hold::mps_daemon, false);
   CHECK(healthy() == std::vector<bool>{true, false, false});
+}
+
+TEST_CASE("other servers: a GPU held twice is counted while both pods hold it") {
+  const std::vector<Gpu> gpus = mig_mixed();
+  DeviceSet set({{kGpu0, kGpu0, true, 0, 0}, {kGpu1, kGpu1, true, 0, 1}});
+  const HeldDevices ours{"team-a/train", {"nvidia.com/gpu", {kGpu1}}};
+  const HeldDevices theirs{"team-b/infer", {"nvidia.com/gpu.shared", {kGpu1 + "::0"}}};
+  std::vector<KubeletOffers::Answer> answers = {
+      {{{"nvidia.com/gpu", {kGpu0, kGpu1}}, ours.devices}, "", {}, {ours}},
+      {{{"nvidia.com/gpu", {kGpu0, kGpu1}},
+        {"nvidia.com/gpu.shared", {kGpu1 + "::0", kGpu1 + "::1"}},
+        ours.devices,
+        theirs.devices},
+       "",
+       {},
+       {ours, theirs}},
+      {{{"nvidia.com/gpu", {kGpu0, kGpu1}}, {"nvidia.com/gpu.shared", {kGpu1 + "::0", kGpu1 + "::1"}}, ours.devices},
+       "",
+       {},
+       {ours}},
+  };
+  std::size_t asked = 0;
+  OtherServers others([&] { return answers.at(asked++); }, gpus, {&set}, {"nvidia.com/gpu"});
+  const auto held_twice_now = [&] {
+    std::string metrics;
+    others.render_metrics(metrics);
+    return metrics;
+  };
+  others.check();
+  CHECK_THAT(held_twice_now(), Catch::Contains("gpuguard_device_plugin_gpus_held_twice 0") &&
+                                   Catch::Contains("gpuguard_device_plugin_gpus_served_elsewhere 0"));
+  others.check();
+  CHECK_THAT(held_twice_now(), Catch::Contains("gpuguard_device_plugin_gpus_held_twice 1") &&
+                                   Catch::Contains("gpuguard_device_plugin_gpus_served_elsewhere 1"));
+  others.check();  // NVIDIA's pod gone: GPU 1 stays withheld, and is held once
+  CHECK_THAT(held_twice_now(), Catch::Contains("gpuguard_device_plugin_gpus_held_twice 0") &&
+                                   Catch::Contains("gpuguard_device_plugin_gpus_served_elsewhere 1"));
 }
 
 namespace {

@@ -19,8 +19,9 @@ class KubeletOffers {
 
   struct Answer {
     std::vector<OfferedResource> resources;
-    std::string error;                 // empty when the kubelet answered
-    std::vector<PodOnNode> pods = {};  // every pod it runs, each with its containers' names
+    std::string error;                   // empty when the kubelet answered
+    std::vector<PodOnNode> pods = {};    // every pod it runs, each with its containers' names
+    std::vector<HeldDevices> held = {};  // what each pod's containers hold, also in resources
   };
 
   explicit KubeletOffers(const std::filesystem::path& socket);

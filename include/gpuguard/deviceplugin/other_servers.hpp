@@ -4,10 +4,11 @@
 // watched, and withholds each GPU that another resource serves (served_elsewhere.hpp) or a ResourceSlice
 // publishes, for the life of the process, so that two plugins never take turns with one GPU. Until the
 // kubelet has first answered, and the slices have been listed (or kSlicesWait has passed), every GPU is
-// withheld. The GPUs withheld are recorded in a file that outlives the process, the kubelet's restarts
-// and the node's, and withheld again at the next start. Another plugin that answers on the socket of one
-// of gpuguard's own resource names (the kubelet then lists either's devices under that name) withholds
-// every GPU.
+// withheld. A GPU that pods hold through gpuguard's resource and another server's at once (a server that
+// began after gpuguard's plugin had given it) cannot be taken back: it is logged and counted. The GPUs
+// withheld are recorded in a file that outlives the process, the kubelet's restarts and the node's, and
+// withheld again at the next start. Another plugin that answers on the socket of one of gpuguard's own
+// resource names (the kubelet then lists either's devices under that name) withholds every GPU.
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -75,8 +76,8 @@ class OtherServers {
     std::lock_guard lock(mutex_);
     return released_;
   }
-  // gpuguard_device_plugin_kubelet_offers_read, _gpus_served_elsewhere, _kubelet_offers_errors_total, and
-  // _resource_slices_listed where the slices are read.
+  // gpuguard_device_plugin_kubelet_offers_read, _gpus_served_elsewhere, _gpus_held_twice,
+  // _kubelet_offers_errors_total, and _resource_slices_listed where the slices are read.
   void render_metrics(std::string& out) const;
 
  private:
@@ -84,6 +85,7 @@ class OtherServers {
   void load_record();
   void withhold_new(const std::map<std::string, std::string>& served);
   void release_when_judged(bool listed);
+  void note_held_twice(std::map<std::string, std::string> twice);
 
   Read read_;
   std::vector<discovery::Gpu> gpus_;
@@ -99,6 +101,7 @@ class OtherServers {
   bool released_ = false;  // Hold::unchecked, once the kubelet has answered and the slices are listed or late
   std::map<std::string, std::string> served_elsewhere_;  // GPU UUID: why, as first seen
   std::map<std::string, std::string> recorded_;          // the record's lines, those of GPUs not found too
+  std::map<std::string, std::string> held_twice_;        // GPU UUID: its holders, at the last answer
   std::string last_error_;
   std::uint64_t errors_ = 0;
 };

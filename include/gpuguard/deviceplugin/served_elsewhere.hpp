@@ -89,4 +89,20 @@ std::map<std::string, std::string> served_elsewhere(const std::vector<OfferedRes
                                                     const std::set<std::string>& own_resources,
                                                     const std::vector<discovery::Gpu>& gpus);
 
+// One container's devices of one resource, as the kubelet's List gives them (a DRA claim's as served_elsewhere
+// reads them, under kDraPrefix), and the pod that holds them, as namespace/name.
+struct HeldDevices {
+  std::string pod;
+  OfferedResource devices;
+};
+
+// The GPUs given twice: a pod holds each through one of own_resources while a pod holds it through another
+// resource or a DRA claim (judged as served_elsewhere judges an offer, so an ID of a GPU resource that names
+// no GPU here may be any of them). Withholding keeps a GPU from pods to come, not from those that hold it:
+// where gpuguard's plugin gave a GPU before another server began to serve it, both pods run on it. Each GPU
+// with the pods on either side.
+std::map<std::string, std::string> held_twice(const std::vector<HeldDevices>& held,
+                                              const std::set<std::string>& own_resources,
+                                              const std::vector<discovery::Gpu>& gpus);
+
 }  // namespace gpuguard::deviceplugin
