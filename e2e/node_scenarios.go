@@ -535,6 +535,15 @@ func (n *Node) setPolicy(t *T, key, value string) time.Duration {
 	started := time.Now()
 	_, err := n.cluster.client.CoreV1().ConfigMaps(gpuguardNamespace).Patch(t.ctx, helmRelease+"-policy", types.MergePatchType, body, metav1.PatchOptions{})
 	t.must(err, "patching the policy ConfigMap")
+	n.waitForReloads(t, before)
+	if key == "visibleDevicesValue" {
+		n.waitUntilValue(t, value, 10*time.Second)
+	}
+	return time.Since(started)
+}
+
+// waitForReloads waits until each webhook replica counted in before has loaded its policy again.
+func (n *Node) waitForReloads(t *T, before map[string]int) {
 	t.must(eventually(t.ctx, 2*time.Minute, func() error {
 		after := n.replicaReloads(t)
 		for pod, count := range before {
@@ -544,10 +553,6 @@ func (n *Node) setPolicy(t *T, key, value string) time.Duration {
 		}
 		return nil
 	}), "waiting for every webhook replica to load the policy")
-	if key == "visibleDevicesValue" {
-		n.waitUntilValue(t, value, 10*time.Second)
-	}
-	return time.Since(started)
 }
 
 // replicaReloads reads gpuguard_policy_reloads_total{result="success"} from each ready webhook replica's
@@ -961,7 +966,7 @@ var nodeScenarios = []scenario{
 	{"node/enforcer-running", "a pod started before the enforcer is reported (a series and a Node event) and left running, seeing both GPUs", nodeEnforcerRunning},
 	{"node/enforcer-bypassed", "the webhook configuration and the backstop binding deleted: a GPU-less pod sees no GPU, a GPU pod its own GPU (one that sets all itself is refused on containerd), a forged annotation nothing, a cdi.k8s.io/ annotation naming a GPU nothing (refused on CRI-O); an allowlisted namespace and gpuguard's device plugin keep both, a pod of its account without its label none; audit changes nothing and counts", nodeEnforcerBypassed},
 	{"node/gpu-infrastructure", "NVIDIA's components recognised by default, by namespace, account and label together: the GPU Operator's device plugin (privileged, all, NVIDIA's MPS root) and NVIDIA's static manifest see both GPUs; without the label, unprivileged, refused; the GPU Operator's kata manager (privileged, the host's / mounted) sees NVIDIA's MPS root unmasked; the same account and label in a user namespace gets none, and the enforcer counts it as unlisted GPU infrastructure (the alert's series) and logs the entry it looks like", nodeGPUInfrastructure},
-	{"node/nvidia-device-plugin", "NVIDIA's device plugin v0.20.0 (-peers) as its static manifest runs it and installed from its own Helm chart with helm install (release gpu-sharing, not nvdp): it registers and serves both GPUs and sees both; gpuguard's plugin, started after it, leaves them to it; its pods see the GPU it allocated alone, also time-sliced (UUID::n), GPU-less pods none; gone and the kubelet restarted, gpuguard's does not take them, nor after its own restart (its record); its pod on the node but not registered (its image not there), gpuguard's started afresh withholds both GPUs; then gpuguard's serving first and NVIDIA's started with renamed time-slicing (nvidia.com/gpu.shared): gpuguard's withholds both GPUs, for good", nodeNvidiaDevicePlugin},
+	{"node/nvidia-device-plugin", "NVIDIA's device plugin v0.20.0 (-peers) as its static manifest runs it and installed from its own Helm chart with helm install (release gpu-sharing, not nvdp): it registers and serves both GPUs and sees both; gpuguard's plugin, started after it, leaves them to it; its pods see the GPU it allocated alone, also time-sliced (UUID::n), GPU-less pods none; gone and the kubelet restarted, gpuguard's does not take them, nor after its own restart (its record); its pod on the node but not registered (its image not there), gpuguard's started afresh withholds both GPUs; then gpuguard's serving first, one pod given a GPU, and NVIDIA's started with renamed time-slicing (nvidia.com/gpu.shared): gpuguard's withholds both GPUs, for good, and counts the GPU held twice while a pod of NVIDIA's holds it too", nodeNvidiaDevicePlugin},
 	{"node/nvidia-dra-driver", "NVIDIA's DRA driver (-peers) installed from its own chart in dra-driver-nvidia-gpu: its kubelet plugin's pod, its prestart check waiting for nvidia-smi and nothing published, makes gpuguard's device plugin started afresh withhold both GPUs; once the driver root is complete, the pod, exempt by gpuguard's built-in entry, keeps the chart's void and publishes both GPUs; a pod claiming one through gpu.nvidia.com sees that GPU alone (void, from the claim's CDI spec); the same claim with the other GPU mounted is refused by the enforcer, which read the claim's CDI devices from pod-resources; a GPU-less pod none; a pod asking for one nvidia.com/gpu gets the other GPU through the DRA driver (extendedResourceName) and sees it alone, and one that also mounts the claimed GPU is refused, naming it; gpuguard's device plugin withholds the GPUs the slice publishes; nothing of the pods left once the driver is uninstalled", leftoverChecked(nodeNvidiaDRADriver)},
 	{"node/driver-late", "the driver not loaded (its procfs directory absent and impossible to make): gpuguard's device plugin and node enforcer start all the same, the plugin reporting no GPU; the driver loaded, the enforcer (not restarted) knows both GPUs and a GPU pod sees its own alone, a GPU-less pod none", nodeDriverLate},
 	{"node/enforcer-refuses", "a GPU-less pod mounting /dev/nvidia1, or the MPS root, by hostPath is refused at its creation with gpuguard's message", nodeEnforcerRefuses},
@@ -972,7 +977,7 @@ var nodeScenarios = []scenario{
 	{"node/no-nri", "the runtime (containerd or CRI-O) with NRI off: the enforcer's pod is Ready all the same and reports the node not enforced (/readyz, a series), where a kube-system pod sees both GPUs; NRI back on: registered, and the next pod gets void", nodeNoNRI},
 	{"node/hardened", "the toolkit ignoring the variable in unprivileged containers and the plugin's GPUs as CDI devices: the report and condition say hardened; admission bypassed and the enforcer away while pods are created, GPU-less pods see no GPU, one that sets all or an index included, and a GPU pod its own", nodeHardened},
 	{"node/allocated", "two pods asking for one GPU each see the one the plugin allocated, and not the other", nodeAllocated},
-	{"node/time-slicing", "the plugin's config time-slices GPU 0 alone as nvidia.com/gpu.shared: two pods holding its replicas see GPU 0 alone by its UUID, a whole-GPU pod GPU 1, a GPU-less pod none; both whole again once the config goes", nodeTimeSlicing},
+	{"node/time-slicing", "the plugin's config time-slices GPU 0 alone as nvidia.com/gpu.shared: two pods holding its replicas see GPU 0 alone by its UUID, one of them keeping the CUDA variables it set, a whole-GPU pod GPU 1, a GPU-less pod none; both whole again once the config goes", nodeTimeSlicing},
 	{"node/mps", "the plugin's config shares GPU 0 through MPS: the chart's daemon for GPU 0 alone; a client sees GPU 0's pipe and shm alone and its limit, also one that set the CUDA variables itself; a GPU-less pod no MPS directory; a config change registers again and the client keeps its mounts", nodeMPS},
 	{"node/none-void", "the plugin adds nvidia.com/gpu=none; none and void both start with no GPU; its node report and Node condition agree", nodeNoneVoid},
 	{"node/report-flip", "without the device none the report and the Node condition say breaks-pods, audit lists the node, and a GPU-less pod fails (on CRI-O starts with void, which the enforcer wrote); with it back, honoured", nodeReportFlip},

@@ -385,10 +385,16 @@ func (n *Node) gpuguardStartedAfreshWithholds(t *T, onNode string) {
 // nvidiaRenamedAfterGpuguard: gpuguard's plugin serves the GPUs first; then NVIDIA's starts with renamed
 // time-slicing (renameByDefault: the same GPUs as nvidia.com/gpu.shared, UUID::n). gpuguard's plugin
 // withholds every GPU the kubelet offers there, so the node offers none of nvidia.com/gpu; pods given a
-// replica see their GPU alone. NVIDIA's plugin gone and the kubelet restarted, the GPUs stay withheld, and
-// so they do after gpuguard's plugin restarts, by its record.
+// replica see their GPU alone. A pod gpuguard's plugin gave a GPU before NVIDIA's started keeps it, and
+// once one of NVIDIA's pods holds a replica of that GPU too (three pods on two GPUs of two replicas each:
+// one must), the plugin counts it held twice, until NVIDIA's pods are gone. NVIDIA's plugin gone and the
+// kubelet restarted, the GPUs stay withheld, and so they do after gpuguard's plugin restarts, by its record.
 func (n *Node) nvidiaRenamedAfterGpuguard(t *T, e *Env) {
 	n.gpuguardServesGPUsAgain(t)
+	const first = "gpuguard-first"
+	defer n.deletePods(t, first)
+	firstGPU := ownGPU(t, "a pod given a GPU by gpuguard's plugin before NVIDIA's starts",
+		n.look(t, e, n.runPod(t, cudaPod(first, withRequest(gpuResource, "1")))))
 	const config, shared = "nvidia-device-plugin-renamed", "nvidia.com/gpu.shared"
 	_, err := n.cluster.client.CoreV1().ConfigMaps("kube-system").Create(t.ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: config},
 		Data: map[string]string{"config.yaml": "version: v1\nsharing:\n  timeSlicing:\n    renameByDefault: true\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 2\n"}},
@@ -408,7 +414,12 @@ func (n *Node) nvidiaRenamedAfterGpuguard(t *T, e *Env) {
 	t.must(eventually(t.ctx, time.Minute, func() error { return n.offers(t, 0) }),
 		"gpuguard's plugin withholding the GPUs NVIDIA's serves as "+shared)
 	n.waitForMetric(t, "gpuguard_device_plugin_gpus_served_elsewhere "+strconv.Itoa(nodeGPUs))
-	n.expectNvidiaAllocationsOf(t, e, "time-sliced-renamed", shared, 3)
+	n.expectNvidiaAllocationsOf(t, e, "time-sliced-renamed", shared, 3, func() {
+		n.waitForMetric(t, "gpuguard_device_plugin_gpus_held_twice 1")
+		t.Logf("%s, given %s by gpuguard's plugin, and a pod given a replica of it by NVIDIA's: held twice, said", first, firstGPU)
+	})
+	n.waitForMetric(t, "gpuguard_device_plugin_gpus_held_twice 0")
+	n.deletePodsTornDown(t, first)
 	n.removeNvidiaPlugin(t, e, renamed)
 
 	n.restartKubelet(t, e)
@@ -447,8 +458,9 @@ func (n *Node) expectNvidiaAllocations(t *T, e *Env, what string, count int) {
 }
 
 // expectNvidiaAllocationsOf is expectNvidiaAllocations for the GPUs NVIDIA's plugin serves as resource; a
-// time-sliced step (what starts with "time-sliced") gives replicas, UUID::n.
-func (n *Node) expectNvidiaAllocationsOf(t *T, e *Env, what, resource string, count int) {
+// time-sliced step (what starts with "time-sliced") gives replicas, UUID::n. Each of whileRunning runs
+// once the pods have been looked at, before they are deleted.
+func (n *Node) expectNvidiaAllocationsOf(t *T, e *Env, what, resource string, count int, whileRunning ...func()) {
 	var names []string
 	for i := 0; i < count; i++ {
 		names = append(names, fmt.Sprintf("nvidia-%s-%d", what, i))
@@ -471,6 +483,9 @@ func (n *Node) expectNvidiaAllocationsOf(t *T, e *Env, what, resource string, co
 	}
 	expectGPULess(t, what+": a GPU-less pod beside NVIDIA's plugin", n.look(t, e, n.runPod(t, cudaPod(none))))
 	t.Logf("%s: %d pods allocated %v by NVIDIA's plugin see %v; the GPU-less pod sees none", what, count, allocated, held)
+	for _, step := range whileRunning {
+		step()
+	}
 	n.deletePodsTornDown(t, append(names, none)...)
 }
 

@@ -15,13 +15,17 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// sharedGpuResource is what the config below advertises GPU 0's replicas as; the policy's defaults
-// already count it a GPU and a share of one.
+// sharedGpuResource is what the configs below advertise GPU 0's replicas as; the policy's defaults
+// already count it a GPU, and the chart lists it as a share whose variables are stripped once its device
+// plugin serves it through MPS.
 const sharedGpuResource = "nvidia.com/gpu.shared"
 
 // nodeTimeSlicing: GPU 0 shared twice as nvidia.com/gpu.shared (devices: [0], renamed), GPU 1 whole.
 // Two pods each holding a replica see GPU 0 alone, by its one UUID; a whole-GPU pod sees GPU 1 alone; a
-// GPU-less pod sees none. The config is then taken away and both GPUs are whole again.
+// GPU-less pod sees none. A replica's pod that sets CUDA_VISIBLE_DEVICES and CUDA_MPS_PIPE_DIRECTORY
+// itself keeps them: time-slicing has no limits for them to loosen, and the chart lists only its MPS
+// resources as shares whose variables are stripped. The config is then taken away and both GPUs are
+// whole again.
 func nodeTimeSlicing(t *T, e *Env) {
 	n := e.gpuguardFor(t)
 	config := `{"version":"v1","sharing":{"timeSlicing":{"resources":[{"name":"nvidia.com/gpu","rename":"` +
@@ -36,12 +40,25 @@ func nodeTimeSlicing(t *T, e *Env) {
 
 	pods := []string{"shared-a", "shared-b", "whole", "no-gpu"}
 	defer n.deletePods(t, pods...)
-	for _, name := range pods[:2] {
-		s := n.look(t, e, n.runPod(t, cudaPod(name, withRequest(sharedGpuResource, "1"))))
+	for i, name := range pods[:2] {
+		var own []func(*corev1.Container)
+		if i == 1 {
+			own = append(own, withEnv("CUDA_VISIBLE_DEVICES", "0"), withEnv("CUDA_MPS_PIPE_DIRECTORY", "/tmp/own"))
+		}
+		pod := n.runPod(t, cudaPod(name, append([]func(*corev1.Container){withRequest(sharedGpuResource, "1")}, own...)...))
+		s := n.look(t, e, pod)
 		if !slices.Equal(s.gpus(), []string{"nvidia0"}) || s.value != fakeGPUUUID(0) {
 			t.Errorf("pod %s holding a replica of GPU 0: %s; want nvidia0 alone and %s", name, s, fakeGPUUUID(0))
 		}
 		t.Logf("pod %s sees %s", name, s)
+		if len(own) > 0 {
+			env := e.lookMPS(t, pod, "own-env").env
+			if env["CUDA_VISIBLE_DEVICES"] != "0" || env["CUDA_MPS_PIPE_DIRECTORY"] != "/tmp/own" {
+				t.Errorf("pod %s set CUDA_VISIBLE_DEVICES=0 and CUDA_MPS_PIPE_DIRECTORY=/tmp/own on a time-sliced replica; it runs with %v", name, env)
+			} else {
+				t.Logf("pod %s keeps the CUDA variables it set on a time-sliced replica: %v", name, env)
+			}
+		}
 	}
 	whole := n.look(t, e, n.runPod(t, cudaPod("whole", withRequest(gpuResource, "1"))))
 	if !slices.Equal(whole.gpus(), []string{"nvidia1"}) || whole.value != fakeGPUUUID(1) {
@@ -161,6 +178,9 @@ func nodeMPS(t *T, e *Env) {
 		return fmt.Sprintf(`{"version":"v1","sharing":{"mps":{"resources":[{"name":"nvidia.com/gpu","rename":"%s","devices":[0],"replicas":%d}]}}}`,
 			sharedGpuResource, replicas)
 	}
+	// The chart lists the MPS resource in the policy (sharedGpuResources); each webhook replica re-reads it
+	// from its kubelet-written volume before the client that sets its own variables is created.
+	reloads := n.replicaReloads(t)
 	n.helm(t, e, "upgrade", "--reuse-values", "--set-json", "devicePlugin.config="+mpsConfig(2))
 	defer func() {
 		n.helm(t, e, "upgrade", "--reset-values", "--set", "image.repository="+gpuguardRepo, "--set", "image.tag="+gpuguardTag)
@@ -200,6 +220,7 @@ func nodeMPS(t *T, e *Env) {
 	client := n.runPod(t, cudaPod("mps-client", withRequest(sharedGpuResource, "1")))
 	before := e.lookMPS(t, client, "client")
 	expectMPSClient(t, "an MPS client of GPU 0", before)
+	n.waitForReloads(t, reloads)
 	ownEnv := n.runPod(t, cudaPod("mps-own-env", withRequest(sharedGpuResource, "1"),
 		withEnv("CUDA_MPS_PIPE_DIRECTORY", "/tmp/elsewhere"), withEnv("CUDA_VISIBLE_DEVICES", "1")))
 	expectMPSClient(t, "an MPS client that set CUDA_MPS_PIPE_DIRECTORY and CUDA_VISIBLE_DEVICES itself", e.lookMPS(t, ownEnv, "own-env"))

@@ -861,7 +861,7 @@ def check_monitoring(docs, namespace, root, ca_suffix="-tls"):
     rule = one(docs, "PrometheusRule", "gpuguard")
     alerts = [r for g in rule["spec"]["groups"] for r in g["rules"]]
     assert {a["alert"] for a in alerts} == {"GPUGuardCertificateExpiresSoon", "GPUGuardPolicyNotEnforcing",
-                                            "GPUGuardInjectedValueNotHonoured", "GPUGuardWebhookErrors",
+                                            "GPUGuardInjectedValueNotHonoured", "GPUGuardGPUHeldTwice", "GPUGuardWebhookErrors",
                                             "GPUGuardConnectionsShed", "GPUGuardNodeEnforcerNotRegistered",
                                             "GPUGuardContainersBeyondAllocation", "GPUGuardPolicyRefused",
                                             "GPUGuardWebhookUnavailable", "GPUGuardNodeEnforcerNotRunning", "GPUGuardNodeNotEnforced",

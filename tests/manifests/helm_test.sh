@@ -94,6 +94,15 @@ if "$helm" template gpuguard "$root/charts/gpuguard" --namespace gpuguard-system
 fi
 grep -q "webhook.outage=node-enforcer .* it needs nodeEnforcer.enabled=true" "$work/outage.out" \
   || { cat "$work/outage.out"; echo "webhook.outage=node-enforcer without the node enforcer: the refusal does not say why"; exit 1; }
+# ...and with the node enforcer only counting or off, refused too: nothing would hold the line.
+for mode in audit off; do
+  if "$helm" template gpuguard "$root/charts/gpuguard" --namespace gpuguard-system --kube-version "$kube_version" \
+      --set webhook.outage=node-enforcer --set policy.nodeEnforcement=$mode > "$work/outage.out" 2>&1; then
+    echo "helm template: webhook.outage=node-enforcer with policy.nodeEnforcement=$mode rendered"; exit 1
+  fi
+  grep -q "policy.nodeEnforcement=$mode keeps it from refusing any" "$work/outage.out" \
+    || { cat "$work/outage.out"; echo "webhook.outage=node-enforcer, nodeEnforcement=$mode: the refusal does not say why"; exit 1; }
+done
 # webhook.gpuNodeTaints: rendered armed (as without hooks) and not; a taint that keeps no pod off a node, or a
 # key that is not one, refused by the schema and, where the schema is skipped, by the template, whose CEL the
 # key is written into (the value is not compared, so not written).
@@ -135,6 +144,11 @@ cp "$root/tests/fixtures/chart-upgrade/values.yaml" "$work/chart-reuse/values.ya
 "$helm" template gpuguard "$work/chart-reuse" --namespace gpuguard-system --kube-version "$kube_version" \
   > "$work/reuse.yaml" 2> "$work/reuse.err" \
   || { cat "$work/reuse.err"; echo "helm template with the earlier chart's values (as --reuse-values) failed"; exit 1; }
+# MPS resources named by rename, renameByDefault and neither, with an admin's own share: each in the policy's
+# sharedGpuResources, the admin's last.
+"$helm" template gpuguard "$root/charts/gpuguard" --namespace gpuguard-system --kube-version "$kube_version" \
+  --set-json 'devicePlugin.config={"version":"v1","sharing":{"mps":{"resources":[{"name":"nvidia.com/gpu","rename":"example.com/mps","devices":[0],"replicas":2},{"name":"nvidia.com/mig-1g.10gb","replicas":2}]}}}' \
+  --set policy.sharedGpuResources=hami.io/gpu > "$work/mps-renamed.yaml"
 # The built-in lists, left out: an explicit false only.
 "$helm" template gpuguard "$root/charts/gpuguard" --namespace gpuguard-system --kube-version "$kube_version" \
   --set builtInGpuInfrastructure=false --set webhook.builtInExcludedNamespaces=false \
@@ -228,11 +242,17 @@ check_webhook(armed, ns, excluded, ca=secret_pem(armed, "gpuguard-ca", "tls.crt"
 check_backstop(armed, ns)
 check_arming(armed, ns, armed=True)
 # The chart's changes, as Artifact Hub reads them: a list of kinds it knows, each with a description.
-import yaml
+import re, yaml
 chart = yaml.safe_load(open(os.path.join(root, "charts/gpuguard/Chart.yaml")))
 changes = yaml.safe_load(chart["annotations"]["artifacthub.io/changes"])
 assert changes and all(c["kind"] in ("added", "changed", "deprecated", "removed", "fixed", "security") and c["description"]
                        for c in changes), changes
+# ...and they are the CHANGELOG's newest section, which is this version's: the same kinds, in order.
+changelog = open(os.path.join(root, "charts/gpuguard/CHANGELOG.md")).read()
+newest = re.search(r"^## (\S+)\n(.*?)(?=^## |\Z)", changelog, re.M | re.S)
+assert newest and newest[1] == chart["version"], f"CHANGELOG.md's newest section is {newest and newest[1]}, the chart {chart['version']}"
+logged = re.findall(r"^- (\w+): ", newest[2], re.M)
+assert logged == [c["kind"] for c in changes], f"CHANGELOG.md {chart['version']} lists {logged}; artifacthub.io/changes {[c['kind'] for c in changes]}"
 # The chart's version moves with its content: the digest of every file (Chart.yaml without its version
 # line) must be the one tests/fixtures/chart-versions.txt records for Chart.yaml's version.
 import hashlib
@@ -409,6 +429,16 @@ assert not find(load(f"{work}/strict.yaml"), "DaemonSet", "gpuguard-mps-control"
 # file, copied into a hook ConfigMap of its own, since the plugin's is gone with the release); it is in
 # every rendering with something on the nodes, a release upgraded with --reuse-values from a chart without
 # it included; uninstall.cleanNodes=false and the webhook alone render none, and the enforcer then exempts none.
+# sharedGpuResources: none by default, so containers on NVIDIA's nvidia.com/gpu.shared keep their CUDA
+# variables; the resources the chart's plugin serves through MPS, by the name the plugin gives them, then the
+# admin's; an earlier chart's value, reused, kept.
+def shared_gpu_resources(docs):
+    return one(docs, "ConfigMap", "gpuguard-policy")["data"]["sharedGpuResources"]
+assert shared_gpu_resources(load(f"{work}/default.yaml")) == "", shared_gpu_resources(load(f"{work}/default.yaml"))
+assert shared_gpu_resources(load(f"{work}/mps.yaml")) == "nvidia.com/gpu.shared", shared_gpu_resources(load(f"{work}/mps.yaml"))
+assert shared_gpu_resources(load(f"{work}/mps-renamed.yaml")) == "example.com/mps, nvidia.com/mig-1g.10gb, hami.io/gpu", \
+    shared_gpu_resources(load(f"{work}/mps-renamed.yaml"))
+assert shared_gpu_resources(reused) == "nvidia.com/gpu.shared", shared_gpu_resources(reused)
 docs = load(f"{work}/mps.yaml")
 [cleanup] = one(docs, "DaemonSet", "gpuguard-node-cleanup")["spec"]["template"]["spec"]["containers"]
 assert "--mps-root=/run/gpuguard/mps" in cleanup["args"] and "--config-file=/etc/gpuguard/device-plugin/config.yaml" in cleanup["args"], cleanup["args"]

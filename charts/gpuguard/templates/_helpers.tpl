@@ -195,6 +195,29 @@ true
 {{- end -}}
 {{- end -}}
 
+{{/* policy.sharedGpuResources as the webhook reads it: the resources the device plugin serves through MPS
+(devicePlugin.config.sharing.mps, named as the plugin names them: rename, else <name>.shared under
+renameByDefault, else name), whose limits a client's own CUDA_MPS_* would loosen, then the admin's list.
+Built here, not in values.yaml, so that --reuse-values keeps it in step with the config. */}}
+{{- define "gpuguard.sharedGpuResources" -}}
+{{- $names := list -}}
+{{- $mps := dig "sharing" "mps" dict (.Values.devicePlugin.config | default dict) -}}
+{{- range ($mps.resources | default list) -}}
+{{- if .rename -}}
+{{- $names = append $names .rename -}}
+{{- else if $mps.renameByDefault -}}
+{{- $names = append $names (printf "%s.shared" .name) -}}
+{{- else -}}
+{{- $names = append $names .name -}}
+{{- end -}}
+{{- end -}}
+{{- $added := toString (.Values.policy.sharedGpuResources | default "") | trim -}}
+{{- if $added -}}
+{{- $names = append $names $added -}}
+{{- end -}}
+{{- $names | uniq | join ", " -}}
+{{- end -}}
+
 {{/* "true" where an outage refuses pods (webhook.outage refuse); node-enforcer leaves them to the node enforcer,
 which the chart must then install. Anything but node-enforcer refuses: an upgrade with --reuse-values from a
 chart without the key has it unset, and keeps refusing. */}}
@@ -203,6 +226,8 @@ chart without the key has it unset, and keeps refusing. */}}
 true
 {{- else if not .Values.nodeEnforcer.enabled -}}
 {{- fail "webhook.outage=node-enforcer admits unpatched pods while the webhook is down and leaves them to the node enforcer: it needs nodeEnforcer.enabled=true" -}}
+{{- else if has (toString .Values.policy.nodeEnforcement) (list "audit" "off") -}}
+{{- fail (printf "webhook.outage=node-enforcer leaves unpatched pods to the node enforcer, and policy.nodeEnforcement=%s keeps it from refusing any: set policy.nodeEnforcement=enforce, or webhook.outage=refuse" (toString .Values.policy.nodeEnforcement)) -}}
 {{- end -}}
 {{- end -}}
 

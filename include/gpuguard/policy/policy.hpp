@@ -74,8 +74,11 @@ struct Policy {
   Action runtime_class_action = Action::warn;
   // A user-set NVIDIA_VISIBLE_DEVICES in a GPU container would override the device plugin's choice.
   bool strip_user_value_from_gpu_containers = true;
-  // Resource names (exact, or a prefix with '*') that are shares of a GPU: time-sliced or MPS replicas.
-  std::vector<std::string> shared_gpu_resources = {"nvidia.com/gpu.shared"};
+  // Resource names (exact, or a prefix with '*') that are shares of a GPU whose limits a client's own
+  // variables could loosen: gpuguard's MPS replicas. None by default, so the variables users set on
+  // NVIDIA's own shares (nvidia.com/gpu.shared) stay theirs; the chart lists the resources its device
+  // plugin serves through MPS (docs/policy.md#sharedgpuresources).
+  std::vector<std::string> shared_gpu_resources;
   // A container holding one that sets CUDA_VISIBLE_DEVICES, CUDA_DISABLE_CONTROL or a CUDA_MPS_* variable
   // itself: the pod's env comes after the device plugin's, so its value would win.
   SharingEnv sharing_env_vars = SharingEnv::strip;
