@@ -176,26 +176,45 @@ std::map<std::string, std::string> held_twice(const std::vector<HeldDevices>& he
                                               const std::set<std::string>& own_resources,
                                               const std::vector<discovery::Gpu>& gpus) {
   const GpuUuids index(gpus);
-  // Each side's holders of a GPU, a few named: the log line says where to look, not every pod.
+  std::map<std::string, std::string> whole_gpu;  // lower-case UUID: the GPU's, as discovered
+  for (const discovery::Gpu& gpu : gpus) {
+    std::string lower = gpu.uuid;
+    for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    whole_gpu.emplace(std::move(lower), gpu.uuid);
+  }
+  // Each GPU's holders, a few named a side: the log line says where to look, not every pod. A device
+  // plugin gives one whole GPU to one pod, so a pod holding it whole beside another pod holding it in any
+  // form through a plugin is twice whoever served it: NVIDIA's plugin under gpuguard's own name, which
+  // the kubelet lists as one resource. Not for DRA claims, which pods may share.
   constexpr std::size_t kNamed = 3;
   struct Holders {
-    std::vector<std::string> own, other;
+    std::vector<std::string> own, other, plugin_pods;  // plugin_pods: two distinct pods are enough
+    std::string whole;                                 // a pod a plugin gave the whole GPU
   };
   std::map<std::string, Holders> by_gpu;
-  const auto add = [](std::vector<std::string>& names, const HeldDevices& entry) {
-    std::string name = entry.pod + " (" + entry.devices.name + ")";
-    if (names.size() < kNamed && std::find(names.begin(), names.end(), name) == names.end()) {
+  const auto add = [](std::vector<std::string>& names, std::string name, std::size_t most) {
+    if (names.size() < most && std::find(names.begin(), names.end(), name) == names.end()) {
       names.push_back(std::move(name));
     }
   };
   for (const HeldDevices& entry : held) {
+    const std::string holder = entry.pod + " (" + entry.devices.name + ")";
     std::set<std::string> named;
     if (own_resources.contains(entry.devices.name)) {
       for (const std::string& id : entry.devices.device_ids) index.find(id, named);
-      for (const std::string& gpu : named) add(by_gpu[gpu].own, entry);
+      for (const std::string& gpu : named) add(by_gpu[gpu].own, holder, kNamed);
     } else {
       for (const auto& [gpu, why] : served_elsewhere({entry.devices}, own_resources, gpus)) {
-        add(by_gpu[gpu].other, entry);
+        add(by_gpu[gpu].other, holder, kNamed);
+        named.insert(gpu);
+      }
+    }
+    if (entry.devices.name.starts_with(kDraPrefix)) continue;
+    for (const std::string& gpu : named) add(by_gpu[gpu].plugin_pods, entry.pod, 2);
+    for (std::string id : entry.devices.device_ids) {
+      for (char& c : id) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      if (const auto whole = whole_gpu.find(id); whole != whole_gpu.end() && by_gpu[whole->second].whole.empty()) {
+        by_gpu[whole->second].whole = holder;
       }
     }
   }
@@ -206,9 +225,14 @@ std::map<std::string, std::string> held_twice(const std::vector<HeldDevices>& he
   };
   std::map<std::string, std::string> twice;
   for (const auto& [gpu, holders] : by_gpu) {
-    if (holders.own.empty() || holders.other.empty()) continue;
-    twice.emplace(gpu, "gpuguard's plugin gave it to " + joined(holders.own) + ", and another server to " +
-                           joined(holders.other));
+    if (!holders.own.empty() && !holders.other.empty()) {
+      twice.emplace(gpu, "gpuguard's plugin gave it to " + joined(holders.own) + ", and another server to " +
+                             joined(holders.other));
+    } else if (!holders.whole.empty() && holders.plugin_pods.size() > 1) {
+      std::vector<std::string> all = holders.own;
+      for (const std::string& name : holders.other) add(all, name, kNamed);
+      twice.emplace(gpu, holders.whole + " holds it whole, and another pod holds it too: " + joined(all));
+    }
   }
   return twice;
 }

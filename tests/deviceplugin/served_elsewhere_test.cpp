@@ -112,6 +112,20 @@ TEST_CASE("served elsewhere: a GPU pods hold through gpuguard's resource and ano
   CHECK(gpus_of({ours, {"team-b/claim", {"dra:gpu.nvidia.com", {"gpu-1 node-1"}}}}) == std::set<std::string>{kGpu1});
   CHECK(gpus_of({ours0, ours, {"team-b/index", {"nvidia.com/gpu.shared", {"0"}}}}) ==
         std::set<std::string>{kGpu0, kGpu1});
+  // NVIDIA's plugin under gpuguard's own name (the kubelet lists both as one resource): a GPU one pod holds
+  // whole while another pod holds it, whole or a replica, is twice; replicas alone, one pod's containers,
+  // and a DRA claim two pods share are not.
+  const auto same_name = held_twice({ours, {"team-b/infer", {"nvidia.com/gpu", {kGpu1}}}}, own, gpus);
+  REQUIRE(same_name.size() == 1);
+  CHECK_THAT(same_name.at(kGpu1), Catch::Contains("holds it whole") && Catch::Contains("team-b/infer"));
+  CHECK(gpus_of({{"team-b/replica", {"nvidia.com/gpu", {kGpu1 + "::2"}}}, ours}) == std::set<std::string>{kGpu1});
+  CHECK(gpus_of({{"team-a/train", {"nvidia.com/gpu", {"gpu-11111111-1111-4111-8111-111111111111"}}}, ours}).empty());
+  CHECK(gpus_of({{"team-a/x", {"dra:gpu.nvidia.com", {"gpu-1 node-1"}}},
+                 {"team-a/y", {"dra:gpu.nvidia.com", {"gpu-1 node-1"}}}})
+            .empty());
+  CHECK(gpus_of({{"team-a/x", {"nvidia.com/gpu", {"MIG-aaaaaaaa-aaaa-4aaa-8aaa-aaaaaaaaaaaa"}}},
+                 {"team-a/y", {"nvidia.com/gpu", {"MIG-bbbbbbbb-bbbb-4bbb-8bbb-bbbbbbbbbbbb"}}}})
+            .empty());
   // Many holders on each side: a few named.
   std::vector<HeldDevices> many;
   for (int i = 0; i < 10; ++i) {

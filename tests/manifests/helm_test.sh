@@ -95,11 +95,14 @@ fi
 grep -q "webhook.outage=node-enforcer .* it needs nodeEnforcer.enabled=true" "$work/outage.out" \
   || { cat "$work/outage.out"; echo "webhook.outage=node-enforcer without the node enforcer: the refusal does not say why"; exit 1; }
 # ...and with the node enforcer only counting or off, refused too: nothing would hold the line.
-for mode in audit off; do
+# A value the policy trims, as it reads it.
+for mode in audit off " off" "audit
+"; do
   if "$helm" template gpuguard "$root/charts/gpuguard" --namespace gpuguard-system --kube-version "$kube_version" \
-      --set webhook.outage=node-enforcer --set policy.nodeEnforcement=$mode > "$work/outage.out" 2>&1; then
-    echo "helm template: webhook.outage=node-enforcer with policy.nodeEnforcement=$mode rendered"; exit 1
+      --set webhook.outage=node-enforcer --set-string "policy.nodeEnforcement=$mode" > "$work/outage.out" 2>&1; then
+    echo "helm template: webhook.outage=node-enforcer with policy.nodeEnforcement='$mode' rendered"; exit 1
   fi
+  mode="$(echo $mode)"
   grep -q "policy.nodeEnforcement=$mode keeps it from refusing any" "$work/outage.out" \
     || { cat "$work/outage.out"; echo "webhook.outage=node-enforcer, nodeEnforcement=$mode: the refusal does not say why"; exit 1; }
 done

@@ -205,7 +205,7 @@ Built here, not in values.yaml, so that --reuse-values keeps it in step with the
 {{- range ($mps.resources | default list) -}}
 {{- if .rename -}}
 {{- $names = append $names .rename -}}
-{{- else if $mps.renameByDefault -}}
+{{- else if eq (toString $mps.renameByDefault) "true" -}}
 {{- $names = append $names (printf "%s.shared" .name) -}}
 {{- else -}}
 {{- $names = append $names .name -}}
@@ -226,8 +226,8 @@ chart without the key has it unset, and keeps refusing. */}}
 true
 {{- else if not .Values.nodeEnforcer.enabled -}}
 {{- fail "webhook.outage=node-enforcer admits unpatched pods while the webhook is down and leaves them to the node enforcer: it needs nodeEnforcer.enabled=true" -}}
-{{- else if has (toString .Values.policy.nodeEnforcement) (list "audit" "off") -}}
-{{- fail (printf "webhook.outage=node-enforcer leaves unpatched pods to the node enforcer, and policy.nodeEnforcement=%s keeps it from refusing any: set policy.nodeEnforcement=enforce, or webhook.outage=refuse" (toString .Values.policy.nodeEnforcement)) -}}
+{{- else if has (trim (toString (.Values.policy.nodeEnforcement | default "enforce"))) (list "audit" "off") -}}
+{{- fail (printf "webhook.outage=node-enforcer leaves unpatched pods to the node enforcer, and policy.nodeEnforcement=%s keeps it from refusing any: set policy.nodeEnforcement=enforce, or webhook.outage=refuse" (trim (toString .Values.policy.nodeEnforcement))) -}}
 {{- end -}}
 {{- end -}}
 
