@@ -336,6 +336,30 @@ func nodeNvidiaDevicePlugin(t *T, e *Env) {
 
 	n.nvidiaPodBeforeItRegisters(t, e)
 	n.nvidiaRenamedAfterGpuguard(t, e)
+	n.nvidiaSameNameAfterGpuguard(t, e, timeSliced)
+}
+
+// nvidiaSameNameAfterGpuguard: gpuguard's plugin serves the GPUs and gives one to a pod; then NVIDIA's starts
+// time-sliced under the same name, nvidia.com/gpu (its default: no rename), whose replicas (UUID::n) the
+// kubelet does not know as the GPU gpuguard's pod holds (UUID). gpuguard's sends the kubelet nothing more;
+// of three pods NVIDIA's gives replicas of two GPUs of two each, one must hold the pod's GPU: the kubelet
+// lists both under one resource, and the plugin counts the GPU held twice, one pod holding it whole.
+func (n *Node) nvidiaSameNameAfterGpuguard(t *T, e *Env, timeSliced nvidiaPluginLayout) {
+	n.gpuguardServesGPUsAgain(t)
+	const first = "gpuguard-first-same-name"
+	defer n.deletePods(t, first)
+	firstGPU := ownGPU(t, "a pod given a GPU by gpuguard's plugin before NVIDIA's starts under the same name",
+		n.look(t, e, n.runPod(t, cudaPod(first, withRequest(gpuResource, "1")))))
+	n.runNvidiaPlugin(t, e, timeSliced, 2*nodeGPUs)
+	defer n.removeNvidiaPlugin(t, e, timeSliced) // whichever step failed; gone already, it finds nothing
+	n.expectNvidiaAllocationsOf(t, e, "time-sliced-same-name", gpuResource, 3, func() {
+		n.waitForMetric(t, "gpuguard_device_plugin_gpus_held_twice 1")
+		t.Logf("%s, given %s whole by gpuguard's plugin, and a pod given a replica of it by NVIDIA's under the same name: held twice, said",
+			first, firstGPU)
+	})
+	n.waitForMetric(t, "gpuguard_device_plugin_gpus_held_twice 0")
+	n.deletePodsTornDown(t, first)
+	n.removeNvidiaPlugin(t, e, timeSliced)
 }
 
 // nvidiaPodBeforeItRegisters: a fresh node, where both DaemonSets start together. NVIDIA's plugin's pod is

@@ -201,8 +201,16 @@ std::map<std::string, std::string> held_twice(const std::vector<HeldDevices>& he
     const std::string holder = entry.pod + " (" + entry.devices.name + ")";
     std::set<std::string> named;
     if (own_resources.contains(entry.devices.name)) {
-      for (const std::string& id : entry.devices.device_ids) index.find(id, named);
+      bool unnamed = false;  // an ID of gpuguard's GPU name that names no GPU: another plugin's under it
+      for (const std::string& id : entry.devices.device_ids) {
+        const std::size_t before = named.size();
+        index.find(id, named);
+        unnamed = unnamed || named.size() == before;
+      }
       for (const std::string& gpu : named) add(by_gpu[gpu].own, holder, kNamed);
+      if (unnamed && names_gpus(entry.devices.name)) {
+        for (const discovery::Gpu& gpu : gpus) named.insert(gpu.uuid);  // NVIDIA's index IDs: any GPU
+      }
     } else {
       for (const auto& [gpu, why] : served_elsewhere({entry.devices}, own_resources, gpus)) {
         add(by_gpu[gpu].other, holder, kNamed);

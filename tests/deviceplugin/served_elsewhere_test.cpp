@@ -120,6 +120,9 @@ TEST_CASE("served elsewhere: a GPU pods hold through gpuguard's resource and ano
   CHECK_THAT(same_name.at(kGpu1), Catch::Contains("holds it whole") && Catch::Contains("team-b/infer"));
   CHECK(gpus_of({{"team-b/replica", {"nvidia.com/gpu", {kGpu1 + "::2"}}}, ours}) == std::set<std::string>{kGpu1});
   CHECK(gpus_of({{"team-a/train", {"nvidia.com/gpu", {"gpu-11111111-1111-4111-8111-111111111111"}}}, ours}).empty());
+  // ...and NVIDIA's index IDs under that name, which may be any GPU.
+  CHECK(gpus_of({ours, {"team-b/index", {"nvidia.com/gpu", {"1"}}}}) == std::set<std::string>{kGpu1});
+  CHECK(gpus_of({{"team-b/fuse", {"github.com/fuse", {"fuse-0"}}}, ours}).empty());
   CHECK(gpus_of({{"team-a/x", {"dra:gpu.nvidia.com", {"gpu-1 node-1"}}},
                  {"team-a/y", {"dra:gpu.nvidia.com", {"gpu-1 node-1"}}}})
             .empty());
