@@ -22,8 +22,9 @@ constexpr metrics::Family kServedElsewhere{
     "ResourceSlice publishes them, or an earlier start withheld them."};
 constexpr metrics::Family kHeldTwice{
     "gpuguard_device_plugin_gpus_held_twice", "gauge",
-    "GPUs that a pod holds through gpuguard's plugin while a pod holds them through another plugin or a DRA claim, "
-    "at the kubelet's last answer: another server began to serve a GPU gpuguard's plugin had given."};
+    "GPUs two pods hold at the kubelet's last answer: one through gpuguard's plugin and one through another plugin "
+    "or a DRA claim, or one whole and one in any form through device plugins (another under gpuguard's name): "
+    "another server began to serve a GPU gpuguard's plugin had given."};
 constexpr metrics::Family kOfferErrors{"gpuguard_device_plugin_kubelet_offers_errors_total", "counter",
                                        "Asks for the kubelet's offers that got no answer."};
 constexpr metrics::Family kSlicesListed{
@@ -186,7 +187,7 @@ void OtherServers::check() try {
 void OtherServers::note_held_twice(std::map<std::string, std::string> twice) {
   for (const auto& [uuid, holders] : twice) {
     if (!held_twice_.contains(uuid)) {
-      log::error("GPU held twice: pods of two servers hold it; withholding keeps it from new pods only",
+      log::error("GPU held twice: two pods hold it, given by two servers; withholding keeps it from new pods only",
                  {{"gpu", uuid}, {"holders", holders}});
     }
   }

@@ -208,8 +208,11 @@ std::map<std::string, std::string> held_twice(const std::vector<HeldDevices>& he
         unnamed = unnamed || named.size() == before;
       }
       for (const std::string& gpu : named) add(by_gpu[gpu].own, holder, kNamed);
-      if (unnamed && names_gpus(entry.devices.name)) {
-        for (const discovery::Gpu& gpu : gpus) named.insert(gpu.uuid);  // NVIDIA's index IDs: any GPU
+      if (unnamed && names_gpus(entry.devices.name)) {  // NVIDIA's index IDs under gpuguard's name: any GPU
+        for (const discovery::Gpu& gpu : gpus) {
+          add(by_gpu[gpu.uuid].other, holder, kNamed);
+          named.insert(gpu.uuid);
+        }
       }
     } else {
       for (const auto& [gpu, why] : served_elsewhere({entry.devices}, own_resources, gpus)) {

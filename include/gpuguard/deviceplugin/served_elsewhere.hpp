@@ -96,11 +96,13 @@ struct HeldDevices {
   OfferedResource devices;
 };
 
-// The GPUs given twice: a pod holds each through one of own_resources while a pod holds it through another
-// resource or a DRA claim (judged as served_elsewhere judges an offer, so an ID of a GPU resource that names
-// no GPU here may be any of them). Withholding keeps a GPU from pods to come, not from those that hold it:
-// where gpuguard's plugin gave a GPU before another server began to serve it, both pods run on it. Each GPU
-// with the pods on either side.
+// The GPUs given twice. Either a pod holds one through one of own_resources while a pod holds it through
+// another resource or a DRA claim (judged as served_elsewhere judges an offer, so an ID of a GPU resource
+// that names no GPU here may be any of them, under gpuguard's own names too); or a pod holds it whole
+// through a device plugin while another pod holds it in any form through one (another plugin under
+// gpuguard's own name, which the kubelet lists as one resource; pods sharing a DRA claim are not counted).
+// Withholding keeps a GPU from pods to come, not from those that hold it: where gpuguard's plugin gave a
+// GPU before another server began to serve it, both pods run on it. Each GPU with a few of its holders.
 std::map<std::string, std::string> held_twice(const std::vector<HeldDevices>& held,
                                               const std::set<std::string>& own_resources,
                                               const std::vector<discovery::Gpu>& gpus);
