@@ -44,6 +44,10 @@ func admissionSwitches(t *T, e *Env) {
 	reads(configurationPresent, 1, "the webhook configuration said present")
 	reads(backstopBindingPresent, 1, "the backstop's binding said present")
 	reads(backstopPolicyPresent, 1, "the backstop's policy said present")
+	for _, object := range []string{"keeper-policy", "keeper-binding"} {
+		reads(`gpuguard_admission_object_present{object="`+object+`"}`, 1,
+			"the pair that keeps the backstop's parameter watched said present ("+object+")")
+	}
 	for _, resource := range []string{"namespaces", "mutatingwebhookconfigurations", "validatingadmissionpolicybindings", "validatingadmissionpolicies"} {
 		reads(`gpuguard_admission_switches_watched{resource="`+resource+`"}`, 1, "the webhook's watch of "+resource+" said working")
 	}

@@ -3,6 +3,7 @@
 
 #include <simdjson.h>
 
+#include <algorithm>
 #include <iterator>
 #include <optional>
 
@@ -22,7 +23,8 @@ constexpr metrics::Family kWatched{
 constexpr metrics::Family kPresent{
     "gpuguard_admission_object_present", "gauge",
     "1 while the object exists: the webhook configuration that sends pods here, the backstop's binding and "
-    "policy that refuse those not patched; 0 once deleted (the break glass)."};
+    "policy that refuse those not patched, and the keeper's (gpuguard-keep-configmap-params) that keep the "
+    "backstop's parameter watched; 0 once deleted (the break glass)."};
 
 struct Read {
   std::string name;
@@ -114,18 +116,24 @@ void NamedObject::apply(std::string_view type, std::string_view object) {
 }
 
 AdmissionSwitches::AdmissionSwitches(std::string webhook_configuration, std::string backstop_binding,
-                                     std::string backstop_policy) {
+                                     std::string backstop_policy, std::string parameter_keeper) {
+  constexpr const char* kBindings = "validatingadmissionpolicybindings";
+  constexpr const char* kPolicies = "validatingadmissionpolicies";
   const std::pair<const char*, const char*> kinds[] = {{"webhook-configuration", "mutatingwebhookconfigurations"},
-                                                       {"backstop-binding", "validatingadmissionpolicybindings"},
-                                                       {"backstop-policy", "validatingadmissionpolicies"}};
-  std::string* names[] = {&webhook_configuration, &backstop_binding, &backstop_policy};
+                                                       {"backstop-binding", kBindings},
+                                                       {"backstop-policy", kPolicies},
+                                                       {"keeper-binding", kBindings},
+                                                       {"keeper-policy", kPolicies}};
+  std::string* names[] = {&webhook_configuration, &backstop_binding, &backstop_policy, &parameter_keeper,
+                          &parameter_keeper};
   watches_.push_back(std::make_unique<Watch>());
-  watches_.back()->resource = "namespaces";
+  watches_.back()->resource = watches_.back()->reflector = "namespaces";
   for (std::size_t i = 0; i < std::size(kinds); ++i) {
     if (names[i]->empty()) continue;
-    objects_.push_back({kinds[i].first, kinds[i].second, std::make_unique<NamedObject>(std::move(*names[i]))});
+    objects_.push_back({kinds[i].first, kinds[i].second, std::make_unique<NamedObject>(*names[i])});
     watches_.push_back(std::make_unique<Watch>());
     watches_.back()->resource = kinds[i].second;
+    watches_.back()->reflector = kinds[i].first;
   }
 }
 
@@ -136,15 +144,15 @@ std::vector<kube::WatchedResource> AdmissionSwitches::watched_resources() {
   resources.push_back(std::move(namespaces));
   // admissionregistration.k8s.io/v1 serves all three from 1.30, the oldest minor gpuguard supports.
   for (const Object& object : objects_) {
-    resources.push_back({object.resource, std::string("/apis/admissionregistration.k8s.io/v1/") + object.resource,
+    resources.push_back({object.label, std::string("/apis/admissionregistration.k8s.io/v1/") + object.resource,
                          "metadata.name=" + object.store->name(), object.store.get()});
   }
   return resources;
 }
 
-void AdmissionSwitches::observe(std::string_view resource, kube::ReflectorOutcome outcome) {
+void AdmissionSwitches::observe(std::string_view reflector, kube::ReflectorOutcome outcome) {
   for (const auto& watch : watches_) {
-    if (watch->resource != resource) continue;
+    if (watch->reflector != reflector) continue;
     switch (outcome) {
       case kube::ReflectorOutcome::list_success:
       case kube::ReflectorOutcome::watch_closed: watch->working.store(true); break;
@@ -158,8 +166,17 @@ void AdmissionSwitches::observe(std::string_view resource, kube::ReflectorOutcom
 
 void AdmissionSwitches::render(std::string& out) const {
   metrics::header(out, kWatched);
+  std::vector<std::string_view> resources;  // each collection once, in the order first watched
   for (const auto& watch : watches_) {
-    metrics::sample(out, kWatched, metrics::labels({{"resource", watch->resource}}), watch->working.load() ? "1" : "0");
+    if (std::find(resources.begin(), resources.end(), watch->resource) == resources.end()) {
+      resources.push_back(watch->resource);
+    }
+  }
+  for (const std::string_view resource : resources) {
+    const bool working = std::all_of(watches_.begin(), watches_.end(), [&](const auto& watch) {
+      return watch->resource != resource || watch->working.load();
+    });
+    metrics::sample(out, kWatched, metrics::labels({{"resource", resource}}), working ? "1" : "0");
   }
   if (namespaces_.listed()) {
     const IgnoredNamespaces::Counts counts = namespaces_.counts();

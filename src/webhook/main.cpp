@@ -57,7 +57,8 @@ constexpr const char* kUsage =
     "      the chart's post-delete hook: waits until the node cleanup's DaemonSet is ready on every node\n"
     "      (await-rollout --help)\n\n"
     "In a pod it looks up DRA claims, and watches the namespaces labelled gpuguard.io/ignore and the objects\n"
-    "--webhook-configuration, --backstop-binding and --backstop-policy name, with its service account;\n"
+    "--webhook-configuration, --backstop-binding, --backstop-policy and --parameter-keeper name, with its\n"
+    "service account;\n"
     "elsewhere give --apiserver-url, --token-file and --ca-file, or run without (claims are then unknown, and\n"
     "treated as requesting no GPU).\n\n"
     "Options";
@@ -121,9 +122,9 @@ void serve_reviews(const po::variables_map& flags, const std::optional<kube::Api
   if (apiserver) {
     std::vector<kube::WatchedResource> watched;
     if (flags["admission-switches"].as<std::string>() == "watch") {
-      switches = std::make_unique<webhook::AdmissionSwitches>(flags["webhook-configuration"].as<std::string>(),
-                                                              flags["backstop-binding"].as<std::string>(),
-                                                              flags["backstop-policy"].as<std::string>());
+      switches = std::make_unique<webhook::AdmissionSwitches>(
+          flags["webhook-configuration"].as<std::string>(), flags["backstop-binding"].as<std::string>(),
+          flags["backstop-policy"].as<std::string>(), flags["parameter-keeper"].as<std::string>());
       watched = switches->watched_resources();
     }
     if (claims_mode == "auto") {
@@ -215,7 +216,7 @@ int serve(const po::variables_map& flags) {
     std::cerr << "gpuguard-webhook: --api-discovery-interval must be between 0.1 and 86400 seconds\n";
     return 2;
   }
-  for (const char* name : {"webhook-configuration", "backstop-binding", "backstop-policy"}) {
+  for (const char* name : {"webhook-configuration", "backstop-binding", "backstop-policy", "parameter-keeper"}) {
     const std::string object = flags[name].as<std::string>();
     if (!object.empty() && !k8s::is_dns_subdomain(object)) {
       std::cerr << "gpuguard-webhook: --" << name << " '" << object
@@ -273,9 +274,14 @@ int main(int argc, char** argv) {
       "the backstop's ValidatingAdmissionPolicyBinding, watched as --webhook-configuration is; empty: not watched")(
       "backstop-policy", po::value<std::string>()->default_value(""),
       "the backstop's ValidatingAdmissionPolicy, watched as --webhook-configuration is; empty: not watched")(
+      "parameter-keeper", po::value<std::string>()->default_value(""),
+      "the ValidatingAdmissionPolicy and its binding, of this one name, that keep the API servers watching the "
+      "backstop's parameter (gpuguard-keep-configmap-params), watched as --webhook-configuration is; empty: not "
+      "watched")(
       "admission-switches", po::value<std::string>()->default_value("watch"),
       "watch: where a Kubernetes API is known, watch the namespaces labelled gpuguard.io/ignore and the objects "
-      "--webhook-configuration, --backstop-binding and --backstop-policy name, for /metrics; off: never (with "
+      "--webhook-configuration, --backstop-binding, --backstop-policy and --parameter-keeper name, for /metrics; "
+      "off: never (with "
       "--resource-claims off too, the webhook uses no Kubernetes API)")(
       "api-discovery-interval", po::value<double>()->default_value(60),
       "seconds between looks for a resource.k8s.io version to read while the cluster serves none")(

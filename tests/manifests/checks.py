@@ -115,8 +115,8 @@ def check_webhook(docs, namespace, excluded, ca=None, cert_manager=False, failur
     budget = one(docs, "PodDisruptionBudget", "gpuguard-webhook")["spec"]
     assert budget["minAvailable"] >= 1 and budget["selector"] == deployment["selector"]
 
-    # It reads the namespaces (selected by gpuguard.io/ignore), its own configuration and the backstop's
-    # binding and policy by name, which its flags name, and DRA claims and templates, and nothing else; with
+    # It reads the namespaces (selected by gpuguard.io/ignore), its own configuration, the backstop's
+    # binding and policy and the keeper's pair by name, which its flags name, and DRA claims and templates, and nothing else; with
     # the switches off, not the first three; with the lookups off, not the claims; with both off, nothing
     # (no token, no ClusterRole).
     bindings = [b for b in find(docs, "ValidatingAdmissionPolicyBinding")
@@ -127,6 +127,12 @@ def check_webhook(docs, namespace, excluded, ca=None, cert_manager=False, failur
         backstop = bindings[0]["metadata"]["name"] if bindings else None
         assert args.get("backstop-binding") == backstop, args
         assert args.get("backstop-policy") == (bindings[0]["spec"]["policyName"] if bindings else None), args
+        # The pair that keeps the backstop's parameter watched: a binding without the break glass's label,
+        # of the policy of its own name.
+        keepers = [b for b in find(docs, "ValidatingAdmissionPolicyBinding") if b["metadata"]["name"].endswith(
+            "-keep-configmap-params")]
+        keeper = keepers[0]["metadata"]["name"] if keepers else None
+        assert args.get("parameter-keeper") == keeper and (not keepers or keepers[0]["spec"]["policyName"] == keeper), args
         rules += [{"apiGroups": [""], "resources": ["namespaces"], "verbs": ["list", "watch"]},
                   {"apiGroups": ["admissionregistration.k8s.io"], "resources": ["mutatingwebhookconfigurations"],
                    "resourceNames": [configuration["metadata"]["name"]], "verbs": ["list", "watch"]}]
@@ -134,7 +140,7 @@ def check_webhook(docs, namespace, excluded, ca=None, cert_manager=False, failur
             assert bindings[0]["spec"]["policyName"] == backstop
             rules.append({"apiGroups": ["admissionregistration.k8s.io"],
                           "resources": ["validatingadmissionpolicybindings", "validatingadmissionpolicies"],
-                          "resourceNames": [backstop], "verbs": ["list", "watch"]})
+                          "resourceNames": [backstop] + ([keeper] if keeper else []), "verbs": ["list", "watch"]})
     else:
         assert args.get("admission-switches") == "off" and "webhook-configuration" not in args, args
     if resource_claims:

@@ -1,7 +1,8 @@
 #pragma once
 // The switches that take pods out of gpuguard's admission where the webhook never sees it: a namespace
 // labelled gpuguard.io/ignore (an admin's opt-out, or the break glass's value break-glass), and the
-// webhook configuration or the backstop's binding deleted (the other break glass). Nothing reaches the
+// webhook configuration or the backstop's binding deleted (the other break glass), and the pair that keeps
+// the backstop's parameter watched deleted (which spoils the next). Nothing reaches the
 // webhook once one is thrown, so it watches them through the API and says what it sees as gauges, for
 // the alerts GPUGuardAdmissionBreakGlass and GPUGuardAdmissionObjectMissing (docs/operations.md#runbook),
 // and whether it can watch them at all (GPUGuardAdmissionSwitchesUnwatched): each alert is silent without
@@ -69,14 +70,20 @@ class NamedObject final : public kube::Store {
 class AdmissionSwitches {
  public:
   // The MutatingWebhookConfiguration, the backstop's ValidatingAdmissionPolicyBinding and its
-  // ValidatingAdmissionPolicy to watch, by name; an empty name is not watched (the backstop disabled, say).
-  AdmissionSwitches(std::string webhook_configuration, std::string backstop_binding, std::string backstop_policy);
+  // ValidatingAdmissionPolicy to watch, by name, and the policy and binding of one name that keep the API
+  // servers watching the backstop's parameter (gpuguard-keep-configmap-params: without them the backstop's
+  // binding, made again after the break glass, judges pods by the policy as it was); an empty name is not
+  // watched (the backstop disabled, say).
+  AdmissionSwitches(std::string webhook_configuration, std::string backstop_binding, std::string backstop_policy,
+                    std::string parameter_keeper = {});
 
-  // For kube::Informers: the labelled namespaces, and each object named.
+  // For kube::Informers: the labelled namespaces, and each object named, each list and watch named for
+  // the object (its series' object="...").
   std::vector<kube::WatchedResource> watched_resources();
-  // For kube::Informers' observer: whether each resource's list and watch work. A list that succeeds, or
-  // a watch that runs its course, says they do; a failed list or watch says they do not, until the next
-  // of those. Outcomes for resources not watched here (DRA claims) are ignored.
+  // For kube::Informers' observer: whether each list and watch works. A list that succeeds, or a watch
+  // that runs its course, says it does; a failed list or watch says it does not, until the next of those.
+  // A resource watched for two objects works while both do. Outcomes for resources not watched here (DRA
+  // claims) are ignored.
   void observe(std::string_view resource, kube::ReflectorOutcome outcome);
   // gpuguard_admission_switches_watched for each resource from the start, and gpuguard_ignored_namespaces
   // and gpuguard_admission_object_present each once listed.
@@ -89,7 +96,8 @@ class AdmissionSwitches {
     std::unique_ptr<NamedObject> store;
   };
   struct Watch {
-    std::string resource;
+    std::string resource;   // the collection, the series' resource="..."
+    std::string reflector;  // the list and watch's name: "namespaces", or the object's label
     std::atomic<bool> working{false};
   };
 

@@ -9,6 +9,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -36,6 +37,9 @@ constexpr const char* kOther = "gpuguard_ignored_namespaces{value=\"other\"}";
 constexpr const char* kConfiguration = "gpuguard_admission_object_present{object=\"webhook-configuration\"}";
 constexpr const char* kBinding = "gpuguard_admission_object_present{object=\"backstop-binding\"}";
 constexpr const char* kPolicy = "gpuguard_admission_object_present{object=\"backstop-policy\"}";
+constexpr const char* kKeeperPolicy = "gpuguard_admission_object_present{object=\"keeper-policy\"}";
+constexpr const char* kKeeperBinding = "gpuguard_admission_object_present{object=\"keeper-binding\"}";
+constexpr const char* kKeeper = "gpuguard-keep-configmap-params";
 constexpr const char* kWatched[] = {
     "gpuguard_admission_switches_watched{resource=\"namespaces\"}",
     "gpuguard_admission_switches_watched{resource=\"mutatingwebhookconfigurations\"}",
@@ -57,8 +61,11 @@ TEST_CASE("the namespaces labelled gpuguard.io/ignore and the admission objects 
   cluster.apiserver.put("validatingadmissionpolicybindings",
                         named("ValidatingAdmissionPolicyBinding", "gpuguard-visible-devices"));
   cluster.apiserver.put("validatingadmissionpolicies", named("ValidatingAdmissionPolicy", "gpuguard-visible-devices"));
-  WebhookProcess webhook(cluster.flags({"--webhook-configuration", "gpuguard", "--backstop-binding",
-                                        "gpuguard-visible-devices", "--backstop-policy", "gpuguard-visible-devices"}));
+  cluster.apiserver.put("validatingadmissionpolicybindings", named("ValidatingAdmissionPolicyBinding", kKeeper));
+  cluster.apiserver.put("validatingadmissionpolicies", named("ValidatingAdmissionPolicy", kKeeper));
+  WebhookProcess webhook(
+      cluster.flags({"--webhook-configuration", "gpuguard", "--backstop-binding", "gpuguard-visible-devices",
+                     "--backstop-policy", "gpuguard-visible-devices", "--parameter-keeper", kKeeper}));
   TlsClient client(webhook.port());
   auto page = [&] { return client.request("GET", "/metrics").body; };
   auto reads = [&](std::vector<std::pair<const char*, long long>> want) {
@@ -76,13 +83,17 @@ TEST_CASE("the namespaces labelled gpuguard.io/ignore and the admission objects 
                  {kConfiguration, 1},
                  {kBinding, 1},
                  {kPolicy, 1},
+                 {kKeeperPolicy, 1},
+                 {kKeeperBinding, 1},
                  {kWatched[0], 1},
                  {kWatched[1], 1},
                  {kWatched[2], 1},
                  {kWatched[3], 1}}));
   check_promtool_clean(page());
-  // Selected on the server: the label for namespaces, the name for each object.
+  // Selected on the server: the label for namespaces, the name for each object (the backstop's or the
+  // keeper's, each by its own list and watch).
   bool namespaces_selected = false;
+  std::set<std::string> named_lists;
   for (const auto& request : cluster.apiserver.requests()) {
     if (request.path == "/api/v1/namespaces") {
       CHECK(request.query.find("labelSelector=gpuguard.io%2Fignore") != std::string::npos);
@@ -91,14 +102,18 @@ TEST_CASE("the namespaces labelled gpuguard.io/ignore and the admission objects 
     if (request.path.ends_with("/mutatingwebhookconfigurations")) {
       CHECK((request.query + "&").find("fieldSelector=metadata.name%3Dgpuguard&") != std::string::npos);
     }
-    if (request.path.ends_with("/validatingadmissionpolicies")) {
-      CHECK((request.query + "&").find("fieldSelector=metadata.name%3Dgpuguard-visible-devices&") != std::string::npos);
-    }
-    if (request.path.ends_with("/validatingadmissionpolicybindings")) {
-      CHECK((request.query + "&").find("fieldSelector=metadata.name%3Dgpuguard-visible-devices&") != std::string::npos);
+    for (const char* resource : {"/validatingadmissionpolicies", "/validatingadmissionpolicybindings"}) {
+      if (!request.path.ends_with(resource)) continue;
+      for (const std::string name : {"gpuguard-visible-devices", kKeeper}) {
+        if ((request.query + "&").find("fieldSelector=metadata.name%3D" + name + "&") != std::string::npos) {
+          named_lists.insert(resource + (" " + name));
+        }
+      }
+      CHECK(request.query.find("fieldSelector=metadata.name%3D") != std::string::npos);
     }
   }
   CHECK(namespaces_selected);
+  CHECK(named_lists.size() == 4);
 
   // The break glass: every namespace labelled, then taken off by its value; the granted one is kept.
   cluster.apiserver.put("namespaces", named("Namespace", "team-a", {{"gpuguard.io/ignore", "break-glass"}}));
@@ -107,6 +122,11 @@ TEST_CASE("the namespaces labelled gpuguard.io/ignore and the admission objects 
   cluster.apiserver.put("namespaces", named("Namespace", "team-a"));  // the label taken off
   cluster.apiserver.remove("namespaces", "team-b");
   CHECK(reads({{kBreakGlass, 0}, {kOther, 1}}));
+
+  // The keeper's pair deleted (the next break glass would leave the backstop reading a stale parameter).
+  cluster.apiserver.remove("validatingadmissionpolicybindings", kKeeper);
+  cluster.apiserver.remove("validatingadmissionpolicies", kKeeper);
+  CHECK(reads({{kKeeperPolicy, 0}, {kKeeperBinding, 0}, {kPolicy, 1}, {kBinding, 1}}));
 
   // The other break glass: the binding and the configuration deleted; another's configuration changes nothing.
   // The policy deleted without its binding turns the backstop off as well.
@@ -172,7 +192,8 @@ TEST_CASE("without the objects' names only the namespaces are watched, and off o
 }
 
 TEST_CASE("an object's name that is not one, or a switches mode that is not watch or off, is refused at start") {
-  for (const char* flag : {"--webhook-configuration", "--backstop-binding", "--backstop-policy"}) {
+  for (const char* flag :
+       {"--webhook-configuration", "--backstop-binding", "--backstop-policy", "--parameter-keeper"}) {
     INFO(flag);
     const ExitResult result = run_webhook("--tls-cert-file " + certs_dir() + "/tls.crt --tls-private-key-file " +
                                           certs_dir() + "/tls.key " + flag + " Not_A_Name");

@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <string>
+#include <vector>
 
 #include "gpuguard/kube/store.hpp"
 #include "gpuguard/webhook/admission_switches.hpp"
@@ -106,4 +107,58 @@ TEST_CASE("each watch is said working from a list that succeeds or a watch that 
   // Nothing listed yet: neither the counts nor the objects are said.
   CHECK(page().find("gpuguard_ignored_namespaces") == std::string::npos);
   CHECK(page().find("gpuguard_admission_object_present") == std::string::npos);
+}
+
+TEST_CASE("the keeper's policy and binding are watched by name beside the backstop's, each collection said once") {
+  using gpuguard::kube::ReflectorOutcome;
+  gpuguard::webhook::AdmissionSwitches switches("gpuguard", "gpuguard-visible-devices", "gpuguard-visible-devices",
+                                                "gpuguard-keep-configmap-params");
+  std::vector<std::string> watched;
+  for (const auto& resource : switches.watched_resources()) {
+    watched.push_back(resource.name + " " + resource.path + " " + resource.field_selector);
+  }
+  const std::string group = "/apis/admissionregistration.k8s.io/v1/";
+  const std::string backstop = " metadata.name=gpuguard-visible-devices";
+  const std::string keeper = " metadata.name=gpuguard-keep-configmap-params";
+  CHECK(watched == std::vector<std::string>{
+                       "namespaces /api/v1/namespaces ",
+                       "webhook-configuration " + group + "mutatingwebhookconfigurations metadata.name=gpuguard",
+                       "backstop-binding " + group + "validatingadmissionpolicybindings" + backstop,
+                       "backstop-policy " + group + "validatingadmissionpolicies" + backstop,
+                       "keeper-binding " + group + "validatingadmissionpolicybindings" + keeper,
+                       "keeper-policy " + group + "validatingadmissionpolicies" + keeper,
+                   });
+  auto page = [&] {
+    std::string out;
+    switches.render(out);
+    return out;
+  };
+  const std::string policies = "gpuguard_admission_switches_watched{resource=\"validatingadmissionpolicies\"} ";
+  const auto count = [](const std::string& text, const std::string& what) {
+    std::size_t n = 0;
+    for (std::size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+    return n;
+  };
+  // Working once both lists of the collection have succeeded, and not while either fails.
+  switches.observe("backstop-policy", ReflectorOutcome::list_success);
+  CHECK(page().find(policies + "0") != std::string::npos);
+  switches.observe("keeper-policy", ReflectorOutcome::list_success);
+  CHECK(page().find(policies + "1") != std::string::npos);
+  switches.observe("keeper-policy", ReflectorOutcome::watch_error);
+  CHECK(page().find(policies + "0") != std::string::npos);
+  CHECK(count(page(), "gpuguard_admission_switches_watched{") == 4);
+  CHECK(count(page(), policies) == 1);
+  // Each object's presence under its own label once listed: the keeper's deleted, the backstop's kept.
+  for (const auto& resource : switches.watched_resources()) {
+    resource.store->list_begin();
+    const std::string name = resource.field_selector.substr(resource.field_selector.find('=') + 1);
+    if (resource.name != "namespaces" && resource.name != "keeper-policy") {
+      resource.store->list_item(PaddedText(R"({"metadata":{"name":")" + name + R"("}})").view());
+    }
+    resource.store->list_end(true);
+  }
+  const std::string present = "gpuguard_admission_object_present{object=";
+  CHECK(page().find(present + "\"keeper-policy\"} 0") != std::string::npos);
+  CHECK(page().find(present + "\"keeper-binding\"} 1") != std::string::npos);
+  CHECK(page().find(present + "\"backstop-policy\"} 1") != std::string::npos);
 }
