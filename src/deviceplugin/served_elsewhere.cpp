@@ -201,14 +201,20 @@ std::map<std::string, std::string> held_twice(const std::vector<HeldDevices>& he
     const std::string holder = entry.pod + " (" + entry.devices.name + ")";
     std::set<std::string> named;
     if (own_resources.contains(entry.devices.name)) {
-      bool unnamed = false;  // an ID of gpuguard's GPU name that names no GPU: another plugin's under it
+      // An ID of gpuguard's GPU name in NVIDIA's index form (no UUID in it: 0, 0::1): another plugin's under
+      // it. One that holds a UUID this start did not discover is not judged.
+      bool index_form = false;
       for (const std::string& id : entry.devices.device_ids) {
-        const std::size_t before = named.size();
-        index.find(id, named);
-        unnamed = unnamed || named.size() == before;
+        std::set<std::string> found;
+        index.find(id, found);
+        std::string lower = id;
+        for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+        index_form = index_form || (found.empty() && lower.find("gpu-") == std::string::npos &&
+                                    lower.find("mig-") == std::string::npos);
+        named.merge(found);
       }
       for (const std::string& gpu : named) add(by_gpu[gpu].own, holder, kNamed);
-      if (unnamed && names_gpus(entry.devices.name)) {  // NVIDIA's index IDs under gpuguard's name: any GPU
+      if (index_form && names_gpus(entry.devices.name)) {  // NVIDIA's index IDs under gpuguard's name: any GPU
         for (const discovery::Gpu& gpu : gpus) {
           add(by_gpu[gpu.uuid].other, holder, kNamed);
           named.insert(gpu.uuid);

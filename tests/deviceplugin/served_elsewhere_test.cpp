@@ -120,8 +120,18 @@ TEST_CASE("served elsewhere: a GPU pods hold through gpuguard's resource and ano
   CHECK_THAT(same_name.at(kGpu1), Catch::Contains("holds it whole") && Catch::Contains("team-b/infer"));
   CHECK(gpus_of({{"team-b/replica", {"nvidia.com/gpu", {kGpu1 + "::2"}}}, ours}) == std::set<std::string>{kGpu1});
   CHECK(gpus_of({{"team-a/train", {"nvidia.com/gpu", {"gpu-11111111-1111-4111-8111-111111111111"}}}, ours}).empty());
-  // ...and NVIDIA's index IDs under that name, which may be any GPU.
+  // ...and NVIDIA's index IDs under that name, which may be any GPU; not a UUID this start did not find.
   CHECK(gpus_of({ours, {"team-b/index", {"nvidia.com/gpu", {"1"}}}}) == std::set<std::string>{kGpu1});
+  CHECK(gpus_of({ours, {"team-b/gone", {"nvidia.com/gpu", {"GPU-99999999-9999-4999-8999-999999999999"}}}}).empty());
+  // One container holding two of gpuguard's replicas of one GPU, or two MIG devices of one GPU: once.
+  const HeldDevices two_replicas{"team-a/pair", {"nvidia.com/gpu", {kGpu1 + "::0", kGpu1 + "::1"}}};
+  CHECK(gpus_of({two_replicas}).empty());
+  CHECK(gpus_of({two_replicas, ours0}).empty());
+  CHECK(gpus_of({{"team-a/migs",
+                  {"nvidia.com/gpu",
+                   {"MIG-aaaaaaaa-aaaa-4aaa-8aaa-aaaaaaaaaaaa", "MIG-bbbbbbbb-bbbb-4bbb-8bbb-bbbbbbbbbbbb"}}},
+                 ours})
+            .empty());
   CHECK(gpus_of({{"team-b/fuse", {"github.com/fuse", {"fuse-0"}}}, ours}).empty());
   CHECK(gpus_of({{"team-a/x", {"dra:gpu.nvidia.com", {"gpu-1 node-1"}}},
                  {"team-a/y", {"dra:gpu.nvidia.com", {"gpu-1 node-1"}}}})

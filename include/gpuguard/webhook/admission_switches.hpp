@@ -84,7 +84,7 @@ class AdmissionSwitches {
   // that runs its course, says it does; a failed list or watch says it does not, until the next of those.
   // A resource watched for two objects works while both do. Outcomes for resources not watched here (DRA
   // claims) are ignored.
-  void observe(std::string_view resource, kube::ReflectorOutcome outcome);
+  void observe(std::string_view reflector, kube::ReflectorOutcome outcome);
   // gpuguard_admission_switches_watched for each resource from the start, and gpuguard_ignored_namespaces
   // and gpuguard_admission_object_present each once listed.
   void render(std::string& out) const;
