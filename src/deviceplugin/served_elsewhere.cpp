@@ -124,12 +124,10 @@ const discovery::Gpu* gpu_of_nvidia_dra_device(std::string_view id, const std::v
   return found == gpus.end() ? nullptr : &*found;
 }
 
-}  // namespace
-
-std::map<std::string, std::string> served_elsewhere(const std::vector<OfferedResource>& offered,
-                                                    const std::set<std::string>& own_resources,
-                                                    const std::vector<discovery::Gpu>& gpus) {
-  const GpuUuids index(gpus);
+// served_elsewhere over an index already built (held_twice judges each pod's devices with its own).
+std::map<std::string, std::string> served_elsewhere_in(const std::vector<OfferedResource>& offered,
+                                                       const std::set<std::string>& own_resources,
+                                                       const std::vector<discovery::Gpu>& gpus, const GpuUuids& index) {
   // The kubelet lists a resource once per device: judged whole, by name.
   struct Judged {
     std::set<std::string> named;  // the GPUs its IDs name
@@ -172,16 +170,20 @@ std::map<std::string, std::string> served_elsewhere(const std::vector<OfferedRes
   return served;
 }
 
+}  // namespace
+
+std::map<std::string, std::string> served_elsewhere(const std::vector<OfferedResource>& offered,
+                                                    const std::set<std::string>& own_resources,
+                                                    const std::vector<discovery::Gpu>& gpus) {
+  return served_elsewhere_in(offered, own_resources, gpus, GpuUuids(gpus));
+}
+
 std::map<std::string, std::string> held_twice(const std::vector<HeldDevices>& held,
                                               const std::set<std::string>& own_resources,
                                               const std::vector<discovery::Gpu>& gpus) {
   const GpuUuids index(gpus);
   std::map<std::string, std::string> whole_gpu;  // lower-case UUID: the GPU's, as discovered
-  for (const discovery::Gpu& gpu : gpus) {
-    std::string lower = gpu.uuid;
-    for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    whole_gpu.emplace(std::move(lower), gpu.uuid);
-  }
+  for (const discovery::Gpu& gpu : gpus) whole_gpu.emplace(lowered(gpu.uuid), gpu.uuid);
   // Each GPU's holders, a few named a side: the log line says where to look, not every pod. A device
   // plugin gives one whole GPU to one pod, so a pod holding it whole beside another pod holding it in any
   // form through a plugin is twice whoever served it: NVIDIA's plugin under gpuguard's own name, which
@@ -207,8 +209,7 @@ std::map<std::string, std::string> held_twice(const std::vector<HeldDevices>& he
       for (const std::string& id : entry.devices.device_ids) {
         std::set<std::string> found;
         index.find(id, found);
-        std::string lower = id;
-        for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+        const std::string lower = lowered(id);
         index_form = index_form || (found.empty() && lower.find("gpu-") == std::string::npos &&
                                     lower.find("mig-") == std::string::npos);
         named.merge(found);
@@ -221,16 +222,16 @@ std::map<std::string, std::string> held_twice(const std::vector<HeldDevices>& he
         }
       }
     } else {
-      for (const auto& [gpu, why] : served_elsewhere({entry.devices}, own_resources, gpus)) {
+      for (const auto& [gpu, why] : served_elsewhere_in({entry.devices}, own_resources, gpus, index)) {
         add(by_gpu[gpu].other, holder, kNamed);
         named.insert(gpu);
       }
     }
     if (entry.devices.name.starts_with(kDraPrefix)) continue;
     for (const std::string& gpu : named) add(by_gpu[gpu].plugin_pods, entry.pod, 2);
-    for (std::string id : entry.devices.device_ids) {
-      for (char& c : id) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-      if (const auto whole = whole_gpu.find(id); whole != whole_gpu.end() && by_gpu[whole->second].whole.empty()) {
+    for (const std::string& id : entry.devices.device_ids) {
+      if (const auto whole = whole_gpu.find(lowered(id));
+          whole != whole_gpu.end() && by_gpu[whole->second].whole.empty()) {
         by_gpu[whole->second].whole = holder;
       }
     }
