@@ -418,16 +418,36 @@ func lastLine(out string) string {
 	return lines[len(lines)-1]
 }
 
-// releaseWarning is the message of the one Warning Event of a reason on the release's webhook Deployment; when
-// there is not exactly one, the test fails saying what there is.
-func (n *Node) releaseWarning(t *T, release, reason string) (string, bool) {
+// releaseWarning is the message of the one Warning Event of a reason on the release's webhook Deployment, which
+// `kubectl describe deployment` shows (the docs send admins there); when there is not exactly one, the test
+// fails saying what there is.
+func (n *Node) releaseWarning(t *T, e *Env, release, reason string) (string, bool) {
 	events, err := n.cluster.client.CoreV1().Events(release).List(t.ctx, metav1.ListOptions{FieldSelector: "reason=" + reason})
 	t.must(err, "listing the release's "+reason+" events")
 	if len(events.Items) != 1 || events.Items[0].InvolvedObject.Name != release+"-webhook" || events.Items[0].Type != "Warning" {
 		t.Errorf("%s events: %+v; want one Warning on Deployment %s-webhook", reason, events.Items, release)
 		return "", false
 	}
+	if err := n.describeShows(t, e, reason, "--namespace", release, "deployment", release+"-webhook"); err != nil {
+		t.Errorf("%v", err)
+	}
 	return events.Items[0].Message, true
+}
+
+// describeShows says why `kubectl describe` of an object does not list an event of the reason among its
+// Events, or nil: it lists only those that name the object by its UID too, and this is where admins look.
+// Events are listed by the API server as soon as they are made, so one look is enough.
+func (n *Node) describeShows(t *T, e *Env, reason string, object ...string) error {
+	out, err := n.kubectl(t, e, append([]string{"describe"}, object...)...)
+	if err != nil {
+		return fmt.Errorf("kubectl describe %s: %v: %s", strings.Join(object, " "), err, out)
+	}
+	events := out[max(0, strings.LastIndex(out, "\nEvents:")):]
+	if !strings.Contains(events, reason) {
+		return fmt.Errorf("kubectl describe %s shows no %s event:%s", strings.Join(object, " "), reason, events)
+	}
+	t.Logf("kubectl describe %s shows the %s event", strings.Join(object, " "), reason)
+	return nil
 }
 
 // nodeArmProbe: arming shows that the API server reaches the webhook, not only the kubelet. As soon as the
@@ -494,7 +514,7 @@ func nodeArmProbe(t *T, e *Env) {
 	if !strings.Contains(logs, `"msg":"probing through each API server"`) || !strings.Contains(logs, "(through API server "+apiserver+")") {
 		t.Errorf("the arm hook's log does not show it probing through the API server %s:\n%s", apiserver, logs)
 	}
-	if message, ok := n.releaseWarning(t, release, "NotArmed"); ok {
+	if message, ok := n.releaseWarning(t, e, release, "NotArmed"); ok {
 		t.Logf("left unarmed: helm install failed (%s); Event NotArmed: %s", strings.TrimSpace(lastLine(out)), message)
 	}
 	t.must(pointAt(`"https"`), "pointing the webhook's Service back at its port")
@@ -535,7 +555,7 @@ func nodeArmProbe(t *T, e *Env) {
 	if !strings.Contains(logs, "the API server was not shown to call the webhook: it was armed already and is left so") {
 		t.Errorf("the verifying hook's log does not say the API server does not reach the armed webhook:\n%s", logs)
 	}
-	if message, ok := n.releaseWarning(t, release, "NotReached"); ok {
+	if message, ok := n.releaseWarning(t, e, release, "NotReached"); ok {
 		t.Logf("armed, upgraded unreached: helm upgrade failed (%s); Event NotReached: %s", strings.TrimSpace(lastLine(out)), message)
 	}
 	// Reached again, the next upgrade's probe passes.

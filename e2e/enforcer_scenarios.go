@@ -254,6 +254,9 @@ func nodeEnforcerRunning(t *T, e *Env) {
 		}
 		return fmt.Errorf("no GPUsBeyondAllocation event of node %s names %s (%d events)", nodeName, want, len(events.Items))
 	}), "waiting for the Node event")
+	if err := n.describeShows(t, e, "GPUsBeyondAllocation", "node", nodeName); err != nil {
+		t.Errorf("%v", err)
+	}
 	expectBothGPUs(t, "the pod started before the enforcer, still running", n.look(t, e, before))
 }
 
@@ -429,6 +432,22 @@ func nodeGPUInfrastructure(t *T, e *Env) {
 		t.Errorf("the enforcer's log does not name the look-alike and the entry it looks like: %q", said)
 	} else {
 		t.Logf("the look-alike in %s, unlisted GPU infrastructure: %s %v; %s", nodeNamespace, unlisted, unlistedBefore+1, said)
+	}
+	// And a Warning Event on the pod, written beside the runtime's answer: waited for, then shown by describe.
+	t.must(eventually(t.ctx, time.Minute, func() error {
+		events, err := c.client.CoreV1().Events(nodeNamespace).List(t.ctx, metav1.ListOptions{
+			FieldSelector: "involvedObject.kind=Pod,involvedObject.name=user-look-alike,reason=GPUInfrastructureUnlisted"})
+		if err != nil {
+			return err
+		}
+		if len(events.Items) != 1 || !strings.Contains(events.Items[0].Message, "app=nvidia-device-plugin-daemonset") {
+			return fmt.Errorf("GPUInfrastructureUnlisted events of pod user-look-alike: %+v; want one naming the entry", events.Items)
+		}
+		t.Logf("Pod event %s: %s", events.Items[0].Reason, events.Items[0].Message)
+		return nil
+	}), "waiting for the look-alike's Pod event")
+	if err := n.describeShows(t, e, "GPUInfrastructureUnlisted", "--namespace", nodeNamespace, "pod", "user-look-alike"); err != nil {
+		t.Errorf("%v", err)
 	}
 }
 

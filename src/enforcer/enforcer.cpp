@@ -27,8 +27,11 @@ using namespace std::chrono_literals;
 long long whole_ms(Clock::duration d) { return std::chrono::duration_cast<std::chrono::milliseconds>(d).count(); }
 
 constexpr std::size_t kServiceAccountCache = 1024;
-constexpr std::size_t kReportedMax = 20;                        // containers named in one Node event
-constexpr std::size_t kSyncPodsMax = 4096;                      // pods a Synchronize remembers until its last chunk
+constexpr std::size_t kReportedMax = 20;        // containers named in one Node event
+constexpr std::size_t kUnlistedSaidMax = 1024;  // pods remembered as said to hold unlisted GPU infrastructure
+constexpr std::size_t kUidMax = 64;             // a pod's UID is 36 characters; a longer one is not remembered
+constexpr std::size_t kPodEventsWaiting = 16;   // pod events waiting for the API server; more are only logged
+constexpr std::size_t kSyncPodsMax = 4096;      // pods a Synchronize remembers until its last chunk
 constexpr std::size_t kSyncListedBytes = std::size_t{8} << 20;  // the kubelet's pods it keeps for its judgments
 
 // The pod labels an exemption names ("namespace/name:key=value"): the only labels a view keeps.
@@ -148,6 +151,19 @@ struct Enforcer::Impl {
   Running running;  // reported, by container ID
   RunningReport report;
   std::future<void> event;  // the Node event being written; its destructor waits for it
+  // The pods said to hold GPU infrastructure in a namespace its entry does not name, by UID: once a pod,
+  // whichever of its containers came first. Touched only on the runtime's thread; forgotten whole at
+  // kUnlistedSaidMax, so that a flood holds no more.
+  std::set<std::string> unlisted_said;
+  // Their pod events, written one after another off the runtime's thread; at most kPodEventsWaiting wait.
+  struct PodEvent {
+    nri::PodIdentity pod;
+    std::string message;
+  };
+  std::mutex pod_events_mutex;
+  std::deque<PodEvent> pod_events_waiting;  // guarded by pod_events_mutex
+  bool pod_events_writing = false;          // guarded by pod_events_mutex
+  std::future<void> pod_events;             // the writer; its destructor waits for it
 
   // One Synchronize, from its first chunk to its last: the pods seen, the decisions made, and the views of
   // containers whose pod has not come yet (NRI splits pods and containers apart when they do not fit one
@@ -411,6 +427,46 @@ struct Enforcer::Impl {
     }
   }
 
+  // A container carries a GPU infrastructure entry's label in a namespace the entry does not name: a Warning
+  // event on its pod says so, once a pod, beside the counter and the log (which say it at every container).
+  // Written beside the connection, as the Node event is: the runtime's answer never waits for the API server.
+  void say_unlisted(const nri::PodIdentity& pod, const std::string& entry) {
+    if (pod.uid.empty() || pod.uid.size() > kUidMax || unlisted_said.contains(pod.uid)) return;
+    if (unlisted_said.size() >= kUnlistedSaidMax) unlisted_said.clear();
+    unlisted_said.insert(pod.uid);
+    PodEvent said{pod, "Carries the label of GPU infrastructure exemption " + entry + " in namespace " +
+                           pod.pod_namespace +
+                           ", which that entry does not name: its containers are enforced as any pod's. Where this is "
+                           "NVIDIA's component (or gpuguard's), name the namespace in the chart's gpuInfrastructure "
+                           "(the policy's nodeEnforcementExemptServiceAccounts); else find who runs a look-alike."};
+    const std::lock_guard lock(pod_events_mutex);
+    if (pod_events_waiting.size() >= kPodEventsWaiting) {
+      log::warn("too many pod events waiting to be written: this one is only logged",
+                {{"pod", pod.pod_namespace + "/" + pod.name}});
+      return;
+    }
+    pod_events_waiting.push_back(std::move(said));
+    if (pod_events_writing) return;
+    pod_events_writing = true;
+    pod_events = std::async(std::launch::async, [this] { write_pod_events(); });
+  }
+
+  void write_pod_events() {
+    for (;;) {
+      PodEvent next;
+      {
+        const std::lock_guard lock(pod_events_mutex);
+        if (pod_events_waiting.empty()) {
+          pod_events_writing = false;
+          return;
+        }
+        next = std::move(pod_events_waiting.front());
+        pod_events_waiting.pop_front();
+      }
+      pods.pod_event(next.pod.pod_namespace, next.pod.name, next.pod.uid, next.message);
+    }
+  }
+
   // The node read again and published; how long it took.
   Clock::duration read_node() {
     const auto began = Clock::now();
@@ -501,6 +557,7 @@ nri::CreateResult Enforcer::create_container(std::string_view request) {
         impl.metrics.count_unlisted_infrastructure();
         log::warn("GPU infrastructure in a namespace its exemption does not name: enforced as any pod",
                   {{"container", who}, {"looks_like", entry}});
+        impl.say_unlisted(identity, entry);
       }
     }
   } catch (const std::exception& e) {

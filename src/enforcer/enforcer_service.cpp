@@ -80,12 +80,26 @@ class ApiPodDirectory final : public PodDirectory {
     return account;
   }
 
+  // The Node's UID given as its name, as the kubelet gives it in its own Node events: `kubectl describe node`
+  // looks for events by either.
   void node_event(const std::string& message) override {
     if (!api_ || node_.empty()) return;
-    kube::WarningEvent event{
-        {"v1", "Node", "", node_},
-        "default",
-        "GPUsBeyondAllocation",
+    post({"v1", "Node", "", node_, node_}, "default", "GPUsBeyondAllocation", message);
+  }
+
+  void pod_event(const std::string& pod_namespace, const std::string& pod_name, const std::string& uid,
+                 const std::string& message) override {
+    if (!api_ || pod_namespace.empty() || pod_name.empty()) return;
+    post({"v1", "Pod", pod_namespace, pod_name, uid}, pod_namespace, "GPUInfrastructureUnlisted", message);
+  }
+
+ private:
+  void post(kube::EventSubject about, const std::string& events_namespace, const char* reason,
+            const std::string& message) {
+    const kube::WarningEvent event{
+        std::move(about),
+        events_namespace,
+        reason,
         message,
         "gpuguard-node-enforcer",
         node_,
@@ -95,11 +109,14 @@ class ApiPodDirectory final : public PodDirectory {
                                                   kube::warning_event_json(event), "gpuguard-node-enforcer", ""},
                                                  3s);
     if (reply.status != 201) {
-      log::warn("cannot write the Node event", {{"node", node_}, {"status", reply.status}, {"reason", reply.error}});
+      log::warn("cannot write the event",
+                {{"event", reason},
+                 {"about", event.about.kind + " " + event.about.namespace_ + "/" + event.about.name},
+                 {"status", reply.status},
+                 {"reason", reply.error}});
     }
   }
 
- private:
   std::optional<kube::ApiServer> api_;
   std::string node_;
 };

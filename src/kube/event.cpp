@@ -25,6 +25,7 @@ std::string warning_event_json(const WarningEvent& event) {
   nlohmann::json involved = {
       {"apiVersion", event.about.api_version}, {"kind", event.about.kind}, {"name", event.about.name}};
   if (!event.about.namespace_.empty()) involved["namespace"] = event.about.namespace_;
+  if (!event.about.uid.empty()) involved["uid"] = event.about.uid;
   nlohmann::json source = {{"component", event.component}};
   if (!event.host.empty()) source["host"] = event.host;
   const std::string stamp = rfc3339(event.unix_seconds);

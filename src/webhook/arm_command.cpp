@@ -259,8 +259,11 @@ bool wait_for_replica(const kube::ApiServer& api, const po::variables_map& flags
 void record_failure(const kube::ApiServer& api, const po::variables_map& flags, const Failure& failure,
                     const std::string& why) {
   const std::string ns = flags["namespace"].as<std::string>();
+  const std::string deployment = flags["deployment"].as<std::string>();
+  // Its UID, read again here: the Deployment may have been made again while the hook waited.
+  const kube::Reply read = get(api, "/apis/apps/v1/namespaces/" + ns + "/deployments/" + deployment);
   const kube::WarningEvent event{
-      {"apps/v1", "Deployment", ns, flags["deployment"].as<std::string>()},
+      {"apps/v1", "Deployment", ns, deployment, read.status == 200 ? arming::metadata_uid(read.body) : ""},
       ns,
       failure.reason,
       failure.event + why,

@@ -66,6 +66,11 @@ Availability deployment_availability(std::string_view deployment_json, bool roll
   return {true, ""};
 }
 
+std::string metadata_uid(std::string_view object_json) {
+  const auto object = parse_object(object_json);
+  return object ? std::string(k8s::string_at(*object, {"metadata", "uid"})) : std::string();
+}
+
 Availability daemonset_rollout(std::string_view daemonset_json) {
   const auto daemonset = parse_object(daemonset_json);
   if (!daemonset) return {false, "the DaemonSet is not a JSON object"};

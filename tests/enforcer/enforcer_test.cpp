@@ -96,6 +96,11 @@ class FakePods final : public enforcer::PodDirectory {
     events_.push_back(message);
     changed_.notify_all();
   }
+  // Recorded as "namespace/name uid: message".
+  void pod_event(const std::string& pod_namespace, const std::string& pod_name, const std::string& uid,
+                 const std::string& message) override {
+    node_event(pod_namespace + "/" + pod_name + " " + uid + ": " + message);
+  }
   int asked = 0;  // service_account's calls, each a GET to the API server in the enforcer
   std::vector<std::string> events(std::size_t at_least) {
     std::unique_lock lock(mutex_);
@@ -347,6 +352,41 @@ TEST_CASE("enforcer core: a pod's service account is asked for only where an ent
   (*webhook.mutable_labels())["app.kubernetes.io/name"] = "webhook";
   CHECK(written(enforcer->create_container(create_request(webhook, container("webhook-pod", "w1", all)))) == "void");
   CHECK(f.pods.asked == 1);
+}
+
+TEST_CASE("enforcer core: GPU infrastructure in a namespace its entry does not name is said on its pod, once a pod") {
+  Fixture f;
+  auto policy = std::make_shared<policy::Policy>();
+  policy->node_enforcement_exempt_service_accounts = {"nvidia/*:app.kubernetes.io/name=nvidia-device-plugin"};
+  f.policy = policy;
+  auto enforcer = f.make();
+  const auto look_alike = [](const std::string& name, const std::string& pod_namespace) {
+    api::PodSandbox sandbox = pod(name);
+    sandbox.set_namespace_(pod_namespace);
+    (*sandbox.mutable_labels())["app.kubernetes.io/name"] = "nvidia-device-plugin";
+    return sandbox;
+  };
+  const std::vector<std::string> all = {"NVIDIA_VISIBLE_DEVICES=all"};
+  // Two containers of one pod in an unnamed namespace, then another such pod: enforced as any, said once each.
+  CHECK(written(enforcer->create_container(
+            create_request(look_alike("plugin", "team-a"), container("plugin", "c1", all)))) == "void");
+  CHECK(written(enforcer->create_container(
+            create_request(look_alike("plugin", "team-a"), container("plugin", "c2", all)))) == "void");
+  CHECK(written(enforcer->create_container(
+            create_request(look_alike("other", "team-b"), container("other", "c3", all)))) == "void");
+  // In the namespace its entry names it is exempt, and not said; nor is a pod without the label.
+  f.pods.accounts["nvidia/exempt"] = "anything";
+  CHECK(written(enforcer->create_container(
+            create_request(look_alike("exempt", "nvidia"), container("exempt", "c4", all)))) == "");
+  CHECK(written(enforcer->create_container(create_request(pod("plain"), container("plain", "c5", all)))) == "void");
+  CHECK(f.metrics.render({}, "enforce").find("gpuguard_node_enforcer_unlisted_infrastructure_total 3") !=
+        std::string::npos);
+  enforcer.reset();  // every event written
+  const auto events = f.pods.events(0);
+  REQUIRE(events.size() == 2);
+  CHECK_THAT(events[0], Catch::StartsWith("team-a/plugin uid-plugin: Carries the label of GPU infrastructure exemption "
+                                          "nvidia/*:app.kubernetes.io/name=nvidia-device-plugin in namespace team-a"));
+  CHECK_THAT(events[1], Catch::StartsWith("team-b/other uid-other: "));
 }
 
 TEST_CASE("enforcer core: running containers are judged at registration, their pods in later chunks, and reported") {

@@ -818,6 +818,8 @@ TEST_CASE("running containers beyond their allocation are reported at registrati
   REQUIRE(eventually([&] { return apiserver.posts("/api/v1/namespaces/default/events").size() == 1; }));
   const auto events = apiserver.posts("/api/v1/namespaces/default/events");
   CHECK(events[0]["involvedObject"]["name"] == "gpu-node-1");
+  // Its UID is the node's name, as the kubelet's are: `kubectl describe node` looks for both.
+  CHECK(events[0]["involvedObject"]["uid"] == "gpu-node-1");
   CHECK(events[0]["reason"] == "GPUsBeyondAllocation");
   CHECK_THAT(events[0]["message"].get<std::string>(), Catch::Contains("team-a/old/app"));
   CHECK_THAT(enforcer.log(), Catch::Contains("running container sees GPUs beyond its allocation"));

@@ -49,6 +49,9 @@ class PodDirectory {
                                       const std::string& uid) = 0;
   // A Warning event on this node; it may take seconds, and is called off the runtime's thread.
   virtual void node_event(const std::string& message) = 0;
+  // A Warning event on a pod, `kubectl describe pod` shows it (reason GPUInfrastructureUnlisted); as node_event.
+  virtual void pod_event(const std::string& pod_namespace, const std::string& pod_name, const std::string& uid,
+                         const std::string& message) = 0;
 };
 
 // The node's state.

@@ -1,6 +1,7 @@
 #pragma once
-// A Warning Event, as `kubectl describe` shows it under its object: the node enforcer's on a Node, the arm
-// hook's on the webhook's Deployment when it leaves an install unarmed. Written once (count 1), never
+// A Warning Event, as `kubectl describe` shows it under its object: the node enforcer's on a Node, or on a
+// pod it enforced as any pod though it looks like GPU infrastructure, the arm hook's on the webhook's
+// Deployment when it leaves an install unarmed. Written once (count 1), never
 // updated: each says what happened when.
 #include <string>
 #include <string_view>
@@ -12,12 +13,13 @@ struct EventSubject {
   std::string kind;         // "Node", "Deployment"
   std::string namespace_;   // empty for a cluster-scoped object
   std::string name;
+  std::string uid;  // where known: `kubectl describe` shows only the events of the object with this UID
 };
 
 struct WarningEvent {
   EventSubject about;
   std::string events_namespace;  // where the Event is made: the object's, or "default" for a Node's
-  std::string reason;            // "GPUsBeyondAllocation", "NotArmed"
+  std::string reason;            // "GPUsBeyondAllocation", "GPUInfrastructureUnlisted", "NotArmed"
   std::string message;           // cut to 1 KiB
   std::string component;         // "gpuguard-node-enforcer"
   std::string host;              // the node it was seen on; may be empty

@@ -28,6 +28,10 @@ struct Availability {
 };
 Availability deployment_availability(std::string_view deployment_json, bool rolled_out = false);
 
+// An object's metadata.uid (its JSON), or "" where it has none: the hook's Warning Event names the
+// Deployment by it, since `kubectl describe` shows only the events of the object with that UID.
+std::string metadata_uid(std::string_view object_json);
+
 // Whether a DaemonSet (its JSON) has a ready pod of its current template on every node it should run on, as
 // `kubectl rollout status` judges one: its controller has seen its generation, and every scheduled pod is
 // updated and ready. The uninstall hook (`gpuguard-webhook await-rollout`) waits on it for the node cleanup,

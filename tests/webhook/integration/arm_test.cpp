@@ -34,6 +34,7 @@ using namespace std::chrono_literals;
 namespace {
 
 constexpr const char* kDeployment = "/apis/apps/v1/namespaces/gpuguard-system/deployments/gpuguard-webhook";
+constexpr const char* kDeploymentUid = "6b1f2a7e-0c3d-4e5f-8a9b-1c2d3e4f5a6b";
 constexpr const char* kConfiguration = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/gpuguard";
 constexpr const char* kBinding =
     "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings/gpuguard-visible-devices";
@@ -57,7 +58,8 @@ json deployment(int available, int updated = 3) {
   return {
       {"apiVersion", "apps/v1"},
       {"kind", "Deployment"},
-      {"metadata", {{"name", "gpuguard-webhook"}, {"namespace", "gpuguard-system"}, {"generation", 2}}},
+      {"metadata",
+       {{"name", "gpuguard-webhook"}, {"namespace", "gpuguard-system"}, {"uid", kDeploymentUid}, {"generation", 2}}},
       {"spec", {{"replicas", 3}}},
       {"status",
        {{"replicas", 3}, {"availableReplicas", available}, {"updatedReplicas", updated}, {"observedGeneration", 2}}}};
@@ -127,6 +129,8 @@ struct Install {
     CHECK(apiserver.at(kBinding)["spec"]["validationActions"] == json::array({"Warn", "Audit"}));
     const auto events = apiserver.posts(kEvents);
     REQUIRE(events.size() == 1);
+    // On the Deployment by its UID too, so that `kubectl describe deployment` shows it.
+    CHECK(events.at(0)["involvedObject"]["uid"] == kDeploymentUid);
     return events.at(0);
   }
   // The requests of a method, to a path when one is given.
@@ -359,7 +363,8 @@ TEST_CASE("arm: a dry-run pod that never comes back patched leaves everything ad
   CHECK(event["involvedObject"] == json({{"apiVersion", "apps/v1"},
                                          {"kind", "Deployment"},
                                          {"namespace", "gpuguard-system"},
-                                         {"name", "gpuguard-webhook"}}));
+                                         {"name", "gpuguard-webhook"},
+                                         {"uid", kDeploymentUid}}));
   CHECK_THAT(event["message"].get<std::string>(), Catch::Contains("nothing refuses pods for it") &&
                                                       Catch::Contains("did not come back as the webhook answers"));
 }
@@ -433,6 +438,7 @@ TEST_CASE(
     CHECK(events.at(0)["type"] == "Warning");
     CHECK(events.at(0)["reason"] == "NotReached");
     CHECK(events.at(0)["involvedObject"]["name"] == "gpuguard-webhook");
+    CHECK(events.at(0)["involvedObject"]["uid"] == kDeploymentUid);
     CHECK_THAT(events.at(0)["message"].get<std::string>(),
                Catch::Contains("gpuguard is armed, but the API server was not shown to call its webhook") &&
                    Catch::Contains(c.why));

@@ -146,6 +146,14 @@ TEST_CASE("arming: a Deployment can answer once a replica is available") {
   }
 }
 
+TEST_CASE("arming: the Deployment's Warning Event names it by its UID, where it has one") {
+  CHECK(arming::metadata_uid(R"({"metadata":{"name":"gpuguard-webhook","uid":"5f0c-11"}})") == "5f0c-11");
+  CHECK(arming::metadata_uid(R"({"metadata":{"name":"gpuguard-webhook"}})").empty());
+  CHECK(arming::metadata_uid(R"({"metadata":{"uid":7}})").empty());
+  CHECK(arming::metadata_uid(R"({"metadata":[]})").empty());
+  CHECK(arming::metadata_uid("not json").empty());
+}
+
 TEST_CASE("arming: the webhook configuration's webhook is set to Fail, tested by name at its index") {
   const json configuration = {
       {"metadata", {{"name", "gpuguard"}}},
