@@ -165,18 +165,21 @@ void OtherServers::check() try {
   if (answer.error.empty()) {
     last_error_.clear();
     answered_ = true;
+    note_held_twice(held_twice(answer.held, own_resources_, gpus_));
+    if (gpu_sets_.empty()) return;  // GPUs only reported: nothing to withhold
     served.merge(served_elsewhere(answer.resources, own_resources_, gpus_));
     served.merge(nvidia_plugin_on_node(answer.pods, infrastructure_, gpus_));
-    note_held_twice(held_twice(answer.held, own_resources_, gpus_));
   } else {
     ++errors_;
     if (answer.error != last_error_) {
-      log::warn(answered_ ? "the kubelet's offers not read; the GPUs withheld so far stay withheld"
-                          : "the kubelet's offers not read; every GPU is withheld until they are",
+      log::warn(gpu_sets_.empty() ? "the kubelet's offers not read; GPUs held twice are counted as last read"
+                : answered_       ? "the kubelet's offers not read; the GPUs withheld so far stay withheld"
+                                  : "the kubelet's offers not read; every GPU is withheld until they are",
                 {{"reason", answer.error}});
     }
     last_error_ = answer.error;
   }
+  if (gpu_sets_.empty()) return;
   withhold_new(served);
   release_when_judged(listed);
 } catch (const std::exception& e) {

@@ -369,9 +369,29 @@ struct OffersWatch {
   std::unique_ptr<OtherServers> others;
 };
 
+// GPUs only reported: nothing to withhold, but the pods gpuguard's plugin gave GPUs before it began only to
+// report (a start beside NVIDIA's plugin under the same name) may share them with that plugin's pods. What
+// pods hold is read all the same, under the names this plugin would serve (plan_gpu_resources, no I/O).
+OffersWatch watch_held(const PluginConfig& c, const Discovery& found) {
+  std::set<std::string> own;
+  for (const GpuResourcePlan& resource :
+       plan_gpu_resources(found.gpus, c.mig_strategy, c.resource_name, c.sharing).resources) {
+    own.insert(resource.name);
+  }
+  OffersWatch watch;
+  watch.offers = std::make_unique<KubeletOffers>(c.pod_resources_socket);
+  watch.others = std::make_unique<OtherServers>([offers = watch.offers.get()] { return offers->read(kOffersInterval); },
+                                                found.gpus, std::vector<DeviceSet*>{}, std::move(own));
+  log::info("GPUs reported only: what pods hold is read for GPUs held twice",
+            {{"pod_resources_socket", c.pod_resources_socket.string()}});
+  return watch;
+}
+
 OffersWatch watch_offers(const PluginConfig& c, const Discovery& found, const Served& served,
                          const std::optional<kube::ApiServer>& apiserver) {
-  if (served.gpu_sets.empty()) return {};
+  if (served.gpu_sets.empty()) {
+    return served.report_only.empty() || c.pod_resources_socket.empty() ? OffersWatch{} : watch_held(c, found);
+  }
   if (c.pod_resources_socket.empty()) {
     log::warn("--pod-resources-socket is empty: GPUs are served without asking which ones other plugins serve");
     return {};

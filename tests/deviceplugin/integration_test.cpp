@@ -242,14 +242,22 @@ class NvidiaPluginSocket {
 
 }  // namespace
 
-TEST_CASE("gpus auto: where NVIDIA's plugin answers for the resource, the GPUs are reported, not served") {
+TEST_CASE(
+    "gpus auto: where NVIDIA's plugin answers for the resource, the GPUs are reported, not served, and GPUs held "
+    "twice still counted") {
   Node node;
   nvidia_cdi_mode_by_default(node);
   FakeKubelet kubelet(node.plugin_dir);
   auto nvidia = std::make_unique<NvidiaPluginSocket>(node.plugin_dir);
+  // A pod still holds GPU 1 as gpuguard's plugin gave it before this start, and one holds a replica of it
+  // from NVIDIA's plugin.
+  const fs::path socket = node.host.root() / "pod-resources.sock";
+  FakePodResources offers(socket);
+  offers.hold({{"nvidia.com/gpu.shared", {kGpu1 + "::3"}}, {"nvidia.com/gpu", {kGpu1}}});
   {
     PluginProcess plugin(node.plugin_dir, node.host.root(),
-                         {"--gpus", "auto", "--cdi-root", "", "--host-device", "github.com/fuse=/dev/fuse"});
+                         {"--gpus", "auto", "--cdi-root", "", "--host-device", "github.com/fuse=/dev/fuse",
+                          "--pod-resources-socket", socket.string()});
     const int port = plugin.status_port();
     // The host device is still served; the GPUs are not registered, and no CDI spec is written for them.
     const auto registered = kubelet.wait_for(1);
@@ -268,6 +276,10 @@ TEST_CASE("gpus auto: where NVIDIA's plugin answers for the resource, the GPUs a
                                  Catch::Contains("nvidia-gpu.sock answers"));
     wait_for_passes(port, 2);
     CHECK(kubelet.wait_for(1, 0ms).size() == 1);  // nothing registered since
+    // Nothing withheld, since nothing is served; the GPU held twice is counted and said.
+    CHECK(eventually([&] { return plugin_series(port, "gpuguard_device_plugin_gpus_held_twice") == 1; }, 10s));
+    CHECK(plugin_series(port, "gpuguard_device_plugin_gpus_served_elsewhere") == 0);
+    CHECK_THAT(plugin.log(), Catch::Contains("GPU held twice") && !Catch::Contains("GPU withheld"));
     CHECK(plugin.terminate() == 0);
   }
 }

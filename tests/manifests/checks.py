@@ -651,7 +651,9 @@ def check_node_report(docs, gpu_plugin):
     assert spec["tolerations"] == gpu_plugin["tolerations"]
     assert spec["serviceAccountName"] == gpu_plugin["serviceAccountName"]
     check_hardened(spec, report)
-    assert report["args"][:3] == ["--gpus=report-only", "--discovery=procfs", "--host-root=/host"], report["args"]
+    # No pod-resources socket read: none is mounted (an empty path, which the plugin takes as none).
+    assert report["args"][:5] == ["--gpus=report-only", "--pod-resources-socket", "", "--discovery=procfs",
+                                  "--host-root=/host"], report["args"]
     assert "--node-name=$(NODE_NAME)" in report["args"] and "--policy-dir=/etc/gpuguard/policy" in report["args"]
     assert all(m.get("readOnly") is True for m in report["volumeMounts"]), report["volumeMounts"]
     paths = {v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v}

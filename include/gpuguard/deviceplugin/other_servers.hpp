@@ -65,7 +65,8 @@ class OtherServers {
   using Read = std::function<KubeletOffers::Answer()>;
 
   // Withholds every GPU of gpu_sets (Hold::unchecked) until the first answer of read, and the first list
-  // of sources.published where it is given; those the record names, for good, at once.
+  // of sources.published where it is given; those the record names, for good, at once. With no gpu_sets
+  // (GPUs only reported), it only counts the GPUs held twice.
   OtherServers(Read read, std::vector<discovery::Gpu> gpus, std::vector<DeviceSet*> gpu_sets,
                std::set<std::string> own_resources, Sources sources = {});
 
