@@ -442,7 +442,11 @@ func (n *Node) describeShows(t *T, e *Env, reason string, object ...string) erro
 	if err != nil {
 		return fmt.Errorf("kubectl describe %s: %v: %s", strings.Join(object, " "), err, out)
 	}
-	events := out[max(0, strings.LastIndex(out, "\nEvents:")):]
+	at := strings.LastIndex(out, "\nEvents:")
+	if at < 0 {
+		return fmt.Errorf("kubectl describe %s has no Events section:\n%s", strings.Join(object, " "), out)
+	}
+	events := out[at:]
 	if !strings.Contains(events, reason) {
 		return fmt.Errorf("kubectl describe %s shows no %s event:%s", strings.Join(object, " "), reason, events)
 	}

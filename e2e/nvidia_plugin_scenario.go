@@ -343,7 +343,8 @@ func nodeNvidiaDevicePlugin(t *T, e *Env) {
 // time-sliced under the same name, nvidia.com/gpu (its default: no rename), whose replicas (UUID::n) the
 // kubelet does not know as the GPU gpuguard's pod holds (UUID). gpuguard's sends the kubelet nothing more;
 // of three pods NVIDIA's gives replicas of two GPUs of two each, one must hold the pod's GPU: the kubelet
-// lists both under one resource, and the plugin counts the GPU held twice, one pod holding it whole.
+// lists both under one resource, and the plugin counts the GPU held twice, one pod holding it whole. Restarted
+// while they run, gpuguard's plugin only reports (NVIDIA's answers on its socket), and still counts it.
 func (n *Node) nvidiaSameNameAfterGpuguard(t *T, e *Env, timeSliced nvidiaPluginLayout) {
 	n.gpuguardServesGPUsAgain(t)
 	const first = "gpuguard-first-same-name"
@@ -356,6 +357,11 @@ func (n *Node) nvidiaSameNameAfterGpuguard(t *T, e *Env, timeSliced nvidiaPlugin
 		n.waitForMetric(t, "gpuguard_device_plugin_gpus_held_twice 1")
 		t.Logf("%s, given %s whole by gpuguard's plugin, and a pod given a replica of it by NVIDIA's under the same name: held twice, said",
 			first, firstGPU)
+		// gpuguard's plugin restarted beside NVIDIA's answering on its socket: it only reports, and still says it.
+		n.restartGpuguardPlugin(t)
+		n.waitForMetric(t, `gpus="report-only"} 1`)
+		n.waitForMetric(t, "gpuguard_device_plugin_gpus_held_twice 1")
+		t.Logf("gpuguard's plugin restarted beside NVIDIA's under the same name: it only reports, and says %s held twice still", firstGPU)
 	})
 	n.waitForMetric(t, "gpuguard_device_plugin_gpus_held_twice 0")
 	n.deletePodsTornDown(t, first)

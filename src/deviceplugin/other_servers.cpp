@@ -190,8 +190,11 @@ void OtherServers::check() try {
 void OtherServers::note_held_twice(std::map<std::string, std::string> twice) {
   for (const auto& [uuid, holders] : twice) {
     if (!held_twice_.contains(uuid)) {
-      log::error("GPU held twice: two pods hold it, given by two servers; withholding keeps it from new pods only",
-                 {{"gpu", uuid}, {"holders", holders}});
+      log::error(
+          gpu_sets_.empty()
+              ? "GPU held twice: two servers gave it to pods; this plugin only reports, and serves it to none"
+              : "GPU held twice: two pods hold it, given by two servers; withholding keeps it from new pods only",
+          {{"gpu", uuid}, {"holders", holders}});
     }
   }
   held_twice_ = std::move(twice);

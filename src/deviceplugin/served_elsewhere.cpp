@@ -244,8 +244,8 @@ std::map<std::string, std::string> held_twice(const std::vector<HeldDevices>& he
   std::map<std::string, std::string> twice;
   for (const auto& [gpu, holders] : by_gpu) {
     if (!holders.own.empty() && !holders.other.empty()) {
-      twice.emplace(gpu, "gpuguard's plugin gave it to " + joined(holders.own) + ", and another server to " +
-                             joined(holders.other));
+      twice.emplace(gpu, "held under gpuguard's resource names by " + joined(holders.own) +
+                             ", and under another server's by " + joined(holders.other));
     } else if (!holders.whole.empty() && holders.plugin_pods.size() > 1) {
       std::vector<std::string> all = holders.own;
       for (const std::string& name : holders.other) add(all, name, kNamed);

@@ -165,6 +165,12 @@ struct Enforcer::Impl {
   bool pod_events_writing = false;          // guarded by pod_events_mutex
   std::future<void> pod_events;             // the writer; its destructor waits for it
 
+  // The pod events still waiting are dropped: a stop waits for the one being written alone.
+  ~Impl() {
+    const std::lock_guard lock(pod_events_mutex);
+    pod_events_waiting.clear();
+  }
+
   // One Synchronize, from its first chunk to its last: the pods seen, the decisions made, and the views of
   // containers whose pod has not come yet (NRI splits pods and containers apart when they do not fit one
   // message). Touched only on the runtime's thread.
@@ -429,16 +435,19 @@ struct Enforcer::Impl {
 
   // A container carries a GPU infrastructure entry's label in a namespace the entry does not name: a Warning
   // event on its pod says so, once a pod, beside the counter and the log (which say it at every container).
-  // Written beside the connection, as the Node event is: the runtime's answer never waits for the API server.
-  void say_unlisted(const nri::PodIdentity& pod, const std::string& entry) {
+  // Written beside the connection, as the Node event is: the runtime's answer never waits for the API server,
+  // and nothing here can change the decision made (noexcept: a thread that cannot start is logged).
+  // The event names the entry's label only: the entry's namespace and account are the admin's, not the
+  // pod's owner's to read. A static pod's UID is its own, not its mirror's: `kubectl describe` of the
+  // mirror does not show it, `kubectl get events` does.
+  void say_unlisted(const nri::PodIdentity& pod, const std::string& entry) noexcept try {
     if (pod.uid.empty() || pod.uid.size() > kUidMax || unlisted_said.contains(pod.uid)) return;
     if (unlisted_said.size() >= kUnlistedSaidMax) unlisted_said.clear();
     unlisted_said.insert(pod.uid);
-    PodEvent said{pod, "Carries the label of GPU infrastructure exemption " + entry + " in namespace " +
-                           pod.pod_namespace +
-                           ", which that entry does not name: its containers are enforced as any pod's. Where this is "
-                           "NVIDIA's component (or gpuguard's), name the namespace in the chart's gpuInfrastructure "
-                           "(the policy's nodeEnforcementExemptServiceAccounts); else find who runs a look-alike."};
+    PodEvent said{pod, "Carries the label " + entry.substr(entry.find(':') + 1) +
+                           " of a GPU infrastructure exemption whose namespaces do not include " + pod.pod_namespace +
+                           ": its containers are enforced as any pod's. Where this is NVIDIA's component (or "
+                           "gpuguard's), the admin names the namespace in gpuInfrastructure."};
     const std::lock_guard lock(pod_events_mutex);
     if (pod_events_waiting.size() >= kPodEventsWaiting) {
       log::warn("too many pod events waiting to be written: this one is only logged",
@@ -447,10 +456,13 @@ struct Enforcer::Impl {
     }
     pod_events_waiting.push_back(std::move(said));
     if (pod_events_writing) return;
-    pod_events_writing = true;
     pod_events = std::async(std::launch::async, [this] { write_pod_events(); });
+    pod_events_writing = true;
+  } catch (const std::exception& e) {
+    log::warn("the pod event is not written", {{"pod", pod.pod_namespace + "/" + pod.name}, {"reason", e.what()}});
   }
 
+  // Until none waits. A failed write is logged and the next one tried.
   void write_pod_events() {
     for (;;) {
       PodEvent next;
@@ -463,7 +475,12 @@ struct Enforcer::Impl {
         next = std::move(pod_events_waiting.front());
         pod_events_waiting.pop_front();
       }
-      pods.pod_event(next.pod.pod_namespace, next.pod.name, next.pod.uid, next.message);
+      try {
+        pods.pod_event(next.pod.pod_namespace, next.pod.name, next.pod.uid, next.message);
+      } catch (const std::exception& e) {
+        log::warn("the pod event is not written",
+                  {{"pod", next.pod.pod_namespace + "/" + next.pod.name}, {"reason", e.what()}});
+      }
     }
   }
 
@@ -544,6 +561,7 @@ nri::CreateResult Enforcer::create_container(std::string_view request) {
   const std::string who = who_of(identity, nri::string_field(container, nri::field::kContainerName));
   const std::string container_id = nri::container_ids(container).id;
   Decision decision;
+  std::string unlisted;  // the entry a container looks like, in a namespace it does not name
   const std::shared_ptr<const NodeView> node = impl.node.current();
   try {
     std::optional<ContainerView> view =
@@ -557,13 +575,14 @@ nri::CreateResult Enforcer::create_container(std::string_view request) {
         impl.metrics.count_unlisted_infrastructure();
         log::warn("GPU infrastructure in a namespace its exemption does not name: enforced as any pod",
                   {{"container", who}, {"looks_like", entry}});
-        impl.say_unlisted(identity, entry);
+        unlisted = entry;
       }
     }
   } catch (const std::exception& e) {
     log::error("decision failed", {{"container", who}, {"reason", e.what()}});
     decision = not_judged(who, std::string("the enforcer's own error: ") + e.what(), *policy);
   }
+  if (!unlisted.empty()) impl.say_unlisted(identity, unlisted);
   impl.metrics.count_decision(decision, std::chrono::duration<double>(Clock::now() - started).count());
   nri::CreateResult result;
   switch (decision.action) {

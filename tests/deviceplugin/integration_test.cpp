@@ -249,8 +249,8 @@ TEST_CASE(
   nvidia_cdi_mode_by_default(node);
   FakeKubelet kubelet(node.plugin_dir);
   auto nvidia = std::make_unique<NvidiaPluginSocket>(node.plugin_dir);
-  // A pod still holds GPU 1 as gpuguard's plugin gave it before this start, and one holds a replica of it
-  // from NVIDIA's plugin.
+  // A pod still holds GPU 1 as gpuguard's plugin gave it before this start, and a replica of it from NVIDIA's
+  // plugin (one pod is enough: two servers gave it).
   const fs::path socket = node.host.root() / "pod-resources.sock";
   FakePodResources offers(socket);
   offers.hold({{"nvidia.com/gpu.shared", {kGpu1 + "::3"}}, {"nvidia.com/gpu", {kGpu1}}});
@@ -638,7 +638,16 @@ TEST_CASE("gpus report-only: nothing registered for the GPUs, ready once the nod
   CHECK_THAT(http_get(port, "/metrics").second,
              Catch::Contains(R"(gpuguard_device_plugin_value_honoured{value="none",verdict="breaks-pods"} 0)"));
   CHECK_THAT(plugin.log(), Catch::Contains("--gpus report-only"));
+  CHECK_THAT(http_get(port, "/metrics").second, Catch::Contains("gpuguard_device_plugin_gpus_held_twice 0"));
   CHECK(plugin.terminate() == 0);
+  // As that DaemonSet runs it, with no pod-resources socket (it mounts none): what pods hold is not read.
+  PluginProcess unread(node.plugin_dir, node.host.root(),
+                       {"--gpus", "report-only", "--cdi-root", "", "--pod-resources-socket", ""});
+  const int unread_port = unread.status_port();
+  CHECK(eventually([&] { return http_get(unread_port, "/readyz").first == "200"; }));
+  CHECK_THAT(http_get(unread_port, "/metrics").second, !Catch::Contains("gpuguard_device_plugin_kubelet_offers") &&
+                                                           !Catch::Contains("gpuguard_device_plugin_gpus_held_twice"));
+  CHECK(unread.terminate() == 0);
 }
 
 TEST_CASE("SIGTERM during the start-up ends in the orderly stop, not in death by the signal") {

@@ -359,7 +359,7 @@ TEST_CASE("enforcer core: GPU infrastructure in a namespace its entry does not n
   auto policy = std::make_shared<policy::Policy>();
   policy->node_enforcement_exempt_service_accounts = {"nvidia/*:app.kubernetes.io/name=nvidia-device-plugin"};
   f.policy = policy;
-  auto enforcer = f.make();
+  const auto enforcer = f.make();
   const auto look_alike = [](const std::string& name, const std::string& pod_namespace) {
     api::PodSandbox sandbox = pod(name);
     sandbox.set_namespace_(pod_namespace);
@@ -381,11 +381,17 @@ TEST_CASE("enforcer core: GPU infrastructure in a namespace its entry does not n
   CHECK(written(enforcer->create_container(create_request(pod("plain"), container("plain", "c5", all)))) == "void");
   CHECK(f.metrics.render({}, "enforce").find("gpuguard_node_enforcer_unlisted_infrastructure_total 3") !=
         std::string::npos);
-  enforcer.reset();  // every event written
-  const auto events = f.pods.events(0);
-  REQUIRE(events.size() == 2);
-  CHECK_THAT(events[0], Catch::StartsWith("team-a/plugin uid-plugin: Carries the label of GPU infrastructure exemption "
-                                          "nvidia/*:app.kubernetes.io/name=nvidia-device-plugin in namespace team-a"));
+  // A last such pod: events are written in order, so any said wrongly above would come before its own.
+  CHECK(written(enforcer->create_container(
+            create_request(look_alike("last", "team-c"), container("last", "c6", all)))) == "void");
+  const auto events = f.pods.events(3);
+  REQUIRE(events.size() == 3);
+  CHECK_THAT(events[2], Catch::StartsWith("team-c/last uid-last: "));
+  // The entry's label alone: its namespace and account are the admin's.
+  CHECK_THAT(events[0], Catch::StartsWith("team-a/plugin uid-plugin: Carries the label "
+                                          "app.kubernetes.io/name=nvidia-device-plugin of a GPU infrastructure "
+                                          "exemption whose namespaces do not include team-a"));
+  CHECK_THAT(events[0], !Catch::Contains("nvidia/*"));
   CHECK_THAT(events[1], Catch::StartsWith("team-b/other uid-other: "));
 }
 
