@@ -38,6 +38,8 @@ TEST_CASE("the ignored namespaces are counted by whether the label's value is th
   // A byte order mark before the text: the API server writes none (RFC 8259), and the store does not read
   // such a text, where nlohmann would skip the mark (the admission fuzzer's finding of 2026-12-07).
   item(store, "\xEF\xBB\xBF" + ns("marked", "break-glass"));
+  // Nor one followed by NUL bytes, where nlohmann would end the text at the first (the fuzzer's next finding).
+  item(store, ns("nul", "break-glass") + std::string(8, '\0'));
   store.list_end(true);
   REQUIRE(store.listed());
   CHECK(store.counts().break_glass == 1);
