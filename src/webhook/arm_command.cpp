@@ -221,18 +221,24 @@ arming::Availability read_availability(const kube::ApiServer& api, const std::st
   return availability;
 }
 
+// The webhook's Deployment (--namespace, --deployment), as the API server serves it.
+std::string deployment_path(const po::variables_map& flags) {
+  return "/apis/apps/v1/namespaces/" + flags["namespace"].as<std::string>() + "/deployments/" +
+         flags["deployment"].as<std::string>();
+}
+
 // True once the webhook's Deployment has a replica available; false, after saying why, at the deadline.
 bool wait_for_replica(const kube::ApiServer& api, const po::variables_map& flags,
                       std::chrono::steady_clock::time_point deadline, const Failure& failure) {
   const std::string ns = flags["namespace"].as<std::string>();
   const std::string deployment = flags["deployment"].as<std::string>();
-  const std::string deployment_path = "/apis/apps/v1/namespaces/" + ns + "/deployments/" + deployment;
   const std::string deployment_name = ns + "/" + deployment;
+  const std::string path = deployment_path(flags);
   const unsigned timeout_s = flags["timeout"].as<unsigned>();
   std::string last;
   for (;;) {
     // Replicas told apart (--service): an older version's replicas, which name no pod, gone first.
-    const arming::Availability availability = read_availability(api, deployment_path, flags.count("service") != 0);
+    const arming::Availability availability = read_availability(api, path, flags.count("service") != 0);
     if (availability.available) break;
     if (availability.waiting != last) {
       log::info("waiting for a replica of the webhook",
@@ -261,7 +267,7 @@ void record_failure(const kube::ApiServer& api, const po::variables_map& flags, 
   const std::string ns = flags["namespace"].as<std::string>();
   const std::string deployment = flags["deployment"].as<std::string>();
   // Its UID, read again here: the Deployment may have been made again while the hook waited.
-  const kube::Reply read = get(api, "/apis/apps/v1/namespaces/" + ns + "/deployments/" + deployment);
+  const kube::Reply read = get(api, deployment_path(flags));
   const kube::WarningEvent event{
       {"apps/v1", "Deployment", ns, deployment, read.status == 200 ? arming::metadata_uid(read.body) : ""},
       ns,
